@@ -1,0 +1,2 @@
+//! demo upstream.
+fn main() {}

@@ -1,0 +1,1 @@
+//! keyflight proxy-wasm filter (implemented in the edge-filter issue).

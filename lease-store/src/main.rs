@@ -1,0 +1,2 @@
+//! lease-store binary (built in the foundation issue).
+fn main() {}

@@ -1,0 +1,1 @@
+//! A throwaway Postgres cluster per test run.

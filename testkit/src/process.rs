@@ -1,0 +1,1 @@
+//! Child processes for tests: free ports, readiness waits, kill on drop.

@@ -1,0 +1,1 @@
+//! End-to-end harness (built with the edge-filter issue).
