@@ -68,7 +68,8 @@ fn validate(raw: &[u8]) -> Result<IdempotencyKey, KeyError> {
         return Err(KeyError::TooLong);
     }
     let visible = |b: &u8| (0x21..=0x7e).contains(b);
-    let first_last_visible = unquoted.first().is_some_and(visible) && unquoted.last().is_some_and(visible);
+    let first_last_visible =
+        unquoted.first().is_some_and(visible) && unquoted.last().is_some_and(visible);
     if !first_last_visible || !unquoted.iter().all(|b| visible(b) || *b == b' ') {
         return Err(KeyError::NotVisibleAscii);
     }

@@ -14,6 +14,7 @@ pub mod json;
 pub mod key;
 pub mod problem;
 pub mod scope;
+mod uri;
 pub mod wire;
 
 pub use digest::Digest;

@@ -4,10 +4,17 @@
 //! path+query], key))`. The principal is part of the preimage, so one caller's
 //! record can never be served to another: crossing principals is impossible by
 //! construction, not by a check someone could forget.
+//!
+//! The path and query enter in the same RFC 3986 normal form as the fingerprint
+//! (K4). A scope must never tell apart two requests the fingerprint calls equal:
+//! a retry that merely reorders its query would otherwise get a fresh scope and
+//! run a second time. (A scope that is too coarse is safe: the fingerprint
+//! turns the collision into a 409.)
 
 use crate::IdempotencyKey;
 use crate::digest::Digest;
 use crate::framing::FramedHasher;
+use crate::uri;
 
 const DOMAIN_TAG_ROUTE: &str = "keyflight/scope/v1/route";
 const DOMAIN_TAG_SERVICE: &str = "keyflight/scope/v1/service";
@@ -41,7 +48,7 @@ pub struct ScopeInput<'a> {
     pub authority: &'a str,
     /// The request method.
     pub method: &'a str,
-    /// Path and query as received.
+    /// Path and query as received; normalized as in K4 before hashing.
     pub path_and_query: &'a str,
     /// The validated key.
     pub key: &'a IdempotencyKey,
@@ -62,8 +69,12 @@ pub fn scope(input: &ScopeInput<'_>) -> Digest {
     };
     h.field(input.authority.as_bytes());
     if input.mode == ScopeMode::Route {
-        h.field(input.method.as_bytes())
-            .field(input.path_and_query.as_bytes());
+        let (path, query) = uri::normalize(input.path_and_query);
+        h.field(input.method.as_bytes()).field(path.as_bytes());
+        h.count(query.len());
+        for (name, value) in &query {
+            h.field(name.as_bytes()).field(value.as_bytes());
+        }
     }
     h.field(input.key.as_str().as_bytes());
     h.finish()
