@@ -1,1 +1,36 @@
-//! keyflight proxy-wasm filter (implemented in the edge-filter issue).
+//! keyflight's proxy-wasm HTTP filter: single-flight `Idempotency-Key`
+//! execution at the Envoy edge (SPEC §3).
+//!
+//! The crate has two halves, in the shape of Kuadrant's wasm-shim:
+//!
+//! * the decisions, free of any proxy-wasm host call and tested natively:
+//!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
+//!   state machine of one HTTP stream), and its pure helpers [`identity`],
+//!   [`replay`], [`problem`], [`status_matrix`], [`store_call`], [`renewal`]
+//!   and [`metrics`];
+//! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
+//!   between Envoy and the machine.
+//!
+//! A panic kills the Wasm VM for every request on the worker, so the wasm
+//! build denies `unwrap`, `expect` and `panic` outright.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+// Tests state their expectations with `unwrap` and `panic!`.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::panic))]
+
+pub mod config;
+pub mod identity;
+pub mod machine;
+pub mod metrics;
+pub mod problem;
+pub mod renewal;
+pub mod replay;
+pub mod status_matrix;
+pub mod store_call;
+
+#[cfg(target_arch = "wasm32")]
+mod adapter;
+
+pub use config::{Config, ConfigError, parse_plugin_config};

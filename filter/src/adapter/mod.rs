@@ -1,0 +1,362 @@
+//! The proxy-wasm glue: moves bytes between Envoy and the state machine.
+//!
+//! Every decision lives in [`crate::machine`]; this module only reads what the
+//! host reports into [`Event`]s and performs the [`Action`]s that come back.
+//! The comments marked FIELD-NOTES point at host behaviour that was checked on
+//! Envoy 1.40 and that the code depends on.
+
+mod host;
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action as HostAction, BufferType, ContextType, LogLevel, MapType};
+
+use crate::config::{Config, parse_plugin_config};
+use crate::identity;
+use crate::machine::{self, Action, Event, Machine};
+use crate::renewal::Renewals;
+use crate::status_matrix::ResponseOrigin;
+use crate::store_call::{CallError, StoreCall, parse_ack_answer, parse_claim_answer};
+
+use host::Counters;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+}}
+
+/// What the root context shares with its streams (one worker thread).
+struct Shared {
+    config: Rc<Config>,
+    counters: Counters,
+    renewals: RefCell<Renewals>,
+}
+
+/// The plugin's root context: configuration, counters and lease renewal (F4).
+#[derive(Default)]
+struct Root {
+    shared: Option<Rc<Shared>>,
+    /// Renew callouts in flight: token → the stream's context id.
+    renew_calls: BTreeMap<u32, u32>,
+}
+
+impl Context for Root {
+    /// Renew answers (calls dispatched from `on_tick` answer to the root context).
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _: usize,
+    ) {
+        let Some(context_id) = self.renew_calls.remove(&token) else {
+            return;
+        };
+        let Some(shared) = &self.shared else { return };
+        let (status, body) = host::call_answer(num_headers, body_size);
+        let result = parse_ack_answer(status, &body);
+        if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
+            for metric in renewals.answered(context_id, result) {
+                shared.counters.increment(metric);
+            }
+        }
+    }
+}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let json = host::buffer(BufferType::PluginConfiguration, usize::MAX);
+        match parse_plugin_config(&json) {
+            Ok(config) => {
+                host::set_tick_period(config.tick_period());
+                self.shared = Some(Rc::new(Shared {
+                    config: Rc::new(config),
+                    counters: Counters::define(),
+                    renewals: RefCell::default(),
+                }));
+                true
+            }
+            Err(error) => {
+                host::log(
+                    LogLevel::Error,
+                    &format!("invalid plugin configuration: {error}"),
+                );
+                false
+            }
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let Some(shared) = &self.shared else { return };
+        let Ok(mut renewals) = shared.renewals.try_borrow_mut() else {
+            return;
+        };
+        let store = &shared.config.lease_store;
+        for (context_id, call) in renewals.due(host::now_ms()) {
+            match host::dispatch(store, &call, store.timeout) {
+                Some(token) => {
+                    self.renew_calls.insert(token, context_id);
+                }
+                None => {
+                    for metric in renewals.answered(context_id, Err(CallError::Dispatch)) {
+                        shared.counters.increment(metric);
+                    }
+                }
+            }
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // The SDK panics if this returns `None`; without a configuration (the
+        // plugin failed to start) a stream simply passes everything through.
+        Some(Box::new(Stream {
+            context_id,
+            machine: self
+                .shared
+                .as_ref()
+                .map(|s| Machine::new(Rc::clone(&s.config))),
+            shared: self.shared.clone(),
+            pending_call: None,
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+/// Which lease-store call a stream is waiting for.
+#[derive(Debug, Clone, Copy)]
+enum CallKind {
+    Claim,
+    Finalize,
+    Release,
+}
+
+/// One HTTP stream.
+struct Stream {
+    context_id: u32,
+    machine: Option<Machine>,
+    shared: Option<Rc<Shared>>,
+    pending_call: Option<(u32, CallKind)>,
+}
+
+impl Stream {
+    /// Feeds an event and performs the resulting actions; returns what the
+    /// current host callback should return.
+    fn run(&mut self, event: Event) -> HostAction {
+        let (Some(machine), Some(shared)) = (self.machine.as_mut(), self.shared.clone()) else {
+            return HostAction::Continue;
+        };
+        let mut verdict = HostAction::Continue;
+        let mut queue: VecDeque<Action> = machine.on(event).into();
+        while let Some(action) = queue.pop_front() {
+            let follow_up = match action {
+                Action::ContinueRequest | Action::ContinueResponse => {
+                    verdict = HostAction::Continue;
+                    None
+                }
+                Action::PauseRequest | Action::PauseResponse => {
+                    verdict = HostAction::Pause;
+                    None
+                }
+                // FIELD-NOTES: pausing in the body callbacks buffered the body;
+                // at end of stream the whole of it is readable at once.
+                Action::ReadRequestBody { size } => Some(Event::RequestBodyComplete {
+                    body: host::buffer(BufferType::HttpRequestBody, size),
+                }),
+                Action::ReadResponseBody { size } => Some(Event::ResponseBodyComplete {
+                    body: host::buffer(BufferType::HttpResponseBody, size),
+                }),
+                Action::SetRequestHeader { name, value } => {
+                    host::set_request_header(&name, value.as_deref());
+                    None
+                }
+                Action::ResumeRequest => {
+                    let _ = proxy_wasm::hostcalls::resume_http_request();
+                    None
+                }
+                // F7: the held response goes out only now, after the record
+                // call answered.
+                Action::ResumeResponse => {
+                    let _ = proxy_wasm::hostcalls::resume_http_response();
+                    None
+                }
+                Action::CallStore { call, timeout } => {
+                    let kind = match call {
+                        StoreCall::Claim { .. } => CallKind::Claim,
+                        StoreCall::Finalize { .. } => CallKind::Finalize,
+                        StoreCall::Release { .. } | StoreCall::Renew { .. } => CallKind::Release,
+                    };
+                    match host::dispatch(&shared.config.lease_store, &call, timeout) {
+                        Some(token) => {
+                            self.pending_call = Some((token, kind));
+                            None
+                        }
+                        None => Some(failed_call(kind, CallError::Dispatch)),
+                    }
+                }
+                Action::Reply(reply) => {
+                    host::send_reply(&reply);
+                    None
+                }
+                Action::StartRenewal {
+                    scope,
+                    claim_id,
+                    lease,
+                    interval,
+                } => {
+                    if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
+                        renewals.start(
+                            self.context_id,
+                            scope,
+                            claim_id,
+                            lease,
+                            interval,
+                            host::now_ms(),
+                        );
+                    }
+                    None
+                }
+                Action::StopRenewal => {
+                    if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
+                        renewals.stop(self.context_id);
+                    }
+                    None
+                }
+                Action::Count(metric) => {
+                    shared.counters.increment(metric);
+                    None
+                }
+                Action::Log { level, message } => {
+                    let level = match level {
+                        machine::LogLevel::Info => LogLevel::Info,
+                        machine::LogLevel::Warn => LogLevel::Warn,
+                    };
+                    host::log(level, &message);
+                    None
+                }
+            };
+            if let Some(event) = follow_up {
+                // The follow-up's actions run before the rest of this batch.
+                for action in machine.on(event).into_iter().rev() {
+                    queue.push_front(action);
+                }
+            }
+        }
+        verdict
+    }
+}
+
+/// The answer event for a call that could not even be dispatched.
+fn failed_call(kind: CallKind, error: CallError) -> Event {
+    match kind {
+        CallKind::Claim => Event::ClaimAnswered(Err(error)),
+        CallKind::Finalize => Event::FinalizeAnswered(Err(error)),
+        CallKind::Release => Event::ReleaseAnswered(Err(error)),
+    }
+}
+
+impl Context for Stream {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _: usize,
+    ) {
+        let kind = match self.pending_call {
+            Some((expected, kind)) if expected == token => kind,
+            _ => return,
+        };
+        self.pending_call = None;
+        let (status, body) = host::call_answer(num_headers, body_size);
+        let event = match kind {
+            CallKind::Claim => Event::ClaimAnswered(parse_claim_answer(status, &body)),
+            CallKind::Finalize => Event::FinalizeAnswered(parse_ack_answer(status, &body)),
+            CallKind::Release => Event::ReleaseAnswered(parse_ack_answer(status, &body)),
+        };
+        self.run(event);
+    }
+
+    fn on_done(&mut self) -> bool {
+        self.run(Event::StreamDone);
+        true
+    }
+}
+
+impl HttpContext for Stream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> HostAction {
+        let Some(shared) = self.shared.clone() else {
+            return HostAction::Continue;
+        };
+        // FIELD-NOTES: the single-value getter shows only the first of a
+        // repeated header; the full list is needed to refuse a repeated key.
+        // It is also the only chance to capture request headers: after resume
+        // they are gone.
+        let headers = host::headers(MapType::HttpRequestHeaders);
+        let principal = identity::resolve(&shared.config.identity, &headers, host::property);
+        // FIELD-NOTES: a guarded request is paused here (the machine answers
+        // PauseRequest) and the Envoy config sets
+        // `allow_on_headers_stop_iteration: true`, so body callbacks still
+        // arrive while the headers are held; returning Continue instead would
+        // let the router start the upstream request before the claim.
+        self.run(Event::RequestHeaders {
+            headers,
+            principal,
+            end_of_stream,
+        })
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> HostAction {
+        // FIELD-NOTES: returning Pause until end of stream makes Envoy buffer
+        // the body; the machine then asks for all of it at once.
+        self.run(Event::RequestBodyChunk {
+            buffered_bytes: body_size,
+            end_of_stream,
+        })
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> HostAction {
+        // FIELD-NOTES: an HTTP/2 request with trailers ends here, not in the
+        // body callback.
+        self.run(Event::RequestTrailers)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> HostAction {
+        let status = host::header(MapType::HttpResponseHeaders, ":status")
+            .and_then(|v| crate::store_call::parse_status(&v))
+            .unwrap_or(502);
+        let headers = host::headers(MapType::HttpResponseHeaders);
+        // Envoy marks responses that came from the upstream `via_upstream`;
+        // anything else (reset, timeout, no healthy host) was generated by
+        // the proxy and is uncertain (F6).
+        let origin = match host::property(&["response", "code_details"]) {
+            Some(details) if details != b"via_upstream" => ResponseOrigin::Proxy,
+            _ => ResponseOrigin::Upstream,
+        };
+        // FIELD-NOTES: pausing here (and in the body callbacks) holds the
+        // whole response, headers included, until the finalize answer resumes
+        // it (F7).
+        self.run(Event::ResponseHeaders {
+            status,
+            headers,
+            origin,
+            end_of_stream,
+        })
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> HostAction {
+        self.run(Event::ResponseBodyChunk {
+            buffered_bytes: body_size,
+            end_of_stream,
+        })
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> HostAction {
+        self.run(Event::ResponseTrailers)
+    }
+}

@@ -1,0 +1,730 @@
+//! The plugin configuration (F12): parsed once, in `on_configure`, into
+//! validated types so the per-request path never re-checks a value.
+//!
+//! Two layers: `raw` mirrors the JSON exactly (serde, `deny_unknown_fields`,
+//! every optional field an `Option` so a default is applied in one visible
+//! place), and [`Config`] is what the state machine reads (durations, compiled
+//! matchers, lowercase header sets). Every error names the field path
+//! (`policies[0].lease_ms: …`) because it becomes the one log line an operator
+//! sees when the plugin refuses to start.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyflight_protocol::ScopeMode;
+use serde::Deserialize;
+
+use crate::replay::{DEFAULT_REPLAY_HEADERS, never_stored};
+
+/// Default key header (K1).
+pub const DEFAULT_KEY_HEADER: &str = "idempotency-key";
+/// Default methods a policy matches.
+pub const DEFAULT_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+/// Default fingerprint headers (K4).
+pub const DEFAULT_FINGERPRINT_HEADERS: [&str; 2] = ["if-match", "x-approval-digest"];
+
+/// Headers that describe the transport, not the operation: they differ between
+/// a request and its retry, so they may never enter a fingerprint (K4).
+const TRANSPORT_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "b3",
+    "x-b3-traceid",
+    "x-b3-spanid",
+    "x-b3-parentspanid",
+    "x-b3-sampled",
+    "x-b3-flags",
+    "x-cloud-trace-context",
+    "x-amzn-trace-id",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-client-cert",
+    "forwarded",
+    "x-real-ip",
+    "user-agent",
+    "date",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "via",
+    "idempotency-fence",
+];
+
+/// Why the configuration was refused: the field path and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    /// Where in the JSON, e.g. `policies[0].lease_ms`.
+    pub path: String,
+    /// What is wrong with the value.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// F11 rollout mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Block, wait and replay (default).
+    #[default]
+    Enforce,
+    /// Claim and record, never block or replay; count what enforce would do.
+    DryRun,
+}
+
+/// F10 status profile: which HTTP status a few outcomes get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusProfile {
+    /// keyflight's own: in-flight → 503 + Retry-After, payload mismatch → 409.
+    #[default]
+    Keyflight,
+    /// The IETF draft's: in-flight → 409, payload mismatch → 422.
+    Ietf,
+}
+
+/// K2: what happens to a keyed request without a principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Anonymous {
+    /// 401 `principal_required` (default).
+    #[default]
+    Reject,
+    /// All unauthenticated callers share one scope.
+    Shared,
+}
+
+/// F2: what a guarded request does when the lease-store cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// 503 `journal_unavailable`; the upstream is never called (default).
+    #[default]
+    Closed,
+    /// Pass the request unguarded (counted).
+    Open,
+}
+
+/// F6: what an uncertain upstream outcome (reset, timeout, proxy-generated 5xx) records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Uncertain {
+    /// Record `failed` with the cooldown; a same-body retry may run again (default).
+    #[default]
+    Retry,
+    /// Record `unknown`: an operator decides (seed 004).
+    Hold,
+}
+
+/// The validated plugin configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How to reach the lease-store.
+    pub lease_store: LeaseStore,
+    /// The key header, lowercase.
+    pub key_header: String,
+    /// Enforce or dry run.
+    pub mode: Mode,
+    /// Which statuses errors use.
+    pub status_profile: StatusProfile,
+    /// Where the principal comes from.
+    pub identity: Identity,
+    /// Ordered policies; the first match wins.
+    pub policies: Vec<Rc<Policy>>,
+}
+
+/// The lease-store callout settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseStore {
+    /// Envoy cluster for `dispatch_http_call`.
+    pub cluster: String,
+    /// `:authority` of callouts.
+    pub authority: String,
+    /// Bearer token for `/v1`.
+    pub token: String,
+    /// Per-call timeout (long-polls add the follower wait).
+    pub timeout: Duration,
+}
+
+/// Where the effective principal comes from (K2).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// On-behalf-of sources, tried first, in order.
+    pub actor: Vec<Source>,
+    /// Caller sources, tried in order when no actor is present.
+    pub principal: Vec<Source>,
+}
+
+/// One place a principal may be read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A request header (lowercase name) set by an earlier authn filter.
+    Header(String),
+    /// An Envoy property path, e.g. `["connection", "uri_san_peer_certificate"]`.
+    Property(Vec<String>),
+    /// A claim of `jwt_authn` dynamic metadata (`payload_in_metadata`).
+    JwtClaim {
+        /// The `payload_in_metadata` name.
+        metadata_key: String,
+        /// The claim, e.g. `sub`.
+        claim: String,
+    },
+}
+
+impl Source {
+    /// The Envoy property path this source reads, or `None` for a header.
+    pub fn property_path(&self) -> Option<Vec<&str>> {
+        match self {
+            Source::Header(_) => None,
+            Source::Property(path) => Some(path.iter().map(String::as_str).collect()),
+            Source::JwtClaim {
+                metadata_key,
+                claim,
+            } => Some(vec![
+                "metadata",
+                "filter_metadata",
+                "envoy.filters.http.jwt_authn",
+                metadata_key,
+                claim,
+            ]),
+        }
+    }
+}
+
+/// Which requests a policy guards.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    /// Uppercase methods.
+    pub methods: Vec<String>,
+    /// Prefix of `:path` (query included).
+    pub path_prefix: String,
+    /// Optional regex over the path without its query.
+    pub path_regex: Option<regex_lite::Regex>,
+    /// Exact `:authority`, lowercase; `None` matches any.
+    pub authority: Option<String>,
+}
+
+impl Matcher {
+    /// Whether a request with these pseudo-headers matches.
+    pub fn matches(&self, method: &str, path: &str, authority: &str) -> bool {
+        let path_only = path.split_once('?').map_or(path, |(p, _)| p);
+        self.methods.iter().any(|m| m == method)
+            && path.starts_with(&self.path_prefix)
+            && self
+                .path_regex
+                .as_ref()
+                .is_none_or(|re| re.is_match(path_only))
+            && self
+                .authority
+                .as_ref()
+                .is_none_or(|a| a.eq_ignore_ascii_case(authority))
+    }
+}
+
+/// One validated policy (F12).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Unique name, used in logs.
+    pub name: String,
+    /// Which requests it guards.
+    pub matcher: Matcher,
+    /// 400 `idempotency_key_required` when the key is absent.
+    pub require_key: bool,
+    /// Route or service scope (K3).
+    pub scope: ScopeMode,
+    /// Requests without a principal.
+    pub anonymous: Anonymous,
+    /// Lease granted to a winner.
+    pub lease: Duration,
+    /// How often a running winner renews (F4); always shorter than `lease`.
+    pub renew_interval: Duration,
+    /// Long-poll budget of a same-fingerprint follower (F5).
+    pub follower_wait: Duration,
+    /// Record retention (L5).
+    pub retention: Duration,
+    /// Cooldown after a retryable failure (F6).
+    pub failure_cooldown: Duration,
+    /// Request body cap (F1).
+    pub max_request_body_bytes: usize,
+    /// Largest response body kept for replay (F6).
+    pub max_cacheable_response_bytes: usize,
+    /// Full replay allowlist: defaults plus configured, lowercase (F8).
+    pub replay_headers: BTreeSet<String>,
+    /// Headers that enter the fingerprint, lowercase (K4).
+    pub fingerprint_headers: Vec<String>,
+    /// Lease-store failure behaviour (F2).
+    pub failure_mode: FailureMode,
+    /// Uncertain outcomes (F6).
+    pub uncertain: Uncertain,
+}
+
+impl Config {
+    /// The first policy matching the request.
+    pub fn match_policy(&self, method: &str, path: &str, authority: &str) -> Option<&Rc<Policy>> {
+        self.policies
+            .iter()
+            .find(|p| p.matcher.matches(method, path, authority))
+    }
+
+    /// The tick period the adapter needs to renew leases on time: a quarter of
+    /// the shortest renew interval, between 100 ms and 1 s.
+    pub fn tick_period(&self) -> Duration {
+        let shortest = self
+            .policies
+            .iter()
+            .map(|p| p.renew_interval)
+            .min()
+            .unwrap_or(Duration::from_secs(1));
+        (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    }
+}
+
+/// Parses and validates the plugin configuration JSON.
+pub fn parse_plugin_config(json: &[u8]) -> Result<Config, ConfigError> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let raw: raw::Config = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." {
+            "configuration".to_owned()
+        } else {
+            path
+        };
+        ConfigError::new(path, e.into_inner().to_string())
+    })?;
+    de.end()
+        .map_err(|e| ConfigError::new("configuration", e.to_string()))?;
+    validate(raw)
+}
+
+/// The JSON shape, field for field.
+mod raw {
+    use serde::Deserialize;
+
+    use super::{Anonymous, FailureMode, Mode, StatusProfile, Uncertain};
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Config {
+        pub lease_store: LeaseStore,
+        pub key_header: Option<String>,
+        pub mode: Option<Mode>,
+        pub status_profile: Option<StatusProfile>,
+        pub identity: Option<Identity>,
+        pub policies: Vec<Policy>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct LeaseStore {
+        pub cluster: String,
+        pub authority: Option<String>,
+        pub token: String,
+        pub timeout_ms: Option<u64>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Identity {
+        pub actor: Option<Vec<Source>>,
+        pub principal: Option<Vec<Source>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "snake_case")]
+    pub enum Source {
+        Header(String),
+        Property(Vec<String>),
+        JwtClaim(JwtClaim),
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct JwtClaim {
+        pub metadata_key: String,
+        pub claim: String,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Match {
+        pub methods: Option<Vec<String>>,
+        pub path_prefix: Option<String>,
+        pub path_regex: Option<String>,
+        pub authority: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Policy {
+        pub name: String,
+        #[serde(rename = "match")]
+        pub matcher: Option<Match>,
+        pub require_key: Option<bool>,
+        pub scope: Option<Scope>,
+        pub anonymous: Option<Anonymous>,
+        pub lease_ms: Option<u64>,
+        pub renew_interval_ms: Option<u64>,
+        pub follower_wait_ms: Option<u64>,
+        pub retention_s: Option<u64>,
+        pub failure_cooldown_ms: Option<u64>,
+        pub max_request_body_bytes: Option<u64>,
+        pub max_cacheable_response_bytes: Option<u64>,
+        pub replay_headers: Option<Vec<String>>,
+        pub fingerprint_headers: Option<Vec<String>>,
+        pub failure_mode: Option<FailureMode>,
+        pub uncertain: Option<Uncertain>,
+    }
+
+    #[derive(Deserialize, Clone, Copy)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Scope {
+        Route,
+        Service,
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
+
+fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
+    let lease_store = validate_lease_store(raw.lease_store)?;
+    let key_header = header_name(
+        "key_header",
+        raw.key_header.as_deref().unwrap_or(DEFAULT_KEY_HEADER),
+    )?;
+    let identity = match raw.identity {
+        None => Identity::default(),
+        Some(id) => Identity {
+            actor: sources("identity.actor", id.actor.unwrap_or_default())?,
+            principal: sources("identity.principal", id.principal.unwrap_or_default())?,
+        },
+    };
+    if raw.policies.is_empty() {
+        return Err(ConfigError::new(
+            "policies",
+            "must list at least one policy",
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let mut policies = Vec::with_capacity(raw.policies.len());
+    for (i, p) in raw.policies.into_iter().enumerate() {
+        let at = format!("policies[{i}]");
+        if !names.insert(p.name.clone()) {
+            return Err(ConfigError::new(
+                format!("{at}.name"),
+                format!("duplicate policy name {:?}", p.name),
+            ));
+        }
+        policies.push(Rc::new(validate_policy(&at, p)?));
+    }
+    Ok(Config {
+        lease_store,
+        key_header,
+        mode: raw.mode.unwrap_or_default(),
+        status_profile: raw.status_profile.unwrap_or_default(),
+        identity,
+        policies,
+    })
+}
+
+fn validate_lease_store(raw: raw::LeaseStore) -> Result<LeaseStore, ConfigError> {
+    if raw.cluster.trim().is_empty() {
+        return Err(ConfigError::new(
+            "lease_store.cluster",
+            "must name an Envoy cluster",
+        ));
+    }
+    let authority = raw.authority.unwrap_or_else(|| raw.cluster.clone());
+    if authority.is_empty() || !authority.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::new(
+            "lease_store.authority",
+            "must be a non-empty host[:port]",
+        ));
+    }
+    if raw.token.is_empty() || !raw.token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::new(
+            "lease_store.token",
+            "must be non-empty visible ASCII",
+        ));
+    }
+    let timeout_ms = in_range("lease_store.timeout_ms", raw.timeout_ms, 1000, 1, 60_000)?;
+    Ok(LeaseStore {
+        cluster: raw.cluster,
+        authority,
+        token: raw.token,
+        timeout: Duration::from_millis(timeout_ms),
+    })
+}
+
+fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
+    if p.name.trim().is_empty() {
+        return Err(ConfigError::new(format!("{at}.name"), "must not be empty"));
+    }
+    let matcher = validate_match(&format!("{at}.match"), p.matcher)?;
+    let lease_ms = in_range(
+        &format!("{at}.lease_ms"),
+        p.lease_ms,
+        30_000,
+        1000,
+        3_600_000,
+    )?;
+    let renew_ms = in_range(
+        &format!("{at}.renew_interval_ms"),
+        p.renew_interval_ms,
+        lease_ms / 3,
+        100,
+        lease_ms - 1,
+    )?;
+    let follower_wait_ms = in_range(
+        &format!("{at}.follower_wait_ms"),
+        p.follower_wait_ms,
+        5000,
+        0,
+        60_000,
+    )?;
+    let retention_s = in_range(
+        &format!("{at}.retention_s"),
+        p.retention_s,
+        86_400,
+        1,
+        10 * 365 * 86_400,
+    )?;
+    let cooldown_ms = in_range(
+        &format!("{at}.failure_cooldown_ms"),
+        p.failure_cooldown_ms,
+        2000,
+        0,
+        86_400_000,
+    )?;
+    let max_request = in_range(
+        &format!("{at}.max_request_body_bytes"),
+        p.max_request_body_bytes,
+        MIB,
+        0,
+        64 * MIB,
+    )?;
+    let max_response = in_range(
+        &format!("{at}.max_cacheable_response_bytes"),
+        p.max_cacheable_response_bytes,
+        2 * MIB,
+        0,
+        64 * MIB,
+    )?;
+    let mut replay_headers: BTreeSet<String> = DEFAULT_REPLAY_HEADERS
+        .iter()
+        .map(|h| (*h).to_owned())
+        .collect();
+    for (j, h) in p.replay_headers.unwrap_or_default().iter().enumerate() {
+        let path = format!("{at}.replay_headers[{j}]");
+        let name = header_name(&path, h)?;
+        if never_stored(&name) {
+            return Err(ConfigError::new(
+                path,
+                format!("{name:?} is never stored or replayed (F8)"),
+            ));
+        }
+        replay_headers.insert(name);
+    }
+    let fingerprint_headers = match p.fingerprint_headers {
+        None => DEFAULT_FINGERPRINT_HEADERS
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect(),
+        Some(list) => {
+            let mut out: Vec<String> = Vec::with_capacity(list.len());
+            for (j, h) in list.iter().enumerate() {
+                let path = format!("{at}.fingerprint_headers[{j}]");
+                let name = header_name(&path, h)?;
+                if TRANSPORT_HEADERS.contains(&name.as_str()) {
+                    return Err(ConfigError::new(
+                        path,
+                        format!("{name:?} is a transport header and never part of a fingerprint"),
+                    ));
+                }
+                if out.contains(&name) {
+                    return Err(ConfigError::new(path, format!("duplicate header {name:?}")));
+                }
+                out.push(name);
+            }
+            out
+        }
+    };
+    Ok(Policy {
+        name: p.name,
+        matcher,
+        require_key: p.require_key.unwrap_or(false),
+        scope: match p.scope {
+            None | Some(raw::Scope::Route) => ScopeMode::Route,
+            Some(raw::Scope::Service) => ScopeMode::Service,
+        },
+        anonymous: p.anonymous.unwrap_or_default(),
+        lease: Duration::from_millis(lease_ms),
+        renew_interval: Duration::from_millis(renew_ms),
+        follower_wait: Duration::from_millis(follower_wait_ms),
+        retention: Duration::from_secs(retention_s),
+        failure_cooldown: Duration::from_millis(cooldown_ms),
+        max_request_body_bytes: to_usize(max_request),
+        max_cacheable_response_bytes: to_usize(max_response),
+        replay_headers,
+        fingerprint_headers,
+        failure_mode: p.failure_mode.unwrap_or_default(),
+        uncertain: p.uncertain.unwrap_or_default(),
+    })
+}
+
+fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigError> {
+    let m = m.unwrap_or(raw::Match {
+        methods: None,
+        path_prefix: None,
+        path_regex: None,
+        authority: None,
+    });
+    let methods = match m.methods {
+        None => DEFAULT_METHODS.iter().map(|m| (*m).to_owned()).collect(),
+        Some(list) if list.is_empty() => {
+            return Err(ConfigError::new(
+                format!("{at}.methods"),
+                "must list at least one method",
+            ));
+        }
+        Some(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for (j, method) in list.iter().enumerate() {
+                if method.is_empty() || !method.bytes().all(is_token_byte) {
+                    return Err(ConfigError::new(
+                        format!("{at}.methods[{j}]"),
+                        format!("{method:?} is not an HTTP method token"),
+                    ));
+                }
+                out.push(method.to_ascii_uppercase());
+            }
+            out
+        }
+    };
+    let path_prefix = m.path_prefix.unwrap_or_else(|| "/".to_owned());
+    if !path_prefix.starts_with('/') {
+        return Err(ConfigError::new(
+            format!("{at}.path_prefix"),
+            "must start with '/'",
+        ));
+    }
+    let path_regex = match m.path_regex {
+        None => None,
+        Some(re) => Some(regex_lite::Regex::new(&re).map_err(|e| {
+            ConfigError::new(format!("{at}.path_regex"), format!("invalid regex: {e}"))
+        })?),
+    };
+    let authority = match m.authority {
+        None => None,
+        Some(a) if a.is_empty() || !a.bytes().all(|b| b.is_ascii_graphic()) => {
+            return Err(ConfigError::new(
+                format!("{at}.authority"),
+                "must be a non-empty host[:port]",
+            ));
+        }
+        Some(a) => Some(a.to_ascii_lowercase()),
+    };
+    Ok(Matcher {
+        methods,
+        path_prefix,
+        path_regex,
+        authority,
+    })
+}
+
+fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Source>, ConfigError> {
+    list.into_iter()
+        .enumerate()
+        .map(|(i, s)| match s {
+            raw::Source::Header(h) => Ok(Source::Header(header_name(
+                &format!("{at}[{i}].header"),
+                &h,
+            )?)),
+            raw::Source::Property(path) => {
+                if path.is_empty() || path.iter().any(String::is_empty) {
+                    return Err(ConfigError::new(
+                        format!("{at}[{i}].property"),
+                        "must be a non-empty list of non-empty path segments",
+                    ));
+                }
+                Ok(Source::Property(path))
+            }
+            raw::Source::JwtClaim(c) => {
+                if c.metadata_key.is_empty() {
+                    return Err(ConfigError::new(
+                        format!("{at}[{i}].jwt_claim.metadata_key"),
+                        "must not be empty",
+                    ));
+                }
+                if c.claim.is_empty() {
+                    return Err(ConfigError::new(
+                        format!("{at}[{i}].jwt_claim.claim"),
+                        "must not be empty",
+                    ));
+                }
+                Ok(Source::JwtClaim {
+                    metadata_key: c.metadata_key,
+                    claim: c.claim,
+                })
+            }
+        })
+        .collect()
+}
+
+/// A header name: an RFC 9110 token, returned lowercase.
+fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
+    if name.is_empty() || !name.bytes().all(is_token_byte) {
+        return Err(ConfigError::new(
+            path,
+            format!("{name:?} is not a valid header name"),
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn in_range(
+    path: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(ConfigError::new(
+            path,
+            format!("must be between {min} and {max}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// Caps are at most 64 MiB, so this never saturates on 32-bit wasm.
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! Configuration parsing and validation: defaults, and one error per invalid field.
+
+use super::*;
+
+/// The contract's example configuration (plugin-config.md), comments removed.
+pub(crate) const EXAMPLE: &str = r#"{
+  "lease_store": {
+    "cluster": "keyflight_lease_store",
+    "authority": "lease-store",
+    "token": "filter-secret",
+    "timeout_ms": 1000
+  },
+  "key_header": "idempotency-key",
+  "mode": "enforce",
+  "status_profile": "keyflight",
+  "identity": {
+    "actor":     [ {"header": "x-actor"} ],
+    "principal": [ {"header": "x-user"}, {"property": ["connection","uri_san_peer_certificate"]}, {"jwt_claim": {"metadata_key": "jwt_payload", "claim": "sub"}} ]
+  },
+  "policies": [
+    {
+      "name": "payments",
+      "match": { "methods": ["POST"], "path_prefix": "/payments", "authority": null },
+      "require_key": false,
+      "scope": "route",
+      "anonymous": "reject",
+      "lease_ms": 30000,
+      "renew_interval_ms": 10000,
+      "follower_wait_ms": 5000,
+      "retention_s": 86400,
+      "failure_cooldown_ms": 2000,
+      "max_request_body_bytes": 1048576,
+      "max_cacheable_response_bytes": 2097152,
+      "replay_headers": [],
+      "fingerprint_headers": ["if-match", "x-approval-digest"],
+      "failure_mode": "closed",
+      "uncertain": "retry"
+    }
+  ]
+}"#;
+
+const MINIMAL: &str = r#"{
+  "lease_store": {"cluster": "ls", "token": "t"},
+  "policies": [{"name": "all"}]
+}"#;
+
+/// Parses `MINIMAL` with `patch` merged into its first policy (or the root
+/// when `at_root`).
+fn with(patch: serde_json::Value, at_root: bool) -> Result<Config, ConfigError> {
+    let mut doc: serde_json::Value = serde_json::from_str(MINIMAL).unwrap();
+    let target = if at_root {
+        &mut doc
+    } else {
+        &mut doc["policies"][0]
+    };
+    for (k, v) in patch.as_object().unwrap() {
+        target[k] = v.clone();
+    }
+    parse_plugin_config(doc.to_string().as_bytes())
+}
+
+fn policy_err(patch: serde_json::Value) -> ConfigError {
+    with(patch, false).unwrap_err()
+}
+
+fn root_err(patch: serde_json::Value) -> ConfigError {
+    with(patch, true).unwrap_err()
+}
+
+#[test]
+fn the_contract_example_parses() {
+    let config = parse_plugin_config(EXAMPLE.as_bytes()).unwrap();
+    assert_eq!(config.lease_store.cluster, "keyflight_lease_store");
+    assert_eq!(config.lease_store.authority, "lease-store");
+    assert_eq!(
+        config.identity.actor,
+        vec![Source::Header("x-actor".into())]
+    );
+    assert_eq!(config.identity.principal.len(), 3);
+    let p = &config.policies[0];
+    assert_eq!(p.matcher.methods, vec!["POST"]);
+    assert_eq!(p.matcher.path_prefix, "/payments");
+    assert_eq!(p.matcher.authority, None);
+    assert_eq!(p.renew_interval, Duration::from_secs(10));
+}
+
+#[test]
+fn defaults_are_applied() {
+    let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
+    assert_eq!(config.lease_store.authority, "ls");
+    assert_eq!(config.lease_store.timeout, Duration::from_millis(1000));
+    assert_eq!(config.key_header, "idempotency-key");
+    assert_eq!(config.mode, Mode::Enforce);
+    assert_eq!(config.status_profile, StatusProfile::Keyflight);
+    assert_eq!(config.identity, Identity::default());
+    let p = &config.policies[0];
+    assert_eq!(p.matcher.methods, vec!["POST", "PUT", "PATCH", "DELETE"]);
+    assert_eq!(p.matcher.path_prefix, "/");
+    assert!(p.matcher.path_regex.is_none());
+    assert!(!p.require_key);
+    assert_eq!(p.scope, ScopeMode::Route);
+    assert_eq!(p.anonymous, Anonymous::Reject);
+    assert_eq!(p.lease, Duration::from_secs(30));
+    assert_eq!(p.renew_interval, Duration::from_secs(10));
+    assert_eq!(p.follower_wait, Duration::from_secs(5));
+    assert_eq!(p.retention, Duration::from_secs(86_400));
+    assert_eq!(p.failure_cooldown, Duration::from_secs(2));
+    assert_eq!(p.max_request_body_bytes, 1024 * 1024);
+    assert_eq!(p.max_cacheable_response_bytes, 2 * 1024 * 1024);
+    let replay: Vec<&str> = p.replay_headers.iter().map(String::as_str).collect();
+    assert_eq!(
+        replay,
+        vec![
+            "cache-control",
+            "content-disposition",
+            "content-language",
+            "content-type",
+            "etag",
+            "location"
+        ]
+    );
+    assert_eq!(p.fingerprint_headers, vec!["if-match", "x-approval-digest"]);
+    assert_eq!(p.failure_mode, FailureMode::Closed);
+    assert_eq!(p.uncertain, Uncertain::Retry);
+}
+
+#[test]
+fn renew_interval_defaults_to_a_third_of_the_lease() {
+    let config = with(serde_json::json!({"lease_ms": 9000}), false).unwrap();
+    assert_eq!(config.policies[0].renew_interval, Duration::from_secs(3));
+}
+
+#[test]
+fn names_and_values_are_normalized() {
+    let config = with(
+        serde_json::json!({
+            "replay_headers": ["X-Signature"],
+            "fingerprint_headers": ["X-Approval"],
+            "match": {"methods": ["post"], "authority": "API.Example.com", "path_regex": "^/orders/[0-9]+$"}
+        }),
+        false,
+    )
+    .unwrap();
+    let p = &config.policies[0];
+    assert!(p.replay_headers.contains("x-signature"));
+    assert_eq!(p.fingerprint_headers, vec!["x-approval"]);
+    assert_eq!(p.matcher.methods, vec!["POST"]);
+    assert_eq!(p.matcher.authority.as_deref(), Some("api.example.com"));
+    assert!(
+        p.matcher
+            .matches("POST", "/orders/12?x=1", "api.example.com")
+    );
+    assert!(
+        !p.matcher
+            .matches("POST", "/orders/12/items", "api.example.com")
+    );
+    assert!(!p.matcher.matches("POST", "/orders/12", "other.example.com"));
+    assert!(!p.matcher.matches("GET", "/orders/12", "api.example.com"));
+}
+
+#[test]
+fn each_invalid_field_is_named() {
+    use serde_json::json;
+    let cases: Vec<(ConfigError, &str)> = vec![
+        (policy_err(json!({"lease_ms": 999})), "policies[0].lease_ms"),
+        (
+            policy_err(json!({"lease_ms": 3_600_001})),
+            "policies[0].lease_ms",
+        ),
+        (
+            policy_err(json!({"lease_ms": 3000, "renew_interval_ms": 3000})),
+            "policies[0].renew_interval_ms",
+        ),
+        (
+            policy_err(json!({"follower_wait_ms": 60_001})),
+            "policies[0].follower_wait_ms",
+        ),
+        (
+            policy_err(json!({"retention_s": 0})),
+            "policies[0].retention_s",
+        ),
+        (
+            policy_err(json!({"failure_cooldown_ms": 86_400_001})),
+            "policies[0].failure_cooldown_ms",
+        ),
+        (
+            policy_err(json!({"max_request_body_bytes": 64 * 1024 * 1024 + 1})),
+            "policies[0].max_request_body_bytes",
+        ),
+        (
+            policy_err(json!({"max_cacheable_response_bytes": 64 * 1024 * 1024 + 1})),
+            "policies[0].max_cacheable_response_bytes",
+        ),
+        (
+            policy_err(json!({"replay_headers": ["ok", "set-cookie"]})),
+            "policies[0].replay_headers[1]",
+        ),
+        (
+            policy_err(json!({"replay_headers": ["x-csrf-token"]})),
+            "policies[0].replay_headers[0]",
+        ),
+        (
+            policy_err(json!({"replay_headers": ["bad header"]})),
+            "policies[0].replay_headers[0]",
+        ),
+        (
+            policy_err(json!({"fingerprint_headers": ["authorization"]})),
+            "policies[0].fingerprint_headers[0]",
+        ),
+        (
+            policy_err(json!({"fingerprint_headers": ["if-match", "x-request-id"]})),
+            "policies[0].fingerprint_headers[1]",
+        ),
+        (
+            policy_err(json!({"fingerprint_headers": ["if-match", "If-Match"]})),
+            "policies[0].fingerprint_headers[1]",
+        ),
+        (policy_err(json!({"name": ""})), "policies[0].name"),
+        (
+            policy_err(json!({"match": {"methods": []}})),
+            "policies[0].match.methods",
+        ),
+        (
+            policy_err(json!({"match": {"methods": ["PO ST"]}})),
+            "policies[0].match.methods[0]",
+        ),
+        (
+            policy_err(json!({"match": {"path_prefix": "payments"}})),
+            "policies[0].match.path_prefix",
+        ),
+        (
+            policy_err(json!({"match": {"path_regex": "("}})),
+            "policies[0].match.path_regex",
+        ),
+        (
+            policy_err(json!({"match": {"authority": ""}})),
+            "policies[0].match.authority",
+        ),
+        (policy_err(json!({"scope": "global"})), "policies[0].scope"),
+        (
+            policy_err(json!({"anonymous": "allow"})),
+            "policies[0].anonymous",
+        ),
+        (
+            policy_err(json!({"failure_mode": "half"})),
+            "policies[0].failure_mode",
+        ),
+        (
+            policy_err(json!({"uncertain": "maybe"})),
+            "policies[0].uncertain",
+        ),
+        (
+            policy_err(json!({"lease_ms": "30s"})),
+            "policies[0].lease_ms",
+        ),
+        (policy_err(json!({"surprise": 1})), "policies[0].surprise"),
+        (root_err(json!({"mode": "shadow"})), "mode"),
+        (root_err(json!({"status_profile": "rfc"})), "status_profile"),
+        (
+            root_err(json!({"key_header": "idempotency key"})),
+            "key_header",
+        ),
+        (root_err(json!({"policies": []})), "policies"),
+        (root_err(json!({"extra": true})), "extra"),
+        (
+            root_err(json!({"lease_store": {"cluster": "", "token": "t"}})),
+            "lease_store.cluster",
+        ),
+        (
+            root_err(json!({"lease_store": {"cluster": "c", "token": ""}})),
+            "lease_store.token",
+        ),
+        (
+            root_err(json!({"lease_store": {"cluster": "c", "token": "t", "timeout_ms": 0}})),
+            "lease_store.timeout_ms",
+        ),
+        (
+            root_err(json!({"lease_store": {"cluster": "c", "token": "t", "authority": "a b"}})),
+            "lease_store.authority",
+        ),
+        (
+            root_err(json!({"identity": {"principal": [{"header": ""}]}})),
+            "identity.principal[0].header",
+        ),
+        (
+            root_err(json!({"identity": {"actor": [{"property": []}]}})),
+            "identity.actor[0].property",
+        ),
+        (
+            root_err(
+                json!({"identity": {"principal": [{"jwt_claim": {"metadata_key": "p", "claim": ""}}]}}),
+            ),
+            "identity.principal[0].jwt_claim.claim",
+        ),
+    ];
+    for (error, path) in cases {
+        assert_eq!(error.path, path, "{error}");
+    }
+}
+
+#[test]
+fn duplicate_policy_names_are_refused() {
+    let json = r#"{"lease_store": {"cluster": "c", "token": "t"},
+                   "policies": [{"name": "a"}, {"name": "a"}]}"#;
+    let error = parse_plugin_config(json.as_bytes()).unwrap_err();
+    assert_eq!(error.path, "policies[1].name");
+}
+
+#[test]
+fn error_line_names_field_and_rule() {
+    let error = policy_err(serde_json::json!({"lease_ms": 10}));
+    assert_eq!(
+        error.to_string(),
+        "policies[0].lease_ms: must be between 1000 and 3600000"
+    );
+}
+
+#[test]
+fn not_json_is_refused() {
+    assert_eq!(parse_plugin_config(b"").unwrap_err().path, "configuration");
+    assert!(parse_plugin_config(b"{} trailing").is_err());
+}
+
+#[test]
+fn tick_period_follows_the_shortest_renew_interval() {
+    let config = with(
+        serde_json::json!({"lease_ms": 1200, "renew_interval_ms": 400}),
+        false,
+    )
+    .unwrap();
+    assert_eq!(config.tick_period(), Duration::from_millis(100));
+    let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
+    assert_eq!(config.tick_period(), Duration::from_secs(1));
+}

@@ -1,0 +1,157 @@
+//! What goes into the state machine ([`Event`]) and what comes out ([`Action`]).
+//!
+//! Events are what the host reported, already read into plain data; actions
+//! are what the adapter must do, in order. Actions named `Continue…`/`Pause…`
+//! are the return value of the host callback that produced the event; the
+//! machine appends exactly one of them to the actions of every callback event.
+
+use std::time::Duration;
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::ClaimResponse;
+use uuid::Uuid;
+
+use crate::metrics::Metric;
+use crate::problem::LocalReply;
+use crate::status_matrix::ResponseOrigin;
+use crate::store_call::{CallError, StoreCall};
+
+/// Something the host reported about this HTTP stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `on_http_request_headers`: the full header list (lowercase names,
+    /// pseudo-headers included, repeated names kept) and the principal the
+    /// adapter resolved from the configured sources (K2).
+    RequestHeaders {
+        /// Every request header, in order.
+        headers: Vec<(String, Vec<u8>)>,
+        /// The effective principal, if any source was present.
+        principal: Option<String>,
+        /// The request has no body.
+        end_of_stream: bool,
+    },
+    /// `on_http_request_body`: `buffered_bytes` is the body size buffered so far.
+    RequestBodyChunk {
+        /// Bytes buffered by the host so far.
+        buffered_bytes: usize,
+        /// This is the last chunk.
+        end_of_stream: bool,
+    },
+    /// `on_http_request_trailers`: the body ended with trailers (HTTP/2).
+    RequestTrailers,
+    /// The whole request body, read in answer to [`Action::ReadRequestBody`].
+    RequestBodyComplete {
+        /// The body.
+        body: Vec<u8>,
+    },
+    /// The claim call answered.
+    ClaimAnswered(Result<ClaimResponse, CallError>),
+    /// `on_http_response_headers`.
+    ResponseHeaders {
+        /// `:status` (the adapter passes 502 when it is missing or unreadable).
+        status: u16,
+        /// Every response header, in order.
+        headers: Vec<(String, Vec<u8>)>,
+        /// Whether the upstream or the proxy produced this response.
+        origin: ResponseOrigin,
+        /// The response has no body.
+        end_of_stream: bool,
+    },
+    /// `on_http_response_body`.
+    ResponseBodyChunk {
+        /// Bytes buffered by the host so far.
+        buffered_bytes: usize,
+        /// This is the last chunk.
+        end_of_stream: bool,
+    },
+    /// `on_http_response_trailers`: the body ended with trailers.
+    ResponseTrailers,
+    /// The whole response body, read in answer to [`Action::ReadResponseBody`].
+    ResponseBodyComplete {
+        /// The body.
+        body: Vec<u8>,
+    },
+    /// The finalize call answered.
+    FinalizeAnswered(Result<(), CallError>),
+    /// The release call answered.
+    ReleaseAnswered(Result<(), CallError>),
+    /// The stream ended (`on_done` / `on_log`), for whatever reason.
+    StreamDone,
+}
+
+/// Log severity of an [`Action::Log`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Routine.
+    Info,
+    /// Something an operator may need to look at.
+    Warn,
+}
+
+/// Something the adapter must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Return `Continue` from the request callback.
+    ContinueRequest,
+    /// Return `Pause` from the request callback.
+    PauseRequest,
+    /// Read the buffered request body (`size` bytes) and report it as
+    /// [`Event::RequestBodyComplete`].
+    ReadRequestBody {
+        /// Bytes to read.
+        size: usize,
+    },
+    /// Set (`Some`) or remove (`None`) a request header before it goes upstream.
+    SetRequestHeader {
+        /// Lowercase name.
+        name: String,
+        /// New value, or `None` to remove.
+        value: Option<String>,
+    },
+    /// Resume the paused request (`resume_http_request`).
+    ResumeRequest,
+    /// Call the lease-store.
+    CallStore {
+        /// Which call.
+        call: StoreCall,
+        /// Its timeout.
+        timeout: Duration,
+    },
+    /// Send a local reply (error or replay). Its response callbacks come back
+    /// through this machine, which knows they are its own.
+    Reply(LocalReply),
+    /// Return `Continue` from the response callback.
+    ContinueResponse,
+    /// Return `Pause` from the response callback.
+    PauseResponse,
+    /// Read the buffered response body (`size` bytes) and report it as
+    /// [`Event::ResponseBodyComplete`].
+    ReadResponseBody {
+        /// Bytes to read.
+        size: usize,
+    },
+    /// Resume the held response (`resume_http_response`).
+    ResumeResponse,
+    /// Start renewing this stream's lease every `interval` (F4).
+    StartRenewal {
+        /// The scope digest.
+        scope: Digest,
+        /// The claim to renew.
+        claim_id: Uuid,
+        /// Lease length requested on each renew.
+        lease: Duration,
+        /// Renew period.
+        interval: Duration,
+    },
+    /// Stop renewing this stream's lease.
+    StopRenewal,
+    /// Increment a counter.
+    Count(Metric),
+    /// Write a log line (never a raw key, principal or body).
+    Log {
+        /// Severity.
+        level: LogLevel,
+        /// The message.
+        message: String,
+    },
+}

@@ -1,0 +1,860 @@
+//! The sans-IO state machine for one HTTP stream (F1–F3, F5–F8, F10, F11).
+//!
+//! [`Machine::on`] takes one [`Event`] (what the host reported, as data) and
+//! returns the [`Action`]s the adapter performs, in order. The machine never
+//! calls the host and never reads a clock, so every transition is a plain
+//! unit test (`machine/tests.rs`), in the shape of quinn-proto and rustls.
+//!
+//! The life of a guarded request:
+//!
+//! ```text
+//! Start ─headers─▶ BufferingRequest ─body─▶ Claiming ─won─▶ Upstream ─response─▶ BufferingResponse
+//!   │                                          │                                     │
+//!   └─ no policy / no key ─▶ Passthrough       ├─ completed ─▶ Replied (replay)      ▼
+//!                                              └─ refused ───▶ Replied (problem)  Recording ─ack─▶ Delivering
+//! ```
+//!
+//! `Replied` exists because a local reply runs this stream's response
+//! callbacks again: in that state a response is our own, never an upstream
+//! answer to record.
+
+mod io;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyflight_protocol::problem::ProblemCode;
+use keyflight_protocol::wire::{
+    ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseAs, ReleaseRequest, StoredResponse, WonHow,
+};
+use keyflight_protocol::{
+    Digest, FingerprintInput, Principal, ScopeInput, fingerprint, key, scope,
+};
+use uuid::Uuid;
+
+pub use io::{Action, Event, LogLevel};
+
+use crate::config::{Anonymous, Config, FailureMode, Mode, Policy, Uncertain};
+use crate::metrics::{EventKind, Metric, Outcome};
+use crate::problem::{LocalReply, problem_reply};
+use crate::replay::{REPLAYED_HEADER, keep_headers};
+use crate::status_matrix::{Disposition, classify};
+use crate::store_call::{CallError, StoreCall};
+
+/// The header carrying the claim's fence to the upstream (F3).
+pub const FENCE_HEADER: &str = "idempotency-fence";
+
+/// A guarded request whose claim has not been made yet.
+#[derive(Debug)]
+struct Pending {
+    policy: Rc<Policy>,
+    scope: Digest,
+    method: String,
+    path: String,
+    content_type: Option<String>,
+    /// The policy's fingerprint headers with their (combined) values.
+    selected: Vec<(String, Option<Vec<u8>>)>,
+    buffered: usize,
+}
+
+/// A claim this stream won.
+#[derive(Debug)]
+struct Owned {
+    policy: Rc<Policy>,
+    scope: Digest,
+    claim_id: Uuid,
+}
+
+/// What the in-flight record call will make of the record.
+#[derive(Debug, Clone, Copy)]
+enum RecordKind {
+    Finalize,
+    Release,
+}
+
+#[derive(Debug, Default)]
+enum State {
+    /// Nothing seen yet.
+    #[default]
+    Start,
+    /// Not guarded (or no longer guarded): every callback continues.
+    Passthrough,
+    /// Guarded; the body is being buffered for the fingerprint (F1).
+    BufferingRequest(Pending),
+    /// The claim call is in flight; the request is held (F2).
+    Claiming { policy: Rc<Policy>, scope: Digest },
+    /// The request went upstream with our lease.
+    Upstream(Owned),
+    /// A response to record is being buffered (F7).
+    BufferingResponse {
+        owned: Owned,
+        status: u16,
+        headers: Vec<(String, String)>,
+        buffered: usize,
+    },
+    /// Finalize or release is in flight; `held` while the response waits for it.
+    Recording { kind: RecordKind, held: bool },
+    /// The record call answered; the rest of the response flows.
+    Delivering,
+    /// A local reply (error or replay) was sent: response callbacks are ours.
+    Replied,
+    /// The stream is over.
+    Done,
+}
+
+/// The state machine of one HTTP stream.
+#[derive(Debug)]
+pub struct Machine {
+    config: Rc<Config>,
+    state: State,
+    renewing: bool,
+}
+
+impl Machine {
+    /// A machine for a new stream.
+    pub fn new(config: Rc<Config>) -> Self {
+        Machine {
+            config,
+            state: State::Start,
+            renewing: false,
+        }
+    }
+
+    /// Feeds one event; returns what to do, in order.
+    pub fn on(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        match event {
+            Event::RequestHeaders {
+                headers,
+                principal,
+                end_of_stream,
+            } => {
+                self.request_headers(&mut out, &headers, principal, end_of_stream);
+                out.push(self.request_verdict());
+            }
+            Event::RequestBodyChunk {
+                buffered_bytes,
+                end_of_stream,
+            } => {
+                self.request_body_chunk(&mut out, buffered_bytes, end_of_stream);
+                out.push(self.request_verdict());
+            }
+            Event::RequestTrailers => {
+                if let State::BufferingRequest(p) = &self.state {
+                    out.push(Action::ReadRequestBody { size: p.buffered });
+                }
+                out.push(self.request_verdict());
+            }
+            Event::RequestBodyComplete { body } => self.request_body_complete(&mut out, &body),
+            Event::ClaimAnswered(result) => self.claim_answered(&mut out, result),
+            Event::ResponseHeaders {
+                status,
+                headers,
+                origin,
+                end_of_stream,
+            } => {
+                self.response_headers(&mut out, status, &headers, origin, end_of_stream);
+                out.push(self.response_verdict());
+            }
+            Event::ResponseBodyChunk {
+                buffered_bytes,
+                end_of_stream,
+            } => {
+                self.response_body_chunk(&mut out, buffered_bytes, end_of_stream);
+                out.push(self.response_verdict());
+            }
+            Event::ResponseTrailers => {
+                self.response_body_chunk_end(&mut out);
+                out.push(self.response_verdict());
+            }
+            Event::ResponseBodyComplete { body } => self.response_body_complete(&mut out, body),
+            Event::FinalizeAnswered(result) => {
+                self.record_answered(&mut out, RecordKind::Finalize, result);
+            }
+            Event::ReleaseAnswered(result) => {
+                self.record_answered(&mut out, RecordKind::Release, result);
+            }
+            Event::StreamDone => {
+                self.stop_renewal(&mut out);
+                self.state = State::Done;
+            }
+        }
+        out
+    }
+
+    // ----- request phase -------------------------------------------------
+
+    fn request_headers(
+        &mut self,
+        out: &mut Vec<Action>,
+        headers: &[(String, Vec<u8>)],
+        principal: Option<String>,
+        end_of_stream: bool,
+    ) {
+        if !matches!(self.state, State::Start) {
+            return;
+        }
+        self.state = State::Passthrough;
+        // Only the filter may tell the upstream a fence: a client-sent one is
+        // dropped from every request, guarded or not.
+        if values(headers, FENCE_HEADER).next().is_some() {
+            out.push(Action::SetRequestHeader {
+                name: FENCE_HEADER.to_owned(),
+                value: None,
+            });
+        }
+        let (Some(method), Some(path), Some(authority)) = (
+            first_text(headers, ":method"),
+            first_text(headers, ":path"),
+            first_text(headers, ":authority"),
+        ) else {
+            return;
+        };
+        let authority = authority.to_ascii_lowercase();
+        let Some(policy) = self
+            .config
+            .match_policy(&method, &path, &authority)
+            .cloned()
+        else {
+            return;
+        };
+        let key_values: Vec<&[u8]> = values(headers, &self.config.key_header).collect();
+        let key = match key::parse_key(&key_values) {
+            Err(e) => {
+                return self.reject(out, ProblemCode::IdempotencyKeyInvalid, &e.to_string());
+            }
+            Ok(None) if policy.require_key => {
+                let detail = format!("this route requires the {} header", self.config.key_header);
+                return self.reject(out, ProblemCode::IdempotencyKeyRequired, &detail);
+            }
+            Ok(None) => return self.count_outcome(out, Outcome::Unguarded),
+            Ok(Some(key)) => key,
+        };
+        let principal = match (&principal, policy.anonymous) {
+            (Some(name), _) => Principal::Named(name),
+            (None, Anonymous::Shared) => Principal::AnonymousShared,
+            (None, Anonymous::Reject) => {
+                let detail = "a keyed request needs an authenticated principal";
+                return self.reject(out, ProblemCode::PrincipalRequired, detail);
+            }
+        };
+        let declared_length =
+            first_text(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        if declared_length.is_some_and(|n| n > policy.max_request_body_bytes as u64) {
+            return self.reject_too_large(out, &policy);
+        }
+        let scope = scope(&ScopeInput {
+            principal,
+            authority: &authority,
+            method: &method,
+            path_and_query: &path,
+            key: &key,
+            mode: policy.scope,
+        });
+        let selected = policy
+            .fingerprint_headers
+            .iter()
+            .map(|name| {
+                let joined: Vec<&[u8]> = values(headers, name).collect();
+                let value = (!joined.is_empty()).then(|| joined.join(&b", "[..]));
+                (name.clone(), value)
+            })
+            .collect();
+        let pending = Pending {
+            content_type: first_text(headers, "content-type"),
+            policy,
+            scope,
+            method,
+            path,
+            selected,
+            buffered: 0,
+        };
+        if end_of_stream {
+            self.claim(out, pending, &[]);
+        } else {
+            self.state = State::BufferingRequest(pending);
+        }
+    }
+
+    fn request_body_chunk(&mut self, out: &mut Vec<Action>, buffered: usize, end_of_stream: bool) {
+        let State::BufferingRequest(pending) = &mut self.state else {
+            return;
+        };
+        pending.buffered = buffered;
+        if buffered > pending.policy.max_request_body_bytes {
+            let policy = Rc::clone(&pending.policy);
+            return self.reject_too_large(out, &policy);
+        }
+        if end_of_stream {
+            out.push(Action::ReadRequestBody { size: buffered });
+        }
+    }
+
+    fn request_body_complete(&mut self, out: &mut Vec<Action>, body: &[u8]) {
+        let State::BufferingRequest(pending) = std::mem::take(&mut self.state) else {
+            self.state = State::Passthrough;
+            return;
+        };
+        if body.len() > pending.policy.max_request_body_bytes {
+            return self.reject_too_large(out, &Rc::clone(&pending.policy));
+        }
+        self.claim(out, pending, body);
+    }
+
+    fn claim(&mut self, out: &mut Vec<Action>, pending: Pending, body: &[u8]) {
+        let selected: Vec<(&str, Option<&[u8]>)> = pending
+            .selected
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_deref()))
+            .collect();
+        let fingerprint = fingerprint(&FingerprintInput {
+            method: &pending.method,
+            path_and_query: &pending.path,
+            content_type: pending.content_type.as_deref(),
+            body,
+            selected_headers: &selected,
+        });
+        let policy = pending.policy;
+        let wait_ms = millis(policy.follower_wait);
+        out.push(Action::CallStore {
+            call: StoreCall::Claim {
+                scope: pending.scope,
+                request: ClaimRequest {
+                    fingerprint,
+                    lease_ms: millis(policy.lease),
+                    wait_ms: (wait_ms > 0).then_some(wait_ms),
+                    retention_s: Some(policy.retention.as_secs()),
+                },
+            },
+            // A long-poll may legitimately take the whole follower wait (F5).
+            timeout: self.config.lease_store.timeout + policy.follower_wait,
+        });
+        self.state = State::Claiming {
+            policy,
+            scope: pending.scope,
+        };
+    }
+
+    fn claim_answered(&mut self, out: &mut Vec<Action>, result: Result<ClaimResponse, CallError>) {
+        let State::Claiming { policy, scope } = std::mem::take(&mut self.state) else {
+            // A late answer for a stream that already ended or replied.
+            if matches!(self.state, State::Start) {
+                self.state = State::Passthrough;
+            }
+            return;
+        };
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(error) => return self.store_failed(out, &policy, scope, error),
+        };
+        match answer {
+            ClaimResponse::Won {
+                claim_id,
+                fence,
+                how,
+                lease_ms,
+            } => {
+                out.push(Action::Count(Metric::Event(won_event(how))));
+                let lease = Duration::from_millis(lease_ms.max(1));
+                out.push(Action::StartRenewal {
+                    scope,
+                    claim_id,
+                    lease: policy.lease,
+                    interval: policy.renew_interval.min(lease / 2),
+                });
+                self.renewing = true;
+                if self.config.mode == Mode::Enforce {
+                    out.push(Action::SetRequestHeader {
+                        name: FENCE_HEADER.to_owned(),
+                        value: Some(fence.to_string()),
+                    });
+                }
+                out.push(Action::ResumeRequest);
+                self.state = State::Upstream(Owned {
+                    policy,
+                    scope,
+                    claim_id,
+                });
+            }
+            ClaimResponse::Completed { response } => match replay(&policy, &response) {
+                Some(reply) => self.refuse_or_reply(out, reply, Outcome::Replay),
+                None => {
+                    out.push(Action::Log {
+                        level: LogLevel::Warn,
+                        message: format!(
+                            "policy {}: scope {}: the recorded response is malformed",
+                            policy.name,
+                            scope.to_hex()
+                        ),
+                    });
+                    self.refuse(
+                        out,
+                        ProblemCode::JournalUnavailable,
+                        None,
+                        Outcome::JournalUnavailable,
+                    );
+                }
+            },
+            ClaimResponse::Conflict => self.refuse(
+                out,
+                ProblemCode::IdempotencyConflict,
+                None,
+                Outcome::Conflict,
+            ),
+            ClaimResponse::InProgress { retry_after_s } => self.refuse(
+                out,
+                ProblemCode::RequestInProgress,
+                Some(retry_after_s),
+                Outcome::InProgressTimeout,
+            ),
+            ClaimResponse::Cooldown { retry_after_s } => {
+                out.push(Action::Count(Metric::Event(EventKind::RetryableCooldown)));
+                self.refuse(
+                    out,
+                    ProblemCode::RetryableCooldown,
+                    Some(retry_after_s),
+                    Outcome::Failed,
+                );
+            }
+            ClaimResponse::NotReplayable => self.refuse(
+                out,
+                ProblemCode::ResponseNotReplayable,
+                None,
+                Outcome::NotReplayable,
+            ),
+            ClaimResponse::Unknown => self.refuse(
+                out,
+                ProblemCode::OperationUnknown,
+                None,
+                Outcome::OperationUnknown,
+            ),
+        }
+    }
+
+    /// F2: the claim could not be made.
+    fn store_failed(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Policy,
+        scope: Digest,
+        error: CallError,
+    ) {
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: lease-store claim failed: {error}",
+                policy.name,
+                scope.to_hex()
+            ),
+        });
+        match policy.failure_mode {
+            FailureMode::Open => {
+                out.push(Action::Count(Metric::Event(EventKind::FailOpen)));
+                self.count_outcome(out, Outcome::Unguarded);
+                out.push(Action::ResumeRequest);
+                self.state = State::Passthrough;
+            }
+            FailureMode::Closed => self.refuse(
+                out,
+                ProblemCode::JournalUnavailable,
+                None,
+                Outcome::JournalUnavailable,
+            ),
+        }
+    }
+
+    // ----- response phase ------------------------------------------------
+
+    fn response_headers(
+        &mut self,
+        out: &mut Vec<Action>,
+        status: u16,
+        headers: &[(String, Vec<u8>)],
+        origin: crate::status_matrix::ResponseOrigin,
+        end_of_stream: bool,
+    ) {
+        match std::mem::take(&mut self.state) {
+            State::Upstream(owned) => {
+                let kept = keep_headers(
+                    headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+                    &owned.policy.replay_headers,
+                );
+                match classify(status, origin) {
+                    Disposition::Record if end_of_stream => {
+                        self.finalize(
+                            out,
+                            owned,
+                            StoredResponse::new(status, kept, &[]),
+                            true,
+                            true,
+                        );
+                    }
+                    Disposition::Record => {
+                        self.state = State::BufferingResponse {
+                            owned,
+                            status,
+                            headers: kept,
+                            buffered: 0,
+                        };
+                    }
+                    Disposition::Forget => {
+                        self.release(out, owned, ReleaseAs::Forget, Outcome::NotRecorded)
+                    }
+                    Disposition::Cooldown => {
+                        self.release(out, owned, ReleaseAs::Cooldown, Outcome::Failed)
+                    }
+                    Disposition::Uncertain => match owned.policy.uncertain {
+                        Uncertain::Retry => {
+                            self.release(out, owned, ReleaseAs::Cooldown, Outcome::Failed)
+                        }
+                        Uncertain::Hold => {
+                            self.release(out, owned, ReleaseAs::Unknown, Outcome::OperationUnknown);
+                        }
+                    },
+                }
+            }
+            // Our own local reply re-entering the response callbacks (or a
+            // response to a stream we do not guard): pass it through.
+            State::Replied => self.state = State::Replied,
+            State::Start
+            | State::Passthrough
+            | State::BufferingRequest(_)
+            | State::Claiming { .. }
+            | State::Delivering
+            | State::Done => self.state = State::Passthrough,
+            other @ (State::BufferingResponse { .. } | State::Recording { .. }) => {
+                self.state = other
+            }
+        }
+    }
+
+    fn response_body_chunk(&mut self, out: &mut Vec<Action>, buffered: usize, end_of_stream: bool) {
+        match &mut self.state {
+            State::BufferingResponse {
+                buffered: so_far,
+                owned,
+                ..
+            } => {
+                *so_far = buffered;
+                if buffered > owned.policy.max_cacheable_response_bytes {
+                    return self.finalize_uncacheable(out, end_of_stream);
+                }
+                if end_of_stream {
+                    out.push(Action::ReadResponseBody { size: buffered });
+                }
+            }
+            // The response streams while an uncacheable finalize is in flight;
+            // its last chunk waits for the answer so the stream (and with it
+            // the callout) does not end first.
+            State::Recording { held, .. } if end_of_stream => *held = true,
+            _ => {}
+        }
+    }
+
+    fn response_body_chunk_end(&mut self, out: &mut Vec<Action>) {
+        let size = match &self.state {
+            State::BufferingResponse { buffered, .. } => *buffered,
+            _ => return self.response_body_chunk(out, 0, true),
+        };
+        out.push(Action::ReadResponseBody { size });
+    }
+
+    fn response_body_complete(&mut self, out: &mut Vec<Action>, body: Vec<u8>) {
+        let State::BufferingResponse {
+            owned,
+            status,
+            headers,
+            ..
+        } = std::mem::take(&mut self.state)
+        else {
+            self.state = State::Passthrough;
+            return;
+        };
+        if body.len() > owned.policy.max_cacheable_response_bytes {
+            self.state = State::BufferingResponse {
+                owned,
+                status,
+                headers,
+                buffered: body.len(),
+            };
+            return self.finalize_uncacheable(out, true);
+        }
+        self.finalize(
+            out,
+            owned,
+            StoredResponse::new(status, headers, &body),
+            true,
+            true,
+        );
+    }
+
+    /// F6: a success too large to keep is completed, not replayable, with an
+    /// empty body; the caller still gets the whole response, streamed.
+    fn finalize_uncacheable(&mut self, out: &mut Vec<Action>, end_of_stream: bool) {
+        let State::BufferingResponse {
+            owned,
+            status,
+            headers,
+            ..
+        } = std::mem::take(&mut self.state)
+        else {
+            return;
+        };
+        self.finalize(
+            out,
+            owned,
+            StoredResponse::new(status, headers, &[]),
+            false,
+            end_of_stream,
+        );
+    }
+
+    fn finalize(
+        &mut self,
+        out: &mut Vec<Action>,
+        owned: Owned,
+        response: StoredResponse,
+        replayable: bool,
+        held: bool,
+    ) {
+        let outcome = if replayable {
+            Outcome::WonCompleted
+        } else {
+            Outcome::CompletedUncacheable
+        };
+        self.count_outcome(out, outcome);
+        out.push(Action::CallStore {
+            call: StoreCall::Finalize {
+                scope: owned.scope,
+                request: FinalizeRequest {
+                    claim_id: owned.claim_id,
+                    response,
+                    replayable,
+                },
+            },
+            timeout: self.config.lease_store.timeout,
+        });
+        self.state = State::Recording {
+            kind: RecordKind::Finalize,
+            held,
+        };
+    }
+
+    /// Releases the lease; the response waits for the answer so that a retry
+    /// arriving right after it sees the released state, not a pending lease.
+    fn release(
+        &mut self,
+        out: &mut Vec<Action>,
+        owned: Owned,
+        release_as: ReleaseAs,
+        outcome: Outcome,
+    ) {
+        self.count_outcome(out, outcome);
+        let cooldown_ms =
+            (release_as == ReleaseAs::Cooldown).then(|| millis(owned.policy.failure_cooldown));
+        out.push(Action::CallStore {
+            call: StoreCall::Release {
+                scope: owned.scope,
+                request: ReleaseRequest {
+                    claim_id: owned.claim_id,
+                    release_as,
+                    cooldown_ms,
+                },
+            },
+            timeout: self.config.lease_store.timeout,
+        });
+        self.state = State::Recording {
+            kind: RecordKind::Release,
+            held: true,
+        };
+    }
+
+    /// F7: the record call answered; whatever it said, the caller gets its response.
+    fn record_answered(
+        &mut self,
+        out: &mut Vec<Action>,
+        answered: RecordKind,
+        result: Result<(), CallError>,
+    ) {
+        let State::Recording { kind, held } = self.state else {
+            return;
+        };
+        if !matches!(
+            (kind, answered),
+            (RecordKind::Finalize, RecordKind::Finalize)
+                | (RecordKind::Release, RecordKind::Release)
+        ) {
+            return;
+        }
+        self.stop_renewal(out);
+        let (call, error_event) = match kind {
+            RecordKind::Finalize => ("finalize", EventKind::FinalizeError),
+            RecordKind::Release => ("release", EventKind::ReleaseError),
+        };
+        match result {
+            Ok(()) => {}
+            Err(CallError::LeaseLost) => {
+                out.push(Action::Count(Metric::Event(EventKind::LeaseStolen)));
+                out.push(Action::Log {
+                    level: LogLevel::Warn,
+                    message: format!(
+                        "{call}: the lease was stolen; delivering the response unrecorded"
+                    ),
+                });
+            }
+            Err(error) => {
+                out.push(Action::Count(Metric::Event(error_event)));
+                out.push(Action::Log {
+                    level: LogLevel::Warn,
+                    message: format!("{call} failed: {error}; delivering the response"),
+                });
+            }
+        }
+        if held {
+            out.push(Action::ResumeResponse);
+        }
+        self.state = State::Delivering;
+    }
+
+    // ----- shared helpers ------------------------------------------------
+
+    /// The return value of a request callback.
+    fn request_verdict(&self) -> Action {
+        match self.state {
+            State::BufferingRequest(_) | State::Claiming { .. } | State::Replied => {
+                Action::PauseRequest
+            }
+            _ => Action::ContinueRequest,
+        }
+    }
+
+    /// The return value of a response callback.
+    fn response_verdict(&self) -> Action {
+        match self.state {
+            State::BufferingResponse { .. } | State::Recording { held: true, .. } => {
+                Action::PauseResponse
+            }
+            _ => Action::ContinueResponse,
+        }
+    }
+
+    /// A refusal during a request callback (bad key, no principal, too large).
+    fn reject(&mut self, out: &mut Vec<Action>, code: ProblemCode, detail: &str) {
+        if self.config.mode == Mode::DryRun {
+            out.push(Action::Count(Metric::DryRun(Outcome::RejectedInvalid)));
+            self.state = State::Passthrough;
+            return;
+        }
+        let reply = problem_reply(code, self.config.status_profile, detail, None);
+        out.push(Action::Reply(reply));
+        out.push(Action::Count(Metric::Outcome(Outcome::RejectedInvalid)));
+        self.state = State::Replied;
+    }
+
+    fn reject_too_large(&mut self, out: &mut Vec<Action>, policy: &Policy) {
+        let detail = format!(
+            "the request body exceeds {} bytes",
+            policy.max_request_body_bytes
+        );
+        self.reject(out, ProblemCode::PayloadTooLarge, &detail);
+    }
+
+    /// A refusal after the claim answered (the request is paused).
+    fn refuse(
+        &mut self,
+        out: &mut Vec<Action>,
+        code: ProblemCode,
+        retry_after_s: Option<u64>,
+        outcome: Outcome,
+    ) {
+        let reply = problem_reply(
+            code,
+            self.config.status_profile,
+            code.title(),
+            retry_after_s,
+        );
+        self.refuse_or_reply(out, reply, outcome);
+    }
+
+    /// Sends `reply` (enforce) or lets the request through and counts what
+    /// would have happened (dry run: never block, never replay).
+    fn refuse_or_reply(&mut self, out: &mut Vec<Action>, reply: LocalReply, outcome: Outcome) {
+        self.count_outcome(out, outcome);
+        if self.config.mode == Mode::DryRun {
+            out.push(Action::ResumeRequest);
+            self.state = State::Passthrough;
+        } else {
+            out.push(Action::Reply(reply));
+            self.state = State::Replied;
+        }
+    }
+
+    fn count_outcome(&self, out: &mut Vec<Action>, outcome: Outcome) {
+        out.push(Action::Count(match self.config.mode {
+            Mode::Enforce => Metric::Outcome(outcome),
+            Mode::DryRun => Metric::DryRun(outcome),
+        }));
+    }
+
+    fn stop_renewal(&mut self, out: &mut Vec<Action>) {
+        if std::mem::take(&mut self.renewing) {
+            out.push(Action::StopRenewal);
+        }
+    }
+}
+
+/// F8: a local reply from a recorded response, or `None` if the record is unusable.
+fn replay(policy: &Policy, response: &StoredResponse) -> Option<LocalReply> {
+    if !(200..=599).contains(&response.status) {
+        return None;
+    }
+    let body = response.body()?;
+    let mut headers = keep_headers(
+        response
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes())),
+        &policy.replay_headers,
+    );
+    headers.push((REPLAYED_HEADER.to_owned(), "true".to_owned()));
+    Some(LocalReply {
+        status: response.status,
+        headers,
+        body,
+    })
+}
+
+fn won_event(how: WonHow) -> EventKind {
+    match how {
+        WonHow::Claimed => EventKind::Claimed,
+        WonHow::RecoveredTtl => EventKind::RecoveredTtl,
+        WonHow::RecoveredAbandoned => EventKind::RecoveredAbandoned,
+    }
+}
+
+/// Every value of header `name`, in order.
+fn values<'a>(
+    headers: &'a [(String, Vec<u8>)],
+    name: &'a str,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// The first value of header `name`, if it is UTF-8.
+fn first_text(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
+    values(headers, name)
+        .next()
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_owned)
+}
+
+/// Durations in config are whole milliseconds well below `u64::MAX`.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1169 @@
+//! Every transition of the stream state machine, driven event by event.
+
+use keyflight_protocol::problem::PROBLEM_CONTENT_TYPE;
+use keyflight_protocol::wire::StoredResponse;
+use proptest::prelude::*;
+
+use super::*;
+use crate::config::{StatusProfile, parse_plugin_config};
+use crate::status_matrix::ResponseOrigin;
+
+const KEY: &str = "order-42";
+
+fn config_with(root: serde_json::Value, policy: serde_json::Value) -> Rc<Config> {
+    let mut doc = serde_json::json!({
+        "lease_store": {"cluster": "ls", "token": "t", "timeout_ms": 1000},
+        "identity": {"actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]},
+        "policies": [{"name": "payments", "match": {"path_prefix": "/payments"}}]
+    });
+    for (k, v) in root.as_object().unwrap() {
+        doc[k] = v.clone();
+    }
+    for (k, v) in policy.as_object().unwrap() {
+        doc["policies"][0][k] = v.clone();
+    }
+    Rc::new(parse_plugin_config(doc.to_string().as_bytes()).unwrap())
+}
+
+fn config() -> Rc<Config> {
+    config_with(serde_json::json!({}), serde_json::json!({}))
+}
+
+fn h(name: &str, value: &str) -> (String, Vec<u8>) {
+    (name.to_owned(), value.as_bytes().to_vec())
+}
+
+fn request(method: &str, path: &str, extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+    let mut headers = vec![
+        h(":method", method),
+        h(":path", path),
+        h(":authority", "api.example.com"),
+        h("content-type", "application/json"),
+    ];
+    headers.extend(extra.iter().map(|(n, v)| h(n, v)));
+    headers
+}
+
+fn keyed() -> Vec<(String, Vec<u8>)> {
+    request(
+        "POST",
+        "/payments",
+        &[("idempotency-key", KEY), ("x-user", "alice")],
+    )
+}
+
+fn headers_event(headers: Vec<(String, Vec<u8>)>, principal: Option<&str>, eos: bool) -> Event {
+    Event::RequestHeaders {
+        headers,
+        principal: principal.map(str::to_owned),
+        end_of_stream: eos,
+    }
+}
+
+fn response(status: u16, eos: bool) -> Event {
+    response_from(status, ResponseOrigin::Upstream, eos)
+}
+
+fn response_from(status: u16, origin: ResponseOrigin, eos: bool) -> Event {
+    Event::ResponseHeaders {
+        status,
+        headers: vec![
+            h(":status", &status.to_string()),
+            h("content-type", "application/json"),
+            h("set-cookie", "session=secret"),
+            h("content-length", "12"),
+            h("etag", "\"v1\""),
+        ],
+        origin,
+        end_of_stream: eos,
+    }
+}
+
+fn won(fence: i64) -> ClaimResponse {
+    ClaimResponse::Won {
+        claim_id: Uuid::from_u128(7),
+        fence,
+        how: WonHow::Claimed,
+        lease_ms: 30_000,
+    }
+}
+
+/// Drives a keyed POST with a body up to the claim call; returns the claim call.
+fn to_claim(m: &mut Machine, body: &[u8]) -> StoreCall {
+    let out = m.on(headers_event(keyed(), Some("alice"), false));
+    assert_eq!(out, vec![Action::PauseRequest]);
+    let out = m.on(Event::RequestBodyChunk {
+        buffered_bytes: body.len(),
+        end_of_stream: true,
+    });
+    assert_eq!(
+        out,
+        vec![
+            Action::ReadRequestBody { size: body.len() },
+            Action::PauseRequest
+        ]
+    );
+    let out = m.on(Event::RequestBodyComplete {
+        body: body.to_vec(),
+    });
+    match out.as_slice() {
+        [Action::CallStore { call, .. }] => call.clone(),
+        other => panic!("expected one claim call, got {other:?}"),
+    }
+}
+
+/// Drives a request until it is forwarded upstream with a won lease.
+fn to_upstream(config: Rc<Config>) -> Machine {
+    let mut m = Machine::new(config);
+    to_claim(&mut m, br#"{"amount": 10}"#);
+    let out = m.on(Event::ClaimAnswered(Ok(won(3))));
+    assert!(out.contains(&Action::ResumeRequest), "{out:?}");
+    m
+}
+
+fn reply(out: &[Action]) -> &LocalReply {
+    out.iter()
+        .find_map(|a| match a {
+            Action::Reply(r) => Some(r),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no reply in {out:?}"))
+}
+
+fn code(reply: &LocalReply) -> String {
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    body["code"].as_str().unwrap().to_owned()
+}
+
+fn header<'a>(reply: &'a LocalReply, name: &str) -> Option<&'a str> {
+    reply
+        .headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn calls(out: &[Action]) -> Vec<&StoreCall> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::CallStore { call, .. } => Some(call),
+            _ => None,
+        })
+        .collect()
+}
+
+fn counts(out: &[Action]) -> Vec<Metric> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Count(m) => Some(*m),
+            _ => None,
+        })
+        .collect()
+}
+
+// ----- requests that are not guarded ---------------------------------------
+
+#[test]
+fn a_request_matching_no_policy_passes_untouched() {
+    let mut m = Machine::new(config());
+    let out = m.on(headers_event(
+        request("POST", "/other", &[("idempotency-key", KEY)]),
+        Some("alice"),
+        false,
+    ));
+    assert_eq!(out, vec![Action::ContinueRequest]);
+    let out = m.on(Event::RequestBodyChunk {
+        buffered_bytes: 10,
+        end_of_stream: true,
+    });
+    assert_eq!(out, vec![Action::ContinueRequest]);
+    assert_eq!(m.on(response(200, true)), vec![Action::ContinueResponse]);
+}
+
+#[test]
+fn a_guarded_route_without_a_key_passes_unguarded() {
+    let mut m = Machine::new(config());
+    let out = m.on(headers_event(
+        request("POST", "/payments", &[]),
+        Some("alice"),
+        false,
+    ));
+    assert_eq!(
+        out,
+        vec![
+            Action::Count(Metric::Outcome(Outcome::Unguarded)),
+            Action::ContinueRequest
+        ]
+    );
+    assert_eq!(m.on(response(500, true)), vec![Action::ContinueResponse]);
+}
+
+#[test]
+fn a_client_sent_fence_is_always_removed() {
+    let mut m = Machine::new(config());
+    let out = m.on(headers_event(
+        request("GET", "/", &[("idempotency-fence", "999")]),
+        None,
+        true,
+    ));
+    assert_eq!(
+        out,
+        vec![
+            Action::SetRequestHeader {
+                name: FENCE_HEADER.into(),
+                value: None
+            },
+            Action::ContinueRequest
+        ]
+    );
+}
+
+// ----- refusals before the claim -------------------------------------------
+
+#[test]
+fn key_errors_are_400_and_never_claim() {
+    let long = "k".repeat(256);
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (vec![("idempotency-key", "")], "idempotency_key_invalid"),
+        (
+            vec![("idempotency-key", "a"), ("idempotency-key", "b")],
+            "idempotency_key_invalid",
+        ),
+        (
+            vec![("idempotency-key", long.as_str())],
+            "idempotency_key_invalid",
+        ),
+        (
+            vec![("idempotency-key", "caf\u{e9}")],
+            "idempotency_key_invalid",
+        ),
+        (
+            vec![("idempotency-key", "\"unterminated")],
+            "idempotency_key_invalid",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut m = Machine::new(config());
+        let out = m.on(headers_event(
+            request("POST", "/payments", &extra),
+            Some("alice"),
+            false,
+        ));
+        let r = reply(&out);
+        assert_eq!((r.status, code(r).as_str()), (400, want), "{extra:?}");
+        assert_eq!(header(r, "content-type"), Some(PROBLEM_CONTENT_TYPE));
+        assert_eq!(out.last(), Some(&Action::PauseRequest));
+        assert!(counts(&out).contains(&Metric::Outcome(Outcome::RejectedInvalid)));
+        let out = m.on(Event::RequestBodyChunk {
+            buffered_bytes: 3,
+            end_of_stream: true,
+        });
+        assert_eq!(out, vec![Action::PauseRequest]);
+    }
+}
+
+#[test]
+fn require_key_refuses_a_request_without_one() {
+    let mut m = Machine::new(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"require_key": true}),
+    ));
+    let out = m.on(headers_event(
+        request("POST", "/payments", &[]),
+        Some("alice"),
+        true,
+    ));
+    let r = reply(&out);
+    assert_eq!(
+        (r.status, code(r).as_str()),
+        (400, "idempotency_key_required")
+    );
+}
+
+#[test]
+fn a_keyed_request_without_principal_is_401() {
+    let mut m = Machine::new(config());
+    let out = m.on(headers_event(
+        request("POST", "/payments", &[("idempotency-key", KEY)]),
+        None,
+        true,
+    ));
+    let r = reply(&out);
+    assert_eq!((r.status, code(r).as_str()), (401, "principal_required"));
+    assert!(calls(&out).is_empty());
+}
+
+#[test]
+fn anonymous_shared_claims_in_one_shared_scope() {
+    let config = config_with(
+        serde_json::json!({}),
+        serde_json::json!({"anonymous": "shared"}),
+    );
+    let scope_of = |principal: Option<&str>| {
+        let mut m = Machine::new(Rc::clone(&config));
+        let out = m.on(headers_event(
+            request("POST", "/payments", &[("idempotency-key", KEY)]),
+            principal,
+            true,
+        ));
+        match calls(&out).as_slice() {
+            [StoreCall::Claim { scope, .. }] => *scope,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(scope_of(None), scope_of(None));
+    assert_ne!(scope_of(None), scope_of(Some("alice")));
+    assert_ne!(scope_of(Some("bob")), scope_of(Some("alice")));
+}
+
+#[test]
+fn body_over_the_cap_is_413() {
+    let config = config_with(
+        serde_json::json!({}),
+        serde_json::json!({"max_request_body_bytes": 8}),
+    );
+    // Declared length, up front.
+    let mut m = Machine::new(Rc::clone(&config));
+    let mut headers = keyed();
+    headers.push(h("content-length", "9"));
+    let out = m.on(headers_event(headers, Some("alice"), false));
+    let r = reply(&out);
+    assert_eq!((r.status, code(r).as_str()), (413, "payload_too_large"));
+    // Counted while buffering.
+    let mut m = Machine::new(Rc::clone(&config));
+    m.on(headers_event(keyed(), Some("alice"), false));
+    assert_eq!(
+        m.on(Event::RequestBodyChunk {
+            buffered_bytes: 8,
+            end_of_stream: false
+        }),
+        vec![Action::PauseRequest]
+    );
+    let out = m.on(Event::RequestBodyChunk {
+        buffered_bytes: 9,
+        end_of_stream: false,
+    });
+    assert_eq!(reply(&out).status, 413);
+    assert_eq!(out.last(), Some(&Action::PauseRequest));
+    // Exactly at the cap is fine.
+    let mut m = Machine::new(config);
+    m.on(headers_event(keyed(), Some("alice"), false));
+    m.on(Event::RequestBodyChunk {
+        buffered_bytes: 8,
+        end_of_stream: true,
+    });
+    let out = m.on(Event::RequestBodyComplete {
+        body: vec![b'x'; 8],
+    });
+    assert_eq!(calls(&out).len(), 1);
+}
+
+// ----- the claim ------------------------------------------------------------
+
+#[test]
+fn the_claim_carries_fingerprint_lease_wait_and_retention() {
+    let mut m = Machine::new(config());
+    m.on(headers_event(keyed(), Some("alice"), false));
+    m.on(Event::RequestBodyChunk {
+        buffered_bytes: 2,
+        end_of_stream: true,
+    });
+    let out = m.on(Event::RequestBodyComplete {
+        body: b"{}".to_vec(),
+    });
+    let [Action::CallStore { call, timeout }] = out.as_slice() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*timeout, Duration::from_millis(6000));
+    let StoreCall::Claim { request, .. } = call else {
+        panic!("{call:?}")
+    };
+    assert_eq!(request.lease_ms, 30_000);
+    assert_eq!(request.wait_ms, Some(5000));
+    assert_eq!(request.retention_s, Some(86_400));
+    // The request stays held while the claim is in flight.
+    assert_eq!(m.on(Event::RequestTrailers), vec![Action::PauseRequest]);
+}
+
+#[test]
+fn the_fingerprint_depends_on_the_body_and_scope_on_the_key() {
+    let claim = |body: &[u8]| match to_claim(&mut Machine::new(config()), body) {
+        StoreCall::Claim { scope, request } => (scope, request.fingerprint),
+        other => panic!("{other:?}"),
+    };
+    let (scope_a, fp_a) = claim(br#"{"amount":10}"#);
+    let (scope_b, fp_b) = claim(br#"{"amount":11}"#);
+    let (_, fp_c) = claim(br#"{ "amount" : 10 }"#);
+    assert_eq!(scope_a, scope_b);
+    assert_ne!(fp_a, fp_b);
+    assert_eq!(fp_a, fp_c, "JSON bodies are canonicalized (K4)");
+}
+
+#[test]
+fn a_bodyless_request_claims_from_the_headers_callback() {
+    let mut m = Machine::new(config());
+    let out = m.on(headers_event(keyed(), Some("alice"), true));
+    assert_eq!(calls(&out).len(), 1);
+    assert_eq!(out.last(), Some(&Action::PauseRequest));
+}
+
+#[test]
+fn trailers_end_a_buffered_request_body() {
+    let mut m = Machine::new(config());
+    m.on(headers_event(keyed(), Some("alice"), false));
+    m.on(Event::RequestBodyChunk {
+        buffered_bytes: 5,
+        end_of_stream: false,
+    });
+    assert_eq!(
+        m.on(Event::RequestTrailers),
+        vec![Action::ReadRequestBody { size: 5 }, Action::PauseRequest]
+    );
+}
+
+#[test]
+fn won_forwards_with_the_fence_and_starts_renewal() {
+    for (how, event) in [
+        (WonHow::Claimed, EventKind::Claimed),
+        (WonHow::RecoveredTtl, EventKind::RecoveredTtl),
+        (WonHow::RecoveredAbandoned, EventKind::RecoveredAbandoned),
+    ] {
+        let mut m = Machine::new(config());
+        let StoreCall::Claim { scope, .. } = to_claim(&mut m, b"{}") else {
+            panic!()
+        };
+        let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Won {
+            claim_id: Uuid::from_u128(9),
+            fence: 41,
+            how,
+            lease_ms: 30_000,
+        })));
+        assert_eq!(
+            out,
+            vec![
+                Action::Count(Metric::Event(event)),
+                Action::StartRenewal {
+                    scope,
+                    claim_id: Uuid::from_u128(9),
+                    lease: Duration::from_secs(30),
+                    interval: Duration::from_secs(10),
+                },
+                Action::SetRequestHeader {
+                    name: "idempotency-fence".into(),
+                    value: Some("41".into())
+                },
+                Action::ResumeRequest,
+            ]
+        );
+    }
+}
+
+#[test]
+fn completed_replays_the_record_with_allowlisted_headers() {
+    let mut m = Machine::new(config());
+    to_claim(&mut m, b"{}");
+    let stored = StoredResponse::new(
+        201,
+        vec![
+            ("content-type".into(), "application/json".into()),
+            ("set-cookie".into(), "leak=1".into()),
+            ("x-internal".into(), "no".into()),
+            ("location".into(), "/payments/1".into()),
+        ],
+        br#"{"id":1}"#,
+    );
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+        response: stored,
+    })));
+    let r = reply(&out);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body, br#"{"id":1}"#);
+    assert_eq!(
+        r.headers,
+        vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("location".to_owned(), "/payments/1".to_owned()),
+            ("idempotent-replayed".to_owned(), "true".to_owned()),
+        ]
+    );
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
+    assert!(!out.contains(&Action::ResumeRequest));
+    // The replay re-enters the response callbacks: it is ours, not an upstream answer.
+    assert_eq!(m.on(response(201, false)), vec![Action::ContinueResponse]);
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 8,
+            end_of_stream: true
+        }),
+        vec![Action::ContinueResponse]
+    );
+    assert_eq!(m.on(Event::StreamDone), vec![]);
+}
+
+#[test]
+fn a_malformed_record_is_journal_unavailable() {
+    let mut m = Machine::new(config());
+    to_claim(&mut m, b"{}");
+    let broken = StoredResponse {
+        status: 200,
+        headers: vec![],
+        body_b64: "***".into(),
+    };
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+        response: broken,
+    })));
+    assert_eq!(code(reply(&out)), "journal_unavailable");
+}
+
+#[test]
+fn refusing_outcomes_under_both_profiles() {
+    use StatusProfile::{Ietf, Keyflight};
+    let cases = [
+        (
+            ClaimResponse::Conflict,
+            Keyflight,
+            409,
+            "idempotency_conflict",
+            None,
+        ),
+        (
+            ClaimResponse::Conflict,
+            Ietf,
+            422,
+            "idempotency_conflict",
+            None,
+        ),
+        (
+            ClaimResponse::InProgress { retry_after_s: 4 },
+            Keyflight,
+            503,
+            "request_in_progress",
+            Some("4"),
+        ),
+        (
+            ClaimResponse::InProgress { retry_after_s: 4 },
+            Ietf,
+            409,
+            "request_in_progress",
+            Some("4"),
+        ),
+        (
+            ClaimResponse::Cooldown { retry_after_s: 2 },
+            Keyflight,
+            503,
+            "retryable_cooldown",
+            Some("2"),
+        ),
+        (
+            ClaimResponse::Cooldown { retry_after_s: 2 },
+            Ietf,
+            503,
+            "retryable_cooldown",
+            Some("2"),
+        ),
+        (
+            ClaimResponse::NotReplayable,
+            Keyflight,
+            409,
+            "response_not_replayable",
+            None,
+        ),
+        (ClaimResponse::Unknown, Ietf, 409, "operation_unknown", None),
+    ];
+    for (answer, profile, status, want, retry_after) in cases {
+        let profile_name = match profile {
+            Keyflight => "keyflight",
+            Ietf => "ietf",
+        };
+        let mut m = Machine::new(config_with(
+            serde_json::json!({"status_profile": profile_name}),
+            serde_json::json!({}),
+        ));
+        to_claim(&mut m, b"{}");
+        let out = m.on(Event::ClaimAnswered(Ok(answer.clone())));
+        let r = reply(&out);
+        assert_eq!(
+            (r.status, code(r).as_str()),
+            (status, want),
+            "{answer:?} {profile:?}"
+        );
+        assert_eq!(header(r, "retry-after"), retry_after, "{answer:?}");
+        assert!(!out.contains(&Action::ResumeRequest));
+        assert_eq!(m.on(response(status, true)), vec![Action::ContinueResponse]);
+    }
+}
+
+#[test]
+fn a_cooldown_counts_the_event_and_the_outcome() {
+    let mut m = Machine::new(config());
+    to_claim(&mut m, b"{}");
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Cooldown {
+        retry_after_s: 2,
+    })));
+    assert_eq!(
+        counts(&out),
+        vec![
+            Metric::Event(EventKind::RetryableCooldown),
+            Metric::Outcome(Outcome::Failed)
+        ]
+    );
+}
+
+#[test]
+fn store_failure_fails_closed_by_default() {
+    for error in [
+        CallError::Dispatch,
+        CallError::NoAnswer,
+        CallError::Status(503),
+        CallError::Malformed,
+    ] {
+        let mut m = Machine::new(config());
+        to_claim(&mut m, b"{}");
+        let out = m.on(Event::ClaimAnswered(Err(error)));
+        let r = reply(&out);
+        assert_eq!((r.status, code(r).as_str()), (503, "journal_unavailable"));
+        assert_eq!(header(r, "retry-after"), Some("1"));
+        assert!(
+            !out.contains(&Action::ResumeRequest),
+            "{error:?}: upstream must not be called"
+        );
+        assert_eq!(
+            counts(&out),
+            vec![Metric::Outcome(Outcome::JournalUnavailable)]
+        );
+    }
+}
+
+#[test]
+fn store_failure_with_failure_mode_open_passes_unguarded() {
+    let mut m = Machine::new(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"failure_mode": "open"}),
+    ));
+    to_claim(&mut m, b"{}");
+    let out = m.on(Event::ClaimAnswered(Err(CallError::NoAnswer)));
+    assert!(out.contains(&Action::ResumeRequest));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::Reply(_) | Action::SetRequestHeader { .. }))
+    );
+    assert_eq!(
+        counts(&out),
+        vec![
+            Metric::Event(EventKind::FailOpen),
+            Metric::Outcome(Outcome::Unguarded)
+        ]
+    );
+    assert_eq!(m.on(response(200, true)), vec![Action::ContinueResponse]);
+}
+
+// ----- the upstream's answer ------------------------------------------------
+
+#[test]
+fn the_status_matrix_decides_what_is_recorded() {
+    enum Want {
+        Finalize,
+        Release(ReleaseAs, Option<u64>),
+    }
+    let cases = [
+        (
+            200,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Finalize,
+            Outcome::WonCompleted,
+        ),
+        (
+            404,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Finalize,
+            Outcome::WonCompleted,
+        ),
+        (
+            422,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Finalize,
+            Outcome::WonCompleted,
+        ),
+        (
+            401,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Release(ReleaseAs::Forget, None),
+            Outcome::NotRecorded,
+        ),
+        (
+            302,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Release(ReleaseAs::Forget, None),
+            Outcome::NotRecorded,
+        ),
+        (
+            500,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+        (
+            429,
+            ResponseOrigin::Upstream,
+            "hold",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+        (
+            503,
+            ResponseOrigin::Proxy,
+            "retry",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+        (
+            504,
+            ResponseOrigin::Proxy,
+            "hold",
+            Want::Release(ReleaseAs::Unknown, None),
+            Outcome::OperationUnknown,
+        ),
+    ];
+    for (status, origin, uncertain, want, outcome) in cases {
+        let mut m = to_upstream(config_with(
+            serde_json::json!({}),
+            serde_json::json!({"uncertain": uncertain}),
+        ));
+        let out = m.on(response_from(status, origin, true));
+        assert_eq!(
+            out.last(),
+            Some(&Action::PauseResponse),
+            "{status}: the response is held"
+        );
+        assert_eq!(counts(&out), vec![Metric::Outcome(outcome)], "{status}");
+        let answered = match (calls(&out).as_slice(), want) {
+            ([StoreCall::Finalize { request, .. }], Want::Finalize) => {
+                assert!(request.replayable);
+                assert_eq!(request.response.status, status);
+                assert_eq!(request.claim_id, Uuid::from_u128(7));
+                Event::FinalizeAnswered(Ok(()))
+            }
+            ([StoreCall::Release { request, .. }], Want::Release(release_as, cooldown_ms)) => {
+                assert_eq!(request.release_as, release_as, "{status}");
+                assert_eq!(request.cooldown_ms, cooldown_ms, "{status}");
+                Event::ReleaseAnswered(Ok(()))
+            }
+            (other, _) => panic!("{status}: unexpected calls {other:?}"),
+        };
+        assert_eq!(
+            m.on(answered),
+            vec![Action::StopRenewal, Action::ResumeResponse]
+        );
+        assert_eq!(m.on(Event::StreamDone), vec![]);
+    }
+}
+
+#[test]
+fn a_recorded_response_is_buffered_filtered_and_held_until_finalized() {
+    let mut m = to_upstream(config());
+    assert_eq!(m.on(response(201, false)), vec![Action::PauseResponse]);
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 4,
+            end_of_stream: false
+        }),
+        vec![Action::PauseResponse]
+    );
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 8,
+            end_of_stream: true
+        }),
+        vec![Action::ReadResponseBody { size: 8 }, Action::PauseResponse]
+    );
+    let out = m.on(Event::ResponseBodyComplete {
+        body: br#"{"id":1}"#.to_vec(),
+    });
+    let [StoreCall::Finalize { request, .. }] = calls(&out).as_slice() else {
+        panic!("{out:?}")
+    };
+    assert!(request.replayable);
+    assert_eq!(request.response.body().unwrap(), br#"{"id":1}"#);
+    assert_eq!(
+        request.response.headers,
+        vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("etag".to_owned(), "\"v1\"".to_owned()),
+        ]
+    );
+    assert!(
+        !out.contains(&Action::ResumeResponse),
+        "held until the finalize answers (F7)"
+    );
+    assert_eq!(
+        m.on(Event::FinalizeAnswered(Ok(()))),
+        vec![Action::StopRenewal, Action::ResumeResponse]
+    );
+}
+
+#[test]
+fn trailers_end_a_buffered_response_body() {
+    let mut m = to_upstream(config());
+    m.on(response(200, false));
+    m.on(Event::ResponseBodyChunk {
+        buffered_bytes: 3,
+        end_of_stream: false,
+    });
+    assert_eq!(
+        m.on(Event::ResponseTrailers),
+        vec![Action::ReadResponseBody { size: 3 }, Action::PauseResponse]
+    );
+}
+
+#[test]
+fn a_failed_or_stolen_finalize_still_delivers_the_response() {
+    for (error, event) in [
+        (CallError::LeaseLost, EventKind::LeaseStolen),
+        (CallError::NoAnswer, EventKind::FinalizeError),
+        (CallError::Status(500), EventKind::FinalizeError),
+    ] {
+        let mut m = to_upstream(config());
+        m.on(response(200, true));
+        let out = m.on(Event::FinalizeAnswered(Err(error)));
+        assert_eq!(counts(&out), vec![Metric::Event(event)]);
+        assert!(out.contains(&Action::ResumeResponse));
+        assert!(out.contains(&Action::StopRenewal));
+    }
+    let mut m = to_upstream(config());
+    m.on(response(500, true));
+    let out = m.on(Event::ReleaseAnswered(Err(CallError::NoAnswer)));
+    assert_eq!(counts(&out), vec![Metric::Event(EventKind::ReleaseError)]);
+    assert!(out.contains(&Action::ResumeResponse));
+}
+
+#[test]
+fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
+    let config = config_with(
+        serde_json::json!({}),
+        serde_json::json!({"max_cacheable_response_bytes": 10}),
+    );
+    let mut m = to_upstream(Rc::clone(&config));
+    m.on(response(200, false));
+    m.on(Event::ResponseBodyChunk {
+        buffered_bytes: 10,
+        end_of_stream: false,
+    });
+    let out = m.on(Event::ResponseBodyChunk {
+        buffered_bytes: 11,
+        end_of_stream: false,
+    });
+    let [StoreCall::Finalize { request, .. }] = calls(&out).as_slice() else {
+        panic!("{out:?}")
+    };
+    assert!(!request.replayable);
+    assert_eq!(request.response.body_b64, "");
+    assert_eq!(
+        counts(&out),
+        vec![Metric::Outcome(Outcome::CompletedUncacheable)]
+    );
+    assert_eq!(
+        out.last(),
+        Some(&Action::ContinueResponse),
+        "the rest streams"
+    );
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 100,
+            end_of_stream: false
+        }),
+        vec![Action::ContinueResponse]
+    );
+    // The last chunk waits for the finalize answer so the callout survives.
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 5,
+            end_of_stream: true
+        }),
+        vec![Action::PauseResponse]
+    );
+    assert_eq!(
+        m.on(Event::FinalizeAnswered(Ok(()))),
+        vec![Action::StopRenewal, Action::ResumeResponse]
+    );
+
+    // Answered before the end: nothing to resume, the end flows.
+    let mut m = to_upstream(Rc::clone(&config));
+    m.on(response(200, false));
+    m.on(Event::ResponseBodyChunk {
+        buffered_bytes: 11,
+        end_of_stream: false,
+    });
+    assert_eq!(
+        m.on(Event::FinalizeAnswered(Ok(()))),
+        vec![Action::StopRenewal]
+    );
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 5,
+            end_of_stream: true
+        }),
+        vec![Action::ContinueResponse]
+    );
+
+    // A body read whole that turns out larger than the cap.
+    let mut m = to_upstream(config);
+    m.on(response(200, false));
+    m.on(Event::ResponseBodyChunk {
+        buffered_bytes: 10,
+        end_of_stream: true,
+    });
+    let out = m.on(Event::ResponseBodyComplete { body: vec![0; 12] });
+    let [StoreCall::Finalize { request, .. }] = calls(&out).as_slice() else {
+        panic!("{out:?}")
+    };
+    assert!(!request.replayable);
+}
+
+#[test]
+fn the_stream_ending_stops_renewal_once() {
+    let mut m = to_upstream(config());
+    assert_eq!(m.on(Event::StreamDone), vec![Action::StopRenewal]);
+    assert_eq!(m.on(Event::StreamDone), vec![]);
+    assert_eq!(m.on(Event::FinalizeAnswered(Ok(()))), vec![]);
+}
+
+#[test]
+fn late_or_unexpected_answers_are_ignored() {
+    let mut m = Machine::new(config());
+    assert!(m.on(Event::ClaimAnswered(Ok(won(1)))).is_empty());
+    let mut m = to_upstream(config());
+    assert!(m.on(Event::ClaimAnswered(Ok(won(1)))).is_empty());
+    m.on(response(200, true));
+    assert!(
+        m.on(Event::ReleaseAnswered(Ok(()))).is_empty(),
+        "a finalize is pending, not a release"
+    );
+}
+
+// ----- dry run --------------------------------------------------------------
+
+#[test]
+fn dry_run_never_blocks_or_replays_but_counts() {
+    let dry = || {
+        config_with(
+            serde_json::json!({"mode": "dry_run"}),
+            serde_json::json!({}),
+        )
+    };
+    // A bad key passes.
+    let mut m = Machine::new(dry());
+    let out = m.on(headers_event(
+        request("POST", "/payments", &[("idempotency-key", "")]),
+        Some("alice"),
+        false,
+    ));
+    assert_eq!(
+        out,
+        vec![
+            Action::Count(Metric::DryRun(Outcome::RejectedInvalid)),
+            Action::ContinueRequest
+        ]
+    );
+    // A replay or refusal resumes the request instead.
+    for answer in [
+        ClaimResponse::Conflict,
+        ClaimResponse::Completed {
+            response: StoredResponse::new(200, vec![], b"x"),
+        },
+    ] {
+        let mut m = Machine::new(dry());
+        to_claim(&mut m, b"{}");
+        let out = m.on(Event::ClaimAnswered(Ok(answer)));
+        assert!(out.contains(&Action::ResumeRequest));
+        assert!(!out.iter().any(|a| matches!(a, Action::Reply(_))));
+        assert_eq!(m.on(response(200, true)), vec![Action::ContinueResponse]);
+    }
+    // Store down: passes.
+    let mut m = Machine::new(dry());
+    to_claim(&mut m, b"{}");
+    let out = m.on(Event::ClaimAnswered(Err(CallError::NoAnswer)));
+    assert!(out.contains(&Action::ResumeRequest));
+    assert!(counts(&out).contains(&Metric::DryRun(Outcome::JournalUnavailable)));
+    // A winner records, without telling the upstream a fence.
+    let mut m = Machine::new(dry());
+    to_claim(&mut m, b"{}");
+    let out = m.on(Event::ClaimAnswered(Ok(won(5))));
+    assert!(out.contains(&Action::ResumeRequest));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::SetRequestHeader { .. }))
+    );
+    let out = m.on(response(200, true));
+    assert_eq!(counts(&out), vec![Metric::DryRun(Outcome::WonCompleted)]);
+    assert_eq!(calls(&out).len(), 1);
+}
+
+// ----- robustness -----------------------------------------------------------
+
+fn arb_headers() -> impl Strategy<Value = Vec<(String, Vec<u8>)>> {
+    let name = prop_oneof![
+        Just(":method".to_owned()),
+        Just(":path".to_owned()),
+        Just(":authority".to_owned()),
+        Just("idempotency-key".to_owned()),
+        Just("idempotency-fence".to_owned()),
+        Just("content-length".to_owned()),
+        Just("content-type".to_owned()),
+        Just("if-match".to_owned()),
+        "[a-z-]{1,12}",
+    ];
+    let value = prop_oneof![
+        Just(b"POST".to_vec()),
+        Just(b"/payments/1".to_vec()),
+        Just(b"application/json".to_vec()),
+        proptest::collection::vec(any::<u8>(), 0..40),
+    ];
+    proptest::collection::vec((name, value), 0..10)
+}
+
+fn arb_claim() -> impl Strategy<Value = Result<ClaimResponse, CallError>> {
+    prop_oneof![
+        any::<i64>().prop_map(|f| Ok(won(f))),
+        (
+            any::<u16>(),
+            proptest::collection::vec(any::<u8>(), 0..20),
+            "[A-Za-z0-9+/=*]{0,12}"
+        )
+            .prop_map(|(status, _, b64)| Ok(ClaimResponse::Completed {
+                response: StoredResponse {
+                    status,
+                    headers: vec![("content-type".into(), "x".into())],
+                    body_b64: b64
+                }
+            })),
+        Just(Ok(ClaimResponse::Conflict)),
+        any::<u64>().prop_map(|s| Ok(ClaimResponse::InProgress { retry_after_s: s })),
+        any::<u64>().prop_map(|s| Ok(ClaimResponse::Cooldown { retry_after_s: s })),
+        Just(Ok(ClaimResponse::NotReplayable)),
+        Just(Ok(ClaimResponse::Unknown)),
+        Just(Err(CallError::NoAnswer)),
+        Just(Err(CallError::LeaseLost)),
+    ]
+}
+
+fn arb_ack() -> impl Strategy<Value = Result<(), CallError>> {
+    prop_oneof![
+        Just(Ok(())),
+        Just(Err(CallError::LeaseLost)),
+        Just(Err(CallError::NoAnswer)),
+        any::<u16>().prop_map(|s| Err(CallError::Status(s))),
+    ]
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        (
+            arb_headers(),
+            proptest::option::of("[a-z]{0,5}"),
+            any::<bool>()
+        )
+            .prop_map(|(headers, principal, eos)| {
+                Event::RequestHeaders {
+                    headers,
+                    principal,
+                    end_of_stream: eos,
+                }
+            }),
+        (0usize..4096, any::<bool>()).prop_map(|(n, eos)| Event::RequestBodyChunk {
+            buffered_bytes: n,
+            end_of_stream: eos
+        }),
+        Just(Event::RequestTrailers),
+        proptest::collection::vec(any::<u8>(), 0..64)
+            .prop_map(|body| Event::RequestBodyComplete { body }),
+        arb_claim().prop_map(Event::ClaimAnswered),
+        (any::<u16>(), arb_headers(), any::<bool>(), any::<bool>()).prop_map(
+            |(status, headers, proxy, eos)| {
+                Event::ResponseHeaders {
+                    status,
+                    headers,
+                    origin: if proxy {
+                        ResponseOrigin::Proxy
+                    } else {
+                        ResponseOrigin::Upstream
+                    },
+                    end_of_stream: eos,
+                }
+            }
+        ),
+        (0usize..4096, any::<bool>()).prop_map(|(n, eos)| Event::ResponseBodyChunk {
+            buffered_bytes: n,
+            end_of_stream: eos
+        }),
+        Just(Event::ResponseTrailers),
+        proptest::collection::vec(any::<u8>(), 0..64)
+            .prop_map(|body| Event::ResponseBodyComplete { body }),
+        arb_ack().prop_map(Event::FinalizeAnswered),
+        arb_ack().prop_map(Event::ReleaseAnswered),
+        Just(Event::StreamDone),
+    ]
+}
+
+/// A guarded prefix so that random sequences also explore the deep states.
+fn guarded_prefix() -> Vec<Event> {
+    vec![
+        headers_event(keyed(), Some("alice"), false),
+        Event::RequestBodyChunk {
+            buffered_bytes: 2,
+            end_of_stream: true,
+        },
+        Event::RequestBodyComplete {
+            body: b"{}".to_vec(),
+        },
+    ]
+}
+
+proptest! {
+    #[test]
+    fn the_machine_never_panics(guarded in any::<bool>(), events in proptest::collection::vec(arb_event(), 0..24)) {
+        let config = config_with(
+            serde_json::json!({}),
+            serde_json::json!({"max_request_body_bytes": 1024, "max_cacheable_response_bytes": 1024}),
+        );
+        let mut m = Machine::new(config);
+        let prefix = if guarded { guarded_prefix() } else { Vec::new() };
+        let mut started_renewal = 0usize;
+        let mut stopped_renewal = 0usize;
+        for event in prefix.into_iter().chain(events) {
+            let callback = matches!(
+                event,
+                Event::RequestHeaders { .. }
+                    | Event::RequestBodyChunk { .. }
+                    | Event::RequestTrailers
+                    | Event::ResponseHeaders { .. }
+                    | Event::ResponseBodyChunk { .. }
+                    | Event::ResponseTrailers
+            );
+            let out = m.on(event);
+            let verdicts = out
+                .iter()
+                .filter(|a| {
+                    matches!(
+                        a,
+                        Action::ContinueRequest
+                            | Action::PauseRequest
+                            | Action::ContinueResponse
+                            | Action::PauseResponse
+                    )
+                })
+                .count();
+            // Exactly one return value per host callback, none otherwise.
+            prop_assert_eq!(verdicts, usize::from(callback));
+            started_renewal += out.iter().filter(|a| matches!(a, Action::StartRenewal { .. })).count();
+            stopped_renewal += out.iter().filter(|a| matches!(a, Action::StopRenewal)).count();
+            prop_assert!(stopped_renewal <= started_renewal);
+        }
+        m.on(Event::StreamDone);
+    }
+}

@@ -1,0 +1,169 @@
+//! F13: the names of the filter's counters.
+//!
+//! The state machine emits [`Metric`] values; the adapter defines one Envoy
+//! counter per name at start-up and increments it. Keeping the list here (and
+//! not in the adapter) lets native tests assert what a flow counted.
+
+/// One outcome per guarded request: how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Won, ran upstream, recorded replayable.
+    WonCompleted,
+    /// Served a recorded response.
+    Replay,
+    /// Same key, different request.
+    Conflict,
+    /// The winner was still running after the follower's wait.
+    InProgressTimeout,
+    /// Recorded as failed (retryable cooldown), or refused during a cooldown.
+    Failed,
+    /// Won and ran, but the response was too large to keep.
+    CompletedUncacheable,
+    /// Passed without a claim (policy matched, no key; or `failure_mode: open`).
+    Unguarded,
+    /// Refused before any claim: bad or missing key, no principal, body too large.
+    RejectedInvalid,
+    /// The lease-store could not answer (`failure_mode: closed`).
+    JournalUnavailable,
+    /// Won, but the answer was released unrecorded (401/403/3xx).
+    NotRecorded,
+    /// Refused: the recorded response is not replayable.
+    NotReplayable,
+    /// Refused or recorded as `unknown` (needs an operator).
+    OperationUnknown,
+}
+
+impl Outcome {
+    /// Every outcome, for defining the counters.
+    pub const ALL: [Outcome; 12] = [
+        Outcome::WonCompleted,
+        Outcome::Replay,
+        Outcome::Conflict,
+        Outcome::InProgressTimeout,
+        Outcome::Failed,
+        Outcome::CompletedUncacheable,
+        Outcome::Unguarded,
+        Outcome::RejectedInvalid,
+        Outcome::JournalUnavailable,
+        Outcome::NotRecorded,
+        Outcome::NotReplayable,
+        Outcome::OperationUnknown,
+    ];
+
+    /// The counter's name suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::WonCompleted => "won_completed",
+            Outcome::Replay => "replay",
+            Outcome::Conflict => "conflict",
+            Outcome::InProgressTimeout => "in_progress_timeout",
+            Outcome::Failed => "failed",
+            Outcome::CompletedUncacheable => "completed_uncacheable",
+            Outcome::Unguarded => "unguarded",
+            Outcome::RejectedInvalid => "rejected_invalid",
+            Outcome::JournalUnavailable => "journal_unavailable",
+            Outcome::NotRecorded => "not_recorded",
+            Outcome::NotReplayable => "not_replayable",
+            Outcome::OperationUnknown => "operation_unknown",
+        }
+    }
+}
+
+/// Events along the way (several per request possible).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// Won a fresh claim.
+    Claimed,
+    /// Won by reusing a record past retention.
+    RecoveredTtl,
+    /// Won by stealing an expired lease or elapsed cooldown.
+    RecoveredAbandoned,
+    /// A follower was refused during a failure cooldown.
+    RetryableCooldown,
+    /// Finalize, release or renew found the lease stolen.
+    LeaseStolen,
+    /// A renew call failed.
+    RenewError,
+    /// A finalize call failed.
+    FinalizeError,
+    /// A release call failed.
+    ReleaseError,
+    /// `failure_mode: open` let a request through unguarded.
+    FailOpen,
+}
+
+impl EventKind {
+    /// Every event, for defining the counters.
+    pub const ALL: [EventKind; 9] = [
+        EventKind::Claimed,
+        EventKind::RecoveredTtl,
+        EventKind::RecoveredAbandoned,
+        EventKind::RetryableCooldown,
+        EventKind::LeaseStolen,
+        EventKind::RenewError,
+        EventKind::FinalizeError,
+        EventKind::ReleaseError,
+        EventKind::FailOpen,
+    ];
+
+    /// The counter's name suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Claimed => "claimed",
+            EventKind::RecoveredTtl => "recovered_ttl",
+            EventKind::RecoveredAbandoned => "recovered_abandoned",
+            EventKind::RetryableCooldown => "retryable_cooldown",
+            EventKind::LeaseStolen => "lease_stolen",
+            EventKind::RenewError => "renew_error",
+            EventKind::FinalizeError => "finalize_error",
+            EventKind::ReleaseError => "release_error",
+            EventKind::FailOpen => "fail_open",
+        }
+    }
+}
+
+/// A counter increment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// `keyflight.outcome.<name>`.
+    Outcome(Outcome),
+    /// `keyflight.event.<name>`.
+    Event(EventKind),
+    /// `keyflight.dry_run.<name>`: what enforce mode would have done.
+    DryRun(Outcome),
+}
+
+impl Metric {
+    /// Every counter the filter may increment.
+    pub fn all() -> impl Iterator<Item = Metric> {
+        Outcome::ALL
+            .into_iter()
+            .map(Metric::Outcome)
+            .chain(EventKind::ALL.into_iter().map(Metric::Event))
+            .chain(Outcome::ALL.into_iter().map(Metric::DryRun))
+    }
+
+    /// The Envoy stat name.
+    pub fn name(self) -> String {
+        match self {
+            Metric::Outcome(o) => format!("keyflight.outcome.{}", o.as_str()),
+            Metric::Event(e) => format!("keyflight.event.{}", e.as_str()),
+            Metric::DryRun(o) => format!("keyflight.dry_run.{}", o.as_str()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_prefixed() {
+        let names: Vec<String> = Metric::all().map(Metric::name).collect();
+        let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        assert!(names.contains(&"keyflight.outcome.won_completed".to_owned()));
+        assert!(names.contains(&"keyflight.event.claimed".to_owned()));
+        assert!(names.iter().all(|n| n.starts_with("keyflight.")));
+    }
+}

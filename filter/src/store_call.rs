@@ -1,0 +1,230 @@
+//! The lease-store API v1 calls (SPEC §6) as data: what to send, and how to
+//! read what came back.
+//!
+//! The state machine says *which* call to make ([`StoreCall`]); the adapter
+//! turns it into a `dispatch_http_call` with [`StoreCall::path`] and
+//! [`StoreCall::body`], and turns the answer back into a typed result with
+//! [`parse_claim_answer`] / [`parse_ack_answer`]. Parsing lives here, not in
+//! the adapter, so every odd answer (no headers, a 503, garbage JSON, a
+//! `lease_lost` problem) is a native unit test.
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::ProblemCode;
+use keyflight_protocol::wire::{
+    ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
+};
+use serde::Deserialize;
+
+/// One call to the lease-store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreCall {
+    /// `POST /v1/claims/{scope}`.
+    Claim {
+        /// The scope digest.
+        scope: Digest,
+        /// The request body.
+        request: ClaimRequest,
+    },
+    /// `POST /v1/claims/{scope}/renew`.
+    Renew {
+        /// The scope digest.
+        scope: Digest,
+        /// The request body.
+        request: RenewRequest,
+    },
+    /// `POST /v1/claims/{scope}/finalize`.
+    Finalize {
+        /// The scope digest.
+        scope: Digest,
+        /// The request body.
+        request: FinalizeRequest,
+    },
+    /// `POST /v1/claims/{scope}/release`.
+    Release {
+        /// The scope digest.
+        scope: Digest,
+        /// The request body.
+        request: ReleaseRequest,
+    },
+}
+
+impl StoreCall {
+    /// The request path.
+    pub fn path(&self) -> String {
+        match self {
+            StoreCall::Claim { scope, .. } => format!("/v1/claims/{}", scope.to_hex()),
+            StoreCall::Renew { scope, .. } => format!("/v1/claims/{}/renew", scope.to_hex()),
+            StoreCall::Finalize { scope, .. } => format!("/v1/claims/{}/finalize", scope.to_hex()),
+            StoreCall::Release { scope, .. } => format!("/v1/claims/{}/release", scope.to_hex()),
+        }
+    }
+
+    /// The JSON request body.
+    pub fn body(&self) -> Vec<u8> {
+        // Serializing these plain structs cannot fail; an empty body would be
+        // refused by the store as malformed rather than crash the worker.
+        match self {
+            StoreCall::Claim { request, .. } => serde_json::to_vec(request),
+            StoreCall::Renew { request, .. } => serde_json::to_vec(request),
+            StoreCall::Finalize { request, .. } => serde_json::to_vec(request),
+            StoreCall::Release { request, .. } => serde_json::to_vec(request),
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// Why a call did not produce a usable answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The host refused to dispatch it (unknown cluster, bad headers).
+    #[error("the call could not be dispatched")]
+    Dispatch,
+    /// No response: connection failure, reset or timeout.
+    #[error("no answer (connection failure or timeout)")]
+    NoAnswer,
+    /// An HTTP status other than the expected one.
+    #[error("answered with HTTP {0}")]
+    Status(u16),
+    /// `409 lease_lost`: another claim owns the record now (L2).
+    #[error("the lease was lost to another claim")]
+    LeaseLost,
+    /// A 200 whose body is not the expected JSON.
+    #[error("the answer could not be parsed")]
+    Malformed,
+}
+
+#[derive(Deserialize)]
+struct ProblemCodeOnly {
+    code: ProblemCode,
+}
+
+/// Reads a claim answer. `status` is `None` when the call failed without
+/// response headers (the host reports a failed call that way).
+pub fn parse_claim_answer(status: Option<u16>, body: &[u8]) -> Result<ClaimResponse, CallError> {
+    match status {
+        None => Err(CallError::NoAnswer),
+        Some(200) => serde_json::from_slice(body).map_err(|_| CallError::Malformed),
+        Some(other) => Err(CallError::Status(other)),
+    }
+}
+
+/// Reads a renew, finalize or release answer: 200 is success, `409
+/// lease_lost` is [`CallError::LeaseLost`].
+pub fn parse_ack_answer(status: Option<u16>, body: &[u8]) -> Result<(), CallError> {
+    match status {
+        None => Err(CallError::NoAnswer),
+        Some(200) => Ok(()),
+        Some(409) => match serde_json::from_slice::<ProblemCodeOnly>(body) {
+            Ok(p) if p.code == ProblemCode::LeaseLost => Err(CallError::LeaseLost),
+            _ => Err(CallError::Status(409)),
+        },
+        Some(other) => Err(CallError::Status(other)),
+    }
+}
+
+/// Parses a `:status` header value.
+pub fn parse_status(value: &[u8]) -> Option<u16> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use keyflight_protocol::wire::WonHow;
+
+    use super::*;
+
+    fn scope() -> Digest {
+        Digest([0xab; 32])
+    }
+
+    #[test]
+    fn paths_follow_api_v1() {
+        let hex = "ab".repeat(32);
+        let claim = StoreCall::Claim {
+            scope: scope(),
+            request: ClaimRequest {
+                fingerprint: Digest([1; 32]),
+                lease_ms: 30_000,
+                wait_ms: Some(5000),
+                retention_s: Some(86_400),
+            },
+        };
+        assert_eq!(claim.path(), format!("/v1/claims/{hex}"));
+        let body: serde_json::Value = serde_json::from_slice(&claim.body()).unwrap();
+        assert_eq!(body["fingerprint"], "01".repeat(32));
+        assert_eq!(body["lease_ms"], 30_000);
+        assert_eq!(body["wait_ms"], 5000);
+        assert_eq!(body["retention_s"], 86_400);
+        let release = StoreCall::Release {
+            scope: scope(),
+            request: ReleaseRequest {
+                claim_id: uuid::Uuid::nil(),
+                release_as: keyflight_protocol::wire::ReleaseAs::Cooldown,
+                cooldown_ms: Some(2000),
+            },
+        };
+        assert_eq!(release.path(), format!("/v1/claims/{hex}/release"));
+        let body: serde_json::Value = serde_json::from_slice(&release.body()).unwrap();
+        assert_eq!(body["as"], "cooldown");
+        assert_eq!(body["cooldown_ms"], 2000);
+    }
+
+    #[test]
+    fn claim_answers() {
+        let won = br#"{"outcome":"won","claim_id":"00000000-0000-0000-0000-000000000000","fence":7,"how":"claimed","lease_ms":30000}"#;
+        assert_eq!(
+            parse_claim_answer(Some(200), won),
+            Ok(ClaimResponse::Won {
+                claim_id: uuid::Uuid::nil(),
+                fence: 7,
+                how: WonHow::Claimed,
+                lease_ms: 30_000
+            })
+        );
+        assert_eq!(
+            parse_claim_answer(Some(200), br#"{"outcome":"conflict"}"#),
+            Ok(ClaimResponse::Conflict)
+        );
+        assert_eq!(parse_claim_answer(None, b""), Err(CallError::NoAnswer));
+        assert_eq!(
+            parse_claim_answer(Some(503), b"{}"),
+            Err(CallError::Status(503))
+        );
+        assert_eq!(
+            parse_claim_answer(Some(200), b"not json"),
+            Err(CallError::Malformed)
+        );
+        assert_eq!(
+            parse_claim_answer(Some(200), br#"{"outcome":"maybe"}"#),
+            Err(CallError::Malformed)
+        );
+    }
+
+    #[test]
+    fn ack_answers() {
+        assert_eq!(parse_ack_answer(Some(200), b"{}"), Ok(()));
+        assert_eq!(
+            parse_ack_answer(
+                Some(409),
+                br#"{"type":"t","title":"t","status":409,"detail":"d","code":"lease_lost"}"#
+            ),
+            Err(CallError::LeaseLost)
+        );
+        assert_eq!(
+            parse_ack_answer(Some(409), b"?"),
+            Err(CallError::Status(409))
+        );
+        assert_eq!(parse_ack_answer(None, b""), Err(CallError::NoAnswer));
+        assert_eq!(
+            parse_ack_answer(Some(500), b""),
+            Err(CallError::Status(500))
+        );
+    }
+
+    #[test]
+    fn status_header_parsing() {
+        assert_eq!(parse_status(b"200"), Some(200));
+        assert_eq!(parse_status(b"abc"), None);
+        assert_eq!(parse_status(&[0xff]), None);
+    }
+}
