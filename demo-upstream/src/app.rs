@@ -1,0 +1,147 @@
+//! Routes of the demo upstream.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /payments`, `POST /payments/…` | counts an execution, then answers 201 with a fresh payment |
+//! | `GET /stats` | `{"executions": N, "by_path": {...}}` |
+//! | `POST /stats/reset` | zeroes the counters |
+//! | `GET /gates/{name}` | `{"waiting": N, "open": bool}` |
+//! | `POST /gates/{name}/open` | opens the gate for good |
+//! | anything else | 404 JSON |
+//!
+//! A payment takes three optional query parameters, applied in this order after the
+//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps, and
+//! `status=N` answers that status instead of 201. The answer deliberately carries a
+//! `set-cookie` (which keyflight must never replay) and the `idempotency-fence` it got.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::gates::Gates;
+use crate::stats::Stats;
+
+/// Request bodies up to this size are accepted (well above any filter cap used in tests).
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Shared state of all handlers.
+#[derive(Debug, Clone, Default)]
+pub struct AppState {
+    /// Execution counters.
+    pub stats: std::sync::Arc<Stats>,
+    /// Named gates that hold payment handlers.
+    pub gates: Gates,
+}
+
+/// Builds the router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/payments", post(pay).fallback(not_found))
+        .route("/payments/{*rest}", post(pay).fallback(not_found))
+        .route("/stats", get(stats).fallback(not_found))
+        .route("/stats/reset", post(reset_stats).fallback(not_found))
+        .route("/gates/{name}", get(gate_status).fallback(not_found))
+        .route("/gates/{name}/open", post(open_gate).fallback(not_found))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Query parameters of a payment.
+#[derive(Debug, Default, Deserialize)]
+struct PayParams {
+    /// Wait at this gate before answering.
+    hold: Option<String>,
+    /// Sleep this long before answering.
+    delay_ms: Option<u64>,
+    /// Answer this status instead of 201.
+    status: Option<u16>,
+}
+
+async fn pay(
+    State(state): State<AppState>,
+    uri: Uri,
+    Query(params): Query<PayParams>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let status = match params.status.map(StatusCode::from_u16).transpose() {
+        Ok(status) => status.unwrap_or(StatusCode::CREATED),
+        Err(_) => return error(StatusCode::BAD_REQUEST, "status must be 100..=999"),
+    };
+    let execution = state.stats.record(uri.path());
+    tracing::info!(path = uri.path(), execution, "payment executing");
+
+    if let Some(gate) = &params.hold {
+        state.gates.pass(gate).await;
+    }
+    if let Some(delay) = params.delay_ms {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+
+    let payment_id = Uuid::now_v7();
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let fence = headers
+        .get("idempotency-fence")
+        .and_then(|value| value.to_str().ok());
+    let answer = json!({
+        "payment_id": payment_id,
+        "execution": execution,
+        "request": request,
+        "fence": fence,
+    });
+    (
+        status,
+        [
+            (header::LOCATION, format!("/payments/{payment_id}")),
+            (
+                header::SET_COOKIE,
+                format!("session={}; Path=/; HttpOnly", Uuid::now_v7()),
+            ),
+            (
+                header::HeaderName::from_static("x-upstream-execution"),
+                execution.to_string(),
+            ),
+        ],
+        Json(answer),
+    )
+        .into_response()
+}
+
+async fn stats(State(state): State<AppState>) -> Response {
+    Json(state.stats.snapshot()).into_response()
+}
+
+async fn reset_stats(State(state): State<AppState>) -> Response {
+    state.stats.reset();
+    Json(state.stats.snapshot()).into_response()
+}
+
+async fn gate_status(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    Json(state.gates.status(&name)).into_response()
+}
+
+async fn open_gate(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    state.gates.open(&name);
+    Json(state.gates.status(&name)).into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("no route for {method} {}", uri.path()),
+    )
+}
+
+fn error(status: StatusCode, detail: &str) -> Response {
+    (status, Json(json!({ "error": detail }))).into_response()
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A narrated walk through keyflight against the stack that up.sh started. Every step says
+# what it does, shows what came back, and checks it: a failed check exits non-zero, so
+# `make demo` doubles as a smoke test of the whole stack.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+command -v jq >/dev/null || die "jq not found: apt-get install jq"
+live_pid envoy >/dev/null || die "the stack is not running: scripts/up.sh first (make up)"
+
+edge="http://$ENVOY_ADDR"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+run_id="$(date +%s)-$$"
+failures=0
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+check() { # check DESCRIPTION EXPECTED ACTUAL
+    if [[ "$2" == "$3" ]]; then
+        printf '   \033[32mok\033[0m   %s\n' "$1"
+    else
+        printf '   \033[31mFAIL\033[0m %s: expected %s, got %s\n' "$1" "$2" "$3"
+        failures=$((failures + 1))
+    fi
+}
+executions() { curl -fsS "http://$UPSTREAM_ADDR/stats" | jq -r .executions; }
+
+# pay OUT KEY BODY [PATH] [extra curl args...]: POST through Envoy as alice. Writes the
+# headers to OUT.h and the body to OUT.b, and prints the status code.
+pay() {
+    local out="$1" key="$2" body="$3" path="${4:-/payments}"
+    shift 4 || shift $#
+    local key_args=()
+    [[ -n "$key" ]] && key_args=(-H "idempotency-key: $key")
+    curl -sS -o "$out.b" -D "$out.h" -w '%{http_code}' -X POST "$edge$path" \
+        -H 'x-user: alice' -H 'content-type: application/json' "${key_args[@]}" "$@" \
+        --data-binary "$body"
+}
+header() { grep -i "^$2:" "$1.h" | head -n1 | cut -d' ' -f2- | tr -d '\r'; }
+
+step "1. A first payment with an Idempotency-Key runs once and answers 201"
+key1="demo-$run_id-first"
+before="$(executions)"
+note "POST /payments  idempotency-key: $key1  body {\"amount\":100,\"currency\":\"EUR\"}"
+status="$(pay "$work/first" "$key1" '{"amount":100,"currency":"EUR"}')"
+note "-> $status $(cat "$work/first.b")"
+check "status" 201 "$status"
+check "upstream executions" $((before + 1)) "$(executions)"
+
+step "2. 20 concurrent duplicates of a fresh key: the upstream runs once, all 20 get the same answer"
+key2="demo-$run_id-burst"
+before="$(executions)"
+note "20 x POST /payments?delay_ms=500 with idempotency-key: $key2, sent at the same time"
+for i in $(seq 20); do
+    { pay "$work/burst$i" "$key2" '{"amount":250,"currency":"EUR"}' '/payments?delay_ms=500'; echo; } >"$work/burst$i.status" &
+done
+wait
+check "upstream executions" $((before + 1)) "$(executions)"
+check "distinct statuses" 201 "$(cat "$work"/burst*.status | sort -u | tr '\n' ' ' | sed 's/ $//')"
+check "distinct bodies" 1 "$(for i in $(seq 20); do cat "$work/burst$i.b"; echo; done | sort -u | wc -l | tr -d ' ')"
+note "one payment for all 20: $(jq -c '{payment_id, execution}' "$work/burst1.b")"
+
+step "3. A retry of the first payment is replayed from the record: no new execution"
+before="$(executions)"
+status="$(pay "$work/replay" "$key1" '{"amount":100,"currency":"EUR"}')"
+note "-> $status $(cat "$work/replay.b")"
+check "status" 201 "$status"
+check "same body as the first answer" "$(cat "$work/first.b")" "$(cat "$work/replay.b")"
+check "idempotent-replayed header" true "$(header "$work/replay" idempotent-replayed)"
+check "location header replayed" "$(header "$work/first" location)" "$(header "$work/replay" location)"
+check "set-cookie on the first answer" yes "$([[ -n "$(header "$work/first" set-cookie)" ]] && echo yes || echo no)"
+check "set-cookie never replayed" no "$([[ -n "$(header "$work/replay" set-cookie)" ]] && echo yes || echo no)"
+check "upstream executions" "$before" "$(executions)"
+
+step "4. The same key with a different body is a conflict (409), not a second payment"
+before="$(executions)"
+status="$(pay "$work/conflict" "$key1" '{"amount":999,"currency":"EUR"}')"
+note "-> $status $(cat "$work/conflict.b")"
+check "status" 409 "$status"
+check "content-type" application/problem+json "$(header "$work/conflict" content-type)"
+check "problem code" idempotency_conflict "$(jq -r .code "$work/conflict.b")"
+check "upstream executions" "$before" "$(executions)"
+
+step "5. Without a key the request is not guarded: every request runs"
+before="$(executions)"
+pay "$work/nokey1" "" '{"amount":5}' >/dev/null
+pay "$work/nokey2" "" '{"amount":5}' >/dev/null
+check "upstream executions after two unkeyed requests" $((before + 2)) "$(executions)"
+
+step "6. An invalid key is refused (400) before anything runs"
+before="$(executions)"
+long_key="$(printf 'k%.0s' $(seq 300))"
+status="$(pay "$work/invalid" "$long_key" '{"amount":5}')"
+note "idempotency-key of 300 characters -> $status $(cat "$work/invalid.b")"
+check "status" 400 "$status"
+check "problem code" idempotency_key_invalid "$(jq -r .code "$work/invalid.b")"
+check "upstream executions" "$before" "$(executions)"
+
+step "7. With the lease-store down, guarded requests fail closed: 503, and the upstream is never called"
+pid="$(live_pid lease-store)" || die "the lease-store is not running"
+note "killing the lease-store (pid $pid)"
+kill -KILL "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+before="$(executions)"
+status="$(pay "$work/down" "demo-$run_id-down" '{"amount":42}')"
+note "-> $status retry-after: $(header "$work/down" retry-after)  $(cat "$work/down.b")"
+check "status" 503 "$status"
+check "problem code" journal_unavailable "$(jq -r .code "$work/down.b")"
+check "retry-after present" yes "$([[ -n "$(header "$work/down" retry-after)" ]] && echo yes || echo no)"
+check "upstream executions" "$before" "$(executions)"
+
+note "restarting the lease-store so the stack is whole again"
+start_lease_store
+
+if ((failures > 0)); then
+    printf '\n\033[31m%d check(s) failed\033[0m (logs in %s)\n' "$failures" "$run"
+    exit 1
+fi
+printf '\n\033[32mall checks passed\033[0m\n'

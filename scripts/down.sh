@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Stops the demo stack started by up.sh (by the pids in .run/) and removes .run/ and the
+# throwaway Postgres. Safe to run when nothing is running.
+#   --keep-logs  stop everything but keep .run/ (up.sh uses it after a failed start)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+keep_logs=false
+[[ "${1:-}" == "--keep-logs" ]] && keep_logs=true
+
+# Envoy first, so no new traffic reaches the services behind it.
+for name in envoy demo-upstream lease-store; do
+    if pid="$(live_pid "$name")"; then
+        say "stopping $name (pid $pid)"
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$run/$name.pid"
+done
+
+if [[ -f "$run/pg.dir" ]]; then
+    pgdir="$(cat "$run/pg.dir")"
+    if [[ -f "$pgdir/data/postmaster.pid" ]]; then
+        say "stopping Postgres ($pgdir)"
+        as_postgres "$PG_BIN/pg_ctl" -D "$pgdir/data" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    # Only ever remove what up.sh created.
+    [[ "$pgdir" == /tmp/keyflight-pg.* ]] && rm -rf "$pgdir"
+    rm -f "$run/pg.dir"
+fi
+
+if ! $keep_logs; then
+    rm -rf "$run"
+fi

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Checks every Envoy bootstrap config under envoy/ with `envoy --mode validate`.
+#
+# Validation loads the filter, so the wasm must be built first
+# (cargo build -p keyflight-filter --target wasm32-wasip1 --release), and runs from the
+# repository root, where the configs' relative wasm path resolves. Files under envoy/ that
+# are not Envoy bootstraps (Istio and Kubernetes manifests: no `static_resources:`) are
+# skipped and listed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
+[[ -f "$wasm" ]] || {
+    echo "$wasm not found: cargo build -p keyflight-filter --target wasm32-wasip1 --release (make test does)" >&2
+    exit 1
+}
+envoy="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"
+
+failed=0
+checked=0
+for config in envoy/*.yaml; do
+    [[ -e "$config" ]] || continue
+    if ! grep -q '^static_resources:' "$config"; then
+        echo "skip   $config (not an Envoy bootstrap)"
+        continue
+    fi
+    checked=$((checked + 1))
+    if output="$("$envoy" --mode validate -c "$config" --disable-hot-restart 2>&1)"; then
+        echo "ok     $config"
+    else
+        echo "FAIL   $config"
+        grep -E '\]\[(error|critical)\]' <<<"$output" | sed 's/^/       /' >&2 || printf '%s\n' "$output" >&2
+        failed=$((failed + 1))
+    fi
+done
+if ((checked == 0)); then
+    echo "no Envoy bootstrap configs found under envoy/" >&2
+    exit 1
+fi
+((failed == 0))

@@ -1,0 +1,89 @@
+# Shared by up.sh, down.sh and demo.sh: where things are, and small helpers.
+# Sourced, not run. Every path and port can be overridden from the environment.
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+run="$root/.run"
+
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PG_PORT="${KEYFLIGHT_PG_PORT:-54329}"
+
+# The ports below are the ones envoy/demo.yaml names; change them together.
+LEASE_STORE_ADDR="127.0.0.1:8480"
+UPSTREAM_ADDR="127.0.0.1:8081"
+ENVOY_ADDR="127.0.0.1:10000"
+ENVOY_ADMIN_ADDR="127.0.0.1:9901"
+
+# The filter's token is also in envoy/demo.yaml (`lease_store.token`). Demo values only.
+FILTER_TOKEN="${KEYFLIGHT_TOKEN:-demo-filter-token}"
+ADMIN_TOKEN="${KEYFLIGHT_ADMIN_TOKEN:-demo-admin-token}"
+
+# Binaries: the Makefile builds them; a release build wins over a debug one.
+default_bin() {
+    if [[ -x "$root/target/release/$1" ]]; then
+        printf '%s\n' "$root/target/release/$1"
+    else
+        printf '%s\n' "$root/target/debug/$1"
+    fi
+}
+LEASE_STORE_BIN="${KEYFLIGHT_LEASE_STORE_BIN:-$(default_bin lease-store)}"
+UPSTREAM_BIN="${KEYFLIGHT_UPSTREAM_BIN:-$(default_bin demo-upstream)}"
+WASM="${KEYFLIGHT_WASM:-$root/target/wasm32-wasip1/release/keyflight_filter.wasm}"
+
+say() { printf '%s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+# Runs a command as the postgres user when we are root (Postgres refuses to run as root).
+as_postgres() {
+    if [[ "$(id -u)" -eq 0 ]]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# The pid recorded for service $1, if that process is still alive.
+live_pid() {
+    local pidfile="$run/$1.pid" pid
+    [[ -f "$pidfile" ]] || return 1
+    pid="$(cat "$pidfile")"
+    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+}
+
+# Starts service $1 in the background: the rest of the arguments are the command.
+# Its output goes to .run/$1.log and its pid to .run/$1.pid.
+start_bg() {
+    local name="$1"
+    shift
+    "$@" >"$run/$name.log" 2>&1 &
+    printf '%s\n' "$!" >"$run/$name.pid"
+}
+
+# Waits until `check` (the remaining arguments) succeeds, for up to 30 s. Fails early,
+# with the service's log tail, when service $1 has exited.
+wait_ready() {
+    local name="$1"
+    shift
+    local deadline=$((SECONDS + 30))
+    until "$@" >/dev/null 2>&1; do
+        if [[ -f "$run/$name.pid" ]] && ! live_pid "$name" >/dev/null; then
+            say "$name exited during start-up; last lines of $run/$name.log:"
+            tail -n 30 "$run/$name.log" >&2 || true
+            return 1
+        fi
+        if ((SECONDS >= deadline)); then
+            say "$name not ready after 30 s; last lines of $run/$name.log:"
+            tail -n 30 "$run/$name.log" >&2 || true
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+start_lease_store() {
+    KEYFLIGHT_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/keyflight" \
+        KEYFLIGHT_LISTEN="$LEASE_STORE_ADDR" \
+        KEYFLIGHT_TOKEN="$FILTER_TOKEN" \
+        KEYFLIGHT_ADMIN_TOKEN="$ADMIN_TOKEN" \
+        start_bg lease-store "$LEASE_STORE_BIN" serve --migrate
+    wait_ready lease-store curl -fsS "http://$LEASE_STORE_ADDR/readyz"
+}

@@ -1,0 +1,484 @@
+//! One complete keyflight deployment per test: Postgres, lease-store, demo upstream, Envoy.
+//!
+//! [`Stack::start`] brings the four up on free ports and returns once each answers its
+//! readiness probe; dropping the stack stops them all (Envoy first). Child logs and the
+//! rendered Envoy config are kept in the temp dir when the test fails (their paths are
+//! printed) and removed when it passes.
+//!
+//! Envoy runs with `--disable-hot-restart`: hot restart is what needs a shared-memory
+//! region per `--base-id`, so without it any number of test Envoys coexist with no id to
+//! hand out.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
+use serde_json::{Map, Value};
+
+use crate::binaries::Binaries;
+use crate::envoy_config::{self, Ports};
+use crate::metrics::StoreMetrics;
+use crate::reply::Reply;
+
+/// How long a service may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one request through Envoy may take (above any follower wait a test configures).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long [`Stack::eventually`] waits: below [`REQUEST_TIMEOUT`], so a condition that
+/// never comes true fails with its own message rather than as a request timeout.
+const EVENTUALLY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How often [`Stack::eventually`] re-checks.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The principal requests carry unless a test says otherwise (header `x-user`, demo policy).
+pub const DEFAULT_USER: &str = "alice";
+
+/// The lease-store's admin token in a test stack.
+const ADMIN_TOKEN: &str = "e2e-admin-token";
+
+/// What a test stack runs: the plugin configuration Envoy hands the filter.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// The plugin JSON (`config.configuration` of the wasm filter).
+    pub plugin: Value,
+}
+
+impl Default for StackOptions {
+    /// The plugin configuration `envoy/demo.yaml` ships.
+    fn default() -> Self {
+        let plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
+            .unwrap_or_else(|e| panic!("{e}"));
+        StackOptions { plugin }
+    }
+}
+
+impl StackOptions {
+    /// Edits the first policy (the demo's `payments` policy).
+    pub fn policy(mut self, edit: impl FnOnce(&mut Map<String, Value>)) -> Self {
+        let policy = self.plugin["policies"][0]
+            .as_object_mut()
+            .unwrap_or_else(|| panic!("the plugin config has no policies[0] object"));
+        edit(policy);
+        self
+    }
+
+    /// Edits the whole plugin JSON.
+    pub fn plugin(mut self, edit: impl FnOnce(&mut Value)) -> Self {
+        edit(&mut self.plugin);
+        self
+    }
+
+    /// The token the filter presents to the lease-store, as the plugin JSON says.
+    fn filter_token(&self) -> String {
+        self.plugin["lease_store"]["token"]
+            .as_str()
+            .unwrap_or("e2e-filter-token")
+            .to_owned()
+    }
+}
+
+/// A running test deployment. Fields drop in declaration order: Envoy stops first.
+pub struct Stack {
+    envoy: ChildGuard,
+    upstream: ChildGuard,
+    lease_store: Option<ChildGuard>,
+    /// Kept apart from the child: the log outlives a stopped lease-store.
+    lease_store_log: PathBuf,
+    postgres: PgCluster,
+    ports: Ports,
+    config_path: PathBuf,
+    client: reqwest::Client,
+}
+
+impl Stack {
+    /// Starts a stack and waits until every part is ready; panics (with logs) otherwise.
+    pub async fn start(options: StackOptions) -> Stack {
+        let binaries = Binaries::locate();
+        let ports = Ports {
+            listener: free_port(),
+            admin: free_port(),
+            lease_store: free_port(),
+            upstream: free_port(),
+        };
+
+        // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
+        // static, so it needs nothing else to be up, and this saves a second per test.
+        let config_path = write_envoy_config(&binaries, ports, &options.plugin);
+        let mut envoy = spawn_envoy(&binaries, &config_path);
+        let mut upstream_command = Command::new(&binaries.upstream);
+        upstream_command.args(["--listen", &format!("127.0.0.1:{}", ports.upstream)]);
+        let mut upstream = ChildGuard::spawn("demo-upstream", upstream_command);
+
+        let postgres = PgCluster::start();
+        let mut store_command = Command::new(&binaries.lease_store);
+        store_command
+            .args(["serve", "--migrate"])
+            .env("KEYFLIGHT_DATABASE_URL", postgres.url())
+            .env(
+                "KEYFLIGHT_LISTEN",
+                format!("127.0.0.1:{}", ports.lease_store),
+            )
+            .env("KEYFLIGHT_TOKEN", options.filter_token())
+            .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+        let mut lease_store = ChildGuard::spawn("lease-store", store_command);
+
+        let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store);
+        wait_http_ok(&store_ready, READY_TIMEOUT, Some(&mut lease_store)).await;
+        let upstream_ready = format!("http://127.0.0.1:{}/stats", ports.upstream);
+        wait_http_ok(&upstream_ready, READY_TIMEOUT, Some(&mut upstream)).await;
+        let envoy_ready = format!("http://127.0.0.1:{}/ready", ports.admin);
+        wait_http_ok(&envoy_ready, READY_TIMEOUT, Some(&mut envoy)).await;
+
+        Stack {
+            envoy,
+            upstream,
+            lease_store_log: lease_store.log_path().to_path_buf(),
+            lease_store: Some(lease_store),
+            postgres,
+            ports,
+            config_path,
+            client: http_client(),
+        }
+    }
+
+    /// Starts a request through Envoy: `POST path` as [`DEFAULT_USER`], JSON content type.
+    pub fn post(&self, path: &str) -> Post<'_> {
+        Post {
+            stack: self,
+            path: path.to_owned(),
+            headers: vec![
+                ("x-user".into(), DEFAULT_USER.into()),
+                ("content-type".into(), "application/json".into()),
+            ],
+            body: Vec::new(),
+        }
+    }
+
+    /// Payment handlers the upstream has entered since it started.
+    pub async fn upstream_executions(&self) -> u64 {
+        self.upstream_stats().await["executions"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("upstream /stats has no `executions`"))
+    }
+
+    /// The upstream's `/stats`: `{"executions": N, "by_path": {...}}`.
+    pub async fn upstream_stats(&self) -> Value {
+        self.get_json(&format!("http://127.0.0.1:{}/stats", self.ports.upstream))
+            .await
+    }
+
+    /// How many handlers wait at the upstream's gate `name`.
+    pub async fn gate_waiting(&self, name: &str) -> u64 {
+        let url = format!("http://127.0.0.1:{}/gates/{name}", self.ports.upstream);
+        self.get_json(&url).await["waiting"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("upstream gate status has no `waiting`"))
+    }
+
+    /// Opens the upstream's gate `name` for good.
+    pub async fn open_gate(&self, name: &str) {
+        let url = format!("http://127.0.0.1:{}/gates/{name}/open", self.ports.upstream);
+        let response = self
+            .client
+            .post(&url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        assert!(
+            response.status().is_success(),
+            "POST {url}: {}",
+            response.status()
+        );
+    }
+
+    /// Waits until `n` handlers are parked at gate `name`.
+    pub async fn wait_for_gate(&self, name: &str, n: u64) {
+        self.eventually(
+            &format!("{n} handler(s) waiting at gate `{name}`"),
+            || async { self.gate_waiting(name).await >= n },
+        )
+        .await;
+    }
+
+    /// One scrape of the lease-store's `/metrics`.
+    pub async fn store_metrics(&self) -> StoreMetrics {
+        let url = format!("http://127.0.0.1:{}/metrics", self.ports.lease_store);
+        let response = self
+            .client
+            .get(&url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let text = response
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("read {url}: {e}"));
+        StoreMetrics::parse(&text)
+    }
+
+    /// Waits until the lease-store has counted event `name` at least `n` times.
+    pub async fn wait_for_store_event(&self, name: &str, n: u64) {
+        self.eventually(&format!("lease-store event `{name}` >= {n}"), || async {
+            self.store_metrics().await.event(name) >= n
+        })
+        .await;
+    }
+
+    /// Kills the lease-store (`SIGKILL`) and waits until it is gone.
+    pub fn stop_lease_store(&mut self) {
+        if let Some(mut store) = self.lease_store.take() {
+            store.kill();
+        }
+    }
+
+    /// Stops Postgres at once, as a crash would (the lease-store keeps running).
+    pub fn stop_postgres(&self) {
+        self.postgres.stop();
+    }
+
+    /// The filter's Envoy counter `keyflight.NAME` (F13), e.g. `outcome.replay` or
+    /// `event.claimed`, summed over Envoy's workers; `0` when it was never incremented.
+    pub async fn filter_counter(&self, name: &str) -> u64 {
+        // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix.
+        let stat = format!("wasmcustom.keyflight.{name}");
+        let url = format!(
+            "http://127.0.0.1:{}/stats?filter=^{stat}$",
+            self.ports.admin
+        );
+        let text = self
+            .client
+            .get(&url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("read {url}: {e}"));
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{stat}: ")))
+            .map_or(0, |value| {
+                value
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{stat}: `{value}` is not a count ({e})"))
+            })
+    }
+
+    /// Polls `condition` until it holds; panics naming `what` after [`EVENTUALLY_TIMEOUT`].
+    pub async fn eventually<F, Fut>(&self, what: &str, mut condition: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + EVENTUALLY_TIMEOUT;
+        while !condition().await {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {EVENTUALLY_TIMEOUT:?} waiting for: {what}"
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    async fn get_json(&self, url: &str) -> Value {
+        self.client
+            .get(url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let logs = [
+            self.envoy.log_path().to_path_buf(),
+            self.upstream.log_path().to_path_buf(),
+            self.lease_store_log.clone(),
+            self.config_path.clone(),
+        ];
+        if std::thread::panicking() {
+            eprintln!("keyflight e2e: the test failed; kept for inspection:");
+            for path in logs {
+                eprintln!("  {}", path.display());
+            }
+            eprintln!("--- Envoy log tail ---\n{}", self.envoy.log_tail());
+        } else {
+            for path in logs {
+                // Best effort: a leftover log in the temp dir harms nothing.
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+/// A request being built by [`Stack::post`].
+pub struct Post<'a> {
+    stack: &'a Stack,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Post<'_> {
+    /// Adds an `Idempotency-Key` header (call twice to send it twice).
+    pub fn key(self, key: &str) -> Self {
+        self.header("idempotency-key", key)
+    }
+
+    /// Adds a header (repeats allowed; see [`Post::content_type`] and [`Post::user`] to
+    /// replace the defaults).
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Sends the request as principal `user` instead of [`DEFAULT_USER`].
+    pub fn user(mut self, user: &str) -> Self {
+        self.headers.retain(|(name, _)| name != "x-user");
+        self.header("x-user", user)
+    }
+
+    /// Replaces the default `content-type: application/json`.
+    pub fn content_type(mut self, content_type: &str) -> Self {
+        self.headers.retain(|(name, _)| name != "content-type");
+        self.header("content-type", content_type)
+    }
+
+    /// Sends the request with no principal header at all.
+    pub fn anonymous(mut self) -> Self {
+        self.headers.retain(|(name, _)| name != "x-user");
+        self
+    }
+
+    /// Sends a JSON body.
+    pub fn json(mut self, body: &Value) -> Self {
+        self.body = body.to_string().into_bytes();
+        self
+    }
+
+    /// Sends raw body bytes.
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Sends the request and reads the whole answer.
+    pub async fn send(self) -> Reply {
+        let url = format!(
+            "http://127.0.0.1:{}{}",
+            self.stack.ports.listener, self.path
+        );
+        let mut request = self.stack.client.post(&url).body(self.body);
+        for (name, value) in &self.headers {
+            let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes())
+                .unwrap_or_else(|e| panic!("header {name}: {value:?} cannot be sent: {e}"));
+            request = request.header(name.as_str(), value);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e:?}"));
+        Reply::read(response).await
+    }
+}
+
+/// The outcome of starting Envoy alone with a plugin configuration.
+#[derive(Debug)]
+pub enum EnvoyStart {
+    /// Envoy exited during start-up, with this status and log.
+    Exited {
+        /// Exit status.
+        status: std::process::ExitStatus,
+        /// Everything Envoy logged.
+        log: String,
+    },
+    /// Envoy reported ready; it was then stopped. Its log up to that point.
+    Ready {
+        /// Everything Envoy logged.
+        log: String,
+    },
+}
+
+/// Starts Envoy with `plugin` and no lease-store or upstream behind it, to see whether the
+/// plugin configuration is accepted: tests of configuration errors need nothing else.
+pub async fn start_envoy_alone(plugin: &Value) -> EnvoyStart {
+    let binaries = Binaries::locate();
+    let ports = Ports {
+        listener: free_port(),
+        admin: free_port(),
+        lease_store: free_port(),
+        upstream: free_port(),
+    };
+    let config_path = write_envoy_config(&binaries, ports, plugin);
+    let mut envoy = spawn_envoy(&binaries, &config_path);
+    let client = http_client();
+    let ready_url = format!("http://127.0.0.1:{}/ready", ports.admin);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let outcome = loop {
+        if let Some(status) = envoy.try_wait() {
+            break EnvoyStart::Exited {
+                status,
+                log: envoy.log(),
+            };
+        }
+        if let Ok(response) = client.get(&ready_url).send().await
+            && response.status().is_success()
+        {
+            break EnvoyStart::Ready { log: envoy.log() };
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Envoy neither exited nor became ready within {READY_TIMEOUT:?}; log tail:\n{}",
+            envoy.log_tail()
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    };
+    let _ = std::fs::remove_file(&config_path);
+    let _ = std::fs::remove_file(envoy.log_path());
+    outcome
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .unwrap_or_else(|e| panic!("build an HTTP client: {e}"))
+}
+
+/// Renders `envoy/demo.yaml` for these ports and plugin into a fresh temp file.
+fn write_envoy_config(binaries: &Binaries, ports: Ports, plugin: &Value) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let yaml = envoy_config::shipped_demo_yaml();
+    let wasm = binaries.wasm.display().to_string();
+    let rendered =
+        envoy_config::render(&yaml, ports, &wasm, plugin).unwrap_or_else(|e| panic!("{e}"));
+    let path = std::env::temp_dir().join(format!(
+        "keyflight-e2e-envoy-{}-{}.yaml",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, rendered).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}
+
+fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
+    let mut command = Command::new(&binaries.envoy);
+    command.arg("-c").arg(config).args([
+        "--disable-hot-restart",
+        "--concurrency",
+        "2",
+        "--log-level",
+        "info",
+    ]);
+    ChildGuard::spawn("envoy", command)
+}

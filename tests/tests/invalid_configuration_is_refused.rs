@@ -1,0 +1,72 @@
+//! F12: an invalid plugin configuration fails plugin start with one log line naming the
+//! field. With a static bootstrap, Envoy 1.40 (`failure_policy: FAIL_CLOSED`) then refuses
+//! to start at all ("Unable to create Wasm plugin keyflight", exit status 1): no listener
+//! ever serves, so no guarded request can slip through unguarded.
+
+use keyflight_e2e::StackOptions;
+use keyflight_e2e::stack::{EnvoyStart, start_envoy_alone};
+use serde_json::json;
+
+/// Starts Envoy with the demo plugin config edited by `edit`, and asserts it refused to
+/// start with a log line that names `field`.
+async fn assert_refused(
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+    field: &str,
+) {
+    let options = StackOptions::default().policy(edit);
+    match start_envoy_alone(&options.plugin).await {
+        EnvoyStart::Exited { status, log } => {
+            assert!(!status.success(), "Envoy exited successfully; log:\n{log}");
+            let line = log
+                .lines()
+                .find(|line| line.contains("keyflight: invalid plugin configuration"))
+                .unwrap_or_else(|| panic!("no configuration error logged; log:\n{log}"));
+            assert!(
+                line.contains(field),
+                "the error line names `{field}`: {line}"
+            );
+            assert!(
+                log.contains("Unable to create Wasm plugin keyflight"),
+                "log:\n{log}"
+            );
+        }
+        EnvoyStart::Ready { log } => {
+            panic!("Envoy started with an invalid plugin configuration; log:\n{log}")
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_shipped_configuration_starts() {
+    let options = StackOptions::default();
+    match start_envoy_alone(&options.plugin).await {
+        EnvoyStart::Ready { log } => {
+            assert!(!log.contains("invalid plugin configuration"), "log:\n{log}")
+        }
+        EnvoyStart::Exited { status, log } => {
+            panic!("the shipped configuration was refused ({status}); log:\n{log}")
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_lease_of_zero_is_refused_at_plugin_start() {
+    assert_refused(
+        |policy| {
+            policy.insert("lease_ms".into(), json!(0));
+        },
+        "policies[0].lease_ms",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_unknown_field_is_refused_at_plugin_start() {
+    assert_refused(
+        |policy| {
+            policy.insert("lease_millis".into(), json!(30_000));
+        },
+        "policies[0].lease_millis",
+    )
+    .await;
+}
