@@ -1,1 +1,279 @@
 //! A throwaway Postgres cluster per test run.
+//!
+//! Tests talk to a real Postgres 15, never a mock: the claim statement's
+//! correctness rests on Postgres' concurrency semantics. [`PgCluster::start`]
+//! runs `initdb` into a fresh directory under the system temp dir, starts the
+//! server on a free loopback port (with its unix socket inside that directory,
+//! so clusters never collide), and [`Drop`] stops it and removes the directory.
+//!
+//! Postgres refuses to run as root, and CI runs as root: when the current uid
+//! is 0 the directory is handed to the `postgres` user and every server binary
+//! runs through `runuser -u postgres --`.
+//!
+//! A watchdog shell process stops the cluster if the test process dies
+//! without running `Drop` (a `static` shared cluster, a killed test binary), so
+//! no stray `postgres` outlives the run.
+//!
+//! Everything here is synchronous (`std::process`), so it works from plain
+//! tests, `#[tokio::test]` and a `OnceLock` alike.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where the Postgres 15 binaries live unless `PG_BIN` says otherwise.
+const DEFAULT_PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// How a cluster trades durability for speed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PgOptions {
+    /// `true`: Postgres' defaults (`fsync` on), as a benchmark needs.
+    /// `false` (the test default): `fsync` and `full_page_writes` off, which
+    /// makes commits cheap. `synchronous_commit` stays on either way: every
+    /// acknowledged commit has been written to the OS, so it survives
+    /// [`PgCluster::stop`] (a process crash) — tests that crash the database
+    /// rely on that; only a machine crash could lose it.
+    pub durable: bool,
+}
+
+/// A running Postgres cluster owned by this test process.
+pub struct PgCluster {
+    dir: PathBuf,
+    port: u16,
+    bin: PathBuf,
+    options: PgOptions,
+    as_postgres_user: bool,
+    watchdog: Mutex<Option<Child>>,
+}
+
+impl PgCluster {
+    /// Starts a fast (non-durable) cluster. Panics with a clear message when
+    /// Postgres is not installed or does not start.
+    pub fn start() -> PgCluster {
+        PgCluster::start_with(PgOptions::default())
+    }
+
+    /// Starts a cluster with the given options.
+    pub fn start_with(options: PgOptions) -> PgCluster {
+        let bin = std::env::var_os("PG_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_PG_BIN));
+        assert!(
+            bin.join("initdb").is_file(),
+            "Postgres binaries not found: {} has no initdb. Install Postgres 15 \
+             (apt-get install postgresql-15) or point PG_BIN at its bin directory.",
+            bin.display()
+        );
+        let dir = unique_temp_dir();
+        std::fs::create_dir_all(dir.join("sock")).expect("create the cluster directory");
+        let as_postgres_user = current_uid_is_root();
+        if as_postgres_user {
+            run_checked(Command::new("chown").arg("-R").arg("postgres:").arg(&dir));
+        }
+        let cluster = PgCluster {
+            dir,
+            port: free_port(),
+            bin,
+            options,
+            as_postgres_user,
+            watchdog: Mutex::new(None),
+        };
+        cluster.initdb();
+        cluster.pg_ctl_start();
+        cluster.spawn_watchdog();
+        cluster
+    }
+
+    /// A libpq-style URL for the `postgres` superuser on the `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The TCP port the cluster listens on (stable across [`PgCluster::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server at once (`pg_ctl stop -m immediate`), as a crash would:
+    /// open connections are cut, nothing is flushed gracefully.
+    pub fn stop(&self) {
+        let mut cmd = self.server_command("pg_ctl");
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", "immediate", "-w", "stop"]);
+        run_checked(&mut cmd);
+    }
+
+    /// Starts the server again on the same directory and port.
+    pub fn restart(&self) {
+        self.pg_ctl_start();
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn initdb(&self) {
+        let mut cmd = self.server_command("initdb");
+        cmd.arg("-D").arg(self.data_dir()).args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]);
+        run_checked(&mut cmd);
+    }
+
+    fn pg_ctl_start(&self) {
+        let mut server_options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
+            self.port,
+            self.dir.join("sock").display()
+        );
+        if !self.options.durable {
+            server_options.push_str(" -c fsync=off -c full_page_writes=off");
+        }
+        let mut cmd = self.server_command("pg_ctl");
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .arg("-o")
+            .arg(server_options)
+            .args(["-w", "-t", "60", "start"]);
+        let output = cmd.output().expect("run pg_ctl start");
+        assert!(
+            output.status.success(),
+            "pg_ctl start failed ({}): {}\n--- server.log ---\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr),
+            std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+        );
+    }
+
+    /// Spawns a shell that waits for this process to exit, then stops the
+    /// cluster and removes its directory (unless `Drop` already did).
+    fn spawn_watchdog(&self) {
+        let stop = shell_words(&self.server_command_line("pg_ctl"));
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {stop} -D '{data}' -m immediate stop >/dev/null 2>&1; rm -rf '{dir}'",
+            pid = std::process::id(),
+            data = self.data_dir().display(),
+            dir = self.dir.display(),
+        );
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the cluster watchdog");
+        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+    }
+
+    /// The command line that runs a server binary as the right user.
+    fn server_command_line(&self, binary: &str) -> Vec<String> {
+        let path = self.bin.join(binary).display().to_string();
+        if self.as_postgres_user {
+            vec![
+                "runuser".into(),
+                "-u".into(),
+                "postgres".into(),
+                "--".into(),
+                path,
+            ]
+        } else {
+            vec![path]
+        }
+    }
+
+    fn server_command(&self, binary: &str) -> Command {
+        let line = self.server_command_line(binary);
+        let mut cmd = Command::new(&line[0]);
+        cmd.args(&line[1..]);
+        cmd
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let mut cmd = self.server_command("pg_ctl");
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let _ = cmd.status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs a command and panics with its output if it fails.
+fn run_checked(cmd: &mut Command) {
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Quotes each word for `sh`.
+fn shell_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn current_uid_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// A port the OS just handed out on 127.0.0.1 (free at the time of asking).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind an ephemeral port on 127.0.0.1")
+}
+
+fn unique_temp_dir() -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        "keyflight-pg-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    Path::new(&std::env::temp_dir()).join(name)
+}

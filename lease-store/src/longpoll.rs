@@ -1,0 +1,303 @@
+//! L4: long-poll followers, woken by Postgres `LISTEN/NOTIFY` across replicas.
+//!
+//! A same-fingerprint follower (F5) should get the winner's response the
+//! moment it is recorded, without polling the database. Every record leaving
+//! `pending` fires `NOTIFY keyflight_settled, '<scope hex>'` (a trigger, see
+//! migration V1); NOTIFY is database-wide, so every lease-store replica hears
+//! it, whichever replica ran the finalize.
+//!
+//! Each process keeps ONE dedicated connection (outside the pool) that runs
+//! `LISTEN keyflight_settled` and fans notifications out to the waiters
+//! registered for that scope — a map from scope to waiters, so a notification
+//! wakes only its own scope's waiters, however many thousands wait on others.
+//! If the connection drops, the listener reconnects with capped exponential
+//! backoff and, once listening again, wakes every waiter so they re-check
+//! what they may have missed; meanwhile waiters fall back to their deadlines.
+//!
+//! [`claim_with_wait`] is the follower's loop. It subscribes BEFORE it claims,
+//! so a settle committed between the claim's read and the wait is not lost
+//! (the `Notify` keeps the permit). It holds no pooled connection while it
+//! waits, and it also wakes when the winner's lease runs out, so an abandoned
+//! lease is stolen promptly instead of at the end of the wait budget.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::store::{Store, StoreError};
+
+/// The NOTIFY channel migration V1's trigger announces settled scopes on.
+pub const CHANNEL: &str = "keyflight_settled";
+
+/// First reconnect delay after the listen connection fails; doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest pause between reconnect attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The process-wide fan-out of settle notifications. Cheap to clone.
+#[derive(Clone)]
+pub struct LongPoll {
+    waiters: Arc<Waiters>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl LongPoll {
+    /// Starts the process's single LISTEN connection (reconnecting with
+    /// backoff if it drops; while disconnected, waiters fall back to their
+    /// deadlines) and returns the fan-out handle. The listener stops when
+    /// `shutdown` turns `true`.
+    pub fn start(database_url: &str, shutdown: watch::Receiver<bool>) -> LongPoll {
+        let waiters = Arc::new(Waiters::default());
+        tokio::spawn(listen(
+            database_url.to_owned(),
+            Arc::clone(&waiters),
+            shutdown.clone(),
+        ));
+        LongPoll { waiters, shutdown }
+    }
+
+    /// Whether the LISTEN connection is up (notifications are being received).
+    pub fn listening(&self) -> bool {
+        self.waiters.listening.load(Ordering::Acquire)
+    }
+
+    /// How many long-polls are parked right now, waiting for a settle, a
+    /// lease expiry or their deadline (a gauge for `/metrics`).
+    pub fn waiting(&self) -> usize {
+        self.waiters.parked.load(Ordering::Relaxed)
+    }
+
+    /// Registers interest in `scope`; the subscription is notified when the
+    /// scope settles, and unregisters itself on drop.
+    fn subscribe(&self, scope: &Digest) -> Subscription {
+        self.waiters.subscribe(*scope)
+    }
+}
+
+/// Claims; when the answer is a same-fingerprint `in_progress` and `wait_ms >
+/// 0`, waits (holding no pool connection) until the record is notified, its
+/// lease expires, the budget runs out, or shutdown; then claims again.
+/// Returns the final answer: `in_progress` with `retry_after_s` on timeout or
+/// shutdown.
+pub async fn claim_with_wait(
+    store: &Store,
+    longpoll: &LongPoll,
+    scope: &Digest,
+    req: &ClaimRequest,
+) -> Result<ClaimResponse, StoreError> {
+    let budget = Duration::from_millis(req.wait_ms.unwrap_or(0));
+    if budget.is_zero() {
+        return Ok(store.claim(scope, req).await?.response);
+    }
+    let deadline = Instant::now() + budget;
+    let mut shutdown = longpoll.shutdown.clone();
+    loop {
+        // Subscribe first: a settle that commits after this point wakes us,
+        // even if it lands between the claim below and the wait.
+        let subscription = longpoll.subscribe(scope);
+        let attempt = store.claim(scope, req).await?;
+        if !matches!(attempt.response, ClaimResponse::InProgress { .. })
+            || Instant::now() >= deadline
+            || *shutdown.borrow()
+        {
+            return Ok(attempt.response);
+        }
+        let wake_at = attempt
+            .pending_until
+            .map(Instant::from_std)
+            .map_or(deadline, |lease_end| lease_end.min(deadline));
+        let _parked = Parked::new(&longpoll.waiters.parked);
+        tokio::select! {
+            () = subscription.notified() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
+            // A dropped sender disables this branch instead of ending every wait.
+            Ok(()) = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    return Ok(attempt.response);
+                }
+            }
+        }
+    }
+}
+
+/// Counts a parked long-poll for as long as it lives.
+struct Parked<'a>(&'a AtomicUsize);
+
+impl<'a> Parked<'a> {
+    fn new(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Parked(counter)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The waiters registered on each scope, each with its subscription id.
+type WaiterMap = HashMap<Digest, Vec<(u64, Arc<Notify>)>>;
+
+/// Waiters per scope. A `std` mutex: held only for map edits, never across an await.
+#[derive(Default)]
+struct Waiters {
+    listening: AtomicBool,
+    parked: AtomicUsize,
+    next_id: AtomicU64,
+    by_scope: Mutex<WaiterMap>,
+}
+
+impl Waiters {
+    fn lock(&self) -> MutexGuard<'_, WaiterMap> {
+        // A panic while holding this lock cannot leave the map inconsistent
+        // (each edit is one push or retain), so a poisoned lock is still usable.
+        self.by_scope.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn subscribe(self: &Arc<Self>, scope: Digest) -> Subscription {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        self.lock()
+            .entry(scope)
+            .or_default()
+            .push((id, Arc::clone(&notify)));
+        Subscription {
+            waiters: Arc::clone(self),
+            scope,
+            id,
+            notify,
+        }
+    }
+
+    /// Wakes the waiters on one scope.
+    fn wake(&self, scope: &Digest) {
+        if let Some(list) = self.lock().get(scope) {
+            for (_, notify) in list {
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every waiter (after a reconnect, when notifications may have been missed).
+    fn wake_all(&self) {
+        for list in self.lock().values() {
+            for (_, notify) in list {
+                notify.notify_one();
+            }
+        }
+    }
+}
+
+/// One waiter's registration; removes itself from the map on drop.
+struct Subscription {
+    waiters: Arc<Waiters>,
+    scope: Digest,
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+impl Subscription {
+    /// Resolves once the scope was notified after this subscription was made.
+    async fn notified(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut map = self.waiters.lock();
+        if let Some(list) = map.get_mut(&self.scope) {
+            list.retain(|(id, _)| *id != self.id);
+            if list.is_empty() {
+                map.remove(&self.scope);
+            }
+        }
+    }
+}
+
+/// The listener task: connect, LISTEN, dispatch notifications; on any
+/// failure back off and start over, until shutdown.
+async fn listen(database_url: String, waiters: Arc<Waiters>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = MIN_BACKOFF;
+    while !*shutdown.borrow() {
+        tokio::select! {
+            result = listen_once(&database_url, &waiters, &mut backoff) => {
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "long-poll LISTEN connection lost; reconnecting");
+                }
+            }
+            Ok(()) = shutdown.changed() => continue,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            Ok(()) = shutdown.changed() => continue,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection's life: returns when the connection ends.
+async fn listen_once(
+    database_url: &str,
+    waiters: &Waiters,
+    backoff: &mut Duration,
+) -> Result<(), tokio_postgres::Error> {
+    let mut config: tokio_postgres::Config = database_url.parse()?;
+    config
+        .application_name("keyflight-lease-store-listen")
+        .keepalives(true);
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(MAX_BACKOFF);
+    }
+    let (client, mut connection) = config.connect(NoTls).await?;
+    // The connection must be polled for LISTEN to complete and for
+    // notifications to arrive; forward what it yields to this task.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            if tx.send(message).is_err() {
+                break;
+            }
+        }
+    });
+    let listening = client.batch_execute(&format!("LISTEN {CHANNEL}")).await;
+    if let Err(e) = listening {
+        driver.abort();
+        return Err(e);
+    }
+    *backoff = MIN_BACKOFF;
+    waiters.listening.store(true, Ordering::Release);
+    tracing::info!(channel = CHANNEL, "long-poll listener connected");
+    waiters.wake_all();
+    let mut outcome = Ok(());
+    while let Some(message) = rx.recv().await {
+        match message {
+            Ok(AsyncMessage::Notification(n)) => match Digest::from_hex(n.payload()) {
+                Ok(scope) => waiters.wake(&scope),
+                Err(_) => tracing::warn!(
+                    channel = n.channel(),
+                    "ignoring a settle notification whose payload is not a scope digest"
+                ),
+            },
+            Ok(_) => {}
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    waiters.listening.store(false, Ordering::Release);
+    drop(client);
+    driver.abort();
+    outcome
+}

@@ -1,0 +1,204 @@
+//! The lease-store's Postgres layer: every SQL statement the service runs.
+//!
+//! One file per statement family, the SQL next to the Rust that runs it:
+//! `claim` (L1, the one-statement claim and the read that explains a lost
+//! claim), `lease` (L2, renew/finalize/release fenced by `claim_id`),
+//! `records` (L6, the operator's list/get/resolve/erase), `retention` (L5,
+//! the cleanup DELETE) and `migrate` (L3).
+//! This module holds what they share: the connection pool, the settings and
+//! [`StoreError`], the one error type the HTTP layer maps to problem details.
+//!
+//! Every call borrows a pooled connection for exactly one statement (two for
+//! a lost claim) and never holds a transaction open across anything else, so
+//! no upstream call, long-poll or client stall can pin a connection or a row
+//! lock. Statements are prepared once per connection (`prepare_cached`).
+//!
+//! Failing closed: anything that keeps a statement from completing — the
+//! database down, the pool exhausted past its wait timeout, the
+//! `statement_timeout` firing, an unexpected server error — is
+//! [`StoreError::Unavailable`], which the filter turns into "do not dispatch".
+
+mod claim;
+mod lease;
+mod migrate;
+mod records;
+mod retention;
+
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use keyflight_protocol::wire::ClaimResponse;
+use tokio_postgres::NoTls;
+
+pub use migrate::{MigrationReport, migrate};
+
+/// Settings for [`Store::connect`], validated by the caller's config layer.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// `postgres://…` URL (or libpq key=value string) of the database.
+    pub database_url: String,
+    /// Maximum pooled connections per replica.
+    pub pool_size: usize,
+    /// Retention for claims that do not ask for one (L5).
+    pub default_retention: Duration,
+    /// Cooldown for `release as: cooldown` without `cooldown_ms` (F6).
+    pub default_cooldown: Duration,
+    /// Server-side `statement_timeout` on every pooled connection; also bounds
+    /// connecting and waiting for a free pooled connection.
+    pub statement_timeout: Duration,
+}
+
+/// Why a store call did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Postgres cannot be reached or did not answer in time (HTTP 503 `journal_unavailable`).
+    #[error("the journal database is unavailable: {0}")]
+    Unavailable(String),
+    /// The claim no longer owns the record (HTTP 409 `lease_lost`).
+    #[error("the lease was lost: the record belongs to another claim or is settled")]
+    LeaseLost,
+    /// No record with that scope (HTTP 404).
+    #[error("no such record")]
+    NotFound,
+    /// Only an `unknown` record can be resolved (HTTP 409 `not_unknown`).
+    #[error("the record is not in state unknown")]
+    NotUnknown,
+    /// A request value the database would reject (HTTP 400).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// The outcome of one claim attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimAttempt {
+    /// What to tell the caller.
+    pub response: ClaimResponse,
+    /// For a same-fingerprint `in_progress` answer: when the winner's lease
+    /// runs out, so a long-poll waiter can wake then and steal an abandoned lease.
+    pub pending_until: Option<Instant>,
+}
+
+/// The lease-store's handle on Postgres. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    default_retention: Duration,
+    default_cooldown: Duration,
+}
+
+impl Store {
+    /// Builds the connection pool. Connections are made lazily, so this
+    /// succeeds while the database is down (the service starts and `/readyz`
+    /// reports not ready); only a malformed URL is an error.
+    pub async fn connect(settings: &StoreSettings) -> Result<Store, StoreError> {
+        let pg_config = pg_config(&settings.database_url, settings.statement_timeout)?;
+        let manager = Manager::from_config(
+            pg_config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(settings.statement_timeout))
+            .create_timeout(Some(settings.statement_timeout))
+            .recycle_timeout(Some(settings.statement_timeout))
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("database pool: {e}")))?;
+        Ok(Store {
+            pool,
+            default_retention: settings.default_retention,
+            default_cooldown: settings.default_cooldown,
+        })
+    }
+
+    /// `Ok` when the database answers and its schema is at or past the newest
+    /// migration embedded in this binary (L8 `/readyz`).
+    pub async fn readiness(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        migrate::check_current(&client).await
+    }
+
+    /// Pool gauges for `/metrics`.
+    pub fn pool_status(&self) -> deadpool_postgres::Status {
+        self.pool.status()
+    }
+
+    /// A pooled connection, or `Unavailable` when none can be had in time.
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => StoreError::from(e),
+            other => StoreError::Unavailable(format!("connection pool: {other}")),
+        })
+    }
+}
+
+/// Parses the URL and adds the settings every pooled connection needs.
+fn pg_config(
+    database_url: &str,
+    statement_timeout: Duration,
+) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config: tokio_postgres::Config = database_url
+        .parse()
+        .map_err(|e| StoreError::Invalid(format!("database url: {e}")))?;
+    let timeout_option = format!("-c statement_timeout={}", statement_timeout.as_millis());
+    let options = match config.get_options() {
+        Some(existing) if !existing.is_empty() => format!("{existing} {timeout_option}"),
+        _ => timeout_option,
+    };
+    config.options(&options);
+    if config.get_application_name().is_none() {
+        config.application_name("keyflight-lease-store");
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(statement_timeout);
+    }
+    config.keepalives(true);
+    Ok(config)
+}
+
+/// Failing closed: data errors (class 22) and constraint violations (class
+/// 23) come from request values and are the caller's fault; everything else
+/// means the journal cannot do its job right now.
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if let Some(db) = e.as_db_error() {
+            let code = db.code().code();
+            let message = format!("{code}: {}", db.message());
+            return if code.starts_with("22") || code.starts_with("23") {
+                StoreError::Invalid(message)
+            } else {
+                StoreError::Unavailable(message)
+            };
+        }
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        StoreError::Unavailable(message)
+    }
+}
+
+/// Converts a request's millisecond count to the `bigint` the SQL expects.
+fn millis_param(name: &str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Invalid(format!("{name} is out of range")))
+}
+
+/// Converts a duration to whole milliseconds for SQL, saturating.
+fn duration_millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Whole seconds to wait for `remaining_ms`, rounded up and at least 1 (a
+/// `Retry-After` of 0 invites a hot loop).
+fn retry_after_s(remaining_ms: i64) -> u64 {
+    u64::try_from(remaining_ms)
+        .unwrap_or(0)
+        .div_ceil(1000)
+        .max(1)
+}

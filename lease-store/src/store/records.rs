@@ -1,0 +1,188 @@
+//! L6: the operator's view of records — list, get, resolve, erase.
+//!
+//! These run rarely and by hand, so they favour clarity over speed; they still
+//! use one statement each. Times are rendered by Postgres as RFC 3339 UTC
+//! strings (millisecond precision), which is what the wire types carry.
+//!
+//! Resolve only moves an `unknown` record (seed 004: an uncertain outcome
+//! needs a human decision): to `completed` (with the response retries should
+//! replay, or without one: completed, not replayable) or to `failed` with its
+//! cooldown already over, so the next same-fingerprint claim runs again.
+//! Erase deletes a record in any state; the API layer demands the replay-risk
+//! acknowledgment and logs it.
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{
+    RecordDetail, RecordList, RecordState, RecordSummary, ResolveAs, ResolveRequest,
+};
+use tokio_postgres::Row;
+use tokio_postgres::types::Json;
+
+use super::claim::stored_response;
+use super::{Store, StoreError};
+
+/// The summary columns, shared by list and get.
+macro_rules! summary_columns {
+    () => {
+        "scope, state, fingerprint, fence, replayable, response_status,
+         to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS created_at,
+         to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+             AS lease_expires_at,
+         to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS expires_at"
+    };
+}
+
+/// `$1` state or NULL for all, `$2` limit. Newest first.
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    summary_columns!(),
+    " FROM keyflight_records
+     WHERE $1::text IS NULL OR state = $1::text
+     ORDER BY created_at DESC
+     LIMIT $2"
+);
+
+/// `$1` scope.
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    summary_columns!(),
+    ", response_headers, response_body FROM keyflight_records WHERE scope = $1"
+);
+
+/// `$1` scope, `$2` status, `$3` headers, `$4` body (NULLs: not replayable).
+/// `state_before` reads the statement's snapshot, i.e. the state before the
+/// update, so one statement tells "resolved", "not unknown" and "not found" apart.
+const RESOLVE_COMPLETED_SQL: &str = "
+WITH resolved AS (
+    UPDATE keyflight_records
+       SET state = 'completed', lease_expires_at = NULL,
+           response_status = $2::integer, response_headers = $3::jsonb, response_body = $4::bytea,
+           replayable = $4::bytea IS NOT NULL, updated_at = clock_timestamp()
+     WHERE scope = $1 AND state = 'unknown'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM resolved) AS resolved,
+       (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
+
+/// `$1` scope. The cooldown ends now, so the next same-fingerprint claim steals.
+const RESOLVE_FAILED_SQL: &str = "
+WITH resolved AS (
+    UPDATE keyflight_records
+       SET state = 'failed', lease_expires_at = clock_timestamp(),
+           response_status = NULL, response_headers = NULL, response_body = NULL,
+           updated_at = clock_timestamp()
+     WHERE scope = $1 AND state = 'unknown'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM resolved) AS resolved,
+       (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
+
+/// `$1` scope.
+const ERASE_SQL: &str = "DELETE FROM keyflight_records WHERE scope = $1";
+
+impl Store {
+    /// Up to `limit` records, newest first, optionally only those in `state`.
+    pub async fn list(
+        &self,
+        state: Option<RecordState>,
+        limit: u32,
+    ) -> Result<RecordList, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(LIST_SQL).await?;
+        let rows = client
+            .query(
+                &statement,
+                &[&state.map(RecordState::as_str), &i64::from(limit)],
+            )
+            .await?;
+        let records = rows.iter().map(summary).collect::<Result<_, _>>()?;
+        Ok(RecordList { records })
+    }
+
+    /// One record with its response.
+    pub async fn get(&self, scope: &Digest) -> Result<RecordDetail, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(GET_SQL).await?;
+        let row = client
+            .query_opt(&statement, &[&scope.0.as_slice()])
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(RecordDetail {
+            summary: summary(&row)?,
+            response: stored_response(&row)?,
+        })
+    }
+
+    /// Settles an `unknown` record as an operator decided.
+    pub async fn resolve(&self, scope: &Digest, req: &ResolveRequest) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let row = match req.resolve_as {
+            ResolveAs::Completed => {
+                let (status, headers, body) = match &req.response {
+                    Some(response) => {
+                        let body = response.body().ok_or_else(|| {
+                            StoreError::Invalid("response.body_b64 is not valid base64".into())
+                        })?;
+                        (
+                            Some(i32::from(response.status)),
+                            Some(Json(response.headers.clone())),
+                            Some(body),
+                        )
+                    }
+                    None => (None, None, None),
+                };
+                let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;
+                client
+                    .query_one(&statement, &[&scope.0.as_slice(), &status, &headers, &body])
+                    .await?
+            }
+            ResolveAs::Failed => {
+                let statement = client.prepare_cached(RESOLVE_FAILED_SQL).await?;
+                client.query_one(&statement, &[&scope.0.as_slice()]).await?
+            }
+        };
+        let resolved: i64 = row.try_get("resolved")?;
+        let state_before: Option<&str> = row.try_get("state_before")?;
+        match (resolved, state_before) {
+            (0, None) => Err(StoreError::NotFound),
+            (0, Some(_)) => Err(StoreError::NotUnknown),
+            _ => Ok(()),
+        }
+    }
+
+    /// Deletes a record in any state. The next claim on the scope runs the
+    /// request again: the caller must have acknowledged that risk.
+    pub async fn erase(&self, scope: &Digest) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(ERASE_SQL).await?;
+        match client.execute(&statement, &[&scope.0.as_slice()]).await? {
+            0 => Err(StoreError::NotFound),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A row's summary columns.
+fn summary(row: &Row) -> Result<RecordSummary, StoreError> {
+    let state: &str = row.try_get("state")?;
+    let status: Option<i32> = row.try_get("response_status")?;
+    Ok(RecordSummary {
+        scope: digest(row.try_get("scope")?)?,
+        state: RecordState::parse(state)
+            .ok_or_else(|| StoreError::Unavailable(format!("unexpected record state {state}")))?,
+        fingerprint: digest(row.try_get("fingerprint")?)?,
+        fence: row.try_get("fence")?,
+        created_at: row.try_get("created_at")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        expires_at: row.try_get("expires_at")?,
+        replayable: row.try_get("replayable")?,
+        status: status.and_then(|s| u16::try_from(s).ok()),
+    })
+}
+
+/// A 32-byte column as a digest (the table's CHECKs guarantee the length).
+fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Digest)
+        .map_err(|_| StoreError::Unavailable("a stored digest is not 32 bytes".into()))
+}

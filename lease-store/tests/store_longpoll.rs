@@ -1,0 +1,166 @@
+//! L4 against a real Postgres: followers long-poll without holding a
+//! connection and are woken by NOTIFY from another replica, or at the
+//! winner's lease expiry.
+
+#![allow(clippy::unwrap_used)]
+
+mod store_support;
+
+use std::time::{Duration, Instant};
+
+use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
+use keyflight_lease_store::store::Store;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, WonHow};
+use store_support::*;
+use tokio::sync::watch;
+
+/// One lease-store "replica": its own pool and its own LISTEN connection.
+struct Replica {
+    store: Store,
+    longpoll: LongPoll,
+    shutdown: watch::Sender<bool>,
+}
+
+async fn replica() -> Replica {
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let longpoll = LongPoll::start(&cluster().url(), shutdown_rx);
+    wait_until(|| longpoll.listening()).await;
+    Replica {
+        store: store().await,
+        longpoll,
+        shutdown,
+    }
+}
+
+/// Polls a condition (pacing only; the condition is what we wait for).
+async fn wait_until(condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "condition not met within 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn waiting_req(label: &str, wait_ms: u64) -> ClaimRequest {
+    ClaimRequest {
+        wait_ms: Some(wait_ms),
+        ..claim_req(fingerprint(label), 30_000)
+    }
+}
+
+#[tokio::test]
+async fn a_follower_on_one_replica_is_woken_by_a_finalize_on_another() {
+    let (a, b) = (replica().await, replica().await);
+    let scope = fresh_scope();
+    let req = waiting_req("cross replica", 30_000);
+    let (claim_id, _, _) = must_win(&b.store, &scope, &req).await;
+
+    let follower = {
+        let (store, longpoll, req) = (a.store.clone(), a.longpoll.clone(), req.clone());
+        tokio::spawn(async move { claim_with_wait(&store, &longpoll, &scope, &req).await })
+    };
+    // The follower saw the pending record and parked (its claim is done).
+    wait_until(|| a.longpoll.waiting() == 1).await;
+    assert_eq!(
+        a.store.pool_status().size - a.store.pool_status().available,
+        0
+    );
+
+    let finalized_at = Instant::now();
+    b.store
+        .finalize(&scope, &finalize_ok(claim_id))
+        .await
+        .unwrap();
+    let answer = follower.await.unwrap().unwrap();
+    assert_eq!(
+        answer,
+        ClaimResponse::Completed {
+            response: sample_response()
+        }
+    );
+    // The lease had 30 s left and the budget was 30 s: only the NOTIFY explains this.
+    assert!(finalized_at.elapsed() < Duration::from_secs(5));
+    assert_eq!(a.longpoll.waiting(), 0);
+}
+
+#[tokio::test]
+async fn a_follower_wakes_at_an_abandoned_lease_expiry_and_wins() {
+    let (a, b) = (replica().await, replica().await);
+    let scope = fresh_scope();
+    let abandoned = ClaimRequest {
+        lease_ms: 400,
+        ..waiting_req("abandoned", 0)
+    };
+    let (_, old_fence, _) = must_win(&b.store, &scope, &abandoned).await;
+
+    let started = Instant::now();
+    let answer = claim_with_wait(
+        &a.store,
+        &a.longpoll,
+        &scope,
+        &waiting_req("abandoned", 30_000),
+    )
+    .await
+    .unwrap();
+    match answer {
+        ClaimResponse::Won { how, fence, .. } => {
+            assert_eq!(how, WonHow::RecoveredAbandoned);
+            assert!(fence > old_fence);
+        }
+        other => panic!("expected to steal the abandoned lease, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_follower_whose_budget_runs_out_gets_in_progress() {
+    let a = replica().await;
+    let scope = fresh_scope();
+    must_win(&a.store, &scope, &waiting_req("slow", 0)).await;
+
+    let started = Instant::now();
+    let answer = claim_with_wait(&a.store, &a.longpoll, &scope, &waiting_req("slow", 300))
+        .await
+        .unwrap();
+    assert!(matches!(answer, ClaimResponse::InProgress { retry_after_s } if retry_after_s >= 29));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn shutdown_releases_parked_followers_at_once() {
+    let a = replica().await;
+    let scope = fresh_scope();
+    must_win(&a.store, &scope, &waiting_req("draining", 0)).await;
+
+    let follower = {
+        let (store, longpoll) = (a.store.clone(), a.longpoll.clone());
+        tokio::spawn(async move {
+            claim_with_wait(&store, &longpoll, &scope, &waiting_req("draining", 30_000)).await
+        })
+    };
+    wait_until(|| a.longpoll.waiting() == 1).await;
+    let shutdown_at = Instant::now();
+    a.shutdown.send(true).unwrap();
+    let answer = follower.await.unwrap().unwrap();
+    assert!(matches!(answer, ClaimResponse::InProgress { .. }));
+    assert!(shutdown_at.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn a_different_fingerprint_never_waits() {
+    let a = replica().await;
+    let scope = fresh_scope();
+    must_win(&a.store, &scope, &waiting_req("first", 0)).await;
+    let started = Instant::now();
+    let answer = claim_with_wait(
+        &a.store,
+        &a.longpoll,
+        &scope,
+        &waiting_req("second", 30_000),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer, ClaimResponse::Conflict);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

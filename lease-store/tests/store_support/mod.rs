@@ -1,0 +1,157 @@
+//! Shared set-up for the store-level integration tests.
+//!
+//! Each test binary starts ONE Postgres cluster (on first use) and migrates
+//! it once; every test then builds its own `Store` (pools are tied to the
+//! test's runtime) and works on scopes unique to it, so tests run in
+//! parallel without seeing each other's rows.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use keyflight_lease_store::store::{Store, StoreSettings};
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, StoredResponse};
+use keyflight_testkit::pg::PgCluster;
+use uuid::Uuid;
+
+/// The binary's cluster, migrated.
+pub fn cluster() -> &'static PgCluster {
+    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let cluster = PgCluster::start();
+        migrate_blocking(&cluster.url());
+        cluster
+    })
+}
+
+/// Runs the migrations from a thread with its own runtime (callers may be
+/// inside another runtime).
+pub fn migrate_blocking(url: &str) {
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(keyflight_lease_store::store::migrate(&url))
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+}
+
+/// Settings for a test store on `url`.
+pub fn settings(url: &str) -> StoreSettings {
+    StoreSettings {
+        database_url: url.to_owned(),
+        pool_size: 16,
+        default_retention: Duration::from_secs(3600),
+        default_cooldown: Duration::from_millis(300),
+        statement_timeout: Duration::from_secs(2),
+    }
+}
+
+/// A fresh store on the binary's cluster.
+pub async fn store() -> Store {
+    Store::connect(&settings(&cluster().url())).await.unwrap()
+}
+
+/// A scope no other test uses.
+pub fn fresh_scope() -> Digest {
+    Digest::of(Uuid::now_v7().as_bytes())
+}
+
+/// A fingerprint derived from a label (same label, same fingerprint).
+pub fn fingerprint(label: &str) -> Digest {
+    Digest::of(label.as_bytes())
+}
+
+/// A claim request with no wait and the default retention.
+pub fn claim_req(fingerprint: Digest, lease_ms: u64) -> ClaimRequest {
+    ClaimRequest {
+        fingerprint,
+        lease_ms,
+        wait_ms: None,
+        retention_s: None,
+    }
+}
+
+/// Claims and insists on winning; returns `(claim_id, fence, how)`.
+pub async fn must_win(
+    store: &Store,
+    scope: &Digest,
+    req: &ClaimRequest,
+) -> (Uuid, i64, keyflight_protocol::wire::WonHow) {
+    match store.claim(scope, req).await.unwrap().response {
+        ClaimResponse::Won {
+            claim_id,
+            fence,
+            how,
+            ..
+        } => (claim_id, fence, how),
+        other => panic!("expected to win, got {other:?}"),
+    }
+}
+
+/// A finalize request recording `200 {"ok":true}` with a content-type header.
+pub fn finalize_ok(claim_id: Uuid) -> FinalizeRequest {
+    FinalizeRequest {
+        claim_id,
+        response: sample_response(),
+        replayable: true,
+    }
+}
+
+/// The response `finalize_ok` records.
+pub fn sample_response() -> StoredResponse {
+    StoredResponse::new(
+        201,
+        vec![
+            ("content-type".into(), "application/json".into()),
+            ("location".into(), "/orders/7".into()),
+        ],
+        b"{\"ok\":true}\x00\xff",
+    )
+}
+
+/// A raw connection for checking rows directly.
+pub async fn raw_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Waits (polling the database's own clock) until the scope's lease or
+/// cooldown has run out.
+pub async fn wait_for_lease_expiry(client: &tokio_postgres::Client, scope: &Digest) {
+    loop {
+        let row = client
+            .query_one(
+                "SELECT lease_expires_at < clock_timestamp() FROM keyflight_records WHERE scope = $1",
+                &[&scope.0.as_slice()],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, bool>(0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The row's `(state, fence, claim_id)`.
+pub async fn row_state(
+    client: &tokio_postgres::Client,
+    scope: &Digest,
+) -> Option<(String, i64, Option<Uuid>)> {
+    client
+        .query_opt(
+            "SELECT state, fence, claim_id FROM keyflight_records WHERE scope = $1",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+}
