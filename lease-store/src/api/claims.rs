@@ -1,0 +1,67 @@
+//! `POST /v1/claims/{scope}`: claim a lease, or learn the scope's state (L1, L4).
+//!
+//! The first attempt is one claim statement. Only when it finds the same
+//! request still running (`in_progress`) and the caller allowed a wait does
+//! the call turn into a long-poll, capped by the store's `--max-wait`; that is
+//! what the `follower_wait` event counts. Winners, replays and conflicts
+//! therefore cost exactly one statement, and a long-poll re-checks the record
+//! itself, so nothing that settles between the two steps is missed.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse};
+
+use super::{ApiJson, AppState, Scope};
+use crate::longpoll;
+use crate::metrics::Event;
+use crate::problem::ApiError;
+
+/// Claims the lease on `scope`, or answers its state; long-polls when `wait_ms > 0`.
+#[utoipa::path(
+    post,
+    path = "/v1/claims/{scope}",
+    tag = "claims",
+    params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
+    request_body = ClaimRequest,
+    responses((status = 200, description = "The claim's outcome", body = ClaimResponse)),
+    security(("bearer" = []))
+)]
+pub async fn claim(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+    ApiJson(mut request): ApiJson<ClaimRequest>,
+) -> Result<Json<ClaimResponse>, ApiError> {
+    let wait = clamp_wait(request.wait_ms, state.max_wait);
+    request.wait_ms = Some(wait);
+    let first = state.store.claim(&scope, &request).await?;
+    let response = match first.response {
+        ClaimResponse::InProgress { .. } if wait > 0 => {
+            state.metrics.event(Event::FollowerWait);
+            longpoll::claim_with_wait(&state.store, &state.longpoll, &scope, &request).await?
+        }
+        settled => settled,
+    };
+    state.metrics.claim_answered(&response);
+    Ok(Json(response))
+}
+
+/// The caller's wait, in milliseconds, no longer than the configured cap.
+fn clamp_wait(wait_ms: Option<u64>, max_wait: Duration) -> u64 {
+    let cap = u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX);
+    wait_ms.unwrap_or(0).min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_capped_and_default_to_none() {
+        let cap = Duration::from_secs(30);
+        assert_eq!(clamp_wait(None, cap), 0);
+        assert_eq!(clamp_wait(Some(500), cap), 500);
+        assert_eq!(clamp_wait(Some(u64::MAX), cap), 30_000);
+    }
+}

@@ -1,0 +1,96 @@
+//! Renew, finalize and release: the winner's writes, fenced by `claim_id` (L2).
+//!
+//! Each answers 200 when the caller still owns the lease and 409 `lease_lost`
+//! when another claim took it over; the store makes the stale write a no-op,
+//! so a lost lease can never overwrite a newer record. Every call is counted
+//! as an event, and a lost lease is counted as `lease_lost` whichever call
+//! discovered it.
+
+use axum::Json;
+use axum::extract::State;
+use keyflight_protocol::wire::{FinalizeRequest, ReleaseRequest, RenewRequest, RenewResponse};
+
+use super::{ApiJson, AppState, Scope};
+use crate::metrics::{Event, Metrics};
+use crate::problem::ApiError;
+use crate::store::StoreError;
+
+/// Extends the caller's lease.
+#[utoipa::path(
+    post,
+    path = "/v1/claims/{scope}/renew",
+    tag = "claims",
+    params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
+    request_body = RenewRequest,
+    responses(
+        (status = 200, description = "Lease extended", body = RenewResponse),
+        (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn renew(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+    ApiJson(request): ApiJson<RenewRequest>,
+) -> Result<Json<RenewResponse>, ApiError> {
+    let answer = state.store.renew(&scope, &request).await;
+    counted(&state.metrics, Event::Renew, answer).map(Json)
+}
+
+/// Records the upstream's response and settles the record as `completed`.
+#[utoipa::path(
+    post,
+    path = "/v1/claims/{scope}/finalize",
+    tag = "claims",
+    params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
+    request_body = FinalizeRequest,
+    responses(
+        (status = 200, description = "Response recorded"),
+        (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn finalize(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+    ApiJson(request): ApiJson<FinalizeRequest>,
+) -> Result<(), ApiError> {
+    let answer = state.store.finalize(&scope, &request).await;
+    counted(&state.metrics, Event::Finalize, answer)
+}
+
+/// Gives the lease up: cooldown (`failed`), `unknown`, or forget the record.
+#[utoipa::path(
+    post,
+    path = "/v1/claims/{scope}/release",
+    tag = "claims",
+    params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
+    request_body = ReleaseRequest,
+    responses(
+        (status = 200, description = "Lease released"),
+        (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn release(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+    ApiJson(request): ApiJson<ReleaseRequest>,
+) -> Result<(), ApiError> {
+    let answer = state.store.release(&scope, &request).await;
+    counted(&state.metrics, Event::Release, answer)
+}
+
+/// Counts a fenced write as `event` when it landed, or as `lease_lost`.
+fn counted<T>(
+    metrics: &Metrics,
+    event: Event,
+    answer: Result<T, StoreError>,
+) -> Result<T, ApiError> {
+    match &answer {
+        Ok(_) => metrics.event(event),
+        Err(StoreError::LeaseLost) => metrics.event(Event::LeaseLost),
+        Err(_) => {}
+    }
+    Ok(answer?)
+}

@@ -1,0 +1,117 @@
+//! The HTTP API v1 (SPEC §6): routes, shared state and input extractors.
+//!
+//! One file per call family — [`claims`] (the claim and its long-poll),
+//! [`lease`] (renew, finalize, release), [`records`] (the operator API) and
+//! [`health`] (the unauthenticated operability endpoints). This module wires
+//! them into one router with the cross-cutting layers: bearer auth per family
+//! ([`crate::auth`]), the body size limit, request metrics and tracing.
+//!
+//! Input is parsed by two extractors that fail with [`ApiError`], so a bad
+//! scope in the path, malformed JSON, an unknown field or an oversized body
+//! all answer problem+json (never axum's plain-text rejections).
+
+pub mod claims;
+pub mod health;
+pub mod lease;
+pub mod records;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use axum::middleware;
+use axum::routing::{get, post};
+use keyflight_protocol::Digest;
+use serde::de::DeserializeOwned;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::{self, Auth};
+use crate::longpoll::LongPoll;
+use crate::metrics::{self, Metrics};
+use crate::problem::ApiError;
+use crate::store::Store;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The Postgres layer.
+    pub store: Store,
+    /// Wakes long-polling claims (L4).
+    pub longpoll: LongPoll,
+    /// Counters and histograms (L8).
+    pub metrics: Metrics,
+    /// Cap on a claim's `wait_ms`.
+    pub max_wait: Duration,
+}
+
+/// Builds the full router: `/v1` behind auth, operability endpoints open.
+pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
+    let claims = Router::new()
+        .route("/v1/claims/{scope}", post(claims::claim))
+        .route("/v1/claims/{scope}/renew", post(lease::renew))
+        .route("/v1/claims/{scope}/finalize", post(lease::finalize))
+        .route("/v1/claims/{scope}/release", post(lease::release))
+        .route_layer(middleware::from_fn_with_state(
+            auth.clone(),
+            auth::require_filter,
+        ));
+    let records = Router::new()
+        .route("/v1/records", get(records::list))
+        .route(
+            "/v1/records/{scope}",
+            get(records::show).delete(records::erase),
+        )
+        .route("/v1/records/{scope}/resolve", post(records::resolve))
+        .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
+    let operability = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(health::openapi));
+    let metrics = state.metrics.clone();
+    Router::new()
+        .merge(claims)
+        .merge(records)
+        .merge(operability)
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(metrics, metrics::track))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn no_route() -> ApiError {
+    ApiError::NoRoute
+}
+
+/// The `{scope}` path segment, parsed as a wire digest (64 lowercase hex).
+#[derive(Debug, Clone, Copy)]
+pub struct Scope(pub Digest);
+
+impl<S: Send + Sync> FromRequestParts<S> for Scope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+        Digest::from_hex(&raw)
+            .map(Scope)
+            .map_err(|e| ApiError::BadRequest(format!("scope in path: {e}")))
+    }
+}
+
+/// A JSON body whose rejections are problem+json: 413 over the size limit,
+/// 400 naming the offending field otherwise.
+#[derive(Debug, Clone)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
+        Ok(ApiJson(value))
+    }
+}

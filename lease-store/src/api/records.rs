@@ -1,0 +1,135 @@
+//! The operator API (L6): list, show, resolve and erase records.
+//!
+//! Behind the admin token (see [`crate::auth`]). Erasure is the dangerous
+//! one: a retry of an erased scope runs the operation again, so the call must
+//! carry `keyflight-ack-replay-risk: true` and every erasure is logged at WARN
+//! (with the scope digest only — never a key or principal, which the store
+//! does not have anyway).
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use keyflight_protocol::wire::{
+    ACK_REPLAY_RISK_HEADER, RecordDetail, RecordList, RecordState, ResolveRequest,
+};
+use serde::Deserialize;
+
+use super::{ApiJson, AppState, Scope};
+use crate::metrics::Event;
+use crate::problem::ApiError;
+
+/// Records listed when the caller does not say.
+const DEFAULT_LIMIT: u32 = 100;
+/// The most records one list call returns.
+const MAX_LIMIT: u32 = 1000;
+
+/// Query of `GET /v1/records`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only records in this state (`pending`, `completed`, `failed`, `unknown`).
+    state: Option<RecordState>,
+    /// At most this many records (1–1000, default 100).
+    limit: Option<u32>,
+}
+
+/// Lists records, newest first, without bodies.
+#[utoipa::path(
+    get,
+    path = "/v1/records",
+    tag = "records",
+    params(ListQuery),
+    responses((status = 200, description = "Matching records", body = RecordList)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RecordList>, ApiError> {
+    let Query(query) = query?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    Ok(Json(state.store.list(query.state, limit).await?))
+}
+
+/// Shows one record with its recorded response.
+#[utoipa::path(
+    get,
+    path = "/v1/records/{scope}",
+    tag = "records",
+    params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
+    responses(
+        (status = 200, description = "The record", body = RecordDetail),
+        (status = 404, description = "No such record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn show(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+) -> Result<Json<RecordDetail>, ApiError> {
+    Ok(Json(state.store.get(&scope).await?))
+}
+
+/// Settles an `unknown` record as `completed` (with a response) or `failed`.
+#[utoipa::path(
+    post,
+    path = "/v1/records/{scope}/resolve",
+    tag = "records",
+    params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
+    request_body = ResolveRequest,
+    responses(
+        (status = 200, description = "Resolved"),
+        (status = 404, description = "No such record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_unknown`: the record is not in the unknown state", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resolve(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+    ApiJson(request): ApiJson<ResolveRequest>,
+) -> Result<(), ApiError> {
+    state.store.resolve(&scope, &request).await?;
+    state.metrics.event(Event::Resolve);
+    tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, "record resolved by an operator");
+    Ok(())
+}
+
+/// Deletes a record: the next request with its key runs again (replay risk).
+#[utoipa::path(
+    delete,
+    path = "/v1/records/{scope}",
+    tag = "records",
+    params(
+        ("scope" = String, Path, description = "Scope digest, 64 lowercase hex"),
+        ("keyflight-ack-replay-risk" = String, Header, description = "Must be `true`: the caller accepts that a retry will run the operation again"),
+    ),
+    responses(
+        (status = 200, description = "Erased"),
+        (status = 400, description = "`replay_risk_not_acknowledged`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn erase(
+    State(state): State<AppState>,
+    Scope(scope): Scope,
+    headers: HeaderMap,
+) -> Result<(), ApiError> {
+    let acknowledged = headers
+        .get(ACK_REPLAY_RISK_HEADER)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    if !acknowledged {
+        return Err(ApiError::ReplayRiskNotAcknowledged);
+    }
+    state.store.erase(&scope).await?;
+    state.metrics.event(Event::Erase);
+    tracing::warn!(scope = %scope.to_hex(), "record erased by an operator: a retry with its key will run again");
+    Ok(())
+}

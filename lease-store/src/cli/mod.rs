@@ -1,0 +1,79 @@
+//! The `lease-store` command line: one binary, four jobs (SPEC §6).
+//!
+//! - `serve` runs the HTTP API ([`serve`]),
+//! - `migrate` applies the schema migrations and exits ([`migrate`]),
+//! - `records …` is the operator's client for the admin API ([`records`]),
+//! - `fingerprint` explains a request's fingerprint and scope (K5, [`fingerprint`]).
+//!
+//! Each subcommand returns a [`CliError`]; `main` prints it as one line and
+//! exits non-zero, so scripts and operators get a clear, greppable failure.
+
+pub mod fingerprint;
+pub mod migrate;
+pub mod records;
+pub mod serve;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{ConfigError, DatabaseArgs, ServeArgs};
+use crate::store::StoreError;
+
+/// keyflight lease-store: idempotency leases over Postgres.
+#[derive(Debug, Parser)]
+#[command(name = "lease-store", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API v1.
+    Serve(ServeArgs),
+    /// Apply pending schema migrations, print what was done, and exit.
+    Migrate(DatabaseArgs),
+    /// Inspect, resolve or erase records through a running store's admin API.
+    Records(records::RecordsArgs),
+    /// Print a request's canonical form and fingerprint (and optionally its scope).
+    Fingerprint(fingerprint::FingerprintArgs),
+}
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Invalid settings.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be used.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server stopped with an I/O error.
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+    /// A `records` call failed.
+    #[error(transparent)]
+    Records(#[from] records::RecordsError),
+    /// `fingerprint` input is unusable.
+    #[error(transparent)]
+    Fingerprint(#[from] fingerprint::FingerprintError),
+}
+
+/// Runs the chosen subcommand.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Migrate(args) => migrate::run(args).await,
+        Command::Records(args) => Ok(records::run(args).await?),
+        Command::Fingerprint(args) => Ok(fingerprint::run(args)?),
+    }
+}

@@ -1,0 +1,357 @@
+//! Settings for `serve` and `migrate`, parsed once at start-up (SPEC §6).
+//!
+//! Flags and environment variables are declared here with clap (`ServeArgs`,
+//! `DatabaseArgs`, `SecretArgs`), then turned into validated types
+//! ([`ServeConfig`], [`Secret`]) before anything starts: a missing token, a
+//! token file that cannot be read or an admin token equal to the filter's
+//! fails the process with one clear line, and the request path never
+//! re-checks a setting.
+//!
+//! Every token can be given inline (`KEYFLIGHT_TOKEN`) or as a file
+//! (`KEYFLIGHT_TOKEN_FILE`, the shape Kubernetes secrets mount as); giving
+//! both is an error rather than a silent precedence rule.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cleanup::CleanupSettings;
+use crate::store::StoreSettings;
+
+/// Why the settings cannot be used. Each message names the flag or variable at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `serve` was started without a filter token.
+    #[error(
+        "no token configured: set KEYFLIGHT_TOKEN or KEYFLIGHT_TOKEN_FILE (or --token / --token-file)"
+    )]
+    MissingToken,
+    /// Both the inline and the file form of a secret were given.
+    #[error("{name} is set both inline and as a file; set only one")]
+    SecretGivenTwice {
+        /// The variable's name.
+        name: &'static str,
+    },
+    /// A secret file could not be read.
+    #[error("cannot read {name} from {}: {source}", path.display())]
+    SecretFile {
+        /// The variable's name.
+        name: &'static str,
+        /// The file given.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A secret is empty (after trimming the trailing newline of a file).
+    #[error("{name} is empty")]
+    EmptySecret {
+        /// The variable's name.
+        name: &'static str,
+    },
+    /// The admin token equals the filter token, so the filter could call admin endpoints.
+    #[error("KEYFLIGHT_ADMIN_TOKEN must differ from KEYFLIGHT_TOKEN")]
+    AdminTokenReused,
+    /// A tunable is out of range.
+    #[error("invalid --{flag}: {reason}")]
+    Invalid {
+        /// The flag at fault.
+        flag: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+/// A bearer token. Its `Debug` form never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a token value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The token's bytes, for constant-time comparison and for sending.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Where the database is (`serve`, `migrate`).
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// Postgres connection URL (`postgres://user:pass@host:port/db`).
+    #[arg(long, env = "KEYFLIGHT_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// The admin token, inline or as a file (`records …`, and part of `serve`).
+#[derive(Debug, Clone, Args)]
+pub struct AdminTokenArgs {
+    /// Admin token for `/v1/records…` (prefer the env var or a file: flags show in `ps`).
+    #[arg(long, env = "KEYFLIGHT_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// File holding the admin token (a trailing newline is ignored).
+    #[arg(long, env = "KEYFLIGHT_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+impl AdminTokenArgs {
+    /// The admin token, if one was given.
+    pub fn resolve(&self) -> Result<Option<Secret>, ConfigError> {
+        resolve_secret(
+            "KEYFLIGHT_ADMIN_TOKEN",
+            self.admin_token.as_deref(),
+            self.admin_token_file.as_deref(),
+        )
+    }
+}
+
+/// Flags and environment of `lease-store serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// Address to listen on.
+    #[arg(long, env = "KEYFLIGHT_LISTEN", default_value = "127.0.0.1:8480")]
+    listen: SocketAddr,
+    /// Bearer token the edge filter uses for `/v1/claims…` (prefer the env var or a file).
+    #[arg(long, env = "KEYFLIGHT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// File holding the filter token (a trailing newline is ignored).
+    #[arg(long, env = "KEYFLIGHT_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    admin: AdminTokenArgs,
+    /// Run pending migrations before serving (default: a separate `migrate` job does it).
+    #[arg(long, env = "KEYFLIGHT_MIGRATE")]
+    migrate: bool,
+    /// Postgres connections per replica.
+    #[arg(long, env = "KEYFLIGHT_POOL_SIZE", default_value_t = 16)]
+    pool_size: usize,
+    /// Record retention when a claim does not say (e.g. `24h`).
+    #[arg(long, env = "KEYFLIGHT_DEFAULT_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    default_retention: Duration,
+    /// Failure cooldown when a release does not say (e.g. `2s`).
+    #[arg(long, env = "KEYFLIGHT_DEFAULT_COOLDOWN", default_value = "2s", value_parser = parse_duration)]
+    default_cooldown: Duration,
+    /// Postgres `statement_timeout` for every query.
+    #[arg(long, env = "KEYFLIGHT_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    statement_timeout: Duration,
+    /// Upper bound on a claim's `wait_ms` (longer waits are shortened to this).
+    #[arg(long, env = "KEYFLIGHT_MAX_WAIT", default_value = "30s", value_parser = parse_duration)]
+    max_wait: Duration,
+    /// Largest request body accepted, in bytes (a finalize carries the response body).
+    #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// How often retention clean-up runs.
+    #[arg(long, env = "KEYFLIGHT_CLEANUP_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    cleanup_interval: Duration,
+    /// Rows deleted per clean-up batch.
+    #[arg(long, env = "KEYFLIGHT_CLEANUP_BATCH", default_value_t = 1000)]
+    cleanup_batch: i64,
+}
+
+/// Who may call what (L7): the filter's token and the optional admin token.
+#[derive(Debug, Clone)]
+pub struct Tokens {
+    /// Token for `/v1/claims…`.
+    pub filter: Secret,
+    /// Token for `/v1/records…`; `None` disables the admin API.
+    pub admin: Option<Secret>,
+}
+
+/// Validated settings of `serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Database and statement settings.
+    pub store: StoreSettings,
+    /// Bearer tokens.
+    pub tokens: Tokens,
+    /// Run migrations before serving.
+    pub migrate: bool,
+    /// Cap on a claim's long-poll budget.
+    pub max_wait: Duration,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Retention clean-up schedule.
+    pub cleanup: CleanupSettings,
+}
+
+impl ServeArgs {
+    /// Validates the flags into a [`ServeConfig`], reading token files.
+    pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
+        let filter = resolve_secret(
+            "KEYFLIGHT_TOKEN",
+            self.token.as_deref(),
+            self.token_file.as_deref(),
+        )?
+        .ok_or(ConfigError::MissingToken)?;
+        let admin = self.admin.resolve()?;
+        if admin.as_ref() == Some(&filter) {
+            return Err(ConfigError::AdminTokenReused);
+        }
+        check(self.pool_size > 0, "pool-size", "must be at least 1")?;
+        check(
+            !self.statement_timeout.is_zero(),
+            "statement-timeout",
+            "must be positive",
+        )?;
+        check(
+            !self.default_retention.is_zero(),
+            "default-retention",
+            "must be positive",
+        )?;
+        check(
+            self.max_body_bytes > 0,
+            "max-body-bytes",
+            "must be positive",
+        )?;
+        check(
+            !self.cleanup_interval.is_zero(),
+            "cleanup-interval",
+            "must be positive",
+        )?;
+        check(
+            self.cleanup_batch > 0,
+            "cleanup-batch",
+            "must be at least 1",
+        )?;
+        Ok(ServeConfig {
+            listen: self.listen,
+            store: StoreSettings {
+                database_url: self.database.database_url,
+                pool_size: self.pool_size,
+                default_retention: self.default_retention,
+                default_cooldown: self.default_cooldown,
+                statement_timeout: self.statement_timeout,
+            },
+            tokens: Tokens { filter, admin },
+            migrate: self.migrate,
+            max_wait: self.max_wait,
+            max_body_bytes: self.max_body_bytes,
+            cleanup: CleanupSettings {
+                interval: self.cleanup_interval,
+                batch_size: self.cleanup_batch,
+            },
+        })
+    }
+}
+
+fn check(ok: bool, flag: &'static str, reason: &'static str) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid { flag, reason })
+    }
+}
+
+/// Reads a secret given inline or as a file; `None` when neither is set.
+///
+/// A file's trailing newline (`echo token > file`) is not part of the token.
+pub fn resolve_secret(
+    name: &'static str,
+    inline: Option<&str>,
+    file: Option<&Path>,
+) -> Result<Option<Secret>, ConfigError> {
+    let value = match (inline, file) {
+        (Some(_), Some(_)) => return Err(ConfigError::SecretGivenTwice { name }),
+        (None, None) => return Ok(None),
+        (Some(value), None) => value.to_owned(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::SecretFile {
+                name,
+                path: path.to_owned(),
+                source,
+            })?
+            .trim_end_matches(['\n', '\r'])
+            .to_owned(),
+    };
+    if value.is_empty() {
+        return Err(ConfigError::EmptySecret { name });
+    }
+    Ok(Some(Secret(value)))
+}
+
+/// Parses a duration such as `500ms`, `2s`, `5m`, `24h` or `7d` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 500ms, 2s, 5m, 24h or 7d"))?;
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{text}` (use ms, s, m, h or d)"
+            ));
+        }
+    };
+    n.checked_mul(unit_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("2 weeks").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn secret_files_lose_their_trailing_newline() {
+        let path = std::env::temp_dir().join(format!("keyflight-secret-{}", std::process::id()));
+        std::fs::write(&path, "s3cret\n").expect("write temp file");
+        let secret = resolve_secret("T", None, Some(&path)).expect("readable");
+        std::fs::remove_file(&path).expect("remove temp file");
+        assert_eq!(secret.map(|s| s.expose().to_owned()), Some("s3cret".into()));
+    }
+
+    #[test]
+    fn secrets_reject_both_forms_and_empty_values() {
+        assert!(matches!(
+            resolve_secret("T", Some("a"), Some(Path::new("/nonexistent"))),
+            Err(ConfigError::SecretGivenTwice { .. })
+        ));
+        assert!(matches!(
+            resolve_secret("T", Some(""), None),
+            Err(ConfigError::EmptySecret { .. })
+        ));
+        assert!(matches!(resolve_secret("T", None, None), Ok(None)));
+    }
+
+    #[test]
+    fn secrets_do_not_debug_print() {
+        assert_eq!(
+            format!("{:?}", Secret::new("hunter2")),
+            "Secret(<redacted>)"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! keyflight's lease-store: claims, renews and finalizes idempotency leases over Postgres.
+//!
+//! The crate is one binary (`lease-store`, see `main.rs`) built from small
+//! modules with one job each:
+//!
+//! - [`store`], [`longpoll`], [`cleanup`]: the Postgres layer (SQL next to the
+//!   Rust that runs it), the `LISTEN/NOTIFY` fan-out for waiting followers
+//!   (L4), and retention clean-up (L5).
+//! - [`api`]: the HTTP API v1 (SPEC §6), one handler file per call family,
+//!   guarded by [`auth`] (L7), with every error mapped to problem+json in
+//!   [`problem`]; [`metrics`] and [`openapi`] are the operability endpoints (L8).
+//! - [`config`] parses flags and environment into validated settings once, at
+//!   start-up; [`shutdown`] turns SIGTERM/SIGINT into a drain of in-flight calls.
+//! - [`cli`]: the subcommands (`serve`, `migrate`, `records …`, `fingerprint`).
+
+pub mod api;
+pub mod auth;
+pub mod cleanup;
+pub mod cli;
+pub mod config;
+pub mod longpoll;
+pub mod metrics;
+pub mod openapi;
+pub mod problem;
+pub mod shutdown;
+pub mod store;

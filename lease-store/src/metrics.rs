@@ -1,0 +1,321 @@
+//! L8: Prometheus metrics, mirroring the filter's F13 counters.
+//!
+//! One [`Metrics`] value is created at start-up and shared by the handlers,
+//! the request middleware and the clean-up task. Counters are updated where
+//! the thing happens; the pool gauges are read from the pool at scrape time,
+//! so they are never stale and need no background task.
+//!
+//! Label values are `&'static str` taken from the protocol's enums, so a
+//! metric can never grow an unbounded label set from request data; the route
+//! label is axum's matched route template (`/v1/claims/{scope}`), not the URI.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use keyflight_protocol::ProblemCode;
+use keyflight_protocol::wire::ClaimResponse;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Latency buckets, in seconds: 0.1 ms (a cached answer) to 10 s (a long-poll).
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Media type of the Prometheus text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Something that happened to a lease (the event counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A claim won a fresh scope.
+    Claimed,
+    /// A claim reused a record past its retention.
+    RecoveredTtl,
+    /// A claim took over an expired lease or an elapsed cooldown.
+    RecoveredAbandoned,
+    /// A claim long-polled for another caller's outcome.
+    FollowerWait,
+    /// A renew, finalize or release found its lease taken over.
+    LeaseLost,
+    /// A lease was renewed.
+    Renew,
+    /// A response was recorded.
+    Finalize,
+    /// A lease was released.
+    Release,
+    /// An operator erased a record.
+    Erase,
+    /// An operator resolved an `unknown` record.
+    Resolve,
+}
+
+impl Event {
+    fn as_str(self) -> &'static str {
+        match self {
+            Event::Claimed => "claimed",
+            Event::RecoveredTtl => "recovered_ttl",
+            Event::RecoveredAbandoned => "recovered_abandoned",
+            Event::FollowerWait => "follower_wait",
+            Event::LeaseLost => "lease_lost",
+            Event::Renew => "renew",
+            Event::Finalize => "finalize",
+            Event::Release => "release",
+            Event::Erase => "erase",
+            Event::Resolve => "resolve",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabel {
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+/// Connection pool occupancy, as the pool reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Connections open.
+    pub size: usize,
+    /// Connections idle and ready.
+    pub available: usize,
+    /// Callers waiting for a connection.
+    pub waiting: usize,
+}
+
+/// The lease-store's metrics registry and handles.
+#[derive(Debug, Clone)]
+pub struct Metrics(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    claims: Family<OutcomeLabel, Counter>,
+    events: Family<EventLabel, Counter>,
+    ttl_deletes: Counter,
+    errors: Family<CodeLabel, Counter>,
+    durations: Family<RouteLabel, Histogram>,
+    pool_size: Gauge,
+    pool_available: Gauge,
+    pool_waiting: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let claims = Family::<OutcomeLabel, Counter>::default();
+        let events = Family::<EventLabel, Counter>::default();
+        let ttl_deletes = Counter::default();
+        let errors = Family::<CodeLabel, Counter>::default();
+        let durations = Family::<RouteLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(LATENCY_BUCKETS)) as fn() -> Histogram,
+        );
+        let (pool_size, pool_available, pool_waiting) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "keyflight_store_claims",
+            "Claim answers by outcome",
+            claims.clone(),
+        );
+        registry.register(
+            "keyflight_store_events",
+            "Lease events (claims won, recoveries, follower waits, lost leases, writes)",
+            events.clone(),
+        );
+        registry.register(
+            "keyflight_store_ttl_deletes",
+            "Records deleted by retention clean-up",
+            ttl_deletes.clone(),
+        );
+        registry.register(
+            "keyflight_store_errors",
+            "Problem answers by code",
+            errors.clone(),
+        );
+        registry.register(
+            "keyflight_store_request_duration_seconds",
+            "HTTP request latency by route",
+            durations.clone(),
+        );
+        registry.register(
+            "keyflight_store_pool_size",
+            "Postgres connections open",
+            pool_size.clone(),
+        );
+        registry.register(
+            "keyflight_store_pool_available",
+            "Postgres connections idle",
+            pool_available.clone(),
+        );
+        registry.register(
+            "keyflight_store_pool_waiting",
+            "Callers waiting for a Postgres connection",
+            pool_waiting.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            claims,
+            events,
+            ttl_deletes,
+            errors,
+            durations,
+            pool_size,
+            pool_available,
+            pool_waiting,
+        }))
+    }
+
+    /// Counts a claim's answer, and the winning event if it won.
+    pub fn claim_answered(&self, response: &ClaimResponse) {
+        let outcome = match response {
+            ClaimResponse::Won { how, .. } => {
+                self.event(match how {
+                    keyflight_protocol::wire::WonHow::Claimed => Event::Claimed,
+                    keyflight_protocol::wire::WonHow::RecoveredTtl => Event::RecoveredTtl,
+                    keyflight_protocol::wire::WonHow::RecoveredAbandoned => {
+                        Event::RecoveredAbandoned
+                    }
+                });
+                "won"
+            }
+            ClaimResponse::Completed { .. } => "completed",
+            ClaimResponse::Conflict => "conflict",
+            ClaimResponse::InProgress { .. } => "in_progress",
+            ClaimResponse::Cooldown { .. } => "cooldown",
+            ClaimResponse::NotReplayable => "not_replayable",
+            ClaimResponse::Unknown => "unknown",
+        };
+        self.0.claims.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    /// Counts an event.
+    pub fn event(&self, event: Event) {
+        self.0
+            .events
+            .get_or_create(&EventLabel {
+                event: event.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts rows removed by retention clean-up.
+    pub fn ttl_deleted(&self, rows: u64) {
+        self.0.ttl_deletes.inc_by(rows);
+    }
+
+    /// Counts a problem answer.
+    pub fn error(&self, code: ProblemCode) {
+        self.0
+            .errors
+            .get_or_create(&CodeLabel {
+                code: code.as_str(),
+            })
+            .inc();
+    }
+
+    /// Records a request's latency under its route template.
+    pub fn observe(&self, route: &str, elapsed: Duration) {
+        self.0
+            .durations
+            .get_or_create(&RouteLabel {
+                route: route.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Renders the text exposition, after refreshing the pool gauges.
+    pub fn render(&self, pool: PoolStatus) -> String {
+        self.0.pool_size.set(gauge_value(pool.size));
+        self.0.pool_available.set(gauge_value(pool.available));
+        self.0.pool_waiting.set(gauge_value(pool.waiting));
+        let mut text = String::new();
+        // Writing into a String cannot fail; an encoder error would only drop the scrape.
+        if encode(&mut text, &self.0.registry).is_err() {
+            tracing::error!("metrics encoding failed");
+        }
+        text
+    }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Middleware: times every routed request and counts problem answers by code.
+pub async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    if let Some(route) = route {
+        metrics.observe(&route, started.elapsed());
+    }
+    if let Some(code) = response.extensions().get::<ProblemCode>() {
+        metrics.error(*code);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_the_counters() {
+        let metrics = Metrics::new();
+        metrics.claim_answered(&ClaimResponse::Conflict);
+        metrics.event(Event::FollowerWait);
+        metrics.ttl_deleted(3);
+        metrics.error(ProblemCode::LeaseLost);
+        metrics.observe("/v1/claims/{scope}", Duration::from_millis(2));
+        let text = metrics.render(PoolStatus {
+            size: 4,
+            available: 3,
+            waiting: 0,
+        });
+        for line in [
+            "keyflight_store_claims_total{outcome=\"conflict\"} 1",
+            "keyflight_store_events_total{event=\"follower_wait\"} 1",
+            "keyflight_store_ttl_deletes_total 3",
+            "keyflight_store_errors_total{code=\"lease_lost\"} 1",
+            "keyflight_store_request_duration_seconds_count{route=\"/v1/claims/{scope}\"} 1",
+            "keyflight_store_pool_size 4",
+            "keyflight_store_pool_available 3",
+        ] {
+            assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        }
+    }
+}
