@@ -28,6 +28,11 @@ use crate::uri;
 
 const DOMAIN_TAG: &str = "keyflight/fingerprint/v1";
 
+/// Headers that enter the fingerprint unless a policy says otherwise (K4):
+/// a conditional write's precondition and an approval's digest change what
+/// the request means, while transport headers never do.
+pub const DEFAULT_FINGERPRINT_HEADERS: [&str; 2] = ["if-match", "x-approval-digest"];
+
 /// What a fingerprint is computed from.
 #[derive(Debug, Clone, Copy)]
 pub struct FingerprintInput<'a> {

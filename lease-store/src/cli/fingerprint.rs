@@ -13,15 +13,12 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use keyflight_protocol::fingerprint::{
-    BodyForm, Explanation, FingerprintInput, RawReason, explain,
+    BodyForm, DEFAULT_FINGERPRINT_HEADERS, Explanation, FingerprintInput, RawReason, explain,
 };
 use keyflight_protocol::key::parse_key;
 use keyflight_protocol::{Digest, Principal, ScopeInput, ScopeMode, scope};
 
 use super::records::parse_header;
-
-/// Headers that enter the fingerprint unless `--fingerprint-header` says otherwise (K4).
-const DEFAULT_FINGERPRINT_HEADERS: [&str; 2] = ["if-match", "x-approval-digest"];
 
 /// Flags of `lease-store fingerprint`.
 #[derive(Debug, Args)]
