@@ -13,12 +13,13 @@ WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate e2e test up down demo
+        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
 	@echo "make test   - everything CI runs"
 	@echo "make up / make down - start / stop the demo stack in the background"
+	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
 prereqs:
@@ -66,16 +67,24 @@ protocol-wasm: rust-targets
 envoy-validate: envoy wasm
 	scripts/envoy-validate.sh
 
+# Kubernetes/Istio manifests, alert rules, dashboard: schema and cross-checks (no cluster here).
+validate-manifests: envoy
+	scripts/validate-manifests.sh
+
 e2e: envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
 
-test: prereqs lint unit protocol-wasm envoy-validate e2e
+test: prereqs lint unit protocol-wasm envoy-validate validate-manifests e2e
 
 up: prereqs envoy wasm build-release
 	scripts/up.sh
 
 down:
 	scripts/down.sh
+
+# OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).
+images: rust-targets wasm
+	scripts/images.sh
 
 demo: up
 	@trap 'scripts/down.sh' EXIT; scripts/demo.sh
