@@ -21,8 +21,8 @@ use crate::replay::{DEFAULT_REPLAY_HEADERS, never_stored};
 pub const DEFAULT_KEY_HEADER: &str = "idempotency-key";
 /// Default methods a policy matches.
 pub const DEFAULT_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
-/// Default fingerprint headers (K4).
-pub const DEFAULT_FINGERPRINT_HEADERS: [&str; 2] = ["if-match", "x-approval-digest"];
+/// Default fingerprint headers (K4): one list, shared with `lease-store fingerprint`.
+pub use keyflight_protocol::fingerprint::DEFAULT_FINGERPRINT_HEADERS;
 
 /// Headers that describe the transport, not the operation: they differ between
 /// a request and its retry, so they may never enter a fingerprint (K4).
@@ -150,6 +150,28 @@ pub struct Config {
     pub identity: Identity,
     /// Ordered policies; the first match wins.
     pub policies: Vec<Rc<Policy>>,
+    /// The edge replay cache (F9); `None` when disabled.
+    pub edge_cache: Option<EdgeCache>,
+}
+
+/// Default total bytes of the edge replay cache.
+pub const DEFAULT_EDGE_CACHE_MAX_BYTES: u64 = 16 * MIB;
+/// Default largest cached entry (encoded).
+pub const DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES: u64 = 16 * 1024;
+/// Default time an entry is served (never longer than a policy's retention).
+pub const DEFAULT_EDGE_CACHE_TTL_S: u64 = 60;
+/// Upper bound on the number of slots (shared-data keys) the cache uses.
+const MAX_EDGE_CACHE_SLOTS: u64 = 65_536;
+
+/// F9: the edge replay cache's bounds, shared by every worker of the VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeCache {
+    /// Number of slots: `max_bytes / max_entry_bytes`, at most 65536.
+    pub slots: u32,
+    /// Largest encoded entry; a larger record is simply not cached.
+    pub max_entry_bytes: usize,
+    /// How long an entry is served; a policy's retention caps it further.
+    pub ttl: Duration,
 }
 
 /// The lease-store callout settings.
@@ -185,7 +207,8 @@ pub enum Source {
     JwtClaim {
         /// The `payload_in_metadata` name.
         metadata_key: String,
-        /// The claim, e.g. `sub`.
+        /// The claim, e.g. `sub`; a dotted path reaches into nested claims
+        /// (`act.sub`, the RFC 8693 on-behalf-of actor).
         claim: String,
     },
 }
@@ -199,13 +222,19 @@ impl Source {
             Source::JwtClaim {
                 metadata_key,
                 claim,
-            } => Some(vec![
-                "metadata",
-                "filter_metadata",
-                "envoy.filters.http.jwt_authn",
-                metadata_key,
-                claim,
-            ]),
+            } => {
+                // Envoy walks the path itself: each segment below the
+                // metadata key is a key of the (nested) claims object, and a
+                // string leaf comes back as its raw UTF-8 bytes.
+                let mut path = vec![
+                    "metadata",
+                    "filter_metadata",
+                    "envoy.filters.http.jwt_authn",
+                    metadata_key,
+                ];
+                path.extend(claim.split('.'));
+                Some(path)
+            }
         }
     }
 }
@@ -275,6 +304,8 @@ pub struct Policy {
     pub failure_mode: FailureMode,
     /// Uncertain outcomes (F6).
     pub uncertain: Uncertain,
+    /// Whether this policy's records use the edge replay cache (F9).
+    pub edge_cache: bool,
 }
 
 impl Config {
@@ -283,6 +314,19 @@ impl Config {
         self.policies
             .iter()
             .find(|p| p.matcher.matches(method, path, authority))
+    }
+
+    /// The edge cache to use for `policy`'s records and for how long, or
+    /// `None` when the cache is off (globally, for the policy, or in
+    /// `dry_run`, where every request claims so the store sees the whole
+    /// mesh's traffic). The time an entry is served never exceeds the
+    /// policy's retention (F9).
+    pub fn edge_cache_for(&self, policy: &Policy) -> Option<(EdgeCache, Duration)> {
+        if self.mode == Mode::DryRun || !policy.edge_cache {
+            return None;
+        }
+        let cache = self.edge_cache?;
+        Some((cache, cache.ttl.min(policy.retention)))
     }
 
     /// The tick period the adapter needs to renew leases on time: a quarter of
@@ -330,6 +374,15 @@ mod raw {
         pub status_profile: Option<StatusProfile>,
         pub identity: Option<Identity>,
         pub policies: Vec<Policy>,
+        pub edge_cache: Option<EdgeCache>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct EdgeCache {
+        pub max_bytes: Option<u64>,
+        pub max_entry_bytes: Option<u64>,
+        pub ttl_s: Option<u64>,
     }
 
     #[derive(Deserialize)]
@@ -392,6 +445,7 @@ mod raw {
         pub fingerprint_headers: Option<Vec<String>>,
         pub failure_mode: Option<FailureMode>,
         pub uncertain: Option<Uncertain>,
+        pub edge_cache: Option<bool>,
     }
 
     #[derive(Deserialize, Clone, Copy)]
@@ -442,7 +496,48 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
         status_profile: raw.status_profile.unwrap_or_default(),
         identity,
         policies,
+        edge_cache: validate_edge_cache(raw.edge_cache)?,
     })
+}
+
+/// `max_bytes: 0` turns the cache off.
+fn validate_edge_cache(raw: Option<raw::EdgeCache>) -> Result<Option<EdgeCache>, ConfigError> {
+    let raw = raw.unwrap_or(raw::EdgeCache {
+        max_bytes: None,
+        max_entry_bytes: None,
+        ttl_s: None,
+    });
+    let max_entry_bytes = in_range(
+        "edge_cache.max_entry_bytes",
+        raw.max_entry_bytes,
+        DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES,
+        1024,
+        64 * MIB,
+    )?;
+    let ttl_s = in_range(
+        "edge_cache.ttl_s",
+        raw.ttl_s,
+        DEFAULT_EDGE_CACHE_TTL_S,
+        1,
+        86_400,
+    )?;
+    let max_bytes = raw.max_bytes.unwrap_or(DEFAULT_EDGE_CACHE_MAX_BYTES);
+    if max_bytes == 0 {
+        return Ok(None);
+    }
+    let max_bytes = in_range(
+        "edge_cache.max_bytes",
+        Some(max_bytes),
+        0,
+        max_entry_bytes,
+        1024 * MIB,
+    )?;
+    let slots = (max_bytes / max_entry_bytes).min(MAX_EDGE_CACHE_SLOTS);
+    Ok(Some(EdgeCache {
+        slots: u32::try_from(slots).unwrap_or(u32::MAX),
+        max_entry_bytes: to_usize(max_entry_bytes),
+        ttl: Duration::from_secs(ttl_s),
+    }))
 }
 
 fn validate_lease_store(raw: raw::LeaseStore) -> Result<LeaseStore, ConfigError> {
@@ -587,6 +682,7 @@ fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
         fingerprint_headers,
         failure_mode: p.failure_mode.unwrap_or_default(),
         uncertain: p.uncertain.unwrap_or_default(),
+        edge_cache: p.edge_cache.unwrap_or(true),
     })
 }
 
@@ -674,10 +770,10 @@ fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Source>, ConfigError>
                         "must not be empty",
                     ));
                 }
-                if c.claim.is_empty() {
+                if c.claim.split('.').any(str::is_empty) {
                     return Err(ConfigError::new(
                         format!("{at}[{i}].jwt_claim.claim"),
-                        "must not be empty",
+                        "must be a claim name or a dotted path of names (e.g. act.sub)",
                     ));
                 }
                 Ok(Source::JwtClaim {

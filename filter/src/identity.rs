@@ -6,6 +6,14 @@
 //! request headers; property and JWT-claim sources go through a lookup the
 //! adapter supplies (`get_property` in Envoy, a map in tests), so this module
 //! stays pure.
+//!
+//! What Envoy 1.40 returns for these properties (checked): a string leaf, such
+//! as `…jwt_authn.<key>.sub` or `…<key>.act.sub`, comes back as its raw UTF-8
+//! bytes, because Envoy walks the nested claims itself; a number comes back as
+//! an 8-byte double, an object as proxy-wasm's serialized pairs, and the whole
+//! `metadata` as protobuf bytes. A principal must therefore be printable text:
+//! a value with control bytes (a non-string claim) is treated as absent rather
+//! than hashed into a scope nobody could name.
 
 use crate::config::{Identity, Source};
 
@@ -41,7 +49,7 @@ where
     };
     let text = String::from_utf8(raw).ok()?;
     let text = text.trim();
-    (!text.is_empty()).then(|| text.to_owned())
+    (!text.is_empty() && !text.chars().any(char::is_control)).then(|| text.to_owned())
 }
 
 #[cfg(test)]
@@ -110,6 +118,56 @@ mod tests {
             .then(|| b"user-42".to_vec())
         };
         assert_eq!(resolve(&identity(), &[], jwt).as_deref(), Some("user-42"));
+    }
+
+    #[test]
+    fn a_dotted_claim_reads_the_nested_actor() {
+        let identity = Identity {
+            actor: vec![Source::JwtClaim {
+                metadata_key: "jwt_payload".into(),
+                claim: "act.sub".into(),
+            }],
+            principal: vec![Source::JwtClaim {
+                metadata_key: "jwt_payload".into(),
+                claim: "sub".into(),
+            }],
+        };
+        let prefix = [
+            "metadata",
+            "filter_metadata",
+            "envoy.filters.http.jwt_authn",
+            "jwt_payload",
+        ];
+        // What Envoy answers for a token {"sub": "svc", "act": {"sub": "ada"}}.
+        let on_behalf = |path: &[&str]| match path.split_at(4) {
+            (p, ["act", "sub"]) if p == prefix => Some(b"ada".to_vec()),
+            (p, ["sub"]) if p == prefix => Some(b"svc".to_vec()),
+            _ => None,
+        };
+        assert_eq!(resolve(&identity, &[], on_behalf).as_deref(), Some("ada"));
+        // No `act` claim: the service itself.
+        let own =
+            |path: &[&str]| (path == [&prefix[..], &["sub"]].concat()).then(|| b"svc".to_vec());
+        assert_eq!(resolve(&identity, &[], own).as_deref(), Some("svc"));
+    }
+
+    #[test]
+    fn a_non_string_claim_is_absent() {
+        let identity = Identity {
+            actor: vec![],
+            principal: vec![Source::JwtClaim {
+                metadata_key: "jwt_payload".into(),
+                claim: "n".into(),
+            }],
+        };
+        // Envoy's encoding of the number 5.0 (a little-endian double).
+        let number = |_: &[&str]| Some(5.0f64.to_le_bytes().to_vec());
+        assert_eq!(resolve(&identity, &[], number), None);
+        // proxy-wasm's serialized pairs for an object claim.
+        let object = |_: &[&str]| {
+            Some(b"\x01\x00\x00\x00\x03\x00\x00\x00\x03\x00\x00\x00sub\x00ada\x00".to_vec())
+        };
+        assert_eq!(resolve(&identity, &[], object), None);
     }
 
     #[test]

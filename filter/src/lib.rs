@@ -6,8 +6,8 @@
 //! * the decisions, free of any proxy-wasm host call and tested natively:
 //!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //!   state machine of one HTTP stream), and its pure helpers [`identity`],
-//!   [`replay`], [`problem`], [`status_matrix`], [`store_call`], [`renewal`]
-//!   and [`metrics`];
+//!   [`replay`], [`problem`], [`status_matrix`], [`store_call`], [`renewal`],
+//!   [`edge_cache`] and [`metrics`];
 //! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
 //!   between Envoy and the machine.
 //!
@@ -21,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::panic))]
 
 pub mod config;
+pub mod edge_cache;
 pub mod identity;
 pub mod machine;
 pub mod metrics;

@@ -9,8 +9,11 @@
 pub enum Outcome {
     /// Won, ran upstream, recorded replayable.
     WonCompleted,
-    /// Served a recorded response.
+    /// Served a recorded response the lease-store returned.
     Replay,
+    /// Served a recorded response from this proxy's edge cache, with no
+    /// lease-store call (F9).
+    ReplayEdgeCache,
     /// Same key, different request.
     Conflict,
     /// The winner was still running after the follower's wait.
@@ -35,9 +38,10 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, for defining the counters.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::WonCompleted,
         Outcome::Replay,
+        Outcome::ReplayEdgeCache,
         Outcome::Conflict,
         Outcome::InProgressTimeout,
         Outcome::Failed,
@@ -55,6 +59,7 @@ impl Outcome {
         match self {
             Outcome::WonCompleted => "won_completed",
             Outcome::Replay => "replay",
+            Outcome::ReplayEdgeCache => "replay_edge_cache",
             Outcome::Conflict => "conflict",
             Outcome::InProgressTimeout => "in_progress_timeout",
             Outcome::Failed => "failed",
@@ -78,6 +83,9 @@ pub enum EventKind {
     RecoveredTtl,
     /// Won by stealing an expired lease or elapsed cooldown.
     RecoveredAbandoned,
+    /// A same-fingerprint follower long-polled the whole `follower_wait`
+    /// and the winner was still running (F5).
+    FollowerWait,
     /// A follower was refused during a failure cooldown.
     RetryableCooldown,
     /// Finalize, release or renew found the lease stolen.
@@ -94,10 +102,11 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
+        EventKind::FollowerWait,
         EventKind::RetryableCooldown,
         EventKind::LeaseStolen,
         EventKind::RenewError,
@@ -112,6 +121,7 @@ impl EventKind {
             EventKind::Claimed => "claimed",
             EventKind::RecoveredTtl => "recovered_ttl",
             EventKind::RecoveredAbandoned => "recovered_abandoned",
+            EventKind::FollowerWait => "follower_wait",
             EventKind::RetryableCooldown => "retryable_cooldown",
             EventKind::LeaseStolen => "lease_stolen",
             EventKind::RenewError => "renew_error",

@@ -5,6 +5,19 @@
 //! `StartRenewal` and drop it on `StopRenewal` (or when they end), and each
 //! tick asks [`Renewals::due`] which renew calls to dispatch. Time is passed in
 //! (milliseconds from any fixed origin), so the schedule is a plain unit test.
+//!
+//! Checked on Envoy 1.40: ticks fire on every worker at the period set in
+//! `on_configure` ([`crate::config::Config::tick_period`], a quarter of the
+//! shortest renew interval), each worker's root context renews the leases of
+//! its own streams, and renew calls dispatched from `on_tick` answer to the
+//! root context. A stream that ends for any reason (answered, client gone,
+//! upstream reset, Envoy shutting down) reaches `on_done`, which stops its
+//! renewal; a dead proxy renews nothing, so its leases expire within one lease.
+//!
+//! The registry is also the ledger of stolen leases: a renew answered
+//! `lease_lost` stops renewing and counts `lease_stolen` once; the stream's
+//! later finalize or release that finds the same theft ([`Renewals::lease_lost`])
+//! does not count it again.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,6 +37,8 @@ struct Entry {
     interval_ms: u64,
     next_due_ms: u64,
     in_flight: bool,
+    /// A renew found the lease stolen: never renewed again, already counted.
+    lost: bool,
 }
 
 /// Leases being renewed, keyed by the owning stream's context id.
@@ -55,6 +70,7 @@ impl Renewals {
                 interval_ms,
                 next_due_ms: now_ms.saturating_add(interval_ms),
                 in_flight: false,
+                lost: false,
             },
         );
     }
@@ -66,12 +82,26 @@ impl Renewals {
 
     /// Number of leases being renewed.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.values().filter(|e| !e.lost).count()
     }
 
     /// Whether no lease is being renewed.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
+    }
+
+    /// Stream `context_id`'s finalize or release found its lease stolen;
+    /// returns the counters to increment (`lease_stolen`, unless a renew
+    /// already counted this theft).
+    pub fn lease_lost(&mut self, context_id: u32) -> Vec<Metric> {
+        match self.entries.get_mut(&context_id) {
+            Some(entry) if entry.lost => Vec::new(),
+            Some(entry) => {
+                entry.lost = true;
+                vec![Metric::Event(EventKind::LeaseStolen)]
+            }
+            None => vec![Metric::Event(EventKind::LeaseStolen)],
+        }
     }
 
     /// The renew calls due at `now_ms`, each with its stream's context id.
@@ -80,7 +110,7 @@ impl Renewals {
     pub fn due(&mut self, now_ms: u64) -> Vec<(u32, StoreCall)> {
         self.entries
             .iter_mut()
-            .filter(|(_, e)| !e.in_flight && e.next_due_ms <= now_ms)
+            .filter(|(_, e)| !e.lost && !e.in_flight && e.next_due_ms <= now_ms)
             .map(|(&context_id, e)| {
                 e.in_flight = true;
                 e.next_due_ms = now_ms.saturating_add(e.interval_ms);
@@ -97,7 +127,8 @@ impl Renewals {
     }
 
     /// Records a renew answer; returns the counters to increment. A lost
-    /// lease stops renewal for good: the stream's finalize will report it.
+    /// lease stops renewal for good (the entry stays, marked, until the stream
+    /// stops it, so the stream's own finding is not counted twice).
     pub fn answered(&mut self, context_id: u32, result: Result<(), CallError>) -> Vec<Metric> {
         let Some(entry) = self.entries.get_mut(&context_id) else {
             return Vec::new();
@@ -105,8 +136,9 @@ impl Renewals {
         entry.in_flight = false;
         match result {
             Ok(()) => Vec::new(),
+            Err(_) if entry.lost => Vec::new(),
             Err(CallError::LeaseLost) => {
-                self.entries.remove(&context_id);
+                entry.lost = true;
                 vec![Metric::Event(EventKind::LeaseStolen)]
             }
             Err(_) => vec![Metric::Event(EventKind::RenewError)],
@@ -174,5 +206,27 @@ mod tests {
         assert!(r.is_empty());
         assert!(r.due(100_000).is_empty());
         assert!(r.answered(2, Ok(())).is_empty());
+    }
+
+    #[test]
+    fn a_theft_is_counted_once_whoever_finds_it_first() {
+        let mut r = Renewals::default();
+        start(&mut r, 1, 0);
+        start(&mut r, 2, 0);
+        assert_eq!(r.due(10_000).len(), 2);
+        // Stream 1: a renew finds it first; the finalize's finding is not recounted.
+        assert_eq!(
+            r.answered(1, Err(CallError::LeaseLost)),
+            vec![Metric::Event(EventKind::LeaseStolen)]
+        );
+        assert!(r.lease_lost(1).is_empty());
+        // Stream 2: the finalize finds it first (its renew is still in flight).
+        assert_eq!(r.lease_lost(2), vec![Metric::Event(EventKind::LeaseStolen)]);
+        assert!(r.answered(2, Err(CallError::LeaseLost)).is_empty());
+        assert!(r.lease_lost(2).is_empty());
+        r.stop(1);
+        r.stop(2);
+        // A stream that was never registered still counts its theft.
+        assert_eq!(r.lease_lost(3), vec![Metric::Event(EventKind::LeaseStolen)]);
     }
 }

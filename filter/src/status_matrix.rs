@@ -2,17 +2,69 @@
 //!
 //! Deterministic answers are recorded and replayed; answers that depend on
 //! revocable context (authz, redirects) are forgotten; transient failures leave
-//! a short cooldown. A 5xx that the proxy generated itself (upstream reset,
-//! timeout, no healthy host) says nothing about whether the upstream acted, so
-//! it is *uncertain* and the policy's `uncertain` setting decides.
+//! a short cooldown. A 5xx that the proxy generated itself after the request
+//! may have reached the upstream (reset, timeout) says nothing about whether the
+//! upstream acted, so it is *uncertain* and the policy's `uncertain` setting
+//! decides. A 5xx the proxy generated because the request never left it (no
+//! healthy host, connection refused, overflow) is a plain retryable failure.
+//!
+//! [`origin`] reads the two Envoy properties that tell these apart, checked on
+//! Envoy 1.40:
+//!
+//! | response | `response.code_details` | `response.flags` |
+//! |---|---|---|
+//! | the upstream's own answer (any status) | `via_upstream` | `0` |
+//! | route timeout (504) | `response_timeout` | `UT` |
+//! | upstream killed mid-request (503) | `upstream_reset_before_response_started{connection_termination}` | `UC` |
+//! | upstream not listening (503) | `upstream_reset_before_response_started{remote_connection_failure…}` | `UF` |
+//!
+//! `response.flags` is Envoy's legacy response-flag bit vector, a `u64` in
+//! little-endian byte order (`1 << CoreResponseFlag`).
 
 /// Who produced the response the filter sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResponseOrigin {
     /// The upstream answered (Envoy `response.code_details` is `via_upstream`).
     Upstream,
-    /// Envoy (or a filter after this one) generated it.
+    /// Envoy (or a filter after this one) generated it, and the request may
+    /// have reached the upstream: reset, timeout, anything not known to be
+    /// harmless.
     Proxy,
+    /// Envoy generated it because the request never reached an upstream
+    /// (no healthy host, connection failure, overflow, no route or cluster).
+    ProxyNotSent,
+}
+
+/// Envoy response flags (bit = `1 << CoreResponseFlag`) meaning the request
+/// was never sent to an upstream host: `UH` no healthy upstream (1), `UF`
+/// upstream connection failure (5), `UO` upstream overflow (7), `NR` no route
+/// (8), `NC` no cluster (24), `DF` DNS resolution failed (26), `DO`/`UDO`
+/// overload drops (27, 29).
+const NOT_SENT_FLAGS: u64 =
+    1 << 1 | 1 << 5 | 1 << 7 | 1 << 8 | 1 << 24 | 1 << 26 | 1 << 27 | 1 << 29;
+
+/// Classifies who produced a response from Envoy's `response.code_details`
+/// and `response.flags` properties (either may be missing).
+///
+/// Only an exact `via_upstream` is the upstream's own answer. A proxy answer is
+/// "not sent" only when flags are present, non-zero and every flag set is a
+/// not-sent flag; a retry that was sent once and then failed to connect
+/// (`URX` with `UF`) carries a flag outside the set and stays uncertain.
+pub fn origin(code_details: Option<&[u8]>, flags: Option<&[u8]>) -> ResponseOrigin {
+    if code_details == Some(b"via_upstream".as_slice()) {
+        return ResponseOrigin::Upstream;
+    }
+    let bits = flags
+        .and_then(|raw| <[u8; 8]>::try_from(raw).ok())
+        .map_or(0, u64::from_le_bytes);
+    if bits != 0 && bits & !NOT_SENT_FLAGS == 0 {
+        ResponseOrigin::ProxyNotSent
+    } else if code_details.is_none() && bits == 0 {
+        // Without either property there is nothing to say the proxy made it.
+        ResponseOrigin::Upstream
+    } else {
+        ResponseOrigin::Proxy
+    }
 }
 
 /// What to do with the record.
@@ -36,6 +88,7 @@ pub enum Disposition {
 pub fn classify(status: u16, origin: ResponseOrigin) -> Disposition {
     match (status, origin) {
         (500..=599, ResponseOrigin::Proxy) => Disposition::Uncertain,
+        (500..=599, ResponseOrigin::ProxyNotSent) => Disposition::Cooldown,
         (200..=299 | 400 | 404 | 409 | 422, _) => Disposition::Record,
         (408 | 429 | 500..=599, _) => Disposition::Cooldown,
         _ => Disposition::Forget,
@@ -73,9 +126,51 @@ mod tests {
             (504, Proxy, Uncertain),
             (403, Proxy, Forget),
             (200, Proxy, Record),
+            (503, ProxyNotSent, Cooldown),
+            (502, ProxyNotSent, Cooldown),
         ];
         for (status, origin, want) in table {
             assert_eq!(classify(status, origin), want, "{status} {origin:?}");
         }
+    }
+
+    fn flags(bits: u64) -> [u8; 8] {
+        bits.to_le_bytes()
+    }
+
+    #[test]
+    fn origins_as_envoy_reports_them() {
+        use ResponseOrigin::*;
+        let via = Some(b"via_upstream".as_slice());
+        assert_eq!(origin(via, Some(&flags(0))), Upstream);
+        let timeout = Some(b"response_timeout".as_slice());
+        assert_eq!(origin(timeout, Some(&flags(1 << 2))), Proxy, "UT");
+        let reset = b"upstream_reset_before_response_started{connection_termination}";
+        assert_eq!(origin(Some(reset), Some(&flags(1 << 6))), Proxy, "UC");
+        let refused = b"upstream_reset_before_response_started{remote_connection_failure}";
+        assert_eq!(
+            origin(Some(refused), Some(&flags(1 << 5))),
+            ProxyNotSent,
+            "UF"
+        );
+        let no_host = Some(b"no_healthy_upstream".as_slice());
+        assert_eq!(origin(no_host, Some(&flags(1 << 1))), ProxyNotSent, "UH");
+        // A retry that ran once and then could not connect stays uncertain.
+        assert_eq!(
+            origin(Some(refused), Some(&flags(1 << 5 | 1 << 15))),
+            Proxy,
+            "UF+URX"
+        );
+    }
+
+    #[test]
+    fn odd_or_missing_properties_never_claim_not_sent() {
+        use ResponseOrigin::*;
+        assert_eq!(origin(None, None), Upstream);
+        let local = Some(b"direct_response".as_slice());
+        assert_eq!(origin(local, None), Proxy);
+        assert_eq!(origin(local, Some(&[1, 2, 3])), Proxy, "short flags");
+        assert_eq!(origin(None, Some(&flags(1 << 6))), Proxy);
+        assert_eq!(origin(None, Some(&flags(1 << 5))), ProxyNotSent);
     }
 }

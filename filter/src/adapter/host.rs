@@ -65,6 +65,26 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A shared-data value and its CAS token (`None`s when absent or unreadable).
+pub fn shared_data(key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+    hostcalls::get_shared_data(key).unwrap_or((None, None))
+}
+
+/// Overwrites a shared-data value, compare-and-swap against the version just
+/// read: if another worker wrote the key in between, its value stays (both
+/// were valid entries for that slot) and this write is dropped.
+pub fn replace_shared_data(key: &str, value: &[u8]) {
+    let (_, cas) = shared_data(key);
+    if let Err(status) = hostcalls::set_shared_data(key, Some(value), cas)
+        && !matches!(status, proxy_wasm::types::Status::CasMismatch)
+    {
+        log(
+            LogLevel::Warn,
+            &format!("could not write edge cache slot {key}: {status:?}"),
+        );
+    }
+}
+
 /// Sets the root context's tick period.
 pub fn set_tick_period(period: Duration) {
     let _ = hostcalls::set_tick_period(period);

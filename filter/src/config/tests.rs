@@ -332,3 +332,84 @@ fn tick_period_follows_the_shortest_renew_interval() {
     let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
     assert_eq!(config.tick_period(), Duration::from_secs(1));
 }
+
+#[test]
+fn the_edge_cache_is_on_by_default_and_bounded() {
+    let config = with(serde_json::json!({}), true).unwrap();
+    let cache = config.edge_cache.unwrap();
+    assert_eq!(
+        cache.slots as u64,
+        DEFAULT_EDGE_CACHE_MAX_BYTES / DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES
+    );
+    assert_eq!(
+        cache.max_entry_bytes as u64,
+        DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES
+    );
+    assert_eq!(cache.ttl, Duration::from_secs(DEFAULT_EDGE_CACHE_TTL_S));
+    let policy = &config.policies[0];
+    assert_eq!(
+        config.edge_cache_for(policy),
+        Some((cache, Duration::from_secs(DEFAULT_EDGE_CACHE_TTL_S)))
+    );
+}
+
+#[test]
+fn the_edge_cache_ttl_never_exceeds_a_policys_retention() {
+    let config = with(
+        serde_json::json!({"policies": [{"name": "p", "retention_s": 5}], "edge_cache": {"ttl_s": 600}}),
+        true,
+    )
+    .unwrap();
+    let (_, ttl) = config.edge_cache_for(&config.policies[0]).unwrap();
+    assert_eq!(ttl, Duration::from_secs(5));
+}
+
+#[test]
+fn the_edge_cache_can_be_turned_off_globally_or_per_policy() {
+    let off = with(serde_json::json!({"edge_cache": {"max_bytes": 0}}), true).unwrap();
+    assert_eq!(off.edge_cache, None);
+    assert_eq!(off.edge_cache_for(&off.policies[0]), None);
+    let opted_out = with(serde_json::json!({"edge_cache": false}), false).unwrap();
+    assert!(opted_out.edge_cache.is_some());
+    assert_eq!(opted_out.edge_cache_for(&opted_out.policies[0]), None);
+}
+
+#[test]
+fn invalid_edge_cache_fields_are_named() {
+    for (patch, path) in [
+        (
+            serde_json::json!({"max_entry_bytes": 10}),
+            "edge_cache.max_entry_bytes",
+        ),
+        (
+            serde_json::json!({"max_bytes": 2048, "max_entry_bytes": 4096}),
+            "edge_cache.max_bytes",
+        ),
+        (serde_json::json!({"ttl_s": 0}), "edge_cache.ttl_s"),
+        (serde_json::json!({"slots": 3}), "edge_cache"),
+    ] {
+        let error = root_err(serde_json::json!({"edge_cache": patch}));
+        assert!(error.path.starts_with(path), "{patch}: {error}");
+    }
+}
+
+#[test]
+fn a_jwt_claim_may_be_a_dotted_path_of_names() {
+    let source = |claim: &str| serde_json::json!({"identity": {"actor": [{"jwt_claim": {"metadata_key": "jwt_payload", "claim": claim}}]}});
+    let config = with(source("act.sub"), true).unwrap();
+    assert_eq!(
+        config.identity.actor[0].property_path().unwrap(),
+        vec![
+            "metadata",
+            "filter_metadata",
+            "envoy.filters.http.jwt_authn",
+            "jwt_payload",
+            "act",
+            "sub"
+        ]
+    );
+    for bad in ["", "act.", ".sub", "act..sub"] {
+        let error = root_err(source(bad));
+        assert_eq!(error.path, "identity.actor[0].jwt_claim.claim", "{bad:?}");
+    }
+}

@@ -4,6 +4,9 @@
 //! are what the adapter must do, in order. Actions named `Continue…`/`Pause…`
 //! are the return value of the host callback that produced the event; the
 //! machine appends exactly one of them to the actions of every callback event.
+//! A read the adapter answers at once (`ReadRequestBody`, `ReadEdgeCache`)
+//! comes back as a follow-up event whose actions run first, so the first
+//! `Continue…`/`Pause…` the adapter meets is the callback's answer.
 
 use std::time::Duration;
 
@@ -11,6 +14,7 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::ClaimResponse;
 use uuid::Uuid;
 
+use crate::edge_cache::Entry;
 use crate::metrics::Metric;
 use crate::problem::LocalReply;
 use crate::status_matrix::ResponseOrigin;
@@ -43,6 +47,14 @@ pub enum Event {
     RequestBodyComplete {
         /// The body.
         body: Vec<u8>,
+    },
+    /// The edge-cache slot read for [`Action::ReadEdgeCache`] (F9), with the
+    /// host's clock at the time of the read.
+    EdgeCacheRead {
+        /// The slot's bytes, `None` when the slot was never written.
+        slot: Option<Vec<u8>>,
+        /// Milliseconds since the Unix epoch.
+        now_ms: u64,
     },
     /// The claim call answered.
     ClaimAnswered(Result<ClaimResponse, CallError>),
@@ -110,6 +122,20 @@ pub enum Action {
     },
     /// Resume the paused request (`resume_http_request`).
     ResumeRequest,
+    /// Read the edge-cache slot `key` from shared data and report it as
+    /// [`Event::EdgeCacheRead`] (F9).
+    ReadEdgeCache {
+        /// The shared-data key.
+        key: String,
+    },
+    /// Write `entry` into the edge-cache slot `key` (compare-and-swap; a lost
+    /// race simply leaves the other writer's entry).
+    WriteEdgeCache {
+        /// The shared-data key.
+        key: String,
+        /// The record to cache, encoded by the adapter with the host's clock.
+        entry: Entry,
+    },
     /// Call the lease-store.
     CallStore {
         /// Which call.
@@ -145,6 +171,9 @@ pub enum Action {
     },
     /// Stop renewing this stream's lease.
     StopRenewal,
+    /// A finalize or release found this stream's lease stolen: the renewal
+    /// registry counts `lease_stolen` unless a renew already did.
+    LeaseLost,
     /// Increment a counter.
     Count(Metric),
     /// Write a log line (never a raw key, principal or body).

@@ -8,11 +8,13 @@
 //! The life of a guarded request:
 //!
 //! ```text
-//! Start ─headers─▶ BufferingRequest ─body─▶ Claiming ─won─▶ Upstream ─response─▶ BufferingResponse
-//!   │                                          │                                     │
-//!   └─ no policy / no key ─▶ Passthrough       ├─ completed ─▶ Replied (replay)      ▼
-//!                                              └─ refused ───▶ Replied (problem)  Recording ─ack─▶ Delivering
+//! Start ─headers─▶ BufferingRequest ─body─▶ CacheLookup ─miss─▶ Claiming ─won─▶ Upstream ─response─▶ BufferingResponse
+//!   │                                          │                    │                                     │
+//!   └─ no policy / no key ─▶ Passthrough       └─ hit / conflict ─▶ ├─ completed ─▶ Replied (replay)      ▼
+//!                                                 Replied           └─ refused ───▶ Replied (problem)  Recording ─ack─▶ Delivering
 //! ```
+//!
+//! `CacheLookup` (F9) is skipped when the edge cache is off for the policy.
 //!
 //! `Replied` exists because a local reply runs this stream's response
 //! callbacks again: in that state a response is our own, never an upstream
@@ -35,6 +37,7 @@ use uuid::Uuid;
 pub use io::{Action, Event, LogLevel};
 
 use crate::config::{Anonymous, Config, FailureMode, Mode, Policy, Uncertain};
+use crate::edge_cache::{self, CachedResponse, Entry, Lookup};
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::problem::{LocalReply, problem_reply};
 use crate::replay::{REPLAYED_HEADER, keep_headers};
@@ -62,7 +65,18 @@ struct Pending {
 struct Owned {
     policy: Rc<Policy>,
     scope: Digest,
+    fingerprint: Digest,
     claim_id: Uuid,
+}
+
+/// A claim ready to be made: what the edge-cache lookup needs, and the call.
+#[derive(Debug)]
+struct Ready {
+    policy: Rc<Policy>,
+    scope: Digest,
+    fingerprint: Digest,
+    call: StoreCall,
+    timeout: Duration,
 }
 
 /// What the in-flight record call will make of the record.
@@ -81,8 +95,14 @@ enum State {
     Passthrough,
     /// Guarded; the body is being buffered for the fingerprint (F1).
     BufferingRequest(Pending),
+    /// The edge cache is being read before the claim (F9).
+    CacheLookup(Ready),
     /// The claim call is in flight; the request is held (F2).
-    Claiming { policy: Rc<Policy>, scope: Digest },
+    Claiming {
+        policy: Rc<Policy>,
+        scope: Digest,
+        fingerprint: Digest,
+    },
     /// The request went upstream with our lease.
     Upstream(Owned),
     /// A response to record is being buffered (F7).
@@ -92,8 +112,13 @@ enum State {
         headers: Vec<(String, String)>,
         buffered: usize,
     },
-    /// Finalize or release is in flight; `held` while the response waits for it.
-    Recording { kind: RecordKind, held: bool },
+    /// Finalize or release is in flight; `held` while the response waits for
+    /// it; `cache` is what to put in the edge cache once the record is durable.
+    Recording {
+        kind: RecordKind,
+        held: bool,
+        cache: Option<(String, Entry)>,
+    },
     /// The record call answered; the rest of the response flows.
     Delivering,
     /// A local reply (error or replay) was sent: response callbacks are ours.
@@ -146,6 +171,10 @@ impl Machine {
                 out.push(self.request_verdict());
             }
             Event::RequestBodyComplete { body } => self.request_body_complete(&mut out, &body),
+            Event::EdgeCacheRead { slot, now_ms } => {
+                self.edge_cache_read(&mut out, slot.as_deref(), now_ms);
+                out.push(self.request_verdict());
+            }
             Event::ClaimAnswered(result) => self.claim_answered(&mut out, result),
             Event::ResponseHeaders {
                 status,
@@ -316,7 +345,7 @@ impl Machine {
         });
         let policy = pending.policy;
         let wait_ms = millis(policy.follower_wait);
-        out.push(Action::CallStore {
+        let ready = Ready {
             call: StoreCall::Claim {
                 scope: pending.scope,
                 request: ClaimRequest {
@@ -328,15 +357,63 @@ impl Machine {
             },
             // A long-poll may legitimately take the whole follower wait (F5).
             timeout: self.config.lease_store.timeout + policy.follower_wait,
+            scope: pending.scope,
+            fingerprint,
+            policy,
+        };
+        match self.config.edge_cache_for(&ready.policy) {
+            // F9: a hot replay needs no lease-store call; the slot is read
+            // first and the answer comes back as `EdgeCacheRead`.
+            Some((cache, _)) => {
+                out.push(Action::ReadEdgeCache {
+                    key: edge_cache::slot_key(&ready.scope, cache.slots),
+                });
+                self.state = State::CacheLookup(ready);
+            }
+            None => self.call_claim(out, ready),
+        }
+    }
+
+    fn call_claim(&mut self, out: &mut Vec<Action>, ready: Ready) {
+        out.push(Action::CallStore {
+            call: ready.call,
+            timeout: ready.timeout,
         });
         self.state = State::Claiming {
-            policy,
-            scope: pending.scope,
+            policy: ready.policy,
+            scope: ready.scope,
+            fingerprint: ready.fingerprint,
         };
     }
 
+    /// F9: a completed record with the same fingerprint replays from the edge
+    /// cache, another fingerprint is a certain conflict, anything else claims.
+    /// Never in `dry_run` (the cache is off there), so a hit always replies.
+    fn edge_cache_read(&mut self, out: &mut Vec<Action>, slot: Option<&[u8]>, now_ms: u64) {
+        let State::CacheLookup(ready) = std::mem::take(&mut self.state) else {
+            return;
+        };
+        match edge_cache::lookup(slot, &ready.scope, &ready.fingerprint, now_ms) {
+            Lookup::Miss => self.call_claim(out, ready),
+            Lookup::Hit(response) => match replay(&ready.policy, &response) {
+                Some(reply) => self.answer(out, reply, Outcome::ReplayEdgeCache),
+                None => self.call_claim(out, ready),
+            },
+            Lookup::Conflict => {
+                let code = ProblemCode::IdempotencyConflict;
+                let reply = problem_reply(code, self.config.status_profile, code.title(), None);
+                self.answer(out, reply, Outcome::Conflict);
+            }
+        }
+    }
+
     fn claim_answered(&mut self, out: &mut Vec<Action>, result: Result<ClaimResponse, CallError>) {
-        let State::Claiming { policy, scope } = std::mem::take(&mut self.state) else {
+        let State::Claiming {
+            policy,
+            scope,
+            fingerprint,
+        } = std::mem::take(&mut self.state)
+        else {
             // A late answer for a stream that already ended or replied.
             if matches!(self.state, State::Start) {
                 self.state = State::Passthrough;
@@ -373,27 +450,22 @@ impl Machine {
                 self.state = State::Upstream(Owned {
                     policy,
                     scope,
+                    fingerprint,
                     claim_id,
                 });
             }
-            ClaimResponse::Completed { response } => match replay(&policy, &response) {
-                Some(reply) => self.refuse_or_reply(out, reply, Outcome::Replay),
-                None => {
-                    out.push(Action::Log {
-                        level: LogLevel::Warn,
-                        message: format!(
-                            "policy {}: scope {}: the recorded response is malformed",
-                            policy.name,
-                            scope.to_hex()
-                        ),
-                    });
-                    self.refuse(
-                        out,
-                        ProblemCode::JournalUnavailable,
-                        None,
-                        Outcome::JournalUnavailable,
-                    );
+            ClaimResponse::Completed { response } => match stored(&response) {
+                Some(response) => {
+                    // Followers and other proxies fill their edge cache too.
+                    if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
+                        out.push(cache);
+                    }
+                    match replay(&policy, &response) {
+                        Some(reply) => self.answer(out, reply, Outcome::Replay),
+                        None => self.malformed_record(out, &policy, scope),
+                    }
                 }
+                None => self.malformed_record(out, &policy, scope),
             },
             ClaimResponse::Conflict => self.refuse(
                 out,
@@ -401,12 +473,17 @@ impl Machine {
                 None,
                 Outcome::Conflict,
             ),
-            ClaimResponse::InProgress { retry_after_s } => self.refuse(
-                out,
-                ProblemCode::RequestInProgress,
-                Some(retry_after_s),
-                Outcome::InProgressTimeout,
-            ),
+            ClaimResponse::InProgress { retry_after_s } => {
+                if policy.follower_wait > Duration::ZERO {
+                    out.push(Action::Count(Metric::Event(EventKind::FollowerWait)));
+                }
+                self.refuse(
+                    out,
+                    ProblemCode::RequestInProgress,
+                    Some(retry_after_s),
+                    Outcome::InProgressTimeout,
+                );
+            }
             ClaimResponse::Cooldown { retry_after_s } => {
                 out.push(Action::Count(Metric::Event(EventKind::RetryableCooldown)));
                 self.refuse(
@@ -429,6 +506,47 @@ impl Machine {
                 Outcome::OperationUnknown,
             ),
         }
+    }
+
+    /// A `completed` answer whose response cannot be replayed (bad base64 or
+    /// status): refused as the store being unusable, never forwarded.
+    fn malformed_record(&mut self, out: &mut Vec<Action>, policy: &Policy, scope: Digest) {
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: the recorded response is malformed",
+                policy.name,
+                scope.to_hex()
+            ),
+        });
+        self.refuse(
+            out,
+            ProblemCode::JournalUnavailable,
+            None,
+            Outcome::JournalUnavailable,
+        );
+    }
+
+    /// The edge-cache write for a completed record, if the cache is on for
+    /// `policy` and the entry fits `max_entry_bytes`.
+    fn cache_entry(
+        &self,
+        policy: &Policy,
+        scope: Digest,
+        fingerprint: Digest,
+        response: &CachedResponse,
+    ) -> Option<Action> {
+        let (cache, ttl) = self.config.edge_cache_for(policy)?;
+        let entry = Entry {
+            scope,
+            fingerprint,
+            ttl,
+            response: response.clone(),
+        };
+        (entry.encoded_len() <= cache.max_entry_bytes).then(|| Action::WriteEdgeCache {
+            key: edge_cache::slot_key(&scope, cache.slots),
+            entry,
+        })
     }
 
     /// F2: the claim could not be made.
@@ -481,13 +599,12 @@ impl Machine {
                 );
                 match classify(status, origin) {
                     Disposition::Record if end_of_stream => {
-                        self.finalize(
-                            out,
-                            owned,
-                            StoredResponse::new(status, kept, &[]),
-                            true,
-                            true,
-                        );
+                        let response = CachedResponse {
+                            status,
+                            headers: kept,
+                            body: Vec::new(),
+                        };
+                        self.finalize(out, owned, response, true, true);
                     }
                     Disposition::Record => {
                         self.state = State::BufferingResponse {
@@ -519,6 +636,7 @@ impl Machine {
             State::Start
             | State::Passthrough
             | State::BufferingRequest(_)
+            | State::CacheLookup(_)
             | State::Claiming { .. }
             | State::Delivering
             | State::Done => self.state = State::Passthrough,
@@ -579,13 +697,12 @@ impl Machine {
             };
             return self.finalize_uncacheable(out, true);
         }
-        self.finalize(
-            out,
-            owned,
-            StoredResponse::new(status, headers, &body),
-            true,
-            true,
-        );
+        let response = CachedResponse {
+            status,
+            headers,
+            body,
+        };
+        self.finalize(out, owned, response, true, true);
     }
 
     /// F6: a success too large to keep is completed, not replayable, with an
@@ -600,20 +717,22 @@ impl Machine {
         else {
             return;
         };
-        self.finalize(
-            out,
-            owned,
-            StoredResponse::new(status, headers, &[]),
-            false,
-            end_of_stream,
-        );
+        let response = CachedResponse {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        self.finalize(out, owned, response, false, end_of_stream);
     }
 
+    /// Records the response; a replayable one also goes to the edge cache
+    /// once the store has acknowledged it (F9: the cache never holds a
+    /// record the store does not).
     fn finalize(
         &mut self,
         out: &mut Vec<Action>,
         owned: Owned,
-        response: StoredResponse,
+        response: CachedResponse,
         replayable: bool,
         held: bool,
     ) {
@@ -623,12 +742,25 @@ impl Machine {
             Outcome::CompletedUncacheable
         };
         self.count_outcome(out, outcome);
+        let cache = if replayable {
+            self.cache_entry(&owned.policy, owned.scope, owned.fingerprint, &response)
+                .and_then(|action| match action {
+                    Action::WriteEdgeCache { key, entry } => Some((key, entry)),
+                    _ => None,
+                })
+        } else {
+            None
+        };
         out.push(Action::CallStore {
             call: StoreCall::Finalize {
                 scope: owned.scope,
                 request: FinalizeRequest {
                     claim_id: owned.claim_id,
-                    response,
+                    response: StoredResponse::new(
+                        response.status,
+                        response.headers,
+                        &response.body,
+                    ),
                     replayable,
                 },
             },
@@ -637,6 +769,7 @@ impl Machine {
         self.state = State::Recording {
             kind: RecordKind::Finalize,
             held,
+            cache,
         };
     }
 
@@ -666,6 +799,7 @@ impl Machine {
         self.state = State::Recording {
             kind: RecordKind::Release,
             held: true,
+            cache: None,
         };
     }
 
@@ -676,7 +810,7 @@ impl Machine {
         answered: RecordKind,
         result: Result<(), CallError>,
     ) {
-        let State::Recording { kind, held } = self.state else {
+        let State::Recording { kind, held, .. } = self.state else {
             return;
         };
         if !matches!(
@@ -686,15 +820,26 @@ impl Machine {
         ) {
             return;
         }
+        let State::Recording { cache, .. } = std::mem::take(&mut self.state) else {
+            return;
+        };
+        if matches!(result, Err(CallError::LeaseLost)) {
+            // Before StopRenewal: the registry still knows whether a renew
+            // already counted this theft.
+            out.push(Action::LeaseLost);
+        }
         self.stop_renewal(out);
         let (call, error_event) = match kind {
             RecordKind::Finalize => ("finalize", EventKind::FinalizeError),
             RecordKind::Release => ("release", EventKind::ReleaseError),
         };
         match result {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some((key, entry)) = cache {
+                    out.push(Action::WriteEdgeCache { key, entry });
+                }
+            }
             Err(CallError::LeaseLost) => {
-                out.push(Action::Count(Metric::Event(EventKind::LeaseStolen)));
                 out.push(Action::Log {
                     level: LogLevel::Warn,
                     message: format!(
@@ -721,9 +866,10 @@ impl Machine {
     /// The return value of a request callback.
     fn request_verdict(&self) -> Action {
         match self.state {
-            State::BufferingRequest(_) | State::Claiming { .. } | State::Replied => {
-                Action::PauseRequest
-            }
+            State::BufferingRequest(_)
+            | State::CacheLookup(_)
+            | State::Claiming { .. }
+            | State::Replied => Action::PauseRequest,
             _ => Action::ContinueRequest,
         }
     }
@@ -773,12 +919,13 @@ impl Machine {
             code.title(),
             retry_after_s,
         );
-        self.refuse_or_reply(out, reply, outcome);
+        self.answer(out, reply, outcome);
     }
 
     /// Sends `reply` (enforce) or lets the request through and counts what
-    /// would have happened (dry run: never block, never replay).
-    fn refuse_or_reply(&mut self, out: &mut Vec<Action>, reply: LocalReply, outcome: Outcome) {
+    /// would have happened (dry run: never block, never replay). Called from
+    /// a claim answer, outside any request callback, so a dry run resumes.
+    fn answer(&mut self, out: &mut Vec<Action>, reply: LocalReply, outcome: Outcome) {
         self.count_outcome(out, outcome);
         if self.config.mode == Mode::DryRun {
             out.push(Action::ResumeRequest);
@@ -803,12 +950,22 @@ impl Machine {
     }
 }
 
+/// A recorded response from the store, its body decoded; `None` if the
+/// base64 is broken.
+fn stored(response: &StoredResponse) -> Option<CachedResponse> {
+    Some(CachedResponse {
+        status: response.status,
+        headers: response.headers.clone(),
+        body: response.body()?,
+    })
+}
+
 /// F8: a local reply from a recorded response, or `None` if the record is unusable.
-fn replay(policy: &Policy, response: &StoredResponse) -> Option<LocalReply> {
+fn replay(policy: &Policy, response: &CachedResponse) -> Option<LocalReply> {
     if !(200..=599).contains(&response.status) {
         return None;
     }
-    let body = response.body()?;
+    let body = response.body.clone();
     let mut headers = keep_headers(
         response
             .headers

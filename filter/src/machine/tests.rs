@@ -6,13 +6,18 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::{StatusProfile, parse_plugin_config};
+use crate::edge_cache::{CachedResponse, Entry};
 use crate::status_matrix::ResponseOrigin;
 
 const KEY: &str = "order-42";
 
+/// A config with `root` and policy fields overridden. The edge cache is off
+/// unless `root` configures it: most tests are about the store's answers, and
+/// the edge-cache tests turn it on.
 fn config_with(root: serde_json::Value, policy: serde_json::Value) -> Rc<Config> {
     let mut doc = serde_json::json!({
         "lease_store": {"cluster": "ls", "token": "t", "timeout_ms": 1000},
+        "edge_cache": {"max_bytes": 0},
         "identity": {"actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]},
         "policies": [{"name": "payments", "match": {"path_prefix": "/payments"}}]
     });
@@ -824,7 +829,6 @@ fn trailers_end_a_buffered_response_body() {
 #[test]
 fn a_failed_or_stolen_finalize_still_delivers_the_response() {
     for (error, event) in [
-        (CallError::LeaseLost, EventKind::LeaseStolen),
         (CallError::NoAnswer, EventKind::FinalizeError),
         (CallError::Status(500), EventKind::FinalizeError),
     ] {
@@ -835,6 +839,16 @@ fn a_failed_or_stolen_finalize_still_delivers_the_response() {
         assert!(out.contains(&Action::ResumeResponse));
         assert!(out.contains(&Action::StopRenewal));
     }
+    // A stolen lease goes to the renewal registry first (it counts
+    // `lease_stolen` unless a renew already did), then renewal stops.
+    let mut m = to_upstream(config());
+    m.on(response(200, true));
+    let out = m.on(Event::FinalizeAnswered(Err(CallError::LeaseLost)));
+    let lost = out.iter().position(|a| *a == Action::LeaseLost).unwrap();
+    let stop = out.iter().position(|a| *a == Action::StopRenewal).unwrap();
+    assert!(lost < stop, "{out:?}");
+    assert!(counts(&out).is_empty(), "{out:?}");
+    assert!(out.contains(&Action::ResumeResponse));
     let mut m = to_upstream(config());
     m.on(response(500, true));
     let out = m.on(Event::ReleaseAnswered(Err(CallError::NoAnswer)));
@@ -1004,6 +1018,254 @@ fn dry_run_never_blocks_or_replays_but_counts() {
     assert_eq!(calls(&out).len(), 1);
 }
 
+// ----- edge cache (F9) ------------------------------------------------------
+
+fn cached(root: serde_json::Value, policy: serde_json::Value) -> Rc<Config> {
+    let mut root = root;
+    root["edge_cache"] =
+        serde_json::json!({"max_bytes": 65536, "max_entry_bytes": 4096, "ttl_s": 60});
+    config_with(root, policy)
+}
+
+/// Drives a keyed POST with `body` to the edge-cache read; returns the slot key.
+fn to_cache_lookup(m: &mut Machine, body: &[u8]) -> String {
+    m.on(headers_event(keyed(), Some("alice"), false));
+    m.on(Event::RequestBodyChunk {
+        buffered_bytes: body.len(),
+        end_of_stream: true,
+    });
+    let out = m.on(Event::RequestBodyComplete {
+        body: body.to_vec(),
+    });
+    match out.as_slice() {
+        [Action::ReadEdgeCache { key }] => key.clone(),
+        other => panic!("expected one edge-cache read, got {other:?}"),
+    }
+}
+
+/// The claim a miss would make, for the scope and fingerprint of `body`.
+fn claim_of(config: Rc<Config>, body: &[u8]) -> (Digest, Digest) {
+    let mut m = Machine::new(config);
+    let key = to_cache_lookup(&mut m, body);
+    let out = m.on(Event::EdgeCacheRead {
+        slot: None,
+        now_ms: 0,
+    });
+    assert!(key.starts_with("keyflight.edge_cache.v1."));
+    match calls(&out).as_slice() {
+        [StoreCall::Claim { scope, request }] => (*scope, request.fingerprint),
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+fn slot_for(scope: Digest, fingerprint: Digest, stored_at_ms: u64) -> Vec<u8> {
+    Entry {
+        scope,
+        fingerprint,
+        ttl: Duration::from_secs(60),
+        response: CachedResponse {
+            status: 201,
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("set-cookie".into(), "leaked=1".into()),
+            ],
+            body: br#"{"payment_id":"p-1"}"#.to_vec(),
+        },
+    }
+    .encode_at(stored_at_ms)
+    .unwrap()
+}
+
+#[test]
+fn an_edge_cache_hit_replays_without_a_store_call() {
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let body = br#"{"amount": 10}"#;
+    let (scope, fingerprint) = claim_of(Rc::clone(&config), body);
+    let mut m = Machine::new(config);
+    to_cache_lookup(&mut m, body);
+    let out = m.on(Event::EdgeCacheRead {
+        slot: Some(slot_for(scope, fingerprint, 1_000)),
+        now_ms: 2_000,
+    });
+    assert!(calls(&out).is_empty(), "no lease-store call: {out:?}");
+    assert_eq!(
+        counts(&out),
+        vec![Metric::Outcome(Outcome::ReplayEdgeCache)]
+    );
+    let r = reply(&out);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body, br#"{"payment_id":"p-1"}"#);
+    assert_eq!(header(r, "idempotent-replayed"), Some("true"));
+    assert_eq!(header(r, "set-cookie"), None, "the allowlist applies again");
+    assert_eq!(out.last(), Some(&Action::PauseRequest));
+    // The local reply's own response callbacks pass through.
+    assert_eq!(m.on(response(201, true)), vec![Action::ContinueResponse]);
+}
+
+#[test]
+fn an_edge_cache_record_with_another_fingerprint_is_a_conflict() {
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let (scope, _) = claim_of(Rc::clone(&config), b"{}");
+    let mut m = Machine::new(config);
+    to_cache_lookup(&mut m, br#"{"amount": 99}"#);
+    let out = m.on(Event::EdgeCacheRead {
+        slot: Some(slot_for(scope, Digest([9; 32]), 0)),
+        now_ms: 10,
+    });
+    assert!(calls(&out).is_empty());
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Conflict)]);
+    assert_eq!(reply(&out).status, 409);
+    assert_eq!(code(reply(&out)), "idempotency_conflict");
+}
+
+#[test]
+fn expired_foreign_or_colliding_slots_claim_as_usual() {
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let body = b"{}";
+    let (scope, fingerprint) = claim_of(Rc::clone(&config), body);
+    let mut other_scope = scope;
+    other_scope.0[31] ^= 1;
+    for (slot, now_ms) in [
+        (Some(slot_for(scope, fingerprint, 0)), 60_000),
+        (Some(slot_for(other_scope, fingerprint, 0)), 10),
+        (Some(slot_for(other_scope, Digest([9; 32]), 0)), 10),
+        (Some(b"garbage".to_vec()), 10),
+        (None, 10),
+    ] {
+        let mut m = Machine::new(Rc::clone(&config));
+        to_cache_lookup(&mut m, body);
+        let out = m.on(Event::EdgeCacheRead { slot, now_ms });
+        assert_eq!(calls(&out).len(), 1, "{out:?}");
+        assert!(counts(&out).is_empty());
+        assert_eq!(out.last(), Some(&Action::PauseRequest));
+    }
+}
+
+#[test]
+fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
+    let config = cached(serde_json::json!({}), serde_json::json!({"retention_s": 5}));
+    // The winner: cached only once the store acknowledged the record.
+    let mut m = Machine::new(Rc::clone(&config));
+    let key = to_cache_lookup(&mut m, b"{}");
+    m.on(Event::EdgeCacheRead {
+        slot: None,
+        now_ms: 0,
+    });
+    m.on(Event::ClaimAnswered(Ok(won(3))));
+    let out = m.on(response(201, true));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
+    );
+    let out = m.on(Event::FinalizeAnswered(Ok(())));
+    let written = out
+        .iter()
+        .find_map(|a| match a {
+            Action::WriteEdgeCache { key: k, entry } => Some((k.clone(), entry.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(written.0, key);
+    assert_eq!(
+        written.1.ttl,
+        Duration::from_secs(5),
+        "TTL capped by retention"
+    );
+    assert_eq!(written.1.response.status, 201);
+    assert!(
+        written
+            .1
+            .response
+            .headers
+            .iter()
+            .all(|(n, _)| n != "set-cookie")
+    );
+    // A failed or stolen finalize, a release, an uncacheable success: nothing.
+    for (status, answer) in [
+        (201, Err(CallError::LeaseLost)),
+        (201, Err(CallError::NoAnswer)),
+    ] {
+        let mut m = Machine::new(Rc::clone(&config));
+        to_cache_lookup(&mut m, b"{}");
+        m.on(Event::EdgeCacheRead {
+            slot: None,
+            now_ms: 0,
+        });
+        m.on(Event::ClaimAnswered(Ok(won(3))));
+        m.on(response(status, true));
+        let out = m.on(Event::FinalizeAnswered(answer));
+        assert!(
+            !out.iter()
+                .any(|a| matches!(a, Action::WriteEdgeCache { .. })),
+            "{out:?}"
+        );
+    }
+    // A follower's completed answer: cached and replayed.
+    let mut m = Machine::new(Rc::clone(&config));
+    to_cache_lookup(&mut m, b"{}");
+    m.on(Event::EdgeCacheRead {
+        slot: None,
+        now_ms: 0,
+    });
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+        response: StoredResponse::new(201, vec![], b"{}"),
+    })));
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
+    );
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
+}
+
+#[test]
+fn an_entry_over_max_entry_bytes_is_not_cached() {
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let mut m = Machine::new(config);
+    to_cache_lookup(&mut m, b"{}");
+    m.on(Event::EdgeCacheRead {
+        slot: None,
+        now_ms: 0,
+    });
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+        response: StoredResponse::new(201, vec![], &[b'x'; 5000]),
+    })));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
+    );
+    assert_eq!(reply(&out).body.len(), 5000, "still replayed");
+}
+
+#[test]
+fn a_policy_can_opt_out_of_the_edge_cache() {
+    let config = cached(
+        serde_json::json!({}),
+        serde_json::json!({"edge_cache": false}),
+    );
+    let mut m = Machine::new(config);
+    assert!(matches!(to_claim(&mut m, b"{}"), StoreCall::Claim { .. }));
+}
+
+#[test]
+fn a_dry_run_never_uses_the_edge_cache() {
+    // Every dry-run request claims, so the store sees all the traffic a
+    // rollout is measuring; what enforce would replay counts as dry_run.replay.
+    let config = cached(
+        serde_json::json!({"mode": "dry_run"}),
+        serde_json::json!({}),
+    );
+    let mut m = Machine::new(config);
+    assert!(matches!(to_claim(&mut m, b"{}"), StoreCall::Claim { .. }));
+    let out = m.on(Event::ClaimAnswered(Ok(won(1))));
+    assert!(out.contains(&Action::ResumeRequest));
+    m.on(response(201, true));
+    let out = m.on(Event::FinalizeAnswered(Ok(())));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
+    );
+}
+
 // ----- robustness -----------------------------------------------------------
 
 fn arb_headers() -> impl Strategy<Value = Vec<(String, Vec<u8>)>> {
@@ -1107,6 +1369,11 @@ fn arb_event() -> impl Strategy<Value = Event> {
         arb_ack().prop_map(Event::FinalizeAnswered),
         arb_ack().prop_map(Event::ReleaseAnswered),
         Just(Event::StreamDone),
+        (
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..200)),
+            any::<u64>()
+        )
+            .prop_map(|(slot, now_ms)| Event::EdgeCacheRead { slot, now_ms }),
     ]
 }
 
@@ -1127,7 +1394,7 @@ fn guarded_prefix() -> Vec<Event> {
 proptest! {
     #[test]
     fn the_machine_never_panics(guarded in any::<bool>(), events in proptest::collection::vec(arb_event(), 0..24)) {
-        let config = config_with(
+        let config = cached(
             serde_json::json!({}),
             serde_json::json!({"max_request_body_bytes": 1024, "max_cacheable_response_bytes": 1024}),
         );
@@ -1144,6 +1411,7 @@ proptest! {
                     | Event::ResponseHeaders { .. }
                     | Event::ResponseBodyChunk { .. }
                     | Event::ResponseTrailers
+                    | Event::EdgeCacheRead { .. }
             );
             let out = m.on(event);
             let verdicts = out
