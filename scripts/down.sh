@@ -9,7 +9,7 @@ keep_logs=false
 [[ "${1:-}" == "--keep-logs" ]] && keep_logs=true
 
 # Envoy first, so no new traffic reaches the services behind it.
-for name in envoy demo-upstream lease-store; do
+for name in envoy-2 envoy demo-upstream lease-store-2 lease-store; do
     if pid="$(live_pid "$name")"; then
         say "stopping $name (pid $pid)"
         kill -TERM "$pid" 2>/dev/null || true

@@ -13,6 +13,13 @@ UPSTREAM_ADDR="127.0.0.1:8081"
 ENVOY_ADDR="127.0.0.1:10000"
 ENVOY_ADMIN_ADDR="127.0.0.1:9901"
 
+# REPLICAS=2 adds a second Envoy and a second lease-store on the same Postgres, in front of
+# the same upstream: the ports envoy/two-replicas.yaml names (change them together).
+REPLICAS="${REPLICAS:-1}"
+LEASE_STORE2_ADDR="127.0.0.1:8481"
+ENVOY2_ADDR="127.0.0.1:10001"
+ENVOY2_ADMIN_ADDR="127.0.0.1:9902"
+
 # The filter's token is also in envoy/demo.yaml (`lease_store.token`). Demo values only.
 FILTER_TOKEN="${KEYFLIGHT_TOKEN:-demo-filter-token}"
 ADMIN_TOKEN="${KEYFLIGHT_ADMIN_TOKEN:-demo-admin-token}"
@@ -79,11 +86,31 @@ wait_ready() {
     done
 }
 
+# Starts a lease-store: service name $1 (default lease-store) on address $2 (default
+# $LEASE_STORE_ADDR). Every replica runs `serve --migrate`; start them one after the other,
+# so the second finds the migrations in place.
 start_lease_store() {
+    local name="${1:-lease-store}" addr="${2:-$LEASE_STORE_ADDR}"
     KEYFLIGHT_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/keyflight" \
-        KEYFLIGHT_LISTEN="$LEASE_STORE_ADDR" \
+        KEYFLIGHT_LISTEN="$addr" \
         KEYFLIGHT_TOKEN="$FILTER_TOKEN" \
         KEYFLIGHT_ADMIN_TOKEN="$ADMIN_TOKEN" \
-        start_bg lease-store "$LEASE_STORE_BIN" serve --migrate
-    wait_ready lease-store curl -fsS "http://$LEASE_STORE_ADDR/readyz"
+        start_bg "$name" "$LEASE_STORE_BIN" serve --migrate
+    wait_ready "$name" curl -fsS "http://$addr/readyz"
+}
+
+# Renders the shipped Envoy config $1 (relative to the repository root) to .run/$2 with the
+# wasm path pointed at $WASM.
+render_envoy_config() {
+    local shipped="filename: target/wasm32-wasip1/release/keyflight_filter.wasm"
+    grep -q "$shipped" "$root/$1" || die "$1 no longer contains '$shipped'"
+    sed "s#$shipped#filename: $WASM#" "$root/$1" >"$run/$2"
+}
+
+# Starts Envoy as service $1 with the rendered config .run/$2, ready when admin $3 is.
+# --disable-hot-restart: no shared-memory region, so this Envoy never collides with another
+# one on the machine (the e2e tests run their own).
+start_envoy() {
+    start_bg "$1" "$ENVOY" -c "$run/$2" --disable-hot-restart --concurrency 2
+    wait_ready "$1" curl -fsS "http://$3/ready"
 }

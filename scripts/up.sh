@@ -4,7 +4,9 @@
 # rendered Envoy config go to .run/; `scripts/down.sh` stops it all.
 #
 # Environment (all optional): PG_BIN, KEYFLIGHT_PG_PORT (54329), KEYFLIGHT_LEASE_STORE_BIN,
-# KEYFLIGHT_UPSTREAM_BIN, KEYFLIGHT_WASM, KEYFLIGHT_ENVOY (default: scripts/envoy.sh installs it).
+# KEYFLIGHT_UPSTREAM_BIN, KEYFLIGHT_WASM, KEYFLIGHT_ENVOY (default: scripts/envoy.sh installs it),
+# REPLICAS (1 or 2; 2 also starts envoy/two-replicas.yaml on :10001 and a second lease-store
+# on :8481, both on the same Postgres and in front of the same upstream).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -16,8 +18,9 @@ for bin in "$LEASE_STORE_BIN" "$UPSTREAM_BIN"; do
 done
 [[ -f "$WASM" ]] || die "$WASM not found: build it first (make up builds it)"
 ENVOY="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"
+[[ "$REPLICAS" == 1 || "$REPLICAS" == 2 ]] || die "REPLICAS must be 1 or 2 (got '$REPLICAS')"
 
-for name in postgres lease-store demo-upstream envoy; do
+for name in postgres lease-store lease-store-2 demo-upstream envoy envoy-2; do
     if live_pid "$name" >/dev/null; then
         die "the stack is already running ($name, pid $(live_pid "$name")): scripts/down.sh first"
     fi
@@ -45,20 +48,24 @@ as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres keyflight
 
 say "starting the lease-store on $LEASE_STORE_ADDR"
 start_lease_store
+if [[ "$REPLICAS" == 2 ]]; then
+    say "starting the second lease-store on $LEASE_STORE2_ADDR (same Postgres)"
+    start_lease_store lease-store-2 "$LEASE_STORE2_ADDR"
+fi
 
 say "starting the demo upstream on $UPSTREAM_ADDR"
 DEMO_UPSTREAM_LISTEN="$UPSTREAM_ADDR" start_bg demo-upstream "$UPSTREAM_BIN"
 wait_ready demo-upstream curl -fsS "http://$UPSTREAM_ADDR/stats"
 
-# The shipped config names the wasm relative to the repository root; point it at $WASM.
-shipped_wasm="filename: target/wasm32-wasip1/release/keyflight_filter.wasm"
-grep -q "$shipped_wasm" "$root/envoy/demo.yaml" || die "envoy/demo.yaml no longer contains '$shipped_wasm'"
-sed "s#$shipped_wasm#filename: $WASM#" "$root/envoy/demo.yaml" >"$run/envoy.yaml"
+# The shipped configs name the wasm relative to the repository root; point it at $WASM.
+render_envoy_config envoy/demo.yaml envoy.yaml
 say "starting Envoy on $ENVOY_ADDR (admin $ENVOY_ADMIN_ADDR)"
-# --disable-hot-restart: no shared-memory region, so this Envoy never collides with another
-# one on the machine (the e2e tests run their own).
-start_bg envoy "$ENVOY" -c "$run/envoy.yaml" --disable-hot-restart --concurrency 2
-wait_ready envoy curl -fsS "http://$ENVOY_ADMIN_ADDR/ready"
+start_envoy envoy envoy.yaml "$ENVOY_ADMIN_ADDR"
+if [[ "$REPLICAS" == 2 ]]; then
+    render_envoy_config envoy/two-replicas.yaml envoy-2.yaml
+    say "starting the second Envoy on $ENVOY2_ADDR (admin $ENVOY2_ADMIN_ADDR)"
+    start_envoy envoy-2 envoy-2.yaml "$ENVOY2_ADMIN_ADDR"
+fi
 
 trap - ERR
 cat <<INFO
@@ -70,3 +77,10 @@ keyflight demo stack is up:
   Postgres                  postgres://postgres@127.0.0.1:$PG_PORT/keyflight
 Logs and pids in $run/. Stop with scripts/down.sh (make down).
 INFO
+if [[ "$REPLICAS" == 2 ]]; then
+    cat <<INFO
+Second replica (same upstream, same Postgres):
+  Envoy (keyflight filter)  http://$ENVOY2_ADDR    admin http://$ENVOY2_ADMIN_ADDR
+  lease-store               http://$LEASE_STORE2_ADDR
+INFO
+fi

@@ -10,6 +10,12 @@
 //!
 //! Text substitution rather than a YAML round trip keeps the shipped comments and layout out
 //! of the question, and needs no YAML library.
+//!
+//! The second replica of the two-replica set-up (`envoy/two-replicas.yaml`) renders the same
+//! way from its own shipped ports ([`render_from`], [`SHIPPED_SECOND_REPLICA_PORTS`]); a unit
+//! test checks it differs from `demo.yaml` in those ports only. Scenarios that need another
+//! Envoy shape (jwt_authn, a TLS listener, a short route timeout) edit the rendered text
+//! further with [`crate::envoy_variants`].
 
 use serde_json::Value;
 
@@ -18,6 +24,14 @@ pub const SHIPPED_PORTS: Ports = Ports {
     listener: 10000,
     admin: 9901,
     lease_store: 8480,
+    upstream: 8081,
+};
+
+/// The ports as `envoy/two-replicas.yaml` (the second replica) ships them: the same upstream.
+pub const SHIPPED_SECOND_REPLICA_PORTS: Ports = Ports {
+    listener: 10001,
+    admin: 9902,
+    lease_store: 8481,
     upstream: 8081,
 };
 
@@ -42,7 +56,16 @@ pub struct Ports {
 
 /// The shipped `envoy/demo.yaml`.
 pub fn shipped_demo_yaml() -> String {
-    let path = crate::binaries::workspace_root().join("envoy/demo.yaml");
+    shipped_yaml("demo.yaml")
+}
+
+/// The shipped `envoy/two-replicas.yaml` (the second replica; the first is `demo.yaml`).
+pub fn shipped_second_replica_yaml() -> String {
+    shipped_yaml("two-replicas.yaml")
+}
+
+fn shipped_yaml(name: &str) -> String {
+    let path = crate::binaries::workspace_root().join("envoy").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
@@ -61,12 +84,23 @@ pub fn shipped_plugin_config(yaml: &str) -> Result<Value, RenderError> {
 
 /// Renders `yaml` (the shipped demo config) with other ports, wasm path and plugin JSON.
 pub fn render(yaml: &str, ports: Ports, wasm: &str, plugin: &Value) -> Result<String, RenderError> {
+    render_from(yaml, SHIPPED_PORTS, ports, wasm, plugin)
+}
+
+/// Renders a shipped config whose ports are `shipped` (see [`render`]).
+pub fn render_from(
+    yaml: &str,
+    shipped: Ports,
+    ports: Ports,
+    wasm: &str,
+    plugin: &Value,
+) -> Result<String, RenderError> {
     let mut text = yaml.to_owned();
     for (shipped, port) in [
-        (SHIPPED_PORTS.listener, ports.listener),
-        (SHIPPED_PORTS.admin, ports.admin),
-        (SHIPPED_PORTS.lease_store, ports.lease_store),
-        (SHIPPED_PORTS.upstream, ports.upstream),
+        (shipped.listener, ports.listener),
+        (shipped.admin, ports.admin),
+        (shipped.lease_store, ports.lease_store),
+        (shipped.upstream, ports.upstream),
     ] {
         text = replace_once(
             &text,
@@ -149,14 +183,14 @@ fn replace_once(text: &str, from: &str, to: &str) -> Result<String, RenderError>
     match text.matches(from).count() {
         1 => Ok(text.replacen(from, to, 1)),
         n => Err(RenderError(format!(
-            "expected `{from}` exactly once in envoy/demo.yaml, found it {n} times"
+            "expected `{from}` exactly once in the shipped config, found it {n} times"
         ))),
     }
 }
 
 /// The shipped config no longer has the shape the renderer relies on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot render envoy/demo.yaml: {0}")]
+#[error("cannot render the shipped Envoy config: {0}")]
 pub struct RenderError(pub String);
 
 #[cfg(test)]
@@ -197,6 +231,37 @@ mod tests {
         );
         // What follows the block is intact.
         assert!(rendered.contains("envoy.filters.http.router"));
+    }
+
+    #[test]
+    fn the_second_replica_is_the_demo_config_with_three_other_ports() {
+        let strip_comments = |yaml: &str| -> Vec<String> {
+            yaml.lines()
+                .filter(|line| !line.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        let plugin = shipped_plugin_config(&shipped_demo_yaml()).expect("demo plugin JSON");
+        let ports = Ports {
+            listener: 1,
+            admin: 2,
+            lease_store: 3,
+            upstream: 4,
+        };
+        let demo = render(&shipped_demo_yaml(), ports, "/x.wasm", &plugin).expect("demo renders");
+        let second = render_from(
+            &shipped_second_replica_yaml(),
+            SHIPPED_SECOND_REPLICA_PORTS,
+            ports,
+            "/x.wasm",
+            &plugin,
+        )
+        .expect("two-replicas.yaml renders");
+        assert_eq!(
+            strip_comments(&second),
+            strip_comments(&demo),
+            "envoy/two-replicas.yaml drifted from envoy/demo.yaml beyond its ports"
+        );
     }
 
     #[test]

@@ -11,12 +11,20 @@
 //! with only ports, the wasm path and the plugin JSON swapped, so the file users run is the
 //! file the tests prove.
 //!
+//! Scenarios beyond the demo shape add to that: a second Envoy + lease-store replica
+//! ([`StackOptions::two_replicas`], from the shipped `envoy/two-replicas.yaml`), Envoy edits
+//! for `jwt_authn`, an mTLS listener or a short route timeout ([`envoy_variants`]), and the
+//! tokens and certificates those need ([`jwt`], [`mtls`]).
+//!
 //! The binaries are not built by `cargo test -p keyflight-e2e`: `make test` builds them
 //! first. [`binaries`] says where they are looked for and how to override that.
 
 pub mod binaries;
 pub mod envoy_config;
+pub mod envoy_variants;
+pub mod jwt;
 pub mod metrics;
+pub mod mtls;
 pub mod reply;
 pub mod stack;
 

@@ -16,6 +16,13 @@ pub struct Reply {
 impl Reply {
     /// Reads a reqwest response to the end.
     pub async fn read(response: reqwest::Response) -> Reply {
+        Reply::try_read(response)
+            .await
+            .unwrap_or_else(|e| panic!("read the response body: {e}"))
+    }
+
+    /// Reads a reqwest response to the end; an error when the body was cut off.
+    pub async fn try_read(response: reqwest::Response) -> Result<Reply, reqwest::Error> {
         let status = response.status().as_u16();
         let headers = response
             .headers()
@@ -27,16 +34,12 @@ impl Reply {
                 )
             })
             .collect();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("read the response body: {e}"))
-            .to_vec();
-        Reply {
+        let body = response.bytes().await?.to_vec();
+        Ok(Reply {
             status,
             headers,
             body,
-        }
+        })
     }
 
     /// The first value of header `name` (case-insensitive).

@@ -5,6 +5,11 @@
 //! rendered Envoy config are kept in the temp dir when the test fails (their paths are
 //! printed) and removed when it passes.
 //!
+//! With [`StackOptions::two_replicas`] the stack is the two-replica set-up: a second Envoy
+//! (from the shipped `envoy/two-replicas.yaml`) in front of the same upstream, talking to a
+//! second lease-store on the same Postgres. Requests pick a replica with [`Stack::post_via`];
+//! replica 0 is what [`Stack::post`] and the other single-replica helpers use.
+//!
 //! Envoy runs with `--disable-hot-restart`: hot restart is what needs a shared-memory
 //! region per `--base-id`, so without it any number of test Envoys coexist with no id to
 //! hand out.
@@ -15,11 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use keyflight_testkit::pg::PgCluster;
-use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
+use keyflight_testkit::process::{ChildGuard, Signal, free_port, wait_http_ok};
 use serde_json::{Map, Value};
 
 use crate::binaries::Binaries;
 use crate::envoy_config::{self, Ports};
+use crate::envoy_variants::EnvoyEdit;
 use crate::metrics::StoreMetrics;
 use crate::reply::Reply;
 
@@ -39,22 +45,34 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// The principal requests carry unless a test says otherwise (header `x-user`, demo policy).
 pub const DEFAULT_USER: &str = "alice";
 
+/// The service name both replicas of a two-replica stack are reached by.
+pub const SHARED_AUTHORITY: &str = "payments.keyflight.test";
+
 /// The lease-store's admin token in a test stack.
 const ADMIN_TOKEN: &str = "e2e-admin-token";
 
-/// What a test stack runs: the plugin configuration Envoy hands the filter.
+/// What a test stack runs: the plugin configuration Envoy hands the filter, how many
+/// Envoy + lease-store replicas, and edits of the Envoy config.
 #[derive(Debug, Clone)]
 pub struct StackOptions {
     /// The plugin JSON (`config.configuration` of the wasm filter).
     pub plugin: Value,
+    /// Two Envoys and two lease-stores instead of one each.
+    two_replicas: bool,
+    /// Applied in order to every rendered Envoy config.
+    envoy_edits: Vec<EnvoyEdit>,
 }
 
 impl Default for StackOptions {
-    /// The plugin configuration `envoy/demo.yaml` ships.
+    /// The plugin configuration `envoy/demo.yaml` ships, one replica.
     fn default() -> Self {
         let plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
             .unwrap_or_else(|e| panic!("{e}"));
-        StackOptions { plugin }
+        StackOptions {
+            plugin,
+            two_replicas: false,
+            envoy_edits: Vec::new(),
+        }
     }
 }
 
@@ -74,6 +92,19 @@ impl StackOptions {
         self
     }
 
+    /// Runs the two-replica set-up: a second Envoy (`envoy/two-replicas.yaml`) and a second
+    /// lease-store on the same Postgres, in front of the same upstream.
+    pub fn two_replicas(mut self) -> Self {
+        self.two_replicas = true;
+        self
+    }
+
+    /// Changes the Envoy config beyond the plugin JSON (see [`EnvoyEdit`]).
+    pub fn envoy(mut self, edit: EnvoyEdit) -> Self {
+        self.envoy_edits.push(edit);
+        self
+    }
+
     /// The token the filter presents to the lease-store, as the plugin JSON says.
     fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
@@ -83,8 +114,17 @@ impl StackOptions {
     }
 }
 
-/// A running test deployment. Fields drop in declaration order: Envoy stops first.
+/// The second Envoy and lease-store of a two-replica stack.
+struct Replica {
+    envoy: ChildGuard,
+    lease_store: ChildGuard,
+    ports: Ports,
+    config_path: PathBuf,
+}
+
+/// A running test deployment. Fields drop in declaration order: Envoys stop first.
 pub struct Stack {
+    second: Option<Replica>,
     envoy: ChildGuard,
     upstream: ChildGuard,
     lease_store: Option<ChildGuard>,
@@ -94,6 +134,7 @@ pub struct Stack {
     ports: Ports,
     config_path: PathBuf,
     client: reqwest::Client,
+    binaries: Binaries,
 }
 
 impl Stack {
@@ -109,33 +150,50 @@ impl Stack {
 
         // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
         // static, so it needs nothing else to be up, and this saves a second per test.
-        let config_path = write_envoy_config(&binaries, ports, &options.plugin);
+        let config_path = write_envoy_config(&binaries, ports, &options);
         let mut envoy = spawn_envoy(&binaries, &config_path);
-        let mut upstream_command = Command::new(&binaries.upstream);
-        upstream_command.args(["--listen", &format!("127.0.0.1:{}", ports.upstream)]);
-        let mut upstream = ChildGuard::spawn("demo-upstream", upstream_command);
+        // The second replica's Envoy starts now too; its lease-store after the first's.
+        let second_envoy = options.two_replicas.then(|| {
+            let second_ports = Ports {
+                listener: free_port(),
+                admin: free_port(),
+                lease_store: free_port(),
+                upstream: ports.upstream,
+            };
+            let path = write_second_envoy_config(&binaries, second_ports, &options);
+            (second_ports, spawn_envoy(&binaries, &path), path)
+        });
+        let mut upstream = spawn_upstream(&binaries, ports.upstream);
 
         let postgres = PgCluster::start();
-        let mut store_command = Command::new(&binaries.lease_store);
-        store_command
-            .args(["serve", "--migrate"])
-            .env("KEYFLIGHT_DATABASE_URL", postgres.url())
-            .env(
-                "KEYFLIGHT_LISTEN",
-                format!("127.0.0.1:{}", ports.lease_store),
-            )
-            .env("KEYFLIGHT_TOKEN", options.filter_token())
-            .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
-        let mut lease_store = ChildGuard::spawn("lease-store", store_command);
-
+        let mut lease_store = spawn_lease_store(&binaries, &postgres, ports, &options, true);
         let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store);
         wait_http_ok(&store_ready, READY_TIMEOUT, Some(&mut lease_store)).await;
+        // The second store starts once the first has migrated the database.
+        let second = match second_envoy {
+            Some((second_ports, mut envoy, config_path)) => {
+                let mut lease_store =
+                    spawn_lease_store(&binaries, &postgres, second_ports, &options, false);
+                let ready = format!("http://127.0.0.1:{}/readyz", second_ports.lease_store);
+                wait_http_ok(&ready, READY_TIMEOUT, Some(&mut lease_store)).await;
+                let ready = format!("http://127.0.0.1:{}/ready", second_ports.admin);
+                wait_http_ok(&ready, READY_TIMEOUT, Some(&mut envoy)).await;
+                Some(Replica {
+                    envoy,
+                    lease_store,
+                    ports: second_ports,
+                    config_path,
+                })
+            }
+            None => None,
+        };
         let upstream_ready = format!("http://127.0.0.1:{}/stats", ports.upstream);
         wait_http_ok(&upstream_ready, READY_TIMEOUT, Some(&mut upstream)).await;
         let envoy_ready = format!("http://127.0.0.1:{}/ready", ports.admin);
         wait_http_ok(&envoy_ready, READY_TIMEOUT, Some(&mut envoy)).await;
 
         Stack {
+            second,
             envoy,
             upstream,
             lease_store_log: lease_store.log_path().to_path_buf(),
@@ -144,20 +202,44 @@ impl Stack {
             ports,
             config_path,
             client: http_client(),
+            binaries,
         }
     }
 
     /// Starts a request through Envoy: `POST path` as [`DEFAULT_USER`], JSON content type.
     pub fn post(&self, path: &str) -> Post<'_> {
-        Post {
+        self.post_via(0, path)
+    }
+
+    /// [`Stack::post`] through Envoy replica `replica` (0 or, in a two-replica stack, 1).
+    ///
+    /// In a two-replica stack every request carries `host: `[`SHARED_AUTHORITY`], as
+    /// behind a load balancer: the authority is part of the scope (K3), and the replicas'
+    /// own `127.0.0.1:PORT` authorities would make every request a different operation.
+    pub fn post_via(&self, replica: usize, path: &str) -> Post<'_> {
+        let post = Post {
             stack: self,
+            listener: self.ports_of(replica).listener,
             path: path.to_owned(),
             headers: vec![
                 ("x-user".into(), DEFAULT_USER.into()),
                 ("content-type".into(), "application/json".into()),
             ],
             body: Vec::new(),
+        };
+        match self.second {
+            Some(_) => post.header("host", SHARED_AUTHORITY),
+            None => post,
         }
+    }
+
+    /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
+    /// other than [`Stack::post`] (the mTLS scenario's `curl`).
+    pub fn https_url(&self, replica: usize, path: &str) -> String {
+        format!(
+            "https://127.0.0.1:{}{path}",
+            self.ports_of(replica).listener
+        )
     }
 
     /// Payment handlers the upstream has entered since it started.
@@ -208,7 +290,15 @@ impl Stack {
 
     /// One scrape of the lease-store's `/metrics`.
     pub async fn store_metrics(&self) -> StoreMetrics {
-        let url = format!("http://127.0.0.1:{}/metrics", self.ports.lease_store);
+        self.store_metrics_at(0).await
+    }
+
+    /// One scrape of lease-store replica `replica`'s `/metrics`.
+    pub async fn store_metrics_at(&self, replica: usize) -> StoreMetrics {
+        let url = format!(
+            "http://127.0.0.1:{}/metrics",
+            self.ports_of(replica).lease_store
+        );
         let response = self
             .client
             .get(&url)
@@ -237,6 +327,64 @@ impl Stack {
         }
     }
 
+    /// Sends `signal` to lease-store replica `replica` (`Stop` freezes it: a hung store).
+    pub fn signal_lease_store(&self, replica: usize, signal: Signal) {
+        match (replica, &self.lease_store, &self.second) {
+            (0, Some(store), _) => store.signal(signal),
+            (1, _, Some(second)) => second.lease_store.signal(signal),
+            _ => panic!("lease-store replica {replica} is not running"),
+        }
+    }
+
+    /// Kills Envoy replica `replica` with `SIGKILL`: a crashed proxy, whose streams end
+    /// unfinished. Takes `&self` so requests in flight through the stack can be cut off;
+    /// the dead process is reaped when the stack drops.
+    pub fn kill_envoy(&self, replica: usize) {
+        match (replica, &self.second) {
+            (0, _) => self.envoy.signal(Signal::Kill),
+            (1, Some(second)) => second.envoy.signal(Signal::Kill),
+            _ => panic!("there is no Envoy replica {replica}"),
+        }
+    }
+
+    /// Kills the upstream with `SIGKILL`: requests it holds are cut off mid-answer (see
+    /// [`Stack::restart_upstream`]).
+    pub fn kill_upstream(&self) {
+        self.upstream.signal(Signal::Kill);
+    }
+
+    /// Starts a fresh upstream on the same port (its counters start at zero) and waits
+    /// until it answers.
+    pub async fn restart_upstream(&mut self) {
+        self.upstream.kill();
+        self.upstream = spawn_upstream(&self.binaries, self.ports.upstream);
+        let ready = format!("http://127.0.0.1:{}/stats", self.ports.upstream);
+        wait_http_ok(&ready, READY_TIMEOUT, Some(&mut self.upstream)).await;
+    }
+
+    /// Runs `lease-store records ARGS` (the operator CLI) against lease-store replica 0
+    /// with the admin token; returns stdout, panicking with stderr when it fails.
+    pub async fn records_cli(&self, args: &[&str]) -> String {
+        let output = tokio::process::Command::new(&self.binaries.lease_store)
+            .arg("records")
+            .args(args)
+            .env(
+                "KEYFLIGHT_URL",
+                format!("http://127.0.0.1:{}", self.ports.lease_store),
+            )
+            .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("run lease-store records: {e}"));
+        assert!(
+            output.status.success(),
+            "lease-store records {args:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
     pub fn stop_postgres(&self) {
         self.postgres.stop();
@@ -245,11 +393,16 @@ impl Stack {
     /// The filter's Envoy counter `keyflight.NAME` (F13), e.g. `outcome.replay` or
     /// `event.claimed`, summed over Envoy's workers; `0` when it was never incremented.
     pub async fn filter_counter(&self, name: &str) -> u64 {
+        self.filter_counter_at(0, name).await
+    }
+
+    /// [`Stack::filter_counter`] of Envoy replica `replica`.
+    pub async fn filter_counter_at(&self, replica: usize, name: &str) -> u64 {
         // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix.
         let stat = format!("wasmcustom.keyflight.{name}");
         let url = format!(
             "http://127.0.0.1:{}/stats?filter=^{stat}$",
-            self.ports.admin
+            self.ports_of(replica).admin
         );
         let text = self
             .client
@@ -286,6 +439,14 @@ impl Stack {
         }
     }
 
+    fn ports_of(&self, replica: usize) -> Ports {
+        match (replica, &self.second) {
+            (0, _) => self.ports,
+            (1, Some(second)) => second.ports,
+            _ => panic!("there is no replica {replica} (StackOptions::two_replicas starts two)"),
+        }
+    }
+
     async fn get_json(&self, url: &str) -> Value {
         self.client
             .get(url)
@@ -300,18 +461,31 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        let logs = [
+        let mut logs = vec![
             self.envoy.log_path().to_path_buf(),
             self.upstream.log_path().to_path_buf(),
             self.lease_store_log.clone(),
             self.config_path.clone(),
         ];
+        if let Some(second) = &self.second {
+            logs.extend([
+                second.envoy.log_path().to_path_buf(),
+                second.lease_store.log_path().to_path_buf(),
+                second.config_path.clone(),
+            ]);
+        }
         if std::thread::panicking() {
             eprintln!("keyflight e2e: the test failed; kept for inspection:");
             for path in logs {
                 eprintln!("  {}", path.display());
             }
             eprintln!("--- Envoy log tail ---\n{}", self.envoy.log_tail());
+            if let Some(second) = &self.second {
+                eprintln!(
+                    "--- Envoy replica 1 log tail ---\n{}",
+                    second.envoy.log_tail()
+                );
+            }
         } else {
             for path in logs {
                 // Best effort: a leftover log in the temp dir harms nothing.
@@ -324,6 +498,7 @@ impl Drop for Stack {
 /// A request being built by [`Stack::post`].
 pub struct Post<'a> {
     stack: &'a Stack,
+    listener: u16,
     path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
@@ -374,21 +549,23 @@ impl Post<'_> {
 
     /// Sends the request and reads the whole answer.
     pub async fn send(self) -> Reply {
-        let url = format!(
-            "http://127.0.0.1:{}{}",
-            self.stack.ports.listener, self.path
-        );
+        let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
+        self.try_send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e:?}"))
+    }
+
+    /// Sends the request; an error when no complete answer came back (e.g. Envoy died).
+    pub async fn try_send(self) -> Result<Reply, reqwest::Error> {
+        let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
         let mut request = self.stack.client.post(&url).body(self.body);
         for (name, value) in &self.headers {
             let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes())
                 .unwrap_or_else(|e| panic!("header {name}: {value:?} cannot be sent: {e}"));
             request = request.header(name.as_str(), value);
         }
-        let response = request
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("POST {url}: {e:?}"));
-        Reply::read(response).await
+        let response = request.send().await?;
+        Reply::try_read(response).await
     }
 }
 
@@ -419,7 +596,11 @@ pub async fn start_envoy_alone(plugin: &Value) -> EnvoyStart {
         lease_store: free_port(),
         upstream: free_port(),
     };
-    let config_path = write_envoy_config(&binaries, ports, plugin);
+    let options = StackOptions {
+        plugin: plugin.clone(),
+        ..StackOptions::default()
+    };
+    let config_path = write_envoy_config(&binaries, ports, &options);
     let mut envoy = spawn_envoy(&binaries, &config_path);
     let client = http_client();
     let ready_url = format!("http://127.0.0.1:{}/ready", ports.admin);
@@ -451,17 +632,39 @@ pub async fn start_envoy_alone(plugin: &Value) -> EnvoyStart {
 fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(REQUEST_TIMEOUT)
+        // A 3xx is an answer to assert on (F6), not a hop to follow.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap_or_else(|e| panic!("build an HTTP client: {e}"))
 }
 
-/// Renders `envoy/demo.yaml` for these ports and plugin into a fresh temp file.
-fn write_envoy_config(binaries: &Binaries, ports: Ports, plugin: &Value) -> PathBuf {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
+/// Renders `envoy/demo.yaml` for these ports and options into a fresh temp file.
+fn write_envoy_config(binaries: &Binaries, ports: Ports, options: &StackOptions) -> PathBuf {
     let yaml = envoy_config::shipped_demo_yaml();
+    write_rendered(binaries, &yaml, envoy_config::SHIPPED_PORTS, ports, options)
+}
+
+/// Renders `envoy/two-replicas.yaml` (the second replica) into a fresh temp file.
+fn write_second_envoy_config(binaries: &Binaries, ports: Ports, options: &StackOptions) -> PathBuf {
+    let yaml = envoy_config::shipped_second_replica_yaml();
+    let shipped = envoy_config::SHIPPED_SECOND_REPLICA_PORTS;
+    write_rendered(binaries, &yaml, shipped, ports, options)
+}
+
+fn write_rendered(
+    binaries: &Binaries,
+    yaml: &str,
+    shipped: Ports,
+    ports: Ports,
+    options: &StackOptions,
+) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
     let wasm = binaries.wasm.display().to_string();
-    let rendered =
-        envoy_config::render(&yaml, ports, &wasm, plugin).unwrap_or_else(|e| panic!("{e}"));
+    let mut rendered = envoy_config::render_from(yaml, shipped, ports, &wasm, &options.plugin)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for edit in &options.envoy_edits {
+        rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
+    }
     let path = std::env::temp_dir().join(format!(
         "keyflight-e2e-envoy-{}-{}.yaml",
         std::process::id(),
@@ -481,4 +684,35 @@ fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
         "info",
     ]);
     ChildGuard::spawn("envoy", command)
+}
+
+fn spawn_upstream(binaries: &Binaries, port: u16) -> ChildGuard {
+    let mut command = Command::new(&binaries.upstream);
+    command.args(["--listen", &format!("127.0.0.1:{port}")]);
+    ChildGuard::spawn("demo-upstream", command)
+}
+
+/// Starts a lease-store on `ports.lease_store` over `postgres`; `migrate` applies the
+/// migrations first (one replica does; the other starts once they are in).
+fn spawn_lease_store(
+    binaries: &Binaries,
+    postgres: &PgCluster,
+    ports: Ports,
+    options: &StackOptions,
+    migrate: bool,
+) -> ChildGuard {
+    let mut command = Command::new(&binaries.lease_store);
+    command.arg("serve");
+    if migrate {
+        command.arg("--migrate");
+    }
+    command
+        .env("KEYFLIGHT_DATABASE_URL", postgres.url())
+        .env(
+            "KEYFLIGHT_LISTEN",
+            format!("127.0.0.1:{}", ports.lease_store),
+        )
+        .env("KEYFLIGHT_TOKEN", options.filter_token())
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+    ChildGuard::spawn("lease-store", command)
 }

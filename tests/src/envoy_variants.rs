@@ -1,0 +1,217 @@
+//! Other Envoy shapes some scenarios need, as edits of the rendered shipped config.
+//!
+//! The shipped `envoy/demo.yaml` takes the principal from a header and gives the upstream
+//! 30 s. Identity and timeout scenarios need more: `jwt_authn` in front of the filter, a TLS
+//! listener that requires client certificates, a route timeout shorter than a slow upstream.
+//! Each [`EnvoyEdit`] rewrites the rendered text at one anchor that must occur exactly once
+//! (like [`crate::envoy_config`]), so everything else stays the file users run; the edits are
+//! also the how-to for a deployment (envoy/README.md points here).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::envoy_config::RenderError;
+
+/// The `payload_in_metadata` name [`EnvoyEdit::JwtAuthn`] uses (the plugin's
+/// `jwt_claim.metadata_key`).
+pub const JWT_PAYLOAD_METADATA_KEY: &str = "jwt_payload";
+
+/// One change to the rendered Envoy config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvoyEdit {
+    /// The route's upstream timeout (the demo ships 30 s): past it Envoy answers 504 itself.
+    RouteTimeout(Duration),
+    /// `envoy.filters.http.jwt_authn` before the wasm filter: tokens from `issuer` are
+    /// verified against the inline JWKS `jwks` and their claims put in dynamic metadata
+    /// under [`JWT_PAYLOAD_METADATA_KEY`]. A request without a token passes on, so the
+    /// keyflight filter decides about it (401 `principal_required`); a bad token is 401.
+    JwtAuthn {
+        /// The `iss` tokens must carry.
+        issuer: String,
+        /// The JWKS JSON (`{"keys": [...]}`).
+        jwks: String,
+    },
+    /// TLS on the listener, requiring a client certificate signed by `ca`.
+    DownstreamMtls {
+        /// The server certificate chain (PEM).
+        cert: PathBuf,
+        /// The server key (PEM).
+        key: PathBuf,
+        /// The CA that signs client certificates (PEM).
+        ca: PathBuf,
+    },
+}
+
+impl EnvoyEdit {
+    /// Applies the edit to a rendered config.
+    pub fn apply(&self, yaml: &str) -> Result<String, RenderError> {
+        match self {
+            EnvoyEdit::RouteTimeout(timeout) => replace_once(
+                yaml,
+                "route: { cluster: demo_upstream, timeout: 30s }",
+                &format!(
+                    "route: {{ cluster: demo_upstream, timeout: {}.{:03}s }}",
+                    timeout.as_secs(),
+                    timeout.subsec_millis()
+                ),
+            ),
+            EnvoyEdit::JwtAuthn { issuer, jwks } => {
+                insert_after(yaml, "http_filters:", &jwt_authn_filter(issuer, jwks))
+            }
+            EnvoyEdit::DownstreamMtls { cert, key, ca } => {
+                replace_line(yaml, "- filters:", &mtls_filter_chain(cert, key, ca))
+            }
+        }
+    }
+}
+
+/// The jwt_authn filter, as list-item lines (indentation relative to the list).
+fn jwt_authn_filter(issuer: &str, jwks: &str) -> Vec<String> {
+    vec![
+        "- name: envoy.filters.http.jwt_authn".to_owned(),
+        "  typed_config:".to_owned(),
+        "    \"@type\": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication".to_owned(),
+        "    providers:".to_owned(),
+        "      e2e:".to_owned(),
+        format!("        issuer: {issuer}"),
+        "        local_jwks:".to_owned(),
+        format!("          inline_string: '{jwks}'"),
+        format!("        payload_in_metadata: {JWT_PAYLOAD_METADATA_KEY}"),
+        "    rules:".to_owned(),
+        "      - match: { prefix: \"/\" }".to_owned(),
+        "        requires:".to_owned(),
+        "          requires_any:".to_owned(),
+        "            requirements:".to_owned(),
+        "              - provider_name: e2e".to_owned(),
+        "              - allow_missing: {}".to_owned(),
+    ]
+}
+
+/// The filter chain's first lines with a TLS transport socket (replacing `- filters:`).
+fn mtls_filter_chain(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    ca: &std::path::Path,
+) -> Vec<String> {
+    vec![
+        "- transport_socket:".to_owned(),
+        "    name: envoy.transport_sockets.tls".to_owned(),
+        "    typed_config:".to_owned(),
+        "      \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext".to_owned(),
+        "      require_client_certificate: true".to_owned(),
+        "      common_tls_context:".to_owned(),
+        "        tls_certificates:".to_owned(),
+        format!("          - certificate_chain: {{ filename: \"{}\" }}", cert.display()),
+        format!("            private_key: {{ filename: \"{}\" }}", key.display()),
+        "        validation_context:".to_owned(),
+        format!("          trusted_ca: {{ filename: \"{}\" }}", ca.display()),
+        "  filters:".to_owned(),
+    ]
+}
+
+/// The index of the one line whose trimmed text is `anchor`.
+fn anchor_line(lines: &[&str], anchor: &str) -> Result<usize, RenderError> {
+    let found: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.trim() == anchor)
+        .map(|(index, _)| index)
+        .collect();
+    match found[..] {
+        [index] => Ok(index),
+        _ => Err(RenderError(format!(
+            "expected one `{anchor}` line, found {}",
+            found.len()
+        ))),
+    }
+}
+
+fn indentation(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+/// Inserts `block` as the first items of the list under the line `anchor`, indented like
+/// the list's current first item.
+fn insert_after(yaml: &str, anchor: &str, block: &[String]) -> Result<String, RenderError> {
+    let lines: Vec<&str> = yaml.lines().collect();
+    let at = anchor_line(&lines, anchor)?;
+    let indent = lines
+        .get(at + 1)
+        .map(|line| " ".repeat(indentation(line)))
+        .ok_or_else(|| RenderError(format!("nothing follows `{anchor}`")))?;
+    let mut out: Vec<String> = lines[..=at].iter().map(|l| (*l).to_owned()).collect();
+    out.extend(block.iter().map(|line| format!("{indent}{line}")));
+    out.extend(lines[at + 1..].iter().map(|l| (*l).to_owned()));
+    Ok(out.join("\n") + "\n")
+}
+
+/// Replaces the line `anchor` by `block`, indented like it.
+fn replace_line(yaml: &str, anchor: &str, block: &[String]) -> Result<String, RenderError> {
+    let lines: Vec<&str> = yaml.lines().collect();
+    let at = anchor_line(&lines, anchor)?;
+    let indent = " ".repeat(indentation(lines[at]));
+    let mut out: Vec<String> = lines[..at].iter().map(|l| (*l).to_owned()).collect();
+    out.extend(block.iter().map(|line| format!("{indent}{line}")));
+    out.extend(lines[at + 1..].iter().map(|l| (*l).to_owned()));
+    Ok(out.join("\n") + "\n")
+}
+
+fn replace_once(text: &str, from: &str, to: &str) -> Result<String, RenderError> {
+    match text.matches(from).count() {
+        1 => Ok(text.replacen(from, to, 1)),
+        n => Err(RenderError(format!(
+            "expected `{from}` exactly once, found it {n} times"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envoy_config::{shipped_demo_yaml, shipped_plugin_config};
+
+    fn rendered_demo() -> String {
+        let yaml = shipped_demo_yaml();
+        let plugin = shipped_plugin_config(&yaml).expect("demo plugin JSON");
+        crate::envoy_config::render(
+            &yaml,
+            crate::envoy_config::SHIPPED_PORTS,
+            "/x.wasm",
+            &plugin,
+        )
+        .expect("demo renders")
+    }
+
+    #[test]
+    fn every_edit_applies_to_the_shipped_demo_config() {
+        let demo = rendered_demo();
+        let timeout = EnvoyEdit::RouteTimeout(Duration::from_millis(300))
+            .apply(&demo)
+            .expect("route timeout");
+        assert!(timeout.contains("timeout: 0.300s"), "{timeout}");
+
+        let jwt = EnvoyEdit::JwtAuthn {
+            issuer: "https://issuer.test".into(),
+            jwks: "{\"keys\":[]}".into(),
+        }
+        .apply(&demo)
+        .expect("jwt_authn");
+        let jwt_at = jwt
+            .find("envoy.filters.http.jwt_authn")
+            .expect("jwt filter");
+        let wasm_at = jwt
+            .find("name: envoy.filters.http.wasm")
+            .expect("wasm filter");
+        assert!(jwt_at < wasm_at, "jwt_authn runs before the wasm filter");
+
+        let mtls = EnvoyEdit::DownstreamMtls {
+            cert: "/c.pem".into(),
+            key: "/k.pem".into(),
+            ca: "/ca.pem".into(),
+        }
+        .apply(&demo)
+        .expect("mtls");
+        assert!(mtls.contains("require_client_certificate: true"), "{mtls}");
+        assert!(mtls.contains("  filters:"), "{mtls}");
+    }
+}

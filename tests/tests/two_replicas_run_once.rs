@@ -1,0 +1,78 @@
+//! Seed 000 AC#2 at mesh scale (F2, F5, L4, L9): 64 concurrent copies of one keyed request,
+//! split across two Envoys that talk to two lease-stores on one Postgres, run the upstream
+//! once, and all 64 callers get the same status and body. Followers on the store the winner
+//! did not use are woken by Postgres NOTIFY. The stack runs the shipped `envoy/demo.yaml`
+//! and `envoy/two-replicas.yaml` side by side (what `make up REPLICAS=2` starts).
+
+use futures_util::future::join_all;
+use keyflight_e2e::{Stack, StackOptions};
+use serde_json::json;
+
+const COPIES: usize = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_duplicates_across_two_envoys_and_two_stores_run_once() {
+    let stack = Stack::start(StackOptions::default().two_replicas().policy(|policy| {
+        policy.insert("follower_wait_ms".into(), json!(20_000));
+    }))
+    .await;
+    let body = json!({"amount": 6400, "currency": "EUR"});
+    let path = "/payments?hold=mesh";
+
+    let requests = join_all((0..COPIES).map(|i| {
+        stack
+            .post_via(i % 2, path)
+            .key("mesh-key")
+            .json(&body)
+            .send()
+    }));
+    let conductor = async {
+        stack.wait_for_gate("mesh", 1).await;
+        stack
+            .eventually(
+                "63 followers long-polling across both lease-stores",
+                || async {
+                    let waits = stack.store_metrics_at(0).await.event("follower_wait")
+                        + stack.store_metrics_at(1).await.event("follower_wait");
+                    waits >= (COPIES - 1) as u64
+                },
+            )
+            .await;
+        assert_eq!(
+            stack.upstream_executions().await,
+            1,
+            "only the winner may reach the upstream while it holds the lease"
+        );
+        stack.open_gate("mesh").await;
+    };
+    let (replies, ()) = tokio::join!(requests, conductor);
+
+    assert_eq!(stack.upstream_executions().await, 1);
+    let first = &replies[0];
+    assert_eq!(first.status, 201, "{first}");
+    for reply in &replies {
+        assert_eq!(
+            (reply.status, &reply.body),
+            (first.status, &first.body),
+            "every caller gets the same answer: {reply} vs {first}"
+        );
+    }
+    let originals = replies
+        .iter()
+        .filter(|reply| reply.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(originals, 1, "one original answer, {} replays", COPIES - 1);
+
+    let (store0, store1) = (
+        stack.store_metrics_at(0).await,
+        stack.store_metrics_at(1).await,
+    );
+    assert_eq!(store0.event("claimed") + store1.event("claimed"), 1);
+    assert_eq!(store0.event("finalize") + store1.event("finalize"), 1);
+    for replica in 0..2 {
+        assert!(
+            stack.filter_counter_at(replica, "outcome.replay").await >= (COPIES / 2 - 1) as u64,
+            "replica {replica} served its callers replays"
+        );
+    }
+}
