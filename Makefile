@@ -1,7 +1,7 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
 #   make test   fmt, clippy, unit/property/wasm/integration/end-to-end tests (what CI runs)
-#   make up / make down   start / stop the demo stack in the background
+#   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -13,12 +13,13 @@ WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images
+        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
 	@echo "make test   - everything CI runs"
-	@echo "make up / make down - start / stop the demo stack in the background"
+	@echo "make up / make down - start / stop the demo stack in the background (make up REPLICAS=2: two Envoys on :10000/:10001, two lease-stores)"
+	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
@@ -28,6 +29,7 @@ prereqs:
 	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "python3 with venv and pip is required: apt-get install python3 python3-venv python3-pip"; exit 1; }
 	@command -v node >/dev/null || { echo "node is required for the wasm-bindgen tests: apt-get install nodejs"; exit 1; }
 	@command -v curl >/dev/null || { echo "curl is required: apt-get install curl"; exit 1; }
+	@command -v openssl >/dev/null || { echo "openssl is required by the mTLS end-to-end tests: apt-get install openssl"; exit 1; }
 	@command -v jq >/dev/null || { echo "jq is required by the demo: apt-get install jq"; exit 1; }
 
 rust-targets:
@@ -81,6 +83,10 @@ up: prereqs envoy wasm build-release
 
 down:
 	scripts/down.sh
+
+# Side-by-side measurements (about 5 minutes; not part of make test).
+bench: prereqs envoy wasm
+	scripts/bench.sh
 
 # OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).
 images: rust-targets wasm

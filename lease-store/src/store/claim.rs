@@ -35,7 +35,7 @@ use uuid::Uuid;
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
 /// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms.
-const CLAIM_SQL: &str = "
+pub const CLAIM_SQL: &str = "
 WITH ins AS (
     INSERT INTO keyflight_records
         (scope, state, fingerprint, claim_id, fence, lease_expires_at,

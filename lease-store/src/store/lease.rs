@@ -29,7 +29,7 @@ UPDATE keyflight_records
  WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
 
 /// `$1` scope, `$2` claim id, `$3` status, `$4` headers, `$5` body, `$6` replayable.
-const FINALIZE_SQL: &str = "
+pub const FINALIZE_SQL: &str = "
 UPDATE keyflight_records
    SET state = 'completed', lease_expires_at = NULL,
        response_status = $3, response_headers = $4, response_body = $5,

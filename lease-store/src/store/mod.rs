@@ -31,6 +31,9 @@ use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
 
 pub use migrate::{MigrationReport, migrate};
+// The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
+pub use claim::CLAIM_SQL;
+pub use lease::FINALIZE_SQL;
 
 /// Settings for [`Store::connect`], validated by the caller's config layer.
 #[derive(Debug, Clone)]

@@ -1,0 +1,247 @@
+//! What one iteration of a load worker does.
+//!
+//! [`Workload::Request`] is the generic scenario: any HTTP endpoint, given a URL, a method,
+//! a header set and a body, so the same workload can be aimed at another idempotency proxy.
+//! The text `{unique}` in a header value or the body is replaced, per request, by a value no
+//! other request of the run carries (fresh idempotency keys). [`Workload::StoreCycle`] is P1's
+//! lease-store cycle: claim a fresh scope, then finalize it, two dependent calls.
+
+use bytes::Bytes;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use hyper::{Method, StatusCode};
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, StoredResponse};
+
+use crate::error::BenchError;
+use crate::http::{Answer, Connection, Target};
+
+/// The placeholder replaced by a per-request unique value.
+pub const UNIQUE: &str = "{unique}";
+
+/// One iteration of a load worker.
+#[derive(Debug, Clone)]
+pub enum Workload {
+    /// One request to any HTTP endpoint.
+    Request(RequestTemplate),
+    /// Claim + finalize of a fresh scope on the lease-store (P1).
+    StoreCycle(StoreCycle),
+}
+
+impl Workload {
+    /// The `host:port` a worker connects to.
+    pub fn authority(&self) -> &str {
+        match self {
+            Workload::Request(template) => &template.target.authority,
+            Workload::StoreCycle(cycle) => &cycle.store,
+        }
+    }
+
+    /// Runs one iteration on `connection`; `unique` is this iteration's unique value.
+    pub async fn run_once(
+        &self,
+        connection: &mut Connection,
+        unique: &str,
+    ) -> Result<(), BenchError> {
+        match self {
+            Workload::Request(template) => template.send(connection, unique).await,
+            Workload::StoreCycle(cycle) => cycle.run(connection, unique).await,
+        }
+    }
+}
+
+/// A request to send, with `{unique}` placeholders.
+#[derive(Debug, Clone)]
+pub struct RequestTemplate {
+    /// Where it goes.
+    pub target: Target,
+    /// Its method.
+    pub method: Method,
+    /// Its headers (values may hold `{unique}`).
+    pub headers: Vec<(HeaderName, String)>,
+    /// Its body (may hold `{unique}`).
+    pub body: String,
+    /// The status a successful answer has; anything else counts as an error.
+    pub expect_status: StatusCode,
+}
+
+impl RequestTemplate {
+    /// A template from command-line strings: `name: value` headers.
+    pub fn parse(
+        url: &str,
+        method: &str,
+        headers: &[String],
+        body: &str,
+        expect_status: u16,
+    ) -> Result<RequestTemplate, BenchError> {
+        let target = Target::parse(url)?;
+        let method = Method::from_bytes(method.as_bytes())
+            .map_err(|e| BenchError::Input(format!("method {method:?}: {e}")))?;
+        let headers = headers
+            .iter()
+            .map(|line| {
+                let (name, value) = line.split_once(':').ok_or_else(|| {
+                    BenchError::Input(format!("header {line:?} is not `name: value`"))
+                })?;
+                let name = HeaderName::from_bytes(name.trim().as_bytes())
+                    .map_err(|e| BenchError::Input(format!("header name {name:?}: {e}")))?;
+                Ok((name, value.trim().to_owned()))
+            })
+            .collect::<Result<Vec<_>, BenchError>>()?;
+        let expect_status = StatusCode::from_u16(expect_status)
+            .map_err(|e| BenchError::Input(format!("status {expect_status}: {e}")))?;
+        Ok(RequestTemplate {
+            target,
+            method,
+            headers,
+            body: body.to_owned(),
+            expect_status,
+        })
+    }
+
+    /// Sends the request with `{unique}` replaced, checking the status.
+    pub async fn send(&self, connection: &mut Connection, unique: &str) -> Result<(), BenchError> {
+        let answer = self.send_for_answer(connection, unique).await?;
+        if answer.status == self.expect_status {
+            Ok(())
+        } else {
+            Err(BenchError::Answer(format!(
+                "{} {} answered {} (expected {}): {}",
+                self.method,
+                self.target.path,
+                answer.status,
+                self.expect_status,
+                String::from_utf8_lossy(&answer.body)
+            )))
+        }
+    }
+
+    /// Sends the request with `{unique}` replaced and returns the whole answer.
+    pub async fn send_for_answer(
+        &self,
+        connection: &mut Connection,
+        unique: &str,
+    ) -> Result<Answer, BenchError> {
+        let headers = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = fill(value, unique);
+                HeaderValue::from_str(&value)
+                    .map(|value| (name.clone(), value))
+                    .map_err(|e| BenchError::Input(format!("header {name}: {value:?}: {e}")))
+            })
+            .collect::<Result<Vec<_>, BenchError>>()?;
+        let body = Bytes::from(fill(&self.body, unique));
+        connection
+            .send(self.method.clone(), &self.target.path, &headers, body)
+            .await
+    }
+}
+
+/// `text` with every `{unique}` replaced (no allocation when there is none).
+fn fill(text: &str, unique: &str) -> String {
+    if text.contains(UNIQUE) {
+        text.replace(UNIQUE, unique)
+    } else {
+        text.to_owned()
+    }
+}
+
+/// P1's cycle against the lease-store API v1: claim a fresh scope, finalize it.
+#[derive(Debug, Clone)]
+pub struct StoreCycle {
+    /// The lease-store's `host:port`.
+    pub store: String,
+    /// `Bearer …` for the filter's token.
+    pub authorization: HeaderValue,
+    /// The lease asked for.
+    pub lease_ms: u64,
+    /// The response the finalize records (what the filter would send).
+    pub response: StoredResponse,
+}
+
+impl StoreCycle {
+    async fn run(&self, connection: &mut Connection, unique: &str) -> Result<(), BenchError> {
+        let scope = Digest::of(unique.as_bytes()).to_hex();
+        let claim = ClaimRequest {
+            fingerprint: Digest::of(b"keyflight-bench"),
+            lease_ms: self.lease_ms,
+            wait_ms: None,
+            retention_s: None,
+        };
+        let answer = self
+            .post(connection, &format!("/v1/claims/{scope}"), &claim)
+            .await?;
+        let claim_id = match serde_json::from_slice(&answer.body) {
+            Ok(ClaimResponse::Won { claim_id, .. }) => claim_id,
+            _ => {
+                return Err(BenchError::Answer(format!(
+                    "claim of a fresh scope answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                )));
+            }
+        };
+        let finalize = FinalizeRequest {
+            claim_id,
+            response: self.response.clone(),
+            replayable: true,
+        };
+        let answer = self
+            .post(
+                connection,
+                &format!("/v1/claims/{scope}/finalize"),
+                &finalize,
+            )
+            .await?;
+        if answer.status == StatusCode::OK {
+            Ok(())
+        } else {
+            Err(BenchError::Answer(format!(
+                "finalize answered {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            )))
+        }
+    }
+
+    async fn post(
+        &self,
+        connection: &mut Connection,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<Answer, BenchError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| BenchError::Input(format!("serialize a store call: {e}")))?;
+        let headers = [
+            (AUTHORIZATION, self.authorization.clone()),
+            (CONTENT_TYPE, HeaderValue::from_static("application/json")),
+        ];
+        connection
+            .send(Method::POST, path, &headers, Bytes::from(body))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_parses_headers_and_fills_unique_values() {
+        let template = RequestTemplate::parse(
+            "http://127.0.0.1:1/payments",
+            "POST",
+            &["x-user: alice".into(), "Idempotency-Key: k-{unique}".into()],
+            r#"{"n":"{unique}"}"#,
+            201,
+        )
+        .expect("parses");
+        assert_eq!(template.headers[1].0, "idempotency-key");
+        assert_eq!(fill(&template.headers[1].1, "7"), "k-7");
+        assert_eq!(fill(&template.body, "7"), r#"{"n":"7"}"#);
+        assert!(
+            RequestTemplate::parse("http://h:1/", "POST", &["nocolon".into()], "", 200).is_err()
+        );
+    }
+}

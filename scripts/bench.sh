@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# make bench: builds what the benchmark runs (release builds: a debug lease-store or load
+# generator would measure the compiler, not keyflight), then runs `keyflight-bench suite`,
+# which starts its own stack, prints the table and writes target/bench/results.json.
+#
+# Extra arguments go to the suite, e.g. `scripts/bench.sh --note "shared machine"` or
+# `scripts/bench.sh --rounds 3 --round-secs 5`. Not part of `make test`.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+target="${CARGO_TARGET_DIR:-$root/target}"
+cargo="${CARGO:-cargo}"
+
+envoy="$(scripts/envoy.sh)"
+"$cargo" build -p keyflight-filter --target wasm32-wasip1 --release
+"$cargo" build --release -p keyflight-lease-store -p keyflight-demo-upstream -p keyflight-bench
+
+KEYFLIGHT_ENVOY="$envoy" \
+    KEYFLIGHT_LEASE_STORE_BIN="$target/release/lease-store" \
+    KEYFLIGHT_UPSTREAM_BIN="$target/release/demo-upstream" \
+    KEYFLIGHT_WASM="$target/wasm32-wasip1/release/keyflight_filter.wasm" \
+    "$target/release/keyflight-bench" suite --out "$target/bench/results.json" "$@"
