@@ -7,7 +7,10 @@
 //! - percent-encoding: `%XX` of an unreserved character is decoded (`%7E` → `~`),
 //!   every other `%xx` gets uppercase hex digits (`%2f` → `%2F`); reserved
 //!   characters are never decoded, so `%2F` stays distinct from `/`. A `%` not
-//!   followed by two hex digits is kept as is.
+//!   followed by two hex digits is a literal percent sign and becomes `%25`: kept
+//!   bare, it could pair with the octets after it once those are decoded (`%%30A`
+//!   would turn into `%0A`, an encoded newline), so normalizing twice would differ
+//!   from normalizing once, and two targets a server tells apart could collide.
 //! - dot segments are removed (§5.2.4), after decoding, so `/a/%2E%2E/b` is `/b`.
 //!   Empty segments (`//`) are kept: many servers route them differently.
 //! - the query is split into `name=value` pairs on `&` and the first `=`, each
@@ -69,6 +72,10 @@ fn normalize_percent(text: &str) -> String {
                     ]);
                 }
                 i += 3;
+            }
+            None if b == b'%' => {
+                out.extend_from_slice(b"%25");
+                i += 1;
             }
             None => {
                 out.push(b);
@@ -168,13 +175,22 @@ mod tests {
     fn percent_encoding_is_normalized_not_decoded() {
         assert_eq!(normalize_percent("%7e%41%2d%5F%2E"), "~A-_.");
         assert_eq!(normalize_percent("%2f%3a%c3%a9"), "%2F%3A%C3%A9");
-        assert_eq!(normalize_percent("%zz%4%"), "%zz%4%");
+        assert_eq!(normalize_percent("%zz%4%"), "%25zz%254%25");
         assert_eq!(normalize_percent("a+b é"), "a+b é");
     }
 
     #[test]
     fn decoded_dots_are_dot_segments() {
         assert_eq!(normalize("/a/%2E%2e/b").0, "/b");
+    }
+
+    #[test]
+    fn a_lone_percent_cannot_pair_with_decoded_octets() {
+        // `%30` decodes to `0`; a bare `%` before it must not form `%0A` with it.
+        assert_eq!(normalize_percent("%%30A"), "%250A");
+        assert_ne!(normalize("/%%30A").0, normalize("/%0A").0);
+        let once = normalize_percent("%%30a");
+        assert_eq!(normalize_percent(&once), once);
         assert_eq!(normalize("/a/%2E/b").0, "/a/b");
     }
 
