@@ -581,12 +581,13 @@ fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
         1000,
         3_600_000,
     )?;
+    // At most half the lease, so one late or lost renewal never lets it lapse.
     let renew_ms = in_range(
         &format!("{at}.renew_interval_ms"),
         p.renew_interval_ms,
         lease_ms / 3,
         100,
-        lease_ms - 1,
+        lease_ms / 2,
     )?;
     let follower_wait_ms = in_range(
         &format!("{at}.follower_wait_ms"),

@@ -2,11 +2,13 @@
 //!
 //! Deterministic answers are recorded and replayed; answers that depend on
 //! revocable context (authz, redirects) are forgotten; transient failures leave
-//! a short cooldown. A 5xx that the proxy generated itself after the request
-//! may have reached the upstream (reset, timeout) says nothing about whether the
-//! upstream acted, so it is *uncertain* and the policy's `uncertain` setting
-//! decides. A 5xx the proxy generated because the request never left it (no
-//! healthy host, connection refused, overflow) is a plain retryable failure.
+//! a short cooldown. A 5xx or 408 that the proxy generated itself after the
+//! request may have reached the upstream (reset, route timeout, stream idle
+//! timeout) says nothing about whether the upstream acted, so it is *uncertain*
+//! and the policy's `uncertain` setting decides. An answer the proxy generated
+//! because the request never left it (no healthy host, connection refused,
+//! overflow, no route) is never recorded: a 5xx is a plain retryable failure,
+//! anything else (a 404 for no route) is forgotten.
 //!
 //! [`origin`] reads the two Envoy properties that tell these apart, checked on
 //! Envoy 1.40:
@@ -87,8 +89,9 @@ pub enum Disposition {
 /// is safe, while recording a possibly transient refusal would not be.
 pub fn classify(status: u16, origin: ResponseOrigin) -> Disposition {
     match (status, origin) {
-        (500..=599, ResponseOrigin::Proxy) => Disposition::Uncertain,
-        (500..=599, ResponseOrigin::ProxyNotSent) => Disposition::Cooldown,
+        (408 | 500..=599, ResponseOrigin::Proxy) => Disposition::Uncertain,
+        (408 | 429 | 500..=599, ResponseOrigin::ProxyNotSent) => Disposition::Cooldown,
+        (_, ResponseOrigin::ProxyNotSent) => Disposition::Forget,
         (200..=299 | 400 | 404 | 409 | 422, _) => Disposition::Record,
         (408 | 429 | 500..=599, _) => Disposition::Cooldown,
         _ => Disposition::Forget,
@@ -126,8 +129,10 @@ mod tests {
             (504, Proxy, Uncertain),
             (403, Proxy, Forget),
             (200, Proxy, Record),
+            (408, Proxy, Uncertain),
             (503, ProxyNotSent, Cooldown),
             (502, ProxyNotSent, Cooldown),
+            (404, ProxyNotSent, Forget),
         ];
         for (status, origin, want) in table {
             assert_eq!(classify(status, origin), want, "{status} {origin:?}");

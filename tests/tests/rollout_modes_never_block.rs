@@ -73,3 +73,35 @@ async fn failure_mode_open_runs_guarded_requests_unguarded_while_the_store_is_do
     assert_eq!(stack.filter_counter("outcome.unguarded").await, 2);
     assert_eq!(stack.filter_counter("outcome.journal_unavailable").await, 0);
 }
+
+/// A lease-store call that cannot even be dispatched (here: no such cluster, as when the
+/// store's cluster has no host at all) fails synchronously, inside the filter's own body
+/// callback. Under `failure_mode: open` the request must still go on whole, body included.
+#[tokio::test]
+async fn fail_open_passes_the_whole_request_when_the_store_cannot_be_dispatched_to() {
+    let stack = Stack::start(
+        StackOptions::default()
+            .plugin(|plugin| plugin["lease_store"]["cluster"] = json!("no_such_cluster"))
+            .policy(|policy| {
+                policy.insert("failure_mode".into(), json!("open"));
+            }),
+    )
+    .await;
+    let body = json!({"amount": 12});
+
+    let reply = stack
+        .post("/payments")
+        .key("nowhere")
+        .json(&body)
+        .send()
+        .await;
+
+    assert_eq!(reply.status, 201, "{reply}");
+    assert_eq!(
+        reply.json()["request"],
+        body,
+        "the upstream got the body: {reply}"
+    );
+    assert_eq!(stack.upstream_executions().await, 1);
+    assert_eq!(stack.filter_counter("event.fail_open").await, 1);
+}

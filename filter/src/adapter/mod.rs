@@ -155,6 +155,18 @@ impl Stream {
         // event's actions run before the rest of the batch, so its verdict
         // comes before the one the machine gave before the read.
         let mut verdict = None;
+        // Inside a host callback, a resume must be the callback's answer, not a
+        // host call: Envoy defers a resume made during the callback until it
+        // returns, then sees the callback's Pause after it, and the stream stops
+        // for good. This happens when a store call fails to dispatch at once
+        // (no healthy lease-store host) and the machine resumes right away.
+        let in_callback = !matches!(
+            event,
+            Event::ClaimAnswered(_)
+                | Event::FinalizeAnswered(_)
+                | Event::ReleaseAnswered(_)
+                | Event::StreamDone
+        );
         let mut queue: VecDeque<Action> = machine.on(event).into();
         while let Some(action) = queue.pop_front() {
             let follow_up = match action {
@@ -176,6 +188,10 @@ impl Stream {
                 }),
                 Action::SetRequestHeader { name, value } => {
                     host::set_request_header(&name, value.as_deref());
+                    None
+                }
+                Action::ResumeRequest if in_callback => {
+                    verdict = Some(HostAction::Continue);
                     None
                 }
                 Action::ResumeRequest => {
@@ -204,6 +220,10 @@ impl Stream {
                 }
                 // F7: the held response goes out only now, after the record
                 // call answered.
+                Action::ResumeResponse if in_callback => {
+                    verdict = Some(HostAction::Continue);
+                    None
+                }
                 Action::ResumeResponse => {
                     let _ = proxy_wasm::hostcalls::resume_http_response();
                     None

@@ -172,6 +172,11 @@ fn each_invalid_field_is_named() {
             "policies[0].renew_interval_ms",
         ),
         (
+            // Past half the lease, one late renewal would let the lease lapse.
+            policy_err(json!({"lease_ms": 3000, "renew_interval_ms": 1501})),
+            "policies[0].renew_interval_ms",
+        ),
+        (
             policy_err(json!({"follower_wait_ms": 60_001})),
             "policies[0].follower_wait_ms",
         ),

@@ -320,9 +320,12 @@ impl Machine {
     }
 
     fn request_body_complete(&mut self, out: &mut Vec<Action>, body: &[u8]) {
-        let State::BufferingRequest(pending) = std::mem::take(&mut self.state) else {
-            self.state = State::Passthrough;
-            return;
+        let pending = match std::mem::take(&mut self.state) {
+            State::BufferingRequest(pending) => pending,
+            other => {
+                self.state = other;
+                return;
+            }
         };
         if body.len() > pending.policy.max_request_body_bytes {
             return self.reject_too_large(out, &Rc::clone(&pending.policy));
@@ -344,7 +347,12 @@ impl Machine {
             selected_headers: &selected,
         });
         let policy = pending.policy;
-        let wait_ms = millis(policy.follower_wait);
+        // F11: dry_run never holds a request up, so it never long-polls.
+        let follower_wait = match self.config.mode {
+            Mode::Enforce => policy.follower_wait,
+            Mode::DryRun => Duration::ZERO,
+        };
+        let wait_ms = millis(follower_wait);
         let ready = Ready {
             call: StoreCall::Claim {
                 scope: pending.scope,
@@ -356,7 +364,7 @@ impl Machine {
                 },
             },
             // A long-poll may legitimately take the whole follower wait (F5).
-            timeout: self.config.lease_store.timeout + policy.follower_wait,
+            timeout: self.config.lease_store.timeout + follower_wait,
             scope: pending.scope,
             fingerprint,
             policy,
@@ -390,8 +398,12 @@ impl Machine {
     /// cache, another fingerprint is a certain conflict, anything else claims.
     /// Never in `dry_run` (the cache is off there), so a hit always replies.
     fn edge_cache_read(&mut self, out: &mut Vec<Action>, slot: Option<&[u8]>, now_ms: u64) {
-        let State::CacheLookup(ready) = std::mem::take(&mut self.state) else {
-            return;
+        let ready = match std::mem::take(&mut self.state) {
+            State::CacheLookup(ready) => ready,
+            other => {
+                self.state = other;
+                return;
+            }
         };
         match edge_cache::lookup(slot, &ready.scope, &ready.fingerprint, now_ms) {
             Lookup::Miss => self.call_claim(out, ready),
@@ -408,17 +420,17 @@ impl Machine {
     }
 
     fn claim_answered(&mut self, out: &mut Vec<Action>, result: Result<ClaimResponse, CallError>) {
-        let State::Claiming {
-            policy,
-            scope,
-            fingerprint,
-        } = std::mem::take(&mut self.state)
-        else {
-            // A late answer for a stream that already ended or replied.
-            if matches!(self.state, State::Start) {
-                self.state = State::Passthrough;
+        let (policy, scope, fingerprint) = match std::mem::take(&mut self.state) {
+            State::Claiming {
+                policy,
+                scope,
+                fingerprint,
+            } => (policy, scope, fingerprint),
+            // An answer nobody waits for (the stream ended or replied): ignore it.
+            other => {
+                self.state = other;
+                return;
             }
-            return;
         };
         let answer = match result {
             Ok(answer) => answer,
@@ -678,15 +690,17 @@ impl Machine {
     }
 
     fn response_body_complete(&mut self, out: &mut Vec<Action>, body: Vec<u8>) {
-        let State::BufferingResponse {
-            owned,
-            status,
-            headers,
-            ..
-        } = std::mem::take(&mut self.state)
-        else {
-            self.state = State::Passthrough;
-            return;
+        let (owned, status, headers) = match std::mem::take(&mut self.state) {
+            State::BufferingResponse {
+                owned,
+                status,
+                headers,
+                ..
+            } => (owned, status, headers),
+            other => {
+                self.state = other;
+                return;
+            }
         };
         if body.len() > owned.policy.max_cacheable_response_bytes {
             self.state = State::BufferingResponse {

@@ -1435,3 +1435,33 @@ proptest! {
         m.on(Event::StreamDone);
     }
 }
+
+#[test]
+fn a_stray_claim_answer_does_not_drop_the_recording() {
+    let mut m = to_upstream(config());
+    assert!(
+        m.on(Event::ClaimAnswered(Ok(won(1)))).is_empty(),
+        "an answer nobody waits for changes nothing"
+    );
+    let out = m.on(response(200, true));
+    assert_eq!(
+        calls(&out).len(),
+        1,
+        "the won request's response is still recorded: {out:?}"
+    );
+}
+
+#[test]
+fn dry_run_followers_never_long_poll() {
+    let mut m = Machine::new(config_with(
+        serde_json::json!({"mode": "dry_run"}),
+        serde_json::json!({}),
+    ));
+    match to_claim(&mut m, b"{}") {
+        StoreCall::Claim { request, .. } => assert_eq!(
+            request.wait_ms, None,
+            "dry_run never holds a request up to follower_wait"
+        ),
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
