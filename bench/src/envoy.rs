@@ -11,6 +11,8 @@
 //! keyflight costs. Each edit finds its anchor exactly once, like the e2e renderer, so a
 //! drift in the shipped file fails loudly here instead of measuring something else.
 
+use keyflight_e2e::yaml_lines;
+
 use crate::error::BenchError;
 
 /// The path the plain Envoy answers itself with `direct_response`.
@@ -95,35 +97,14 @@ pub fn with_direct_response(yaml: &str, status: u16, body: &str) -> Result<Strin
     )
 }
 
-/// Inserts `new` lines (indented like the anchor line) `offset` lines after the anchor.
+/// `yaml_lines::insert_at`, with a drift reported as a bench input error.
 fn insert_at(yaml: &str, at: &str, offset: usize, new: &[String]) -> Result<String, BenchError> {
-    let lines: Vec<&str> = yaml.lines().collect();
-    let index = anchor(&lines, at)?;
-    let indent = " ".repeat(lines[index].len() - lines[index].trim_start().len());
-    let split = index + offset;
-    let out: Vec<String> = lines[..split]
-        .iter()
-        .map(|line| (*line).to_owned())
-        .chain(new.iter().map(|line| format!("{indent}{line}")))
-        .chain(lines[split..].iter().map(|line| (*line).to_owned()))
-        .collect();
-    Ok(out.join("\n") + "\n")
+    yaml_lines::insert_at(yaml, at, offset, new).map_err(|e| drift(&e.0))
 }
 
+/// `yaml_lines::anchor_line`, with a drift reported as a bench input error.
 fn anchor(lines: &[&str], anchor: &str) -> Result<usize, BenchError> {
-    let found: Vec<usize> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, line)| line.trim() == anchor)
-        .map(|(index, _)| index)
-        .collect();
-    match found[..] {
-        [index] => Ok(index),
-        _ => Err(drift(&format!(
-            "expected `{anchor}` exactly once, found it {} times",
-            found.len()
-        ))),
-    }
+    yaml_lines::anchor_line(lines, anchor).map_err(|e| drift(&e.0))
 }
 
 fn drift(detail: &str) -> BenchError {

@@ -17,6 +17,7 @@
 //! Envoy shape (jwt_authn, a TLS listener, a short route timeout) edit the rendered text
 //! further with [`crate::envoy_variants`].
 
+use crate::yaml_lines::{indentation, replace_once};
 use serde_json::Value;
 
 /// The listener, admin, lease-store and upstream ports as `envoy/demo.yaml` ships them.
@@ -173,19 +174,6 @@ fn plugin_block(yaml: &str) -> Result<Block, RenderError> {
         line_count,
         indent: indentation(lines[first_line]),
     })
-}
-
-fn indentation(line: &str) -> usize {
-    line.len() - line.trim_start_matches(' ').len()
-}
-
-fn replace_once(text: &str, from: &str, to: &str) -> Result<String, RenderError> {
-    match text.matches(from).count() {
-        1 => Ok(text.replacen(from, to, 1)),
-        n => Err(RenderError(format!(
-            "expected `{from}` exactly once in the shipped config, found it {n} times"
-        ))),
-    }
 }
 
 /// The shipped config no longer has the shape the renderer relies on.

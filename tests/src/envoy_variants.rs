@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::envoy_config::RenderError;
+use crate::yaml_lines::{insert_after, replace_line, replace_once};
 
 /// The `payload_in_metadata` name [`EnvoyEdit::JwtAuthn`] uses (the plugin's
 /// `jwt_claim.metadata_key`).
@@ -107,62 +108,6 @@ fn mtls_filter_chain(
         format!("          trusted_ca: {{ filename: \"{}\" }}", ca.display()),
         "  filters:".to_owned(),
     ]
-}
-
-/// The index of the one line whose trimmed text is `anchor`.
-fn anchor_line(lines: &[&str], anchor: &str) -> Result<usize, RenderError> {
-    let found: Vec<usize> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, line)| line.trim() == anchor)
-        .map(|(index, _)| index)
-        .collect();
-    match found[..] {
-        [index] => Ok(index),
-        _ => Err(RenderError(format!(
-            "expected one `{anchor}` line, found {}",
-            found.len()
-        ))),
-    }
-}
-
-fn indentation(line: &str) -> usize {
-    line.len() - line.trim_start_matches(' ').len()
-}
-
-/// Inserts `block` as the first items of the list under the line `anchor`, indented like
-/// the list's current first item.
-fn insert_after(yaml: &str, anchor: &str, block: &[String]) -> Result<String, RenderError> {
-    let lines: Vec<&str> = yaml.lines().collect();
-    let at = anchor_line(&lines, anchor)?;
-    let indent = lines
-        .get(at + 1)
-        .map(|line| " ".repeat(indentation(line)))
-        .ok_or_else(|| RenderError(format!("nothing follows `{anchor}`")))?;
-    let mut out: Vec<String> = lines[..=at].iter().map(|l| (*l).to_owned()).collect();
-    out.extend(block.iter().map(|line| format!("{indent}{line}")));
-    out.extend(lines[at + 1..].iter().map(|l| (*l).to_owned()));
-    Ok(out.join("\n") + "\n")
-}
-
-/// Replaces the line `anchor` by `block`, indented like it.
-fn replace_line(yaml: &str, anchor: &str, block: &[String]) -> Result<String, RenderError> {
-    let lines: Vec<&str> = yaml.lines().collect();
-    let at = anchor_line(&lines, anchor)?;
-    let indent = " ".repeat(indentation(lines[at]));
-    let mut out: Vec<String> = lines[..at].iter().map(|l| (*l).to_owned()).collect();
-    out.extend(block.iter().map(|line| format!("{indent}{line}")));
-    out.extend(lines[at + 1..].iter().map(|l| (*l).to_owned()));
-    Ok(out.join("\n") + "\n")
-}
-
-fn replace_once(text: &str, from: &str, to: &str) -> Result<String, RenderError> {
-    match text.matches(from).count() {
-        1 => Ok(text.replacen(from, to, 1)),
-        n => Err(RenderError(format!(
-            "expected `{from}` exactly once, found it {n} times"
-        ))),
-    }
 }
 
 #[cfg(test)]

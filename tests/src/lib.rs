@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod mtls;
 pub mod reply;
 pub mod stack;
+pub mod yaml_lines;
 
 pub use metrics::StoreMetrics;
 pub use reply::Reply;

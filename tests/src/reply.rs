@@ -103,3 +103,29 @@ impl std::fmt::Display for Reply {
         write!(f, "{}", self.text())
     }
 }
+
+/// Asserts what a burst of same-key duplicates must see: every caller got the same status
+/// (`status`) and body, exactly one of them the original and all others marked replays.
+pub fn assert_one_answer_for_all(replies: &[Reply], status: u16) {
+    let Some(first) = replies.first() else {
+        panic!("no replies to compare");
+    };
+    assert_eq!(first.status, status, "{first}");
+    for reply in replies {
+        assert_eq!(
+            (reply.status, &reply.body),
+            (first.status, &first.body),
+            "every caller gets the same answer: {reply} vs {first}"
+        );
+    }
+    let originals = replies
+        .iter()
+        .filter(|reply| reply.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(
+        originals,
+        1,
+        "one original answer, {} replays",
+        replies.len() - 1
+    );
+}

@@ -2,6 +2,7 @@
 //! caller gets the winner's answer.
 
 use futures_util::future::join_all;
+use keyflight_e2e::reply::assert_one_answer_for_all;
 use keyflight_e2e::{Stack, StackOptions};
 use serde_json::json;
 
@@ -37,20 +38,7 @@ async fn thirty_two_concurrent_duplicates_run_the_upstream_once() {
     let (replies, ()) = tokio::join!(requests, conductor);
 
     assert_eq!(stack.upstream_executions().await, 1);
-    let first = &replies[0];
-    assert_eq!(first.status, 201, "{first}");
-    for reply in &replies {
-        assert_eq!(
-            (reply.status, &reply.body),
-            (first.status, &first.body),
-            "every caller gets the same answer: {reply} vs {first}"
-        );
-    }
-    let originals = replies
-        .iter()
-        .filter(|reply| reply.header("idempotent-replayed").is_none())
-        .count();
-    assert_eq!(originals, 1, "one original answer, {} replays", COPIES - 1);
+    assert_one_answer_for_all(&replies, 201);
     assert_eq!(stack.filter_counter("outcome.won_completed").await, 1);
     assert_eq!(
         stack.filter_counter("outcome.replay").await,

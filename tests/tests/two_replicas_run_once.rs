@@ -5,6 +5,7 @@
 //! and `envoy/two-replicas.yaml` side by side (what `make up REPLICAS=2` starts).
 
 use futures_util::future::join_all;
+use keyflight_e2e::reply::assert_one_answer_for_all;
 use keyflight_e2e::{Stack, StackOptions};
 use serde_json::json;
 
@@ -48,20 +49,7 @@ async fn sixty_four_duplicates_across_two_envoys_and_two_stores_run_once() {
     let (replies, ()) = tokio::join!(requests, conductor);
 
     assert_eq!(stack.upstream_executions().await, 1);
-    let first = &replies[0];
-    assert_eq!(first.status, 201, "{first}");
-    for reply in &replies {
-        assert_eq!(
-            (reply.status, &reply.body),
-            (first.status, &first.body),
-            "every caller gets the same answer: {reply} vs {first}"
-        );
-    }
-    let originals = replies
-        .iter()
-        .filter(|reply| reply.header("idempotent-replayed").is_none())
-        .count();
-    assert_eq!(originals, 1, "one original answer, {} replays", COPIES - 1);
+    assert_one_answer_for_all(&replies, 201);
 
     let (store0, store1) = (
         stack.store_metrics_at(0).await,
