@@ -31,6 +31,7 @@ pub fn status_for(code: ProblemCode, profile: StatusProfile) -> u16 {
         (ProblemCode::Forbidden, _) => 403,
         (ProblemCode::NotFound, _) => 404,
         (ProblemCode::PayloadTooLarge, _) => 413,
+        (ProblemCode::MethodNotAllowed, _) => 405,
         (
             ProblemCode::JournalUnavailable
             | ProblemCode::RequestInProgress

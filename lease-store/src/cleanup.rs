@@ -6,6 +6,11 @@
 //! (`Store::delete_expired_batch`, which holds the SQL and its safety
 //! argument) until a batch comes back short, so no single statement locks or
 //! scans more than `batch_size` rows.
+//!
+//! Shutdown never waits for a pass: each batch is already bounded by the
+//! store's answer timeout, and the loop abandons a running pass as soon as
+//! shutdown begins (a batch is one autocommit statement, so at worst the
+//! server finishes that one batch on its own).
 
 use std::time::Duration;
 
@@ -25,7 +30,8 @@ pub struct CleanupSettings {
 
 /// Spawns the retention cleanup loop. `on_deleted` is called with each
 /// batch's row count (for the `ttl_deletes` counter). The loop ends when
-/// `shutdown` turns `true`; a failed pass is logged and retried next interval.
+/// `shutdown` turns `true`, mid-pass included; a failed pass is logged and
+/// retried next interval.
 pub fn spawn(
     store: Store,
     settings: CleanupSettings,
@@ -40,7 +46,11 @@ pub fn spawn(
                 Ok(()) = shutdown.changed() => continue,
             }
             next_pass += settings.interval;
-            match run_pass(&store, settings.batch_size, &on_deleted).await {
+            let outcome = tokio::select! {
+                outcome = run_pass(&store, settings.batch_size, &on_deleted) => outcome,
+                Ok(()) = shutdown.changed() => continue,
+            };
+            match outcome {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "retention cleanup pass"),
                 Err(e) => tracing::warn!(error = %e, "retention cleanup pass failed"),

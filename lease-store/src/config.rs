@@ -143,7 +143,8 @@ pub struct ServeArgs {
     /// Failure cooldown when a release does not say (e.g. `2s`).
     #[arg(long, env = "KEYFLIGHT_DEFAULT_COOLDOWN", default_value = "2s", value_parser = parse_duration)]
     default_cooldown: Duration,
-    /// Postgres `statement_timeout` for every query.
+    /// Postgres `statement_timeout` for every query; a call whose database
+    /// gives no answer within it (plus 250 ms) fails with 503.
     #[arg(long, env = "KEYFLIGHT_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     statement_timeout: Duration,
     /// Upper bound on a claim's `wait_ms` (longer waits are shortened to this).

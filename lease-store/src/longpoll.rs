@@ -14,6 +14,13 @@
 //! backoff and, once listening again, wakes every waiter so they re-check
 //! what they may have missed; meanwhile waiters fall back to their deadlines.
 //!
+//! A LISTEN connection only ever receives, so a database that stops
+//! answering without closing the socket (a frozen host) would look exactly
+//! like a quiet one. The listener therefore runs a `SELECT 1` every
+//! [`LIVENESS_INTERVAL`] and treats no answer within [`LIVENESS_TIMEOUT`] as a
+//! lost connection; connecting and `LISTEN` are bounded by [`CONNECT_TIMEOUT`];
+//! TCP keepalives are tuned as for the pool (`store::tune_tcp`).
+//!
 //! [`claim_with_wait`] is the follower's loop. It subscribes BEFORE it claims,
 //! so a settle committed between the claim's read and the wait is not lost
 //! (the `Notify` keeps the permit). It holds no pooled connection while it
@@ -32,7 +39,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, tune_tcp};
 
 /// The NOTIFY channel migration V1's trigger announces settled scopes on.
 pub const CHANNEL: &str = "keyflight_settled";
@@ -41,6 +48,12 @@ pub const CHANNEL: &str = "keyflight_settled";
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between reconnect attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Bound on connecting (TCP and the startup handshake) and on running `LISTEN`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the listener checks that the database still answers.
+const LIVENESS_INTERVAL: Duration = Duration::from_secs(5);
+/// How long the liveness check may take before the connection counts as lost.
+const LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The process-wide fan-out of settle notifications. Cheap to clone.
 #[derive(Clone)]
@@ -245,20 +258,44 @@ async fn listen(database_url: String, waiters: Arc<Waiters>, mut shutdown: watch
     }
 }
 
-/// One connection's life: returns when the connection ends.
+/// Why a LISTEN connection ended.
+#[derive(Debug, thiserror::Error)]
+enum ListenError {
+    /// The connection failed or was closed by the server.
+    #[error(transparent)]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The database did not answer in time (frozen host, lost network).
+    #[error("{0} did not complete within {1:?}")]
+    NoAnswer(&'static str, Duration),
+}
+
+/// Runs a database step, giving up after `limit`.
+async fn within<T>(
+    limit: Duration,
+    step: &'static str,
+    future: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, ListenError> {
+    match tokio::time::timeout(limit, future).await {
+        Ok(result) => Ok(result?),
+        Err(_elapsed) => Err(ListenError::NoAnswer(step, limit)),
+    }
+}
+
+/// One connection's life: returns when the connection ends or stops answering.
 async fn listen_once(
     database_url: &str,
     waiters: &Waiters,
     backoff: &mut Duration,
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<(), ListenError> {
     let mut config: tokio_postgres::Config = database_url.parse()?;
-    config
-        .application_name("keyflight-lease-store-listen")
-        .keepalives(true);
+    config.application_name("keyflight-lease-store-listen");
+    tune_tcp(&mut config);
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(MAX_BACKOFF);
+        config.connect_timeout(CONNECT_TIMEOUT);
     }
-    let (client, mut connection) = config.connect(NoTls).await?;
+    // `connect_timeout` covers the TCP connect only, not the startup handshake.
+    let (client, mut connection) =
+        within(CONNECT_TIMEOUT, "connecting", config.connect(NoTls)).await?;
     // The connection must be polled for LISTEN to complete and for
     // notifications to arrive; forward what it yields to this task.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -270,8 +307,8 @@ async fn listen_once(
             }
         }
     });
-    let listening = client.batch_execute(&format!("LISTEN {CHANNEL}")).await;
-    if let Err(e) = listening {
+    let listen_sql = format!("LISTEN {CHANNEL}");
+    if let Err(e) = within(CONNECT_TIMEOUT, "LISTEN", client.batch_execute(&listen_sql)).await {
         driver.abort();
         return Err(e);
     }
@@ -279,25 +316,42 @@ async fn listen_once(
     waiters.listening.store(true, Ordering::Release);
     tracing::info!(channel = CHANNEL, "long-poll listener connected");
     waiters.wake_all();
-    let mut outcome = Ok(());
-    while let Some(message) = rx.recv().await {
-        match message {
-            Ok(AsyncMessage::Notification(n)) => match Digest::from_hex(n.payload()) {
-                Ok(scope) => waiters.wake(&scope),
-                Err(_) => tracing::warn!(
-                    channel = n.channel(),
-                    "ignoring a settle notification whose payload is not a scope digest"
-                ),
-            },
-            Ok(_) => {}
-            Err(e) => {
-                outcome = Err(e);
-                break;
-            }
-        }
-    }
+    let outcome = dispatch(&client, waiters, &mut rx).await;
     waiters.listening.store(false, Ordering::Release);
     drop(client);
     driver.abort();
     outcome
+}
+
+/// Wakes each notified scope's waiters until the connection ends, fails, or
+/// misses a liveness check.
+async fn dispatch(
+    client: &tokio_postgres::Client,
+    waiters: &Waiters,
+    messages: &mut tokio::sync::mpsc::UnboundedReceiver<
+        Result<AsyncMessage, tokio_postgres::Error>,
+    >,
+) -> Result<(), ListenError> {
+    let mut liveness =
+        tokio::time::interval_at(Instant::now() + LIVENESS_INTERVAL, LIVENESS_INTERVAL);
+    liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = messages.recv() => match message {
+                None => return Ok(()),
+                Some(Ok(AsyncMessage::Notification(n))) => match Digest::from_hex(n.payload()) {
+                    Ok(scope) => waiters.wake(&scope),
+                    Err(_) => tracing::warn!(
+                        channel = n.channel(),
+                        "ignoring a settle notification whose payload is not a scope digest"
+                    ),
+                },
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+            },
+            _ = liveness.tick() => {
+                within(LIVENESS_TIMEOUT, "the liveness check", client.simple_query("SELECT 1")).await?;
+            }
+        }
+    }
 }

@@ -43,6 +43,9 @@ pub enum ApiError {
     /// No route matches the path.
     #[error("no such endpoint")]
     NoRoute,
+    /// The path exists, but not with this method; the router adds `Allow`.
+    #[error("{0} is not allowed on this endpoint; the Allow header lists the methods that are")]
+    MethodNotAllowed(axum::http::Method),
 }
 
 impl ApiError {
@@ -70,6 +73,10 @@ impl ApiError {
                 StatusCode::BAD_REQUEST,
             ),
             ApiError::NoRoute => (ProblemCode::NotFound, StatusCode::NOT_FOUND),
+            ApiError::MethodNotAllowed(_) => (
+                ProblemCode::MethodNotAllowed,
+                StatusCode::METHOD_NOT_ALLOWED,
+            ),
         }
     }
 

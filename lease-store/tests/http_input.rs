@@ -1,4 +1,5 @@
-//! L7 over HTTP: malformed input answers 400 problem+json naming the field; oversized bodies 413.
+//! L7 over HTTP: malformed input answers 400 problem+json naming the field;
+//! oversized bodies 413; unknown paths 404 and wrong methods 405, all problem+json.
 
 #![allow(clippy::unwrap_used)]
 
@@ -41,6 +42,10 @@ async fn malformed_claims_are_bad_requests_naming_the_field() {
         ),
         (json!({ "fingerprint": fp }), "lease_ms"),
         (json!({ "fingerprint": fp, "lease_ms": 0 }), "lease_ms"),
+        (
+            json!({ "fingerprint": fp, "lease_ms": 1000, "retention_s": 0 }),
+            "retention_s",
+        ),
     ];
     for (body, field) in cases {
         let detail = api
@@ -150,4 +155,48 @@ async fn unknown_routes_are_problem_404s() {
         .get("/v2/nothing", Some(TOKEN))
         .await
         .assert_problem(404, "not_found");
+}
+
+#[tokio::test]
+async fn wrong_methods_on_known_paths_are_problem_405s_naming_the_allowed_ones() {
+    let server = start_server(&[]).await;
+    let scope = fresh_digest("method");
+    let cases = [
+        (
+            reqwest::Method::GET,
+            format!("/v1/claims/{scope}"),
+            TOKEN,
+            "POST",
+        ),
+        (
+            reqwest::Method::GET,
+            format!("/v1/claims/{scope}/finalize"),
+            TOKEN,
+            "POST",
+        ),
+        (reqwest::Method::POST, "/healthz".to_owned(), TOKEN, "GET"),
+        (
+            reqwest::Method::PUT,
+            format!("/v1/records/{scope}"),
+            ADMIN,
+            "DELETE",
+        ),
+    ];
+    for (method, path, token, allowed) in cases {
+        let answer = server
+            .api
+            .send(method.clone(), &path, Some(token), |request| request)
+            .await;
+        let detail = answer.assert_problem(405, "method_not_allowed");
+        assert!(
+            detail.contains(method.as_str()),
+            "{method} {path}: {detail}"
+        );
+        let allow = answer
+            .headers
+            .get("allow")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(allow.contains(allowed), "{method} {path}: allow `{allow}`");
+    }
 }

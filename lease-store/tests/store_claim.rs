@@ -103,14 +103,15 @@ async fn expired_lease_with_a_different_fingerprint_is_a_conflict_and_the_row_is
 #[tokio::test]
 async fn a_record_past_retention_is_reclaimed_even_with_a_different_fingerprint() {
     let store = store().await;
+    let db = raw_client(&cluster().url()).await;
     let scope = fresh_scope();
-    let mut first = claim_req(fingerprint("old request"), 10_000);
-    first.retention_s = Some(0);
+    let first = claim_req(fingerprint("old request"), 10_000);
     let (claim_id, old_fence, _) = must_win(&store, &scope, &first).await;
     store
         .finalize(&scope, &finalize_ok(claim_id))
         .await
         .unwrap();
+    age_past_retention(&db, &scope).await;
 
     let (_, fence, how) = must_win(&store, &scope, &claim_req(fingerprint("new"), 10_000)).await;
     assert_eq!(how, WonHow::RecoveredTtl);
@@ -118,12 +119,27 @@ async fn a_record_past_retention_is_reclaimed_even_with_a_different_fingerprint(
 }
 
 #[tokio::test]
-async fn a_live_pending_record_past_retention_is_not_reclaimed() {
+async fn a_zero_retention_is_rejected_because_it_would_replay_nothing() {
     let store = store().await;
     let scope = fresh_scope();
-    let mut first = claim_req(fingerprint("long running"), 30_000);
-    first.retention_s = Some(0);
+    let mut req = claim_req(fingerprint("no retention"), 10_000);
+    req.retention_s = Some(0);
+    match store.claim(&scope, &req).await {
+        Err(StoreError::Invalid(reason)) => assert!(reason.contains("retention_s"), "{reason}"),
+        other => panic!("a zero retention must be invalid, got {other:?}"),
+    }
+    req.retention_s = Some(1);
+    must_win(&store, &scope, &req).await;
+}
+
+#[tokio::test]
+async fn a_live_pending_record_past_retention_is_not_reclaimed() {
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = fresh_scope();
+    let first = claim_req(fingerprint("long running"), 30_000);
     must_win(&store, &scope, &first).await;
+    age_past_retention(&db, &scope).await;
 
     let same = store.claim(&scope, &first).await.unwrap();
     assert!(matches!(same.response, ClaimResponse::InProgress { .. }));

@@ -1,5 +1,6 @@
-//! L5 against a real Postgres: retention cleanup deletes only terminal rows
-//! past retention, in batches, and never a live (reclaimed) row.
+//! L5 against a real Postgres: retention cleanup deletes terminal rows and
+//! abandoned `pending` rows past retention, in batches, and never a live
+//! (reclaimed or leased) row nor an `unknown` one.
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,16 +17,15 @@ use tokio::sync::Mutex;
 /// count deletions take turns.
 static CLEANUP: Mutex<()> = Mutex::const_new(());
 
-/// A completed record already past its retention (retention 0).
-async fn expired_completed(store: &Store, label: &str) -> Digest {
+/// A completed record already past its retention.
+async fn expired_completed(store: &Store, db: &tokio_postgres::Client, label: &str) -> Digest {
     let scope = fresh_scope();
-    let mut req = claim_req(fingerprint(label), 10_000);
-    req.retention_s = Some(0);
-    let (claim_id, _, _) = must_win(store, &scope, &req).await;
+    let (claim_id, _, _) = must_win(store, &scope, &claim_req(fingerprint(label), 10_000)).await;
     store
         .finalize(&scope, &finalize_ok(claim_id))
         .await
         .unwrap();
+    age_past_retention(db, &scope).await;
     scope
 }
 
@@ -34,7 +34,7 @@ async fn cleanup_never_deletes_a_record_reclaimed_after_its_retention() {
     let _turn = CLEANUP.lock().await;
     let store = store().await;
     let db = raw_client(&cluster().url()).await;
-    let scope = expired_completed(&store, "reclaimed").await;
+    let scope = expired_completed(&store, &db, "reclaimed").await;
     let (claim_id, _, how) = must_win(&store, &scope, &claim_req(fingerprint("new"), 10_000)).await;
     assert_eq!(how, WonHow::RecoveredTtl);
 
@@ -49,12 +49,14 @@ async fn cleanup_keeps_pending_unknown_and_unexpired_rows() {
     let store = store().await;
     let db = raw_client(&cluster().url()).await;
 
-    let mut expired_req = claim_req(fingerprint("kept"), 10_000);
-    expired_req.retention_s = Some(0);
+    // Leases outlive the test binary: a lease running out mid-run would let
+    // another test's pass delete the row and skew its count.
+    let req = claim_req(fingerprint("kept"), 600_000);
     let pending = fresh_scope();
-    must_win(&store, &pending, &expired_req).await;
+    must_win(&store, &pending, &req).await;
+    age_past_retention(&db, &pending).await;
     let unknown = fresh_scope();
-    let (claim_id, _, _) = must_win(&store, &unknown, &expired_req).await;
+    let (claim_id, _, _) = must_win(&store, &unknown, &req).await;
     store
         .release(
             &unknown,
@@ -66,6 +68,7 @@ async fn cleanup_keeps_pending_unknown_and_unexpired_rows() {
         )
         .await
         .unwrap();
+    age_past_retention(&db, &unknown).await;
     let fresh = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &fresh, &claim_req(fingerprint("kept"), 10_000)).await;
     store
@@ -83,6 +86,30 @@ async fn cleanup_keeps_pending_unknown_and_unexpired_rows() {
 }
 
 #[tokio::test]
+async fn cleanup_deletes_an_abandoned_pending_row_past_retention_but_never_a_leased_one() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+
+    let abandoned = fresh_scope();
+    must_win(&store, &abandoned, &claim_req(fingerprint("crashed"), 50)).await;
+    wait_for_lease_expiry(&db, &abandoned).await;
+    age_past_retention(&db, &abandoned).await;
+    let leased = fresh_scope();
+    let (claim_id, _, _) =
+        must_win(&store, &leased, &claim_req(fingerprint("slow"), 600_000)).await;
+    age_past_retention(&db, &leased).await;
+
+    run_once(&store, 100).await.unwrap();
+    assert!(
+        row_state(&db, &abandoned).await.is_none(),
+        "an abandoned pending row past retention must be deleted"
+    );
+    let (state, _, owner) = row_state(&db, &leased).await.unwrap();
+    assert_eq!((state.as_str(), owner), ("pending", Some(claim_id)));
+}
+
+#[tokio::test]
 async fn cleanup_deletes_expired_terminal_rows_in_batches_and_counts_them() {
     let _turn = CLEANUP.lock().await;
     let store = store().await;
@@ -92,12 +119,11 @@ async fn cleanup_deletes_expired_terminal_rows_in_batches_and_counts_them() {
 
     let mut scopes = Vec::new();
     for i in 0..7 {
-        scopes.push(expired_completed(&store, &format!("batch {i}")).await);
+        scopes.push(expired_completed(&store, &db, &format!("batch {i}")).await);
     }
     let failed = fresh_scope();
-    let mut req = claim_req(fingerprint("failed"), 10_000);
-    req.retention_s = Some(0);
-    let (claim_id, _, _) = must_win(&store, &failed, &req).await;
+    let (claim_id, _, _) =
+        must_win(&store, &failed, &claim_req(fingerprint("failed"), 10_000)).await;
     store
         .release(
             &failed,
@@ -109,6 +135,7 @@ async fn cleanup_deletes_expired_terminal_rows_in_batches_and_counts_them() {
         )
         .await
         .unwrap();
+    age_past_retention(&db, &failed).await;
     scopes.push(failed);
 
     assert_eq!(store.delete_expired_batch(3).await.unwrap(), 3);
@@ -123,9 +150,10 @@ async fn cleanup_deletes_expired_terminal_rows_in_batches_and_counts_them() {
 async fn the_cleanup_loop_reports_each_batch_and_stops_on_shutdown() {
     let _turn = CLEANUP.lock().await;
     let store = store().await;
+    let db = raw_client(&cluster().url()).await;
     run_once(&store, 1000).await.unwrap();
     for i in 0..5 {
-        expired_completed(&store, &format!("loop {i}")).await;
+        expired_completed(&store, &db, &format!("loop {i}")).await;
     }
     let (batches_tx, mut batches) = tokio::sync::mpsc::unbounded_channel();
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);

@@ -44,6 +44,8 @@ pub enum ProblemCode {
     ReplayRiskNotAcknowledged,
     /// L6: resolving a record that is not `unknown`.
     NotUnknown,
+    /// L7: the path exists, but not with this HTTP method (see `Allow`).
+    MethodNotAllowed,
 }
 
 impl ProblemCode {
@@ -67,6 +69,7 @@ impl ProblemCode {
             Self::NotFound => "not_found",
             Self::ReplayRiskNotAcknowledged => "replay_risk_not_acknowledged",
             Self::NotUnknown => "not_unknown",
+            Self::MethodNotAllowed => "method_not_allowed",
         }
     }
 
@@ -90,6 +93,7 @@ impl ProblemCode {
             Self::NotFound => "Not found",
             Self::ReplayRiskNotAcknowledged => "Replay risk not acknowledged",
             Self::NotUnknown => "Record is not in the unknown state",
+            Self::MethodNotAllowed => "Method not allowed",
         }
     }
 

@@ -14,6 +14,12 @@
 //! without running `Drop` (a `static` shared cluster, a killed test binary), so
 //! no stray `postgres` outlives the run.
 //!
+//! [`PgCluster::freeze`] simulates a database that stops answering without
+//! closing anything (a hung host, a stalled VM): it SIGSTOPs the postmaster
+//! and every server process, so TCP connections stay open but nothing
+//! replies. [`PgCluster::thaw`] resumes them; `Drop` and the watchdog thaw a
+//! frozen cluster first, since a stopped server cannot be shut down.
+//!
 //! Everything here is synchronous (`std::process`), so it works from plain
 //! tests, `#[tokio::test]` and a `OnceLock` alike.
 
@@ -21,8 +27,8 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where the Postgres 15 binaries live unless `PG_BIN` says otherwise.
 const DEFAULT_PG_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -47,6 +53,7 @@ pub struct PgCluster {
     options: PgOptions,
     as_postgres_user: bool,
     watchdog: Mutex<Option<Child>>,
+    frozen: AtomicBool,
 }
 
 impl PgCluster {
@@ -80,6 +87,7 @@ impl PgCluster {
             options,
             as_postgres_user,
             watchdog: Mutex::new(None),
+            frozen: AtomicBool::new(false),
         };
         cluster.initdb();
         cluster.pg_ctl_start();
@@ -110,6 +118,48 @@ impl PgCluster {
     /// Starts the server again on the same directory and port.
     pub fn restart(&self) {
         self.pg_ctl_start();
+    }
+
+    /// Freezes the server: SIGSTOP to the postmaster, then (once it is
+    /// stopped, so it can fork no more) to every process it started. Open
+    /// connections stay open and the kernel still accepts new ones, but
+    /// nothing answers until [`PgCluster::thaw`]. Always thaw (a guard) before
+    /// asserting anything that may panic; `Drop` thaws too, as a last resort.
+    pub fn freeze(&self) {
+        let postmaster = self.postmaster_pid();
+        self.frozen.store(true, Ordering::SeqCst);
+        send_signal("STOP", &[postmaster]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_state(postmaster) != Some('T') {
+            assert!(
+                Instant::now() < deadline,
+                "postmaster {postmaster} did not stop within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        send_signal("STOP", &children_of(postmaster));
+    }
+
+    /// Resumes a server stopped by [`PgCluster::freeze`] (a no-op otherwise).
+    pub fn thaw(&self) {
+        if !self.frozen.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let postmaster = self.postmaster_pid();
+        let mut pids = children_of(postmaster);
+        pids.push(postmaster);
+        send_signal("CONT", &pids);
+    }
+
+    /// The running postmaster's pid, from the first line of `postmaster.pid`.
+    fn postmaster_pid(&self) -> u32 {
+        let path = self.data_dir().join("postmaster.pid");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e} (is the server running?)", path.display()));
+        text.lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{} has no pid on its first line", path.display()))
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -159,10 +209,13 @@ impl PgCluster {
 
     /// Spawns a shell that waits for this process to exit, then stops the
     /// cluster and removes its directory (unless `Drop` already did).
+    /// A frozen cluster is thawed first (a stopped server ignores `pg_ctl stop`).
     fn spawn_watchdog(&self) {
         let stop = shell_words(&self.server_command_line("pg_ctl"));
         let script = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             pm=$(head -n 1 '{data}/postmaster.pid' 2>/dev/null); \
+             if [ -n \"$pm\" ]; then kill -CONT \"$pm\"; pkill -CONT -P \"$pm\"; fi 2>/dev/null; \
              {stop} -D '{data}' -m immediate stop >/dev/null 2>&1; rm -rf '{dir}'",
             pid = std::process::id(),
             data = self.data_dir().display(),
@@ -205,6 +258,10 @@ impl PgCluster {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
+        if self.frozen.load(Ordering::SeqCst) {
+            // Best effort: a panic here would abort a test that is already unwinding.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.thaw()));
+        }
         if let Some(mut child) = self
             .watchdog
             .lock()
@@ -237,6 +294,45 @@ fn run_checked(cmd: &mut Command) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Sends `kill -<signal>` to `pids`. A pid that exited meanwhile is not an
+/// error (a backend may end between listing and signalling).
+fn send_signal(signal: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(pids.iter().map(u32::to_string))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// `(state, ppid)` of a process from `/proc/<pid>/stat`. The command name
+/// may contain spaces and parentheses, so fields are read after its last `)`.
+fn process_stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+fn process_state(pid: u32) -> Option<char> {
+    process_stat(pid).map(|(state, _)| state)
+}
+
+/// The pids whose parent is `parent` (the postmaster's backends and workers).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| process_stat(pid).is_some_and(|(_, ppid)| ppid == parent))
+        .collect()
 }
 
 /// Quotes each word for `sh`.

@@ -8,7 +8,10 @@
 //!
 //! Input is parsed by two extractors that fail with [`ApiError`], so a bad
 //! scope in the path, malformed JSON, an unknown field or an oversized body
-//! all answer problem+json (never axum's plain-text rejections).
+//! all answer problem+json (never axum's plain-text rejections). An unknown
+//! path (404) and a known path called with the wrong method (405, with
+//! axum's `Allow` header) answer problem+json too, through the router's two
+//! fallbacks.
 
 pub mod claims;
 pub mod health;
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request};
+use axum::http::Method;
 use axum::http::request::Parts;
 use axum::middleware;
 use axum::routing::{get, post};
@@ -74,6 +78,8 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
         .merge(claims)
         .merge(records)
         .merge(operability)
+        // After the merges: it applies to the routes that exist when called.
+        .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
@@ -83,6 +89,12 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
 
 async fn no_route() -> ApiError {
     ApiError::NoRoute
+}
+
+/// A known path with a method it does not serve. axum adds the `Allow`
+/// header to whatever this returns.
+async fn wrong_method(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed(method)
 }
 
 /// The `{scope}` path segment, parsed as a wire digest (64 lowercase hex).

@@ -6,6 +6,13 @@
 //! only makes `/readyz` fail), the `LISTEN` fan-out and clean-up, and finally
 //! the listener. Shutdown runs the other way: stop accepting, let long-polls
 //! answer, drain requests, then wait for clean-up to stop.
+//!
+//! The drain is bounded: every store call already gives up after its answer
+//! timeout, but a client that never finishes sending its request must not
+//! keep the process alive either, so after [`DRAIN_LIMIT`] the server stops
+//! waiting for what is still in flight.
+
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
@@ -20,7 +27,11 @@ use crate::store::{self, Store};
 
 use super::CliError;
 
-/// Serves until SIGTERM or SIGINT, then drains and returns.
+/// The longest graceful shutdown waits for in-flight requests (below
+/// Kubernetes' default 30 s grace period, so the exit is ours, not a SIGKILL).
+const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+
+/// Serves until SIGTERM or SIGINT, then drains (for at most [`DRAIN_LIMIT`]) and returns.
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let config = args.into_config()?;
     if config.migrate {
@@ -57,10 +68,24 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
             source,
         })?;
     tracing::info!(listen = %config.listen, "lease-store serving");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.on_signal().await })
-        .await
-        .map_err(CliError::Serve)?;
+    let mut stopping = shutdown.subscribe();
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.on_signal().await });
+    let drain_limit = async move {
+        // The sender lives inside the server future, so this only fails once
+        // the server is gone; then there is nothing left to bound.
+        if stopping.wait_for(|stopping| *stopping).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(DRAIN_LIMIT).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(CliError::Serve)?,
+        () = drain_limit => tracing::warn!(
+            limit_s = DRAIN_LIMIT.as_secs(),
+            "requests still in flight after the drain limit; stopping anyway"
+        ),
+    }
     if let Err(e) = cleanup.await {
         tracing::error!(error = %e, "retention clean-up task ended abnormally");
     }

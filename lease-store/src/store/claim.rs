@@ -123,43 +123,52 @@ impl Store {
         }
         let lease_ms = millis_param("lease_ms", req.lease_ms)?;
         let retention_ms = match req.retention_s {
+            // A zero retention makes the record reclaimable the moment it
+            // completes: retries would run the operation again, not replay it.
+            Some(0) => {
+                return Err(StoreError::Invalid(
+                    "retention_s must be positive: a zero retention replays nothing".into(),
+                ));
+            }
             Some(s) => s
                 .checked_mul(1000)
                 .and_then(|ms| i64::try_from(ms).ok())
                 .ok_or_else(|| StoreError::Invalid("retention_s is out of range".into()))?,
             None => duration_millis(self.default_retention),
         };
-        let client = self.client().await?;
-        let claim = client.prepare_cached(CLAIM_SQL).await?;
-        let read = client.prepare_cached(READ_SQL).await?;
-        for _ in 0..MAX_ATTEMPTS {
-            let claim_id = Uuid::now_v7();
-            let won = client
-                .query_opt(
-                    &claim,
-                    &[
-                        &scope.0.as_slice(),
-                        &req.fingerprint.0.as_slice(),
-                        &claim_id,
-                        &lease_ms,
-                        &retention_ms,
-                    ],
-                )
-                .await?;
-            if let Some(row) = won {
-                return won_attempt(&row, claim_id, req.lease_ms);
+        self.run(async |client| {
+            let claim = client.prepare_cached(CLAIM_SQL).await?;
+            let read = client.prepare_cached(READ_SQL).await?;
+            for _ in 0..MAX_ATTEMPTS {
+                let claim_id = Uuid::now_v7();
+                let won = client
+                    .query_opt(
+                        &claim,
+                        &[
+                            &scope.0.as_slice(),
+                            &req.fingerprint.0.as_slice(),
+                            &claim_id,
+                            &lease_ms,
+                            &retention_ms,
+                        ],
+                    )
+                    .await?;
+                if let Some(row) = won {
+                    return won_attempt(&row, claim_id, req.lease_ms);
+                }
+                let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
+                match existing.map(|row| explain_lost(&row, &req.fingerprint)) {
+                    Some(Ok(Lost::Answer(attempt))) => return Ok(attempt),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(Lost::Retry)) | None => continue,
+                }
             }
-            let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
-            match existing.map(|row| explain_lost(&row, &req.fingerprint)) {
-                Some(Ok(Lost::Answer(attempt))) => return Ok(attempt),
-                Some(Err(e)) => return Err(e),
-                Some(Ok(Lost::Retry)) | None => continue,
-            }
-        }
-        Ok(ClaimAttempt {
-            response: ClaimResponse::InProgress { retry_after_s: 1 },
-            pending_until: None,
+            Ok(ClaimAttempt {
+                response: ClaimResponse::InProgress { retry_after_s: 1 },
+                pending_until: None,
+            })
         })
+        .await
     }
 }
 

@@ -67,12 +67,14 @@ impl Store {
             return Err(StoreError::Invalid("lease_ms must be positive".into()));
         }
         let lease_ms = millis_param("lease_ms", req.lease_ms)?;
-        let client = self.client().await?;
-        let statement = client.prepare_cached(RENEW_SQL).await?;
-        let rows = client
-            .execute(&statement, &[&scope.0.as_slice(), &req.claim_id, &lease_ms])
-            .await?;
-        owned(rows)?;
+        self.run(async |client| {
+            let statement = client.prepare_cached(RENEW_SQL).await?;
+            let rows = client
+                .execute(&statement, &[&scope.0.as_slice(), &req.claim_id, &lease_ms])
+                .await?;
+            owned(rows)
+        })
+        .await?;
         Ok(RenewResponse {
             lease_ms: req.lease_ms,
         })
@@ -86,56 +88,60 @@ impl Store {
             .ok_or_else(|| StoreError::Invalid("response.body_b64 is not valid base64".into()))?;
         let status = i32::from(req.response.status);
         let headers = Json(&req.response.headers);
-        let client = self.client().await?;
-        let statement = client.prepare_cached(FINALIZE_SQL).await?;
-        let rows = client
-            .execute(
-                &statement,
-                &[
-                    &scope.0.as_slice(),
-                    &req.claim_id,
-                    &status,
-                    &headers,
-                    &body,
-                    &req.replayable,
-                ],
-            )
-            .await?;
-        owned(rows)
+        self.run(async |client| {
+            let statement = client.prepare_cached(FINALIZE_SQL).await?;
+            let rows = client
+                .execute(
+                    &statement,
+                    &[
+                        &scope.0.as_slice(),
+                        &req.claim_id,
+                        &status,
+                        &headers,
+                        &body,
+                        &req.replayable,
+                    ],
+                )
+                .await?;
+            owned(rows)
+        })
+        .await
     }
 
     /// Gives the lease up without a recorded response (F6): `failed` with a
     /// cooldown, `unknown` for an operator, or the record forgotten.
     pub async fn release(&self, scope: &Digest, req: &ReleaseRequest) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let rows = match req.release_as {
-            ReleaseAs::Cooldown => {
-                let cooldown_ms = match req.cooldown_ms {
-                    Some(ms) => millis_param("cooldown_ms", ms)?,
-                    None => duration_millis(self.default_cooldown),
-                };
-                let statement = client.prepare_cached(RELEASE_COOLDOWN_SQL).await?;
-                client
-                    .execute(
-                        &statement,
-                        &[&scope.0.as_slice(), &req.claim_id, &cooldown_ms],
-                    )
-                    .await?
-            }
-            ReleaseAs::Unknown => {
-                let statement = client.prepare_cached(RELEASE_UNKNOWN_SQL).await?;
-                client
-                    .execute(&statement, &[&scope.0.as_slice(), &req.claim_id])
-                    .await?
-            }
-            ReleaseAs::Forget => {
-                let statement = client.prepare_cached(RELEASE_FORGET_SQL).await?;
-                client
-                    .execute(&statement, &[&scope.0.as_slice(), &req.claim_id])
-                    .await?
-            }
+        let cooldown_ms = match req.cooldown_ms {
+            Some(ms) => millis_param("cooldown_ms", ms)?,
+            None => duration_millis(self.default_cooldown),
         };
-        owned(rows)
+        self.run(async |client| {
+            let rows = match req.release_as {
+                ReleaseAs::Cooldown => {
+                    let statement = client.prepare_cached(RELEASE_COOLDOWN_SQL).await?;
+                    client
+                        .execute(
+                            &statement,
+                            &[&scope.0.as_slice(), &req.claim_id, &cooldown_ms],
+                        )
+                        .await?
+                }
+                ReleaseAs::Unknown => {
+                    let statement = client.prepare_cached(RELEASE_UNKNOWN_SQL).await?;
+                    client
+                        .execute(&statement, &[&scope.0.as_slice(), &req.claim_id])
+                        .await?
+                }
+                ReleaseAs::Forget => {
+                    let statement = client.prepare_cached(RELEASE_FORGET_SQL).await?;
+                    client
+                        .execute(&statement, &[&scope.0.as_slice(), &req.claim_id])
+                        .await?
+                }
+            };
+            owned(rows)
+        })
+        .await
     }
 }
 

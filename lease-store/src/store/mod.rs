@@ -17,6 +17,19 @@
 //! database down, the pool exhausted past its wait timeout, the
 //! `statement_timeout` firing, an unexpected server error — is
 //! [`StoreError::Unavailable`], which the filter turns into "do not dispatch".
+//!
+//! Bounded answers: `statement_timeout` is enforced by the server, so it
+//! cannot help when the server (or the network) stops answering altogether —
+//! a frozen host keeps the TCP connection open and the kernel keeps ACKing.
+//! Every call therefore runs its database work through [`Store::run`], which
+//! gives up after `statement_timeout` + [`ANSWER_MARGIN`] and *discards* the
+//! connection it was using (`Object::take`): a connection with a request
+//! still in flight is never handed to the next caller. Getting a connection
+//! has its own bounds (the pool's wait/create timeouts and `connect_timeout`,
+//! all `statement_timeout`). TCP keepalives and `tcp_user_timeout`
+//! ([`tune_tcp`]) make the kernel drop connections to a host that is gone, so
+//! idle pooled connections and the `LISTEN` connection do not linger for the
+//! OS default of two hours.
 
 mod claim;
 mod lease;
@@ -26,7 +39,7 @@ mod retention;
 
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
 
@@ -34,6 +47,23 @@ pub use migrate::{MigrationReport, migrate};
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::CLAIM_SQL;
 pub use lease::FINALIZE_SQL;
+
+/// How much longer than `statement_timeout` a call waits for the database's
+/// answer before giving up on the connection. The server cancels a slow
+/// statement at `statement_timeout` and says so; this margin lets that answer
+/// (and the round trip) arrive, so the client-side bound only fires when the
+/// server or the network is not answering at all.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
+
+/// Idle time before the kernel probes a quiet connection (OS default: 2 h).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// Time between two unanswered keepalive probes.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered probes before the kernel drops the connection (~25 s in all).
+const KEEPALIVE_RETRIES: u32 = 3;
+/// How long sent data may stay unacknowledged before the kernel drops the
+/// connection (a host that vanished mid-request).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// Settings for [`Store::connect`], validated by the caller's config layer.
 #[derive(Debug, Clone)]
@@ -47,7 +77,8 @@ pub struct StoreSettings {
     /// Cooldown for `release as: cooldown` without `cooldown_ms` (F6).
     pub default_cooldown: Duration,
     /// Server-side `statement_timeout` on every pooled connection; also bounds
-    /// connecting and waiting for a free pooled connection.
+    /// connecting and waiting for a free pooled connection, and (plus
+    /// [`ANSWER_MARGIN`]) how long a call waits for the database's answers.
     pub statement_timeout: Duration,
 }
 
@@ -87,6 +118,8 @@ pub struct Store {
     pool: Pool,
     default_retention: Duration,
     default_cooldown: Duration,
+    /// `statement_timeout` + [`ANSWER_MARGIN`]: the most a call's database work may take.
+    answer_timeout: Duration,
 }
 
 impl Store {
@@ -114,14 +147,15 @@ impl Store {
             pool,
             default_retention: settings.default_retention,
             default_cooldown: settings.default_cooldown,
+            answer_timeout: settings.statement_timeout.saturating_add(ANSWER_MARGIN),
         })
     }
 
     /// `Ok` when the database answers and its schema is at or past the newest
     /// migration embedded in this binary (L8 `/readyz`).
     pub async fn readiness(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        migrate::check_current(&client).await
+        self.run(async |client| migrate::check_current(client).await)
+            .await
     }
 
     /// Pool gauges for `/metrics`.
@@ -129,13 +163,50 @@ impl Store {
         self.pool.status()
     }
 
+    /// Runs one call's database work on a pooled connection, bounded by
+    /// `statement_timeout` + [`ANSWER_MARGIN`].
+    ///
+    /// When the bound runs out, the database did not answer (frozen, or the
+    /// network is gone): the connection is taken out of the pool and dropped,
+    /// because a request is still in flight on it and the next caller would
+    /// wait behind it; the call is `Unavailable`.
+    async fn run<T>(
+        &self,
+        work: impl AsyncFnOnce(&Object) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let client = self.client().await?;
+        match tokio::time::timeout(self.answer_timeout, work(&client)).await {
+            Ok(result) => result,
+            Err(_elapsed) => {
+                drop(Object::take(client));
+                Err(StoreError::Unavailable(format!(
+                    "the database did not answer within {} ms; connection discarded",
+                    self.answer_timeout.as_millis()
+                )))
+            }
+        }
+    }
+
     /// A pooled connection, or `Unavailable` when none can be had in time.
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| match e {
             deadpool_postgres::PoolError::Backend(e) => StoreError::from(e),
             other => StoreError::Unavailable(format!("connection pool: {other}")),
         })
     }
+}
+
+/// Sets TCP keepalives and `tcp_user_timeout` so the kernel drops a
+/// connection to a host that stopped answering within about half a minute
+/// instead of the OS default of two hours. Shared with the `LISTEN`
+/// connection (`crate::longpoll`). Ignored for unix-socket connections.
+pub(crate) fn tune_tcp(config: &mut tokio_postgres::Config) {
+    config
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
 }
 
 /// Parses the URL and adds the settings every pooled connection needs.
@@ -158,7 +229,7 @@ fn pg_config(
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(statement_timeout);
     }
-    config.keepalives(true);
+    tune_tcp(&mut config);
     Ok(config)
 }
 

@@ -87,78 +87,86 @@ impl Store {
         state: Option<RecordState>,
         limit: u32,
     ) -> Result<RecordList, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(LIST_SQL).await?;
-        let rows = client
-            .query(
-                &statement,
-                &[&state.map(RecordState::as_str), &i64::from(limit)],
-            )
-            .await?;
-        let records = rows.iter().map(summary).collect::<Result<_, _>>()?;
-        Ok(RecordList { records })
+        self.run(async |client| {
+            let statement = client.prepare_cached(LIST_SQL).await?;
+            let rows = client
+                .query(
+                    &statement,
+                    &[&state.map(RecordState::as_str), &i64::from(limit)],
+                )
+                .await?;
+            let records = rows.iter().map(summary).collect::<Result<_, _>>()?;
+            Ok(RecordList { records })
+        })
+        .await
     }
 
     /// One record with its response.
     pub async fn get(&self, scope: &Digest) -> Result<RecordDetail, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(GET_SQL).await?;
-        let row = client
-            .query_opt(&statement, &[&scope.0.as_slice()])
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        Ok(RecordDetail {
-            summary: summary(&row)?,
-            response: stored_response(&row)?,
+        self.run(async |client| {
+            let statement = client.prepare_cached(GET_SQL).await?;
+            let row = client
+                .query_opt(&statement, &[&scope.0.as_slice()])
+                .await?
+                .ok_or(StoreError::NotFound)?;
+            Ok(RecordDetail {
+                summary: summary(&row)?,
+                response: stored_response(&row)?,
+            })
         })
+        .await
     }
 
     /// Settles an `unknown` record as an operator decided.
     pub async fn resolve(&self, scope: &Digest, req: &ResolveRequest) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let row = match req.resolve_as {
-            ResolveAs::Completed => {
-                let (status, headers, body) = match &req.response {
-                    Some(response) => {
-                        let body = response.body().ok_or_else(|| {
-                            StoreError::Invalid("response.body_b64 is not valid base64".into())
-                        })?;
-                        (
-                            Some(i32::from(response.status)),
-                            Some(Json(response.headers.clone())),
-                            Some(body),
-                        )
-                    }
-                    None => (None, None, None),
-                };
-                let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;
-                client
-                    .query_one(&statement, &[&scope.0.as_slice(), &status, &headers, &body])
-                    .await?
+        self.run(async |client| {
+            let row = match req.resolve_as {
+                ResolveAs::Completed => {
+                    let (status, headers, body) = match &req.response {
+                        Some(response) => {
+                            let body = response.body().ok_or_else(|| {
+                                StoreError::Invalid("response.body_b64 is not valid base64".into())
+                            })?;
+                            (
+                                Some(i32::from(response.status)),
+                                Some(Json(response.headers.clone())),
+                                Some(body),
+                            )
+                        }
+                        None => (None, None, None),
+                    };
+                    let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;
+                    client
+                        .query_one(&statement, &[&scope.0.as_slice(), &status, &headers, &body])
+                        .await?
+                }
+                ResolveAs::Failed => {
+                    let statement = client.prepare_cached(RESOLVE_FAILED_SQL).await?;
+                    client.query_one(&statement, &[&scope.0.as_slice()]).await?
+                }
+            };
+            let resolved: i64 = row.try_get("resolved")?;
+            let state_before: Option<&str> = row.try_get("state_before")?;
+            match (resolved, state_before) {
+                (0, None) => Err(StoreError::NotFound),
+                (0, Some(_)) => Err(StoreError::NotUnknown),
+                _ => Ok(()),
             }
-            ResolveAs::Failed => {
-                let statement = client.prepare_cached(RESOLVE_FAILED_SQL).await?;
-                client.query_one(&statement, &[&scope.0.as_slice()]).await?
-            }
-        };
-        let resolved: i64 = row.try_get("resolved")?;
-        let state_before: Option<&str> = row.try_get("state_before")?;
-        match (resolved, state_before) {
-            (0, None) => Err(StoreError::NotFound),
-            (0, Some(_)) => Err(StoreError::NotUnknown),
-            _ => Ok(()),
-        }
+        })
+        .await
     }
 
     /// Deletes a record in any state. The next claim on the scope runs the
     /// request again: the caller must have acknowledged that risk.
     pub async fn erase(&self, scope: &Digest) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(ERASE_SQL).await?;
-        match client.execute(&statement, &[&scope.0.as_slice()]).await? {
-            0 => Err(StoreError::NotFound),
-            _ => Ok(()),
-        }
+        self.run(async |client| {
+            let statement = client.prepare_cached(ERASE_SQL).await?;
+            match client.execute(&statement, &[&scope.0.as_slice()]).await? {
+                0 => Err(StoreError::NotFound),
+                _ => Ok(()),
+            }
+        })
+        .await
     }
 }
 

@@ -1,42 +1,66 @@
 //! L5: deleting records past their retention, one bounded batch at a time.
 //!
-//! The inner SELECT picks at most `$1` candidates; the outer DELETE re-checks
-//! age and state on the row it actually deletes. Between the two, a claim may
-//! have reclaimed a candidate (`recovered_ttl` makes it `pending` with a fresh
-//! `expires_at`); the re-check then skips it, so cleanup never deletes a live
-//! record (seed 000's cleanup race fix).
+//! What expires: `completed` and `failed` rows past retention, and `pending`
+//! rows past retention whose lease has also run out — a crashed winner whose
+//! key is never retried would otherwise leave its row forever. A `pending`
+//! row with a live lease is kept whatever its age (its owner is still
+//! working), and `unknown` rows never expire: they wait for an operator (seed
+//! 004: an uncertain outcome must not silently become "never ran") and are
+//! kept until resolved or erased. Deleting a `pending` row fires the
+//! `keyflight_settled` NOTIFY (migration V1's trigger), so a long-poll waiter
+//! wakes and claims the now-empty scope.
 //!
-//! Only `completed` and `failed` rows expire. `pending` rows are live or
-//! reclaimable by the claim's `ttl` branch; `unknown` rows wait for an operator
-//! (seed 004: an uncertain outcome must not silently become "never ran"), so
-//! they are kept until resolved or erased.
+//! The inner SELECT picks at most `$1` candidates; the outer DELETE re-checks
+//! age, state and lease on the row it actually deletes, by the clock at that
+//! moment. That re-check is what makes the race with live claims safe at READ
+//! COMMITTED: if a renew, a reclaim (`recovered_ttl`, which gives the row a
+//! fresh `expires_at`) or a steal (a fresh lease) updates a candidate first,
+//! the DELETE waits for that commit and re-evaluates its WHERE on the new row
+//! version (EvalPlanQual), which no longer matches, so the row is skipped and
+//! never deleted while live (seed 000's cleanup race fix). If the DELETE wins
+//! the row lock instead, the row it removes was past retention with an
+//! expired lease at that instant: a late renew or finalize from its old owner
+//! then matches no row and gets `lease_lost` (as it would had the lease been
+//! stolen), and a concurrent claim's `INSERT … ON CONFLICT` waits for the
+//! delete to commit and then inserts a fresh row.
 //!
 //! Portability (L9): a plain `DELETE … WHERE key IN (SELECT … LIMIT n)`, no
 //! `SKIP LOCKED`; two replicas cleaning at once just delete disjoint or
-//! overlapping batches, and an overlap deletes nothing twice.
+//! overlapping batches, and an overlap deletes nothing twice. The predicate
+//! is covered by migration V2's partial index.
 
 use super::{Store, StoreError};
 
-/// `$1` batch size.
+/// `$1` batch size. The inner SELECT compares with `now()` (the statement's
+/// start, stable), so `expires_at < now()` is a range scan of migration V2's
+/// partial index; `clock_timestamp()` is volatile and would force a full
+/// scan. The outer DELETE re-checks with `clock_timestamp()` on the row it is
+/// about to delete: that re-check is what the race argument above rests on.
+/// (A `pending` row always has a `lease_expires_at`: V1's CHECK.)
 const DELETE_EXPIRED_SQL: &str = "
 DELETE FROM keyflight_records
  WHERE scope IN (SELECT scope FROM keyflight_records
-                  WHERE expires_at < clock_timestamp()
-                    AND state IN ('completed', 'failed')
+                  WHERE expires_at < now()
+                    AND state IN ('completed', 'failed', 'pending')
+                    AND (state <> 'pending' OR lease_expires_at < now())
                   LIMIT $1)
    AND expires_at < clock_timestamp()
-   AND state IN ('completed', 'failed')";
+   AND state IN ('completed', 'failed', 'pending')
+   AND (state <> 'pending' OR lease_expires_at < clock_timestamp())";
 
 impl Store {
-    /// Deletes up to `limit` terminal records past retention; returns how many.
+    /// Deletes up to `limit` expired records (terminal, or `pending` with a
+    /// lapsed lease, past retention); returns how many.
     pub async fn delete_expired_batch(&self, limit: i64) -> Result<u64, StoreError> {
         if limit <= 0 {
             return Err(StoreError::Invalid(
                 "cleanup batch size must be positive".into(),
             ));
         }
-        let client = self.client().await?;
-        let statement = client.prepare_cached(DELETE_EXPIRED_SQL).await?;
-        Ok(client.execute(&statement, &[&limit]).await?)
+        self.run(async |client| {
+            let statement = client.prepare_cached(DELETE_EXPIRED_SQL).await?;
+            Ok(client.execute(&statement, &[&limit]).await?)
+        })
+        .await
     }
 }

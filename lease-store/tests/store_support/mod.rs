@@ -155,3 +155,19 @@ pub async fn row_state(
         .unwrap()
         .map(|row| (row.get(0), row.get(1), row.get(2)))
 }
+
+/// Moves a record past its retention by rewriting its timestamps, as if its
+/// retention had run out (a claim cannot ask for a zero retention).
+pub async fn age_past_retention(client: &tokio_postgres::Client, scope: &Digest) {
+    let aged = client
+        .execute(
+            "UPDATE keyflight_records
+                SET expires_at = clock_timestamp() - interval '1 second',
+                    created_at = clock_timestamp() - interval '1 second' - retention
+              WHERE scope = $1",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(aged, 1, "no record to age");
+}

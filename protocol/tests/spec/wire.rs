@@ -310,6 +310,7 @@ fn problem_code_spellings_match_serde() {
             "replay_risk_not_acknowledged",
         ),
         (ProblemCode::NotUnknown, "not_unknown"),
+        (ProblemCode::MethodNotAllowed, "method_not_allowed"),
     ];
     for (code, spelling) in all {
         assert_eq!(code.as_str(), spelling);
