@@ -21,11 +21,23 @@
 //! lost connection; connecting and `LISTEN` are bounded by [`CONNECT_TIMEOUT`];
 //! TCP keepalives are tuned as for the pool (`store::tune_tcp`).
 //!
-//! [`claim_with_wait`] is the follower's loop. It subscribes BEFORE it claims,
-//! so a settle committed between the claim's read and the wait is not lost
-//! (the `Notify` keeps the permit). It holds no pooled connection while it
-//! waits, and it also wakes when the winner's lease runs out, so an abandoned
-//! lease is stolen promptly instead of at the end of the wait budget.
+//! [`claim_with_wait`] is the follower's loop. It subscribes BEFORE it checks
+//! the record and keeps that subscription until it returns, so a settle
+//! committed between a check and the wait is not lost (the `Notify` keeps the
+//! permit). It holds no pooled connection while it waits, and it also wakes
+//! when the winner's lease runs out, so an abandoned lease is stolen promptly
+//! instead of at the end of the wait budget.
+//!
+//! Cheap fan-out: a check is the read-only statement first
+//! ([`Store::read_record`]); only when the record may be winnable (gone, lease
+//! or cooldown over, past retention) does the follower run the claim
+//! statement. After a notification, all waiters of the scope in this process
+//! share ONE read: each notification starts a new per-scope generation, and
+//! the first of its waiters to run reads the record for all of them (a
+//! `OnceCell` per generation; the read starts after the notification arrived,
+//! so it sees the commit that sent it). A wake from a waiter's own timer
+//! (lease expiry, deadline) reads for itself. Thirty-two followers woken by
+//! one finalize thus cost one read instead of thirty-two claim-and-read pairs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,11 +47,11 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OnceCell, watch};
 use tokio::time::Instant;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::store::{Store, StoreError, tune_tcp};
+use crate::store::{ClaimAttempt, RecordSnapshot, Store, StoreError, tune_tcp};
 
 /// The NOTIFY channel migration V1's trigger announces settled scopes on.
 pub const CHANNEL: &str = "keyflight_settled";
@@ -88,6 +100,14 @@ impl LongPoll {
         self.waiters.parked.load(Ordering::Relaxed)
     }
 
+    /// The statements long-poll re-checks have run so far, by kind.
+    pub fn rechecks(&self) -> Rechecks {
+        Rechecks {
+            reads: self.waiters.reads.load(Ordering::Relaxed),
+            claims: self.waiters.claims.load(Ordering::Relaxed),
+        }
+    }
+
     /// Registers interest in `scope`; the subscription is notified when the
     /// scope settles, and unregisters itself on drop.
     fn subscribe(&self, scope: &Digest) -> Subscription {
@@ -95,11 +115,31 @@ impl LongPoll {
     }
 }
 
-/// Claims; when the answer is a same-fingerprint `in_progress` and `wait_ms >
-/// 0`, waits (holding no pool connection) until the record is notified, its
-/// lease expires, the budget runs out, or shutdown; then claims again.
-/// Returns the final answer: `in_progress` with `retry_after_s` on timeout or
-/// shutdown.
+/// Counts of the database work [`claim_with_wait`] did to re-check records
+/// (process-wide, since start): a gauge of the fan-out's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rechecks {
+    /// Read-only statements ([`Store::read_record`]), one per shared read.
+    pub reads: u64,
+    /// Claims ([`Store::claim`]) run because a read said the record may be winnable.
+    pub claims: u64,
+}
+
+/// What woke a parked follower, which decides how it re-checks.
+enum Wake {
+    /// Its own first check, or its own timer: read the record itself.
+    Own,
+    /// A settle notification: use the scope's shared read of this generation.
+    Notified,
+}
+
+/// Waits for the outcome of `scope` when a same-fingerprint claim is
+/// `in_progress` and `wait_ms > 0`: re-checks the record (claiming it if it
+/// may be winnable) first, then each time the record is notified, its lease
+/// expires, the budget runs out, or shutdown — holding no pool connection
+/// while parked. Returns the final answer: `in_progress` with
+/// `retry_after_s` on timeout or shutdown. The answers are exactly those of
+/// [`Store::claim`].
 pub async fn claim_with_wait(
     store: &Store,
     longpoll: &LongPoll,
@@ -112,11 +152,12 @@ pub async fn claim_with_wait(
     }
     let deadline = Instant::now() + budget;
     let mut shutdown = longpoll.shutdown.clone();
+    // Subscribe first, and for the whole wait: a settle that commits after
+    // this point wakes us, even if it lands between a check and the wait.
+    let subscription = longpoll.subscribe(scope);
+    let mut wake = Wake::Own;
     loop {
-        // Subscribe first: a settle that commits after this point wakes us,
-        // even if it lands between the claim below and the wait.
-        let subscription = longpoll.subscribe(scope);
-        let attempt = store.claim(scope, req).await?;
+        let attempt = recheck(store, &longpoll.waiters, &subscription, req, wake).await?;
         if !matches!(attempt.response, ClaimResponse::InProgress { .. })
             || Instant::now() >= deadline
             || *shutdown.borrow()
@@ -128,17 +169,45 @@ pub async fn claim_with_wait(
             .map(Instant::from_std)
             .map_or(deadline, |lease_end| lease_end.min(deadline));
         let _parked = Parked::new(&longpoll.waiters.parked);
-        tokio::select! {
-            () = subscription.notified() => {}
-            () = tokio::time::sleep_until(wake_at) => {}
+        wake = tokio::select! {
+            () = subscription.notified() => Wake::Notified,
+            () = tokio::time::sleep_until(wake_at) => Wake::Own,
             // A dropped sender disables this branch instead of ending every wait.
             Ok(()) = shutdown.changed() => {
                 if *shutdown.borrow() {
                     return Ok(attempt.response);
                 }
+                Wake::Own
             }
-        }
+        };
     }
+}
+
+/// One check of the record: the read (shared after a notification, own
+/// otherwise) answers unless the record may be winnable; then the claim runs.
+async fn recheck(
+    store: &Store,
+    waiters: &Waiters,
+    subscription: &Subscription,
+    req: &ClaimRequest,
+    wake: Wake,
+) -> Result<ClaimAttempt, StoreError> {
+    let scope = &subscription.scope;
+    let read = async || {
+        waiters.reads.fetch_add(1, Ordering::Relaxed);
+        store.read_record(scope).await.map(Arc::new)
+    };
+    let snapshot = match wake {
+        Wake::Own => read().await?,
+        Wake::Notified => Arc::clone(subscription.shared_read().get_or_try_init(read).await?),
+    };
+    if let Some(record) = &*snapshot
+        && let Some(answer) = record.answer_for(&req.fingerprint)?
+    {
+        return Ok(answer);
+    }
+    waiters.claims.fetch_add(1, Ordering::Relaxed);
+    store.claim(scope, req).await
 }
 
 /// Counts a parked long-poll for as long as it lives.
@@ -157,14 +226,37 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// The waiters registered on each scope, each with its subscription id.
-type WaiterMap = HashMap<Digest, Vec<(u64, Arc<Notify>)>>;
+/// One read of a scope's record, shared by the waiters woken by one notification.
+type SharedRead = OnceCell<Arc<Option<RecordSnapshot>>>;
+
+/// The waiters registered on one scope, each with its subscription id, and
+/// the shared read of the latest notification's generation.
+#[derive(Default)]
+struct ScopeWaiters {
+    list: Vec<(u64, Arc<Notify>)>,
+    latest: Arc<SharedRead>,
+}
+
+impl ScopeWaiters {
+    /// Starts a new generation (its read not yet run) and wakes every waiter.
+    fn wake(&mut self) {
+        self.latest = Arc::default();
+        for (_, notify) in &self.list {
+            notify.notify_one();
+        }
+    }
+}
+
+/// The waiters registered on each scope.
+type WaiterMap = HashMap<Digest, ScopeWaiters>;
 
 /// Waiters per scope. A `std` mutex: held only for map edits, never across an await.
 #[derive(Default)]
 struct Waiters {
     listening: AtomicBool,
     parked: AtomicUsize,
+    reads: AtomicU64,
+    claims: AtomicU64,
     next_id: AtomicU64,
     by_scope: Mutex<WaiterMap>,
 }
@@ -182,6 +274,7 @@ impl Waiters {
         self.lock()
             .entry(scope)
             .or_default()
+            .list
             .push((id, Arc::clone(&notify)));
         Subscription {
             waiters: Arc::clone(self),
@@ -193,19 +286,15 @@ impl Waiters {
 
     /// Wakes the waiters on one scope.
     fn wake(&self, scope: &Digest) {
-        if let Some(list) = self.lock().get(scope) {
-            for (_, notify) in list {
-                notify.notify_one();
-            }
+        if let Some(waiters) = self.lock().get_mut(scope) {
+            waiters.wake();
         }
     }
 
     /// Wakes every waiter (after a reconnect, when notifications may have been missed).
     fn wake_all(&self) {
-        for list in self.lock().values() {
-            for (_, notify) in list {
-                notify.notify_one();
-            }
+        for waiters in self.lock().values_mut() {
+            waiters.wake();
         }
     }
 }
@@ -219,18 +308,28 @@ struct Subscription {
 }
 
 impl Subscription {
-    /// Resolves once the scope was notified after this subscription was made.
+    /// Resolves once the scope was notified after this subscription was made
+    /// (or after the previous `notified` returned).
     async fn notified(&self) {
         self.notify.notified().await;
+    }
+
+    /// The shared read of the scope's latest notification. Called after a
+    /// notification woke this waiter, so that read starts after it arrived.
+    fn shared_read(&self) -> Arc<SharedRead> {
+        self.waiters
+            .lock()
+            .get(&self.scope)
+            .map_or_else(Arc::default, |waiters| Arc::clone(&waiters.latest))
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut map = self.waiters.lock();
-        if let Some(list) = map.get_mut(&self.scope) {
-            list.retain(|(id, _)| *id != self.id);
-            if list.is_empty() {
+        if let Some(waiters) = map.get_mut(&self.scope) {
+            waiters.list.retain(|(id, _)| *id != self.id);
+            if waiters.list.is_empty() {
                 map.remove(&self.scope);
             }
         }

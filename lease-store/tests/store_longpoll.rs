@@ -164,3 +164,76 @@ async fn a_different_fingerprint_never_waits() {
     assert_eq!(answer, ClaimResponse::Conflict);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn many_followers_woken_by_one_settle_share_one_read() {
+    const FOLLOWERS: usize = 16;
+    let (a, b) = (replica().await, replica().await);
+    let scope = fresh_scope();
+    let req = waiting_req("fan out", 30_000);
+    let (claim_id, _, _) = must_win(&b.store, &scope, &req).await;
+
+    let followers: Vec<_> = (0..FOLLOWERS)
+        .map(|_| {
+            let (store, longpoll, req) = (a.store.clone(), a.longpoll.clone(), req.clone());
+            tokio::spawn(async move { claim_with_wait(&store, &longpoll, &scope, &req).await })
+        })
+        .collect();
+    wait_until(|| a.longpoll.waiting() == FOLLOWERS).await;
+    let parked = a.longpoll.rechecks();
+    // Each follower checked once, read-only: the record was not winnable.
+    assert_eq!(parked.reads, FOLLOWERS as u64);
+    assert_eq!(parked.claims, 0);
+
+    b.store
+        .finalize(&scope, &finalize_ok(claim_id))
+        .await
+        .unwrap();
+    for follower in followers {
+        assert_eq!(
+            follower.await.unwrap().unwrap(),
+            ClaimResponse::Completed {
+                response: sample_response()
+            }
+        );
+    }
+    let woken = a.longpoll.rechecks();
+    // One settle, one shared read (a second notification, e.g. after a
+    // reconnect, could add one more); never a claim per follower.
+    assert!(
+        woken.reads - parked.reads <= 2,
+        "{} reads for one settle",
+        woken.reads - parked.reads
+    );
+    assert_eq!(woken.claims, 0);
+    assert_eq!(a.longpoll.waiting(), 0);
+}
+
+#[tokio::test]
+async fn a_follower_on_a_record_past_retention_claims_it() {
+    let a = replica().await;
+    let scope = fresh_scope();
+    let req = waiting_req("expired record", 30_000);
+    let (claim_id, _, _) = must_win(&a.store, &scope, &req).await;
+    a.store
+        .finalize(&scope, &finalize_ok(claim_id))
+        .await
+        .unwrap();
+    age_past_retention(&raw_client(&cluster().url()).await, &scope).await;
+
+    // The read alone would say `completed`; past retention the claim reuses the record.
+    let answer = claim_with_wait(&a.store, &a.longpoll, &scope, &req)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            answer,
+            ClaimResponse::Won {
+                how: WonHow::RecoveredTtl,
+                ..
+            }
+        ),
+        "got {answer:?}"
+    );
+    assert_eq!(a.longpoll.rechecks().claims, 1);
+}

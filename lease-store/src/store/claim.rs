@@ -21,6 +21,13 @@
 //! transaction: if the row changed in between (settled, expired, cleaned up),
 //! the claim simply runs again, a bounded number of times.
 //!
+//! The read is also available on its own ([`Store::read_record`]) as an owned
+//! [`RecordSnapshot`]: a long-poll follower re-checks with this read-only
+//! statement, one snapshot shared by every waiter on the scope, and only runs
+//! the write statement when [`RecordSnapshot::answer_for`] says the record may
+//! be winnable (see `crate::longpoll`). Both paths map a record to an answer
+//! with the same function, so they cannot disagree.
+//!
 //! Portability (L9): plain `INSERT … ON CONFLICT` and data-modifying CTEs, no
 //! advisory locks or `SKIP LOCKED`.
 
@@ -89,11 +96,13 @@ UNION ALL SELECT how, fence FROM ttl
 UNION ALL SELECT how, fence FROM steal";
 
 /// Reads what a lost claim lost to. `remaining_ms` is the time left on the
-/// lease (pending) or cooldown (failed), by the database's clock.
+/// lease (pending) or cooldown (failed), by the database's clock;
+/// `retention_over` says whether [`CLAIM_SQL`]'s `ttl` branch may reuse the row.
 const READ_SQL: &str = "
 SELECT state, fingerprint, replayable, response_status, response_headers, response_body,
        GREATEST(0, ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000))::bigint
-           AS remaining_ms
+           AS remaining_ms,
+       expires_at < clock_timestamp() AS retention_over
   FROM keyflight_records
  WHERE scope = $1";
 
@@ -102,12 +111,110 @@ SELECT state, fingerprint, replayable, response_status, response_headers, respon
 /// plenty; past it the caller is told to come back shortly.
 const MAX_ATTEMPTS: usize = 4;
 
-/// What the read after a lost claim concluded.
-enum Lost {
-    /// Tell the caller this.
-    Answer(ClaimAttempt),
-    /// The record changed under us (gone, lease or cooldown just ran out): claim again.
-    Retry,
+/// A record as [`READ_SQL`] saw it: everything needed to answer any claimant
+/// of the scope, whatever its fingerprint. Owned, so one read can be shared.
+#[derive(Debug, Clone)]
+pub struct RecordSnapshot {
+    state: RecordState,
+    fingerprint: Vec<u8>,
+    /// `None` when not replayable; otherwise the stored response, if any.
+    replay: Option<Option<StoredResponse>>,
+    /// When the lease (pending) or cooldown (failed) runs out, by this process's clock.
+    remaining_until: Option<Instant>,
+    /// Past its retention: [`CLAIM_SQL`]'s `ttl` branch may reuse it.
+    retention_over: bool,
+}
+
+/// The `state` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordState {
+    Pending,
+    Completed,
+    Failed,
+    Unknown,
+    /// A value this build does not know: treated as "claim again".
+    Other,
+}
+
+impl RecordSnapshot {
+    fn from_row(row: &Row) -> Result<RecordSnapshot, StoreError> {
+        let state = match row.try_get::<_, &str>("state")? {
+            "pending" => RecordState::Pending,
+            "completed" => RecordState::Completed,
+            "failed" => RecordState::Failed,
+            "unknown" => RecordState::Unknown,
+            _ => RecordState::Other,
+        };
+        let replay = if state == RecordState::Completed && row.try_get("replayable")? {
+            Some(stored_response(row)?)
+        } else {
+            None
+        };
+        let remaining_ms: Option<i64> = row.try_get("remaining_ms")?;
+        let remaining_ms = u64::try_from(remaining_ms.unwrap_or(0)).unwrap_or(0);
+        Ok(RecordSnapshot {
+            state,
+            fingerprint: row.try_get::<_, &[u8]>("fingerprint")?.to_vec(),
+            replay,
+            remaining_until: (remaining_ms > 0)
+                .then(|| Instant::now() + Duration::from_millis(remaining_ms)),
+            retention_over: row
+                .try_get::<_, Option<bool>>("retention_over")?
+                .unwrap_or(false),
+        })
+    }
+
+    /// What a claimant with `fingerprint` that did not win is told (F3), or
+    /// `None` when the record may be winnable (its lease or cooldown ran out,
+    /// or it is past retention) and the claim should run.
+    ///
+    /// A different fingerprint is a conflict in every state, `unknown`
+    /// included: the caller's request is not the one whose outcome is uncertain.
+    pub fn answer_for(&self, fingerprint: &Digest) -> Result<Option<ClaimAttempt>, StoreError> {
+        let remaining = self
+            .remaining_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
+        let live_lease = self.state == RecordState::Pending && remaining.is_some();
+        if self.retention_over && self.state != RecordState::Unknown && !live_lease {
+            return Ok(None);
+        }
+        if self.fingerprint != fingerprint.0.as_slice() {
+            return Ok(Some(answer(ClaimResponse::Conflict)));
+        }
+        Ok(match (self.state, remaining) {
+            (RecordState::Completed, _) => Some(answer(self.completed_response()?)),
+            (RecordState::Pending, Some(left)) => Some(ClaimAttempt {
+                response: ClaimResponse::InProgress {
+                    retry_after_s: retry_after(left),
+                },
+                pending_until: self.remaining_until,
+            }),
+            (RecordState::Failed, Some(left)) => Some(answer(ClaimResponse::Cooldown {
+                retry_after_s: retry_after(left),
+            })),
+            (RecordState::Unknown, _) => Some(answer(ClaimResponse::Unknown)),
+            _ => None,
+        })
+    }
+
+    /// A completed record: its response, or `not_replayable`.
+    fn completed_response(&self) -> Result<ClaimResponse, StoreError> {
+        match &self.replay {
+            None => Ok(ClaimResponse::NotReplayable),
+            Some(Some(response)) => Ok(ClaimResponse::Completed {
+                response: response.clone(),
+            }),
+            Some(None) => Err(StoreError::Unavailable(
+                "a replayable record has no response".into(),
+            )),
+        }
+    }
+}
+
+/// Whole seconds to wait for `left` (see [`retry_after_s`]).
+fn retry_after(left: Duration) -> u64 {
+    retry_after_s(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Store {
@@ -157,16 +264,35 @@ impl Store {
                     return won_attempt(&row, claim_id, req.lease_ms);
                 }
                 let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
-                match existing.map(|row| explain_lost(&row, &req.fingerprint)) {
-                    Some(Ok(Lost::Answer(attempt))) => return Ok(attempt),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(Lost::Retry)) | None => continue,
+                let snapshot = existing
+                    .as_ref()
+                    .map(RecordSnapshot::from_row)
+                    .transpose()?;
+                if let Some(attempt) = snapshot
+                    .map(|record| record.answer_for(&req.fingerprint))
+                    .transpose()?
+                    .flatten()
+                {
+                    return Ok(attempt);
                 }
             }
             Ok(ClaimAttempt {
                 response: ClaimResponse::InProgress { retry_after_s: 1 },
                 pending_until: None,
             })
+        })
+        .await
+    }
+}
+
+impl Store {
+    /// Reads the record on `scope` with one read-only statement ([`READ_SQL`]),
+    /// or `None` when there is none. Claims nothing.
+    pub async fn read_record(&self, scope: &Digest) -> Result<Option<RecordSnapshot>, StoreError> {
+        self.run(async |client| {
+            let read = client.prepare_cached(READ_SQL).await?;
+            let row = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
+            row.as_ref().map(RecordSnapshot::from_row).transpose()
         })
         .await
     }
@@ -187,48 +313,6 @@ fn won_attempt(row: &Row, claim_id: Uuid, lease_ms: u64) -> Result<ClaimAttempt,
             lease_ms,
         },
         pending_until: None,
-    })
-}
-
-/// Maps the record a claim lost to onto the answer (F3).
-///
-/// A different fingerprint is a conflict in every state, `unknown` included:
-/// the caller's request is not the one whose outcome is uncertain.
-fn explain_lost(row: &Row, fingerprint: &Digest) -> Result<Lost, StoreError> {
-    let stored_fingerprint: &[u8] = row.try_get("fingerprint")?;
-    if stored_fingerprint != fingerprint.0.as_slice() {
-        return Ok(Lost::Answer(answer(ClaimResponse::Conflict)));
-    }
-    let state: &str = row.try_get("state")?;
-    let remaining_ms: Option<i64> = row.try_get("remaining_ms")?;
-    let remaining_ms = remaining_ms.unwrap_or(0);
-    Ok(match state {
-        "completed" => Lost::Answer(answer(completed_response(row)?)),
-        "pending" if remaining_ms > 0 => Lost::Answer(ClaimAttempt {
-            response: ClaimResponse::InProgress {
-                retry_after_s: retry_after_s(remaining_ms),
-            },
-            pending_until: Some(
-                Instant::now() + Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)),
-            ),
-        }),
-        "failed" if remaining_ms > 0 => Lost::Answer(answer(ClaimResponse::Cooldown {
-            retry_after_s: retry_after_s(remaining_ms),
-        })),
-        "unknown" => Lost::Answer(answer(ClaimResponse::Unknown)),
-        _ => Lost::Retry,
-    })
-}
-
-/// A completed record: its response, or `not_replayable`.
-fn completed_response(row: &Row) -> Result<ClaimResponse, StoreError> {
-    let replayable: bool = row.try_get("replayable")?;
-    if !replayable {
-        return Ok(ClaimResponse::NotReplayable);
-    }
-    Ok(ClaimResponse::Completed {
-        response: stored_response(row)?
-            .ok_or_else(|| StoreError::Unavailable("a replayable record has no response".into()))?,
     })
 }
 
@@ -254,5 +338,76 @@ fn answer(response: ClaimResponse) -> ClaimAttempt {
     ClaimAttempt {
         response,
         pending_until: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(state: RecordState, remaining_ms: u64, retention_over: bool) -> RecordSnapshot {
+        RecordSnapshot {
+            state,
+            fingerprint: vec![7; 32],
+            replay: (state == RecordState::Completed)
+                .then(|| Some(StoredResponse::new(201, Vec::new(), b"ok"))),
+            remaining_until: (remaining_ms > 0)
+                .then(|| Instant::now() + Duration::from_millis(remaining_ms)),
+            retention_over,
+        }
+    }
+
+    fn response(record: &RecordSnapshot, fingerprint: u8) -> Option<ClaimResponse> {
+        match record.answer_for(&Digest([fingerprint; 32])) {
+            Ok(attempt) => attempt.map(|attempt| attempt.response),
+            Err(e) => panic!("a well-formed snapshot failed to answer: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_settled_record_answers_without_a_claim() {
+        let completed = snapshot(RecordState::Completed, 0, false);
+        assert!(matches!(
+            response(&completed, 7),
+            Some(ClaimResponse::Completed { .. })
+        ));
+        assert_eq!(response(&completed, 8), Some(ClaimResponse::Conflict));
+        assert_eq!(
+            response(&snapshot(RecordState::Failed, 1500, false), 7),
+            Some(ClaimResponse::Cooldown { retry_after_s: 2 })
+        );
+        assert_eq!(
+            response(&snapshot(RecordState::Unknown, 0, true), 7),
+            Some(ClaimResponse::Unknown)
+        );
+    }
+
+    #[test]
+    fn a_live_lease_is_in_progress_even_past_retention() {
+        let pending = snapshot(RecordState::Pending, 30_000, true);
+        let Ok(Some(attempt)) = pending.answer_for(&Digest([7; 32])) else {
+            panic!("a live lease must answer in_progress");
+        };
+        assert_eq!(
+            attempt.response,
+            ClaimResponse::InProgress { retry_after_s: 30 }
+        );
+        assert!(attempt.pending_until.is_some());
+        assert_eq!(response(&pending, 8), Some(ClaimResponse::Conflict));
+    }
+
+    #[test]
+    fn a_winnable_record_asks_for_the_claim() {
+        assert_eq!(response(&snapshot(RecordState::Pending, 0, false), 7), None);
+        assert_eq!(response(&snapshot(RecordState::Failed, 0, false), 7), None);
+        assert_eq!(
+            response(&snapshot(RecordState::Completed, 0, true), 7),
+            None
+        );
+        assert_eq!(
+            response(&snapshot(RecordState::Completed, 0, true), 8),
+            None
+        );
+        assert_eq!(response(&snapshot(RecordState::Other, 0, false), 7), None);
     }
 }

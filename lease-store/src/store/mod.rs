@@ -45,7 +45,7 @@ use tokio_postgres::NoTls;
 
 pub use migrate::{MigrationReport, migrate};
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
-pub use claim::CLAIM_SQL;
+pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use lease::FINALIZE_SQL;
 
 /// How much longer than `statement_timeout` a call waits for the database's
