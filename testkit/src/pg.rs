@@ -23,7 +23,7 @@
 //! Everything here is synchronous (`std::process`), so it works from plain
 //! tests, `#[tokio::test]` and a `OnceLock` alike.
 
-use std::net::TcpListener;
+use crate::process::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -350,14 +350,6 @@ fn current_uid_is_root() -> bool {
         .output()
         .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
         .unwrap_or(false)
-}
-
-/// A port the OS just handed out on 127.0.0.1 (free at the time of asking).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind an ephemeral port on 127.0.0.1")
 }
 
 fn unique_temp_dir() -> PathBuf {

@@ -26,15 +26,33 @@ const LOG_TAIL_LINES: usize = 40;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 ///
-/// The port is released before this returns, so another process could take it
-/// in between; on a test machine that race is rare enough to accept.
+/// Ports come from [`TEST_PORTS`], below Linux's ephemeral range (32768–60999):
+/// a port the kernel handed out for `127.0.0.1:0` is released before a child
+/// binds it, and in that gap any outgoing connection on the machine could be
+/// given the same port as its local end (seen here: Envoy exiting at start-up
+/// with "address already in use"). Below the ephemeral range only another
+/// listener can collide, and a process-wide counter keeps parallel tests of one
+/// binary apart; the start is spread by process id so consecutive test
+/// binaries do not reuse each other's ports while a killed child lingers.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port on 127.0.0.1");
-    listener
-        .local_addr()
-        .expect("read the ephemeral port")
-        .port()
+    static NEXT: AtomicU64 = AtomicU64::new(u64::MAX);
+    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    let start = u64::from(std::process::id()).wrapping_mul(97) % span;
+    let _ = NEXT.compare_exchange(u64::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let Ok(port) = u16::try_from(u64::from(TEST_PORTS.start) + offset) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?} on 127.0.0.1");
 }
+
+/// Where [`free_port`] looks: below the kernel's ephemeral port range.
+pub const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// A signal a test sends to a child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
