@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use keyflight_lease_store::longpoll::LongPoll;
 use keyflight_lease_store::store::{Store, StoreError, StoreSettings, migrate};
 use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::process::eventually;
 use store_support::*;
 use tokio::sync::watch;
 
@@ -95,20 +96,22 @@ async fn the_listen_connection_notices_a_frozen_database_and_reconnects() {
     migrate(&cluster.url()).await.unwrap();
     let (_shutdown, shutdown_rx) = watch::channel(false);
     let longpoll = LongPoll::start(&cluster.url(), shutdown_rx);
-    eventually("listener up", || longpoll.listening()).await;
+    eventually("listener up", Duration::from_secs(30), || async {
+        longpoll.listening()
+    })
+    .await;
 
     let thaw = Thaw(&cluster);
     cluster.freeze();
-    eventually("listener noticed the freeze", || !longpoll.listening()).await;
+    eventually(
+        "listener noticed the freeze",
+        Duration::from_secs(30),
+        || async { !longpoll.listening() },
+    )
+    .await;
     drop(thaw);
-    eventually("listener back", || longpoll.listening()).await;
-}
-
-/// Polls `check` until it holds; fails after 30 s.
-async fn eventually(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check() {
-        assert!(Instant::now() < deadline, "{what}: not within 30 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("listener back", Duration::from_secs(30), || async {
+        longpoll.listening()
+    })
+    .await;
 }

@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::Store;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, WonHow};
+use keyflight_testkit::process::eventually;
 use store_support::*;
 use tokio::sync::watch;
+
+/// How long a follower may take to park or the listener to connect.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// One lease-store "replica": its own pool and its own LISTEN connection.
 struct Replica {
@@ -24,20 +28,14 @@ struct Replica {
 async fn replica() -> Replica {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let longpoll = LongPoll::start(&cluster().url(), shutdown_rx);
-    wait_until(|| longpoll.listening()).await;
+    eventually("the LISTEN connection is up", SETTLE, || async {
+        longpoll.listening()
+    })
+    .await;
     Replica {
         store: store().await,
         longpoll,
         shutdown,
-    }
-}
-
-/// Polls a condition (pacing only; the condition is what we wait for).
-async fn wait_until(condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not met within 10 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -60,7 +58,10 @@ async fn a_follower_on_one_replica_is_woken_by_a_finalize_on_another() {
         tokio::spawn(async move { claim_with_wait(&store, &longpoll, &scope, &req).await })
     };
     // The follower saw the pending record and parked (its claim is done).
-    wait_until(|| a.longpoll.waiting() == 1).await;
+    eventually("one follower parked", SETTLE, || async {
+        a.longpoll.waiting() == 1
+    })
+    .await;
     assert_eq!(
         a.store.pool_status().size - a.store.pool_status().available,
         0
@@ -139,7 +140,10 @@ async fn shutdown_releases_parked_followers_at_once() {
             claim_with_wait(&store, &longpoll, &scope, &waiting_req("draining", 30_000)).await
         })
     };
-    wait_until(|| a.longpoll.waiting() == 1).await;
+    eventually("one follower parked", SETTLE, || async {
+        a.longpoll.waiting() == 1
+    })
+    .await;
     let shutdown_at = Instant::now();
     a.shutdown.send(true).unwrap();
     let answer = follower.await.unwrap().unwrap();
@@ -179,7 +183,10 @@ async fn many_followers_woken_by_one_settle_share_one_read() {
             tokio::spawn(async move { claim_with_wait(&store, &longpoll, &scope, &req).await })
         })
         .collect();
-    wait_until(|| a.longpoll.waiting() == FOLLOWERS).await;
+    eventually("every follower parked", SETTLE, || async {
+        a.longpoll.waiting() == FOLLOWERS
+    })
+    .await;
     let parked = a.longpoll.rechecks();
     // Each follower checked once, read-only: the record was not winnable.
     assert_eq!(parked.reads, FOLLOWERS as u64);

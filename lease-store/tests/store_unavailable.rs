@@ -14,23 +14,15 @@ use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::{Store, StoreError, migrate};
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, RenewRequest};
 use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::process::eventually;
 use store_support::*;
 use tokio::sync::watch;
 
 /// Generous bound for "promptly": the store's timeouts are 2 s.
 const PROMPT: Duration = Duration::from_secs(5);
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within 20 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long a recovery may take before the test fails.
+const RECOVERY: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn the_store_starts_without_its_database_and_is_ready_only_once_migrated() {
@@ -74,7 +66,7 @@ async fn a_database_crash_is_unavailable_promptly_and_everything_recovers_after_
     let longpoll = LongPoll::start(&cluster.url(), shutdown_rx);
     let scope = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &scope, &claim_req(fingerprint("crash"), 30_000)).await;
-    eventually("listener up", || async { longpoll.listening() }).await;
+    eventually("listener up", RECOVERY, || async { longpoll.listening() }).await;
 
     cluster.stop();
     let started = Instant::now();
@@ -101,11 +93,17 @@ async fn a_database_crash_is_unavailable_promptly_and_everything_recovers_after_
         Err(StoreError::Unavailable(_))
     ));
     assert!(started.elapsed() < PROMPT, "took {:?}", started.elapsed());
-    eventually("listener noticed", || async { !longpoll.listening() }).await;
+    eventually("listener noticed", RECOVERY, || async {
+        !longpoll.listening()
+    })
+    .await;
 
     cluster.restart();
-    eventually("ready again", || async { store.readiness().await.is_ok() }).await;
-    eventually("listener back", || async { longpoll.listening() }).await;
+    eventually("ready again", RECOVERY, || async {
+        store.readiness().await.is_ok()
+    })
+    .await;
+    eventually("listener back", RECOVERY, || async { longpoll.listening() }).await;
     // The pending record survived the crash (its commit was acknowledged).
     let follower = {
         let (store, longpoll) = (store.clone(), longpoll.clone());
@@ -117,7 +115,10 @@ async fn a_database_crash_is_unavailable_promptly_and_everything_recovers_after_
             claim_with_wait(&store, &longpoll, &scope, &req).await
         })
     };
-    eventually("follower parked", || async { longpoll.waiting() == 1 }).await;
+    eventually("follower parked", RECOVERY, || async {
+        longpoll.waiting() == 1
+    })
+    .await;
     let finalized_at = Instant::now();
     store
         .finalize(&scope, &finalize_ok(claim_id))

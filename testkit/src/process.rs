@@ -206,6 +206,25 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Polls `condition` until it holds; panics naming `what` after `timeout`.
+///
+/// The sleep between checks only paces the polling: the condition is what a
+/// test waits for, never a guessed duration.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
 /// Polls `url` until it answers 200, or panics after `timeout`.
 ///
 /// When `child` is given, the panic message carries its log tail, and an

@@ -424,19 +424,12 @@ impl Stack {
     }
 
     /// Polls `condition` until it holds; panics naming `what` after [`EVENTUALLY_TIMEOUT`].
-    pub async fn eventually<F, Fut>(&self, what: &str, mut condition: F)
+    pub async fn eventually<F, Fut>(&self, what: &str, condition: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = Instant::now() + EVENTUALLY_TIMEOUT;
-        while !condition().await {
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {EVENTUALLY_TIMEOUT:?} waiting for: {what}"
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        keyflight_testkit::process::eventually(what, EVENTUALLY_TIMEOUT, condition).await;
     }
 
     fn ports_of(&self, replica: usize) -> Ports {
