@@ -299,17 +299,7 @@ impl Stack {
             "http://127.0.0.1:{}/metrics",
             self.ports_of(replica).lease_store
         );
-        let response = self
-            .client
-            .get(&url)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        let text = response
-            .text()
-            .await
-            .unwrap_or_else(|e| panic!("read {url}: {e}"));
-        StoreMetrics::parse(&text)
+        StoreMetrics::parse(&self.get_text(&url).await)
     }
 
     /// Waits until the lease-store has counted event `name` at least `n` times.
@@ -404,15 +394,7 @@ impl Stack {
             "http://127.0.0.1:{}/stats?filter=^{stat}$",
             self.ports_of(replica).admin
         );
-        let text = self
-            .client
-            .get(&url)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-            .text()
-            .await
-            .unwrap_or_else(|e| panic!("read {url}: {e}"));
+        let text = self.get_text(&url).await;
         text.lines()
             .find_map(|line| line.strip_prefix(&format!("{stat}: ")))
             .map_or(0, |value| {
@@ -438,6 +420,17 @@ impl Stack {
             (1, Some(second)) => second.ports,
             _ => panic!("there is no replica {replica} (StackOptions::two_replicas starts two)"),
         }
+    }
+
+    async fn get_text(&self, url: &str) -> String {
+        self.client
+            .get(url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("read {url}: {e}"))
     }
 
     async fn get_json(&self, url: &str) -> Value {

@@ -263,14 +263,12 @@ impl Api {
 
     /// Polls `/metrics` until `series` reaches `at_least` (paced; panics after 20 s).
     pub async fn wait_counter(&self, series: &str, at_least: u64) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while self.counter(series).await < at_least {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{series} never reached {at_least}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        keyflight_testkit::process::eventually(
+            &format!("{series} >= {at_least}"),
+            Duration::from_secs(20),
+            || async { self.counter(series).await >= at_least },
+        )
+        .await;
     }
 }
 

@@ -126,19 +126,21 @@ pub async fn raw_client(url: &str) -> tokio_postgres::Client {
 /// Waits (polling the database's own clock) until the scope's lease or
 /// cooldown has run out.
 pub async fn wait_for_lease_expiry(client: &tokio_postgres::Client, scope: &Digest) {
-    loop {
-        let row = client
-            .query_one(
-                "SELECT lease_expires_at < clock_timestamp() FROM keyflight_records WHERE scope = $1",
-                &[&scope.0.as_slice()],
-            )
-            .await
-            .unwrap();
-        if row.get::<_, bool>(0) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    keyflight_testkit::process::eventually(
+        "the lease or cooldown ran out",
+        Duration::from_secs(30),
+        || async {
+            client
+                .query_one(
+                    "SELECT lease_expires_at < clock_timestamp() FROM keyflight_records WHERE scope = $1",
+                    &[&scope.0.as_slice()],
+                )
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        },
+    )
+    .await;
 }
 
 /// The row's `(state, fence, claim_id)`.
