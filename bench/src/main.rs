@@ -40,7 +40,7 @@ use crate::error::BenchError;
 use crate::load::{Bounds, UniqueSource};
 use crate::rotation::Schedule;
 use crate::stats::Percentiles;
-use crate::workload::{RequestTemplate, Workload};
+use crate::workload::{RequestTemplate, StoreCycle, Workload};
 
 /// keyflight's benchmark.
 #[derive(Debug, Parser)]
@@ -108,6 +108,21 @@ enum Command {
         /// Requests after which to stop.
         #[arg(long, default_value_t = u64::MAX)]
         max_requests: u64,
+    },
+    /// Drive P1's claim+finalize cycle against a running lease-store (for profiling it).
+    Cycle {
+        /// The lease-store's `host:port`.
+        #[arg(long)]
+        store: String,
+        /// The filter's bearer token.
+        #[arg(long, env = "KEYFLIGHT_TOKEN")]
+        token: String,
+        /// Cycles in flight.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5)]
+        duration_secs: u64,
     },
 }
 
@@ -186,21 +201,44 @@ async fn run(command: Command) -> Result<(), BenchError> {
                 max_requests,
             };
             let result = load::run(workload, unique, concurrency, bounds, None).await?;
-            let p = Percentiles::of(&result.histogram);
-            println!(
-                "{} ok, {} errors in {:.2} s: {:.0} rps; p50 {} ms, p99 {} ms, p99.9 {} ms{}",
-                result.ok,
-                result.errors,
-                result.elapsed.as_secs_f64(),
-                stats::rate(result.ok, result.elapsed),
-                p.map_or("—".into(), |p| format!("{:.2}", p.p50_ms)),
-                p.map_or("—".into(), |p| format!("{:.2}", p.p99_ms)),
-                p.map_or("—".into(), |p| format!("{:.2}", p.p999_ms)),
-                result
-                    .first_error
-                    .map_or_else(String::new, |e| format!("; first error: {e}"))
-            );
+            print_result(&result);
+            Ok(())
+        }
+        Command::Cycle {
+            store,
+            token,
+            concurrency,
+            duration_secs,
+        } => {
+            let cycle = StoreCycle::new(store, &token)?;
+            let unique = Arc::new(UniqueSource::new(format!("cycle-{}", std::process::id())));
+            let bounds = Bounds {
+                duration: Duration::from_secs(duration_secs),
+                max_requests: u64::MAX,
+            };
+            let workload = Arc::new(Workload::StoreCycle(cycle));
+            let result = load::run(workload, unique, concurrency, bounds, None).await?;
+            print_result(&result);
             Ok(())
         }
     }
+}
+
+/// One line: successes, errors, rate and latency percentiles of a round.
+fn print_result(result: &load::RoundResult) {
+    let p = Percentiles::of(&result.histogram);
+    println!(
+        "{} ok, {} errors in {:.2} s: {:.0} rps; p50 {} ms, p99 {} ms, p99.9 {} ms{}",
+        result.ok,
+        result.errors,
+        result.elapsed.as_secs_f64(),
+        stats::rate(result.ok, result.elapsed),
+        p.map_or("—".into(), |p| format!("{:.2}", p.p50_ms)),
+        p.map_or("—".into(), |p| format!("{:.2}", p.p99_ms)),
+        p.map_or("—".into(), |p| format!("{:.2}", p.p999_ms)),
+        result
+            .first_error
+            .as_ref()
+            .map_or_else(String::new, |e| format!("; first error: {e}"))
+    );
 }

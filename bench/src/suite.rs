@@ -12,13 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hyper::StatusCode;
-use hyper::header::HeaderValue;
-use keyflight_protocol::wire::StoredResponse;
 
 use crate::error::BenchError;
 use crate::http::Connection;
 use crate::load::UniqueSource;
-use crate::pgbench::{self, Pgbench};
+use crate::pgbench::Pgbench;
 use crate::procfs::{self, Watched};
 use crate::report::{MemoryReport, Report, Row};
 use crate::rotation::{self, Contender, Drive, Schedule};
@@ -87,17 +85,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         work_dir: options.work_dir.join("pgbench"),
     };
     pgbench.prepare()?;
-    let cycle = StoreCycle {
-        store: stack.store_authority(),
-        authorization: HeaderValue::from_str(&format!("Bearer {}", stack.filter_token()))
-            .map_err(|e| BenchError::Input(format!("the filter token is not a header: {e}")))?,
-        lease_ms: pgbench::LEASE_MS,
-        response: StoredResponse::new(
-            201,
-            vec![("content-type".into(), "application/json".into())],
-            &pgbench::recorded_body(),
-        ),
-    };
+    let cycle = StoreCycle::new(stack.store_authority(), &stack.filter_token())?;
 
     let postgres: Vec<Watched> = stack.postgres_watch().into_iter().collect();
     let store = Watched::Process(stack.lease_store_pid());

@@ -14,6 +14,7 @@ use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, Sto
 
 use crate::error::BenchError;
 use crate::http::{Answer, Connection, Target};
+use crate::pgbench;
 
 /// The placeholder replaced by a per-request unique value.
 pub const UNIQUE: &str = "{unique}";
@@ -161,6 +162,23 @@ pub struct StoreCycle {
 }
 
 impl StoreCycle {
+    /// The cycle the suite and `keyflight-bench cycle` run: the demo policy's lease and a
+    /// recorded answer of a demo-upstream response's size (the same one pgbench records).
+    pub fn new(store: String, filter_token: &str) -> Result<StoreCycle, BenchError> {
+        let authorization = HeaderValue::from_str(&format!("Bearer {filter_token}"))
+            .map_err(|e| BenchError::Input(format!("the filter token is not a header: {e}")))?;
+        Ok(StoreCycle {
+            store,
+            authorization,
+            lease_ms: pgbench::LEASE_MS,
+            response: StoredResponse::new(
+                201,
+                vec![("content-type".into(), "application/json".into())],
+                &pgbench::recorded_body(),
+            ),
+        })
+    }
+
     async fn run(&self, connection: &mut Connection, unique: &str) -> Result<(), BenchError> {
         let scope = Digest::of(unique.as_bytes()).to_hex();
         let claim = ClaimRequest {
