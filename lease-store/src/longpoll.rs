@@ -1,10 +1,12 @@
 //! L4: long-poll followers, woken by Postgres `LISTEN/NOTIFY` across replicas.
 //!
 //! A same-fingerprint follower (F5) should get the winner's response the
-//! moment it is recorded, without polling the database. Every record leaving
-//! `pending` fires `NOTIFY keyflight_settled, '<scope hex>'` (a trigger, see
-//! migration V1); NOTIFY is database-wide, so every lease-store replica hears
-//! it, whichever replica ran the finalize.
+//! moment it is recorded, without polling the database. A record that a
+//! follower marked `watched` fires `NOTIFY keyflight_settled, '<scope hex>'`
+//! when it leaves `pending` (a trigger, see migrations V1 and V3; unwatched
+//! records stay silent, because NOTIFY serializes commits database-wide);
+//! NOTIFY is database-wide, so every lease-store replica hears it, whichever
+//! replica ran the finalize.
 //!
 //! Each process keeps ONE dedicated connection (outside the pool) that runs
 //! `LISTEN keyflight_settled` and fans notifications out to the waiters
@@ -24,12 +26,13 @@
 //! [`claim_with_wait`] is the follower's loop. It subscribes BEFORE it checks
 //! the record and keeps that subscription until it returns, so a settle
 //! committed between a check and the wait is not lost (the `Notify` keeps the
-//! permit). It holds no pooled connection while it waits, and it also wakes
+//! permit). Every check marks the record watched before reading it
+//! ([`Store::watch_and_read`]), so the settle it waits for is announced. It holds no pooled connection while it waits, and it also wakes
 //! when the winner's lease runs out, so an abandoned lease is stolen promptly
 //! instead of at the end of the wait budget.
 //!
-//! Cheap fan-out: a check is the read-only statement first
-//! ([`Store::read_record`]); only when the record may be winnable (gone, lease
+//! Cheap fan-out: a check is the mark and the read-only statement first
+//! ([`Store::watch_and_read`], one round trip); only when the record may be winnable (gone, lease
 //! or cooldown over, past retention) does the follower run the claim
 //! statement. After a notification, all waiters of the scope in this process
 //! share ONE read: each notification starts a new per-scope generation, and
@@ -119,7 +122,7 @@ impl LongPoll {
 /// (process-wide, since start): a gauge of the fan-out's cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rechecks {
-    /// Read-only statements ([`Store::read_record`]), one per shared read.
+    /// Watch-and-reads ([`Store::watch_and_read`]), one per shared read.
     pub reads: u64,
     /// Claims ([`Store::claim`]) run because a read said the record may be winnable.
     pub claims: u64,
@@ -195,7 +198,7 @@ async fn recheck(
     let scope = &subscription.scope;
     let read = async || {
         waiters.reads.fetch_add(1, Ordering::Relaxed);
-        store.read_record(scope).await.map(Arc::new)
+        store.watch_and_read(scope).await.map(Arc::new)
     };
     let snapshot = match wake {
         Wake::Own => read().await?,

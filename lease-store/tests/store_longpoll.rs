@@ -244,3 +244,65 @@ async fn a_follower_on_a_record_past_retention_claims_it() {
     );
     assert_eq!(a.longpoll.rechecks().claims, 1);
 }
+
+/// A raw `LISTEN keyflight_settled` connection (keep the client alive) and
+/// the scopes it hears announced, in commit order.
+async fn listen_raw() -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use futures_util::StreamExt as _;
+    let (client, mut connection) = tokio_postgres::connect(&cluster().url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    client
+        .batch_execute("LISTEN keyflight_settled")
+        .await
+        .unwrap();
+    (client, rx)
+}
+
+#[tokio::test]
+async fn only_a_watched_record_announces_its_settle() {
+    let a = replica().await;
+    let (_listening, mut announced) = listen_raw().await;
+    let req = claim_req(fingerprint("watch"), 30_000);
+
+    // Nobody follows this one: its finalize must not NOTIFY (NOTIFY serializes commits).
+    let quiet = fresh_scope();
+    let (quiet_claim, _, _) = must_win(&a.store, &quiet, &req).await;
+    a.store
+        .finalize(&quiet, &finalize_ok(quiet_claim))
+        .await
+        .unwrap();
+
+    // A follower's check marks this one; its finalize must NOTIFY.
+    let watched = fresh_scope();
+    let (watched_claim, _, _) = must_win(&a.store, &watched, &req).await;
+    let seen = a.store.watch_and_read(&watched).await.unwrap();
+    assert!(
+        seen.is_some(),
+        "the follower's read sees the pending record"
+    );
+    a.store
+        .finalize(&watched, &finalize_ok(watched_claim))
+        .await
+        .unwrap();
+
+    // Notifications arrive in commit order: had the quiet finalize notified,
+    // its scope would come first.
+    let first = tokio::time::timeout(SETTLE, announced.recv())
+        .await
+        .expect("the watched settle is announced")
+        .unwrap();
+    assert_eq!(first, watched.to_hex());
+}

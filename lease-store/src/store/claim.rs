@@ -21,10 +21,10 @@
 //! transaction: if the row changed in between (settled, expired, cleaned up),
 //! the claim simply runs again, a bounded number of times.
 //!
-//! The read is also available on its own ([`Store::read_record`]) as an owned
-//! [`RecordSnapshot`]: a long-poll follower re-checks with this read-only
-//! statement, one snapshot shared by every waiter on the scope, and only runs
-//! the write statement when [`RecordSnapshot::answer_for`] says the record may
+//! The read is also available on its own as an owned [`RecordSnapshot`]
+//! (`watch.rs`): a long-poll follower re-checks with it (after marking the
+//! record watched), one snapshot shared by every waiter on the scope, and only
+//! runs the claim statement when [`RecordSnapshot::answer_for`] says the record may
 //! be winnable (see `crate::longpoll`). Both paths map a record to an answer
 //! with the same function, so they cannot disagree.
 //!
@@ -98,7 +98,7 @@ UNION ALL SELECT how, fence FROM steal";
 /// Reads what a lost claim lost to. `remaining_ms` is the time left on the
 /// lease (pending) or cooldown (failed), by the database's clock;
 /// `retention_over` says whether [`CLAIM_SQL`]'s `ttl` branch may reuse the row.
-const READ_SQL: &str = "
+pub(super) const READ_SQL: &str = "
 SELECT state, fingerprint, replayable, response_status, response_headers, response_body,
        GREATEST(0, ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000))::bigint
            AS remaining_ms,
@@ -137,7 +137,7 @@ enum RecordState {
 }
 
 impl RecordSnapshot {
-    fn from_row(row: &Row) -> Result<RecordSnapshot, StoreError> {
+    pub(super) fn from_row(row: &Row) -> Result<RecordSnapshot, StoreError> {
         let state = match row.try_get::<_, &str>("state")? {
             "pending" => RecordState::Pending,
             "completed" => RecordState::Completed,
@@ -280,19 +280,6 @@ impl Store {
                 response: ClaimResponse::InProgress { retry_after_s: 1 },
                 pending_until: None,
             })
-        })
-        .await
-    }
-}
-
-impl Store {
-    /// Reads the record on `scope` with one read-only statement ([`READ_SQL`]),
-    /// or `None` when there is none. Claims nothing.
-    pub async fn read_record(&self, scope: &Digest) -> Result<Option<RecordSnapshot>, StoreError> {
-        self.run(async |client| {
-            let read = client.prepare_cached(READ_SQL).await?;
-            let row = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
-            row.as_ref().map(RecordSnapshot::from_row).transpose()
         })
         .await
     }

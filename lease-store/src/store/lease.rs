@@ -10,8 +10,10 @@
 //! for operators); fencing still holds because every write here requires
 //! `state = 'pending'`.
 //!
-//! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger in
-//! migration V1), which wakes long-poll waiters on every replica (L4).
+//! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger, see
+//! migrations V1 and V3) when a follower watches the record, which wakes
+//! long-poll waiters on every replica (L4); an unwatched record settles
+//! without a NOTIFY, whose database-wide lock would serialize the commit.
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{

@@ -3,13 +3,14 @@
 //! One file per statement family, the SQL next to the Rust that runs it:
 //! `claim` (L1, the one-statement claim and the read that explains a lost
 //! claim), `lease` (L2, renew/finalize/release fenced by `claim_id`),
-//! `records` (L6, the operator's list/get/resolve/erase), `retention` (L5,
-//! the cleanup DELETE) and `migrate` (L3).
+//! `watch` (L4, a long-poll follower's mark-then-read), `records` (L6, the
+//! operator's list/get/resolve/erase), `retention` (L5, the cleanup DELETE)
+//! and `migrate` (L3).
 //! This module holds what they share: the connection pool, the settings and
 //! [`StoreError`], the one error type the HTTP layer maps to problem details.
 //!
 //! Every call borrows a pooled connection for exactly one statement (two for
-//! a lost claim) and never holds a transaction open across anything else, so
+//! a lost claim or a follower's watch-and-read) and never holds a transaction open across anything else, so
 //! no upstream call, long-poll or client stall can pin a connection or a row
 //! lock. Statements are prepared once per connection (`prepare_cached`).
 //!
@@ -36,6 +37,7 @@ mod lease;
 mod migrate;
 mod records;
 mod retention;
+mod watch;
 
 use std::time::{Duration, Instant};
 

@@ -6,9 +6,9 @@
 //! row with a live lease is kept whatever its age (its owner is still
 //! working), and `unknown` rows never expire: they wait for an operator (seed
 //! 004: an uncertain outcome must not silently become "never ran") and are
-//! kept until resolved or erased. Deleting a `pending` row fires the
-//! `keyflight_settled` NOTIFY (migration V1's trigger), so a long-poll waiter
-//! wakes and claims the now-empty scope.
+//! kept until resolved or erased. Deleting a `pending` row that a follower
+//! watches fires the `keyflight_settled` NOTIFY (the trigger of migrations V1
+//! and V3), so a long-poll waiter wakes and claims the now-empty scope.
 //!
 //! The inner SELECT picks at most `$1` candidates; the outer DELETE re-checks
 //! age, state and lease on the row it actually deletes, by the clock at that
