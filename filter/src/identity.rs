@@ -40,15 +40,18 @@ fn read<F>(source: &Source, headers: &[(String, Vec<u8>)], property: &mut F) -> 
 where
     F: FnMut(&[&str]) -> Option<Vec<u8>>,
 {
-    let raw = match source {
+    let property_value;
+    let raw: &[u8] = match source {
         Source::Header(name) => headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())?,
-        Source::Property(_) | Source::JwtClaim { .. } => property(&source.property_path()?)?,
+            .map(|(_, v)| v.as_slice())?,
+        Source::Property(_) | Source::JwtClaim { .. } => {
+            property_value = property(&source.property_path()?)?;
+            &property_value
+        }
     };
-    let text = String::from_utf8(raw).ok()?;
-    let text = text.trim();
+    let text = std::str::from_utf8(raw).ok()?.trim();
     (!text.is_empty() && !text.chars().any(char::is_control)).then(|| text.to_owned())
 }
 

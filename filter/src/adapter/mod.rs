@@ -186,6 +186,7 @@ impl Stream {
                 Action::ReadResponseBody { size } => Some(Event::ResponseBodyComplete {
                     body: host::buffer(BufferType::HttpResponseBody, size),
                 }),
+                Action::ReadResponseHeaders { end_of_stream } => Some(response_head(end_of_stream)),
                 Action::SetRequestHeader { name, value } => {
                     host::set_request_header(&name, value.as_deref());
                     None
@@ -294,6 +295,28 @@ impl Stream {
     }
 }
 
+/// The response head the machine asked for with `ReadResponseHeaders`.
+fn response_head(end_of_stream: bool) -> Event {
+    let status = host::header(MapType::HttpResponseHeaders, ":status")
+        .and_then(|v| crate::store_call::parse_status(&v))
+        .unwrap_or(502);
+    // F6: Envoy marks responses that came from the upstream `via_upstream`;
+    // for the ones it generated, the response flags say whether the request
+    // may have reached the upstream (status_matrix).
+    let origin = status_matrix::origin(
+        host::property(&["response", "code_details"]).as_deref(),
+        host::property(&["response", "flags"]).as_deref(),
+    );
+    // FIELD-NOTES: pausing here (and in the body callbacks) holds the whole
+    // response, headers included, until the finalize answer resumes it (F7).
+    Event::ResponseHeadersRead {
+        status,
+        headers: host::headers(MapType::HttpResponseHeaders),
+        origin,
+        end_of_stream,
+    }
+}
+
 /// The answer event for a call that could not even be dispatched.
 fn failed_call(kind: CallKind, error: CallError) -> Event {
     match kind {
@@ -370,26 +393,10 @@ impl HttpContext for Stream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> HostAction {
-        let status = host::header(MapType::HttpResponseHeaders, ":status")
-            .and_then(|v| crate::store_call::parse_status(&v))
-            .unwrap_or(502);
-        let headers = host::headers(MapType::HttpResponseHeaders);
-        // F6: Envoy marks responses that came from the upstream
-        // `via_upstream`; for the ones it generated, the response flags say
-        // whether the request may have reached the upstream (status_matrix).
-        let origin = status_matrix::origin(
-            host::property(&["response", "code_details"]).as_deref(),
-            host::property(&["response", "flags"]).as_deref(),
-        );
-        // FIELD-NOTES: pausing here (and in the body callbacks) holds the
-        // whole response, headers included, until the finalize answer resumes
-        // it (F7).
-        self.run(Event::ResponseHeaders {
-            status,
-            headers,
-            origin,
-            end_of_stream,
-        })
+        // The machine asks for the status, headers and origin only when it
+        // records this response (`ReadResponseHeaders`): a replay's own local
+        // reply passes through without a host read.
+        self.run(Event::ResponseHeaders { end_of_stream })
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> HostAction {

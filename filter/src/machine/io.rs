@@ -3,10 +3,16 @@
 //! Events are what the host reported, already read into plain data; actions
 //! are what the adapter must do, in order. Actions named `Continue…`/`Pause…`
 //! are the return value of the host callback that produced the event; the
-//! machine appends exactly one of them to the actions of every callback event.
-//! A read the adapter answers at once (`ReadRequestBody`, `ReadEdgeCache`)
-//! comes back as a follow-up event whose actions run first, so the first
-//! `Continue…`/`Pause…` the adapter meets is the callback's answer.
+//! machine appends exactly one of them to the actions of every callback event
+//! (for response headers that need reading, to the actions of the read's
+//! follow-up). A read the adapter answers at once (`ReadRequestBody`,
+//! `ReadEdgeCache`, `ReadResponseHeaders`) comes back as a follow-up event
+//! whose actions run first, so the first `Continue…`/`Pause…` the adapter
+//! meets is the callback's answer.
+//!
+//! Reads are asked for, not pushed, because every host read crosses the
+//! V8↔Envoy boundary (twice when the host allocates the answer in the VM):
+//! the hot replay path (F9) reads only what its decision needs.
 
 use std::time::Duration;
 
@@ -58,8 +64,16 @@ pub enum Event {
     },
     /// The claim call answered.
     ClaimAnswered(Result<ClaimResponse, CallError>),
-    /// `on_http_response_headers`.
+    /// `on_http_response_headers`. Nothing is read yet: only a response this
+    /// stream records needs its status, headers and origin, and the machine
+    /// asks for them with [`Action::ReadResponseHeaders`]. A replay's own
+    /// local reply (the edge-cache hit path) thus costs no host reads here.
     ResponseHeaders {
+        /// The response has no body.
+        end_of_stream: bool,
+    },
+    /// The response head, read in answer to [`Action::ReadResponseHeaders`].
+    ResponseHeadersRead {
         /// `:status` (the adapter passes 502 when it is missing or unreadable).
         status: u16,
         /// Every response header, in order.
@@ -146,6 +160,12 @@ pub enum Action {
     /// Send a local reply (error or replay). Its response callbacks come back
     /// through this machine, which knows they are its own.
     Reply(LocalReply),
+    /// Read the response's `:status`, header list and origin, and report
+    /// them as [`Event::ResponseHeadersRead`] with `end_of_stream` echoed.
+    ReadResponseHeaders {
+        /// Echoed from [`Event::ResponseHeaders`].
+        end_of_stream: bool,
+    },
     /// Return `Continue` from the response callback.
     ContinueResponse,
     /// Return `Pause` from the response callback.

@@ -176,7 +176,16 @@ impl Machine {
                 out.push(self.request_verdict());
             }
             Event::ClaimAnswered(result) => self.claim_answered(&mut out, result),
-            Event::ResponseHeaders {
+            Event::ResponseHeaders { end_of_stream } => {
+                if matches!(self.state, State::Upstream(_)) {
+                    // The follow-up event carries this callback's verdict.
+                    out.push(Action::ReadResponseHeaders { end_of_stream });
+                } else {
+                    self.response_not_recorded();
+                    out.push(self.response_verdict());
+                }
+            }
+            Event::ResponseHeadersRead {
                 status,
                 headers,
                 origin,
@@ -407,7 +416,7 @@ impl Machine {
         };
         match edge_cache::lookup(slot, &ready.scope, &ready.fingerprint, now_ms) {
             Lookup::Miss => self.call_claim(out, ready),
-            Lookup::Hit(response) => match replay(&ready.policy, &response) {
+            Lookup::Hit(response) => match replay(&ready.policy, response) {
                 Some(reply) => self.answer(out, reply, Outcome::ReplayEdgeCache),
                 None => self.call_claim(out, ready),
             },
@@ -472,7 +481,7 @@ impl Machine {
                     if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
                         out.push(cache);
                     }
-                    match replay(&policy, &response) {
+                    match replay(&policy, response) {
                         Some(reply) => self.answer(out, reply, Outcome::Replay),
                         None => self.malformed_record(out, &policy, scope),
                     }
@@ -595,6 +604,27 @@ impl Machine {
 
     // ----- response phase ------------------------------------------------
 
+    /// Response headers this stream does not record: no read needed.
+    fn response_not_recorded(&mut self) {
+        match std::mem::take(&mut self.state) {
+            // Our own local reply re-entering the response callbacks (or a
+            // response to a stream we do not guard): pass it through.
+            State::Replied => self.state = State::Replied,
+            State::Start
+            | State::Passthrough
+            | State::BufferingRequest(_)
+            | State::CacheLookup(_)
+            | State::Claiming { .. }
+            | State::Upstream(_)
+            | State::Delivering
+            | State::Done => self.state = State::Passthrough,
+            other @ (State::BufferingResponse { .. } | State::Recording { .. }) => {
+                self.state = other
+            }
+        }
+    }
+
+    /// The response to the request this stream forwarded with its lease, as read.
     fn response_headers(
         &mut self,
         out: &mut Vec<Action>,
@@ -642,18 +672,10 @@ impl Machine {
                     },
                 }
             }
-            // Our own local reply re-entering the response callbacks (or a
-            // response to a stream we do not guard): pass it through.
-            State::Replied => self.state = State::Replied,
-            State::Start
-            | State::Passthrough
-            | State::BufferingRequest(_)
-            | State::CacheLookup(_)
-            | State::Claiming { .. }
-            | State::Delivering
-            | State::Done => self.state = State::Passthrough,
-            other @ (State::BufferingResponse { .. } | State::Recording { .. }) => {
-                self.state = other
+            // A read nobody asked for (the machine asks only in `Upstream`).
+            other => {
+                self.state = other;
+                self.response_not_recorded();
             }
         }
     }
@@ -974,12 +996,13 @@ fn stored(response: &StoredResponse) -> Option<CachedResponse> {
     })
 }
 
-/// F8: a local reply from a recorded response, or `None` if the record is unusable.
-fn replay(policy: &Policy, response: &CachedResponse) -> Option<LocalReply> {
+/// F8: a local reply from a recorded response, or `None` if the record is
+/// unusable. Takes the response by value: its body becomes the reply's body
+/// without a copy.
+fn replay(policy: &Policy, response: CachedResponse) -> Option<LocalReply> {
     if !(200..=599).contains(&response.status) {
         return None;
     }
-    let body = response.body.clone();
     let mut headers = keep_headers(
         response
             .headers
@@ -991,7 +1014,7 @@ fn replay(policy: &Policy, response: &CachedResponse) -> Option<LocalReply> {
     Some(LocalReply {
         status: response.status,
         headers,
-        body,
+        body: response.body,
     })
 }
 

@@ -65,12 +65,29 @@ fn headers_event(headers: Vec<(String, Vec<u8>)>, principal: Option<&str>, eos: 
     }
 }
 
-fn response(status: u16, eos: bool) -> Event {
-    response_from(status, ResponseOrigin::Upstream, eos)
+/// `on_http_response_headers` from the upstream, driven as the adapter does.
+fn respond(m: &mut Machine, status: u16, eos: bool) -> Vec<Action> {
+    respond_from(m, status, ResponseOrigin::Upstream, eos)
 }
 
-fn response_from(status: u16, origin: ResponseOrigin, eos: bool) -> Event {
-    Event::ResponseHeaders {
+/// `on_http_response_headers` driven as the adapter does: the head is read
+/// only when the machine asks, and the read's actions run in its place.
+fn respond_from(m: &mut Machine, status: u16, origin: ResponseOrigin, eos: bool) -> Vec<Action> {
+    let mut out = Vec::new();
+    for action in m.on(Event::ResponseHeaders { end_of_stream: eos }) {
+        match action {
+            Action::ReadResponseHeaders { end_of_stream } => {
+                out.extend(m.on(head(status, origin, end_of_stream)));
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The response head the adapter reads for `ReadResponseHeaders`.
+fn head(status: u16, origin: ResponseOrigin, eos: bool) -> Event {
+    Event::ResponseHeadersRead {
         status,
         headers: vec![
             h(":status", &status.to_string()),
@@ -182,7 +199,30 @@ fn a_request_matching_no_policy_passes_untouched() {
         end_of_stream: true,
     });
     assert_eq!(out, vec![Action::ContinueRequest]);
-    assert_eq!(m.on(response(200, true)), vec![Action::ContinueResponse]);
+    assert_eq!(
+        m.on(Event::ResponseHeaders {
+            end_of_stream: true
+        }),
+        vec![Action::ContinueResponse],
+        "an unguarded response is not read"
+    );
+}
+
+#[test]
+fn only_a_response_to_record_is_read() {
+    let mut m = to_upstream(config());
+    assert_eq!(
+        m.on(Event::ResponseHeaders {
+            end_of_stream: true
+        }),
+        vec![Action::ReadResponseHeaders {
+            end_of_stream: true
+        }],
+        "the read's follow-up carries the verdict"
+    );
+    let out = m.on(head(201, ResponseOrigin::Upstream, true));
+    assert_eq!(calls(&out).len(), 1, "recorded: {out:?}");
+    assert_eq!(out.last(), Some(&Action::PauseResponse));
 }
 
 #[test]
@@ -200,7 +240,7 @@ fn a_guarded_route_without_a_key_passes_unguarded() {
             Action::ContinueRequest
         ]
     );
-    assert_eq!(m.on(response(500, true)), vec![Action::ContinueResponse]);
+    assert_eq!(respond(&mut m, 500, true), vec![Action::ContinueResponse]);
 }
 
 #[test]
@@ -494,7 +534,7 @@ fn completed_replays_the_record_with_allowlisted_headers() {
     assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
     assert!(!out.contains(&Action::ResumeRequest));
     // The replay re-enters the response callbacks: it is ours, not an upstream answer.
-    assert_eq!(m.on(response(201, false)), vec![Action::ContinueResponse]);
+    assert_eq!(respond(&mut m, 201, false), vec![Action::ContinueResponse]);
     assert_eq!(
         m.on(Event::ResponseBodyChunk {
             buffered_bytes: 8,
@@ -594,7 +634,10 @@ fn refusing_outcomes_under_both_profiles() {
         );
         assert_eq!(header(r, "retry-after"), retry_after, "{answer:?}");
         assert!(!out.contains(&Action::ResumeRequest));
-        assert_eq!(m.on(response(status, true)), vec![Action::ContinueResponse]);
+        assert_eq!(
+            respond(&mut m, status, true),
+            vec![Action::ContinueResponse]
+        );
     }
 }
 
@@ -659,7 +702,7 @@ fn store_failure_with_failure_mode_open_passes_unguarded() {
             Metric::Outcome(Outcome::Unguarded)
         ]
     );
-    assert_eq!(m.on(response(200, true)), vec![Action::ContinueResponse]);
+    assert_eq!(respond(&mut m, 200, true), vec![Action::ContinueResponse]);
 }
 
 // ----- the upstream's answer ------------------------------------------------
@@ -740,7 +783,7 @@ fn the_status_matrix_decides_what_is_recorded() {
             serde_json::json!({}),
             serde_json::json!({"uncertain": uncertain}),
         ));
-        let out = m.on(response_from(status, origin, true));
+        let out = respond_from(&mut m, status, origin, true);
         assert_eq!(
             out.last(),
             Some(&Action::PauseResponse),
@@ -772,7 +815,7 @@ fn the_status_matrix_decides_what_is_recorded() {
 #[test]
 fn a_recorded_response_is_buffered_filtered_and_held_until_finalized() {
     let mut m = to_upstream(config());
-    assert_eq!(m.on(response(201, false)), vec![Action::PauseResponse]);
+    assert_eq!(respond(&mut m, 201, false), vec![Action::PauseResponse]);
     assert_eq!(
         m.on(Event::ResponseBodyChunk {
             buffered_bytes: 4,
@@ -815,7 +858,7 @@ fn a_recorded_response_is_buffered_filtered_and_held_until_finalized() {
 #[test]
 fn trailers_end_a_buffered_response_body() {
     let mut m = to_upstream(config());
-    m.on(response(200, false));
+    respond(&mut m, 200, false);
     m.on(Event::ResponseBodyChunk {
         buffered_bytes: 3,
         end_of_stream: false,
@@ -833,7 +876,7 @@ fn a_failed_or_stolen_finalize_still_delivers_the_response() {
         (CallError::Status(500), EventKind::FinalizeError),
     ] {
         let mut m = to_upstream(config());
-        m.on(response(200, true));
+        respond(&mut m, 200, true);
         let out = m.on(Event::FinalizeAnswered(Err(error)));
         assert_eq!(counts(&out), vec![Metric::Event(event)]);
         assert!(out.contains(&Action::ResumeResponse));
@@ -842,7 +885,7 @@ fn a_failed_or_stolen_finalize_still_delivers_the_response() {
     // A stolen lease goes to the renewal registry first (it counts
     // `lease_stolen` unless a renew already did), then renewal stops.
     let mut m = to_upstream(config());
-    m.on(response(200, true));
+    respond(&mut m, 200, true);
     let out = m.on(Event::FinalizeAnswered(Err(CallError::LeaseLost)));
     let lost = out.iter().position(|a| *a == Action::LeaseLost).unwrap();
     let stop = out.iter().position(|a| *a == Action::StopRenewal).unwrap();
@@ -850,7 +893,7 @@ fn a_failed_or_stolen_finalize_still_delivers_the_response() {
     assert!(counts(&out).is_empty(), "{out:?}");
     assert!(out.contains(&Action::ResumeResponse));
     let mut m = to_upstream(config());
-    m.on(response(500, true));
+    respond(&mut m, 500, true);
     let out = m.on(Event::ReleaseAnswered(Err(CallError::NoAnswer)));
     assert_eq!(counts(&out), vec![Metric::Event(EventKind::ReleaseError)]);
     assert!(out.contains(&Action::ResumeResponse));
@@ -863,7 +906,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
         serde_json::json!({"max_cacheable_response_bytes": 10}),
     );
     let mut m = to_upstream(Rc::clone(&config));
-    m.on(response(200, false));
+    respond(&mut m, 200, false);
     m.on(Event::ResponseBodyChunk {
         buffered_bytes: 10,
         end_of_stream: false,
@@ -908,7 +951,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
 
     // Answered before the end: nothing to resume, the end flows.
     let mut m = to_upstream(Rc::clone(&config));
-    m.on(response(200, false));
+    respond(&mut m, 200, false);
     m.on(Event::ResponseBodyChunk {
         buffered_bytes: 11,
         end_of_stream: false,
@@ -927,7 +970,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
 
     // A body read whole that turns out larger than the cap.
     let mut m = to_upstream(config);
-    m.on(response(200, false));
+    respond(&mut m, 200, false);
     m.on(Event::ResponseBodyChunk {
         buffered_bytes: 10,
         end_of_stream: true,
@@ -953,7 +996,7 @@ fn late_or_unexpected_answers_are_ignored() {
     assert!(m.on(Event::ClaimAnswered(Ok(won(1)))).is_empty());
     let mut m = to_upstream(config());
     assert!(m.on(Event::ClaimAnswered(Ok(won(1)))).is_empty());
-    m.on(response(200, true));
+    respond(&mut m, 200, true);
     assert!(
         m.on(Event::ReleaseAnswered(Ok(()))).is_empty(),
         "a finalize is pending, not a release"
@@ -996,7 +1039,7 @@ fn dry_run_never_blocks_or_replays_but_counts() {
         let out = m.on(Event::ClaimAnswered(Ok(answer)));
         assert!(out.contains(&Action::ResumeRequest));
         assert!(!out.iter().any(|a| matches!(a, Action::Reply(_))));
-        assert_eq!(m.on(response(200, true)), vec![Action::ContinueResponse]);
+        assert_eq!(respond(&mut m, 200, true), vec![Action::ContinueResponse]);
     }
     // Store down: passes.
     let mut m = Machine::new(dry());
@@ -1013,7 +1056,7 @@ fn dry_run_never_blocks_or_replays_but_counts() {
         !out.iter()
             .any(|a| matches!(a, Action::SetRequestHeader { .. }))
     );
-    let out = m.on(response(200, true));
+    let out = respond(&mut m, 200, true);
     assert_eq!(counts(&out), vec![Metric::DryRun(Outcome::WonCompleted)]);
     assert_eq!(calls(&out).len(), 1);
 }
@@ -1098,8 +1141,14 @@ fn an_edge_cache_hit_replays_without_a_store_call() {
     assert_eq!(header(r, "idempotent-replayed"), Some("true"));
     assert_eq!(header(r, "set-cookie"), None, "the allowlist applies again");
     assert_eq!(out.last(), Some(&Action::PauseRequest));
-    // The local reply's own response callbacks pass through.
-    assert_eq!(m.on(response(201, true)), vec![Action::ContinueResponse]);
+    // The local reply's own response callbacks pass through, without a read
+    // of the head: the hot replay path makes no host read it does not need.
+    assert_eq!(
+        m.on(Event::ResponseHeaders {
+            end_of_stream: false
+        }),
+        vec![Action::ContinueResponse]
+    );
 }
 
 #[test]
@@ -1152,7 +1201,7 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
         now_ms: 0,
     });
     m.on(Event::ClaimAnswered(Ok(won(3))));
-    let out = m.on(response(201, true));
+    let out = respond(&mut m, 201, true);
     assert!(
         !out.iter()
             .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
@@ -1192,7 +1241,7 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
             now_ms: 0,
         });
         m.on(Event::ClaimAnswered(Ok(won(3))));
-        m.on(response(status, true));
+        respond(&mut m, status, true);
         let out = m.on(Event::FinalizeAnswered(answer));
         assert!(
             !out.iter()
@@ -1258,7 +1307,7 @@ fn a_dry_run_never_uses_the_edge_cache() {
     assert!(matches!(to_claim(&mut m, b"{}"), StoreCall::Claim { .. }));
     let out = m.on(Event::ClaimAnswered(Ok(won(1))));
     assert!(out.contains(&Action::ResumeRequest));
-    m.on(response(201, true));
+    respond(&mut m, 201, true);
     let out = m.on(Event::FinalizeAnswered(Ok(())));
     assert!(
         !out.iter()
@@ -1345,9 +1394,10 @@ fn arb_event() -> impl Strategy<Value = Event> {
         proptest::collection::vec(any::<u8>(), 0..64)
             .prop_map(|body| Event::RequestBodyComplete { body }),
         arb_claim().prop_map(Event::ClaimAnswered),
+        any::<bool>().prop_map(|eos| Event::ResponseHeaders { end_of_stream: eos }),
         (any::<u16>(), arb_headers(), any::<bool>(), any::<bool>()).prop_map(
             |(status, headers, proxy, eos)| {
-                Event::ResponseHeaders {
+                Event::ResponseHeadersRead {
                     status,
                     headers,
                     origin: if proxy {
@@ -1411,9 +1461,19 @@ proptest! {
                     | Event::ResponseHeaders { .. }
                     | Event::ResponseBodyChunk { .. }
                     | Event::ResponseTrailers
+                    | Event::ResponseHeadersRead { .. }
                     | Event::EdgeCacheRead { .. }
             );
-            let out = m.on(event);
+            let mut out = Vec::new();
+            for action in m.on(event) {
+                match action {
+                    // The adapter reads the head at once, inside the same callback.
+                    Action::ReadResponseHeaders { end_of_stream } => {
+                        out.extend(m.on(head(200, ResponseOrigin::Upstream, end_of_stream)));
+                    }
+                    other => out.push(other),
+                }
+            }
             let verdicts = out
                 .iter()
                 .filter(|a| {
@@ -1443,7 +1503,7 @@ fn a_stray_claim_answer_does_not_drop_the_recording() {
         m.on(Event::ClaimAnswered(Ok(won(1)))).is_empty(),
         "an answer nobody waits for changes nothing"
     );
-    let out = m.on(response(200, true));
+    let out = respond(&mut m, 200, true);
     assert_eq!(
         calls(&out).len(),
         1,
