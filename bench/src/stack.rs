@@ -147,6 +147,32 @@ impl BenchStack {
     /// Starts the plain Envoy (no filter), whose `direct_response` route answers `status`
     /// and `body`: what a replay answers, so P2 compares like with like.
     pub async fn start_plain_envoy(&mut self, status: u16, body: &str) -> Result<(), BenchError> {
+        let envoy = self
+            .start_direct_envoy("plain", false, status, body)
+            .await?;
+        self.plain = Some(envoy);
+        Ok(())
+    }
+
+    /// Starts an Envoy with the keyflight filter loaded AND the same `direct_response` route
+    /// as the plain one. No policy matches that route, so the filter only sees the stream
+    /// pass: what any wasm filter in the chain costs, the floor under P2's replay.
+    pub async fn start_filter_floor_envoy(
+        &self,
+        status: u16,
+        body: &str,
+    ) -> Result<Envoy, BenchError> {
+        self.start_direct_envoy("filter-floor", true, status, body)
+            .await
+    }
+
+    async fn start_direct_envoy(
+        &self,
+        name: &str,
+        with_filter: bool,
+        status: u16,
+        body: &str,
+    ) -> Result<Envoy, BenchError> {
         let ports = Ports {
             listener: free_port(),
             admin: free_port(),
@@ -160,14 +186,18 @@ impl BenchStack {
             &self.plugin,
         )
         .map_err(|e| BenchError::Input(e.to_string()))?;
-        let yaml = envoy::with_direct_response(&envoy::without_filter(&yaml)?, status, body)?;
-        let path = self.config_dir.join("envoy-plain.yaml");
+        let yaml = if with_filter {
+            yaml
+        } else {
+            envoy::without_filter(&yaml)?
+        };
+        let yaml = envoy::with_direct_response(&yaml, status, body)?;
+        let path = self.config_dir.join(format!("envoy-{name}.yaml"));
         std::fs::write(&path, yaml).map_err(BenchError::io(format!("write {}", path.display())))?;
         let mut child = spawn_envoy(&self.binaries, &path);
         let ready = format!("http://127.0.0.1:{}/ready", ports.admin);
         wait_http_ok(&ready, READY_TIMEOUT, Some(&mut child)).await;
-        self.plain = Some(Envoy { child, ports });
-        Ok(())
+        Ok(Envoy { child, ports })
     }
 
     /// Starts another guarded Envoy whose plugin JSON is the shipped one changed by `edit`

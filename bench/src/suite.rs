@@ -3,7 +3,8 @@
 //! Order: start the stack; check the guarded path works and capture a replay's answer (the
 //! plain Envoy's `direct_response` serves exactly that); then three interleaved rotations —
 //! concurrency 1 and 16 of {pgbench, store cycle, guarded first-time POST, unguarded POST}
-//! (P1, P4, guarded vs unguarded) and {replay, direct_response} at 16 (P2) — then P3 and
+//! (P1, P4, guarded vs unguarded) and {replay, direct_response, direct_response behind the
+//! filter} at 16 (P2, and the floor any wasm filter puts under it) — then P3 and
 //! the memory readings. Rotations share a baseline where the issue says so: P4 is divided by
 //! the same pgbench rounds as P1.
 
@@ -76,6 +77,13 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     let unguarded = payment(&plain.url("/payments"), "{unique}")?;
     let direct = payment(
         &plain.url(crate::envoy::DIRECT_PATH),
+        &format!("replay-{run_id}"),
+    )?;
+    let floor_envoy = stack
+        .start_filter_floor_envoy(StatusCode::CREATED.as_u16(), &replay_answer)
+        .await?;
+    let floor = payment(
+        &floor_envoy.url(crate::envoy::DIRECT_PATH),
         &format!("replay-{run_id}"),
     )?;
 
@@ -197,6 +205,12 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             c,
             vec![plain_envoy],
         ),
+        load(
+            "direct_response behind the filter",
+            Workload::Request(floor),
+            c,
+            vec![Watched::Process(floor_envoy.pid())],
+        ),
     ];
     if let Some((envoy, via_store)) = &no_cache {
         contenders.push(load(
@@ -207,8 +221,8 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         ));
     }
     let m = rotation::rotate(&contenders, options.schedule, &unique).await?;
-    let (replay_m, direct_m) = match &m[..] {
-        [replay_m, direct_m, ..] => (replay_m, direct_m),
+    let (replay_m, direct_m, floor_m) = match &m[..] {
+        [replay_m, direct_m, floor_m, ..] => (replay_m, direct_m, floor_m),
         _ => return Err(BenchError::Answer("a rotation lost a contender".into())),
     };
     let hits = edge_cache_hits(&stack).await?.saturating_sub(hits_before);
@@ -220,6 +234,13 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         None,
         None,
     ));
+    rows.push(Row::measured(
+        "—",
+        "direct_response with the filter loaded, no policy (wasm floor)",
+        floor_m,
+        Some(direct_m),
+        None,
+    ));
     if hits * 2 > replay_m.ok {
         rows.push(Row::measured(
             "P2",
@@ -228,7 +249,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             Some(direct_m),
             p2,
         ));
-        if let Some(via_store_m) = m.get(2) {
+        if let Some(via_store_m) = m.get(3) {
             rows.push(Row::measured(
                 "—",
                 "replay via the store (edge cache off)",
@@ -288,6 +309,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     ));
 
     drop(no_cache);
+    drop(floor_envoy);
     let memory = MemoryReport {
         lease_store: procfs::memory(stack.lease_store_pid()),
         envoy_with_filter: procfs::memory(stack.guarded.pid()),
