@@ -166,6 +166,8 @@ impl BenchStack {
             .await
     }
 
+    /// Renders, writes and starts an Envoy (`envoy-{name}.yaml`) with the `direct_response`
+    /// route, with or without the keyflight filter, and waits until it is ready.
     async fn start_direct_envoy(
         &self,
         name: &str,

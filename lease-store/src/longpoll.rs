@@ -27,14 +27,15 @@
 //! the record and keeps that subscription until it returns, so a settle
 //! committed between a check and the wait is not lost (the `Notify` keeps the
 //! permit). Every check marks the record watched before reading it
-//! ([`Store::watch_and_read`]), so the settle it waits for is announced. It holds no pooled connection while it waits, and it also wakes
-//! when the winner's lease runs out, so an abandoned lease is stolen promptly
-//! instead of at the end of the wait budget.
+//! ([`Store::watch_and_read`]), so the settle it waits for is announced. It
+//! holds no pooled connection while it waits, and it also wakes when the
+//! winner's lease runs out, so an abandoned lease is stolen promptly instead
+//! of at the end of the wait budget.
 //!
 //! Cheap fan-out: a check is the mark and the read-only statement first
-//! ([`Store::watch_and_read`], one round trip); only when the record may be winnable (gone, lease
-//! or cooldown over, past retention) does the follower run the claim
-//! statement. After a notification, all waiters of the scope in this process
+//! ([`Store::watch_and_read`], one round trip); only when the record may be
+//! winnable (gone, lease or cooldown over, past retention) does the follower
+//! run the claim statement. After a notification, all waiters of the scope in this process
 //! share ONE read: each notification starts a new per-scope generation, and
 //! the first of its waiters to run reads the record for all of them (a
 //! `OnceCell` per generation; the read starts after the notification arrived,

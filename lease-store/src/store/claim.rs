@@ -24,8 +24,8 @@
 //! The read is also available on its own as an owned [`RecordSnapshot`]
 //! (`watch.rs`): a long-poll follower re-checks with it (after marking the
 //! record watched), one snapshot shared by every waiter on the scope, and only
-//! runs the claim statement when [`RecordSnapshot::answer_for`] says the record may
-//! be winnable (see `crate::longpoll`). Both paths map a record to an answer
+//! runs the claim statement when [`RecordSnapshot::answer_for`] says the
+//! record may be winnable (see `crate::longpoll`). Both paths map a record to an answer
 //! with the same function, so they cannot disagree.
 //!
 //! Portability (L9): plain `INSERT … ON CONFLICT` and data-modifying CTEs, no
