@@ -120,7 +120,7 @@ mod tests {
         let plugin = shipped_plugin_config(&yaml).expect("demo plugin JSON");
         crate::envoy_config::render(
             &yaml,
-            crate::envoy_config::SHIPPED_PORTS,
+            &crate::envoy_config::shipped_ports(),
             "/x.wasm",
             &plugin,
         )
