@@ -5,9 +5,12 @@
 //! keyflight promises: how many times a request actually ran. Every `POST /payments…`
 //! counts an execution the moment its handler starts (`GET /stats`), and a request can be
 //! parked at a named gate (`?hold=NAME`) until a test opens it, so tests synchronize on
-//! "the winner is running" instead of sleeping. See `app.rs` for the routes.
+//! "the winner is running" instead of sleeping. Every execution is also logged with its
+//! idempotency key and fence (`GET /executions`), for fault-injection runs that must say
+//! which operation ran twice. See `app.rs` for the routes.
 
 mod app;
+mod executions;
 mod gates;
 mod stats;
 
