@@ -2,8 +2,8 @@
 //!
 //! The shipped `envoy/demo.yaml` takes the principal from a header and gives the upstream
 //! 30 s. Identity and timeout scenarios need more: `jwt_authn` in front of the filter, a TLS
-//! listener that requires client certificates, a route timeout shorter than a slow upstream.
-//! Each [`EnvoyEdit`] rewrites the rendered text at one anchor that must occur exactly once
+//! listener that requires client certificates, a route timeout shorter than a slow upstream;
+//! the chaos harness (`keyflight-chaos`) adds a request header naming the Envoy. Each [`EnvoyEdit`] rewrites the rendered text at one anchor that must occur exactly once
 //! (like [`crate::envoy_config`]), so everything else stays the file users run; the edits are
 //! also the how-to for a deployment (envoy/README.md points here).
 
@@ -11,7 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::envoy_config::RenderError;
-use crate::yaml_lines::{insert_after, replace_line, replace_once};
+use crate::yaml_lines::{insert_after, insert_at, replace_line, replace_once};
+
+/// The catch-all route's action line, as the shipped configs have it.
+const CATCH_ALL_UPSTREAM: &str = "route: { cluster: demo_upstream, timeout: 30s }";
 
 /// The `payload_in_metadata` name [`EnvoyEdit::JwtAuthn`] uses (the plugin's
 /// `jwt_claim.metadata_key`).
@@ -32,6 +35,15 @@ pub enum EnvoyEdit {
         /// The JWKS JSON (`{"keys": [...]}`).
         jwks: String,
     },
+    /// A request header the route adds to every request it forwards upstream (replacing a
+    /// client-sent one), e.g. which proxy forwarded it: the chaos harness tells its Envoys
+    /// apart in the upstream's execution log this way.
+    AddRequestHeader {
+        /// The header name.
+        name: String,
+        /// Its value.
+        value: String,
+    },
     /// TLS on the listener, requiring a client certificate signed by `ca`.
     DownstreamMtls {
         /// The server certificate chain (PEM).
@@ -49,7 +61,7 @@ impl EnvoyEdit {
         match self {
             EnvoyEdit::RouteTimeout(timeout) => replace_once(
                 yaml,
-                "route: { cluster: demo_upstream, timeout: 30s }",
+                CATCH_ALL_UPSTREAM,
                 &format!(
                     "route: {{ cluster: demo_upstream, timeout: {}.{:03}s }}",
                     timeout.as_secs(),
@@ -59,6 +71,16 @@ impl EnvoyEdit {
             EnvoyEdit::JwtAuthn { issuer, jwks } => {
                 insert_after(yaml, "http_filters:", &jwt_authn_filter(issuer, jwks))
             }
+            EnvoyEdit::AddRequestHeader { name, value } => insert_at(
+                yaml,
+                CATCH_ALL_UPSTREAM,
+                1,
+                &[
+                    "request_headers_to_add:".to_owned(),
+                    format!("  - header: {{ key: {name}, value: {value} }}"),
+                    "    append_action: OVERWRITE_IF_EXISTS_OR_ADD".to_owned(),
+                ],
+            ),
             EnvoyEdit::DownstreamMtls { cert, key, ca } => {
                 replace_line(yaml, "- filters:", &mtls_filter_chain(cert, key, ca))
             }
@@ -134,6 +156,17 @@ mod tests {
             .apply(&demo)
             .expect("route timeout");
         assert!(timeout.contains("timeout: 0.300s"), "{timeout}");
+
+        let header = EnvoyEdit::AddRequestHeader {
+            name: "x-keyflight-via".into(),
+            value: "envoy-1".into(),
+        }
+        .apply(&demo)
+        .expect("request header");
+        assert!(
+            header.contains("\n                          request_headers_to_add:\n                            - header: { key: x-keyflight-via, value: envoy-1 }\n"),
+            "the header is added by the catch-all route:\n{header}"
+        );
 
         let jwt = EnvoyEdit::JwtAuthn {
             issuer: "https://issuer.test".into(),
