@@ -2,6 +2,7 @@
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
 #   make test   fmt, clippy, unit/property/wasm/integration/end-to-end tests (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores)
+#   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -13,7 +14,8 @@ WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench
+        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench \
+        chaos chaos-short
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -21,6 +23,8 @@ help:
 	@echo "make up / make down - start / stop the demo stack in the background (make up REPLICAS=2: two Envoys on :10000/:10001, two lease-stores)"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
+	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, check the history (DURATION=10m, SEED=N to replay; table + target/chaos/)"
+	@echo "make chaos-short - the same in under 2 minutes"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
 prereqs:
@@ -87,6 +91,17 @@ down:
 # Side-by-side measurements (about 5 minutes; not part of make test).
 bench: prereqs envoy wasm
 	scripts/bench.sh
+
+# Fault injection with a history checker (chaos/, its module doc says how to read the table).
+# Exits non-zero on an unexplained duplicate execution, a divergent answer or a lost record.
+DURATION ?= 10m
+CHAOS_SEED = $(if $(SEED),--seed $(SEED))
+chaos: prereqs envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(CHAOS_SEED)
+
+# The short run (under 2 minutes in all), meant for make test.
+chaos-short: prereqs envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short $(CHAOS_SEED)
 
 # OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).
 images: rust-targets wasm
