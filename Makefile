@@ -94,14 +94,16 @@ bench: prereqs envoy wasm
 
 # Fault injection with a history checker (chaos/, its module doc says how to read the table).
 # Exits non-zero on an unexplained duplicate execution, a divergent answer or a lost record.
+# CHAOS_FLAGS passes more options (e.g. --faults envoy-kill, or --faults none --no-give-up).
 DURATION ?= 10m
+CHAOS_FLAGS ?=
 CHAOS_SEED = $(if $(SEED),--seed $(SEED))
 chaos: prereqs envoy wasm build
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(CHAOS_SEED)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # The short run (under 2 minutes in all), meant for make test.
 chaos-short: prereqs envoy wasm build
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short $(CHAOS_SEED)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).
 images: rust-targets wasm

@@ -62,6 +62,14 @@
 //! `keyflight-chaos --seed N --duration …`) draws the same plan: the same keys, callers,
 //! timeouts and fault sequence. The processes' timing is real, so the history differs in
 //! detail; the run's `history.json` is the exact record of what happened.
+//!
+//! # Narrowing a run
+//!
+//! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
+//! `postgres-crash`, `envoy-kill`; `none` for none) and `--no-give-up` keeps every caller
+//! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
+//! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
+//! time shows which fault a failure comes from.
 
 mod checker;
 mod faults;
@@ -82,7 +90,7 @@ use keyflight_e2e::envoy_config;
 use keyflight_lease_store::config::parse_duration;
 use serde_json::{Value, json};
 
-use crate::history::History;
+use crate::history::{FaultKind, History};
 use crate::plan::Settings;
 use crate::stack::ChaosStack;
 use crate::workload::Clock;
@@ -116,6 +124,13 @@ struct Cli {
     /// The seed of the plan (printed; random when not given).
     #[arg(long)]
     seed: Option<u64>,
+    /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
+    /// postgres-crash, envoy-kill; `none` for a control run.
+    #[arg(long, default_value = "store-kill,store-freeze,postgres-crash,envoy-kill", value_parser = parse_fault_kinds)]
+    faults: FaultKinds,
+    /// No caller gives up mid-request (with `--faults none`: the happy path alone).
+    #[arg(long)]
+    no_give_up: bool,
     /// Where runs are written (default: target/chaos in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -150,8 +165,10 @@ async fn run(cli: Cli) -> Result<bool, String> {
         lease_ms: LEASE_MS,
         call_timeout_ms: plugin["lease_store"]["timeout_ms"].as_u64().unwrap_or(1000),
         replicas: REPLICAS,
+        fault_kinds: cli.faults.0.clone(),
+        give_up: !cli.no_give_up,
     };
-    let plan = plan::draw(seed, settings);
+    let plan = plan::draw(seed, &settings);
     let out = cli
         .out
         .clone()
@@ -211,16 +228,69 @@ async fn run(cli: Cli) -> Result<bool, String> {
     println!();
     print!("{}", report::table(&report));
     println!();
-    let replay = match cli.short {
+    let mut flags = Vec::new();
+    if cli.faults.0 != FaultKind::ALL {
+        flags.push(format!("--faults {}", cli.faults));
+    }
+    if cli.no_give_up {
+        flags.push("--no-give-up".to_owned());
+    }
+    let mut replay = match cli.short {
         true => format!("make chaos-short SEED={seed}"),
         false => format!("make chaos SEED={seed} DURATION={}s", duration.as_secs()),
     };
+    if !flags.is_empty() {
+        replay.push_str(&format!(" CHAOS_FLAGS='{}'", flags.join(" ")));
+    }
     print!(
         "{}",
         report::summary(&report, &history, &plan, &replay, &dir)
     );
     println!("run took {:.1} s", began.elapsed().as_secs_f64());
     Ok(!report.failed())
+}
+
+/// The fault kinds of `--faults`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FaultKinds(Vec<FaultKind>);
+
+impl std::fmt::Display for FaultKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("none");
+        }
+        let names: Vec<String> = self.0.iter().map(|kind| flag_name(*kind)).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// A kind's name on the command line: `store kill` → `store-kill`.
+fn flag_name(kind: FaultKind) -> String {
+    kind.name().replace(' ', "-")
+}
+
+fn parse_fault_kinds(text: &str) -> Result<FaultKinds, String> {
+    if text.trim() == "none" {
+        return Ok(FaultKinds(Vec::new()));
+    }
+    let mut kinds = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let kind = FaultKind::ALL
+            .into_iter()
+            .find(|kind| flag_name(*kind) == name)
+            .ok_or_else(|| {
+                let known: Vec<String> = FaultKind::ALL.into_iter().map(flag_name).collect();
+                format!(
+                    "unknown fault kind `{name}` (known: {}, or none)",
+                    known.join(", ")
+                )
+            })?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds.sort();
+    Ok(FaultKinds(kinds))
 }
 
 /// The shipped plugin configuration with the chaos policy: the demo's `payments` policy,
@@ -251,4 +321,28 @@ fn unix_ms() -> u64 {
         .map_or(0, |elapsed| {
             u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_kinds_parse_by_name_or_none() {
+        assert_eq!(
+            parse_fault_kinds("envoy-kill,store-kill"),
+            Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
+        );
+        assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
+        let all = "store-kill,store-freeze,postgres-crash,envoy-kill";
+        assert_eq!(
+            parse_fault_kinds(all),
+            Ok(FaultKinds(FaultKind::ALL.to_vec()))
+        );
+        assert_eq!(
+            parse_fault_kinds(all).map(|kinds| kinds.to_string()),
+            Ok(all.to_owned())
+        );
+        assert!(parse_fault_kinds("disk-full").is_err());
+    }
 }

@@ -41,7 +41,7 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 4] = [
 ];
 
 /// What shapes a plan besides the seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Settings {
     /// How long keys keep starting and faults keep coming.
     pub duration_ms: u64,
@@ -51,6 +51,10 @@ pub struct Settings {
     pub call_timeout_ms: u64,
     /// Lease-store replicas and Envoys (two each).
     pub replicas: usize,
+    /// The kinds of fault to inject (none: a control run).
+    pub fault_kinds: Vec<FaultKind>,
+    /// Whether some callers give up mid-request.
+    pub give_up: bool,
 }
 
 /// One caller: a sequence of attempts with one key, body and path.
@@ -123,19 +127,19 @@ pub struct Plan {
 }
 
 /// Draws the plan for `seed`.
-pub fn draw(seed: u64, settings: Settings) -> Plan {
+pub fn draw(seed: u64, settings: &Settings) -> Plan {
     let mut rng = StdRng::seed_from_u64(seed);
     let keys = draw_keys(&mut rng, settings);
     let faults = draw_faults(&mut rng, settings);
     Plan {
         seed,
-        settings,
+        settings: settings.clone(),
         keys,
         faults,
     }
 }
 
-fn draw_keys(rng: &mut StdRng, settings: Settings) -> Vec<KeyPlan> {
+fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
     let replicas = settings.replicas.max(1);
     let mut keys = Vec::new();
     let mut start_ms = 0;
@@ -147,7 +151,7 @@ fn draw_keys(rng: &mut StdRng, settings: Settings) -> Vec<KeyPlan> {
         let first = if rng.random_bool(0.2) { 3 } else { 2 };
         for n in 0..first {
             // Impatient: gives up mid-request (the upstream is still running), then retries.
-            let impatient = delay_ms >= 800 && rng.random_bool(0.25);
+            let impatient = delay_ms >= 800 && rng.random_bool(0.25) && settings.give_up;
             let first_timeout_ms = if impatient {
                 delay_ms / 3
             } else {
@@ -224,13 +228,20 @@ fn caller(
     }
 }
 
-fn draw_faults(rng: &mut StdRng, settings: Settings) -> Vec<FaultStep> {
+fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
     let replicas = settings.replicas.max(1);
+    let weights: Vec<(FaultKind, u32)> = FAULT_WEIGHTS
+        .into_iter()
+        .filter(|(kind, _)| settings.fault_kinds.contains(kind))
+        .collect();
     let mut faults = Vec::new();
+    if weights.is_empty() {
+        return faults;
+    }
     // Each step takes at least its gap and hold; plan until that alone fills the run.
     let mut planned_ms = 0;
     while planned_ms < settings.duration_ms {
-        let kind = weighted(rng, &FAULT_WEIGHTS);
+        let kind = weighted(rng, &weights);
         let target = match kind {
             FaultKind::PostgresCrash => 0,
             _ => rng.random_range(0..replicas),
@@ -272,22 +283,26 @@ fn weighted<T: Copy>(rng: &mut StdRng, choices: &[(T, u32)]) -> T {
 mod tests {
     use super::*;
 
-    const SETTINGS: Settings = Settings {
-        duration_ms: 60_000,
-        lease_ms: 3000,
-        call_timeout_ms: 1000,
-        replicas: 2,
-    };
+    fn settings() -> Settings {
+        Settings {
+            duration_ms: 60_000,
+            lease_ms: 3000,
+            call_timeout_ms: 1000,
+            replicas: 2,
+            fault_kinds: FaultKind::ALL.to_vec(),
+            give_up: true,
+        }
+    }
 
     #[test]
     fn the_same_seed_draws_the_same_plan_and_another_seed_another() {
-        assert_eq!(draw(7, SETTINGS), draw(7, SETTINGS));
-        assert_ne!(draw(7, SETTINGS).keys, draw(8, SETTINGS).keys);
+        assert_eq!(draw(7, &settings()), draw(7, &settings()));
+        assert_ne!(draw(7, &settings()).keys, draw(8, &settings()).keys);
     }
 
     #[test]
     fn a_plan_has_every_kind_of_caller_and_fault() {
-        let plan = draw(1, SETTINGS);
+        let plan = draw(1, &settings());
         assert!(plan.keys.len() > 150, "{} keys", plan.keys.len());
         let callers: Vec<&CallerPlan> = plan.keys.iter().flat_map(|k| &k.callers).collect();
         for role in [Role::First, Role::Late, Role::Conflict] {
@@ -306,7 +321,7 @@ mod tests {
 
     #[test]
     fn first_callers_of_a_key_reach_both_envoys() {
-        for key in draw(3, SETTINGS).keys {
+        for key in draw(3, &settings()).keys {
             let envoys: Vec<usize> = key
                 .callers
                 .iter()
@@ -319,7 +334,7 @@ mod tests {
 
     #[test]
     fn an_impatient_caller_gives_up_before_the_upstream_answers() {
-        for key in draw(5, SETTINGS).keys {
+        for key in draw(5, &settings()).keys {
             for caller in &key.callers {
                 if caller.first_timeout_ms < PATIENT_TIMEOUT_MS {
                     assert!(caller.first_timeout_ms < key.delay_ms, "{key:?}");
@@ -329,10 +344,37 @@ mod tests {
     }
 
     #[test]
+    fn a_control_plan_has_no_fault_and_no_caller_that_gives_up() {
+        let calm = Settings {
+            fault_kinds: Vec::new(),
+            give_up: false,
+            ..settings()
+        };
+        let plan = draw(1, &calm);
+        assert!(plan.faults.is_empty());
+        assert!(
+            plan.keys
+                .iter()
+                .flat_map(|k| &k.callers)
+                .all(|c| c.first_timeout_ms == PATIENT_TIMEOUT_MS)
+        );
+        let only_kills = Settings {
+            fault_kinds: vec![FaultKind::EnvoyKill],
+            ..settings()
+        };
+        assert!(
+            draw(1, &only_kills)
+                .faults
+                .iter()
+                .all(|f| f.kind == FaultKind::EnvoyKill)
+        );
+    }
+
+    #[test]
     fn a_freeze_outlasts_the_call_timeout() {
-        for fault in draw(9, SETTINGS).faults {
+        for fault in draw(9, &settings()).faults {
             if fault.kind == FaultKind::StoreFreeze {
-                assert!(fault.hold_ms > SETTINGS.call_timeout_ms, "{fault:?}");
+                assert!(fault.hold_ms > settings().call_timeout_ms, "{fault:?}");
             }
         }
     }

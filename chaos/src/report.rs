@@ -42,20 +42,31 @@ pub fn table(report: &Report) -> String {
     }
 
     let headings: Vec<&str> = report.columns.iter().map(|(c, _)| c.name()).collect();
+    let widths: Vec<usize> = headings
+        .iter()
+        .enumerate()
+        .map(|(column, heading)| {
+            rows.iter()
+                .map(|(_, values)| values[column].to_string().len())
+                .chain([heading.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     let label_width = rows.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
     let mut out = String::new();
     let _ = write!(out, "| {:label_width$} |", "");
-    for heading in &headings {
-        let _ = write!(out, " {heading} |");
+    for (heading, width) in headings.iter().zip(&widths) {
+        let _ = write!(out, " {heading:>width$} |");
     }
     let _ = write!(out, "\n|{}|", "-".repeat(label_width + 2));
-    for heading in &headings {
-        let _ = write!(out, "{}:|", "-".repeat(heading.len() + 1));
+    for width in &widths {
+        let _ = write!(out, "{}:|", "-".repeat(width + 1));
     }
     for (label, values) in rows {
         let _ = write!(out, "\n| {label:label_width$} |");
-        for (value, heading) in values.iter().zip(&headings) {
-            let _ = write!(out, " {value:>width$} |", width = heading.len());
+        for (value, width) in values.iter().zip(&widths) {
+            let _ = write!(out, " {value:>width$} |");
         }
     }
     out.push('\n');
