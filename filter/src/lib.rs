@@ -6,7 +6,7 @@
 //! * the decisions, free of any proxy-wasm host call and tested natively:
 //!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //!   state machine of one HTTP stream), and its pure helpers [`identity`],
-//!   [`replay`], [`problem`], [`status_matrix`], [`store_call`], [`renewal`],
+//!   [`replay`], [`problem`], [`status_matrix`], [`store_call`], [`outbox`],
 //!   [`edge_cache`] and [`metrics`];
 //! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
 //!   between Envoy and the machine.
@@ -25,8 +25,8 @@ pub mod edge_cache;
 pub mod identity;
 pub mod machine;
 pub mod metrics;
+pub mod outbox;
 pub mod problem;
-pub mod renewal;
 pub mod replay;
 pub mod status_matrix;
 pub mod store_call;

@@ -61,6 +61,8 @@ pub struct StackOptions {
     two_replicas: bool,
     /// Applied in order to every rendered Envoy config.
     envoy_edits: Vec<EnvoyEdit>,
+    /// Extra environment of every lease-store (e.g. `KEYFLIGHT_MAX_BODY_BYTES`).
+    store_env: Vec<(String, String)>,
 }
 
 impl Default for StackOptions {
@@ -72,6 +74,7 @@ impl Default for StackOptions {
             plugin,
             two_replicas: false,
             envoy_edits: Vec::new(),
+            store_env: Vec::new(),
         }
     }
 }
@@ -105,6 +108,12 @@ impl StackOptions {
         self
     }
 
+    /// Sets an environment variable of every lease-store the stack starts.
+    pub fn store_env(mut self, name: &str, value: &str) -> Self {
+        self.store_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// The token the filter presents to the lease-store, as the plugin JSON says.
     fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
@@ -135,6 +144,7 @@ pub struct Stack {
     config_path: PathBuf,
     client: reqwest::Client,
     binaries: Binaries,
+    options: StackOptions,
 }
 
 impl Stack {
@@ -203,6 +213,7 @@ impl Stack {
             config_path,
             client: http_client(),
             binaries,
+            options,
         }
     }
 
@@ -226,6 +237,7 @@ impl Stack {
                 ("content-type".into(), "application/json".into()),
             ],
             body: Vec::new(),
+            timeout: None,
         };
         match self.second {
             Some(_) => post.header("host", SHARED_AUTHORITY),
@@ -317,6 +329,23 @@ impl Stack {
         }
     }
 
+    /// Starts lease-store replica 0 again on its port (after [`Stack::stop_lease_store`],
+    /// or killing it at once if it still runs) and waits until it is ready: a pod restart.
+    pub async fn restart_lease_store(&mut self) {
+        self.stop_lease_store();
+        let mut store = spawn_lease_store(
+            &self.binaries,
+            &self.postgres,
+            self.ports,
+            &self.options,
+            false,
+        );
+        let ready = format!("http://127.0.0.1:{}/readyz", self.ports.lease_store);
+        wait_http_ok(&ready, READY_TIMEOUT, Some(&mut store)).await;
+        self.lease_store_log = store.log_path().to_path_buf();
+        self.lease_store = Some(store);
+    }
+
     /// Sends `signal` to lease-store replica `replica` (`Stop` freezes it: a hung store).
     pub fn signal_lease_store(&self, replica: usize, signal: Signal) {
         match (replica, &self.lease_store, &self.second) {
@@ -378,6 +407,11 @@ impl Stack {
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
     pub fn stop_postgres(&self) {
         self.postgres.stop();
+    }
+
+    /// Starts Postgres again after [`Stack::stop_postgres`] (crash recovery runs).
+    pub fn restart_postgres(&self) {
+        self.postgres.restart();
     }
 
     /// The filter's Envoy counter `keyflight.NAME` (F13), e.g. `outcome.replay` or
@@ -488,9 +522,16 @@ pub struct Post<'a> {
     path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    timeout: Option<Duration>,
 }
 
 impl Post<'_> {
+    /// Gives up on the answer after `timeout`: a caller that times out and hangs up.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Adds an `Idempotency-Key` header (call twice to send it twice).
     pub fn key(self, key: &str) -> Self {
         self.header("idempotency-key", key)
@@ -545,6 +586,9 @@ impl Post<'_> {
     pub async fn try_send(self) -> Result<Reply, reqwest::Error> {
         let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
         let mut request = self.stack.client.post(&url).body(self.body);
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
         for (name, value) in &self.headers {
             let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes())
                 .unwrap_or_else(|e| panic!("header {name}: {value:?} cannot be sent: {e}"));
@@ -699,6 +743,7 @@ fn spawn_lease_store(
             format!("127.0.0.1:{}", ports.lease_store),
         )
         .env("KEYFLIGHT_TOKEN", options.filter_token())
-        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .envs(options.store_env.iter().map(|(k, v)| (k, v)));
     ChildGuard::spawn("lease-store", command)
 }
