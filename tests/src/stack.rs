@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use crate::binaries::Binaries;
 use crate::envoy_config::{self, Ports};
 use crate::envoy_variants::EnvoyEdit;
+use crate::lds;
 use crate::metrics::StoreMetrics;
 use crate::reply::Reply;
 
@@ -63,6 +64,9 @@ pub struct StackOptions {
     envoy_edits: Vec<EnvoyEdit>,
     /// Extra environment of every lease-store (e.g. `KEYFLIGHT_MAX_BODY_BYTES`).
     store_env: Vec<(String, String)>,
+    /// Serve replica 0's listener from an LDS file, so [`Stack::reconfigure`] can push a
+    /// new plugin configuration.
+    listener_from_file: bool,
 }
 
 impl Default for StackOptions {
@@ -75,6 +79,7 @@ impl Default for StackOptions {
             two_replicas: false,
             envoy_edits: Vec::new(),
             store_env: Vec::new(),
+            listener_from_file: false,
         }
     }
 }
@@ -105,6 +110,13 @@ impl StackOptions {
     /// Changes the Envoy config beyond the plugin JSON (see [`EnvoyEdit`]).
     pub fn envoy(mut self, edit: EnvoyEdit) -> Self {
         self.envoy_edits.push(edit);
+        self
+    }
+
+    /// Serves replica 0's listener from a file (LDS) instead of the bootstrap, so that
+    /// [`Stack::reconfigure`] can push a new plugin configuration while Envoy runs.
+    pub fn reconfigurable(mut self) -> Self {
+        self.listener_from_file = true;
         self
     }
 
@@ -329,6 +341,53 @@ impl Stack {
         }
     }
 
+    /// Pushes a new plugin configuration to replica 0 (a [`StackOptions::reconfigurable`]
+    /// stack), as a control plane does: Envoy builds a new listener with it and drains the
+    /// old one. Returns once Envoy has accepted the update.
+    pub async fn reconfigure(&mut self, edit: impl FnOnce(&mut Value)) {
+        assert!(
+            self.options.listener_from_file,
+            "reconfigure needs StackOptions::reconfigurable"
+        );
+        edit(&mut self.options.plugin);
+        let yaml = envoy_config::shipped_demo_yaml();
+        let rendered = render_for(
+            &self.binaries,
+            &yaml,
+            envoy_config::SHIPPED_PORTS,
+            self.ports,
+            &self.options,
+        );
+        let lds_path = lds_path_of(&self.config_path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        let updates_before = self.envoy_stat("listener_manager.lds.update_success").await;
+        lds::write_atomically(&lds_path, &split.listeners)
+            .unwrap_or_else(|e| panic!("write {}: {e}", lds_path.display()));
+        self.eventually("Envoy accepted the new listener", || async {
+            self.envoy_stat("listener_manager.lds.update_success").await > updates_before
+        })
+        .await;
+    }
+
+    /// One of Envoy replica 0's own stats (`/stats`), `0` when absent.
+    pub async fn envoy_stat(&self, name: &str) -> u64 {
+        let url = format!(
+            "http://127.0.0.1:{}/stats?filter=^{}$",
+            self.ports.admin,
+            name.replace('.', "\\.")
+        );
+        let text = self.get_text(&url).await;
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Everything Envoy replica 0 logged so far.
+    pub fn envoy_log(&self) -> String {
+        self.envoy.log()
+    }
+
     /// Starts lease-store replica 0 again on its port (after [`Stack::stop_lease_store`],
     /// or killing it at once if it still runs) and waits until it is ready: a pod restart.
     pub async fn restart_lease_store(&mut self) {
@@ -487,6 +546,9 @@ impl Drop for Stack {
             self.lease_store_log.clone(),
             self.config_path.clone(),
         ];
+        if self.options.listener_from_file {
+            logs.push(lds_path_of(&self.config_path));
+        }
         if let Some(second) = &self.second {
             logs.extend([
                 second.envoy.log_path().to_path_buf(),
@@ -689,19 +751,47 @@ fn write_rendered(
     options: &StackOptions,
 ) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
+    let rendered = render_for(binaries, yaml, shipped, ports, options);
+    let path = std::env::temp_dir().join(format!(
+        "keyflight-e2e-envoy-{}-{}.yaml",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
+    };
+    // Only the first replica's listener is reconfigurable.
+    if options.listener_from_file && shipped == envoy_config::SHIPPED_PORTS {
+        let lds_path = lds_path_of(&path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        write(&lds_path, &split.listeners);
+        write(&path, &split.bootstrap);
+    } else {
+        write(&path, &rendered);
+    }
+    path
+}
+
+/// The shipped config `yaml` with these ports, the wasm, the plugin JSON and the edits.
+fn render_for(
+    binaries: &Binaries,
+    yaml: &str,
+    shipped: Ports,
+    ports: Ports,
+    options: &StackOptions,
+) -> String {
     let wasm = binaries.wasm.display().to_string();
     let mut rendered = envoy_config::render_from(yaml, shipped, ports, &wasm, &options.plugin)
         .unwrap_or_else(|e| panic!("{e}"));
     for edit in &options.envoy_edits {
         rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
     }
-    let path = std::env::temp_dir().join(format!(
-        "keyflight-e2e-envoy-{}-{}.yaml",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&path, rendered).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    path
+    rendered
+}
+
+/// Where the listener of the bootstrap at `config` lives when it is served from a file.
+fn lds_path_of(config: &std::path::Path) -> PathBuf {
+    config.with_extension("lds.json")
 }
 
 fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
@@ -712,6 +802,12 @@ fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
         "2",
         "--log-level",
         "info",
+        // A listener replaced by a new configuration (StackOptions::reconfigurable) is
+        // drained for this long, then closed and its plugin retired.
+        "--drain-time-s",
+        "1",
+        "--drain-strategy",
+        "immediate",
     ]);
     ChildGuard::spawn("envoy", command)
 }

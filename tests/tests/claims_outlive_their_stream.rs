@@ -198,3 +198,68 @@ async fn an_answer_the_store_refuses_as_too_large_is_recorded_not_replayable() {
     assert_eq!(stack.upstream_executions().await, 1, "ran once");
     assert_eq!(stack.filter_counter("outbox.downgraded").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reconfigured_with_a_record_in_its_outbox_still_delivers_it() {
+    // Istio pushes configuration often: the retired plugin's outbox must not die with it.
+    let mut stack = Stack::start(short_lease("hold").reconfigurable()).await;
+    let body = json!({"amount": 16});
+    let path = "/payments?hold=push";
+
+    let caller = stack.post(path).key("pushed").json(&body).send();
+    let fault = async {
+        stack.wait_for_gate("push", 1).await;
+        stack.signal_lease_store(0, Signal::Kill);
+        stack.open_gate("push").await;
+    };
+    let (first, ()) = tokio::join!(caller, fault);
+    assert_eq!(first.status, 201, "{first}");
+
+    // A new configuration replaces the listener and, once the old one has drained, retires
+    // the plugin instance whose outbox holds the record.
+    stack
+        .reconfigure(|plugin| plugin["policies"][0]["follower_wait_ms"] = json!(4000))
+        .await;
+    stack
+        .eventually("the old listener drained and was removed", || async {
+            stack.envoy_stat("listener_manager.listener_modified").await == 1
+                && stack
+                    .envoy_stat("listener_manager.total_listeners_draining")
+                    .await
+                    == 0
+        })
+        .await;
+    // Envoy retires the old plugin a moment after its listener is gone. Keep the store
+    // down until it has (the filter logs it), or for long enough that a plugin that did
+    // not wait for its outbox has surely been destroyed with it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline
+        && !stack
+            .envoy_log()
+            .contains("plugin retired with claims in the record outbox")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stack.restart_lease_store().await;
+    settled_or_lease_over(&stack).await;
+
+    let retry = stack.post(path).key("pushed").json(&body).send().await;
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    assert_eq!(retry.json(), first.json());
+    assert_eq!(stack.upstream_executions().await, 1, "ran once");
+    let log = stack.envoy_log();
+    assert!(
+        log.contains("plugin retired with claims in the record outbox"),
+        "the retired plugin stayed for its outbox"
+    );
+    stack
+        .eventually(
+            "the retired plugin finished once its outbox was empty",
+            || async {
+                stack
+                    .envoy_log()
+                    .contains("record outbox settled; plugin retired")
+            },
+        )
+        .await;
+}
