@@ -25,6 +25,7 @@ CORE_GROUPS = {"", "apps", "batch", "policy", "autoscaling", "networking.k8s.io"
 CUSTOM = {
     ("networking.istio.io/v1alpha3", "EnvoyFilter"): ["configPatches"],
     ("networking.istio.io/v1", "DestinationRule"): ["host"],
+    ("networking.istio.io/v1", "VirtualService"): ["hosts", "http"],
     ("security.istio.io/v1", "PeerAuthentication"): ["mtls"],
     ("security.istio.io/v1", "AuthorizationPolicy"): ["selector", "action", "rules"],
     ("extensions.istio.io/v1alpha1", "WasmPlugin"): ["url", "pluginConfig"],
