@@ -52,7 +52,11 @@ fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
-/// Files under `dir` (recursively) whose name ends with one of `extensions`, sorted.
+/// Vendored third-party data (Istio's CRDs), not configuration keyflight ships.
+const VENDORED: &str = "deploy/checks/schemas";
+
+/// Files under `dir` (recursively) whose name ends with one of `extensions`, sorted;
+/// [`VENDORED`] is left out.
 fn files_under(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -60,6 +64,9 @@ fn files_under(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
     };
     for entry in entries {
         let path = entry.expect("readable directory entry").path();
+        if path.ends_with(VENDORED) {
+            continue;
+        }
         if path.is_dir() {
             out.extend(files_under(&path, extensions));
         } else if extensions
