@@ -135,6 +135,26 @@ pub enum Uncertain {
     Hold,
 }
 
+/// F15: what Envoy's router may do with a guarded request the filter forwards.
+///
+/// A route's retry policy resends the request upstream inside one stream, after
+/// the claim and out of the filter's sight: a retry on a reset, a 5xx or a
+/// per-try timeout runs the operation again under the same fence
+/// (`router_retries.rs` says which Envoy conditions are safe and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouterRetries {
+    /// The router sends a guarded request once, whatever the route or the
+    /// caller asks for (default). A connection failure is then answered by
+    /// Envoy (503) and recorded as a plain retryable failure.
+    #[default]
+    Off,
+    /// The route's retry policy applies; only retry headers from the caller or
+    /// an earlier filter are dropped. For routes whose `retry_on` names only
+    /// conditions where the request never reached the upstream.
+    Route,
+}
+
 /// The validated plugin configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -324,6 +344,8 @@ pub struct Policy {
     pub failure_mode: FailureMode,
     /// Uncertain outcomes (F6).
     pub uncertain: Uncertain,
+    /// What Envoy's router may retry (F15).
+    pub router_retries: RouterRetries,
     /// Whether this policy's records use the edge replay cache (F9).
     pub edge_cache: bool,
     /// How long the outbox keeps resending a record it took over (F14).
@@ -387,7 +409,7 @@ pub fn parse_plugin_config(json: &[u8]) -> Result<Config, ConfigError> {
 mod raw {
     use serde::Deserialize;
 
-    use super::{Anonymous, FailureMode, Mode, StatusProfile, Uncertain};
+    use super::{Anonymous, FailureMode, Mode, RouterRetries, StatusProfile, Uncertain};
 
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -477,6 +499,7 @@ mod raw {
         pub fingerprint_headers: Option<Vec<String>>,
         pub failure_mode: Option<FailureMode>,
         pub uncertain: Option<Uncertain>,
+        pub router_retries: Option<RouterRetries>,
         pub edge_cache: Option<bool>,
         pub record_retry_budget_ms: Option<u64>,
     }
@@ -767,6 +790,7 @@ fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
         fingerprint_headers,
         failure_mode: p.failure_mode.unwrap_or_default(),
         uncertain: p.uncertain.unwrap_or_default(),
+        router_retries: p.router_retries.unwrap_or_default(),
         edge_cache: p.edge_cache.unwrap_or(true),
         record_retry_budget: Duration::from_millis(in_range(
             &format!("{at}.record_retry_budget_ms"),

@@ -482,7 +482,18 @@ impl Stack {
     /// [`Stack::filter_counter`] of Envoy replica `replica`.
     pub async fn filter_counter_at(&self, replica: usize, name: &str) -> u64 {
         // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix.
-        let stat = format!("wasmcustom.keyflight.{name}");
+        self.envoy_stat_at(replica, &format!("wasmcustom.keyflight.{name}"))
+            .await
+    }
+
+    /// Envoy's own counter `stat` (e.g. `cluster.demo_upstream.upstream_rq_retry`) on
+    /// replica 0; `0` when it was never incremented.
+    pub async fn envoy_stat(&self, stat: &str) -> u64 {
+        self.envoy_stat_at(0, stat).await
+    }
+
+    /// [`Stack::envoy_stat`] of Envoy replica `replica`.
+    pub async fn envoy_stat_at(&self, replica: usize, stat: &str) -> u64 {
         let url = format!(
             "http://127.0.0.1:{}/stats?filter=^{stat}$",
             self.ports_of(replica).admin

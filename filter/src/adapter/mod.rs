@@ -375,11 +375,12 @@ fn response_head(end_of_stream: bool) -> Event {
         .and_then(|v| crate::store_call::parse_status(&v))
         .unwrap_or(502);
     // F6: Envoy marks responses that came from the upstream `via_upstream`;
-    // for the ones it generated, the response flags say whether the request
-    // may have reached the upstream (status_matrix).
+    // for the ones it generated, the response flags and the attempt count say
+    // whether the request may have reached the upstream (status_matrix).
     let origin = status_matrix::origin(
         host::property(&["response", "code_details"]).as_deref(),
         host::property(&["response", "flags"]).as_deref(),
+        host::property(&["upstream", "request_attempt_count"]).as_deref(),
     );
     // FIELD-NOTES: pausing here (and in the body callbacks) holds the whole
     // response, headers included, until the finalize answer resumes it (F7).

@@ -34,7 +34,8 @@ pub(crate) const EXAMPLE: &str = r#"{
       "replay_headers": [],
       "fingerprint_headers": ["if-match", "x-approval-digest"],
       "failure_mode": "closed",
-      "uncertain": "retry"
+      "uncertain": "retry",
+      "router_retries": "off"
     }
   ]
 }"#;
@@ -122,6 +123,7 @@ fn defaults_are_applied() {
     assert_eq!(p.fingerprint_headers, vec!["if-match", "x-approval-digest"]);
     assert_eq!(p.failure_mode, FailureMode::Closed);
     assert_eq!(p.uncertain, Uncertain::Retry);
+    assert_eq!(p.router_retries, RouterRetries::Off);
 }
 
 #[test]
@@ -253,6 +255,10 @@ fn each_invalid_field_is_named() {
         (
             policy_err(json!({"uncertain": "maybe"})),
             "policies[0].uncertain",
+        ),
+        (
+            policy_err(json!({"router_retries": "on"})),
+            "policies[0].router_retries",
         ),
         (
             policy_err(json!({"lease_ms": "30s"})),

@@ -42,6 +42,7 @@ use crate::metrics::{EventKind, Metric, Outcome};
 use crate::outbox::{Handoff, Lease};
 use crate::problem::{LocalReply, problem_reply};
 use crate::replay::{REPLAYED_HEADER, keep_headers};
+use crate::router_retries;
 use crate::status_matrix::{Disposition, classify};
 use crate::store_call::{CallError, StoreCall};
 
@@ -463,6 +464,13 @@ impl Machine {
                         name: FENCE_HEADER.to_owned(),
                         value: Some(fence.to_string()),
                     });
+                    // F15: the router must not resend what the claim let through.
+                    for (name, value) in router_retries::header_edits(policy.router_retries) {
+                        out.push(Action::SetRequestHeader {
+                            name: name.to_owned(),
+                            value: value.map(str::to_owned),
+                        });
+                    }
                 }
                 out.push(Action::ResumeRequest);
                 self.state = State::Upstream(Owned {

@@ -523,10 +523,51 @@ fn won_forwards_with_the_fence_and_starts_renewal() {
                     name: "idempotency-fence".into(),
                     value: Some("41".into())
                 },
+                Action::SetRequestHeader {
+                    name: "x-envoy-max-retries".into(),
+                    value: Some("0".into())
+                },
                 Action::ResumeRequest,
             ]
         );
     }
+}
+
+/// The request header edits a won claim makes before it resumes the request.
+fn forwarded_header_edits(config: Rc<Config>) -> Vec<(String, Option<String>)> {
+    let mut m = Machine::new(config);
+    to_claim(&mut m, b"{}");
+    m.on(Event::ClaimAnswered(Ok(won(3))))
+        .into_iter()
+        .filter_map(|action| match action {
+            Action::SetRequestHeader { name, value } if name != FENCE_HEADER => Some((name, value)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn by_default_the_router_may_not_retry_a_forwarded_request() {
+    assert_eq!(
+        forwarded_header_edits(config()),
+        vec![("x-envoy-max-retries".to_owned(), Some("0".to_owned()))]
+    );
+}
+
+#[test]
+fn router_retries_route_keeps_the_route_policy_and_drops_caller_retry_headers() {
+    let edits = forwarded_header_edits(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"router_retries": "route"}),
+    ));
+    assert_eq!(
+        edits,
+        vec![
+            ("x-envoy-retry-on".to_owned(), None),
+            ("x-envoy-retry-grpc-on".to_owned(), None),
+            ("x-envoy-hedge-on-per-try-timeout".to_owned(), None),
+        ]
+    );
 }
 
 #[test]
