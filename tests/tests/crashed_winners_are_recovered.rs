@@ -67,13 +67,17 @@ async fn a_proxy_killed_mid_request_is_recovered_by_one_same_body_retry_after_it
             .json(&body)
             .send()
             .await;
-        let in_progress = retry.status == 503
-            && retry.json().get("code") == Some(&json!("request_in_progress"));
+        let in_progress =
+            retry.status == 503 && retry.json().get("code") == Some(&json!("request_in_progress"));
         if !in_progress {
             break retry;
         }
         assert!(Instant::now() < deadline, "never taken over: {retry}");
-        assert_eq!(stack.upstream_executions().await, 1, "nothing ran meanwhile");
+        assert_eq!(
+            stack.upstream_executions().await,
+            1,
+            "nothing ran meanwhile"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(retry.status, 201, "{retry}");
