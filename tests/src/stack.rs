@@ -369,20 +369,6 @@ impl Stack {
         .await;
     }
 
-    /// One of Envoy replica 0's own stats (`/stats`), `0` when absent.
-    pub async fn envoy_stat(&self, name: &str) -> u64 {
-        let url = format!(
-            "http://127.0.0.1:{}/stats?filter=^{}$",
-            self.ports.admin,
-            name.replace('.', "\\.")
-        );
-        let text = self.get_text(&url).await;
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
     /// Everything Envoy replica 0 logged so far.
     pub fn envoy_log(&self) -> String {
         self.envoy.log()
