@@ -73,8 +73,9 @@ protocol-wasm: rust-targets
 envoy-validate: envoy wasm
 	scripts/envoy-validate.sh
 
-# Kubernetes/Istio manifests, alert rules, dashboard: schema and cross-checks (no cluster here).
-validate-manifests: envoy
+# Kubernetes/Istio manifests (Istio's CRDs, EnvoyFilter patches in real Envoy with the real
+# .wasm), alert rules, dashboard: schema and cross-checks (no cluster here).
+validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
 e2e: envoy wasm build

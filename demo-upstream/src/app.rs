@@ -10,10 +10,13 @@
 //! | `POST /gates/{name}/open` | opens the gate for good |
 //! | anything else | 404 JSON |
 //!
-//! A payment takes three optional query parameters, applied in this order after the
-//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps, and
-//! `status=N` answers that status instead of 201. The answer deliberately carries a
-//! `set-cookie` (which keyflight must never replay) and the `idempotency-fence` it got.
+//! A payment takes four optional query parameters, applied in this order after the
+//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps,
+//! `abort=NAME` closes the connection without an answer (the first execution per `NAME`
+//! only, so a retry that runs again succeeds: a service that died right after its side
+//! effect, retried onto a healthy one), and `status=N` answers that status instead of 201.
+//! The answer deliberately carries a `set-cookie` (which keyflight must never replay) and
+//! the `idempotency-fence` it got.
 //!
 //! Each execution's log entry (`GET /executions`) holds the idempotency key and fence it
 //! saw, the path, a digest of the body, and which proxy and caller request it came from, so
@@ -24,7 +27,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -32,6 +35,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::connection::Connection;
 use crate::executions::{Execution, ExecutionLog};
 use crate::gates::Gates;
 use crate::stats::Stats;
@@ -48,6 +52,8 @@ pub struct AppState {
     pub gates: Gates,
     /// Every execution, in order.
     pub executions: std::sync::Arc<ExecutionLog>,
+    /// The `abort=NAME` names that already aborted once.
+    pub aborted: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// Builds the router.
@@ -72,12 +78,15 @@ struct PayParams {
     hold: Option<String>,
     /// Sleep this long before answering.
     delay_ms: Option<u64>,
+    /// Close the connection without an answer, the first time per name.
+    abort: Option<String>,
     /// Answer this status instead of 201.
     status: Option<u16>,
 }
 
 async fn pay(
     State(state): State<AppState>,
+    ConnectInfo(connection): ConnectInfo<Connection>,
     uri: Uri,
     Query(params): Query<PayParams>,
     headers: HeaderMap,
@@ -101,6 +110,18 @@ async fn pay(
     }
     if let Some(delay) = params.delay_ms {
         tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if let Some(name) = &params.abort
+        && first_abort(&state, name)
+        && connection.abort()
+    {
+        tracing::info!(
+            path = uri.path(),
+            execution,
+            "payment executed, connection aborted"
+        );
+        // Nobody reads this: the connection is gone.
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
 
     let payment_id = Uuid::now_v7();
@@ -130,6 +151,15 @@ async fn pay(
         Json(answer),
     )
         .into_response()
+}
+
+/// Whether `name` aborts now: true the first time it is seen.
+fn first_abort(state: &AppState, name: &str) -> bool {
+    state
+        .aborted
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(name.to_owned())
 }
 
 async fn stats(State(state): State<AppState>) -> Response {

@@ -6,8 +6,8 @@
 //! * the decisions, free of any proxy-wasm host call and tested natively:
 //!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //!   state machine of one HTTP stream), and its pure helpers [`identity`],
-//!   [`replay`], [`problem`], [`status_matrix`], [`store_call`], [`renewal`],
-//!   [`edge_cache`] and [`metrics`];
+//!   [`replay`], [`router_retries`], [`problem`], [`status_matrix`],
+//!   [`store_call`], [`outbox`], [`edge_cache`] and [`metrics`];
 //! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
 //!   between Envoy and the machine.
 //!
@@ -25,9 +25,10 @@ pub mod edge_cache;
 pub mod identity;
 pub mod machine;
 pub mod metrics;
+pub mod outbox;
 pub mod problem;
-pub mod renewal;
 pub mod replay;
+pub mod router_retries;
 pub mod status_matrix;
 pub mod store_call;
 

@@ -59,6 +59,26 @@ impl StoreCall {
         }
     }
 
+    /// The scope the call is about.
+    pub fn scope(&self) -> Digest {
+        match self {
+            StoreCall::Claim { scope, .. }
+            | StoreCall::Renew { scope, .. }
+            | StoreCall::Finalize { scope, .. }
+            | StoreCall::Release { scope, .. } => *scope,
+        }
+    }
+
+    /// The call's name, for log lines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StoreCall::Claim { .. } => "claim",
+            StoreCall::Renew { .. } => "renew",
+            StoreCall::Finalize { .. } => "finalize",
+            StoreCall::Release { .. } => "release",
+        }
+    }
+
     /// The JSON request body.
     pub fn body(&self) -> Vec<u8> {
         // Serializing these plain structs cannot fail; an empty body would be

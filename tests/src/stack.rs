@@ -32,6 +32,7 @@ use serde_json::{Map, Value};
 use crate::binaries::Binaries;
 use crate::envoy_config::{self, Ports};
 use crate::envoy_variants::EnvoyEdit;
+use crate::lds;
 use crate::metrics::StoreMetrics;
 use crate::reply::Reply;
 
@@ -67,6 +68,11 @@ pub struct StackOptions {
     two_replicas: bool,
     /// Applied in order to every rendered Envoy config.
     envoy_edits: Vec<EnvoyEdit>,
+    /// Extra environment of every lease-store (e.g. `KEYFLIGHT_MAX_BODY_BYTES`).
+    store_env: Vec<(String, String)>,
+    /// Serve replica 0's listener from an LDS file, so [`Stack::reconfigure`] can push a
+    /// new plugin configuration.
+    listener_from_file: bool,
 }
 
 impl Default for StackOptions {
@@ -78,6 +84,8 @@ impl Default for StackOptions {
             plugin,
             two_replicas: false,
             envoy_edits: Vec::new(),
+            store_env: Vec::new(),
+            listener_from_file: false,
         }
     }
 }
@@ -112,6 +120,19 @@ impl StackOptions {
         self
     }
 
+    /// Serves replica 0's listener from a file (LDS) instead of the bootstrap, so that
+    /// [`Stack::reconfigure`] can push a new plugin configuration while Envoy runs.
+    pub fn reconfigurable(mut self) -> Self {
+        self.listener_from_file = true;
+        self
+    }
+
+    /// Sets an environment variable of every lease-store the stack starts.
+    pub fn store_env(mut self, name: &str, value: &str) -> Self {
+        self.store_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// The token the filter presents to the lease-store, as the plugin JSON says.
     fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
@@ -142,6 +163,7 @@ pub struct Stack {
     config_path: PathBuf,
     client: reqwest::Client,
     binaries: Binaries,
+    options: StackOptions,
 }
 
 impl Stack {
@@ -159,7 +181,7 @@ impl Stack {
 
         // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
         // static, so it needs nothing else to be up, and this saves a second per test.
-        let config_path = write_envoy_config(&binaries, &ports, &options);
+        let config_path = write_envoy_config(&binaries, &ports, &options, true);
         let mut envoy = spawn_envoy(&binaries, &config_path);
         // The second Envoy starts now too; the second lease-store after the first.
         let second_envoy = options.two_replicas.then(|| {
@@ -169,34 +191,23 @@ impl Stack {
                 lease_stores: lease_stores.clone(),
                 upstream: ports.upstream,
             };
-            let path = write_envoy_config(&binaries, &second_ports, &options);
+            let path = write_envoy_config(&binaries, &second_ports, &options, false);
             let envoy = spawn_envoy(&binaries, &path);
             (second_ports, envoy, path)
         });
         let mut upstream = spawn_upstream(&binaries, ports.upstream);
 
         let postgres = PgCluster::start();
-        let token = options.filter_token();
-        let mut lease_store = ChildGuard::spawn(
-            "lease-store",
-            lease_store_command(
-                &binaries,
-                &postgres.url(),
-                ports.lease_store(),
-                &token,
-                true,
-            ),
-        );
+        let mut lease_store =
+            spawn_lease_store(&binaries, &postgres, ports.lease_store(), &options, true);
         let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store());
         wait_http_ok(&store_ready, READY_TIMEOUT, Some(&mut lease_store)).await;
         // The second store starts once the first has migrated the database.
         let second = match second_envoy {
             Some((second_ports, mut envoy, config_path)) => {
                 let store_port = lease_stores[1];
-                let mut lease_store = ChildGuard::spawn(
-                    "lease-store",
-                    lease_store_command(&binaries, &postgres.url(), store_port, &token, false),
-                );
+                let mut lease_store =
+                    spawn_lease_store(&binaries, &postgres, store_port, &options, false);
                 let ready = format!("http://127.0.0.1:{store_port}/readyz");
                 wait_http_ok(&ready, READY_TIMEOUT, Some(&mut lease_store)).await;
                 let ready = format!("http://127.0.0.1:{}/ready", second_ports.admin);
@@ -226,6 +237,7 @@ impl Stack {
             config_path,
             client: http_client(),
             binaries,
+            options,
         }
     }
 
@@ -249,6 +261,7 @@ impl Stack {
                 ("content-type".into(), "application/json".into()),
             ],
             body: Vec::new(),
+            timeout: None,
         };
         match self.second {
             Some(_) => post.header("host", SHARED_AUTHORITY),
@@ -350,6 +363,49 @@ impl Stack {
         }
     }
 
+    /// Pushes a new plugin configuration to replica 0 (a [`StackOptions::reconfigurable`]
+    /// stack), as a control plane does: Envoy builds a new listener with it and drains the
+    /// old one. Returns once Envoy has accepted the update.
+    pub async fn reconfigure(&mut self, edit: impl FnOnce(&mut Value)) {
+        assert!(
+            self.options.listener_from_file,
+            "reconfigure needs StackOptions::reconfigurable"
+        );
+        edit(&mut self.options.plugin);
+        let rendered = render_for(&self.binaries, &self.ports, &self.options);
+        let lds_path = lds_path_of(&self.config_path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        let updates_before = self.envoy_stat("listener_manager.lds.update_success").await;
+        lds::write_atomically(&lds_path, &split.listeners)
+            .unwrap_or_else(|e| panic!("write {}: {e}", lds_path.display()));
+        self.eventually("Envoy accepted the new listener", || async {
+            self.envoy_stat("listener_manager.lds.update_success").await > updates_before
+        })
+        .await;
+    }
+
+    /// Everything Envoy replica 0 logged so far.
+    pub fn envoy_log(&self) -> String {
+        self.envoy.log()
+    }
+
+    /// Starts lease-store replica 0 again on its port (after [`Stack::stop_lease_store`],
+    /// or killing it at once if it still runs) and waits until it is ready: a pod restart.
+    pub async fn restart_lease_store(&mut self) {
+        self.stop_lease_store();
+        let mut store = spawn_lease_store(
+            &self.binaries,
+            &self.postgres,
+            self.ports.lease_store(),
+            &self.options,
+            false,
+        );
+        let ready = format!("http://127.0.0.1:{}/readyz", self.ports.lease_store());
+        wait_http_ok(&ready, READY_TIMEOUT, Some(&mut store)).await;
+        self.lease_store_log = store.log_path().to_path_buf();
+        self.lease_store = Some(store);
+    }
+
     /// Sends `signal` to lease-store replica `replica` (`Stop` freezes it: a hung store).
     pub fn signal_lease_store(&self, replica: usize, signal: Signal) {
         match (replica, &self.lease_store, &self.second) {
@@ -419,6 +475,11 @@ impl Stack {
         self.postgres.stop();
     }
 
+    /// Starts Postgres again after [`Stack::stop_postgres`] (crash recovery runs).
+    pub fn restart_postgres(&self) {
+        self.postgres.restart();
+    }
+
     /// The filter's Envoy counter `keyflight.NAME` (F13), e.g. `outcome.replay` or
     /// `event.claimed`, summed over Envoy's workers; `0` when it was never incremented.
     pub async fn filter_counter(&self, name: &str) -> u64 {
@@ -428,7 +489,18 @@ impl Stack {
     /// [`Stack::filter_counter`] of Envoy replica `replica`.
     pub async fn filter_counter_at(&self, replica: usize, name: &str) -> u64 {
         // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix.
-        let stat = format!("wasmcustom.keyflight.{name}");
+        self.envoy_stat_at(replica, &format!("wasmcustom.keyflight.{name}"))
+            .await
+    }
+
+    /// Envoy's own counter `stat` (e.g. `cluster.demo_upstream.upstream_rq_retry`) on
+    /// replica 0; `0` when it was never incremented.
+    pub async fn envoy_stat(&self, stat: &str) -> u64 {
+        self.envoy_stat_at(0, stat).await
+    }
+
+    /// [`Stack::envoy_stat`] of Envoy replica `replica`.
+    pub async fn envoy_stat_at(&self, replica: usize, stat: &str) -> u64 {
         let url = format!(
             "http://127.0.0.1:{}/stats?filter=^{stat}$",
             self.ports_of(replica).admin
@@ -500,6 +572,9 @@ impl Drop for Stack {
             self.lease_store_log.clone(),
             self.config_path.clone(),
         ];
+        if self.options.listener_from_file {
+            logs.push(lds_path_of(&self.config_path));
+        }
         if let Some(second) = &self.second {
             logs.extend([
                 second.envoy.log_path().to_path_buf(),
@@ -535,9 +610,16 @@ pub struct Post<'a> {
     path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    timeout: Option<Duration>,
 }
 
 impl Post<'_> {
+    /// Gives up on the answer after `timeout`: a caller that times out and hangs up.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Adds an `Idempotency-Key` header (call twice to send it twice).
     pub fn key(self, key: &str) -> Self {
         self.header("idempotency-key", key)
@@ -592,6 +674,9 @@ impl Post<'_> {
     pub async fn try_send(self) -> Result<Reply, reqwest::Error> {
         let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
         let mut request = self.stack.client.post(&url).body(self.body);
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
         for (name, value) in &self.headers {
             let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes())
                 .unwrap_or_else(|e| panic!("header {name}: {value:?} cannot be sent: {e}"));
@@ -633,7 +718,7 @@ pub async fn start_envoy_alone(plugin: &Value) -> EnvoyStart {
         plugin: plugin.clone(),
         ..StackOptions::default()
     };
-    let config_path = write_envoy_config(&binaries, &ports, &options);
+    let config_path = write_envoy_config(&binaries, &ports, &options, true);
     let mut envoy = spawn_envoy(&binaries, &config_path);
     let client = http_client();
     let ready_url = format!("http://127.0.0.1:{}/ready", ports.admin);
@@ -672,22 +757,49 @@ fn http_client() -> reqwest::Client {
 }
 
 /// Renders the shipped config for these ports and options into a fresh temp file:
-/// `envoy/demo.yaml` for one lease-store, `envoy/two-replicas.yaml` for two.
-fn write_envoy_config(binaries: &Binaries, ports: &Ports, options: &StackOptions) -> PathBuf {
+/// `envoy/demo.yaml` for one lease-store, `envoy/two-replicas.yaml` for two. Only replica
+/// 0's listener (`first`) is served from a file when the stack is reconfigurable.
+fn write_envoy_config(
+    binaries: &Binaries,
+    ports: &Ports,
+    options: &StackOptions,
+    first: bool,
+) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
+    let rendered = render_for(binaries, ports, options);
+    let path = std::env::temp_dir().join(format!(
+        "keyflight-e2e-envoy-{}-{}.yaml",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
+    };
+    if options.listener_from_file && first {
+        let lds_path = lds_path_of(&path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        write(&lds_path, &split.listeners);
+        write(&path, &split.bootstrap);
+    } else {
+        write(&path, &rendered);
+    }
+    path
+}
+
+/// The shipped config for these ports, with the wasm, the plugin JSON and the edits.
+fn render_for(binaries: &Binaries, ports: &Ports, options: &StackOptions) -> String {
     let wasm = binaries.wasm.display().to_string();
     let mut rendered = envoy_config::render_shipped(ports, &wasm, &options.plugin)
         .unwrap_or_else(|e| panic!("{e}"));
     for edit in &options.envoy_edits {
         rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
     }
-    let path = std::env::temp_dir().join(format!(
-        "keyflight-e2e-envoy-{}-{}.yaml",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&path, rendered).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    path
+    rendered
+}
+
+/// Where the listener of the bootstrap at `config` lives when it is served from a file.
+fn lds_path_of(config: &std::path::Path) -> PathBuf {
+    config.with_extension("lds.json")
 }
 
 fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
@@ -696,6 +808,22 @@ fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
 
 fn spawn_upstream(binaries: &Binaries, port: u16) -> ChildGuard {
     ChildGuard::spawn("demo-upstream", upstream_command(binaries, port))
+}
+
+/// Starts a lease-store on `port` over `postgres` with the stack's extra environment;
+/// `migrate` applies the migrations first (one replica does; the other starts once they
+/// are in).
+fn spawn_lease_store(
+    binaries: &Binaries,
+    postgres: &PgCluster,
+    port: u16,
+    options: &StackOptions,
+    migrate: bool,
+) -> ChildGuard {
+    let token = options.filter_token();
+    let mut command = lease_store_command(binaries, &postgres.url(), port, &token, migrate);
+    command.envs(options.store_env.iter().map(|(k, v)| (k, v)));
+    ChildGuard::spawn("lease-store", command)
 }
 
 /// The command that runs Envoy on the rendered `config`, as every stack runs it.
@@ -707,6 +835,12 @@ pub fn envoy_command(binaries: &Binaries, config: &std::path::Path) -> Command {
         "2",
         "--log-level",
         "info",
+        // A listener replaced by a new configuration (StackOptions::reconfigurable) is
+        // drained for this long, then closed and its plugin retired.
+        "--drain-time-s",
+        "1",
+        "--drain-strategy",
+        "immediate",
     ]);
     command
 }
@@ -720,7 +854,7 @@ pub fn upstream_command(binaries: &Binaries, port: u16) -> Command {
 
 /// The command that runs a lease-store on `127.0.0.1:port` over `database_url`, accepting
 /// the filter's `token` (and the stack's admin token); `migrate` applies the migrations
-/// first (one replica does; the others start once they are in).
+/// first.
 pub fn lease_store_command(
     binaries: &Binaries,
     database_url: &str,

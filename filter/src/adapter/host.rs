@@ -13,7 +13,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
 use crate::config::LeaseStore;
-use crate::metrics::Metric;
+use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
 use crate::store_call::StoreCall;
 
@@ -85,6 +85,11 @@ pub fn replace_shared_data(key: &str, value: &[u8]) {
     }
 }
 
+/// Tells the host a retired root context has finished its work.
+pub fn done() {
+    let _ = hostcalls::done();
+}
+
 /// Sets the root context's tick period.
 pub fn set_tick_period(period: Duration) {
     let _ = hostcalls::set_tick_period(period);
@@ -152,14 +157,15 @@ pub fn call_answer(num_headers: usize, body_size: usize) -> (Option<u16>, Vec<u8
     (status, buffer(BufferType::HttpCallResponseBody, body_size))
 }
 
-/// Envoy counter ids, defined once at configuration time.
+/// Envoy counter and gauge ids, defined once at configuration time.
 #[derive(Debug, Default)]
 pub struct Counters {
     ids: HashMap<Metric, u32>,
+    gauges: HashMap<Gauge, u32>,
 }
 
 impl Counters {
-    /// Defines every keyflight counter.
+    /// Defines every keyflight counter and gauge.
     pub fn define() -> Self {
         let ids = Metric::all()
             .filter_map(|m| {
@@ -168,7 +174,23 @@ impl Counters {
                     .map(|id| (m, id))
             })
             .collect();
-        Counters { ids }
+        let gauges = Gauge::ALL
+            .into_iter()
+            .filter_map(|g| {
+                hostcalls::define_metric(MetricType::Gauge, g.name())
+                    .ok()
+                    .map(|id| (g, id))
+            })
+            .collect();
+        Counters { ids, gauges }
+    }
+
+    /// Adds `delta` to a gauge. Every worker adds its own changes, so the
+    /// gauge Envoy reports is the sum over workers.
+    pub fn adjust(&self, gauge: Gauge, delta: i64) {
+        if let Some(&id) = self.gauges.get(&gauge) {
+            let _ = hostcalls::increment_metric(id, delta);
+        }
     }
 
     /// Increments one counter.

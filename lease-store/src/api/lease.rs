@@ -2,7 +2,9 @@
 //!
 //! Each answers 200 when the caller still owns the lease and 409 `lease_lost`
 //! when another claim took it over; the store makes the stale write a no-op,
-//! so a lost lease can never overwrite a newer record. Every call is counted
+//! so a lost lease can never overwrite a newer record. Finalize and release
+//! also answer 200 when they repeat a call of the same claim that already
+//! landed (the filter resends calls whose answer it never saw). Every call is counted
 //! as an event, and a lost lease is counted as `lease_lost` whichever call
 //! discovered it.
 
@@ -45,7 +47,7 @@ pub async fn renew(
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = FinalizeRequest,
     responses(
-        (status = 200, description = "Response recorded"),
+        (status = 200, description = "Response recorded (or this claim already recorded it: a repeat is a success)"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -67,7 +69,7 @@ pub async fn finalize(
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = ReleaseRequest,
     responses(
-        (status = 200, description = "Lease released"),
+        (status = 200, description = "Lease released (or this claim already released it the same way: a repeat is a success)"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
