@@ -12,7 +12,10 @@
 //!   the earlier request was sent, before its caller got an answer (if it ever did) and before
 //!   the re-run started; and the re-run carries a higher fence than the earlier execution.
 //!   Anything else is **unexplained**: a re-run the guarantee does not allow. A key with at
-//!   least one unexplained re-run counts as unexplained.
+//!   least one unexplained re-run counts as unexplained. A proxy killed only *after* its
+//!   caller got the answer explains nothing either: that caller holds an answer the record
+//!   does not (the re-run's differs), which the divergent and lost-record checks flag too;
+//!   the verdict's reason names such a late kill, so this case reads apart from the others.
 //! - **Divergent answers.** Callers of the same key and body that got two different
 //!   successful (2xx) answers: two executions both delivered, which no at-least-once case
 //!   allows (a killed proxy delivers nothing).
@@ -359,16 +362,37 @@ pub fn judge_rerun(
             earlier_fence,
             later_fence,
         },
-        None => unexplained(format!(
-            "envoy-{envoy}, which forwarded execution {} (request {}), was not killed between \
-             that request's start and {}",
-            earlier.execution,
-            attempt.id,
-            match attempt.answered_at() {
-                Some(_) => "its answer",
-                None => "the re-run",
+        None => {
+            let mut reason = format!(
+                "envoy-{envoy}, which forwarded execution {} (request {}), was not killed \
+                 between that request's start and {}",
+                earlier.execution,
+                attempt.id,
+                match attempt.answered_at() {
+                    Some(_) => "its answer",
+                    None => "the re-run",
+                }
+            );
+            // Says so when the proxy died only after its caller had the answer: the record
+            // died with the proxy although the answer was already delivered.
+            let late_kill = faults.iter().find(|fault| {
+                fault.kind == FaultKind::EnvoyKill
+                    && fault.target == envoy
+                    && attempt
+                        .answered_at()
+                        .is_some_and(|answered| answered <= fault.start_ms)
+                    && fault.start_ms < later.at_ms
+            });
+            if let (Some(fault), Some(answered)) = (late_kill, attempt.answered_at()) {
+                reason.push_str(&format!(
+                    " (it was killed at {} ms, after its caller got the answer at {answered} ms \
+                     and before the re-run at {} ms: the answer was delivered, its record was \
+                     not written)",
+                    fault.start_ms, later.at_ms
+                ));
             }
-        )),
+            unexplained(reason)
+        }
     }
 }
 
@@ -628,6 +652,13 @@ mod tests {
         let report = check(&history);
         let key = only_key(&report);
         assert!(key.unexplained(), "{key:#?}");
+        match &key.reruns[0].verdict {
+            RerunVerdict::Unexplained { reason } => assert!(
+                reason.contains("killed at 500 ms, after its caller got the answer at 400 ms"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
         // And the delivered `A` no longer replays (the record is the re-run's `B`).
         assert_eq!(key.lost.len(), 2, "{key:#?}");
         assert_eq!(
