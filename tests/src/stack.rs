@@ -375,6 +375,11 @@ impl Stack {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
+    pub fn sql(&self, sql: &str) -> String {
+        self.postgres.psql(sql)
+    }
+
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
     pub fn stop_postgres(&self) {
         self.postgres.stop();

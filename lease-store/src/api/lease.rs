@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::State;
 use keyflight_protocol::wire::{FinalizeRequest, ReleaseRequest, RenewRequest, RenewResponse};
 
-use super::{ApiJson, AppState, Scope};
+use super::{ApiJson, AppState, Scope, recordable};
 use crate::metrics::{Event, Metrics};
 use crate::problem::ApiError;
 use crate::store::StoreError;
@@ -38,6 +38,9 @@ pub async fn renew(
 }
 
 /// Records the upstream's response and settles the record as `completed`.
+///
+/// Headers that break the recorded-header rule (F8) are refused with 400
+/// before anything is written, naming the header's index.
 #[utoipa::path(
     post,
     path = "/v1/claims/{scope}/finalize",
@@ -46,6 +49,7 @@ pub async fn renew(
     request_body = FinalizeRequest,
     responses(
         (status = 200, description = "Response recorded"),
+        (status = 400, description = "`bad_request`: malformed body, or a header that may not be recorded (not an RFC 9110 token, a control character in the value, a never-stored name); the detail names `response.headers[i]`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -55,6 +59,7 @@ pub async fn finalize(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
+    recordable(&request.response)?;
     let answer = state.store.finalize(&scope, &request).await;
     counted(&state.metrics, Event::Finalize, answer)
 }

@@ -8,7 +8,9 @@
 //!
 //! Input is parsed by two extractors that fail with [`ApiError`], so a bad
 //! scope in the path, malformed JSON, an unknown field or an oversized body
-//! all answer problem+json (never axum's plain-text rejections). An unknown
+//! all answer problem+json (never axum's plain-text rejections). A response
+//! to record (finalize, resolve) is checked against the recorded-header rule
+//! ([`recordable`]) before it reaches the database. An unknown
 //! path (404) and a known path called with the wrong method (405, with
 //! axum's `Allow` header) answer problem+json too, through the router's two
 //! fallbacks.
@@ -27,6 +29,8 @@ use axum::http::request::Parts;
 use axum::middleware;
 use axum::routing::{get, post};
 use keyflight_protocol::Digest;
+use keyflight_protocol::headers;
+use keyflight_protocol::wire::StoredResponse;
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
@@ -126,4 +130,14 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
         let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
         Ok(ApiJson(value))
     }
+}
+
+/// Refuses a response whose headers break the recorded-header rule (F8):
+/// a name that is not an RFC 9110 token or is never stored, a value with a
+/// control character. Replaying such a header would split the response or
+/// hand one caller's credentials to another. The detail names the header's
+/// index and what is wrong, never its value.
+pub fn recordable(response: &StoredResponse) -> Result<(), ApiError> {
+    headers::check_all(&response.headers)
+        .map_err(|bad| ApiError::BadRequest(format!("response.{bad}")))
 }
