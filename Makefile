@@ -1,6 +1,6 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
-#   make test   fmt, clippy, unit/property/wasm/integration/end-to-end tests (what CI runs)
+#   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores)
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (default 300) each; make test runs them 5 s each
 
@@ -15,7 +15,7 @@ CARGO ?= cargo
 
 .PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench \
-        fuzz fuzz-smoke
+        fuzz fuzz-smoke api-conformance
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -82,7 +82,12 @@ validate-manifests: envoy
 e2e: envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke e2e
+test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e
+
+# The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
+# /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).
+api-conformance: prereqs
+	scripts/api-conformance.sh
 
 # cargo-fuzz (crates.io) into .tools/, then every target for a few seconds (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 300

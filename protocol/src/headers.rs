@@ -111,6 +111,39 @@ pub fn is_field_value(value: &str) -> bool {
         .all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b) || b >= 0x80)
 }
 
+/// [`is_token`] as a regular expression (ECMA 262 and Rust `regex` syntax),
+/// for documents that describe the rule, such as the lease-store's OpenAPI.
+pub const TOKEN_PATTERN: &str = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+
+/// [`is_field_value`] as a regular expression: empty, or a visible character
+/// (anything but controls and space), optionally followed by visible
+/// characters, spaces and tabs ending in a visible character.
+pub const FIELD_VALUE_PATTERN: &str =
+    r"^(?:[^\x00-\x20\x7f](?:[^\x00-\x08\x0a-\x1f\x7f]*[^\x00-\x20\x7f])?)?$";
+
+/// [`never_stored`] as a regular expression that matches the names it refuses,
+/// case-insensitively without inline flags (which ECMA 262 lacks): each letter
+/// is a two-case class.
+pub fn never_stored_pattern() -> String {
+    // The names hold only letters, digits and `-`, none of which needs escaping.
+    let any_case = |text: &str| -> String {
+        text.chars()
+            .map(|c| match c {
+                'a'..='z' => format!("[{c}{}]", c.to_ascii_uppercase()),
+                other => other.to_string(),
+            })
+            .collect()
+    };
+    let exact: Vec<String> = NEVER_STORED.iter().map(|name| any_case(name)).collect();
+    format!(
+        "^(?:{})$|{}|{}|{}$",
+        exact.join("|"),
+        any_case("token"),
+        any_case("secret"),
+        any_case("-key")
+    )
+}
+
 /// Checks one header against the rule.
 pub fn check(name: &str, value: &str) -> Result<(), HeaderProblem> {
     if !is_token(name) {

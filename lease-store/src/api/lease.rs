@@ -8,9 +8,11 @@
 
 use axum::Json;
 use axum::extract::State;
-use keyflight_protocol::wire::{FinalizeRequest, ReleaseRequest, RenewRequest, RenewResponse};
+use keyflight_protocol::wire::{
+    FinalizeRequest, MAX_COOLDOWN_MS, MAX_LEASE_MS, ReleaseRequest, RenewRequest, RenewResponse,
+};
 
-use super::{ApiJson, AppState, Scope, recordable};
+use super::{ApiJson, AppState, Scope, recordable, within};
 use crate::metrics::{Event, Metrics};
 use crate::problem::ApiError;
 use crate::store::StoreError;
@@ -33,6 +35,7 @@ pub async fn renew(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
+    within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     let answer = state.store.renew(&scope, &request).await;
     counted(&state.metrics, Event::Renew, answer).map(Json)
 }
@@ -82,6 +85,9 @@ pub async fn release(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<(), ApiError> {
+    if let Some(cooldown_ms) = request.cooldown_ms {
+        within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
+    }
     let answer = state.store.release(&scope, &request).await;
     counted(&state.metrics, Event::Release, answer)
 }

@@ -31,6 +31,7 @@ pub struct ListQuery {
     /// Only records in this state (`pending`, `completed`, `failed`, `unknown`).
     state: Option<RecordState>,
     /// At most this many records (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
