@@ -233,6 +233,12 @@ impl Stack {
         }
     }
 
+    /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
+    /// [`Stack::post`] (the `keyflight` client command).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.listener)
+    }
+
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
     /// other than [`Stack::post`] (the mTLS scenario's `curl`).
     pub fn https_url(&self, replica: usize, path: &str) -> String {
