@@ -269,6 +269,12 @@ impl Stack {
         }
     }
 
+    /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
+    /// [`Stack::post`] (the `keyflight` client command).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.listener)
+    }
+
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
     /// other than [`Stack::post`] (the mTLS scenario's `curl`).
     pub fn https_url(&self, replica: usize, path: &str) -> String {
@@ -468,6 +474,11 @@ impl Stack {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
+    pub fn sql(&self, sql: &str) -> String {
+        self.postgres.psql(sql)
     }
 
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
