@@ -11,7 +11,7 @@
 use keyflight_protocol::Digest;
 use keyflight_protocol::ProblemCode;
 use keyflight_protocol::wire::{
-    ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
+    ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
 };
 use serde::Deserialize;
 
@@ -46,12 +46,23 @@ pub enum StoreCall {
         /// The request body.
         request: ReleaseRequest,
     },
+    /// `GET /v1/epoch`: the operator epoch the edge cache is checked against (F9).
+    Epoch,
 }
 
 impl StoreCall {
+    /// The request method.
+    pub fn method(&self) -> &'static str {
+        match self {
+            StoreCall::Epoch => "GET",
+            _ => "POST",
+        }
+    }
+
     /// The request path.
     pub fn path(&self) -> String {
         match self {
+            StoreCall::Epoch => "/v1/epoch".to_owned(),
             StoreCall::Claim { scope, .. } => format!("/v1/claims/{}", scope.to_hex()),
             StoreCall::Renew { scope, .. } => format!("/v1/claims/{}/renew", scope.to_hex()),
             StoreCall::Finalize { scope, .. } => format!("/v1/claims/{}/finalize", scope.to_hex()),
@@ -68,6 +79,7 @@ impl StoreCall {
             StoreCall::Renew { request, .. } => serde_json::to_vec(request),
             StoreCall::Finalize { request, .. } => serde_json::to_vec(request),
             StoreCall::Release { request, .. } => serde_json::to_vec(request),
+            StoreCall::Epoch => Ok(Vec::new()),
         }
         .unwrap_or_default()
     }
@@ -118,6 +130,17 @@ pub fn parse_ack_answer(status: Option<u16>, body: &[u8]) -> Result<(), CallErro
             Ok(p) if p.code == ProblemCode::LeaseLost => Err(CallError::LeaseLost),
             _ => Err(CallError::Status(409)),
         },
+        Some(other) => Err(CallError::Status(other)),
+    }
+}
+
+/// Reads an epoch answer.
+pub fn parse_epoch_answer(status: Option<u16>, body: &[u8]) -> Result<u64, CallError> {
+    match status {
+        None => Err(CallError::NoAnswer),
+        Some(200) => serde_json::from_slice::<EpochResponse>(body)
+            .map(|answer| answer.epoch)
+            .map_err(|_| CallError::Malformed),
         Some(other) => Err(CallError::Status(other)),
     }
 }
@@ -219,6 +242,25 @@ mod tests {
             parse_ack_answer(Some(500), b""),
             Err(CallError::Status(500))
         );
+    }
+
+    #[test]
+    fn epoch_call_and_answers() {
+        assert_eq!(
+            (StoreCall::Epoch.method(), StoreCall::Epoch.path()),
+            ("GET", "/v1/epoch".to_owned())
+        );
+        assert!(StoreCall::Epoch.body().is_empty());
+        assert_eq!(parse_epoch_answer(Some(200), br#"{"epoch":7}"#), Ok(7));
+        assert_eq!(
+            parse_epoch_answer(Some(200), br#"{"epoch":-1}"#),
+            Err(CallError::Malformed)
+        );
+        assert_eq!(
+            parse_epoch_answer(Some(404), b""),
+            Err(CallError::Status(404))
+        );
+        assert_eq!(parse_epoch_answer(None, b""), Err(CallError::NoAnswer));
     }
 
     #[test]

@@ -115,15 +115,16 @@ pub fn dispatch(store: &LeaseStore, call: &StoreCall, timeout: Duration) -> Opti
     let path = call.path();
     let bearer = format!("Bearer {}", store.token);
     let headers = vec![
-        (":method", "POST"),
+        (":method", call.method()),
         (":path", path.as_str()),
         (":authority", store.authority.as_str()),
         ("authorization", bearer.as_str()),
         ("content-type", "application/json"),
     ];
     let body = call.body();
+    let body = (!body.is_empty()).then_some(body.as_slice());
     let timeout = timeout.max(Duration::from_millis(1));
-    match hostcalls::dispatch_http_call(&store.cluster, headers, Some(&body), vec![], timeout) {
+    match hostcalls::dispatch_http_call(&store.cluster, headers, body, vec![], timeout) {
         Ok(token) => Some(token),
         Err(status) => {
             log(

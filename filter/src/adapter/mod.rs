@@ -15,11 +15,14 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, BufferType, ContextType, LogLevel, MapType};
 
 use crate::config::{Config, parse_plugin_config};
+use crate::epoch::EpochWatch;
 use crate::identity;
 use crate::machine::{self, Action, Event, Machine};
 use crate::renewal::Renewals;
 use crate::status_matrix;
-use crate::store_call::{CallError, StoreCall, parse_ack_answer, parse_claim_answer};
+use crate::store_call::{
+    CallError, StoreCall, parse_ack_answer, parse_claim_answer, parse_epoch_answer,
+};
 
 use host::Counters;
 
@@ -33,14 +36,29 @@ struct Shared {
     config: Rc<Config>,
     counters: Counters,
     renewals: RefCell<Renewals>,
+    /// The operator epoch the edge cache is checked against (F9); `None`
+    /// when the cache is off.
+    epoch: Option<RefCell<EpochWatch>>,
 }
 
-/// The plugin's root context: configuration, counters and lease renewal (F4).
+impl Shared {
+    /// The epoch streams may read the edge cache under now.
+    fn cache_epoch(&self, now_ms: u64) -> Option<u64> {
+        self.epoch
+            .as_ref()
+            .and_then(|watch| watch.try_borrow().ok()?.current(now_ms))
+    }
+}
+
+/// The plugin's root context: configuration, counters, lease renewal (F4)
+/// and the edge cache's operator epoch (F9).
 #[derive(Default)]
 struct Root {
     shared: Option<Rc<Shared>>,
     /// Renew callouts in flight: token → the stream's context id.
     renew_calls: BTreeMap<u32, u32>,
+    /// The epoch question in flight.
+    epoch_call: Option<u32>,
 }
 
 impl Context for Root {
@@ -52,10 +70,18 @@ impl Context for Root {
         body_size: usize,
         _: usize,
     ) {
+        let Some(shared) = &self.shared else { return };
+        if self.epoch_call == Some(token) {
+            self.epoch_call = None;
+            let (status, body) = host::call_answer(num_headers, body_size);
+            if let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut) {
+                watch.answered(parse_epoch_answer(status, &body));
+            }
+            return;
+        }
         let Some(context_id) = self.renew_calls.remove(&token) else {
             return;
         };
-        let Some(shared) = &self.shared else { return };
         let (status, body) = host::call_answer(num_headers, body_size);
         let result = parse_ack_answer(status, &body);
         if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
@@ -73,6 +99,10 @@ impl RootContext for Root {
             Ok(config) => {
                 host::set_tick_period(config.tick_period());
                 self.shared = Some(Rc::new(Shared {
+                    epoch: config
+                        .edge_cache
+                        .as_ref()
+                        .map(|c| RefCell::new(EpochWatch::new(c))),
                     config: Rc::new(config),
                     counters: Counters::define(),
                     renewals: RefCell::default(),
@@ -91,10 +121,18 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
+        let store = &shared.config.lease_store;
+        if let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut)
+            && watch.due(host::now_ms())
+        {
+            match host::dispatch(store, &StoreCall::Epoch, store.timeout) {
+                Some(token) => self.epoch_call = Some(token),
+                None => watch.not_sent(),
+            }
+        }
         let Ok(mut renewals) = shared.renewals.try_borrow_mut() else {
             return;
         };
-        let store = &shared.config.lease_store;
         for (context_id, call) in renewals.due(host::now_ms()) {
             match host::dispatch(store, &call, store.timeout) {
                 Some(token) => {
@@ -201,10 +239,14 @@ impl Stream {
                 }
                 // F9: shared data is process-wide (every worker of this VM id);
                 // a read is synchronous, so the answer is a follow-up event.
-                Action::ReadEdgeCache { key } => Some(Event::EdgeCacheRead {
-                    slot: host::shared_data(&key).0,
-                    now_ms: host::now_ms(),
-                }),
+                Action::ReadEdgeCache { key } => {
+                    let now_ms = host::now_ms();
+                    Some(Event::EdgeCacheRead {
+                        slot: host::shared_data(&key).0,
+                        now_ms,
+                        epoch: shared.cache_epoch(now_ms),
+                    })
+                }
                 Action::WriteEdgeCache { key, entry } => {
                     if let Some(bytes) = entry.encode_at(host::now_ms()) {
                         host::replace_shared_data(&key, &bytes);
@@ -233,7 +275,9 @@ impl Stream {
                     let kind = match call {
                         StoreCall::Claim { .. } => CallKind::Claim,
                         StoreCall::Finalize { .. } => CallKind::Finalize,
-                        StoreCall::Release { .. } | StoreCall::Renew { .. } => CallKind::Release,
+                        StoreCall::Release { .. } | StoreCall::Renew { .. } | StoreCall::Epoch => {
+                            CallKind::Release
+                        }
                     };
                     match host::dispatch(&shared.config.lease_store, &call, timeout) {
                         Some(token) => {
