@@ -20,7 +20,7 @@
 //!   empty body is never JSON, so it always digests as empty raw bytes.
 //! - **selected headers**, sorted by lowercase name, each with a presence
 //!   marker (absent and empty differ) and its value without surrounding
-//!   whitespace (a repeated header: its values joined with `, `).
+//!   whitespace (a repeated header: its values joined with `,`).
 //!
 //! Lists are count-prefixed, so the framed preimage stays injective. The
 //! function is total: any input, however malformed, gets a fingerprint.

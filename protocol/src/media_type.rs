@@ -44,14 +44,14 @@ pub enum MediaType {
 }
 
 impl MediaType {
-    /// Normalizes the `content-type` field value(s): `None` when the header is
-    /// absent; several values (a repeated header) are joined with `, ` first,
-    /// as an HTTP recipient may combine them (RFC 9110 §5.3).
+    /// Normalizes the `content-type` field value(s): [`MediaType::Absent`] when
+    /// the header is absent; several values (a repeated header) are joined
+    /// with `,` first, as Envoy itself combines a repeated `content-type`.
     pub fn from_values(values: &[&[u8]]) -> MediaType {
         if values.is_empty() {
             return MediaType::Absent;
         }
-        let joined = values.join(&b", "[..]);
+        let joined = values.join(&b","[..]);
         let trimmed = trim_ows(&joined);
         parse(trimmed).unwrap_or_else(|| MediaType::Unparsed(trimmed.to_vec()))
     }
@@ -365,7 +365,7 @@ mod tests {
         }
         assert_eq!(
             MediaType::from_values(&[b"application/json", b"application/json"]),
-            MediaType::Unparsed(b"application/json, application/json".to_vec())
+            MediaType::Unparsed(b"application/json,application/json".to_vec())
         );
         assert_eq!(MediaType::from_values(&[]), MediaType::Absent);
         assert_eq!(mt(""), MediaType::Unparsed(Vec::new()));

@@ -8,10 +8,14 @@
 //!
 //! 1. [`RequestHead::read`] takes the normalized [`Target`] and the full
 //!    header list: it validates the key (K1; repeated → invalid), normalizes
-//!    the `content-type` (repeated values joined, as an HTTP recipient may),
-//!    and collects the policy's fingerprint headers (repeated values joined
-//!    with `, `, each value trimmed first). The filter runs it as soon as the
-//!    headers are in, so a bad key is refused before any body is buffered.
+//!    the `content-type`, and collects the policy's fingerprint headers. A
+//!    header sent on several lines is taken as its values joined with `,`,
+//!    each trimmed first — exactly what Envoy 1.40 hands a filter for the
+//!    headers it coalesces itself (`if-match`, `content-type` and the other
+//!    headers its codec keeps inline; checked), so a filter behind Envoy and
+//!    a description given line by line agree. The filter runs this step as
+//!    soon as the headers are in, so a bad key is refused before any body is
+//!    buffered.
 //! 2. [`RequestHead::identify`] takes the principal, the scope mode and the
 //!    body and computes both digests.
 
@@ -71,7 +75,7 @@ impl RequestHead {
             .iter()
             .map(|name| {
                 let joined: Vec<&[u8]> = values(headers, name).map(trim_ows).collect();
-                let value = (!joined.is_empty()).then(|| joined.join(&b", "[..]));
+                let value = (!joined.is_empty()).then(|| joined.join(&b","[..]));
                 (name.clone(), value)
             })
             .collect();
@@ -173,9 +177,10 @@ mod tests {
     }
 
     #[test]
-    fn repeated_fingerprint_headers_are_joined_after_trimming() {
+    fn repeated_fingerprint_headers_are_joined_as_envoy_joins_them() {
+        // What Envoy delivers for two if-match lines: one value, joined with ",".
         let mut once = base();
-        once.push(h("if-match", "\"a\", \"b\""));
+        once.push(h("if-match", "\"a\",\"b\""));
         let mut twice = base();
         twice.push(h("if-match", " \"a\" "));
         twice.push(h("if-match", "\"b\""));
