@@ -25,6 +25,7 @@ pub mod envoy_variants;
 pub mod jwt;
 pub mod metrics;
 pub mod mtls;
+pub mod raw_http;
 pub mod reply;
 pub mod stack;
 pub mod yaml_lines;

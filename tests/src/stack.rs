@@ -233,6 +233,11 @@ impl Stack {
         }
     }
 
+    /// The port of Envoy replica `replica`'s listener, for raw requests ([`crate::raw_http`]).
+    pub fn listener_port(&self, replica: usize) -> u16 {
+        self.ports_of(replica).listener
+    }
+
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
     /// other than [`Stack::post`] (the mTLS scenario's `curl`).
     pub fn https_url(&self, replica: usize, path: &str) -> String {
