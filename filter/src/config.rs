@@ -331,6 +331,14 @@ impl Config {
         Some((cache, cache.ttl.min(policy.retention)))
     }
 
+    /// The edge cache's bounds when any request can use it: enforce mode and
+    /// at least one policy with `edge_cache` on. Only then does a worker need
+    /// to hear the lease-store's operator epoch.
+    pub fn edge_cache_in_use(&self) -> Option<EdgeCache> {
+        let used = self.mode == Mode::Enforce && self.policies.iter().any(|p| p.edge_cache);
+        self.edge_cache.filter(|_| used)
+    }
+
     /// The tick period the adapter needs to renew leases and ask for the
     /// edge cache's epoch on time: a quarter of the shortest renew interval or
     /// the epoch interval, whichever is shorter, between 100 ms and 1 s.
@@ -339,7 +347,7 @@ impl Config {
             .policies
             .iter()
             .map(|p| p.renew_interval / 4)
-            .chain(self.edge_cache.map(|c| c.epoch_interval()))
+            .chain(self.edge_cache_in_use().map(|c| c.epoch_interval()))
             .min()
             .unwrap_or(Duration::from_secs(1));
         shortest.clamp(Duration::from_millis(100), Duration::from_secs(1))

@@ -459,6 +459,20 @@ fn the_edge_cache_can_be_turned_off_globally_or_per_policy() {
 }
 
 #[test]
+fn the_epoch_is_needed_only_where_the_edge_cache_can_serve() {
+    let enforce = with(serde_json::json!({}), false).unwrap();
+    assert!(enforce.edge_cache_in_use().is_some());
+    let dry_run = with(serde_json::json!({"mode": "dry_run"}), true).unwrap();
+    assert!(dry_run.edge_cache_in_use().is_none());
+    let opted_out = with(serde_json::json!({"edge_cache": false}), false).unwrap();
+    assert!(opted_out.edge_cache_in_use().is_none());
+    let off = with(serde_json::json!({"edge_cache": {"max_bytes": 0}}), true).unwrap();
+    assert!(off.edge_cache_in_use().is_none());
+    // A staleness bound of 3 s asks every second: the tick keeps up.
+    assert_eq!(enforce.tick_period(), Duration::from_secs(1));
+}
+
+#[test]
 fn invalid_edge_cache_fields_are_named() {
     for (patch, path) in [
         (
