@@ -1,7 +1,8 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
-#   make test   fmt, clippy, unit/property/wasm/integration/end-to-end tests (what CI runs)
+#   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores)
+#   make fuzz   run every fuzz target for FUZZ_SECONDS (default 300) each; make test runs them 5 s each
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -13,7 +14,8 @@ WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench
+        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench \
+        fuzz fuzz-smoke api-conformance
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -21,6 +23,7 @@ help:
 	@echo "make up / make down - start / stop the demo stack in the background (make up REPLICAS=2: two Envoys on :10000/:10001, two lease-stores)"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
+	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
 prereqs:
@@ -53,12 +56,15 @@ build-release:
 
 lint: fmt-check clippy
 
+# The fuzz targets are a workspace of their own (fuzz/Cargo.toml): checked here too.
 fmt-check:
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --all --check
 
 clippy: rust-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter --target wasm32-wasip1 -- -D warnings
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 unit: prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e
@@ -69,14 +75,28 @@ protocol-wasm: rust-targets
 envoy-validate: envoy wasm
 	scripts/envoy-validate.sh
 
-# Kubernetes/Istio manifests, alert rules, dashboard: schema and cross-checks (no cluster here).
-validate-manifests: envoy
+# Kubernetes/Istio manifests (Istio's CRDs, EnvoyFilter patches in real Envoy with the real
+# .wasm), alert rules, dashboard: schema and cross-checks (no cluster here).
+validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
 e2e: envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests e2e
+test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e
+
+# The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
+# /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).
+api-conformance: prereqs
+	scripts/api-conformance.sh
+
+# cargo-fuzz (crates.io) into .tools/, then every target for a few seconds (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 300
+fuzz-smoke:
+	scripts/fuzz.sh 5
+
+fuzz:
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 up: prereqs envoy wasm build-release
 	scripts/up.sh

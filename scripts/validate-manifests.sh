@@ -3,18 +3,24 @@
 #
 #   1. yamllint on every YAML file under envoy/ and deploy/ (config: deploy/yamllint.yaml);
 #   2. core Kubernetes manifests (deploy/k8s, deploy/examples) against the official schemas of
-#      Kubernetes $KUBERNETES_VERSION with kubernetes-validate, strictly; custom resources
-#      (Istio, Prometheus Operator, Kustomize: no schema offline) structurally
-#      (deploy/checks/manifests.py says exactly what);
-#   3. the alert rules with `promtool check rules` and their unit tests with
+#      Kubernetes $KUBERNETES_VERSION with kubernetes-validate, strictly; Istio resources
+#      (envoy/istio) strictly against Istio's own CRDs, CEL rules included
+#      (deploy/checks/crd_schema.py, schemas in deploy/checks/schemas/istio/); Prometheus
+#      Operator and Kustomize objects structurally (deploy/checks/manifests.py says what);
+#   3. every EnvoyFilter patch loaded into real Envoy (`envoy --mode validate` on a minimal
+#      bootstrap, the Wasm filter with the real .wasm so its plugin JSON is checked too:
+#      deploy/checks/envoy_patches.py), and the checkers' own tests with broken manifests
+#      (deploy/checks/test_*.py);
+#   4. the alert rules with `promtool check rules` and their unit tests with
 #      `promtool test rules` (deploy/observability/tests/);
-#   4. every metric the alerts and the Grafana dashboard query is emitted by the code
+#   5. every metric the alerts and the Grafana dashboard query is emitted by the code
 #      (deploy/checks/metric_names.py derives the names from the Rust sources).
-# The plugin JSON inside the Istio manifests is checked by the filter's own validator in
-# `cargo test -p keyflight-filter --test shipped_configs`.
+# The plugin JSON inside the Istio manifests is also checked by the filter's own validator in
+# `cargo test -p keyflight-filter --test shipped_configs`. Step 3 needs the filter built
+# (cargo build -p keyflight-filter --target wasm32-wasip1 --release; `make` does).
 #
-# Idempotent and offline except for first-time installs: yamllint and kubernetes-validate
-# go into .tools/venv (pip), promtool comes from Debian's `prometheus` package.
+# Idempotent and offline except for first-time installs: yamllint, kubernetes-validate and
+# cel-python go into .tools/venv (pip), promtool comes from Debian's `prometheus` package.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -22,7 +28,9 @@ cd "$root"
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.35.0}"
 YAMLLINT_VERSION="1.38.0"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
+CEL_PYTHON_VERSION="0.5.0"
 venv="$root/.tools/venv"
+wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
 
 # --- tools --------------------------------------------------------------------------------
 if [[ ! -x "$venv/bin/pip" ]]; then
@@ -32,14 +40,20 @@ if [[ ! -x "$venv/bin/pip" ]]; then
         exit 1
     }
 fi
-if ! "$venv/bin/python" -c 'import yamllint, kubernetes_validate' 2>/dev/null; then
-    echo "installing yamllint and kubernetes-validate into $venv" >&2
+if ! "$venv/bin/python" -c 'import yamllint, kubernetes_validate, celpy, re2' 2>/dev/null; then
+    echo "installing yamllint, kubernetes-validate and cel-python into $venv" >&2
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        "yamllint==$YAMLLINT_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >&2 || {
-        echo "pip could not install yamllint/kubernetes-validate: check access to PyPI" >&2
+        "yamllint==$YAMLLINT_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" \
+        "cel-python==$CEL_PYTHON_VERSION" >&2 || {
+        echo "pip could not install yamllint/kubernetes-validate/cel-python: check access to PyPI" >&2
         exit 1
     }
 fi
+[[ -f "$wasm" ]] || {
+    echo "$wasm not found: cargo build -p keyflight-filter --target wasm32-wasip1 --release (make does)" >&2
+    exit 1
+}
+envoy="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"
 if ! command -v promtool >/dev/null 2>&1; then
     if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
         echo "promtool not found: install Debian's prometheus package (apt-get install prometheus) or put promtool on PATH" >&2
@@ -55,7 +69,9 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 
 # --- files --------------------------------------------------------------------------------
-mapfile -t yaml_files < <(find envoy deploy -type f \( -name '*.yaml' -o -name '*.yml' \) | sort)
+# deploy/checks/schemas holds Istio's own generated CRDs, vendored verbatim: not ours to lint.
+mapfile -t yaml_files < <(find envoy deploy -path deploy/checks/schemas -prune -o -type f \
+    \( -name '*.yaml' -o -name '*.yml' \) -print | sort)
 mapfile -t manifests < <(find envoy/istio deploy/k8s deploy/examples deploy/observability \
     -maxdepth 2 -type f -name '*.yaml' -not -path '*/tests/*' | sort)
 rules="deploy/observability/prometheusrule.yaml"
@@ -65,10 +81,21 @@ dashboard="deploy/observability/grafana-dashboard.json"
 "$venv/bin/yamllint" --strict -c deploy/yamllint.yaml "${yaml_files[@]}"
 echo "ok     yamllint: ${#yaml_files[@]} YAML files"
 
-# 2. Kubernetes schemas and custom resources
+# 2. Kubernetes schemas, Istio's CRDs and custom resources
 "$venv/bin/python" deploy/checks/manifests.py "$KUBERNETES_VERSION" "${manifests[@]}"
 
-# 3. Prometheus rules: the PrometheusRule's spec is a plain rule file.
+# 3. EnvoyFilter patches in real Envoy, and the checkers refuse broken manifests
+mapfile -t istio_manifests < <(find envoy/istio -type f -name '*.yaml' | sort)
+"$venv/bin/python" deploy/checks/envoy_patches.py "$envoy" "$wasm" "${istio_manifests[@]}"
+if ! output="$(cd deploy/checks && KEYFLIGHT_ENVOY="$envoy" KEYFLIGHT_WASM="$root/$wasm" \
+    "$venv/bin/python" -m unittest test_crd_schema test_envoy_patches 2>&1)"; then
+    printf '%s\n' "$output" >&2
+    echo "FAIL   deploy/checks tests" >&2
+    exit 1
+fi
+echo "ok     deploy/checks: $(grep -Eo 'Ran [0-9]+ tests' <<<"$output") refusing broken manifests"
+
+# 4. Prometheus rules: the PrometheusRule's spec is a plain rule file.
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$venv/bin/python" -c 'import sys, yaml; yaml.safe_dump(yaml.safe_load(open(sys.argv[1]))["spec"], open(sys.argv[2], "w"))' \
@@ -82,6 +109,6 @@ promtool check rules "$work/keyflight.rules.yml" >/dev/null
 }
 echo "ok     promtool: $rules checks and passes its unit tests"
 
-# 4. Metric names against the code
+# 5. Metric names against the code
 "$venv/bin/python" -m json.tool "$dashboard" >/dev/null
 "$venv/bin/python" deploy/checks/metric_names.py "$root" "$rules" "$dashboard"

@@ -27,9 +27,6 @@ const ROUTER_FILTER: &str = "- name: envoy.filters.http.router";
 /// The catch-all route the direct route goes before.
 const CATCH_ALL_ROUTE: &str = "- match: { prefix: \"/\" }";
 
-/// The catch-all route's action line (the buffer filter is switched off after it).
-const CATCH_ALL_UPSTREAM: &str = "route: { cluster: demo_upstream, timeout: 30s }";
-
 /// `yaml` without the keyflight wasm filter.
 pub fn without_filter(yaml: &str) -> Result<String, BenchError> {
     let lines: Vec<&str> = yaml.lines().collect();
@@ -71,16 +68,17 @@ pub fn with_direct_response(yaml: &str, status: u16, body: &str) -> Result<Strin
             format!("    body: {{ inline_string: {body} }}"),
         ],
     )?;
+    // The catch-all route's match line is a list item: its keys sit two columns in.
     let yaml = insert_at(
         &yaml,
-        CATCH_ALL_UPSTREAM,
+        CATCH_ALL_ROUTE,
         1,
         &[
-            "typed_per_filter_config:".to_owned(),
-            "  envoy.filters.http.buffer:".to_owned(),
-            "    \"@type\": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute"
+            "  typed_per_filter_config:".to_owned(),
+            "    envoy.filters.http.buffer:".to_owned(),
+            "      \"@type\": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute"
                 .to_owned(),
-            "    disabled: true".to_owned(),
+            "      disabled: true".to_owned(),
         ],
     )?;
     insert_at(

@@ -37,6 +37,7 @@ const CLAIM_PARAMS: &[(usize, &str)] = &[
     (3, "md5(int8send(:scope::bigint))::uuid"),
     (4, ":lease_ms"),
     (5, ":retention_ms"),
+    (6, "true"),
 ];
 
 /// What the store binds for a finalize's `$n`, as pgbench expressions. The recorded

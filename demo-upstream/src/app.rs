@@ -9,20 +9,22 @@
 //! | `POST /gates/{name}/open` | opens the gate for good |
 //! | anything else | 404 JSON |
 //!
-//! A payment takes four optional query parameters, applied in this order after the
+//! A payment takes five optional query parameters, applied in this order after the
 //! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps,
-//! `status=N` answers that status instead of 201, and `gzip=when_asked` gzips the answer
-//! when the request's `accept-encoding` names gzip (a well-behaved server) while
-//! `gzip=always` gzips it whatever the request says (one that is not). The answer
-//! deliberately carries a `set-cookie` (which keyflight must never replay), the
-//! `idempotency-fence` it got and the `accept-encoding` it was asked for.
+//! `abort=NAME` closes the connection without an answer (the first execution per `NAME`
+//! only, so a retry that runs again succeeds: a service that died right after its side
+//! effect, retried onto a healthy one), `status=N` answers that status instead of 201, and
+//! `gzip=when_asked` gzips the answer when the request's `accept-encoding` names gzip (a
+//! well-behaved server) while `gzip=always` gzips it whatever the request says (one that is
+//! not). The answer deliberately carries a `set-cookie` (which keyflight must never
+//! replay), the `idempotency-fence` it got and the `accept-encoding` it was asked for.
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -30,6 +32,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::connection::Connection;
 use crate::gates::Gates;
 use crate::stats::Stats;
 
@@ -43,6 +46,8 @@ pub struct AppState {
     pub stats: std::sync::Arc<Stats>,
     /// Named gates that hold payment handlers.
     pub gates: Gates,
+    /// The `abort=NAME` names that already aborted once.
+    pub aborted: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// Builds the router.
@@ -66,6 +71,8 @@ struct PayParams {
     hold: Option<String>,
     /// Sleep this long before answering.
     delay_ms: Option<u64>,
+    /// Close the connection without an answer, the first time per name.
+    abort: Option<String>,
     /// Answer this status instead of 201.
     status: Option<u16>,
     /// When to gzip the answer.
@@ -84,6 +91,7 @@ enum Gzip {
 
 async fn pay(
     State(state): State<AppState>,
+    ConnectInfo(connection): ConnectInfo<Connection>,
     uri: Uri,
     Query(params): Query<PayParams>,
     headers: HeaderMap,
@@ -101,6 +109,18 @@ async fn pay(
     }
     if let Some(delay) = params.delay_ms {
         tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if let Some(name) = &params.abort
+        && first_abort(&state, name)
+        && connection.abort()
+    {
+        tracing::info!(
+            path = uri.path(),
+            execution,
+            "payment executed, connection aborted"
+        );
+        // Nobody reads this: the connection is gone.
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
 
     let payment_id = Uuid::now_v7();
@@ -159,6 +179,15 @@ fn gzipped(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     encoder.write_all(bytes)?;
     encoder.finish()
+}
+
+/// Whether `name` aborts now: true the first time it is seen.
+fn first_abort(state: &AppState, name: &str) -> bool {
+    state
+        .aborted
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(name.to_owned())
 }
 
 async fn stats(State(state): State<AppState>) -> Response {

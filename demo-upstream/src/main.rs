@@ -5,9 +5,11 @@
 //! keyflight promises: how many times a request actually ran. Every `POST /payments…`
 //! counts an execution the moment its handler starts (`GET /stats`), and a request can be
 //! parked at a named gate (`?hold=NAME`) until a test opens it, so tests synchronize on
-//! "the winner is running" instead of sleeping. See `app.rs` for the routes.
+//! "the winner is running" instead of sleeping, and a request can make it drop the
+//! connection after its side effect (`?abort=NAME`). See `app.rs` for the routes.
 
 mod app;
+mod connection;
 mod gates;
 mod stats;
 
@@ -40,7 +42,9 @@ async fn main() -> std::io::Result<()> {
     println!("demo-upstream listening on {local}");
     tracing::info!(%local, "listening");
 
-    axum::serve(listener, app::router(state.clone()))
+    let app =
+        app::router(state.clone()).into_make_service_with_connect_info::<connection::Connection>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown(state))
         .await
 }

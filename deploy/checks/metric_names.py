@@ -10,8 +10,9 @@ not from a list kept by hand:
   `Event::as_str`, `outcome` against `claim_answered`, `code` against the protocol's
   `ProblemCode::as_str`, `route` against the axum router;
 * the filter (filter/src/metrics.rs): each `Metric::X(v) => format!("keyflight.PREFIX.{}",
-  v.as_str())` with the names of v's enum (`Outcome` or `EventKind`). Envoy exports these Wasm
-  counters to Prometheus as `keyflight_PREFIX_NAME` (dots become underscores, no `_total`).
+  v.as_str())` with the names of v's enum (`Outcome`, `EventKind` or `OutboxEvent`), and each
+  `Gauge::X => "keyflight.NAME"`. Envoy exports these Wasm metrics to Prometheus as
+  `keyflight_PREFIX_NAME` (dots become underscores, no `_total`).
 
 Usage: metric_names.py REPO_ROOT RULES_YAML DASHBOARD_JSON
 """
@@ -64,7 +65,7 @@ def store_metrics(root):
 
 def filter_metrics(root):
     source = (root / "filter/src/metrics.rs").read_text()
-    variants = dict(re.findall(r"^\s*(\w+)\((Outcome|EventKind)\),", source, re.M))
+    variants = dict(re.findall(r"^\s*(\w+)\((Outcome|EventKind|OutboxEvent)\),", source, re.M))
     names = set()
     for variant, binding, prefix, used in re.findall(
         r'Metric::(\w+)\((\w)\)\s*=>\s*format!\("keyflight\.(\w+)\.\{\}",\s*(\w)\.as_str\(\)\)', source
@@ -73,6 +74,10 @@ def filter_metrics(root):
         if enum is None or binding != used:
             sys.exit(f"cannot follow Metric::{variant} in filter/src/metrics.rs: update deploy/checks/metric_names.py")
         names.update(f"keyflight_{prefix}_{n}" for n in enum_names(source, enum))
+    gauges = re.findall(r'Gauge::\w+\s*=>\s*"keyflight\.([a-z0-9_.]+)"', source)
+    if not gauges:
+        sys.exit("found no gauges in filter/src/metrics.rs: update deploy/checks/metric_names.py")
+    names.update("keyflight_" + g.replace(".", "_") for g in gauges)
     if not names:
         sys.exit("found no metrics in filter/src/metrics.rs")
     return names

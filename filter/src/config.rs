@@ -142,6 +142,26 @@ pub enum Uncertain {
     Hold,
 }
 
+/// F15: what Envoy's router may do with a guarded request the filter forwards.
+///
+/// A route's retry policy resends the request upstream inside one stream, after
+/// the claim and out of the filter's sight: a retry on a reset, a 5xx or a
+/// per-try timeout runs the operation again under the same fence
+/// (`router_retries.rs` says which Envoy conditions are safe and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouterRetries {
+    /// The router sends a guarded request once, whatever the route or the
+    /// caller asks for (default). A connection failure is then answered by
+    /// Envoy (503) and recorded as a plain retryable failure.
+    #[default]
+    Off,
+    /// The route's retry policy applies; only retry headers from the caller or
+    /// an earlier filter are dropped. For routes whose `retry_on` names only
+    /// conditions where the request never reached the upstream.
+    Route,
+}
+
 /// The validated plugin configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -159,6 +179,23 @@ pub struct Config {
     pub policies: Vec<Rc<Policy>>,
     /// The edge replay cache (F9); `None` when disabled.
     pub edge_cache: Option<EdgeCache>,
+    /// The record outbox's bound (F14).
+    pub outbox: Outbox,
+}
+
+/// Default bytes of handed-off records one worker's outbox holds.
+pub const DEFAULT_OUTBOX_MAX_BYTES: u64 = 16 * MIB;
+/// Default time the outbox keeps resending a record (per policy).
+pub const DEFAULT_RECORD_RETRY_BUDGET_MS: u64 = 120_000;
+/// Default body limit of the lease-store (its `--max-body-bytes`).
+pub const DEFAULT_STORE_MAX_BODY_BYTES: u64 = 8 * MIB;
+
+/// F14: the per-worker record outbox's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outbox {
+    /// Bytes of handed-off records one worker holds; a record that does not
+    /// fit is recorded as not replayable instead.
+    pub max_bytes: usize,
 }
 
 /// Default total bytes of the edge replay cache.
@@ -207,6 +244,9 @@ pub struct LeaseStore {
     pub token: String,
     /// Per-call timeout (long-polls add the follower wait).
     pub timeout: Duration,
+    /// The largest request body the lease-store accepts (its
+    /// `--max-body-bytes`): a finalize carries the response base64-encoded.
+    pub max_body_bytes: u64,
 }
 
 /// Where the effective principal comes from (K2).
@@ -308,8 +348,12 @@ pub struct Policy {
     pub failure_mode: FailureMode,
     /// Uncertain outcomes (F6).
     pub uncertain: Uncertain,
+    /// What Envoy's router may retry (F15).
+    pub router_retries: RouterRetries,
     /// Whether this policy's records use the edge replay cache (F9).
     pub edge_cache: bool,
+    /// How long the outbox keeps resending a record it took over (F14).
+    pub record_retry_budget: Duration,
 }
 
 impl Config {
@@ -339,9 +383,12 @@ impl Config {
         self.edge_cache.filter(|_| used)
     }
 
-    /// The tick period the adapter needs to renew leases and ask for the
-    /// edge cache's epoch on time: a quarter of the shortest renew interval or
-    /// the epoch interval, whichever is shorter, between 100 ms and 1 s.
+    /// The tick period the adapter needs to renew leases and ask for the edge
+    /// cache's operator epoch on time: a quarter of the shortest renew
+    /// interval or the epoch interval, whichever is shorter, between 100 ms
+    /// and 250 ms. The upper bound is for the record outbox (F14): its first
+    /// retry comes 50–100 ms after a failure, and a coarser tick would stretch
+    /// every retry to it.
     pub fn tick_period(&self) -> Duration {
         let shortest = self
             .policies
@@ -350,7 +397,7 @@ impl Config {
             .chain(self.edge_cache_in_use().map(|c| c.epoch_interval()))
             .min()
             .unwrap_or(Duration::from_secs(1));
-        shortest.clamp(Duration::from_millis(100), Duration::from_secs(1))
+        shortest.clamp(Duration::from_millis(100), Duration::from_millis(250))
     }
 }
 
@@ -375,7 +422,7 @@ pub fn parse_plugin_config(json: &[u8]) -> Result<Config, ConfigError> {
 mod raw {
     use serde::Deserialize;
 
-    use super::{Anonymous, FailureMode, Mode, StatusProfile, Uncertain};
+    use super::{Anonymous, FailureMode, Mode, RouterRetries, StatusProfile, Uncertain};
 
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -387,6 +434,13 @@ mod raw {
         pub identity: Option<Identity>,
         pub policies: Vec<Policy>,
         pub edge_cache: Option<EdgeCache>,
+        pub outbox: Option<Outbox>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Outbox {
+        pub max_bytes: Option<u64>,
     }
 
     #[derive(Deserialize)]
@@ -405,6 +459,7 @@ mod raw {
         pub authority: Option<String>,
         pub token: String,
         pub timeout_ms: Option<u64>,
+        pub max_body_bytes: Option<u64>,
     }
 
     #[derive(Deserialize)]
@@ -458,7 +513,9 @@ mod raw {
         pub fingerprint_headers: Option<Vec<String>>,
         pub failure_mode: Option<FailureMode>,
         pub uncertain: Option<Uncertain>,
+        pub router_retries: Option<RouterRetries>,
         pub edge_cache: Option<bool>,
+        pub record_retry_budget_ms: Option<u64>,
     }
 
     #[derive(Deserialize, Clone, Copy)]
@@ -500,7 +557,9 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
                 format!("duplicate policy name {:?}", p.name),
             ));
         }
-        policies.push(Rc::new(validate_policy(&at, p)?));
+        let policy = validate_policy(&at, p)?;
+        check_record_fits(&at, &policy, &lease_store)?;
+        policies.push(Rc::new(policy));
     }
     Ok(Config {
         lease_store,
@@ -510,6 +569,47 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
         identity,
         policies,
         edge_cache: validate_edge_cache(raw.edge_cache)?,
+        outbox: validate_outbox(raw.outbox)?,
+    })
+}
+
+/// The finalize of a policy's largest recordable response must fit the
+/// lease-store's body limit: the body travels base64-encoded (4/3 of its
+/// size) inside a JSON document. A policy whose largest record the store
+/// would refuse with 413 is a configuration that cannot work; refuse it here
+/// rather than record those answers as not replayable one by one.
+fn check_record_fits(at: &str, policy: &Policy, store: &LeaseStore) -> Result<(), ConfigError> {
+    let needed = finalize_bytes(policy.max_cacheable_response_bytes as u64);
+    if needed > store.max_body_bytes {
+        return Err(ConfigError::new(
+            format!("{at}.max_cacheable_response_bytes"),
+            format!(
+                "a {} byte response needs a {needed} byte finalize, over \
+                 lease_store.max_body_bytes ({}); lower the cap or raise the \
+                 lease-store's --max-body-bytes and lease_store.max_body_bytes together",
+                policy.max_cacheable_response_bytes, store.max_body_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The size of a finalize carrying a `body` byte response: base64 plus room
+/// for the JSON framing and the recorded headers (64 KiB).
+pub fn finalize_bytes(body: u64) -> u64 {
+    body.div_ceil(3) * 4 + 64 * 1024
+}
+
+fn validate_outbox(raw: Option<raw::Outbox>) -> Result<Outbox, ConfigError> {
+    let max_bytes = in_range(
+        "outbox.max_bytes",
+        raw.and_then(|o| o.max_bytes),
+        DEFAULT_OUTBOX_MAX_BYTES,
+        64 * 1024,
+        1024 * MIB,
+    )?;
+    Ok(Outbox {
+        max_bytes: to_usize(max_bytes),
     })
 }
 
@@ -583,11 +683,19 @@ fn validate_lease_store(raw: raw::LeaseStore) -> Result<LeaseStore, ConfigError>
         ));
     }
     let timeout_ms = in_range("lease_store.timeout_ms", raw.timeout_ms, 1000, 1, 60_000)?;
+    let max_body_bytes = in_range(
+        "lease_store.max_body_bytes",
+        raw.max_body_bytes,
+        DEFAULT_STORE_MAX_BODY_BYTES,
+        64 * 1024,
+        1024 * MIB,
+    )?;
     Ok(LeaseStore {
         cluster: raw.cluster,
         authority,
         token: raw.token,
         timeout: Duration::from_millis(timeout_ms),
+        max_body_bytes,
     })
 }
 
@@ -706,7 +814,15 @@ fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
         fingerprint_headers,
         failure_mode: p.failure_mode.unwrap_or_default(),
         uncertain: p.uncertain.unwrap_or_default(),
+        router_retries: p.router_retries.unwrap_or_default(),
         edge_cache: p.edge_cache.unwrap_or(true),
+        record_retry_budget: Duration::from_millis(in_range(
+            &format!("{at}.record_retry_budget_ms"),
+            p.record_retry_budget_ms,
+            DEFAULT_RECORD_RETRY_BUDGET_MS,
+            1000,
+            3_600_000,
+        )?),
     })
 }
 
@@ -728,7 +844,7 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for (j, method) in list.iter().enumerate() {
-                if method.is_empty() || !method.bytes().all(is_token_byte) {
+                if !keyflight_protocol::headers::is_token(method) {
                     return Err(ConfigError::new(
                         format!("{at}.methods[{j}]"),
                         format!("{method:?} is not an HTTP method token"),
@@ -824,17 +940,13 @@ fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Rc<PrincipalSource>>,
 
 /// A header name: an RFC 9110 token, returned lowercase.
 fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
-    if name.is_empty() || !name.bytes().all(is_token_byte) {
+    if !keyflight_protocol::headers::is_token(name) {
         return Err(ConfigError::new(
             path,
             format!("{name:?} is not a valid header name"),
         ));
     }
     Ok(name.to_ascii_lowercase())
-}
-
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn in_range(

@@ -6,8 +6,9 @@
 //! * the decisions, free of any proxy-wasm host call and tested natively:
 //!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //!   state machine of one HTTP stream), and its pure helpers [`identity`],
-//!   [`jwt_claims`], [`encoding`], [`replay`], [`problem`], [`status_matrix`],
-//!   [`store_call`], [`renewal`], [`edge_cache`], [`epoch`] and [`metrics`];
+//!   [`jwt_claims`], [`encoding`], [`replay`], [`router_retries`], [`problem`],
+//!   [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`]
+//!   and [`metrics`];
 //! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
 //!   between Envoy and the machine.
 //!
@@ -28,9 +29,10 @@ pub mod identity;
 pub mod jwt_claims;
 pub mod machine;
 pub mod metrics;
+pub mod outbox;
 pub mod problem;
-pub mod renewal;
 pub mod replay;
+pub mod router_retries;
 pub mod status_matrix;
 pub mod store_call;
 

@@ -98,11 +98,14 @@ pub enum EventKind {
     ReleaseError,
     /// `failure_mode: open` let a request through unguarded.
     FailOpen,
+    /// The caller went away before the winner's record was settled; the
+    /// outbox settles it (F14).
+    CallerGone,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -113,6 +116,7 @@ impl EventKind {
         EventKind::FinalizeError,
         EventKind::ReleaseError,
         EventKind::FailOpen,
+        EventKind::CallerGone,
     ];
 
     /// The counter's name suffix.
@@ -128,6 +132,76 @@ impl EventKind {
             EventKind::FinalizeError => "finalize_error",
             EventKind::ReleaseError => "release_error",
             EventKind::FailOpen => "fail_open",
+            EventKind::CallerGone => "caller_gone",
+        }
+    }
+}
+
+/// What the record outbox did (F14), one counter each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutboxEvent {
+    /// A stream handed its claim off: the outbox delivers its record.
+    TakenOver,
+    /// The outbox dispatched a settle call (each attempt).
+    Retried,
+    /// A handed-off record landed.
+    Delivered,
+    /// A record was recorded as not replayable instead: the store refused the
+    /// full response, or it did not fit the outbox.
+    Downgraded,
+    /// A hand-off did not fit the outbox even downgraded.
+    Full,
+    /// The store answered `lease_lost` to a delivery: another claim owns the record.
+    Lost,
+    /// The outbox stopped trying (budget spent, store refused, or full): the
+    /// lease expires and one same-body retry may run again.
+    GivenUp,
+}
+
+impl OutboxEvent {
+    /// Every outbox event, for defining the counters.
+    pub const ALL: [OutboxEvent; 7] = [
+        OutboxEvent::TakenOver,
+        OutboxEvent::Retried,
+        OutboxEvent::Delivered,
+        OutboxEvent::Downgraded,
+        OutboxEvent::Full,
+        OutboxEvent::Lost,
+        OutboxEvent::GivenUp,
+    ];
+
+    /// The counter's name suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxEvent::TakenOver => "taken_over",
+            OutboxEvent::Retried => "retried",
+            OutboxEvent::Delivered => "delivered",
+            OutboxEvent::Downgraded => "downgraded",
+            OutboxEvent::Full => "full",
+            OutboxEvent::Lost => "lost",
+            OutboxEvent::GivenUp => "given_up",
+        }
+    }
+}
+
+/// Gauges: values every worker adds its own changes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Gauge {
+    /// `keyflight.outbox.depth`: records the outboxes are delivering.
+    OutboxDepth,
+    /// `keyflight.outbox.bytes`: bytes those records hold.
+    OutboxBytes,
+}
+
+impl Gauge {
+    /// Every gauge, for defining them.
+    pub const ALL: [Gauge; 2] = [Gauge::OutboxDepth, Gauge::OutboxBytes];
+
+    /// The Envoy stat name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Gauge::OutboxDepth => "keyflight.outbox.depth",
+            Gauge::OutboxBytes => "keyflight.outbox.bytes",
         }
     }
 }
@@ -141,6 +215,8 @@ pub enum Metric {
     Event(EventKind),
     /// `keyflight.dry_run.<name>`: what enforce mode would have done.
     DryRun(Outcome),
+    /// `keyflight.outbox.<name>` (F14).
+    Outbox(OutboxEvent),
 }
 
 impl Metric {
@@ -151,6 +227,7 @@ impl Metric {
             .map(Metric::Outcome)
             .chain(EventKind::ALL.into_iter().map(Metric::Event))
             .chain(Outcome::ALL.into_iter().map(Metric::DryRun))
+            .chain(OutboxEvent::ALL.into_iter().map(Metric::Outbox))
     }
 
     /// The Envoy stat name.
@@ -159,6 +236,7 @@ impl Metric {
             Metric::Outcome(o) => format!("keyflight.outcome.{}", o.as_str()),
             Metric::Event(e) => format!("keyflight.event.{}", e.as_str()),
             Metric::DryRun(o) => format!("keyflight.dry_run.{}", o.as_str()),
+            Metric::Outbox(e) => format!("keyflight.outbox.{}", e.as_str()),
         }
     }
 }
@@ -169,7 +247,8 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_prefixed() {
-        let names: Vec<String> = Metric::all().map(Metric::name).collect();
+        let mut names: Vec<String> = Metric::all().map(Metric::name).collect();
+        names.extend(Gauge::ALL.map(|g| g.name().to_owned()));
         let unique: std::collections::BTreeSet<&String> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
         assert!(names.contains(&"keyflight.outcome.won_completed".to_owned()));

@@ -22,6 +22,14 @@
 //!
 //! `response.flags` is Envoy's legacy response-flag bit vector, a `u64` in
 //! little-endian byte order (`1 << CoreResponseFlag`).
+//!
+//! Envoy also sets `URX` (retry limit exceeded) when a route has a retry
+//! policy whose condition matched but no retry was left, also when there
+//! were none to begin with: with the filter's `x-envoy-max-retries: 0` (F15),
+//! a refused connection reports `URX,UF` after one attempt (checked on 1.40).
+//! `upstream.request_attempt_count` (a `u64`, same byte order) tells the two
+//! apart: with at most one attempt, no earlier attempt can have reached the
+//! upstream, and `URX` says nothing.
 
 /// Who produced the response the filter sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,20 +53,30 @@ pub enum ResponseOrigin {
 const NOT_SENT_FLAGS: u64 =
     1 << 1 | 1 << 5 | 1 << 7 | 1 << 8 | 1 << 24 | 1 << 26 | 1 << 27 | 1 << 29;
 
-/// Classifies who produced a response from Envoy's `response.code_details`
-/// and `response.flags` properties (either may be missing).
+/// `URX`: the upstream retry limit was exceeded (15).
+const RETRY_LIMIT_EXCEEDED: u64 = 1 << 15;
+
+/// Classifies who produced a response from Envoy's `response.code_details`,
+/// `response.flags` and `upstream.request_attempt_count` properties (any may
+/// be missing).
 ///
 /// Only an exact `via_upstream` is the upstream's own answer. A proxy answer is
 /// "not sent" only when flags are present, non-zero and every flag set is a
 /// not-sent flag; a retry that was sent once and then failed to connect
-/// (`URX` with `UF`) carries a flag outside the set and stays uncertain.
-pub fn origin(code_details: Option<&[u8]>, flags: Option<&[u8]>) -> ResponseOrigin {
+/// (`URX` with `UF`, more than one attempt) carries a flag outside the set and
+/// stays uncertain.
+pub fn origin(
+    code_details: Option<&[u8]>,
+    flags: Option<&[u8]>,
+    attempts: Option<&[u8]>,
+) -> ResponseOrigin {
     if code_details == Some(b"via_upstream".as_slice()) {
         return ResponseOrigin::Upstream;
     }
-    let bits = flags
-        .and_then(|raw| <[u8; 8]>::try_from(raw).ok())
-        .map_or(0, u64::from_le_bytes);
+    let mut bits = flags.and_then(le_u64).unwrap_or(0);
+    if attempts.and_then(le_u64).is_some_and(|n| n <= 1) {
+        bits &= !RETRY_LIMIT_EXCEEDED;
+    }
     if bits != 0 && bits & !NOT_SENT_FLAGS == 0 {
         ResponseOrigin::ProxyNotSent
     } else if code_details.is_none() && bits == 0 {
@@ -67,6 +85,11 @@ pub fn origin(code_details: Option<&[u8]>, flags: Option<&[u8]>) -> ResponseOrig
     } else {
         ResponseOrigin::Proxy
     }
+}
+
+/// A property holding a `u64` (8 bytes, little-endian), `None` for any other shape.
+fn le_u64(raw: &[u8]) -> Option<u64> {
+    <[u8; 8]>::try_from(raw).ok().map(u64::from_le_bytes)
 }
 
 /// What to do with the record.
@@ -147,35 +170,75 @@ mod tests {
     fn origins_as_envoy_reports_them() {
         use ResponseOrigin::*;
         let via = Some(b"via_upstream".as_slice());
-        assert_eq!(origin(via, Some(&flags(0))), Upstream);
+        assert_eq!(origin(via, Some(&flags(0)), None), Upstream);
         let timeout = Some(b"response_timeout".as_slice());
-        assert_eq!(origin(timeout, Some(&flags(1 << 2))), Proxy, "UT");
+        assert_eq!(origin(timeout, Some(&flags(1 << 2)), None), Proxy, "UT");
         let reset = b"upstream_reset_before_response_started{connection_termination}";
-        assert_eq!(origin(Some(reset), Some(&flags(1 << 6))), Proxy, "UC");
+        assert_eq!(origin(Some(reset), Some(&flags(1 << 6)), None), Proxy, "UC");
         let refused = b"upstream_reset_before_response_started{remote_connection_failure}";
         assert_eq!(
-            origin(Some(refused), Some(&flags(1 << 5))),
+            origin(Some(refused), Some(&flags(1 << 5)), None),
             ProxyNotSent,
             "UF"
         );
         let no_host = Some(b"no_healthy_upstream".as_slice());
-        assert_eq!(origin(no_host, Some(&flags(1 << 1))), ProxyNotSent, "UH");
+        assert_eq!(
+            origin(no_host, Some(&flags(1 << 1)), None),
+            ProxyNotSent,
+            "UH"
+        );
         // A retry that ran once and then could not connect stays uncertain.
         assert_eq!(
-            origin(Some(refused), Some(&flags(1 << 5 | 1 << 15))),
+            origin(
+                Some(refused),
+                Some(&flags(1 << 5 | 1 << 15)),
+                Some(&flags(2))
+            ),
             Proxy,
-            "UF+URX"
+            "UF+URX, two attempts"
         );
+        // ... and so does one without an attempt count to say otherwise.
+        assert_eq!(
+            origin(Some(refused), Some(&flags(1 << 5 | 1 << 15)), None),
+            Proxy,
+            "UF+URX, attempts unknown"
+        );
+    }
+
+    #[test]
+    fn a_single_attempt_makes_urx_meaningless() {
+        use ResponseOrigin::*;
+        // With retries capped at zero, a refused connection is URX,UF after one attempt.
+        let refused =
+            Some(b"upstream_reset_before_response_started{remote_connection_failure}".as_slice());
+        let urx_uf = flags(1 << 5 | 1 << 15);
+        assert_eq!(
+            origin(refused, Some(&urx_uf), Some(&flags(1))),
+            ProxyNotSent
+        );
+        // A reset after the request went out stays uncertain, with or without URX.
+        let reset =
+            Some(b"upstream_reset_before_response_started{connection_termination}".as_slice());
+        let urx_uc = flags(1 << 6 | 1 << 15);
+        assert_eq!(origin(reset, Some(&urx_uc), Some(&flags(1))), Proxy);
+        // No healthy host: nothing was attempted at all.
+        let no_host = Some(b"no_healthy_upstream".as_slice());
+        assert_eq!(
+            origin(no_host, Some(&flags(1 << 1 | 1 << 15)), Some(&flags(0))),
+            ProxyNotSent
+        );
+        // A malformed count is no count.
+        assert_eq!(origin(refused, Some(&urx_uf), Some(&[1])), Proxy);
     }
 
     #[test]
     fn odd_or_missing_properties_never_claim_not_sent() {
         use ResponseOrigin::*;
-        assert_eq!(origin(None, None), Upstream);
+        assert_eq!(origin(None, None, None), Upstream);
         let local = Some(b"direct_response".as_slice());
-        assert_eq!(origin(local, None), Proxy);
-        assert_eq!(origin(local, Some(&[1, 2, 3])), Proxy, "short flags");
-        assert_eq!(origin(None, Some(&flags(1 << 6))), Proxy);
-        assert_eq!(origin(None, Some(&flags(1 << 5))), ProxyNotSent);
+        assert_eq!(origin(local, None, None), Proxy);
+        assert_eq!(origin(local, Some(&[1, 2, 3]), None), Proxy, "short flags");
+        assert_eq!(origin(None, Some(&flags(1 << 6)), None), Proxy);
+        assert_eq!(origin(None, Some(&flags(1 << 5)), None), ProxyNotSent);
     }
 }

@@ -46,27 +46,41 @@ pub enum StoreCall {
         /// The request body.
         request: ReleaseRequest,
     },
-    /// `GET /v1/epoch`: the operator epoch the edge cache is checked against (F9).
-    Epoch,
 }
 
-impl StoreCall {
-    /// The request method.
-    pub fn method(&self) -> &'static str {
-        match self {
-            StoreCall::Epoch => "GET",
-            _ => "POST",
-        }
-    }
+/// `GET /v1/epoch`: the operator epoch the edge cache is checked against
+/// (F9). Asked by each worker's root context, about no scope, so it is not a
+/// [`StoreCall`].
+pub const EPOCH_PATH: &str = "/v1/epoch";
 
+impl StoreCall {
     /// The request path.
     pub fn path(&self) -> String {
         match self {
-            StoreCall::Epoch => "/v1/epoch".to_owned(),
             StoreCall::Claim { scope, .. } => format!("/v1/claims/{}", scope.to_hex()),
             StoreCall::Renew { scope, .. } => format!("/v1/claims/{}/renew", scope.to_hex()),
             StoreCall::Finalize { scope, .. } => format!("/v1/claims/{}/finalize", scope.to_hex()),
             StoreCall::Release { scope, .. } => format!("/v1/claims/{}/release", scope.to_hex()),
+        }
+    }
+
+    /// The scope the call is about.
+    pub fn scope(&self) -> Digest {
+        match self {
+            StoreCall::Claim { scope, .. }
+            | StoreCall::Renew { scope, .. }
+            | StoreCall::Finalize { scope, .. }
+            | StoreCall::Release { scope, .. } => *scope,
+        }
+    }
+
+    /// The call's name, for log lines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StoreCall::Claim { .. } => "claim",
+            StoreCall::Renew { .. } => "renew",
+            StoreCall::Finalize { .. } => "finalize",
+            StoreCall::Release { .. } => "release",
         }
     }
 
@@ -79,7 +93,6 @@ impl StoreCall {
             StoreCall::Renew { request, .. } => serde_json::to_vec(request),
             StoreCall::Finalize { request, .. } => serde_json::to_vec(request),
             StoreCall::Release { request, .. } => serde_json::to_vec(request),
-            StoreCall::Epoch => Ok(Vec::new()),
         }
         .unwrap_or_default()
     }
@@ -246,11 +259,6 @@ mod tests {
 
     #[test]
     fn epoch_call_and_answers() {
-        assert_eq!(
-            (StoreCall::Epoch.method(), StoreCall::Epoch.path()),
-            ("GET", "/v1/epoch".to_owned())
-        );
-        assert!(StoreCall::Epoch.body().is_empty());
         assert_eq!(parse_epoch_answer(Some(200), br#"{"epoch":7}"#), Ok(7));
         assert_eq!(
             parse_epoch_answer(Some(200), br#"{"epoch":-1}"#),

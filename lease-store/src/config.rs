@@ -147,6 +147,11 @@ pub struct ServeArgs {
     /// gives no answer within it (plus 250 ms) fails with 503.
     #[arg(long, env = "KEYFLIGHT_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     statement_timeout: Duration,
+    /// After start-up, and after the database answers again following a failure, take
+    /// over no expired pending lease for this long: its winner may be alive, with the
+    /// record in its outbox, and resend it once the store answers (`0s` disables).
+    #[arg(long, env = "KEYFLIGHT_TAKEOVER_GRACE", default_value = "5s", value_parser = parse_duration)]
+    takeover_grace: Duration,
     /// Upper bound on a claim's `wait_ms` (longer waits are shortened to this).
     #[arg(long, env = "KEYFLIGHT_MAX_WAIT", default_value = "30s", value_parser = parse_duration)]
     max_wait: Duration,
@@ -236,6 +241,7 @@ impl ServeArgs {
                 default_retention: self.default_retention,
                 default_cooldown: self.default_cooldown,
                 statement_timeout: self.statement_timeout,
+                takeover_grace: self.takeover_grace,
             },
             tokens: Tokens { filter, admin },
             migrate: self.migrate,

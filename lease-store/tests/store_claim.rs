@@ -344,10 +344,8 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
         cooldown_ms: None,
     };
     store.release(&scope, &release).await.unwrap();
-    assert!(matches!(
-        store.release(&scope, &release).await,
-        Err(StoreError::LeaseLost)
-    ));
+    // A repeat by the same claim (the outbox resending an unanswered call) is a success.
+    store.release(&scope, &release).await.unwrap();
 
     assert_eq!(
         store.claim(&scope, &req).await.unwrap().response,

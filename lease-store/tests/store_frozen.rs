@@ -37,6 +37,7 @@ impl Drop for Thaw<'_> {
 fn short_timeout_settings(url: &str) -> StoreSettings {
     StoreSettings {
         statement_timeout: STATEMENT_TIMEOUT,
+        takeover_grace: Duration::ZERO,
         ..settings(url)
     }
 }

@@ -11,17 +11,36 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::envoy_config::RenderError;
-use crate::yaml_lines::{insert_after, replace_line, replace_once};
+use crate::yaml_lines::{insert_after, insert_at, replace_line};
 
 /// The `payload_in_metadata` name [`EnvoyEdit::JwtAuthn`] uses (the plugin's
 /// `jwt_claim.metadata_key`).
 pub const JWT_PAYLOAD_METADATA_KEY: &str = "jwt_payload";
+
+/// The catch-all route's timeout line as `envoy/demo.yaml` ships it.
+const SHIPPED_ROUTE_TIMEOUT: &str = "timeout: 30s";
+
+/// The catch-all route's retry conditions as `envoy/demo.yaml` ships them.
+pub const SHIPPED_RETRY_ON: &str = "retry_on: connect-failure,refused-stream,reset-before-request";
 
 /// One change to the rendered Envoy config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvoyEdit {
     /// The route's upstream timeout (the demo ships 30 s): past it Envoy answers 504 itself.
     RouteTimeout(Duration),
+    /// The route retry policy's `retry_on` (the demo ships only the conditions where the
+    /// request never reached the upstream), e.g. a permissive `reset,5xx`.
+    RouteRetryOn(String),
+    /// The listener treats callers on 127.0.0.1 as internal, as a mesh-internal listener
+    /// does: Envoy then honours their `x-envoy-*` request headers (`x-envoy-retry-on`, …)
+    /// instead of stripping them.
+    TrustLoopbackCallers,
+    /// A second `demo_upstream` endpoint on `port`, where nothing listens: requests the
+    /// load balancer sends there fail to connect.
+    DeadUpstreamEndpoint {
+        /// A port nobody listens on.
+        port: u16,
+    },
     /// `envoy.filters.http.jwt_authn` before the wasm filter: tokens from `issuer` are
     /// verified against the inline JWKS `jwks` and their claims put in dynamic metadata
     /// under [`JWT_PAYLOAD_METADATA_KEY`]. A request without a token passes on, so the
@@ -47,14 +66,39 @@ impl EnvoyEdit {
     /// Applies the edit to a rendered config.
     pub fn apply(&self, yaml: &str) -> Result<String, RenderError> {
         match self {
-            EnvoyEdit::RouteTimeout(timeout) => replace_once(
+            EnvoyEdit::RouteTimeout(timeout) => replace_line(
                 yaml,
-                "route: { cluster: demo_upstream, timeout: 30s }",
-                &format!(
-                    "route: {{ cluster: demo_upstream, timeout: {}.{:03}s }}",
+                SHIPPED_ROUTE_TIMEOUT,
+                &[format!(
+                    "timeout: {}.{:03}s",
                     timeout.as_secs(),
                     timeout.subsec_millis()
-                ),
+                )],
+            ),
+            EnvoyEdit::RouteRetryOn(conditions) => {
+                replace_line(yaml, SHIPPED_RETRY_ON, &[format!("retry_on: {conditions}")])
+            }
+            EnvoyEdit::TrustLoopbackCallers => insert_at(
+                yaml,
+                "stat_prefix: edge",
+                1,
+                &[
+                    "use_remote_address: true".to_owned(),
+                    "internal_address_config:".to_owned(),
+                    "  cidr_ranges: [{ address_prefix: 127.0.0.1, prefix_len: 32 }]".to_owned(),
+                ],
+            ),
+            EnvoyEdit::DeadUpstreamEndpoint { port } => insert_at(
+                yaml,
+                "cluster_name: demo_upstream",
+                3,
+                &[
+                    "      - endpoint:".to_owned(),
+                    "          address:".to_owned(),
+                    format!(
+                        "            socket_address: {{ address: 127.0.0.1, port_value: {port} }}"
+                    ),
+                ],
             ),
             EnvoyEdit::JwtAuthn { issuer, jwks } => {
                 insert_after(yaml, "http_filters:", &jwt_authn_filter(issuer, jwks))
@@ -134,6 +178,28 @@ mod tests {
             .apply(&demo)
             .expect("route timeout");
         assert!(timeout.contains("timeout: 0.300s"), "{timeout}");
+
+        let retries = EnvoyEdit::RouteRetryOn("reset,5xx".into())
+            .apply(&demo)
+            .expect("retry_on");
+        assert!(retries.contains("retry_on: reset,5xx\n"), "{retries}");
+        assert!(!retries.contains(SHIPPED_RETRY_ON), "{retries}");
+
+        let trusted = EnvoyEdit::TrustLoopbackCallers
+            .apply(&demo)
+            .expect("internal loopback");
+        assert!(trusted.contains("internal_address_config:"), "{trusted}");
+
+        let dead = EnvoyEdit::DeadUpstreamEndpoint { port: 1 }
+            .apply(&demo)
+            .expect("dead endpoint");
+        let cluster = dead
+            .split("- name: demo_upstream")
+            .nth(1)
+            .and_then(|rest| rest.split("- name:").next())
+            .expect("the demo_upstream cluster");
+        assert_eq!(cluster.matches("- endpoint:").count(), 2, "{cluster}");
+        assert!(cluster.contains("port_value: 1 }"), "{cluster}");
 
         let jwt = EnvoyEdit::JwtAuthn {
             issuer: "https://issuer.test".into(),

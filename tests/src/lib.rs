@@ -14,7 +14,8 @@
 //! Scenarios beyond the demo shape add to that: a second Envoy + lease-store replica
 //! ([`StackOptions::two_replicas`], from the shipped `envoy/two-replicas.yaml`), Envoy edits
 //! for `jwt_authn`, an mTLS listener or a short route timeout ([`envoy_variants`]), and the
-//! tokens and certificates those need ([`jwt`], [`mtls`]).
+//! tokens and certificates those need ([`jwt`], [`mtls`]), and a listener served from a
+//! file so a plugin configuration can be pushed to a running Envoy ([`lds`]).
 //!
 //! The binaries are not built by `cargo test -p keyflight-e2e`: `make test` builds them
 //! first. [`binaries`] says where they are looked for and how to override that.
@@ -23,6 +24,7 @@ pub mod binaries;
 pub mod envoy_config;
 pub mod envoy_variants;
 pub mod jwt;
+pub mod lds;
 pub mod metrics;
 pub mod mtls;
 pub mod raw_http;

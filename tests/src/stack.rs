@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use crate::binaries::Binaries;
 use crate::envoy_config::{self, Ports};
 use crate::envoy_variants::EnvoyEdit;
+use crate::lds;
 use crate::metrics::StoreMetrics;
 use crate::reply::Reply;
 
@@ -61,6 +62,11 @@ pub struct StackOptions {
     two_replicas: bool,
     /// Applied in order to every rendered Envoy config.
     envoy_edits: Vec<EnvoyEdit>,
+    /// Extra environment of every lease-store (e.g. `KEYFLIGHT_MAX_BODY_BYTES`).
+    store_env: Vec<(String, String)>,
+    /// Serve replica 0's listener from an LDS file, so [`Stack::reconfigure`] can push a
+    /// new plugin configuration.
+    listener_from_file: bool,
 }
 
 impl Default for StackOptions {
@@ -72,6 +78,8 @@ impl Default for StackOptions {
             plugin,
             two_replicas: false,
             envoy_edits: Vec::new(),
+            store_env: Vec::new(),
+            listener_from_file: false,
         }
     }
 }
@@ -105,6 +113,19 @@ impl StackOptions {
         self
     }
 
+    /// Serves replica 0's listener from a file (LDS) instead of the bootstrap, so that
+    /// [`Stack::reconfigure`] can push a new plugin configuration while Envoy runs.
+    pub fn reconfigurable(mut self) -> Self {
+        self.listener_from_file = true;
+        self
+    }
+
+    /// Sets an environment variable of every lease-store the stack starts.
+    pub fn store_env(mut self, name: &str, value: &str) -> Self {
+        self.store_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// The token the filter presents to the lease-store, as the plugin JSON says.
     fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
@@ -135,6 +156,7 @@ pub struct Stack {
     config_path: PathBuf,
     client: reqwest::Client,
     binaries: Binaries,
+    options: StackOptions,
 }
 
 impl Stack {
@@ -203,6 +225,7 @@ impl Stack {
             config_path,
             client: http_client(),
             binaries,
+            options,
         }
     }
 
@@ -226,6 +249,7 @@ impl Stack {
                 ("content-type".into(), "application/json".into()),
             ],
             body: Vec::new(),
+            timeout: None,
         };
         match self.second {
             Some(_) => post.header("host", SHARED_AUTHORITY),
@@ -236,6 +260,12 @@ impl Stack {
     /// The port of Envoy replica `replica`'s listener, for raw requests ([`crate::raw_http`]).
     pub fn listener_port(&self, replica: usize) -> u16 {
         self.ports_of(replica).listener
+    }
+
+    /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
+    /// [`Stack::post`] (the `keyflight` client command).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.listener)
     }
 
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
@@ -322,6 +352,56 @@ impl Stack {
         }
     }
 
+    /// Pushes a new plugin configuration to replica 0 (a [`StackOptions::reconfigurable`]
+    /// stack), as a control plane does: Envoy builds a new listener with it and drains the
+    /// old one. Returns once Envoy has accepted the update.
+    pub async fn reconfigure(&mut self, edit: impl FnOnce(&mut Value)) {
+        assert!(
+            self.options.listener_from_file,
+            "reconfigure needs StackOptions::reconfigurable"
+        );
+        edit(&mut self.options.plugin);
+        let yaml = envoy_config::shipped_demo_yaml();
+        let rendered = render_for(
+            &self.binaries,
+            &yaml,
+            envoy_config::SHIPPED_PORTS,
+            self.ports,
+            &self.options,
+        );
+        let lds_path = lds_path_of(&self.config_path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        let updates_before = self.envoy_stat("listener_manager.lds.update_success").await;
+        lds::write_atomically(&lds_path, &split.listeners)
+            .unwrap_or_else(|e| panic!("write {}: {e}", lds_path.display()));
+        self.eventually("Envoy accepted the new listener", || async {
+            self.envoy_stat("listener_manager.lds.update_success").await > updates_before
+        })
+        .await;
+    }
+
+    /// Everything Envoy replica 0 logged so far.
+    pub fn envoy_log(&self) -> String {
+        self.envoy.log()
+    }
+
+    /// Starts lease-store replica 0 again on its port (after [`Stack::stop_lease_store`],
+    /// or killing it at once if it still runs) and waits until it is ready: a pod restart.
+    pub async fn restart_lease_store(&mut self) {
+        self.stop_lease_store();
+        let mut store = spawn_lease_store(
+            &self.binaries,
+            &self.postgres,
+            self.ports,
+            &self.options,
+            false,
+        );
+        let ready = format!("http://127.0.0.1:{}/readyz", self.ports.lease_store);
+        wait_http_ok(&ready, READY_TIMEOUT, Some(&mut store)).await;
+        self.lease_store_log = store.log_path().to_path_buf();
+        self.lease_store = Some(store);
+    }
+
     /// Sends `signal` to lease-store replica `replica` (`Stop` freezes it: a hung store).
     pub fn signal_lease_store(&self, replica: usize, signal: Signal) {
         match (replica, &self.lease_store, &self.second) {
@@ -380,9 +460,19 @@ impl Stack {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
+    pub fn sql(&self, sql: &str) -> String {
+        self.postgres.psql(sql)
+    }
+
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
     pub fn stop_postgres(&self) {
         self.postgres.stop();
+    }
+
+    /// Starts Postgres again after [`Stack::stop_postgres`] (crash recovery runs).
+    pub fn restart_postgres(&self) {
+        self.postgres.restart();
     }
 
     /// The filter's Envoy counter `keyflight.NAME` (F13), e.g. `outcome.replay` or
@@ -394,7 +484,18 @@ impl Stack {
     /// [`Stack::filter_counter`] of Envoy replica `replica`.
     pub async fn filter_counter_at(&self, replica: usize, name: &str) -> u64 {
         // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix.
-        let stat = format!("wasmcustom.keyflight.{name}");
+        self.envoy_stat_at(replica, &format!("wasmcustom.keyflight.{name}"))
+            .await
+    }
+
+    /// Envoy's own counter `stat` (e.g. `cluster.demo_upstream.upstream_rq_retry`) on
+    /// replica 0; `0` when it was never incremented.
+    pub async fn envoy_stat(&self, stat: &str) -> u64 {
+        self.envoy_stat_at(0, stat).await
+    }
+
+    /// [`Stack::envoy_stat`] of Envoy replica `replica`.
+    pub async fn envoy_stat_at(&self, replica: usize, stat: &str) -> u64 {
         let url = format!(
             "http://127.0.0.1:{}/stats?filter=^{stat}$",
             self.ports_of(replica).admin
@@ -458,6 +559,9 @@ impl Drop for Stack {
             self.lease_store_log.clone(),
             self.config_path.clone(),
         ];
+        if self.options.listener_from_file {
+            logs.push(lds_path_of(&self.config_path));
+        }
         if let Some(second) = &self.second {
             logs.extend([
                 second.envoy.log_path().to_path_buf(),
@@ -493,9 +597,16 @@ pub struct Post<'a> {
     path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    timeout: Option<Duration>,
 }
 
 impl Post<'_> {
+    /// Gives up on the answer after `timeout`: a caller that times out and hangs up.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Adds an `Idempotency-Key` header (call twice to send it twice).
     pub fn key(self, key: &str) -> Self {
         self.header("idempotency-key", key)
@@ -550,6 +661,9 @@ impl Post<'_> {
     pub async fn try_send(self) -> Result<Reply, reqwest::Error> {
         let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
         let mut request = self.stack.client.post(&url).body(self.body);
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
         for (name, value) in &self.headers {
             let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes())
                 .unwrap_or_else(|e| panic!("header {name}: {value:?} cannot be sent: {e}"));
@@ -650,19 +764,47 @@ fn write_rendered(
     options: &StackOptions,
 ) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
+    let rendered = render_for(binaries, yaml, shipped, ports, options);
+    let path = std::env::temp_dir().join(format!(
+        "keyflight-e2e-envoy-{}-{}.yaml",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
+    };
+    // Only the first replica's listener is reconfigurable.
+    if options.listener_from_file && shipped == envoy_config::SHIPPED_PORTS {
+        let lds_path = lds_path_of(&path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        write(&lds_path, &split.listeners);
+        write(&path, &split.bootstrap);
+    } else {
+        write(&path, &rendered);
+    }
+    path
+}
+
+/// The shipped config `yaml` with these ports, the wasm, the plugin JSON and the edits.
+fn render_for(
+    binaries: &Binaries,
+    yaml: &str,
+    shipped: Ports,
+    ports: Ports,
+    options: &StackOptions,
+) -> String {
     let wasm = binaries.wasm.display().to_string();
     let mut rendered = envoy_config::render_from(yaml, shipped, ports, &wasm, &options.plugin)
         .unwrap_or_else(|e| panic!("{e}"));
     for edit in &options.envoy_edits {
         rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
     }
-    let path = std::env::temp_dir().join(format!(
-        "keyflight-e2e-envoy-{}-{}.yaml",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&path, rendered).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    path
+    rendered
+}
+
+/// Where the listener of the bootstrap at `config` lives when it is served from a file.
+fn lds_path_of(config: &std::path::Path) -> PathBuf {
+    config.with_extension("lds.json")
 }
 
 fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
@@ -673,6 +815,12 @@ fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
         "2",
         "--log-level",
         "info",
+        // A listener replaced by a new configuration (StackOptions::reconfigurable) is
+        // drained for this long, then closed and its plugin retired.
+        "--drain-time-s",
+        "1",
+        "--drain-strategy",
+        "immediate",
     ]);
     ChildGuard::spawn("envoy", command)
 }
@@ -704,6 +852,7 @@ fn spawn_lease_store(
             format!("127.0.0.1:{}", ports.lease_store),
         )
         .env("KEYFLIGHT_TOKEN", options.filter_token())
-        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .envs(options.store_env.iter().map(|(k, v)| (k, v)));
     ChildGuard::spawn("lease-store", command)
 }

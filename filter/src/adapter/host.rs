@@ -13,9 +13,9 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
 use crate::config::LeaseStore;
-use crate::metrics::Metric;
+use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
-use crate::store_call::StoreCall;
+use crate::store_call::{EPOCH_PATH, StoreCall};
 
 /// Writes one log line prefixed with `keyflight:`.
 pub fn log(level: LogLevel, message: &str) {
@@ -85,6 +85,11 @@ pub fn replace_shared_data(key: &str, value: &[u8]) {
     }
 }
 
+/// Tells the host a retired root context has finished its work.
+pub fn done() {
+    let _ = hostcalls::done();
+}
+
 /// Sets the root context's tick period.
 pub fn set_tick_period(period: Duration) {
     let _ = hostcalls::set_tick_period(period);
@@ -112,17 +117,29 @@ pub fn send_reply(reply: &LocalReply) {
 /// cluster that exists in the Envoy config, and a non-zero timeout (0 would
 /// mean none at all).
 pub fn dispatch(store: &LeaseStore, call: &StoreCall, timeout: Duration) -> Option<u32> {
-    let path = call.path();
+    dispatch_request(store, "POST", &call.path(), Some(&call.body()), timeout)
+}
+
+/// Asks the lease-store for its operator epoch (`GET /v1/epoch`, F9).
+pub fn dispatch_epoch(store: &LeaseStore, timeout: Duration) -> Option<u32> {
+    dispatch_request(store, "GET", EPOCH_PATH, None, timeout)
+}
+
+fn dispatch_request(
+    store: &LeaseStore,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Option<u32> {
     let bearer = format!("Bearer {}", store.token);
     let headers = vec![
-        (":method", call.method()),
-        (":path", path.as_str()),
+        (":method", method),
+        (":path", path),
         (":authority", store.authority.as_str()),
         ("authorization", bearer.as_str()),
         ("content-type", "application/json"),
     ];
-    let body = call.body();
-    let body = (!body.is_empty()).then_some(body.as_slice());
     let timeout = timeout.max(Duration::from_millis(1));
     match hostcalls::dispatch_http_call(&store.cluster, headers, body, vec![], timeout) {
         Ok(token) => Some(token),
@@ -153,14 +170,15 @@ pub fn call_answer(num_headers: usize, body_size: usize) -> (Option<u16>, Vec<u8
     (status, buffer(BufferType::HttpCallResponseBody, body_size))
 }
 
-/// Envoy counter ids, defined once at configuration time.
+/// Envoy counter and gauge ids, defined once at configuration time.
 #[derive(Debug, Default)]
 pub struct Counters {
     ids: HashMap<Metric, u32>,
+    gauges: HashMap<Gauge, u32>,
 }
 
 impl Counters {
-    /// Defines every keyflight counter.
+    /// Defines every keyflight counter and gauge.
     pub fn define() -> Self {
         let ids = Metric::all()
             .filter_map(|m| {
@@ -169,7 +187,23 @@ impl Counters {
                     .map(|id| (m, id))
             })
             .collect();
-        Counters { ids }
+        let gauges = Gauge::ALL
+            .into_iter()
+            .filter_map(|g| {
+                hostcalls::define_metric(MetricType::Gauge, g.name())
+                    .ok()
+                    .map(|id| (g, id))
+            })
+            .collect();
+        Counters { ids, gauges }
+    }
+
+    /// Adds `delta` to a gauge. Every worker adds its own changes, so the
+    /// gauge Envoy reports is the sum over workers.
+    pub fn adjust(&self, gauge: Gauge, delta: i64) {
+        if let Some(&id) = self.gauges.get(&gauge) {
+            let _ = hostcalls::increment_metric(id, delta);
+        }
     }
 
     /// Increments one counter.

@@ -18,7 +18,7 @@ use crate::config::{Config, parse_plugin_config};
 use crate::epoch::EpochWatch;
 use crate::identity;
 use crate::machine::{self, Action, Event, Machine};
-use crate::renewal::Renewals;
+use crate::outbox::{CallId, Outbox, OutboxAction};
 use crate::status_matrix;
 use crate::store_call::{
     CallError, StoreCall, parse_ack_answer, parse_claim_answer, parse_epoch_answer,
@@ -35,9 +35,11 @@ proxy_wasm::main! {{
 struct Shared {
     config: Rc<Config>,
     counters: Counters,
-    renewals: RefCell<Renewals>,
+    /// The worker's record outbox (F14); the root context drives it. It is
+    /// the root's, not the configuration's: a reconfigured plugin keeps it.
+    outbox: Rc<RefCell<Outbox>>,
     /// The operator epoch the edge cache is checked against (F9); `None`
-    /// when the cache is off.
+    /// when no request can use the cache.
     epoch: Option<RefCell<EpochWatch>>,
 }
 
@@ -50,19 +52,56 @@ impl Shared {
     }
 }
 
-/// The plugin's root context: configuration, counters, lease renewal (F4)
-/// and the edge cache's operator epoch (F9).
+/// The plugin's root context: configuration, counters, the record outbox,
+/// which renews leases and delivers handed-off records from `on_tick` (F4,
+/// F14), and the edge cache's operator epoch (F9).
 #[derive(Default)]
 struct Root {
     shared: Option<Rc<Shared>>,
-    /// Renew callouts in flight: token → the stream's context id.
-    renew_calls: BTreeMap<u32, u32>,
+    outbox: Option<Rc<RefCell<Outbox>>>,
+    /// Outbox callouts in flight: token → which call.
+    calls: BTreeMap<u32, CallId>,
     /// The epoch question in flight.
     epoch_call: Option<u32>,
+    /// The host asked this root context to finish (`on_done`) while the
+    /// outbox still held claims: it keeps ticking until they are settled.
+    draining: bool,
+}
+
+impl Root {
+    /// Performs what the outbox asked for.
+    fn perform(&mut self, actions: Vec<OutboxAction>) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let mut queue: VecDeque<OutboxAction> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                OutboxAction::Dispatch { id, call } => {
+                    let store = &shared.config.lease_store;
+                    match host::dispatch(store, &call, store.timeout) {
+                        Some(token) => {
+                            self.calls.insert(token, id);
+                        }
+                        None => {
+                            if let Ok(mut outbox) = shared.outbox.try_borrow_mut() {
+                                let answer = Err(CallError::Dispatch);
+                                queue.extend(outbox.on_answer(id, answer, host::now_ms()));
+                            }
+                        }
+                    }
+                }
+                OutboxAction::Count(metric) => shared.counters.increment(metric),
+                OutboxAction::Adjust { gauge, delta } => shared.counters.adjust(gauge, delta),
+                OutboxAction::Log { level, message } => host::log(log_level(level), &message),
+            }
+        }
+    }
 }
 
 impl Context for Root {
-    /// Renew answers (calls dispatched from `on_tick` answer to the root context).
+    /// Answers to the outbox's calls (calls dispatched from `on_tick` answer
+    /// to the root context).
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -70,25 +109,48 @@ impl Context for Root {
         body_size: usize,
         _: usize,
     ) {
-        let Some(shared) = &self.shared else { return };
         if self.epoch_call == Some(token) {
             self.epoch_call = None;
             let (status, body) = host::call_answer(num_headers, body_size);
-            if let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut) {
+            if let Some(shared) = &self.shared
+                && let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut)
+            {
                 watch.answered(parse_epoch_answer(status, &body));
             }
             return;
         }
-        let Some(context_id) = self.renew_calls.remove(&token) else {
+        let Some(id) = self.calls.remove(&token) else {
+            return;
+        };
+        let Some(shared) = self.shared.clone() else {
             return;
         };
         let (status, body) = host::call_answer(num_headers, body_size);
         let result = parse_ack_answer(status, &body);
-        if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
-            for metric in renewals.answered(context_id, result) {
-                shared.counters.increment(metric);
-            }
+        let actions = match shared.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.on_answer(id, result, host::now_ms()),
+            Err(_) => return,
+        };
+        self.perform(actions);
+    }
+
+    /// The host retires this root context (the plugin was reconfigured or is
+    /// being removed). Claims still in the outbox would be forgotten with it
+    /// — each one a same-body retry that runs again — so it asks to stay
+    /// until they are settled: every delivery ends by its retry budget.
+    fn on_done(&mut self) -> bool {
+        let done = self
+            .outbox
+            .as_ref()
+            .is_none_or(|outbox| outbox.try_borrow().is_ok_and(|o| o.is_empty()));
+        self.draining = !done;
+        if self.draining {
+            host::log(
+                LogLevel::Info,
+                "plugin retired with claims in the record outbox: settling them first",
+            );
         }
+        done
     }
 }
 
@@ -98,14 +160,18 @@ impl RootContext for Root {
         match parse_plugin_config(&json) {
             Ok(config) => {
                 host::set_tick_period(config.tick_period());
+                let outbox = Rc::clone(
+                    self.outbox
+                        .get_or_insert_with(|| Rc::new(RefCell::new(Outbox::new(0)))),
+                );
+                outbox.borrow_mut().set_max_bytes(config.outbox.max_bytes);
                 self.shared = Some(Rc::new(Shared {
                     epoch: config
-                        .edge_cache
-                        .as_ref()
-                        .map(|c| RefCell::new(EpochWatch::new(c))),
+                        .edge_cache_in_use()
+                        .map(|c| RefCell::new(EpochWatch::new(&c))),
                     config: Rc::new(config),
                     counters: Counters::define(),
-                    renewals: RefCell::default(),
+                    outbox,
                 }));
                 true
             }
@@ -120,38 +186,35 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        let Some(shared) = &self.shared else { return };
-        let store = &shared.config.lease_store;
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
         if let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut)
             && watch.due(host::now_ms())
         {
-            match host::dispatch(store, &StoreCall::Epoch, store.timeout) {
+            let store = &shared.config.lease_store;
+            match host::dispatch_epoch(store, store.timeout) {
                 Some(token) => self.epoch_call = Some(token),
                 None => watch.not_sent(),
             }
         }
-        let Ok(mut renewals) = shared.renewals.try_borrow_mut() else {
-            return;
+        let actions = match shared.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.on_tick(host::now_ms()),
+            Err(_) => return,
         };
-        for (context_id, call) in renewals.due(host::now_ms()) {
-            match host::dispatch(store, &call, store.timeout) {
-                Some(token) => {
-                    self.renew_calls.insert(token, context_id);
-                }
-                None => {
-                    for metric in renewals.answered(context_id, Err(CallError::Dispatch)) {
-                        shared.counters.increment(metric);
-                    }
-                }
-            }
+        self.perform(actions);
+        let settled = shared.outbox.try_borrow().is_ok_and(|o| o.is_empty());
+        if self.draining && self.calls.is_empty() && settled {
+            self.draining = false;
+            host::log(LogLevel::Info, "record outbox settled; plugin retired");
+            host::done();
         }
     }
 
-    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         // The SDK panics if this returns `None`; without a configuration (the
         // plugin failed to start) a stream simply passes everything through.
         Some(Box::new(Stream {
-            context_id,
             machine: self
                 .shared
                 .as_ref()
@@ -176,7 +239,6 @@ enum CallKind {
 
 /// One HTTP stream.
 struct Stream {
-    context_id: u32,
     machine: Option<Machine>,
     shared: Option<Rc<Shared>>,
     pending_call: Option<(u32, CallKind)>,
@@ -253,10 +315,12 @@ impl Stream {
                     }
                     None
                 }
-                Action::LeaseLost => {
-                    if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
-                        for metric in renewals.lease_lost(self.context_id) {
-                            shared.counters.increment(metric);
+                Action::LeaseLost { claim_id } => {
+                    if let Ok(mut outbox) = shared.outbox.try_borrow_mut() {
+                        for action in outbox.lease_lost(claim_id) {
+                            if let OutboxAction::Count(metric) = action {
+                                shared.counters.increment(metric);
+                            }
                         }
                     }
                     None
@@ -275,9 +339,7 @@ impl Stream {
                     let kind = match call {
                         StoreCall::Claim { .. } => CallKind::Claim,
                         StoreCall::Finalize { .. } => CallKind::Finalize,
-                        StoreCall::Release { .. } | StoreCall::Renew { .. } | StoreCall::Epoch => {
-                            CallKind::Release
-                        }
+                        StoreCall::Release { .. } | StoreCall::Renew { .. } => CallKind::Release,
                     };
                     match host::dispatch(&shared.config.lease_store, &call, timeout) {
                         Some(token) => {
@@ -291,27 +353,36 @@ impl Stream {
                     host::send_reply(&reply);
                     None
                 }
-                Action::StartRenewal {
-                    scope,
-                    claim_id,
-                    lease,
-                    interval,
-                } => {
-                    if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
-                        renewals.start(
-                            self.context_id,
-                            scope,
-                            claim_id,
-                            lease,
-                            interval,
-                            host::now_ms(),
-                        );
+                Action::StartRenewal(lease) => {
+                    if let Ok(mut outbox) = shared.outbox.try_borrow_mut() {
+                        outbox.start(lease, host::now_ms());
                     }
                     None
                 }
-                Action::StopRenewal => {
-                    if let Ok(mut renewals) = shared.renewals.try_borrow_mut() {
-                        renewals.stop(self.context_id);
+                Action::StopRenewal { claim_id } => {
+                    if let Ok(mut outbox) = shared.outbox.try_borrow_mut() {
+                        outbox.stop(claim_id);
+                    }
+                    None
+                }
+                Action::HandOff(handoff) => {
+                    // The outbox's own actions are counters, gauges and logs;
+                    // its calls go out from the root context's next tick.
+                    let actions = match shared.outbox.try_borrow_mut() {
+                        Ok(mut outbox) => outbox.hand_off(handoff, host::now_ms()),
+                        Err(_) => Vec::new(),
+                    };
+                    for action in actions {
+                        match action {
+                            OutboxAction::Count(metric) => shared.counters.increment(metric),
+                            OutboxAction::Adjust { gauge, delta } => {
+                                shared.counters.adjust(gauge, delta)
+                            }
+                            OutboxAction::Log { level, message } => {
+                                host::log(log_level(level), &message)
+                            }
+                            OutboxAction::Dispatch { .. } => {}
+                        }
                     }
                     None
                 }
@@ -320,11 +391,7 @@ impl Stream {
                     None
                 }
                 Action::Log { level, message } => {
-                    let level = match level {
-                        machine::LogLevel::Info => LogLevel::Info,
-                        machine::LogLevel::Warn => LogLevel::Warn,
-                    };
-                    host::log(level, &message);
+                    host::log(log_level(level), &message);
                     None
                 }
             };
@@ -339,17 +406,25 @@ impl Stream {
     }
 }
 
+fn log_level(level: machine::LogLevel) -> LogLevel {
+    match level {
+        machine::LogLevel::Info => LogLevel::Info,
+        machine::LogLevel::Warn => LogLevel::Warn,
+    }
+}
+
 /// The response head the machine asked for with `ReadResponseHeaders`.
 fn response_head(end_of_stream: bool) -> Event {
     let status = host::header(MapType::HttpResponseHeaders, ":status")
         .and_then(|v| crate::store_call::parse_status(&v))
         .unwrap_or(502);
     // F6: Envoy marks responses that came from the upstream `via_upstream`;
-    // for the ones it generated, the response flags say whether the request
-    // may have reached the upstream (status_matrix).
+    // for the ones it generated, the response flags and the attempt count say
+    // whether the request may have reached the upstream (status_matrix).
     let origin = status_matrix::origin(
         host::property(&["response", "code_details"]).as_deref(),
         host::property(&["response", "flags"]).as_deref(),
+        host::property(&["upstream", "request_attempt_count"]).as_deref(),
     );
     // FIELD-NOTES: pausing here (and in the body callbacks) holds the whole
     // response, headers included, until the finalize answer resumes it (F7).

@@ -34,7 +34,8 @@ pub(crate) const EXAMPLE: &str = r#"{
       "replay_headers": [],
       "fingerprint_headers": ["if-match", "x-approval-digest"],
       "failure_mode": "closed",
-      "uncertain": "retry"
+      "uncertain": "retry",
+      "router_retries": "off"
     }
   ]
 }"#;
@@ -123,6 +124,7 @@ fn defaults_are_applied() {
     assert_eq!(p.fingerprint_headers, vec!["if-match", "x-approval-digest"]);
     assert_eq!(p.failure_mode, FailureMode::Closed);
     assert_eq!(p.uncertain, Uncertain::Retry);
+    assert_eq!(p.router_retries, RouterRetries::Off);
 }
 
 #[test]
@@ -334,6 +336,10 @@ fn each_invalid_field_is_named() {
             "policies[0].uncertain",
         ),
         (
+            policy_err(json!({"router_retries": "on"})),
+            "policies[0].router_retries",
+        ),
+        (
             policy_err(json!({"lease_ms": "30s"})),
             "policies[0].lease_ms",
         ),
@@ -406,7 +412,7 @@ fn not_json_is_refused() {
 }
 
 #[test]
-fn tick_period_follows_the_shortest_renew_interval() {
+fn tick_period_follows_the_shortest_renew_interval_up_to_a_quarter_second() {
     let config = with(
         serde_json::json!({"lease_ms": 1200, "renew_interval_ms": 400}),
         false,
@@ -414,7 +420,7 @@ fn tick_period_follows_the_shortest_renew_interval() {
     .unwrap();
     assert_eq!(config.tick_period(), Duration::from_millis(100));
     let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
-    assert_eq!(config.tick_period(), Duration::from_secs(1));
+    assert_eq!(config.tick_period(), Duration::from_millis(250));
 }
 
 #[test]
@@ -468,8 +474,15 @@ fn the_epoch_is_needed_only_where_the_edge_cache_can_serve() {
     assert!(opted_out.edge_cache_in_use().is_none());
     let off = with(serde_json::json!({"edge_cache": {"max_bytes": 0}}), true).unwrap();
     assert!(off.edge_cache_in_use().is_none());
-    // A staleness bound of 3 s asks every second: the tick keeps up.
-    assert_eq!(enforce.tick_period(), Duration::from_secs(1));
+    // The epoch interval (1 s for the default 3 s bound) is coarser than the
+    // outbox's 250 ms cap; a tighter bound tightens the tick.
+    assert_eq!(enforce.tick_period(), Duration::from_millis(250));
+    let tight = with(
+        serde_json::json!({"edge_cache": {"max_staleness_ms": 300}}),
+        true,
+    )
+    .unwrap();
+    assert_eq!(tight.tick_period(), Duration::from_millis(100));
 }
 
 #[test]
@@ -520,4 +533,53 @@ fn a_claim_that_is_a_json_object_is_refused_at_start() {
         assert_eq!(error.path, "identity.actor[0].jwt_claim.claim", "{object}");
         assert!(error.message.contains("object"), "{error}");
     }
+}
+
+#[test]
+fn the_outbox_and_its_retry_budget_have_defaults_and_bounds() {
+    let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
+    assert_eq!(config.outbox.max_bytes, 16 * 1024 * 1024);
+    assert_eq!(
+        config.policies[0].record_retry_budget,
+        Duration::from_secs(120)
+    );
+    let config = with(
+        serde_json::json!({"outbox": {"max_bytes": 1_048_576}}),
+        true,
+    )
+    .unwrap();
+    assert_eq!(config.outbox.max_bytes, 1_048_576);
+    let config = with(serde_json::json!({"record_retry_budget_ms": 30_000}), false).unwrap();
+    assert_eq!(
+        config.policies[0].record_retry_budget,
+        Duration::from_secs(30)
+    );
+
+    let err = with(serde_json::json!({"outbox": {"max_bytes": 10}}), true).unwrap_err();
+    assert_eq!(err.path, "outbox.max_bytes");
+    let err = with(serde_json::json!({"outbox": {"max_entries": 10}}), true).unwrap_err();
+    assert_eq!(err.path, "outbox.max_entries");
+    let err = with(serde_json::json!({"record_retry_budget_ms": 0}), false).unwrap_err();
+    assert_eq!(err.path, "policies[0].record_retry_budget_ms");
+}
+
+#[test]
+fn a_record_cap_the_store_would_refuse_is_a_configuration_error() {
+    // 7 MiB base64-encoded is ~9.3 MiB: over the store's default 8 MiB limit.
+    let err = with(
+        serde_json::json!({"max_cacheable_response_bytes": 7 * 1024 * 1024}),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(err.path, "policies[0].max_cacheable_response_bytes");
+    assert!(err.message.contains("lease_store.max_body_bytes"), "{err}");
+
+    // Raising the store's limit (on both sides) makes it work.
+    let mut doc: serde_json::Value = serde_json::from_str(MINIMAL).unwrap();
+    doc["lease_store"]["max_body_bytes"] = serde_json::json!(16 * 1024 * 1024);
+    doc["policies"][0]["max_cacheable_response_bytes"] = serde_json::json!(7 * 1024 * 1024);
+    assert!(parse_plugin_config(doc.to_string().as_bytes()).is_ok());
+
+    // The default cap fits the default limit.
+    assert!(finalize_bytes(2 * 1024 * 1024) <= DEFAULT_STORE_MAX_BODY_BYTES);
 }

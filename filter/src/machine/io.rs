@@ -16,13 +16,13 @@
 
 use std::time::Duration;
 
-use keyflight_protocol::Digest;
 use keyflight_protocol::wire::ClaimResponse;
 use uuid::Uuid;
 
 use crate::edge_cache::Entry;
 use crate::identity::Lookup;
 use crate::metrics::Metric;
+use crate::outbox::{Handoff, Lease};
 use crate::problem::LocalReply;
 use crate::status_matrix::ResponseOrigin;
 use crate::store_call::{CallError, StoreCall};
@@ -183,22 +183,23 @@ pub enum Action {
     },
     /// Resume the held response (`resume_http_response`).
     ResumeResponse,
-    /// Start renewing this stream's lease every `interval` (F4).
-    StartRenewal {
-        /// The scope digest.
-        scope: Digest,
-        /// The claim to renew.
+    /// Register the won claim with the worker's outbox, which renews its
+    /// lease every `interval` (F4) until the stream settles or hands it off.
+    StartRenewal(Lease),
+    /// The stream settled its claim: the outbox stops renewing it.
+    StopRenewal {
+        /// The claim.
         claim_id: Uuid,
-        /// Lease length requested on each renew.
-        lease: Duration,
-        /// Renew period.
-        interval: Duration,
     },
-    /// Stop renewing this stream's lease.
-    StopRenewal,
-    /// A finalize or release found this stream's lease stolen: the renewal
-    /// registry counts `lease_stolen` unless a renew already did.
-    LeaseLost,
+    /// A finalize or release found this stream's lease stolen: the outbox
+    /// counts `lease_stolen` unless a renew already did.
+    LeaseLost {
+        /// The claim.
+        claim_id: Uuid,
+    },
+    /// The stream cannot see its claim settled: the outbox takes the claim
+    /// and its settle call over (F14).
+    HandOff(Handoff),
     /// Increment a counter.
     Count(Metric),
     /// Write a log line (never a raw key, principal or body).

@@ -39,8 +39,10 @@ use crate::edge_cache::{self, CachedResponse, Entry, Lookup};
 use crate::encoding::{self, Accepted};
 use crate::identity;
 use crate::metrics::{EventKind, Metric, Outcome};
+use crate::outbox::{Handoff, Lease};
 use crate::problem::{LocalReply, problem_reply};
 use crate::replay::{REPLAYED_HEADER, keep_headers};
+use crate::router_retries;
 use crate::status_matrix::{Disposition, classify};
 use crate::store_call::{CallError, StoreCall};
 
@@ -98,13 +100,6 @@ struct Ready {
     timeout: Duration,
 }
 
-/// What the in-flight record call will make of the record.
-#[derive(Debug, Clone, Copy)]
-enum RecordKind {
-    Finalize,
-    Release,
-}
-
 #[derive(Debug, Default)]
 enum State {
     /// Nothing seen yet.
@@ -132,10 +127,14 @@ enum State {
         headers: Vec<(String, String)>,
         buffered: usize,
     },
-    /// Finalize or release is in flight; `held` while the response waits for
-    /// it; `cache` is what to put in the edge cache once the record is durable.
+    /// Finalize or release (`call`) is in flight; `held` while the response
+    /// waits for it; `cache` is what to put in the edge cache once the record
+    /// is durable. The call is kept so that the outbox can take it over if
+    /// it fails or the stream ends first (F14).
     Recording {
-        kind: RecordKind,
+        call: StoreCall,
+        policy: Rc<Policy>,
+        claim_id: Uuid,
         held: bool,
         cache: Option<(String, Entry)>,
     },
@@ -152,7 +151,9 @@ enum State {
 pub struct Machine {
     config: Rc<Config>,
     state: State,
-    renewing: bool,
+    /// The claim whose lease the outbox renews for this stream, until the
+    /// stream settles it or hands it off.
+    renewing: Option<Uuid>,
     /// The operator epoch the edge-cache read was made under (F9): entries
     /// this stream writes carry it, so an erase after it invalidates them.
     cache_epoch: Option<u64>,
@@ -164,7 +165,7 @@ impl Machine {
         Machine {
             config,
             state: State::Start,
-            renewing: false,
+            renewing: None,
             cache_epoch: None,
         }
     }
@@ -236,15 +237,12 @@ impl Machine {
             }
             Event::ResponseBodyComplete { body } => self.response_body_complete(&mut out, body),
             Event::FinalizeAnswered(result) => {
-                self.record_answered(&mut out, RecordKind::Finalize, result);
+                self.record_answered(&mut out, SettleCall::Finalize, result);
             }
             Event::ReleaseAnswered(result) => {
-                self.record_answered(&mut out, RecordKind::Release, result);
+                self.record_answered(&mut out, SettleCall::Release, result);
             }
-            Event::StreamDone => {
-                self.stop_renewal(&mut out);
-                self.state = State::Done;
-            }
+            Event::StreamDone => self.stream_done(&mut out),
         }
         out
     }
@@ -471,13 +469,13 @@ impl Machine {
             } => {
                 out.push(Action::Count(Metric::Event(won_event(how))));
                 let lease = Duration::from_millis(lease_ms.max(1));
-                out.push(Action::StartRenewal {
+                out.push(Action::StartRenewal(Lease {
                     scope,
                     claim_id,
                     lease: policy.lease,
                     interval: policy.renew_interval.min(lease / 2),
-                });
-                self.renewing = true;
+                }));
+                self.renewing = Some(claim_id);
                 if self.config.mode == Mode::Enforce {
                     out.push(Action::SetRequestHeader {
                         name: FENCE_HEADER.to_owned(),
@@ -489,6 +487,13 @@ impl Machine {
                         name: encoding::ACCEPT_ENCODING.to_owned(),
                         value: Some(encoding::IDENTITY.to_owned()),
                     });
+                    // F15: the router must not resend what the claim let through.
+                    for (name, value) in router_retries::header_edits(policy.router_retries) {
+                        out.push(Action::SetRequestHeader {
+                            name: name.to_owned(),
+                            value: value.map(str::to_owned),
+                        });
+                    }
                 }
                 out.push(Action::ResumeRequest);
                 self.state = State::Upstream(Owned {
@@ -824,26 +829,8 @@ impl Machine {
         } else {
             None
         };
-        out.push(Action::CallStore {
-            call: StoreCall::Finalize {
-                scope: owned.scope,
-                request: FinalizeRequest {
-                    claim_id: owned.claim_id,
-                    response: StoredResponse::new(
-                        response.status,
-                        response.headers,
-                        &response.body,
-                    ),
-                    replayable,
-                },
-            },
-            timeout: self.config.lease_store.timeout,
-        });
-        self.state = State::Recording {
-            kind: RecordKind::Finalize,
-            held,
-            cache,
-        };
+        let call = finalize_call(&owned, response, replayable);
+        self.record(out, owned, call, held, cache);
     }
 
     /// Releases the lease; the response waits for the answer so that a retry
@@ -856,67 +843,78 @@ impl Machine {
         outcome: Outcome,
     ) {
         self.count_outcome(out, outcome);
-        let cooldown_ms =
-            (release_as == ReleaseAs::Cooldown).then(|| millis(owned.policy.failure_cooldown));
+        let call = release_call(&owned, release_as);
+        self.record(out, owned, call, true, None);
+    }
+
+    /// Makes the settle call from this stream; its answer resumes the response.
+    fn record(
+        &mut self,
+        out: &mut Vec<Action>,
+        owned: Owned,
+        call: StoreCall,
+        held: bool,
+        cache: Option<(String, Entry)>,
+    ) {
         out.push(Action::CallStore {
-            call: StoreCall::Release {
-                scope: owned.scope,
-                request: ReleaseRequest {
-                    claim_id: owned.claim_id,
-                    release_as,
-                    cooldown_ms,
-                },
-            },
+            call: call.clone(),
             timeout: self.config.lease_store.timeout,
         });
         self.state = State::Recording {
-            kind: RecordKind::Release,
-            held: true,
-            cache: None,
+            call,
+            policy: owned.policy,
+            claim_id: owned.claim_id,
+            held,
+            cache,
         };
     }
 
-    /// F7: the record call answered; whatever it said, the caller gets its response.
+    /// F7: the record call answered; whatever it said, the caller gets its
+    /// response. A transient failure hands the call to the outbox (F14),
+    /// which keeps the lease and resends it; the caller is not held longer.
     fn record_answered(
         &mut self,
         out: &mut Vec<Action>,
-        answered: RecordKind,
+        answered: SettleCall,
         result: Result<(), CallError>,
     ) {
-        let State::Recording { kind, held, .. } = self.state else {
+        let State::Recording { call, .. } = &self.state else {
             return;
         };
-        if !matches!(
-            (kind, answered),
-            (RecordKind::Finalize, RecordKind::Finalize)
-                | (RecordKind::Release, RecordKind::Release)
-        ) {
+        if SettleCall::of(call) != Some(answered) {
             return;
         }
-        let State::Recording { cache, .. } = std::mem::take(&mut self.state) else {
+        let State::Recording {
+            call,
+            policy,
+            claim_id,
+            held,
+            cache,
+        } = std::mem::take(&mut self.state)
+        else {
             return;
         };
-        if matches!(result, Err(CallError::LeaseLost)) {
-            // Before StopRenewal: the registry still knows whether a renew
-            // already counted this theft.
-            out.push(Action::LeaseLost);
-        }
-        self.stop_renewal(out);
-        let (call, error_event) = match kind {
-            RecordKind::Finalize => ("finalize", EventKind::FinalizeError),
-            RecordKind::Release => ("release", EventKind::ReleaseError),
+        let error_event = match answered {
+            SettleCall::Finalize => EventKind::FinalizeError,
+            SettleCall::Release => EventKind::ReleaseError,
         };
         match result {
             Ok(()) => {
+                self.stop_renewal(out);
                 if let Some((key, entry)) = cache {
                     out.push(Action::WriteEdgeCache { key, entry });
                 }
             }
             Err(CallError::LeaseLost) => {
+                // Before StopRenewal: the outbox still knows whether a renew
+                // already counted this theft.
+                out.push(Action::LeaseLost { claim_id });
+                self.stop_renewal(out);
                 out.push(Action::Log {
                     level: LogLevel::Warn,
                     message: format!(
-                        "{call}: the lease was stolen; delivering the response unrecorded"
+                        "{}: the lease was stolen; delivering the response unrecorded",
+                        call.name()
                     ),
                 });
             }
@@ -924,14 +922,89 @@ impl Machine {
                 out.push(Action::Count(Metric::Event(error_event)));
                 out.push(Action::Log {
                     level: LogLevel::Warn,
-                    message: format!("{call} failed: {error}; delivering the response"),
+                    message: format!(
+                        "scope {}: {} failed: {error}; delivering the response, the outbox \
+                         keeps the lease and retries",
+                        call.scope().to_hex(),
+                        call.name()
+                    ),
                 });
+                self.hand_off(out, &policy, claim_id, call, Some(error));
             }
         }
         if held {
             out.push(Action::ResumeResponse);
         }
         self.state = State::Delivering;
+    }
+
+    /// The stream ended (`on_log`/`on_done`). A claim it won and has not
+    /// settled passes to the outbox (F14) instead of being forgotten:
+    /// forgetting it would leave the record pending until the lease runs
+    /// out, and the next same-body retry would run the operation again.
+    fn stream_done(&mut self, out: &mut Vec<Action>) {
+        match std::mem::take(&mut self.state) {
+            // The caller left while the upstream ran: Envoy resets the
+            // upstream request, so whether it acted is unknown (F6 uncertain).
+            State::Upstream(owned) => {
+                let (release_as, outcome) = match owned.policy.uncertain {
+                    Uncertain::Retry => (ReleaseAs::Cooldown, Outcome::Failed),
+                    Uncertain::Hold => (ReleaseAs::Unknown, Outcome::OperationUnknown),
+                };
+                self.count_outcome(out, outcome);
+                out.push(Action::Count(Metric::Event(EventKind::CallerGone)));
+                let call = release_call(&owned, release_as);
+                self.hand_off(out, &owned.policy, owned.claim_id, call, None);
+            }
+            // The upstream answered a recordable status, and the caller left
+            // before its whole body was read: the operation happened, but
+            // there is no answer to replay. Completed, not replayable: a
+            // retry gets 409 `response_not_replayable`, never a second run.
+            State::BufferingResponse {
+                owned,
+                status,
+                headers,
+                ..
+            } => {
+                self.count_outcome(out, Outcome::CompletedUncacheable);
+                out.push(Action::Count(Metric::Event(EventKind::CallerGone)));
+                let response = CachedResponse {
+                    status,
+                    headers,
+                    body: Vec::new(),
+                };
+                let call = finalize_call(&owned, response, false);
+                self.hand_off(out, &owned.policy, owned.claim_id, call, None);
+            }
+            // The settle call was in flight: it is cancelled with the stream,
+            // and may or may not have landed. The store takes a repeat.
+            State::Recording {
+                call,
+                policy,
+                claim_id,
+                ..
+            } => self.hand_off(out, &policy, claim_id, call, None),
+            _ => self.stop_renewal(out),
+        }
+        self.state = State::Done;
+    }
+
+    /// Passes the claim and its settle call to the outbox (F14).
+    fn hand_off(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Policy,
+        claim_id: Uuid,
+        call: StoreCall,
+        last_error: Option<CallError>,
+    ) {
+        self.renewing = None;
+        out.push(Action::HandOff(Handoff {
+            claim_id,
+            call,
+            last_error,
+            budget: policy.record_retry_budget,
+        }));
     }
 
     // ----- shared helpers ------------------------------------------------
@@ -1017,8 +1090,8 @@ impl Machine {
     }
 
     fn stop_renewal(&mut self, out: &mut Vec<Action>) {
-        if std::mem::take(&mut self.renewing) {
-            out.push(Action::StopRenewal);
+        if let Some(claim_id) = self.renewing.take() {
+            out.push(Action::StopRenewal { claim_id });
         }
     }
 }
@@ -1074,6 +1147,49 @@ fn replay(
         headers,
         body: response.body,
     })
+}
+
+/// Which settle call an answer event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SettleCall {
+    Finalize,
+    Release,
+}
+
+impl SettleCall {
+    fn of(call: &StoreCall) -> Option<SettleCall> {
+        match call {
+            StoreCall::Finalize { .. } => Some(SettleCall::Finalize),
+            StoreCall::Release { .. } => Some(SettleCall::Release),
+            StoreCall::Claim { .. } | StoreCall::Renew { .. } => None,
+        }
+    }
+}
+
+/// The finalize that records `response` for the claim.
+fn finalize_call(owned: &Owned, response: CachedResponse, replayable: bool) -> StoreCall {
+    StoreCall::Finalize {
+        scope: owned.scope,
+        request: FinalizeRequest {
+            claim_id: owned.claim_id,
+            response: StoredResponse::new(response.status, response.headers, &response.body),
+            replayable,
+        },
+    }
+}
+
+/// The release that gives the claim up as `release_as`.
+fn release_call(owned: &Owned, release_as: ReleaseAs) -> StoreCall {
+    let cooldown_ms =
+        (release_as == ReleaseAs::Cooldown).then(|| millis(owned.policy.failure_cooldown));
+    StoreCall::Release {
+        scope: owned.scope,
+        request: ReleaseRequest {
+            claim_id: owned.claim_id,
+            release_as,
+            cooldown_ms,
+        },
+    }
 }
 
 fn won_event(how: WonHow) -> EventKind {

@@ -157,6 +157,24 @@ fn to_upstream(config: Rc<Config>) -> Machine {
     m
 }
 
+/// The claim id of [`won`].
+const CLAIM: Uuid = Uuid::from_u128(7);
+
+/// The outbox stops renewing [`CLAIM`]: the stream settled it.
+fn stop_renewal() -> Action {
+    Action::StopRenewal { claim_id: CLAIM }
+}
+
+/// The hand-offs to the outbox among `out`.
+fn handoffs(out: &[Action]) -> Vec<Handoff> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::HandOff(h) => Some(h.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn reply(out: &[Action]) -> &LocalReply {
     out.iter()
         .find_map(|a| match a {
@@ -186,6 +204,14 @@ fn calls(out: &[Action]) -> Vec<&StoreCall> {
             _ => None,
         })
         .collect()
+}
+
+/// The one store call among `out`.
+fn single_call(out: &[Action]) -> StoreCall {
+    match calls(out).as_slice() {
+        [call] => (*call).clone(),
+        other => panic!("expected one store call, got {other:?}"),
+    }
 }
 
 fn counts(out: &[Action]) -> Vec<Metric> {
@@ -501,12 +527,12 @@ fn won_forwards_with_the_fence_and_starts_renewal() {
             out,
             vec![
                 Action::Count(Metric::Event(event)),
-                Action::StartRenewal {
+                Action::StartRenewal(Lease {
                     scope,
                     claim_id: Uuid::from_u128(9),
                     lease: Duration::from_secs(30),
                     interval: Duration::from_secs(10),
-                },
+                }),
                 Action::SetRequestHeader {
                     name: "idempotency-fence".into(),
                     value: Some("41".into())
@@ -516,10 +542,55 @@ fn won_forwards_with_the_fence_and_starts_renewal() {
                     name: "accept-encoding".into(),
                     value: Some("identity".into())
                 },
+                Action::SetRequestHeader {
+                    name: "x-envoy-max-retries".into(),
+                    value: Some("0".into())
+                },
                 Action::ResumeRequest,
             ]
         );
     }
+}
+
+/// The request header edits a won claim makes before it resumes the request.
+fn forwarded_header_edits(config: Rc<Config>) -> Vec<(String, Option<String>)> {
+    let mut m = Machine::new(config);
+    to_claim(&mut m, b"{}");
+    m.on(Event::ClaimAnswered(Ok(won(3))))
+        .into_iter()
+        .filter_map(|action| match action {
+            Action::SetRequestHeader { name, value }
+                if name != FENCE_HEADER && name != encoding::ACCEPT_ENCODING =>
+            {
+                Some((name, value))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn by_default_the_router_may_not_retry_a_forwarded_request() {
+    assert_eq!(
+        forwarded_header_edits(config()),
+        vec![("x-envoy-max-retries".to_owned(), Some("0".to_owned()))]
+    );
+}
+
+#[test]
+fn router_retries_route_keeps_the_route_policy_and_drops_caller_retry_headers() {
+    let edits = forwarded_header_edits(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"router_retries": "route"}),
+    ));
+    assert_eq!(
+        edits,
+        vec![
+            ("x-envoy-retry-on".to_owned(), None),
+            ("x-envoy-retry-grpc-on".to_owned(), None),
+            ("x-envoy-hedge-on-per-try-timeout".to_owned(), None),
+        ]
+    );
 }
 
 #[test]
@@ -905,10 +976,7 @@ fn the_status_matrix_decides_what_is_recorded() {
             }
             (other, _) => panic!("{status}: unexpected calls {other:?}"),
         };
-        assert_eq!(
-            m.on(answered),
-            vec![Action::StopRenewal, Action::ResumeResponse]
-        );
+        assert_eq!(m.on(answered), vec![stop_renewal(), Action::ResumeResponse]);
         assert_eq!(m.on(Event::StreamDone), vec![]);
     }
 }
@@ -952,7 +1020,7 @@ fn a_recorded_response_is_buffered_filtered_and_held_until_finalized() {
     );
     assert_eq!(
         m.on(Event::FinalizeAnswered(Ok(()))),
-        vec![Action::StopRenewal, Action::ResumeResponse]
+        vec![stop_renewal(), Action::ResumeResponse]
     );
 }
 
@@ -971,32 +1039,61 @@ fn trailers_end_a_buffered_response_body() {
 }
 
 #[test]
-fn a_failed_or_stolen_finalize_still_delivers_the_response() {
+fn a_failed_settle_call_delivers_the_response_and_hands_the_claim_to_the_outbox() {
     for (error, event) in [
         (CallError::NoAnswer, EventKind::FinalizeError),
-        (CallError::Status(500), EventKind::FinalizeError),
+        (CallError::Status(503), EventKind::FinalizeError),
+        (CallError::Status(413), EventKind::FinalizeError),
     ] {
         let mut m = to_upstream(config());
-        respond(&mut m, 200, true);
+        let out = respond(&mut m, 200, true);
+        let call = single_call(&out);
         let out = m.on(Event::FinalizeAnswered(Err(error)));
         assert_eq!(counts(&out), vec![Metric::Event(event)]);
-        assert!(out.contains(&Action::ResumeResponse));
-        assert!(out.contains(&Action::StopRenewal));
+        assert_eq!(
+            handoffs(&out),
+            vec![Handoff {
+                claim_id: CLAIM,
+                call,
+                last_error: Some(error),
+                budget: Duration::from_secs(120),
+            }],
+            "the outbox gets the same call and what became of it"
+        );
+        assert!(
+            !out.iter().any(|a| matches!(a, Action::StopRenewal { .. })),
+            "the outbox keeps renewing: {out:?}"
+        );
+        assert_eq!(out.last(), Some(&Action::ResumeResponse), "not held longer");
+        assert_eq!(m.on(Event::StreamDone), vec![], "handed off once");
     }
-    // A stolen lease goes to the renewal registry first (it counts
-    // `lease_stolen` unless a renew already did), then renewal stops.
-    let mut m = to_upstream(config());
-    respond(&mut m, 200, true);
-    let out = m.on(Event::FinalizeAnswered(Err(CallError::LeaseLost)));
-    let lost = out.iter().position(|a| *a == Action::LeaseLost).unwrap();
-    let stop = out.iter().position(|a| *a == Action::StopRenewal).unwrap();
-    assert!(lost < stop, "{out:?}");
-    assert!(counts(&out).is_empty(), "{out:?}");
-    assert!(out.contains(&Action::ResumeResponse));
     let mut m = to_upstream(config());
     respond(&mut m, 500, true);
     let out = m.on(Event::ReleaseAnswered(Err(CallError::NoAnswer)));
     assert_eq!(counts(&out), vec![Metric::Event(EventKind::ReleaseError)]);
+    let [handoff] = handoffs(&out).try_into().unwrap();
+    assert!(matches!(
+        handoff.call,
+        StoreCall::Release { ref request, .. } if request.release_as == ReleaseAs::Cooldown
+    ));
+    assert!(out.contains(&Action::ResumeResponse));
+}
+
+#[test]
+fn a_stolen_lease_is_reported_then_renewal_stops_and_nothing_is_handed_off() {
+    // The outbox counts `lease_stolen` unless a renew already did; it needs
+    // to hear of the theft before the claim is dropped.
+    let mut m = to_upstream(config());
+    respond(&mut m, 200, true);
+    let out = m.on(Event::FinalizeAnswered(Err(CallError::LeaseLost)));
+    let lost = out
+        .iter()
+        .position(|a| *a == Action::LeaseLost { claim_id: CLAIM })
+        .unwrap();
+    let stop = out.iter().position(|a| *a == stop_renewal()).unwrap();
+    assert!(lost < stop, "{out:?}");
+    assert!(counts(&out).is_empty(), "{out:?}");
+    assert!(handoffs(&out).is_empty(), "{out:?}");
     assert!(out.contains(&Action::ResumeResponse));
 }
 
@@ -1047,7 +1144,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
     );
     assert_eq!(
         m.on(Event::FinalizeAnswered(Ok(()))),
-        vec![Action::StopRenewal, Action::ResumeResponse]
+        vec![stop_renewal(), Action::ResumeResponse]
     );
 
     // Answered before the end: nothing to resume, the end flows.
@@ -1057,10 +1154,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
         buffered_bytes: 11,
         end_of_stream: false,
     });
-    assert_eq!(
-        m.on(Event::FinalizeAnswered(Ok(()))),
-        vec![Action::StopRenewal]
-    );
+    assert_eq!(m.on(Event::FinalizeAnswered(Ok(()))), vec![stop_renewal()]);
     assert_eq!(
         m.on(Event::ResponseBodyChunk {
             buffered_bytes: 5,
@@ -1084,11 +1178,95 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
 }
 
 #[test]
-fn the_stream_ending_stops_renewal_once() {
+fn a_caller_gone_while_the_upstream_runs_hands_off_a_release_per_uncertain() {
+    for (uncertain, release_as, outcome) in [
+        ("retry", ReleaseAs::Cooldown, Outcome::Failed),
+        ("hold", ReleaseAs::Unknown, Outcome::OperationUnknown),
+    ] {
+        let mut m = to_upstream(config_with(
+            serde_json::json!({}),
+            serde_json::json!({"uncertain": uncertain, "record_retry_budget_ms": 5000}),
+        ));
+        let out = m.on(Event::StreamDone);
+        assert_eq!(
+            counts(&out),
+            vec![
+                Metric::Outcome(outcome),
+                Metric::Event(EventKind::CallerGone)
+            ]
+        );
+        let [handoff] = handoffs(&out).try_into().unwrap();
+        assert_eq!(handoff.claim_id, CLAIM);
+        assert_eq!(handoff.last_error, None, "no attempt was made yet");
+        assert_eq!(handoff.budget, Duration::from_secs(5));
+        let StoreCall::Release { request, .. } = handoff.call else {
+            panic!("{uncertain}: a release, got {:?}", handoff.call)
+        };
+        assert_eq!(request.release_as, release_as, "{uncertain}");
+        assert_eq!(request.claim_id, CLAIM);
+        assert!(!out.iter().any(|a| matches!(a, Action::StopRenewal { .. })));
+        assert_eq!(m.on(Event::StreamDone), vec![], "once");
+        assert_eq!(m.on(Event::FinalizeAnswered(Ok(()))), vec![]);
+    }
+}
+
+#[test]
+fn a_caller_gone_while_the_answer_is_read_records_it_completed_not_replayable() {
     let mut m = to_upstream(config());
-    assert_eq!(m.on(Event::StreamDone), vec![Action::StopRenewal]);
+    respond(&mut m, 201, false);
+    m.on(Event::ResponseBodyChunk {
+        buffered_bytes: 4,
+        end_of_stream: false,
+    });
+    let out = m.on(Event::StreamDone);
+    assert_eq!(
+        counts(&out),
+        vec![
+            Metric::Outcome(Outcome::CompletedUncacheable),
+            Metric::Event(EventKind::CallerGone)
+        ]
+    );
+    let [handoff] = handoffs(&out).try_into().unwrap();
+    let StoreCall::Finalize { request, .. } = handoff.call else {
+        panic!("a finalize, got {:?}", handoff.call)
+    };
+    assert!(!request.replayable, "the body was never read whole");
+    assert_eq!(request.response.status, 201);
+    assert_eq!(request.response.body_b64, "");
+}
+
+#[test]
+fn a_stream_ending_with_its_settle_call_in_flight_hands_that_call_off() {
+    let mut m = to_upstream(config());
+    let out = respond(&mut m, 201, true);
+    let call = single_call(&out);
+    let out = m.on(Event::StreamDone);
+    assert_eq!(
+        handoffs(&out),
+        vec![Handoff {
+            claim_id: CLAIM,
+            call,
+            last_error: None,
+            budget: Duration::from_secs(120),
+        }]
+    );
+    assert!(
+        counts(&out).is_empty(),
+        "counted when it was recorded: {out:?}"
+    );
+    assert_eq!(
+        m.on(Event::FinalizeAnswered(Ok(()))),
+        vec![],
+        "a late answer (never delivered by the host) changes nothing"
+    );
+}
+
+#[test]
+fn a_stream_ending_after_its_record_landed_hands_nothing_off() {
+    let mut m = to_upstream(config());
+    respond(&mut m, 201, true);
+    m.on(Event::FinalizeAnswered(Ok(())));
     assert_eq!(m.on(Event::StreamDone), vec![]);
-    assert_eq!(m.on(Event::FinalizeAnswered(Ok(()))), vec![]);
 }
 
 #[test]
@@ -1602,11 +1780,21 @@ proptest! {
                 .count();
             // Exactly one return value per host callback, none otherwise.
             prop_assert_eq!(verdicts, usize::from(callback));
-            started_renewal += out.iter().filter(|a| matches!(a, Action::StartRenewal { .. })).count();
-            stopped_renewal += out.iter().filter(|a| matches!(a, Action::StopRenewal)).count();
+            started_renewal += out.iter().filter(|a| matches!(a, Action::StartRenewal(_))).count();
+            stopped_renewal += out
+                .iter()
+                .filter(|a| matches!(a, Action::StopRenewal { .. } | Action::HandOff(_)))
+                .count();
             prop_assert!(stopped_renewal <= started_renewal);
         }
-        m.on(Event::StreamDone);
+        // F14: a won claim is never forgotten. By the end of the stream it was
+        // settled by the stream (StopRenewal) or handed to the outbox, once.
+        let out = m.on(Event::StreamDone);
+        stopped_renewal += out
+            .iter()
+            .filter(|a| matches!(a, Action::StopRenewal { .. } | Action::HandOff(_)))
+            .count();
+        prop_assert_eq!(stopped_renewal, started_renewal);
     }
 }
 

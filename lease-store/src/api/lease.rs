@@ -2,15 +2,19 @@
 //!
 //! Each answers 200 when the caller still owns the lease and 409 `lease_lost`
 //! when another claim took it over; the store makes the stale write a no-op,
-//! so a lost lease can never overwrite a newer record. Every call is counted
+//! so a lost lease can never overwrite a newer record. Finalize and release
+//! also answer 200 when they repeat a call of the same claim that already
+//! landed (the filter resends calls whose answer it never saw). Every call is counted
 //! as an event, and a lost lease is counted as `lease_lost` whichever call
 //! discovered it.
 
 use axum::Json;
 use axum::extract::State;
-use keyflight_protocol::wire::{FinalizeRequest, ReleaseRequest, RenewRequest, RenewResponse};
+use keyflight_protocol::wire::{
+    FinalizeRequest, MAX_COOLDOWN_MS, MAX_LEASE_MS, ReleaseRequest, RenewRequest, RenewResponse,
+};
 
-use super::{ApiJson, AppState, Scope};
+use super::{ApiJson, AppState, Scope, recordable, within};
 use crate::metrics::{Event, Metrics};
 use crate::problem::ApiError;
 use crate::store::StoreError;
@@ -33,11 +37,15 @@ pub async fn renew(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
+    within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     let answer = state.store.renew(&scope, &request).await;
     counted(&state.metrics, Event::Renew, answer).map(Json)
 }
 
 /// Records the upstream's response and settles the record as `completed`.
+///
+/// Headers that break the recorded-header rule (F8) are refused with 400
+/// before anything is written, naming the header's index.
 #[utoipa::path(
     post,
     path = "/v1/claims/{scope}/finalize",
@@ -45,7 +53,8 @@ pub async fn renew(
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = FinalizeRequest,
     responses(
-        (status = 200, description = "Response recorded"),
+        (status = 200, description = "Response recorded (or this claim already recorded it: a repeat is a success)"),
+        (status = 400, description = "`bad_request`: malformed body, or a header that may not be recorded (not an RFC 9110 token, a control character in the value, a never-stored name); the detail names `response.headers[i]`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -55,6 +64,7 @@ pub async fn finalize(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
+    recordable(&request.response)?;
     let answer = state.store.finalize(&scope, &request).await;
     counted(&state.metrics, Event::Finalize, answer)
 }
@@ -67,7 +77,7 @@ pub async fn finalize(
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = ReleaseRequest,
     responses(
-        (status = 200, description = "Lease released"),
+        (status = 200, description = "Lease released (or this claim already released it the same way: a repeat is a success)"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -77,6 +87,9 @@ pub async fn release(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<(), ApiError> {
+    if let Some(cooldown_ms) = request.cooldown_ms {
+        within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
+    }
     let answer = state.store.release(&scope, &request).await;
     counted(&state.metrics, Event::Release, answer)
 }

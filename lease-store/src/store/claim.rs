@@ -41,7 +41,9 @@ use uuid::Uuid;
 
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
-/// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms.
+/// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms,
+/// `$6` whether an expired `pending` lease may be taken over (false during the
+/// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless).
 pub const CLAIM_SQL: &str = "
 WITH ins AS (
     INSERT INTO keyflight_records
@@ -69,7 +71,7 @@ ttl AS (
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND r.expires_at < clock_timestamp()
        AND (r.state IN ('completed', 'failed')
-            OR (r.state = 'pending' AND r.lease_expires_at < clock_timestamp()))
+            OR (r.state = 'pending' AND r.lease_expires_at < clock_timestamp() AND $6))
     RETURNING 'recovered_ttl'::text AS how, r.fence
 ),
 steal AS (
@@ -86,7 +88,7 @@ steal AS (
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND NOT EXISTS (SELECT 1 FROM ttl)
        AND r.expires_at >= clock_timestamp()
-       AND r.state IN ('pending', 'failed')
+       AND (r.state = 'failed' OR (r.state = 'pending' AND $6))
        AND r.lease_expires_at < clock_timestamp()
        AND r.fingerprint = $2
     RETURNING 'recovered_abandoned'::text AS how, r.fence
@@ -198,6 +200,11 @@ impl RecordSnapshot {
         })
     }
 
+    /// Whether the record is `pending` (its lease live or not).
+    fn is_pending(&self) -> bool {
+        self.state == RecordState::Pending
+    }
+
     /// A completed record: its response, or `not_replayable`.
     fn completed_response(&self) -> Result<ClaimResponse, StoreError> {
         match &self.replay {
@@ -243,6 +250,8 @@ impl Store {
                 .ok_or_else(|| StoreError::Invalid("retention_s is out of range".into()))?,
             None => duration_millis(self.default_retention),
         };
+        let held_until = self.takeovers_held_until();
+        let may_take_over = held_until.is_none();
         self.run(async |client| {
             let claim = client.prepare_cached(CLAIM_SQL).await?;
             let read = client.prepare_cached(READ_SQL).await?;
@@ -257,6 +266,7 @@ impl Store {
                             &claim_id,
                             &lease_ms,
                             &retention_ms,
+                            &may_take_over,
                         ],
                     )
                     .await?;
@@ -268,12 +278,23 @@ impl Store {
                     .as_ref()
                     .map(RecordSnapshot::from_row)
                     .transpose()?;
-                if let Some(attempt) = snapshot
-                    .map(|record| record.answer_for(&req.fingerprint))
-                    .transpose()?
-                    .flatten()
-                {
+                let Some(record) = snapshot else { continue };
+                if let Some(attempt) = record.answer_for(&req.fingerprint)? {
                     return Ok(attempt);
+                }
+                // An expired lease this replica may not take over yet: its winner may
+                // be alive with the record in its outbox. In progress until the grace
+                // ends; a long-poll waiter wakes then and claims again.
+                if let Some(until) = held_until
+                    && record.is_pending()
+                {
+                    let left = until.saturating_duration_since(Instant::now());
+                    return Ok(ClaimAttempt {
+                        response: ClaimResponse::InProgress {
+                            retry_after_s: retry_after(left),
+                        },
+                        pending_until: Some(until),
+                    });
                 }
             }
             Ok(ClaimAttempt {

@@ -10,6 +10,17 @@
 //! for operators); fencing still holds because every write here requires
 //! `state = 'pending'`.
 //!
+//! Finalize and release are idempotent for their claim: repeating one after it
+//! landed answers success, not `lease_lost`. The filter's record outbox
+//! resends a call whose answer it never saw (a timeout, a reset, a stream that
+//! ended with the call in flight); telling it "lost" would make it count a
+//! record that is in fact safe. A repeat is recognised by a second, read-only
+//! statement that runs only when the fenced write matched no row: the row
+//! still carries this claim's id and the state the call leaves behind (for
+//! `forget`, no row at all). It is a separate statement, not a subquery of the
+//! write, so it sees a concurrent duplicate that committed while the write
+//! waited for the row lock.
+//!
 //! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger, see
 //! migrations V1 and V3) when a follower watches the record, which wakes
 //! long-poll waiters on every replica (L4); an unwatched record settles
@@ -20,6 +31,9 @@ use keyflight_protocol::wire::{
     FinalizeRequest, ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse,
 };
 use tokio_postgres::types::Json;
+use uuid::Uuid;
+
+use deadpool_postgres::Object;
 
 use super::{Store, StoreError, duration_millis, millis_param};
 
@@ -57,6 +71,52 @@ UPDATE keyflight_records
 const RELEASE_FORGET_SQL: &str = "
 DELETE FROM keyflight_records
  WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
+
+/// `$1` scope: who owns the record now and in which state, read after a fenced
+/// write matched nothing, to tell a repeat from a lost lease.
+const OWNER_SQL: &str = "SELECT claim_id, state FROM keyflight_records WHERE scope = $1";
+
+/// The record a settle call leaves behind, for recognising its repeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// Finalize: `completed`.
+    Completed,
+    /// Release as cooldown: `failed`.
+    Failed,
+    /// Release as unknown: `unknown`.
+    Unknown,
+    /// Release as forget: the row is gone.
+    Gone,
+}
+
+impl Settled {
+    fn of_release(release_as: ReleaseAs) -> Settled {
+        match release_as {
+            ReleaseAs::Cooldown => Settled::Failed,
+            ReleaseAs::Unknown => Settled::Unknown,
+            ReleaseAs::Forget => Settled::Gone,
+        }
+    }
+
+    /// Whether the record as read now (`owner`: its claim id and state, `None`
+    /// when there is no row) is what this claim's call would have left: then
+    /// the call already landed and its repeat is a success.
+    fn already_done(self, mine: Uuid, owner: Option<(Option<Uuid>, &str)>) -> bool {
+        match (self, owner) {
+            (Settled::Gone, None) => true,
+            (Settled::Gone, Some(_)) | (_, None) => false,
+            (settled, Some((claim_id, state))) => {
+                claim_id == Some(mine)
+                    && state
+                        == match settled {
+                            Settled::Completed => "completed",
+                            Settled::Failed => "failed",
+                            Settled::Unknown | Settled::Gone => "unknown",
+                        }
+            }
+        }
+    }
+}
 
 impl Store {
     /// Extends the caller's lease to `lease_ms` from now (F4).
@@ -105,7 +165,7 @@ impl Store {
                     ],
                 )
                 .await?;
-            owned(rows)
+            settled(client, scope, req.claim_id, rows, Settled::Completed).await
         })
         .await
     }
@@ -141,9 +201,38 @@ impl Store {
                         .await?
                 }
             };
-            owned(rows)
+            let expected = Settled::of_release(req.release_as);
+            settled(client, scope, req.claim_id, rows, expected).await
         })
         .await
+    }
+}
+
+/// The answer of a settle call that changed `rows` rows: one means it landed
+/// now; none means it landed before (a repeat, success) or the lease is lost.
+async fn settled(
+    client: &Object,
+    scope: &Digest,
+    mine: Uuid,
+    rows: u64,
+    expected: Settled,
+) -> Result<(), StoreError> {
+    if rows > 0 {
+        return Ok(());
+    }
+    let statement = client.prepare_cached(OWNER_SQL).await?;
+    let row = client.query_opt(&statement, &[&scope.0.as_slice()]).await?;
+    let owner = match &row {
+        Some(row) => Some((
+            row.try_get::<_, Option<Uuid>>(0)?,
+            row.try_get::<_, &str>(1)?,
+        )),
+        None => None,
+    };
+    if expected.already_done(mine, owner) {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost)
     }
 }
 
@@ -153,5 +242,29 @@ fn owned(rows: u64) -> Result<(), StoreError> {
         Err(StoreError::LeaseLost)
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_is_recognised_only_by_its_own_claim_and_outcome() {
+        let mine = Uuid::from_u128(1);
+        let other = Uuid::from_u128(2);
+        let done = |s: Settled, owner| s.already_done(mine, owner);
+        assert!(done(Settled::Completed, Some((Some(mine), "completed"))));
+        assert!(done(Settled::Failed, Some((Some(mine), "failed"))));
+        assert!(done(Settled::Unknown, Some((Some(mine), "unknown"))));
+        assert!(done(Settled::Gone, None));
+        // Another claim owns it now: the lease was lost.
+        assert!(!done(Settled::Completed, Some((Some(other), "completed"))));
+        assert!(!done(Settled::Gone, Some((Some(other), "pending"))));
+        // Ours, but settled differently (or still pending): not this call's repeat.
+        assert!(!done(Settled::Completed, Some((Some(mine), "failed"))));
+        assert!(!done(Settled::Failed, Some((Some(mine), "pending"))));
+        // Deleted (cleanup): a finalize that finds nothing recorded nothing.
+        assert!(!done(Settled::Completed, None));
     }
 }

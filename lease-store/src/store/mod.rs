@@ -39,8 +39,10 @@ mod lease;
 mod migrate;
 mod records;
 mod retention;
+mod takeover;
 mod watch;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -48,6 +50,7 @@ use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
 
 pub use migrate::{MigrationReport, migrate};
+pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use lease::FINALIZE_SQL;
@@ -84,6 +87,9 @@ pub struct StoreSettings {
     /// connecting and waiting for a free pooled connection, and (plus
     /// [`ANSWER_MARGIN`]) how long a call waits for the database's answers.
     pub statement_timeout: Duration,
+    /// How long after start-up, and after the database answers again following a
+    /// failure, no expired pending lease is taken over ([`TakeoverGrace`]).
+    pub takeover_grace: Duration,
 }
 
 /// Why a store call did not complete.
@@ -124,6 +130,8 @@ pub struct Store {
     default_cooldown: Duration,
     /// `statement_timeout` + [`ANSWER_MARGIN`]: the most a call's database work may take.
     answer_timeout: Duration,
+    /// Whether expired pending leases may be taken over now.
+    grace: Arc<Mutex<TakeoverGrace>>,
 }
 
 impl Store {
@@ -152,7 +160,19 @@ impl Store {
             default_retention: settings.default_retention,
             default_cooldown: settings.default_cooldown,
             answer_timeout: settings.statement_timeout.saturating_add(ANSWER_MARGIN),
+            grace: Arc::new(Mutex::new(TakeoverGrace::starting(
+                settings.takeover_grace,
+                Instant::now(),
+            ))),
         })
+    }
+
+    /// When this replica resumes taking over expired pending leases, or `None`
+    /// if it may now.
+    pub fn takeovers_held_until(&self) -> Option<Instant> {
+        self.grace
+            .lock()
+            .map_or(None, |grace| grace.held_until(Instant::now()))
     }
 
     /// `Ok` when the database answers and its schema is at or past the newest
@@ -178,17 +198,26 @@ impl Store {
         &self,
         work: impl AsyncFnOnce(&Object) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let client = self.client().await?;
-        match tokio::time::timeout(self.answer_timeout, work(&client)).await {
-            Ok(result) => result,
-            Err(_elapsed) => {
-                drop(Object::take(client));
-                Err(StoreError::Unavailable(format!(
-                    "the database did not answer within {} ms; connection discarded",
-                    self.answer_timeout.as_millis()
-                )))
+        let result = match self.client().await {
+            Ok(client) => match tokio::time::timeout(self.answer_timeout, work(&client)).await {
+                Ok(result) => result,
+                Err(_elapsed) => {
+                    drop(Object::take(client));
+                    Err(StoreError::Unavailable(format!(
+                        "the database did not answer within {} ms; connection discarded",
+                        self.answer_timeout.as_millis()
+                    )))
+                }
+            },
+            Err(e) => Err(e),
+        };
+        if let Ok(mut grace) = self.grace.lock() {
+            match &result {
+                Err(StoreError::Unavailable(_)) => grace.failed(),
+                _ => grace.answered(Instant::now()),
             }
         }
+        result
     }
 
     /// A pooled connection, or `Unavailable` when none can be had in time.

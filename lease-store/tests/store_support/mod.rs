@@ -48,6 +48,7 @@ pub fn settings(url: &str) -> StoreSettings {
         default_retention: Duration::from_secs(3600),
         default_cooldown: Duration::from_millis(300),
         statement_timeout: Duration::from_secs(2),
+        takeover_grace: Duration::ZERO,
     }
 }
 

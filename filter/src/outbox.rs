@@ -1,0 +1,628 @@
+//! F14: the per-worker record outbox — won claims that outlive their stream.
+//!
+//! A claim this proxy won must end in a record (finalize) or a release, or its
+//! lease runs out and the next same-body retry runs the operation again. A
+//! stream cannot guarantee that on its own: it ends when the caller goes
+//! away, and a callout it dispatched is cancelled with it. So every won claim
+//! is registered here, in the root context of its worker, which lives as long
+//! as the plugin:
+//!
+//! * while the stream owns the claim, the outbox only renews its lease (F4);
+//! * when the stream cannot settle the record itself — its caller left while
+//!   the upstream ran or while the answer was being read, its settle call was
+//!   in flight when the stream ended, or that call failed for a transient
+//!   reason — the stream *hands the claim off*: the outbox keeps renewing the
+//!   lease and resends the settle call with capped, jittered exponential
+//!   backoff until the store acknowledges it, answers `lease_lost`, or the
+//!   policy's retry budget runs out. Finalize, release and renew are fenced by
+//!   `claim_id`, and the store answers a repeat of a call that landed with
+//!   success, so resending is always safe.
+//!
+//! A finalize the store refuses for good (413: larger than its body limit;
+//! 400: a response it will not store) is *downgraded* to a completed record
+//! that is not replayable — no body, no headers — so a retry gets 409
+//! `response_not_replayable` instead of running again. The outbox is bounded
+//! by bytes: a hand-off that does not fit is downgraded the same way, and only
+//! when even that does not fit is the claim given up (counted, logged: its
+//! lease expires and one same-body retry may run again).
+//!
+//! Like the stream machine, the outbox is sans-IO: the adapter feeds it the
+//! time and the answers of the calls it asked for, and performs the
+//! [`OutboxAction`]s it returns. Jitter is derived from the claim id and the
+//! attempt number, not from a random source, so every schedule is a plain
+//! unit test and claims that failed together still spread out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{FinalizeRequest, RenewRequest, StoredResponse};
+use uuid::Uuid;
+
+use crate::machine::LogLevel;
+use crate::metrics::{EventKind, Gauge, Metric, OutboxEvent};
+use crate::store_call::{CallError, StoreCall};
+
+/// First retry delay after a failed settle call (before jitter).
+const BACKOFF_BASE_MS: u64 = 100;
+/// Longest retry delay: once the store is back, a waiting record lands within
+/// about this long (plus one tick), well inside any lease a policy may set.
+const BACKOFF_CAP_MS: u64 = 2000;
+/// What an entry costs beyond its call's response bytes (ids, schedule,
+/// headers' framing): a floor, so the byte bound also bounds the entry count.
+const ENTRY_OVERHEAD_BYTES: usize = 256;
+
+/// A won claim to renew (the stream's `StartRenewal`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The scope digest.
+    pub scope: Digest,
+    /// The claim, which fences every call.
+    pub claim_id: Uuid,
+    /// Lease length asked for on each renew.
+    pub lease: Duration,
+    /// Renew period.
+    pub interval: Duration,
+}
+
+/// A settle call the stream could not see through (the stream's `HandOff`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    /// The claim the call settles.
+    pub claim_id: Uuid,
+    /// The finalize or release to (re)send.
+    pub call: StoreCall,
+    /// How the stream's own attempt ended: `None` when it never saw an answer
+    /// (the call was cancelled with the stream, or never made).
+    pub last_error: Option<CallError>,
+    /// How long the outbox keeps trying (the policy's `record_retry_budget_ms`).
+    pub budget: Duration,
+}
+
+/// Which of an entry's calls an answer belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallKind {
+    /// A lease renewal.
+    Renew,
+    /// The finalize or release the outbox is delivering.
+    Settle,
+}
+
+/// Names one call the outbox asked the adapter to dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CallId {
+    /// The claim.
+    pub claim_id: Uuid,
+    /// Which call.
+    pub kind: CallKind,
+}
+
+/// Something the adapter must do for the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboxAction {
+    /// Dispatch `call` from the root context and report its answer with
+    /// [`Outbox::on_answer`] under `id` (a dispatch that fails at once is
+    /// answered with [`CallError::Dispatch`]).
+    Dispatch {
+        /// Names the answer.
+        id: CallId,
+        /// The call.
+        call: StoreCall,
+    },
+    /// Increment a counter.
+    Count(Metric),
+    /// Add `delta` to a gauge (workers share one gauge, so each adds its own change).
+    Adjust {
+        /// Which gauge.
+        gauge: Gauge,
+        /// Signed change.
+        delta: i64,
+    },
+    /// Write a log line (digests only).
+    Log {
+        /// Severity.
+        level: LogLevel,
+        /// The message.
+        message: String,
+    },
+}
+
+/// A settle call the outbox delivers.
+#[derive(Debug)]
+struct Delivery {
+    call: StoreCall,
+    /// Settle calls the outbox itself has dispatched so far.
+    attempts: u32,
+    next_attempt_ms: u64,
+    give_up_at_ms: u64,
+    in_flight: bool,
+    /// What this delivery counts against the byte bound.
+    bytes: usize,
+}
+
+/// One won claim of this worker.
+#[derive(Debug)]
+struct Entry {
+    scope: Digest,
+    lease: Duration,
+    interval_ms: u64,
+    next_renew_ms: u64,
+    renew_in_flight: bool,
+    /// A renew answered `lease_lost`: renewing stops. For a claim the stream
+    /// still owns that is the end; a delivery still waits for its own answer
+    /// (the record may have landed before the renew, a repeat then succeeds).
+    renew_lost: bool,
+    /// `lease_stolen` was counted for this claim.
+    theft_counted: bool,
+    /// `Some` once the stream handed the claim off.
+    delivery: Option<Delivery>,
+}
+
+/// The outbox of one worker: every claim it won and has not settled yet.
+#[derive(Debug)]
+pub struct Outbox {
+    entries: BTreeMap<Uuid, Entry>,
+    /// Bytes held by deliveries.
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl Outbox {
+    /// An empty outbox holding at most `max_bytes` of deliveries.
+    pub fn new(max_bytes: usize) -> Self {
+        Outbox {
+            entries: BTreeMap::new(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    /// Changes the byte bound (a reconfiguration); deliveries already held stay.
+    pub fn set_max_bytes(&mut self, max_bytes: usize) {
+        self.max_bytes = max_bytes;
+    }
+
+    /// Deliveries in flight (claims handed off and not yet settled).
+    pub fn depth(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.delivery.is_some())
+            .count()
+    }
+
+    /// Whether no claim is registered at all: nothing to renew or deliver.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Claims whose lease is being renewed (owned by a stream or handed off).
+    pub fn renewing(&self) -> usize {
+        self.entries.values().filter(|e| !e.renew_lost).count()
+    }
+
+    /// A stream won `lease`: renew it every interval, first at `now_ms + interval`.
+    pub fn start(&mut self, lease: Lease, now_ms: u64) {
+        let interval_ms = millis(lease.interval).max(1);
+        self.entries.insert(
+            lease.claim_id,
+            Entry {
+                scope: lease.scope,
+                lease: lease.lease,
+                interval_ms,
+                next_renew_ms: now_ms.saturating_add(interval_ms),
+                renew_in_flight: false,
+                renew_lost: false,
+                theft_counted: false,
+                delivery: None,
+            },
+        );
+    }
+
+    /// The stream settled its claim itself: stop renewing (idempotent). A
+    /// claim already handed off is the outbox's and stays.
+    pub fn stop(&mut self, claim_id: Uuid) {
+        if self
+            .entries
+            .get(&claim_id)
+            .is_some_and(|e| e.delivery.is_none())
+        {
+            self.entries.remove(&claim_id);
+        }
+    }
+
+    /// The stream's settle call found the lease stolen: the counters to
+    /// increment (`lease_stolen`, unless a renew already counted this theft).
+    pub fn lease_lost(&mut self, claim_id: Uuid) -> Vec<OutboxAction> {
+        match self.entries.get_mut(&claim_id) {
+            Some(entry) if entry.theft_counted => Vec::new(),
+            Some(entry) => {
+                entry.theft_counted = true;
+                vec![count(EventKind::LeaseStolen)]
+            }
+            None => vec![count(EventKind::LeaseStolen)],
+        }
+    }
+
+    /// The stream hands its claim off: from now on the outbox delivers
+    /// `handoff.call` (or its downgrade) and keeps renewing the lease.
+    pub fn hand_off(&mut self, handoff: Handoff, now_ms: u64) -> Vec<OutboxAction> {
+        let mut out = vec![outbox_count(OutboxEvent::TakenOver)];
+        let Handoff {
+            claim_id,
+            mut call,
+            last_error,
+            budget,
+        } = handoff;
+        let mut first_delay_ms = 0;
+        match last_error.map(|e| next_step(&call, e)) {
+            None => {}
+            Some(Step::Retry) => first_delay_ms = backoff_ms(claim_id, 1),
+            Some(Step::Downgrade(lesser)) => {
+                out.push(outbox_count(OutboxEvent::Downgraded));
+                call = lesser;
+            }
+            Some(Step::Lost) => {
+                // The stream reports a lost lease itself; nothing to deliver.
+                self.entries.remove(&claim_id);
+                return Vec::new();
+            }
+            Some(Step::GiveUp) => {
+                out.extend(self.give_up(claim_id, &call, "the store refused it"));
+                return out;
+            }
+        }
+        let mut bytes = delivery_bytes(&call);
+        if self.bytes.saturating_add(bytes) > self.max_bytes {
+            match downgraded(&call) {
+                Some(lesser) if self.bytes + delivery_bytes(&lesser) <= self.max_bytes => {
+                    out.push(outbox_count(OutboxEvent::Downgraded));
+                    out.push(log(
+                        LogLevel::Warn,
+                        format!(
+                            "scope {}: the outbox is full; recording the response as not replayable",
+                            call.scope().to_hex()
+                        ),
+                    ));
+                    bytes = delivery_bytes(&lesser);
+                    call = lesser;
+                }
+                _ => {
+                    out.push(outbox_count(OutboxEvent::Full));
+                    out.extend(self.give_up(claim_id, &call, "the outbox is full"));
+                    return out;
+                }
+            }
+        }
+        let scope = call.scope();
+        let entry = self.entries.entry(claim_id).or_insert_with(|| Entry {
+            // A hand-off without a registered lease (never expected): deliver
+            // it, but there is no lease length to renew with.
+            scope,
+            lease: Duration::ZERO,
+            interval_ms: u64::MAX,
+            next_renew_ms: u64::MAX,
+            renew_in_flight: false,
+            renew_lost: true,
+            theft_counted: false,
+            delivery: None,
+        });
+        if let Some(previous) = entry.delivery.take() {
+            self.bytes -= previous.bytes;
+            out.push(adjust(Gauge::OutboxDepth, -1));
+            out.push(adjust(Gauge::OutboxBytes, -signed(previous.bytes)));
+        }
+        entry.delivery = Some(Delivery {
+            call,
+            attempts: 0,
+            next_attempt_ms: now_ms.saturating_add(first_delay_ms),
+            give_up_at_ms: now_ms.saturating_add(millis(budget)),
+            in_flight: false,
+            bytes,
+        });
+        self.bytes += bytes;
+        out.push(adjust(Gauge::OutboxDepth, 1));
+        out.push(adjust(Gauge::OutboxBytes, signed(bytes)));
+        out
+    }
+
+    /// The root context's tick: the calls due now, and deliveries whose
+    /// budget ran out.
+    pub fn on_tick(&mut self, now_ms: u64) -> Vec<OutboxAction> {
+        let mut out = Vec::new();
+        let expired: Vec<Uuid> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.delivery
+                    .as_ref()
+                    .is_some_and(|d| !d.in_flight && d.give_up_at_ms <= now_ms)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for claim_id in expired {
+            if let Some(call) = self.delivery_call(claim_id) {
+                out.extend(self.give_up(claim_id, &call, "its retry budget ran out"));
+            }
+        }
+        for (&claim_id, entry) in &mut self.entries {
+            if !entry.renew_lost && !entry.renew_in_flight && entry.next_renew_ms <= now_ms {
+                entry.renew_in_flight = true;
+                entry.next_renew_ms = now_ms.saturating_add(entry.interval_ms);
+                out.push(OutboxAction::Dispatch {
+                    id: CallId {
+                        claim_id,
+                        kind: CallKind::Renew,
+                    },
+                    call: StoreCall::Renew {
+                        scope: entry.scope,
+                        request: RenewRequest {
+                            claim_id,
+                            lease_ms: millis(entry.lease),
+                        },
+                    },
+                });
+            }
+            if let Some(delivery) = &mut entry.delivery
+                && !delivery.in_flight
+                && delivery.next_attempt_ms <= now_ms
+            {
+                delivery.in_flight = true;
+                delivery.attempts += 1;
+                out.push(outbox_count(OutboxEvent::Retried));
+                out.push(OutboxAction::Dispatch {
+                    id: CallId {
+                        claim_id,
+                        kind: CallKind::Settle,
+                    },
+                    call: delivery.call.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The answer to a call the outbox dispatched.
+    pub fn on_answer(
+        &mut self,
+        id: CallId,
+        result: Result<(), CallError>,
+        now_ms: u64,
+    ) -> Vec<OutboxAction> {
+        match id.kind {
+            CallKind::Renew => self.renew_answered(id.claim_id, result),
+            CallKind::Settle => self.settle_answered(id.claim_id, result, now_ms),
+        }
+    }
+
+    fn renew_answered(
+        &mut self,
+        claim_id: Uuid,
+        result: Result<(), CallError>,
+    ) -> Vec<OutboxAction> {
+        let Some(entry) = self.entries.get_mut(&claim_id) else {
+            return Vec::new();
+        };
+        entry.renew_in_flight = false;
+        match result {
+            Ok(()) => Vec::new(),
+            Err(_) if entry.renew_lost => Vec::new(),
+            Err(CallError::LeaseLost) => {
+                entry.renew_lost = true;
+                if entry.delivery.is_some() || entry.theft_counted {
+                    // The delivery's own answer tells a theft from a record
+                    // that already landed.
+                    Vec::new()
+                } else {
+                    entry.theft_counted = true;
+                    vec![count(EventKind::LeaseStolen)]
+                }
+            }
+            Err(_) => vec![count(EventKind::RenewError)],
+        }
+    }
+
+    fn settle_answered(
+        &mut self,
+        claim_id: Uuid,
+        result: Result<(), CallError>,
+        now_ms: u64,
+    ) -> Vec<OutboxAction> {
+        let Some(entry) = self.entries.get_mut(&claim_id) else {
+            return Vec::new();
+        };
+        let Some(delivery) = entry.delivery.as_mut() else {
+            return Vec::new();
+        };
+        delivery.in_flight = false;
+        let Err(error) = result else {
+            let mut out = self.remove(claim_id);
+            out.push(outbox_count(OutboxEvent::Delivered));
+            return out;
+        };
+        match next_step(&delivery.call, error) {
+            Step::Retry => {
+                let attempt = delivery.attempts.saturating_add(1);
+                delivery.next_attempt_ms = now_ms.saturating_add(backoff_ms(claim_id, attempt));
+                Vec::new()
+            }
+            Step::Downgrade(lesser) => {
+                let freed = delivery.bytes - delivery_bytes(&lesser);
+                delivery.bytes -= freed;
+                delivery.call = lesser;
+                delivery.next_attempt_ms = now_ms;
+                self.bytes -= freed;
+                vec![
+                    outbox_count(OutboxEvent::Downgraded),
+                    adjust(Gauge::OutboxBytes, -signed(freed)),
+                ]
+            }
+            Step::Lost => {
+                let counted = entry.theft_counted;
+                let mut out = self.remove(claim_id);
+                out.push(outbox_count(OutboxEvent::Lost));
+                if !counted {
+                    out.push(count(EventKind::LeaseStolen));
+                }
+                out
+            }
+            Step::GiveUp => {
+                let call = delivery.call.clone();
+                self.give_up(claim_id, &call, &format!("the store refused it ({error})"))
+            }
+        }
+    }
+
+    fn delivery_call(&self, claim_id: Uuid) -> Option<StoreCall> {
+        self.entries
+            .get(&claim_id)?
+            .delivery
+            .as_ref()
+            .map(|d| d.call.clone())
+    }
+
+    /// Stops renewing and delivering `claim_id` for good.
+    fn give_up(&mut self, claim_id: Uuid, call: &StoreCall, why: &str) -> Vec<OutboxAction> {
+        let mut out = self.remove(claim_id);
+        out.push(outbox_count(OutboxEvent::GivenUp));
+        out.push(log(
+            LogLevel::Warn,
+            format!(
+                "scope {}: giving up on {} because {why}; its lease will expire and one \
+                 same-body retry may run again",
+                call.scope().to_hex(),
+                call.name()
+            ),
+        ));
+        out
+    }
+
+    fn remove(&mut self, claim_id: Uuid) -> Vec<OutboxAction> {
+        match self.entries.remove(&claim_id).and_then(|e| e.delivery) {
+            Some(delivery) => {
+                self.bytes -= delivery.bytes;
+                vec![
+                    adjust(Gauge::OutboxDepth, -1),
+                    adjust(Gauge::OutboxBytes, -signed(delivery.bytes)),
+                ]
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+/// What to do after a settle call failed with `error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Transient: send it again later.
+    Retry,
+    /// The store will never take this finalize: send the lesser one at once.
+    Downgrade(StoreCall),
+    /// Another claim owns the record.
+    Lost,
+    /// The store will never take it, and there is nothing lesser to send.
+    GiveUp,
+}
+
+fn next_step(call: &StoreCall, error: CallError) -> Step {
+    match error {
+        CallError::LeaseLost => Step::Lost,
+        // 413: over the store's body limit; 400: a response it refuses to keep.
+        CallError::Status(400 | 413) => downgraded(call).map_or(Step::GiveUp, Step::Downgrade),
+        // No connection, a timeout, 5xx (503 `journal_unavailable`), 429, and
+        // anything else the store may answer while it restarts or is
+        // reconfigured (401/403 during a token rotation): within the budget,
+        // try again.
+        CallError::Dispatch | CallError::NoAnswer | CallError::Status(_) | CallError::Malformed => {
+            Step::Retry
+        }
+    }
+}
+
+/// The not-replayable finalize that replaces a replayable one the store
+/// cannot keep: the record still says "completed", so a retry gets 409
+/// `response_not_replayable` and never runs again. `None` for a release or
+/// a finalize that is already as small as it gets.
+fn downgraded(call: &StoreCall) -> Option<StoreCall> {
+    let StoreCall::Finalize { scope, request } = call else {
+        return None;
+    };
+    let lesser = StoredResponse::new(request.response.status, Vec::new(), &[]);
+    if !request.replayable && request.response == lesser {
+        return None;
+    }
+    Some(StoreCall::Finalize {
+        scope: *scope,
+        request: FinalizeRequest {
+            claim_id: request.claim_id,
+            response: lesser,
+            replayable: false,
+        },
+    })
+}
+
+/// What a delivery of `call` counts against the byte bound.
+fn delivery_bytes(call: &StoreCall) -> usize {
+    let response = match call {
+        StoreCall::Finalize { request, .. } => {
+            let headers: usize = request
+                .response
+                .headers
+                .iter()
+                .map(|(n, v)| n.len() + v.len())
+                .sum();
+            request.response.body_b64.len() + headers
+        }
+        StoreCall::Claim { .. } | StoreCall::Renew { .. } | StoreCall::Release { .. } => 0,
+    };
+    ENTRY_OVERHEAD_BYTES + response
+}
+
+/// The delay before settle attempt `attempt` (1 = the first retry): doubling
+/// from [`BACKOFF_BASE_MS`] up to [`BACKOFF_CAP_MS`], then scaled into
+/// [50 %, 100 %] by a hash of the claim and the attempt ("equal jitter").
+fn backoff_ms(claim_id: Uuid, attempt: u32) -> u64 {
+    let exponent = attempt.saturating_sub(1).min(16);
+    let ceiling = BACKOFF_BASE_MS
+        .saturating_mul(1 << exponent)
+        .min(BACKOFF_CAP_MS);
+    let half = ceiling / 2;
+    half + jitter(claim_id, attempt) % (half + 1)
+}
+
+/// FNV-1a over the claim id and the attempt: cheap, deterministic spread.
+fn jitter(claim_id: Uuid, attempt: u32) -> u64 {
+    claim_id
+        .as_bytes()
+        .iter()
+        .chain(attempt.to_le_bytes().iter())
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn signed(bytes: usize) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+fn count(event: EventKind) -> OutboxAction {
+    OutboxAction::Count(Metric::Event(event))
+}
+
+fn outbox_count(event: OutboxEvent) -> OutboxAction {
+    OutboxAction::Count(Metric::Outbox(event))
+}
+
+fn adjust(gauge: Gauge, delta: i64) -> OutboxAction {
+    OutboxAction::Adjust { gauge, delta }
+}
+
+fn log(level: LogLevel, message: String) -> OutboxAction {
+    OutboxAction::Log { level, message }
+}
+
+#[cfg(test)]
+mod tests;
