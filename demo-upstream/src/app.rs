@@ -10,13 +10,15 @@
 //! | `POST /gates/{name}/open` | opens the gate for good |
 //! | anything else | 404 JSON |
 //!
-//! A payment takes four optional query parameters, applied in this order after the
+//! A payment takes five optional query parameters, applied in this order after the
 //! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps,
 //! `abort=NAME` closes the connection without an answer (the first execution per `NAME`
 //! only, so a retry that runs again succeeds: a service that died right after its side
-//! effect, retried onto a healthy one), and `status=N` answers that status instead of 201.
-//! The answer deliberately carries a `set-cookie` (which keyflight must never replay) and
-//! the `idempotency-fence` it got.
+//! effect, retried onto a healthy one), `status=N` answers that status instead of 201, and
+//! `gzip=when_asked` gzips the answer when the request's `accept-encoding` names gzip (a
+//! well-behaved server) while `gzip=always` gzips it whatever the request says (one that is
+//! not). The answer deliberately carries a `set-cookie` (which keyflight must never
+//! replay), the `idempotency-fence` it got and the `accept-encoding` it was asked for.
 //!
 //! Each execution's log entry (`GET /executions`) holds the idempotency key and fence it
 //! saw, the path, a digest of the body, and which proxy and caller request it came from, so
@@ -82,6 +84,18 @@ struct PayParams {
     abort: Option<String>,
     /// Answer this status instead of 201.
     status: Option<u16>,
+    /// When to gzip the answer.
+    gzip: Option<Gzip>,
+}
+
+/// The `gzip` query parameter of a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Gzip {
+    /// Only when the request's `accept-encoding` names gzip.
+    WhenAsked,
+    /// Always, whatever the request accepts.
+    Always,
 }
 
 async fn pay(
@@ -126,16 +140,22 @@ async fn pay(
 
     let payment_id = Uuid::now_v7();
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let fence = headers
-        .get("idempotency-fence")
-        .and_then(|value| value.to_str().ok());
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let accept_encoding = text(header::ACCEPT_ENCODING);
     let answer = json!({
         "payment_id": payment_id,
         "execution": execution,
         "request": request,
-        "fence": fence,
+        "fence": text(header::HeaderName::from_static("idempotency-fence")),
+        "accept_encoding": accept_encoding,
     });
-    (
+    let asked_for_gzip = accept_encoding.is_some_and(|a| a.to_ascii_lowercase().contains("gzip"));
+    let gzip = match params.gzip {
+        Some(Gzip::Always) => true,
+        Some(Gzip::WhenAsked) => asked_for_gzip,
+        None => false,
+    };
+    let mut response = (
         status,
         [
             (header::LOCATION, format!("/payments/{payment_id}")),
@@ -148,9 +168,32 @@ async fn pay(
                 execution.to_string(),
             ),
         ],
-        Json(answer),
+        Json(answer.clone()),
     )
-        .into_response()
+        .into_response();
+    if gzip {
+        match gzipped(answer.to_string().as_bytes()) {
+            Ok(body) => {
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CONTENT_ENCODING,
+                    header::HeaderValue::from_static("gzip"),
+                );
+                headers.remove(header::CONTENT_LENGTH);
+                *response.body_mut() = axum::body::Body::from(body);
+            }
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &format!("gzip: {e}")),
+        }
+    }
+    response
+}
+
+/// `bytes`, gzip-compressed.
+fn gzipped(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes)?;
+    encoder.finish()
 }
 
 /// Whether `name` aborts now: true the first time it is seen.

@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::Duration;
 
-use keyflight_protocol::ScopeMode;
+use keyflight_protocol::authority::Authority;
+use keyflight_protocol::{PrincipalSource, ScopeMode, Target};
 use serde::Deserialize;
 
 use crate::replay::{DEFAULT_REPLAY_HEADERS, never_stored};
@@ -60,6 +61,12 @@ const TRANSPORT_HEADERS: &[&str] = &[
     "via",
     "idempotency-fence",
 ];
+
+/// Recorded and replayed whatever a policy's allowlist says, because the
+/// recorded body means nothing without them: a body the upstream encoded
+/// (despite the `accept-encoding: identity` a guarded request carries
+/// upstream) replays with its coding named, never as raw gzip.
+pub const ALWAYS_RECORDED: [&str; 1] = ["content-encoding"];
 
 /// Why the configuration was refused: the field path and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -197,6 +204,9 @@ pub const DEFAULT_EDGE_CACHE_MAX_BYTES: u64 = 16 * MIB;
 pub const DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES: u64 = 16 * 1024;
 /// Default time an entry is served (never longer than a policy's retention).
 pub const DEFAULT_EDGE_CACHE_TTL_S: u64 = 60;
+/// Default bound on how long an edge may serve a record after an operator
+/// erased or resolved it (F9).
+pub const DEFAULT_EDGE_CACHE_MAX_STALENESS_MS: u64 = 3000;
 /// Upper bound on the number of slots (shared-data keys) the cache uses.
 const MAX_EDGE_CACHE_SLOTS: u64 = 65_536;
 
@@ -209,6 +219,18 @@ pub struct EdgeCache {
     pub max_entry_bytes: usize,
     /// How long an entry is served; a policy's retention caps it further.
     pub ttl: Duration,
+    /// How long after an operator's erase or resolve an entry may still be
+    /// served: the worker asks the lease-store for its operator epoch every
+    /// third of it, and serves nothing from the cache once its last answer is
+    /// older than this.
+    pub max_staleness: Duration,
+}
+
+impl EdgeCache {
+    /// How often a worker asks the lease-store for its operator epoch.
+    pub fn epoch_interval(&self) -> Duration {
+        self.max_staleness / 3
+    }
 }
 
 /// The lease-store callout settings.
@@ -231,81 +253,63 @@ pub struct LeaseStore {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
     /// On-behalf-of sources, tried first, in order.
-    pub actor: Vec<Source>,
+    pub actor: Vec<Rc<PrincipalSource>>,
     /// Caller sources, tried in order when no actor is present.
-    pub principal: Vec<Source>,
+    pub principal: Vec<Rc<PrincipalSource>>,
 }
 
-/// One place a principal may be read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A request header (lowercase name) set by an earlier authn filter.
-    Header(String),
-    /// An Envoy property path, e.g. `["connection", "uri_san_peer_certificate"]`.
-    Property(Vec<String>),
-    /// A claim of `jwt_authn` dynamic metadata (`payload_in_metadata`).
-    JwtClaim {
-        /// The `payload_in_metadata` name.
-        metadata_key: String,
-        /// The claim, e.g. `sub`; a dotted path reaches into nested claims
-        /// (`act.sub`, the RFC 8693 on-behalf-of actor).
-        claim: String,
-    },
-}
-
-impl Source {
-    /// The Envoy property path this source reads, or `None` for a header.
-    pub fn property_path(&self) -> Option<Vec<&str>> {
-        match self {
-            Source::Header(_) => None,
-            Source::Property(path) => Some(path.iter().map(String::as_str).collect()),
-            Source::JwtClaim {
-                metadata_key,
-                claim,
-            } => {
-                // Envoy walks the path itself: each segment below the
-                // metadata key is a key of the (nested) claims object, and a
-                // string leaf comes back as its raw UTF-8 bytes.
-                let mut path = vec![
-                    "metadata",
-                    "filter_metadata",
-                    "envoy.filters.http.jwt_authn",
-                    metadata_key,
-                ];
-                path.extend(claim.split('.'));
-                Some(path)
-            }
-        }
-    }
-}
-
-/// Which requests a policy guards.
+/// Which requests a policy guards (F0).
+///
+/// Matching errs on the side of guarding: a policy matches when any reading
+/// of the request's path an upstream could route by matches
+/// ([`Target::match_paths`]: as normalized, percent-decoded, dot segments
+/// removed, slashes merged), methods compare case-insensitively, and an
+/// authority without a port matches its host on any port.
 #[derive(Debug, Clone)]
 pub struct Matcher {
     /// Uppercase methods.
     pub methods: Vec<String>,
-    /// Prefix of `:path` (query included).
+    /// Prefix of the path (the query is not matched).
     pub path_prefix: String,
-    /// Optional regex over the path without its query.
+    /// Optional regex over the path (use `^…$` to anchor).
     pub path_regex: Option<regex_lite::Regex>,
-    /// Exact `:authority`, lowercase; `None` matches any.
-    pub authority: Option<String>,
+    /// The authority; `None` matches any.
+    pub authority: Option<AuthorityPattern>,
+}
+
+/// A policy's `match.authority`: a host, lower-case without a trailing dot,
+/// and an optional port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorityPattern {
+    /// The host.
+    pub host: String,
+    /// The port; `None` matches the host on any port.
+    pub port: Option<u16>,
 }
 
 impl Matcher {
-    /// Whether a request with these pseudo-headers matches.
-    pub fn matches(&self, method: &str, path: &str, authority: &str) -> bool {
-        let path_only = path.split_once('?').map_or(path, |(p, _)| p);
-        self.methods.iter().any(|m| m == method)
-            && path.starts_with(&self.path_prefix)
-            && self
-                .path_regex
-                .as_ref()
-                .is_none_or(|re| re.is_match(path_only))
-            && self
-                .authority
-                .as_ref()
-                .is_none_or(|a| a.eq_ignore_ascii_case(authority))
+    /// Whether a request with this normalized target matches.
+    pub fn matches(&self, target: &Target) -> bool {
+        if !self
+            .methods
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(&target.method))
+        {
+            return false;
+        }
+        let authority = &target.authority;
+        if let Some(pattern) = &self.authority
+            && (pattern.host != authority.host()
+                || pattern
+                    .port
+                    .is_some_and(|p| Some(p) != authority.effective_port()))
+        {
+            return false;
+        }
+        target.match_paths().iter().any(|path| {
+            path.starts_with(&self.path_prefix)
+                && self.path_regex.as_ref().is_none_or(|re| re.is_match(path))
+        })
     }
 }
 
@@ -354,10 +358,8 @@ pub struct Policy {
 
 impl Config {
     /// The first policy matching the request.
-    pub fn match_policy(&self, method: &str, path: &str, authority: &str) -> Option<&Rc<Policy>> {
-        self.policies
-            .iter()
-            .find(|p| p.matcher.matches(method, path, authority))
+    pub fn match_policy(&self, target: &Target) -> Option<&Rc<Policy>> {
+        self.policies.iter().find(|p| p.matcher.matches(target))
     }
 
     /// The edge cache to use for `policy`'s records and for how long, or
@@ -373,18 +375,29 @@ impl Config {
         Some((cache, cache.ttl.min(policy.retention)))
     }
 
-    /// The tick period the adapter needs to renew leases on time: a quarter of
-    /// the shortest renew interval, between 100 ms and 250 ms. The upper
-    /// bound is for the record outbox (F14): its first retry comes 50–100 ms
-    /// after a failure, and a coarser tick would stretch every retry to it.
+    /// The edge cache's bounds when any request can use it: enforce mode and
+    /// at least one policy with `edge_cache` on. Only then does a worker need
+    /// to hear the lease-store's operator epoch.
+    pub fn edge_cache_in_use(&self) -> Option<EdgeCache> {
+        let used = self.mode == Mode::Enforce && self.policies.iter().any(|p| p.edge_cache);
+        self.edge_cache.filter(|_| used)
+    }
+
+    /// The tick period the adapter needs to renew leases and ask for the edge
+    /// cache's operator epoch on time: a quarter of the shortest renew
+    /// interval or the epoch interval, whichever is shorter, between 100 ms
+    /// and 250 ms. The upper bound is for the record outbox (F14): its first
+    /// retry comes 50–100 ms after a failure, and a coarser tick would stretch
+    /// every retry to it.
     pub fn tick_period(&self) -> Duration {
         let shortest = self
             .policies
             .iter()
-            .map(|p| p.renew_interval)
+            .map(|p| p.renew_interval / 4)
+            .chain(self.edge_cache_in_use().map(|c| c.epoch_interval()))
             .min()
             .unwrap_or(Duration::from_secs(1));
-        (shortest / 4).clamp(Duration::from_millis(100), Duration::from_millis(250))
+        shortest.clamp(Duration::from_millis(100), Duration::from_millis(250))
     }
 }
 
@@ -436,6 +449,7 @@ mod raw {
         pub max_bytes: Option<u64>,
         pub max_entry_bytes: Option<u64>,
         pub ttl_s: Option<u64>,
+        pub max_staleness_ms: Option<u64>,
     }
 
     #[derive(Deserialize)]
@@ -605,6 +619,7 @@ fn validate_edge_cache(raw: Option<raw::EdgeCache>) -> Result<Option<EdgeCache>,
         max_bytes: None,
         max_entry_bytes: None,
         ttl_s: None,
+        max_staleness_ms: None,
     });
     let max_entry_bytes = in_range(
         "edge_cache.max_entry_bytes",
@@ -619,6 +634,13 @@ fn validate_edge_cache(raw: Option<raw::EdgeCache>) -> Result<Option<EdgeCache>,
         DEFAULT_EDGE_CACHE_TTL_S,
         1,
         86_400,
+    )?;
+    let max_staleness_ms = in_range(
+        "edge_cache.max_staleness_ms",
+        raw.max_staleness_ms,
+        DEFAULT_EDGE_CACHE_MAX_STALENESS_MS,
+        300,
+        60_000,
     )?;
     let max_bytes = raw.max_bytes.unwrap_or(DEFAULT_EDGE_CACHE_MAX_BYTES);
     if max_bytes == 0 {
@@ -636,6 +658,7 @@ fn validate_edge_cache(raw: Option<raw::EdgeCache>) -> Result<Option<EdgeCache>,
         slots: u32::try_from(slots).unwrap_or(u32::MAX),
         max_entry_bytes: to_usize(max_entry_bytes),
         ttl: Duration::from_secs(ttl_s),
+        max_staleness: Duration::from_millis(max_staleness_ms),
     }))
 }
 
@@ -733,6 +756,7 @@ fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
     )?;
     let mut replay_headers: BTreeSet<String> = DEFAULT_REPLAY_HEADERS
         .iter()
+        .chain(&ALWAYS_RECORDED)
         .map(|h| (*h).to_owned())
         .collect();
     for (j, h) in p.replay_headers.unwrap_or_default().iter().enumerate() {
@@ -838,6 +862,12 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
             "must start with '/'",
         ));
     }
+    if path_prefix.contains('?') {
+        return Err(ConfigError::new(
+            format!("{at}.path_prefix"),
+            "must be a path: the query is not matched",
+        ));
+    }
     let path_regex = match m.path_regex {
         None => None,
         Some(re) => Some(regex_lite::Regex::new(&re).map_err(|e| {
@@ -846,13 +876,7 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
     };
     let authority = match m.authority {
         None => None,
-        Some(a) if a.is_empty() || !a.bytes().all(|b| b.is_ascii_graphic()) => {
-            return Err(ConfigError::new(
-                format!("{at}.authority"),
-                "must be a non-empty host[:port]",
-            ));
-        }
-        Some(a) => Some(a.to_ascii_lowercase()),
+        Some(a) => Some(authority_pattern(&format!("{at}.authority"), &a)?),
     };
     Ok(Matcher {
         methods,
@@ -862,11 +886,30 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
     })
 }
 
-fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Source>, ConfigError> {
+/// `host` or `host:port`, normalized like a request's authority (lower-case,
+/// no trailing dot; a port without a scheme, so it is kept as written).
+fn authority_pattern(path: &str, text: &str) -> Result<AuthorityPattern, ConfigError> {
+    let invalid = || ConfigError::new(path, "must be a non-empty host[:port]");
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid());
+    }
+    let authority = Authority::new(text, None);
+    let host = authority.host().to_owned();
+    // A well-formed host has no colon outside an IPv6 literal's brackets.
+    if host.is_empty() || (!host.starts_with('[') && host.contains(':')) {
+        return Err(invalid());
+    }
+    Ok(AuthorityPattern {
+        host,
+        port: authority.effective_port(),
+    })
+}
+
+fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Rc<PrincipalSource>>, ConfigError> {
     list.into_iter()
         .enumerate()
         .map(|(i, s)| match s {
-            raw::Source::Header(h) => Ok(Source::Header(header_name(
+            raw::Source::Header(h) => Ok(PrincipalSource::Header(header_name(
                 &format!("{at}[{i}].header"),
                 &h,
             )?)),
@@ -877,7 +920,7 @@ fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Source>, ConfigError>
                         "must be a non-empty list of non-empty path segments",
                     ));
                 }
-                Ok(Source::Property(path))
+                Ok(PrincipalSource::Property(path))
             }
             raw::Source::JwtClaim(c) => {
                 if c.metadata_key.is_empty() {
@@ -886,18 +929,12 @@ fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Source>, ConfigError>
                         "must not be empty",
                     ));
                 }
-                if c.claim.split('.').any(str::is_empty) {
-                    return Err(ConfigError::new(
-                        format!("{at}[{i}].jwt_claim.claim"),
-                        "must be a claim name or a dotted path of names (e.g. act.sub)",
-                    ));
-                }
-                Ok(Source::JwtClaim {
-                    metadata_key: c.metadata_key,
-                    claim: c.claim,
+                PrincipalSource::jwt_claim(&c.metadata_key, &c.claim).map_err(|e| {
+                    ConfigError::new(format!("{at}[{i}].jwt_claim.claim"), e.to_string())
                 })
             }
         })
+        .map(|source| source.map(Rc::new))
         .collect()
 }
 

@@ -17,12 +17,19 @@
 //! principals. The fingerprint is checked on every hit: a completed record with
 //! another fingerprint is a certain conflict.
 //!
+//! An operator may erase or resolve a record the cache holds. The lease-store
+//! counts those changes in its *operator epoch*; every worker asks for it
+//! periodically ([`crate::epoch`]), and an entry carries the epoch its stream
+//! knew when it read the cache — never later than the record it holds was
+//! read from the store. An entry is served only under that same epoch, so
+//! once a worker hears of an erase, every entry written before it is a miss.
+//!
 //! Slot value layout (integers little-endian):
 //!
 //! ```text
-//! magic "KFE1" | scope [32] | fingerprint [32] | stored_at_ms u64 | expires_at_ms u64
-//! | status u16 | header count u16 | (name len u16, name, value len u16, value)*
-//! | body len u32 | body
+//! magic "KFE2" | scope [32] | fingerprint [32] | epoch u64 | stored_at_ms u64
+//! | expires_at_ms u64 | status u16 | header count u16
+//! | (name len u16, name, value len u16, value)* | body len u32 | body
 //! ```
 //!
 //! Decoding is total: short, corrupted or foreign bytes are a miss, never a panic.
@@ -35,11 +42,11 @@ use keyflight_protocol::Digest;
 const KEY_PREFIX: &str = "keyflight.edge_cache.v1.";
 
 /// Identifies the encoding; a slot written by another version is a miss.
-const MAGIC: &[u8; 4] = b"KFE1";
+const MAGIC: &[u8; 4] = b"KFE2";
 
-/// Bytes before the first header: magic, scope, fingerprint, two times,
-/// status and header count.
-const FIXED_LEN: usize = 4 + 32 + 32 + 8 + 8 + 2 + 2;
+/// Bytes before the first header: magic, scope, fingerprint, epoch, two
+/// times, status and header count.
+const FIXED_LEN: usize = 4 + 32 + 32 + 8 + 8 + 8 + 2 + 2;
 
 /// A response kept for replay: what [`crate::replay`] needs to answer again.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +66,8 @@ pub struct Entry {
     pub scope: Digest,
     /// The fingerprint of the request that produced it (K4).
     pub fingerprint: Digest,
+    /// The operator epoch the writing stream knew (F9).
+    pub epoch: u64,
     /// How long the entry may be served.
     pub ttl: Duration,
     /// The recorded response.
@@ -85,6 +94,7 @@ impl Entry {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.scope.0);
         out.extend_from_slice(&self.fingerprint.0);
+        out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&now_ms.to_le_bytes());
         out.extend_from_slice(&now_ms.saturating_add(ttl_ms).to_le_bytes());
         out.extend_from_slice(&self.response.status.to_le_bytes());
@@ -110,6 +120,8 @@ pub struct Slot {
     pub scope: Digest,
     /// The record's fingerprint.
     pub fingerprint: Digest,
+    /// The operator epoch it was written under.
+    pub epoch: u64,
     /// When it was cached (ms since the Unix epoch).
     pub stored_at_ms: u64,
     /// When it stops being served.
@@ -126,6 +138,7 @@ pub fn decode(bytes: &[u8]) -> Option<Slot> {
     }
     let scope = Digest(r.array()?);
     let fingerprint = Digest(r.array()?);
+    let epoch = u64::from_le_bytes(r.array()?);
     let stored_at_ms = u64::from_le_bytes(r.array()?);
     let expires_at_ms = u64::from_le_bytes(r.array()?);
     let status = u16::from_le_bytes(r.array()?);
@@ -144,6 +157,7 @@ pub fn decode(bytes: &[u8]) -> Option<Slot> {
     Some(Slot {
         scope,
         fingerprint,
+        epoch,
         stored_at_ms,
         expires_at_ms,
         response: CachedResponse {
@@ -157,7 +171,8 @@ pub fn decode(bytes: &[u8]) -> Option<Slot> {
 /// What a lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
-    /// Nothing usable: empty, foreign, expired, or another scope's record.
+    /// Nothing usable: empty, foreign, expired, written under another
+    /// operator epoch, or another scope's record.
     Miss,
     /// The same request completed: replay this.
     Hit(CachedResponse),
@@ -166,12 +181,22 @@ pub enum Lookup {
 }
 
 /// Decides what the slot `bytes` (if any) means for a request with `scope`
-/// and `fingerprint` at `now_ms`.
-pub fn lookup(bytes: Option<&[u8]>, scope: &Digest, fingerprint: &Digest, now_ms: u64) -> Lookup {
+/// and `fingerprint` at `now_ms`, under operator `epoch`.
+pub fn lookup(
+    bytes: Option<&[u8]>,
+    scope: &Digest,
+    fingerprint: &Digest,
+    now_ms: u64,
+    epoch: u64,
+) -> Lookup {
     let Some(slot) = bytes.and_then(decode) else {
         return Lookup::Miss;
     };
-    if slot.scope != *scope || now_ms >= slot.expires_at_ms || now_ms < slot.stored_at_ms {
+    if slot.scope != *scope
+        || slot.epoch != epoch
+        || now_ms >= slot.expires_at_ms
+        || now_ms < slot.stored_at_ms
+    {
         return Lookup::Miss;
     }
     if slot.fingerprint == *fingerprint {
@@ -223,6 +248,7 @@ mod tests {
         Entry {
             scope: Digest([scope; 32]),
             fingerprint: Digest([fingerprint; 32]),
+            epoch: 7,
             ttl: Duration::from_secs(60),
             response: CachedResponse {
                 status: 201,
@@ -243,6 +269,7 @@ mod tests {
         let slot = decode(&bytes).unwrap();
         assert_eq!(slot.scope, e.scope);
         assert_eq!(slot.fingerprint, e.fingerprint);
+        assert_eq!(slot.epoch, 7);
         assert_eq!(slot.stored_at_ms, 1_000);
         assert_eq!(slot.expires_at_ms, 61_000);
         assert_eq!(slot.response, e.response);
@@ -252,18 +279,38 @@ mod tests {
     fn same_request_hits_until_it_expires() {
         let e = entry(1, 2);
         let bytes = e.encode_at(1_000).unwrap();
-        let hit = lookup(Some(&bytes), &e.scope, &e.fingerprint, 60_999);
+        let hit = lookup(Some(&bytes), &e.scope, &e.fingerprint, 60_999, 7);
         assert_eq!(hit, Lookup::Hit(e.response.clone()));
         assert_eq!(
-            lookup(Some(&bytes), &e.scope, &e.fingerprint, 61_000),
+            lookup(Some(&bytes), &e.scope, &e.fingerprint, 61_000, 7),
             Lookup::Miss
         );
         // A clock that went backwards past the write does not serve it either.
         assert_eq!(
-            lookup(Some(&bytes), &e.scope, &e.fingerprint, 999),
+            lookup(Some(&bytes), &e.scope, &e.fingerprint, 999, 7),
             Lookup::Miss
         );
-        assert_eq!(lookup(None, &e.scope, &e.fingerprint, 2_000), Lookup::Miss);
+        assert_eq!(
+            lookup(None, &e.scope, &e.fingerprint, 2_000, 7),
+            Lookup::Miss
+        );
+    }
+
+    #[test]
+    fn an_entry_from_another_operator_epoch_is_a_miss() {
+        let e = entry(1, 2);
+        let bytes = e.encode_at(0).unwrap();
+        assert_eq!(
+            lookup(Some(&bytes), &e.scope, &e.fingerprint, 10, 7),
+            Lookup::Hit(e.response.clone())
+        );
+        for later in [8, 6, 0] {
+            assert_eq!(
+                lookup(Some(&bytes), &e.scope, &e.fingerprint, 10, later),
+                Lookup::Miss,
+                "epoch {later}"
+            );
+        }
     }
 
     #[test]
@@ -271,7 +318,7 @@ mod tests {
         let e = entry(1, 2);
         let bytes = e.encode_at(0).unwrap();
         assert_eq!(
-            lookup(Some(&bytes), &e.scope, &Digest([3; 32]), 10),
+            lookup(Some(&bytes), &e.scope, &Digest([3; 32]), 10, 7),
             Lookup::Conflict
         );
     }
@@ -284,11 +331,11 @@ mod tests {
         assert_eq!(slot_key(&e.scope, 128), slot_key(&other, 128));
         let bytes = e.encode_at(0).unwrap();
         assert_eq!(
-            lookup(Some(&bytes), &other, &e.fingerprint, 10),
+            lookup(Some(&bytes), &other, &e.fingerprint, 10, 7),
             Lookup::Miss
         );
         assert_eq!(
-            lookup(Some(&bytes), &other, &Digest([3; 32]), 10),
+            lookup(Some(&bytes), &other, &Digest([3; 32]), 10, 7),
             Lookup::Miss
         );
     }
@@ -331,7 +378,7 @@ mod tests {
             let _ = decode(&bytes);
             let mut prefixed = MAGIC.to_vec();
             prefixed.extend_from_slice(&bytes);
-            let _ = lookup(Some(&prefixed), &Digest([0; 32]), &Digest([0; 32]), 5);
+            let _ = lookup(Some(&prefixed), &Digest([0; 32]), &Digest([0; 32]), 5, 0);
         }
 
         #[test]
@@ -344,6 +391,7 @@ mod tests {
             let e = Entry {
                 scope: Digest([7; 32]),
                 fingerprint: Digest([8; 32]),
+                epoch: now,
                 ttl: Duration::from_millis(1),
                 response: CachedResponse { status, headers, body },
             };

@@ -1,74 +1,124 @@
 //! K2: choosing the effective principal.
 //!
 //! The actor (on-behalf-of) sources are tried first, then the principal
-//! sources, each list in configured order; the first source that yields a
-//! non-empty UTF-8 value wins. Header sources are read from the captured
-//! request headers; property and JWT-claim sources go through a lookup the
-//! adapter supplies (`get_property` in Envoy, a map in tests), so this module
-//! stays pure.
+//! sources, each list in configured order; the first source that is present
+//! names the principal. A source that is present but does not name exactly
+//! one principal stops the search and the request is refused (400
+//! `principal_ambiguous`) rather than falling through: falling through from a
+//! broken actor to the service's own identity would put every end user behind
+//! that service into one scope.
 //!
-//! What Envoy 1.40 returns for these properties (checked): a string leaf, such
-//! as `…jwt_authn.<key>.sub` or `…<key>.act.sub`, comes back as its raw UTF-8
-//! bytes, because Envoy walks the nested claims itself; a number comes back as
-//! an 8-byte double, an object as proxy-wasm's serialized pairs, and the whole
-//! `metadata` as protobuf bytes. A principal must therefore be printable text:
-//! a value with control bytes (a non-string claim) is treated as absent rather
-//! than hashed into a scope nobody could name.
+//! Header sources are read from the captured request headers with the rules of
+//! [`keyflight_protocol::principal`] (trimmed, empty is absent, repeated or not
+//! printable is refused); property and JWT-claim sources go through a lookup
+//! the adapter supplies (`get_property` in Envoy, a map in tests), so this
+//! module stays pure.
+//!
+//! What Envoy 1.40 returns for properties (checked): a string leaf comes back
+//! as its raw UTF-8 bytes; a number as an 8-byte double, a boolean as one
+//! byte, an object or list as proxy-wasm's serialized pairs — and the whole
+//! `metadata` as protobuf `envoy.config.core.v3.Metadata`. A JWT claim is
+//! therefore read from that protobuf, which keeps the claim's JSON type
+//! ([`crate::jwt_claims`]): only a JSON string is a principal, never the bytes
+//! of a number or an object. A plain property source has no such typed view;
+//! its value must be printable text, or the request is refused.
 
-use crate::config::{Identity, Source};
+use std::rc::Rc;
 
-/// The effective principal, or `None` when no source is present.
+use keyflight_protocol::principal::{self, PrincipalError, PrincipalSource};
+
+use crate::config::Identity;
+use crate::jwt_claims::{self, Claim};
+
+/// What the configured sources say about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The first present source and the principal it names.
+    Found {
+        /// The source, as configured.
+        source: Rc<PrincipalSource>,
+        /// The principal, trimmed.
+        name: String,
+    },
+    /// No source is present.
+    Absent,
+    /// A present source does not name exactly one principal.
+    Refused(PrincipalError),
+}
+
+/// The effective principal of a request.
 ///
 /// `headers` is the request's full header list (lowercase names);
 /// `property` reads an Envoy property path.
-pub fn resolve<F>(
-    identity: &Identity,
-    headers: &[(String, Vec<u8>)],
-    mut property: F,
-) -> Option<String>
+pub fn resolve<F>(identity: &Identity, headers: &[(String, Vec<u8>)], mut property: F) -> Lookup
 where
     F: FnMut(&[&str]) -> Option<Vec<u8>>,
 {
-    identity
-        .actor
-        .iter()
-        .chain(&identity.principal)
-        .find_map(|source| read(source, headers, &mut property))
-}
-
-fn read<F>(source: &Source, headers: &[(String, Vec<u8>)], property: &mut F) -> Option<String>
-where
-    F: FnMut(&[&str]) -> Option<Vec<u8>>,
-{
-    let property_value;
-    let raw: &[u8] = match source {
-        Source::Header(name) => headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())?,
-        Source::Property(_) | Source::JwtClaim { .. } => {
-            property_value = property(&source.property_path()?)?;
-            &property_value
+    // Read once, and only if a JWT source is consulted.
+    let mut metadata: Option<Option<Vec<u8>>> = None;
+    for source in identity.actor.iter().chain(&identity.principal) {
+        let read = match source.as_ref() {
+            PrincipalSource::Header(name) => principal::name_from_headers(source, name, headers),
+            PrincipalSource::Property(path) => {
+                let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                match property(&path) {
+                    Some(raw) => principal::name_from_bytes(source, &raw),
+                    None => Ok(None),
+                }
+            }
+            PrincipalSource::JwtClaim {
+                metadata_key,
+                claim,
+            } => {
+                let metadata = metadata.get_or_insert_with(|| property(&["metadata"]));
+                let found = metadata
+                    .as_deref()
+                    .map_or(Claim::Absent, |m| jwt_claims::find(m, metadata_key, claim));
+                match found {
+                    Claim::Absent => Ok(None),
+                    Claim::String(raw) => principal::name_from_bytes(source, &raw),
+                    Claim::NotAString | Claim::Unreadable => {
+                        Err(PrincipalError::NotText(source.describe()))
+                    }
+                }
+            }
+        };
+        match read {
+            Ok(None) => {}
+            Ok(Some(name)) => {
+                return Lookup::Found {
+                    source: Rc::clone(source),
+                    name,
+                };
+            }
+            Err(error) => return Lookup::Refused(error),
         }
-    };
-    let text = std::str::from_utf8(raw).ok()?.trim();
-    (!text.is_empty() && !text.chars().any(char::is_control)).then(|| text.to_owned())
+    }
+    Lookup::Absent
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn header(name: &str) -> Rc<PrincipalSource> {
+        Rc::new(PrincipalSource::Header(name.into()))
+    }
+
+    fn jwt(claim: &str) -> Rc<PrincipalSource> {
+        Rc::new(PrincipalSource::jwt_claim("jwt_payload", claim).unwrap())
+    }
+
     fn identity() -> Identity {
         Identity {
-            actor: vec![Source::Header("x-actor".into())],
+            actor: vec![header("x-actor")],
             principal: vec![
-                Source::Header("x-user".into()),
-                Source::Property(vec!["connection".into(), "uri_san_peer_certificate".into()]),
-                Source::JwtClaim {
-                    metadata_key: "jwt_payload".into(),
-                    claim: "sub".into(),
-                },
+                header("x-user"),
+                Rc::new(PrincipalSource::Property(vec![
+                    "connection".into(),
+                    "uri_san_peer_certificate".into(),
+                ])),
+                jwt("sub"),
             ],
         }
     }
@@ -81,102 +131,125 @@ mod tests {
         None
     }
 
+    fn found(lookup: Lookup) -> Option<(String, String)> {
+        match lookup {
+            Lookup::Found { source, name } => Some((source.describe(), name)),
+            _ => None,
+        }
+    }
+
+    /// The `metadata` Envoy 1.40 answered behind jwt_authn for
+    /// `{"sub": "svc", "n": 2261634.5098039214, "b": true, "l": ["x", "y"],
+    /// "act": {"sub": "ada", "x": 1}}` (see `jwt_claims`).
+    fn jwt_metadata(path: &[&str]) -> Option<Vec<u8>> {
+        (path == ["metadata"]).then(|| hex::decode("0ac2010a1c656e766f792e66696c746572732e687474702e6a77745f617574686e12a1010a9e010a0b6a77745f7061796c6f6164128e012a8b010a110a016c120c320a0a031a01780a031a01790a270a0361637412202a1e0a0c0a0373756212051a036164610a0e0a0178120911000000000000f03f0a0e0a016e12091141414141414141410a260a03697373121f1a1d68747470733a2f2f6973737565722e6b6579666c696768742e746573740a070a0162120220010a0c0a0373756212051a03737663").unwrap())
+    }
+
     #[test]
     fn actor_wins_over_principal() {
         let headers = vec![h("x-user", "alice"), h("x-actor", "support-bot")];
         assert_eq!(
-            resolve(&identity(), &headers, no_props).as_deref(),
-            Some("support-bot")
+            found(resolve(&identity(), &headers, no_props)),
+            Some(("header:x-actor".into(), "support-bot".into()))
         );
     }
 
     #[test]
     fn principal_sources_in_order() {
-        let headers = vec![h("x-user", "alice")];
+        let headers = vec![h("x-user", " alice ")];
         assert_eq!(
-            resolve(&identity(), &headers, no_props).as_deref(),
-            Some("alice")
+            found(resolve(&identity(), &headers, no_props)),
+            Some(("header:x-user".into(), "alice".into()))
         );
         let spiffe = |path: &[&str]| {
             (path == ["connection", "uri_san_peer_certificate"])
                 .then(|| b"spiffe://mesh/ns/a/sa/b".to_vec())
         };
         assert_eq!(
-            resolve(&identity(), &[], spiffe).as_deref(),
-            Some("spiffe://mesh/ns/a/sa/b")
+            found(resolve(&identity(), &[], spiffe)),
+            Some((
+                "property:connection.uri_san_peer_certificate".into(),
+                "spiffe://mesh/ns/a/sa/b".into()
+            ))
         );
+        assert_eq!(
+            found(resolve(&identity(), &[], jwt_metadata)),
+            Some(("jwt_claim:jwt_payload:sub".into(), "svc".into()))
+        );
+        assert_eq!(resolve(&identity(), &[], no_props), Lookup::Absent);
     }
 
     #[test]
-    fn jwt_claim_reads_the_jwt_authn_metadata_path() {
-        let jwt = |path: &[&str]| {
-            (path
-                == [
-                    "metadata",
-                    "filter_metadata",
-                    "envoy.filters.http.jwt_authn",
-                    "jwt_payload",
-                    "sub",
-                ])
-            .then(|| b"user-42".to_vec())
-        };
-        assert_eq!(resolve(&identity(), &[], jwt).as_deref(), Some("user-42"));
+    fn a_repeated_header_is_refused_never_its_first_value() {
+        let headers = vec![h("x-user", "victim"), h("x-user", "attacker")];
+        assert_eq!(
+            resolve(&identity(), &headers, jwt_metadata),
+            Lookup::Refused(PrincipalError::Repeated("header:x-user".into()))
+        );
     }
 
     #[test]
     fn a_dotted_claim_reads_the_nested_actor() {
         let identity = Identity {
-            actor: vec![Source::JwtClaim {
-                metadata_key: "jwt_payload".into(),
-                claim: "act.sub".into(),
-            }],
-            principal: vec![Source::JwtClaim {
-                metadata_key: "jwt_payload".into(),
-                claim: "sub".into(),
-            }],
+            actor: vec![jwt("act.sub")],
+            principal: vec![jwt("sub")],
         };
-        let prefix = [
-            "metadata",
-            "filter_metadata",
-            "envoy.filters.http.jwt_authn",
-            "jwt_payload",
-        ];
-        // What Envoy answers for a token {"sub": "svc", "act": {"sub": "ada"}}.
-        let on_behalf = |path: &[&str]| match path.split_at(4) {
-            (p, ["act", "sub"]) if p == prefix => Some(b"ada".to_vec()),
-            (p, ["sub"]) if p == prefix => Some(b"svc".to_vec()),
-            _ => None,
-        };
-        assert_eq!(resolve(&identity, &[], on_behalf).as_deref(), Some("ada"));
-        // No `act` claim: the service itself.
-        let own =
-            |path: &[&str]| (path == [&prefix[..], &["sub"]].concat()).then(|| b"svc".to_vec());
-        assert_eq!(resolve(&identity, &[], own).as_deref(), Some("svc"));
+        assert_eq!(
+            found(resolve(&identity, &[], jwt_metadata)),
+            Some(("jwt_claim:jwt_payload:act.sub".into(), "ada".into()))
+        );
+        // No token: nothing, and the metadata is read once.
+        let mut reads = 0;
+        let lookup = resolve(&identity, &[], |_: &[&str]| {
+            reads += 1;
+            None
+        });
+        assert_eq!((lookup, reads), (Lookup::Absent, 1));
     }
 
     #[test]
-    fn a_non_string_claim_is_absent() {
+    fn a_claim_that_is_not_a_string_is_refused_not_skipped() {
+        // "n" is a number whose property bytes happen to be printable.
+        for claim in ["n", "b", "l", "act.x"] {
+            let identity = Identity {
+                actor: vec![jwt(claim)],
+                principal: vec![jwt("sub")],
+            };
+            assert!(
+                matches!(
+                    resolve(&identity, &[], jwt_metadata),
+                    Lookup::Refused(PrincipalError::NotText(_))
+                ),
+                "{claim}"
+            );
+        }
+    }
+
+    #[test]
+    fn property_values_must_be_printable_text() {
         let identity = Identity {
             actor: vec![],
-            principal: vec![Source::JwtClaim {
-                metadata_key: "jwt_payload".into(),
-                claim: "n".into(),
-            }],
+            principal: vec![Rc::new(PrincipalSource::Property(vec!["x".into()]))],
         };
-        // Envoy's encoding of the number 5.0 (a little-endian double).
         let number = |_: &[&str]| Some(5.0f64.to_le_bytes().to_vec());
-        assert_eq!(resolve(&identity, &[], number), None);
-        // proxy-wasm's serialized pairs for an object claim.
-        let object = |_: &[&str]| {
-            Some(b"\x01\x00\x00\x00\x03\x00\x00\x00\x03\x00\x00\x00sub\x00ada\x00".to_vec())
-        };
-        assert_eq!(resolve(&identity, &[], object), None);
+        assert!(matches!(
+            resolve(&identity, &[], number),
+            Lookup::Refused(_)
+        ));
+        let empty = |_: &[&str]| Some(b"  ".to_vec());
+        assert_eq!(resolve(&identity, &[], empty), Lookup::Absent);
     }
 
     #[test]
-    fn empty_or_non_utf8_values_are_absent() {
-        let headers = vec![h("x-actor", "  "), (String::from("x-user"), vec![0xff])];
-        assert_eq!(resolve(&identity(), &headers, no_props), None);
-        assert_eq!(resolve(&Identity::default(), &headers, no_props), None);
+    fn empty_values_are_absent_and_the_search_goes_on() {
+        let headers = vec![h("x-actor", "  "), h("x-user", "bob")];
+        assert_eq!(
+            found(resolve(&identity(), &headers, no_props)),
+            Some(("header:x-user".into(), "bob".into()))
+        );
+        assert_eq!(
+            resolve(&Identity::default(), &headers, no_props),
+            Lookup::Absent
+        );
     }
 }

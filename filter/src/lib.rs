@@ -6,8 +6,9 @@
 //! * the decisions, free of any proxy-wasm host call and tested natively:
 //!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //!   state machine of one HTTP stream), and its pure helpers [`identity`],
-//!   [`replay`], [`router_retries`], [`problem`], [`status_matrix`],
-//!   [`store_call`], [`outbox`], [`edge_cache`] and [`metrics`];
+//!   [`jwt_claims`], [`encoding`], [`replay`], [`router_retries`], [`problem`],
+//!   [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`]
+//!   and [`metrics`];
 //! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
 //!   between Envoy and the machine.
 //!
@@ -22,7 +23,10 @@
 
 pub mod config;
 pub mod edge_cache;
+pub mod encoding;
+pub mod epoch;
 pub mod identity;
+pub mod jwt_claims;
 pub mod machine;
 pub mod metrics;
 pub mod outbox;

@@ -26,7 +26,12 @@ pub fn status_for(code: ProblemCode, profile: StatusProfile) -> u16 {
     match (code, profile) {
         (ProblemCode::RequestInProgress, StatusProfile::Ietf) => 409,
         (ProblemCode::IdempotencyConflict, StatusProfile::Ietf) => 422,
-        (ProblemCode::IdempotencyKeyRequired | ProblemCode::IdempotencyKeyInvalid, _) => 400,
+        (
+            ProblemCode::IdempotencyKeyRequired
+            | ProblemCode::IdempotencyKeyInvalid
+            | ProblemCode::PrincipalAmbiguous,
+            _,
+        ) => 400,
         (ProblemCode::PrincipalRequired | ProblemCode::Unauthorized, _) => 401,
         (ProblemCode::Forbidden, _) => 403,
         (ProblemCode::NotFound, _) => 404,

@@ -11,7 +11,7 @@
 use keyflight_protocol::Digest;
 use keyflight_protocol::ProblemCode;
 use keyflight_protocol::wire::{
-    ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
+    ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
 };
 use serde::Deserialize;
 
@@ -47,6 +47,11 @@ pub enum StoreCall {
         request: ReleaseRequest,
     },
 }
+
+/// `GET /v1/epoch`: the operator epoch the edge cache is checked against
+/// (F9). Asked by each worker's root context, about no scope, so it is not a
+/// [`StoreCall`].
+pub const EPOCH_PATH: &str = "/v1/epoch";
 
 impl StoreCall {
     /// The request path.
@@ -138,6 +143,17 @@ pub fn parse_ack_answer(status: Option<u16>, body: &[u8]) -> Result<(), CallErro
             Ok(p) if p.code == ProblemCode::LeaseLost => Err(CallError::LeaseLost),
             _ => Err(CallError::Status(409)),
         },
+        Some(other) => Err(CallError::Status(other)),
+    }
+}
+
+/// Reads an epoch answer.
+pub fn parse_epoch_answer(status: Option<u16>, body: &[u8]) -> Result<u64, CallError> {
+    match status {
+        None => Err(CallError::NoAnswer),
+        Some(200) => serde_json::from_slice::<EpochResponse>(body)
+            .map(|answer| answer.epoch)
+            .map_err(|_| CallError::Malformed),
         Some(other) => Err(CallError::Status(other)),
     }
 }
@@ -239,6 +255,20 @@ mod tests {
             parse_ack_answer(Some(500), b""),
             Err(CallError::Status(500))
         );
+    }
+
+    #[test]
+    fn epoch_call_and_answers() {
+        assert_eq!(parse_epoch_answer(Some(200), br#"{"epoch":7}"#), Ok(7));
+        assert_eq!(
+            parse_epoch_answer(Some(200), br#"{"epoch":-1}"#),
+            Err(CallError::Malformed)
+        );
+        assert_eq!(
+            parse_epoch_answer(Some(404), b""),
+            Err(CallError::Status(404))
+        );
+        assert_eq!(parse_epoch_answer(None, b""), Err(CallError::NoAnswer));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! What the pure half of an edge-cache replay costs, step by step (issue 5, P2).
 //!
 //! A replay served from the edge cache runs, per request: the request-headers
-//! decision (policy match, key validation, scope digest), the fingerprint of
-//! the body (JCS for a JSON body), the slot decode and scope/fingerprint
-//! compare, and the replay reply. This file times those steps natively, so a
+//! decision (target normalization, policy match, key validation), the scope
+//! and the fingerprint of the body (JCS for a JSON body), the slot decode and
+//! scope/fingerprint compare, and the replay reply. This file times those steps natively, so a
 //! compute hot spot shows up independent of Envoy, V8 and the noise of a
 //! shared machine. It also checks, as a plain test, that the path it times is
 //! really the hit path.
@@ -18,14 +18,17 @@ use std::time::{Duration, Instant};
 
 use keyflight_filter::config::Config;
 use keyflight_filter::edge_cache::{self, CachedResponse, Entry};
+use keyflight_filter::identity::Lookup;
 use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::parse_plugin_config;
 use keyflight_protocol::{
-    Digest, FingerprintInput, Principal, ScopeInput, ScopeMode, fingerprint, key, scope,
+    Digest, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
 };
 
 const BODY: &[u8] = br#"{"amount":1,"currency":"EUR"}"#;
 const NOW_MS: u64 = 1_000_000;
+/// The operator epoch the worker has heard (F9).
+const EPOCH: u64 = 1;
 
 /// The demo stack's plugin configuration (envoy/demo.yaml), edge cache on by default.
 fn config() -> Rc<Config> {
@@ -61,37 +64,39 @@ fn headers() -> Vec<(String, Vec<u8>)> {
     .collect()
 }
 
-fn request_scope() -> Digest {
-    let key = key::parse_key(&[b"replay-1"])
-        .ok()
-        .flatten()
-        .expect("a valid key");
-    scope(&ScopeInput {
-        principal: Principal::Named("alice"),
-        authority: "127.0.0.1:10000",
-        method: "POST",
-        path_and_query: "/payments",
-        key: &key,
-        mode: ScopeMode::Route,
-    })
+/// The request's head as the machine reads it.
+fn head() -> RequestHead {
+    let headers = headers();
+    let target = Target::from_headers(&headers).expect("pseudo-headers");
+    let names = ["if-match".to_owned(), "x-approval-digest".to_owned()];
+    let rules = Rules {
+        key_header: "idempotency-key",
+        fingerprint_headers: &names,
+    };
+    RequestHead::read(target, &headers, &rules).expect("a valid key")
 }
 
-fn request_fingerprint() -> Digest {
-    let absent: Option<&[u8]> = None;
-    fingerprint(&FingerprintInput {
-        method: "POST",
-        path_and_query: "/payments",
-        content_type: Some("application/json"),
-        body: BODY,
-        selected_headers: &[("if-match", absent), ("x-approval-digest", absent)],
-    })
+/// The scope and fingerprint of the replayed request, from its head.
+fn request_identity(head: &RequestHead) -> (Digest, Digest) {
+    let source = PrincipalSource::Header("x-user".into());
+    let principal = Principal::Named {
+        source: &source,
+        name: "alice",
+    };
+    let id = head.identify(principal, ScopeMode::Route, BODY);
+    (
+        id.scope.expect("a keyed request"),
+        id.explanation.fingerprint,
+    )
 }
 
 /// The slot the first (recorded) request left behind.
 fn slot() -> Vec<u8> {
+    let (scope, fingerprint) = request_identity(&head());
     Entry {
-        scope: request_scope(),
-        fingerprint: request_fingerprint(),
+        scope,
+        fingerprint,
+        epoch: EPOCH,
         ttl: Duration::from_secs(60),
         response: CachedResponse {
             status: 201,
@@ -108,7 +113,10 @@ fn replay_once(config: &Rc<Config>, slot: &[u8]) -> u16 {
     let mut machine = Machine::new(Rc::clone(config));
     machine.on(Event::RequestHeaders {
         headers: headers(),
-        principal: Some("alice".to_owned()),
+        principal: Lookup::Found {
+            source: Rc::new(PrincipalSource::Header("x-user".into())),
+            name: "alice".to_owned(),
+        },
         end_of_stream: false,
     });
     machine.on(Event::RequestBodyChunk {
@@ -121,6 +129,7 @@ fn replay_once(config: &Rc<Config>, slot: &[u8]) -> u16 {
     let actions = machine.on(Event::EdgeCacheRead {
         slot: Some(slot.to_vec()),
         now_ms: NOW_MS,
+        epoch: Some(EPOCH),
     });
     actions
         .iter()
@@ -155,17 +164,17 @@ fn the_timed_path_is_an_edge_cache_hit() {
 fn hit_path_cost() {
     let config = config();
     let slot = slot();
-    let scope = request_scope();
-    let fp = request_fingerprint();
+    let head = head();
+    let (scope, fp) = request_identity(&head);
     time("whole replay through the machine", || {
         replay_once(&config, &slot)
     });
-    time("scope digest", request_scope);
-    time("fingerprint (JCS body)", request_fingerprint);
+    time("request head (target, key, media type)", self::head);
+    time("scope + fingerprint (JCS body)", || request_identity(&head));
     time("JCS canonicalization alone", || {
         keyflight_protocol::json::canonicalize(BODY)
     });
     time("slot decode + compare", || {
-        edge_cache::lookup(Some(&slot), &scope, &fp, NOW_MS)
+        edge_cache::lookup(Some(&slot), &scope, &fp, NOW_MS, EPOCH)
     });
 }

@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use keyflight_filter::identity::Lookup;
+use keyflight_protocol::PrincipalSource;
 use std::rc::Rc;
 
 use keyflight_filter::config::Config;
@@ -22,6 +24,8 @@ use keyflight_filter::store_call::StoreCall;
 use keyflight_protocol::wire::{ClaimResponse, StoredResponse, WonHow};
 
 const BODY: &[u8] = br#"{"amount":1}"#;
+/// The operator epoch the worker has heard (F9).
+const EPOCH: u64 = 1;
 const NOW_MS: u64 = 1_000_000;
 
 /// The demo policy; `location`, `etag`, `content-language` are allowlisted by default.
@@ -73,7 +77,10 @@ fn machine_at_cache_read() -> Machine {
     let mut machine = Machine::new(config());
     machine.on(Event::RequestHeaders {
         headers: request_headers(),
-        principal: Some("alice".to_owned()),
+        principal: Lookup::Found {
+            source: std::rc::Rc::new(PrincipalSource::Header("x-user".into())),
+            name: "alice".to_owned(),
+        },
         end_of_stream: false,
     });
     machine.on(Event::RequestBodyChunk {
@@ -120,6 +127,7 @@ fn a_store_record_with_bad_headers_replays_without_them() {
     let actions = machine.on(Event::EdgeCacheRead {
         slot: None,
         now_ms: NOW_MS,
+        epoch: Some(EPOCH),
     });
     assert!(
         actions.iter().any(|a| matches!(
@@ -147,6 +155,7 @@ fn an_edge_cache_entry_with_bad_headers_replays_without_them() {
         let actions = probe.on(Event::EdgeCacheRead {
             slot: None,
             now_ms: NOW_MS,
+            epoch: Some(EPOCH),
         });
         actions
             .iter()
@@ -162,6 +171,7 @@ fn an_edge_cache_entry_with_bad_headers_replays_without_them() {
     let slot = Entry {
         scope,
         fingerprint,
+        epoch: EPOCH,
         ttl: std::time::Duration::from_secs(60),
         response: CachedResponse {
             status: 201,
@@ -174,6 +184,7 @@ fn an_edge_cache_entry_with_bad_headers_replays_without_them() {
     let actions = machine.on(Event::EdgeCacheRead {
         slot: Some(slot),
         now_ms: NOW_MS,
+        epoch: Some(EPOCH),
     });
     assert_only_the_good_headers(reply(&actions));
 }
@@ -184,6 +195,7 @@ fn upstream_headers_that_break_the_rule_are_not_recorded() {
     machine.on(Event::EdgeCacheRead {
         slot: None,
         now_ms: NOW_MS,
+        epoch: Some(EPOCH),
     });
     machine.on(Event::ClaimAnswered(Ok(ClaimResponse::Won {
         claim_id: uuid::Uuid::nil(),

@@ -4,15 +4,17 @@
 //! digested as raw bytes, which cannot go wrong in an interesting way.)
 #![no_main]
 
+use keyflight_protocol::Target;
 use keyflight_protocol::fingerprint::{BodyForm, FingerprintInput, explain};
 use keyflight_protocol::json::canonicalize;
+use keyflight_protocol::media_type::MediaType;
 use libfuzzer_sys::fuzz_target;
 
 fn explained(body: &[u8]) -> keyflight_protocol::fingerprint::Explanation {
+    let target = Target::new("POST", "/payments", "h", Some("https"));
     explain(&FingerprintInput {
-        method: "POST",
-        path_and_query: "/payments",
-        content_type: Some("application/json"),
+        target: &target,
+        media_type: &MediaType::parse(b"application/json"),
         body,
         selected_headers: &[("if-match", None)],
     })

@@ -23,10 +23,11 @@ fuzz_target!(|body: &[u8]| {
         let entry = edge_cache::Entry {
             scope: slot.scope,
             fingerprint: slot.fingerprint,
+            epoch: slot.epoch,
             ttl: std::time::Duration::from_millis(slot.expires_at_ms - slot.stored_at_ms),
             response: slot.response.clone(),
         };
         assert_eq!(entry.encode_at(slot.stored_at_ms).as_deref(), Some(body));
     }
-    let _ = edge_cache::lookup(Some(body), &Digest([0; 32]), &Digest([0; 32]), 1);
+    let _ = edge_cache::lookup(Some(body), &Digest([0; 32]), &Digest([0; 32]), 1, 0);
 });

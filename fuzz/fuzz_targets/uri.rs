@@ -1,22 +1,17 @@
-//! Path and query normalization (K4), seen through the fingerprint's
-//! explanation: total on any target, and normalizing is idempotent — the
-//! normalized form, written back out, normalizes to itself. A rule that is
-//! not idempotent lets two spellings that a server reads alike fingerprint
-//! apart, or (worse) two it reads differently fingerprint alike.
+//! Request-target normalization (K3, K4, F0): total on any target, and
+//! normalizing is idempotent — the normalized form, written back out,
+//! normalizes to itself. A rule that is not idempotent lets two spellings that
+//! a server reads alike fingerprint apart, or (worse) two it reads differently
+//! fingerprint alike. The readings policies match on are total too, and always
+//! include the normalized path itself.
 #![no_main]
 
-use keyflight_protocol::fingerprint::{FingerprintInput, explain};
+use keyflight_protocol::Target;
 use libfuzzer_sys::fuzz_target;
 
 fn normalized(target: &str) -> (String, Vec<(String, String)>) {
-    let e = explain(&FingerprintInput {
-        method: "POST",
-        path_and_query: target,
-        content_type: None,
-        body: b"",
-        selected_headers: &[],
-    });
-    (e.normalized_path, e.sorted_query)
+    let t = Target::new("POST", target, "h", Some("https"));
+    (t.path, t.query)
 }
 
 fuzz_target!(|target: &str| {
@@ -29,7 +24,13 @@ fuzz_target!(|target: &str| {
     };
     assert_eq!(
         normalized(&again),
-        (path, query),
+        (path.clone(), query),
         "normalizing {target:?} is not idempotent (written back as {again:?})"
+    );
+    let readings = Target::new("POST", target, "h", None).match_paths();
+    assert_eq!(
+        readings.first(),
+        Some(&path),
+        "the first reading is the path itself"
     );
 });

@@ -1,7 +1,7 @@
 //! L7: bearer tokens for `/v1`.
 //!
-//! Two roles, two tokens: the edge filter's token opens `/v1/claims…`, the
-//! admin token opens `/v1/records…`. Each token opens only its own family —
+//! Two roles, two tokens: the edge filter's token opens `/v1/claims…` and
+//! `/v1/epoch`, the admin token opens `/v1/records…`. Each token opens only its own family —
 //! the admin token cannot claim, so an operator's credential never doubles as
 //! a data-path credential and each can be rotated on its own. A token the
 //! store knows but that belongs to the other family gets 403 `forbidden`;
@@ -24,7 +24,7 @@ use crate::problem::ApiError;
 /// Which token an endpoint family requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// The edge filter: `/v1/claims…`.
+    /// The edge filter: `/v1/claims…`, `/v1/epoch`.
     Filter,
     /// An operator: `/v1/records…`.
     Admin,

@@ -20,9 +20,9 @@ use std::sync::LazyLock;
 use keyflight_protocol::headers;
 use keyflight_protocol::problem::{Problem, ProblemCode};
 use keyflight_protocol::wire::{
-    ACK_REPLAY_RISK_HEADER, ClaimRequest, ClaimResponse, FinalizeRequest, RecordDetail, RecordList,
-    RecordState, RecordSummary, ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse, ResolveAs,
-    ResolveRequest, StoredResponse, WonHow,
+    ACK_REPLAY_RISK_HEADER, ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest,
+    RecordDetail, RecordList, RecordState, RecordSummary, ReleaseAs, ReleaseRequest, RenewRequest,
+    RenewResponse, ResolveAs, ResolveRequest, StoredResponse, WonHow,
 };
 use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -43,6 +43,7 @@ use crate::api;
         api::lease::renew,
         api::lease::finalize,
         api::lease::release,
+        api::epoch::epoch,
         api::records::list,
         api::records::show,
         api::records::resolve,
@@ -53,7 +54,7 @@ use crate::api;
         api::health::openapi,
     ),
     components(schemas(
-        ClaimRequest, ClaimResponse, WonHow, StoredResponse, RenewRequest, RenewResponse,
+        ClaimRequest, ClaimResponse, WonHow, StoredResponse, RenewRequest, RenewResponse, EpochResponse,
         FinalizeRequest, ReleaseRequest, ReleaseAs, RecordState, RecordSummary, RecordList,
         RecordDetail, ResolveRequest, ResolveAs, Problem, ProblemCode,
     )),
@@ -235,6 +236,7 @@ mod tests {
             ("/v1/claims/{scope}/renew", "post"),
             ("/v1/claims/{scope}/finalize", "post"),
             ("/v1/claims/{scope}/release", "post"),
+            ("/v1/epoch", "get"),
             ("/v1/records", "get"),
             ("/v1/records/{scope}", "get"),
             ("/v1/records/{scope}", "delete"),

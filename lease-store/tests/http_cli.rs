@@ -7,7 +7,7 @@ mod http_support;
 use std::process::{Command, Output};
 
 use http_support::*;
-use keyflight_protocol::fingerprint::{FingerprintInput, fingerprint};
+use keyflight_protocol::{Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target};
 
 fn records(server: &Server, args: &[&str]) -> Output {
     Command::new(BIN)
@@ -85,26 +85,63 @@ fn fingerprint_prints_the_filters_fingerprint_and_the_scope() {
             "x-request-id: ignored",
             "--key",
             "key-1",
+            "--principal-source",
+            "header:x-user",
             "--principal",
             "alice",
             "--authority",
-            "api.example.com",
+            "API.example.com:443",
+            "--scheme",
+            "https",
         ])
         .output()
         .unwrap();
     let text = stdout(&output);
-    let expected = fingerprint(&FingerprintInput {
-        method: "POST",
-        path_and_query: "/payments?b=2&a=1",
-        content_type: Some("application/json"),
-        body: b"{\"b\": 1, \"a\": 1.0}",
-        selected_headers: &[
-            ("if-match", Some(b"\"v1\"".as_slice())),
-            ("x-approval-digest", None),
-        ],
-    });
+    let headers: Vec<(String, Vec<u8>)> = [
+        (":method", "POST"),
+        (":path", "/payments?b=2&a=1"),
+        (":authority", "api.example.com"),
+        (":scheme", "https"),
+        ("content-type", "application/json"),
+        ("if-match", "\"v1\""),
+        ("idempotency-key", "key-1"),
+    ]
+    .iter()
+    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+    .collect();
+    let names = ["if-match".to_owned(), "x-approval-digest".to_owned()];
+    let rules = Rules {
+        key_header: "idempotency-key",
+        fingerprint_headers: &names,
+    };
+    let head =
+        RequestHead::read(Target::from_headers(&headers).unwrap(), &headers, &rules).unwrap();
+    let source = PrincipalSource::Header("x-user".into());
+    let expected = head.identify(
+        Principal::Named {
+            source: &source,
+            name: "alice",
+        },
+        ScopeMode::Route,
+        b"{\"b\": 1, \"a\": 1.0}",
+    );
     assert!(
-        text.contains(&format!("fingerprint:      {expected}")),
+        text.contains(&format!(
+            "fingerprint:      {}",
+            expected.explanation.fingerprint
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("scope:            {}", expected.scope.unwrap())),
+        "{text}"
+    );
+    assert!(
+        text.contains("authority:        api.example.com\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("media type:       application/json\n"),
         "{text}"
     );
     assert!(
@@ -112,7 +149,6 @@ fn fingerprint_prints_the_filters_fingerprint_and_the_scope() {
         "{text}"
     );
     assert!(text.contains("query:            a=1"), "{text}");
-    assert!(text.contains("scope:            sha256:"), "{text}");
     assert!(
         !text.contains("x-request-id"),
         "transport headers never count: {text}"

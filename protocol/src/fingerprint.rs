@@ -1,22 +1,26 @@
 //! K4: the request fingerprint.
 //!
-//! `fingerprint = SHA-256(framed(domain tag, method, normalized path, sorted
-//! query, body form, body digest, selected headers))`. Two requests with the
-//! same fingerprint are the same operation; the same key with another
-//! fingerprint is a conflict (409).
+//! `fingerprint = SHA-256(framed(domain tag, method, path, query, media type,
+//! body form, body digest, selected headers))`. Two requests with the same
+//! fingerprint are the same operation; the same key with another fingerprint
+//! is a conflict (409).
 //!
 //! What each field is and why:
 //!
 //! - **method** as sent (methods are case-sensitive, RFC 9110 §9.1).
-//! - **path and query** normalized per RFC 3986 (see the `uri` module): equal
-//!   spellings of one target agree, targets a server could tell apart do not.
-//! - **body**: the RFC 8785 canonical text when the content type is JSON and the
-//!   body is exact I-JSON ([`crate::json`]), else the raw bytes; a marker field
-//!   (`jcs`/`raw`) says which, so a raw body can never pass for the canonical
-//!   form of a different JSON body. An empty body is never JSON, so it always
-//!   digests as empty raw bytes, whatever the content type.
-//! - **selected headers**, sorted by lowercase name, each with a presence marker
-//!   (absent and empty differ) and its value without surrounding whitespace.
+//! - **path and query** in the target's normal form ([`crate::target`]): equal
+//!   spellings of one target agree, targets an upstream could tell apart do not.
+//! - **media type**: the normalized `content-type` with every parameter
+//!   ([`crate::media_type`]), absent and unparseable values marked as such, so
+//!   the same bytes under another type, boundary or charset never replay.
+//! - **body**: the RFC 8785 canonical text when the media type is JSON, its
+//!   charset absent or UTF-8, and the body is exact I-JSON ([`crate::json`]);
+//!   else the raw bytes. A marker field (`jcs`/`raw`) says which, so a raw
+//!   body can never pass for the canonical form of a different JSON body. An
+//!   empty body is never JSON, so it always digests as empty raw bytes.
+//! - **selected headers**, sorted by lowercase name, each with a presence
+//!   marker (absent and empty differ) and its value without surrounding
+//!   whitespace (a repeated header: its values joined with `,`).
 //!
 //! Lists are count-prefixed, so the framed preimage stays injective. The
 //! function is total: any input, however malformed, gets a fingerprint.
@@ -24,9 +28,10 @@
 use crate::Digest;
 use crate::framing::FramedHasher;
 use crate::json;
-use crate::uri;
+use crate::media_type::{MediaType, trim_ows};
+use crate::target::Target;
 
-const DOMAIN_TAG: &str = "keyflight/fingerprint/v1";
+const DOMAIN_TAG: &str = "keyflight/fingerprint/v2";
 
 /// Headers that enter the fingerprint unless a policy says otherwise (K4):
 /// a conditional write's precondition and an approval's digest change what
@@ -36,12 +41,10 @@ pub const DEFAULT_FINGERPRINT_HEADERS: [&str; 2] = ["if-match", "x-approval-dige
 /// What a fingerprint is computed from.
 #[derive(Debug, Clone, Copy)]
 pub struct FingerprintInput<'a> {
-    /// The request method.
-    pub method: &'a str,
-    /// Path and query as received (`/a/b?x=1&y=2`).
-    pub path_and_query: &'a str,
-    /// The `content-type` header, if any.
-    pub content_type: Option<&'a str>,
+    /// The normalized request target.
+    pub target: &'a Target,
+    /// The normalized `content-type`.
+    pub media_type: &'a MediaType,
     /// The full request body (empty when there is none).
     pub body: &'a [u8],
     /// Each configured header (lowercase name) with its value, `None` when absent.
@@ -62,6 +65,8 @@ pub enum BodyForm {
 pub enum RawReason {
     /// The content type is not JSON.
     NotJsonContentType,
+    /// The content type is JSON with a charset other than UTF-8.
+    NotUtf8Charset,
     /// The content type says JSON but the body does not parse.
     InvalidJson,
     /// A number's canonical form would denote a different decimal value.
@@ -77,6 +82,8 @@ pub struct Explanation {
     pub normalized_path: String,
     /// Query pairs after normalization, sorted.
     pub sorted_query: Vec<(String, String)>,
+    /// The media type as hashed.
+    pub media_type: MediaType,
     /// How the body was treated.
     pub body_form: BodyForm,
     /// SHA-256 of the canonical body (or of the raw bytes).
@@ -97,17 +104,18 @@ pub fn fingerprint(input: &FingerprintInput<'_>) -> Digest {
 /// Header values that are not UTF-8 are hashed as sent; only their
 /// [`Explanation`] text replaces invalid sequences with U+FFFD.
 pub fn explain(input: &FingerprintInput<'_>) -> Explanation {
-    let (normalized_path, sorted_query) = uri::normalize(input.path_and_query);
-    let (body_form, body_digest) = body(input.content_type, input.body);
+    let target = input.target;
+    let (body_form, body_digest) = body(input.media_type, input.body);
     let headers = selected_headers(input.selected_headers);
 
     let mut h = FramedHasher::new(DOMAIN_TAG);
-    h.field(input.method.as_bytes())
-        .field(normalized_path.as_bytes());
-    h.count(sorted_query.len());
-    for (name, value) in &sorted_query {
+    h.field(target.method.as_bytes())
+        .field(target.path.as_bytes());
+    h.count(target.query.len());
+    for (name, value) in &target.query {
         h.field(name.as_bytes()).field(value.as_bytes());
     }
+    input.media_type.frame(&mut h);
     let form_marker: &[u8] = match body_form {
         BodyForm::CanonicalJson(_) => b"jcs",
         BodyForm::Raw(_) => b"raw",
@@ -123,9 +131,10 @@ pub fn explain(input: &FingerprintInput<'_>) -> Explanation {
     }
 
     Explanation {
-        method: input.method.to_owned(),
-        normalized_path,
-        sorted_query,
+        method: target.method.clone(),
+        normalized_path: target.path.clone(),
+        sorted_query: target.query.clone(),
+        media_type: input.media_type.clone(),
         body_form,
         body_digest,
         headers: headers
@@ -140,12 +149,15 @@ const PRESENT: &[u8] = &[1];
 const ABSENT: &[u8] = &[0];
 
 /// How the body enters the fingerprint, and its digest.
-fn body(content_type: Option<&str>, body: &[u8]) -> (BodyForm, Digest) {
-    if !content_type.is_some_and(json::is_json_content_type) {
+fn body(media_type: &MediaType, body: &[u8]) -> (BodyForm, Digest) {
+    if !media_type.is_json() {
         return (
             BodyForm::Raw(RawReason::NotJsonContentType),
             Digest::of(body),
         );
+    }
+    if !media_type.is_utf8_json() {
+        return (BodyForm::Raw(RawReason::NotUtf8Charset), Digest::of(body));
     }
     match json::canonicalize(body) {
         Ok(canonical) => {
@@ -165,14 +177,4 @@ fn selected_headers<'a>(headers: &[(&str, Option<&'a [u8]>)]) -> Vec<(String, Op
         .collect();
     out.sort();
     out
-}
-
-fn trim_ows(value: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| matches!(b, b' ' | b'\t');
-    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
-    let end = value
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |at| at + 1);
-    &value[start..end]
 }

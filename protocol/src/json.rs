@@ -29,24 +29,6 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use crate::fingerprint::RawReason;
 
-/// True for `application/json` and `application/*+json`, any parameters,
-/// compared case-insensitively (media types are case-insensitive, RFC 9110 §8.3.1).
-pub fn is_json_content_type(content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim_matches([' ', '\t']);
-    let Some((kind, subtype)) = essence.split_once('/') else {
-        return false;
-    };
-    if !kind.eq_ignore_ascii_case("application") {
-        return false;
-    }
-    let subtype = subtype.to_ascii_lowercase();
-    subtype == "json" || (subtype.len() > "+json".len() && subtype.ends_with("+json"))
-}
-
 /// The RFC 8785 canonical form of `body`, or why the raw bytes must be used.
 pub fn canonicalize(body: &[u8]) -> Result<String, RawReason> {
     let tree: Tree = serde_json::from_slice(body).map_err(|_| RawReason::InvalidJson)?;

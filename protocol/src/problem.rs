@@ -16,6 +16,9 @@ pub enum ProblemCode {
     IdempotencyKeyInvalid,
     /// K2: no principal could be determined.
     PrincipalRequired,
+    /// K2: a principal source is present but does not name exactly one
+    /// principal (a repeated header, a claim that is not a string).
+    PrincipalAmbiguous,
     /// F1: the request body exceeds the policy's cap.
     PayloadTooLarge,
     /// F2: the lease-store (or its database) cannot be reached.
@@ -55,6 +58,7 @@ impl ProblemCode {
             Self::IdempotencyKeyRequired => "idempotency_key_required",
             Self::IdempotencyKeyInvalid => "idempotency_key_invalid",
             Self::PrincipalRequired => "principal_required",
+            Self::PrincipalAmbiguous => "principal_ambiguous",
             Self::PayloadTooLarge => "payload_too_large",
             Self::JournalUnavailable => "journal_unavailable",
             Self::IdempotencyConflict => "idempotency_conflict",
@@ -79,6 +83,7 @@ impl ProblemCode {
             Self::IdempotencyKeyRequired => "Idempotency-Key required",
             Self::IdempotencyKeyInvalid => "Idempotency-Key invalid",
             Self::PrincipalRequired => "Principal required",
+            Self::PrincipalAmbiguous => "Principal ambiguous",
             Self::PayloadTooLarge => "Payload too large",
             Self::JournalUnavailable => "Idempotency journal unavailable",
             Self::IdempotencyConflict => "Idempotency key reused with a different request",

@@ -179,6 +179,19 @@ pub struct RenewResponse {
     pub lease_ms: u64,
 }
 
+/// `GET /v1/epoch`: the store's operator epoch (F9).
+///
+/// It grows by one with every operator erase or resolve, in the same
+/// transaction. An edge serves a cached record only while the epoch it read
+/// the cache under is still the one the store reports, so an erased or
+/// re-resolved record stops being served once the edge hears of the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EpochResponse {
+    /// The number of operator changes so far.
+    pub epoch: u64,
+}
+
 /// `POST /v1/claims/{scope}/finalize`: record the upstream's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Regenerates vectors.json: K3 scope and K4 fingerprint test vectors.
 
-The expected digests are computed here, independently of the Rust code, from
-the framing rules (every field = u64 big-endian length + bytes; lists are
-preceded by a count field) and from normalized forms written out by hand. The
-Rust tests (native and wasm32) must reproduce them bit for bit.
+Each vector is a request as the edge filter receives it (the full header list
+with its pseudo-headers, the body, the principal and its source) plus the
+policy's scope mode and fingerprint headers. The expected digests are computed
+here, independently of the Rust code, from the framing rules (every field =
+u64 big-endian length + bytes; lists are preceded by a count field) and from
+normalized forms written out by hand. The Rust tests (native and wasm32) feed
+the same request through `keyflight_protocol::request` and must reproduce them
+bit for bit.
 
 Usage: python3 protocol/testdata/gen_vectors.py > protocol/testdata/vectors.json
 """
@@ -27,13 +31,29 @@ def count(n):
     return struct.pack(">Q", n)
 
 
-def scope(principal, authority, method, route, key, mode):
-    """`route` is (normalized path, sorted query pairs), written by hand."""
-    fields = [f"keyflight/scope/v1/{mode}".encode()]
-    fields += [b"named", principal.encode()] if principal is not None else [b"anonymous"]
+def source_fields(description):
+    """The framing of a principal source, from its `kind:...` description."""
+    kind, rest = description.split(":", 1)
+    if kind == "header":
+        return [b"header", rest.encode()]
+    if kind == "property":
+        segments = rest.split(".")
+        return [b"property", count(len(segments))] + [s.encode() for s in segments]
+    if kind == "jwt_claim":
+        metadata_key, claim = rest.split(":", 1)
+        segments = claim.split(".")
+        return [b"jwt_claim", metadata_key.encode(), count(len(segments))] + [s.encode() for s in segments]
+    raise ValueError(description)
+
+
+def scope(principal, authority, method, path, query, key, mode):
+    fields = [f"keyflight/scope/v2/{mode}".encode()]
+    if principal is None:
+        fields.append(b"anonymous")
+    else:
+        fields += [b"named"] + source_fields(principal["source"]) + [principal["name"].encode()]
     fields.append(authority.encode())
     if mode == "route":
-        path, query = route
         fields += [method.encode(), path.encode(), count(len(query))]
         for name, value in query:
             fields += [name.encode(), value.encode()]
@@ -41,27 +61,23 @@ def scope(principal, authority, method, route, key, mode):
     return framed(fields)
 
 
-ORDERS = ("/v1/orders", [("x", "1"), ("y", "~")])
-SCOPES = [
-    # (name, principal or None for anonymous-shared, authority, method, path+query,
-    #  its normal form by hand, raw header value, unquoted key, mode)
-    ("route", "spiffe://cluster.local/ns/shop/sa/web", "orders.shop.svc", "POST", "/v1/orders?x=1&y=~",
-     ORDERS, "order-42", "order-42", "route"),
-    ("route, respelled target and quoted key", "spiffe://cluster.local/ns/shop/sa/web", "orders.shop.svc", "POST",
-     "/v1/./orders?y=%7e&x=1", ORDERS, '"order-42"', "order-42", "route"),
-    ("route, other principal", "spiffe://cluster.local/ns/shop/sa/batch", "orders.shop.svc", "POST",
-     "/v1/orders?x=1&y=~", ORDERS, "order-42", "order-42", "route"),
-    ("service", "alice", "orders.shop.svc", "POST", "/v1/orders", None, "k", "k", "service"),
-    ("service ignores method and path", "alice", "orders.shop.svc", "DELETE", "/v1/other", None, "k", "k", "service"),
-    ("anonymous shared", None, "orders.shop.svc", "POST", "/v1/orders?", ("/v1/orders", []), "a b", "a b", "route"),
-    ("escaped quoted key", "bob", "h", "PUT", "/", ("/", []), r'"x\"y\\z"', 'x"y\\z', "route"),
-]
+def media_type_fields(media_type):
+    if media_type is None:
+        return [b"absent"]
+    if "unparsed" in media_type:
+        return [b"unparsed", media_type["unparsed"].encode()]
+    kind, subtype = media_type["type"].split("/")
+    fields = [b"parsed", kind.encode(), subtype.encode(), count(len(media_type["parameters"]))]
+    for name, value in media_type["parameters"]:
+        fields += [name.encode(), value.encode()]
+    return fields
 
 
-def fingerprint(method, path, query, form, body_digest, headers):
-    fields = [b"keyflight/fingerprint/v1", method.encode(), path.encode(), count(len(query))]
+def fingerprint(method, path, query, media_type, form, body_digest, headers):
+    fields = [b"keyflight/fingerprint/v2", method.encode(), path.encode(), count(len(query))]
     for name, value in query:
         fields += [name.encode(), value.encode()]
+    fields += media_type_fields(media_type)
     fields += [form.encode(), bytes.fromhex(body_digest), count(len(headers))]
     for name, value in headers:
         fields.append(name.encode())
@@ -69,55 +85,120 @@ def fingerprint(method, path, query, form, body_digest, headers):
     return framed(fields)
 
 
-# Each: request, then the normalized forms by hand. Headers in the expectation
-# are lowercased, trimmed and sorted.
-FINGERPRINTS = [
-    dict(name="json body, messy spelling",
-         request=dict(method="POST", path_and_query="/v1/./payments/../orders?b=2&a=%7e1",
-                      content_type="application/json; charset=utf-8",
-                      body='{ "currency": "EUR", "amount": 1.50e2, "items": [ {"sku": "\\u20ac-1", "qty": 1.0} ] }',
-                      headers=[["X-Approval-Digest", " abc "], ["if-match", None]]),
-         path="/v1/orders", query=[["a", "~1"], ["b", "2"]],
-         canonical='{"amount":150,"currency":"EUR","items":[{"qty":1,"sku":"€-1"}]}',
-         headers=[["if-match", None], ["x-approval-digest", "abc"]]),
-    dict(name="json body, canonical spelling (same fingerprint)",
-         request=dict(method="POST", path_and_query="/v1/orders?a=~1&b=2", content_type="application/json",
-                      body='{"amount":150,"currency":"EUR","items":[{"qty":1,"sku":"€-1"}]}',
-                      headers=[["if-match", None], ["x-approval-digest", "abc"]]),
-         path="/v1/orders", query=[["a", "~1"], ["b", "2"]],
-         canonical='{"amount":150,"currency":"EUR","items":[{"qty":1,"sku":"€-1"}]}',
-         headers=[["if-match", None], ["x-approval-digest", "abc"]]),
+WEB = {"source": "property:connection.uri_san_peer_certificate", "name": "spiffe://cluster.local/ns/shop/sa/web"}
+DEFAULT_FP_HEADERS = ["if-match", "x-approval-digest"]
+
+
+def req(path, body="", content_type="application/json", authority="orders.shop.svc", scheme="https",
+        method="POST", key="order-42", extra=(), body_b64=None):
+    headers = [[":method", method], [":path", path], [":authority", authority], [":scheme", scheme]]
+    if key is not None:
+        headers.append(["idempotency-key", key])
+    if content_type is not None:
+        headers.append(["content-type", content_type])
+    headers += [list(h) for h in extra]
+    out = dict(headers=headers)
+    if body_b64 is not None:
+        out["body_b64"] = body_b64
+    else:
+        out["body"] = body
+    return out
+
+
+JSON_MT = dict(type="application/json", parameters=[])
+ORDERS_Q = [["x", "1"], ["y", "~"]]
+CANONICAL_ORDER = '{"amount":150,"currency":"EUR","items":[{"qty":1,"sku":"€-1"}]}'
+
+# Each: the request, the policy (mode, fingerprint headers), the principal, and
+# every normalized form written by hand.
+VECTORS = [
+    dict(name="route scope, json body",
+         request=req("/v1/orders?x=1&y=~", '{"amount":150,"currency":"EUR","items":[{"qty":1,"sku":"€-1"}]}'),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/v1/orders", query=ORDERS_Q, key="order-42",
+         media_type=JSON_MT, canonical=CANONICAL_ORDER, headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="the same request respelled: target, authority, media type, key, body (same digests)",
+         request=req("/v1/%6Frders?y=%7e&x=1",
+                     '{ "currency": "EUR", "amount": 1.50e2, "items": [ {"sku": "\\u20ac-1", "qty": 1.0} ] }',
+                     content_type='Application/JSON ; Charset="UTF-8"', authority="ORDERS.shop.svc.:443",
+                     key='"order-42"'),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/v1/orders", query=ORDERS_Q, key="order-42",
+         media_type=JSON_MT, canonical=CANONICAL_ORDER, headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="the same name from a jwt subject is another principal",
+         request=req("/v1/orders?x=1&y=~", CANONICAL_ORDER),
+         principal={"source": "jwt_claim:jwt_payload:sub", "name": WEB["name"]}, mode="route",
+         authority="orders.shop.svc", method="POST", path="/v1/orders", query=ORDERS_Q, key="order-42",
+         media_type=JSON_MT, canonical=CANONICAL_ORDER, headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="repeated parameters keep their order; dot and empty segments are kept",
+         request=req("/v1//notify/./x?to=bob&cc=%7Eeve&to=ann", "", content_type=None,
+                     extra=[["x-user", " alice "]]),
+         principal={"source": "header:x-user", "name": "alice"}, mode="route",
+         authority="orders.shop.svc", method="POST", path="/v1//notify/./x",
+         query=[["cc", "~eve"], ["to", "bob"], ["to", "ann"]], key="order-42",
+         media_type=None, raw_reason="not_json_content_type", headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="service scope, http default port, anonymous, selected headers repeated (joined with ',' as Envoy does)",
+         request=req("/v1/other", "", content_type="text/plain", authority="orders.shop.svc:80", scheme="http",
+                     method="DELETE", key="a b",
+                     extra=[["If-Match", ' "v1" '], ["if-match", '"v2"'], ["x-approval-digest", ""]]),
+         principal=None, mode="service",
+         authority="orders.shop.svc", method="DELETE", path="/v1/other", query=[], key="a b",
+         media_type=dict(type="text/plain", parameters=[]), raw_reason="not_json_content_type",
+         headers=[["if-match", '"v1","v2"'], ["x-approval-digest", ""]]),
+    dict(name="a port that is not the scheme's default is kept; escaped quoted key",
+         request=req("/", "", content_type=None, authority="h:80", scheme="https", method="PUT",
+                     key='"x\\"y\\\\z"', extra=[["x-user", "bob"]]),
+         principal={"source": "header:x-user", "name": "bob"}, mode="route",
+         authority="h:80", method="PUT", path="/", query=[], key='x"y\\z',
+         media_type=None, raw_reason="not_json_content_type", headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="multipart: parameters sorted, names lower-cased, values unquoted",
+         request=req("/upload", "--b1--", content_type='multipart/form-data; Charset=UTF-8; boundary="b1"'),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/upload", query=[], key="order-42",
+         media_type=dict(type="multipart/form-data", parameters=[["boundary", "b1"], ["charset", "utf-8"]]),
+         raw_reason="not_json_content_type", headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="json in another charset is digested raw",
+         request=req("/pay", '{"b":1,"a":2}', content_type="application/json; charset=ISO-8859-1"),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/pay", query=[], key="order-42",
+         media_type=dict(type="application/json", parameters=[["charset", "iso-8859-1"]]),
+         raw_reason="not_utf8_charset", headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="a content type that is not a media type is kept as sent",
+         request=req("/pay", '{"b":1}', content_type="application/json; charset = utf-8 "),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/pay", query=[], key="order-42",
+         media_type=dict(unparsed="application/json; charset = utf-8"),
+         raw_reason="not_json_content_type", headers=[["if-match", None], ["x-approval-digest", None]]),
     dict(name="lossy number: 2^53+1 digested raw",
-         request=dict(method="POST", path_and_query="/pay", content_type="application/json",
-                      body='{"amount":9007199254740993}', headers=[]),
-         path="/pay", query=[], raw_reason="lossy_number", headers=[]),
+         request=req("/pay", '{"amount":9007199254740993}'),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/pay", query=[], key="order-42",
+         media_type=JSON_MT, raw_reason="lossy_number", headers=[["if-match", None], ["x-approval-digest", None]]),
     dict(name="exact number: 2^53 canonicalized",
-         request=dict(method="POST", path_and_query="/pay", content_type="application/json",
-                      body='{"amount":9007199254740992}', headers=[]),
-         path="/pay", query=[], canonical='{"amount":9007199254740992}', headers=[]),
-    dict(name="not json content type",
-         request=dict(method="PUT", path_and_query="/files/a%2fb", content_type="text/plain",
-                      body='{"b":1,"a":2}', headers=[["if-match", '"v1"']]),
-         path="/files/a%2Fb", query=[], raw_reason="not_json_content_type", headers=[["if-match", '"v1"']]),
-    dict(name="invalid json (duplicate keys)",
-         request=dict(method="POST", path_and_query="/p?", content_type="application/vnd.api+json",
-                      body='{"a":1,"a":2}', headers=[]),
-         path="/p", query=[], raw_reason="invalid_json", headers=[]),
-    dict(name="empty body, json content type",
-         request=dict(method="DELETE", path_and_query="//a/b/..?x&x=&y=+", content_type="application/json",
-                      body="", headers=[["if-match", ""]]),
-         path="//a/", query=[["x", ""], ["x", ""], ["y", "+"]], raw_reason="invalid_json",
-         headers=[["if-match", ""]]),
-    dict(name="binary body",
-         request=dict(method="POST", path_and_query="/upload", content_type=None,
-                      body_b64=base64.b64encode(bytes(range(256))).decode(), headers=[]),
-         path="/upload", query=[], raw_reason="not_json_content_type", headers=[]),
+         request=req("/pay", '{"amount":9007199254740992}'),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/pay", query=[], key="order-42",
+         media_type=JSON_MT, canonical='{"amount":9007199254740992}',
+         headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="invalid json (duplicate keys), vendor json type",
+         request=req("/p?", '{"a":1,"a":2}', content_type="application/vnd.api+json"),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/p", query=[], key="order-42",
+         media_type=dict(type="application/vnd.api+json", parameters=[]), raw_reason="invalid_json",
+         headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="binary body, no key (fingerprint only)",
+         request=req("/upload?x&x=&y=+", content_type=None, key=None,
+                     body_b64=base64.b64encode(bytes(range(256))).decode()),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/upload", query=[["x", ""], ["x", ""], ["y", "+"]],
+         key=None, media_type=None, raw_reason="not_json_content_type",
+         headers=[["if-match", None], ["x-approval-digest", None]]),
     dict(name="rfc 8785 key order and escapes",
-         request=dict(method="POST", path_and_query="/jcs", content_type="application/json",
-                      body='{"\\ufb33":[1e21,1e-7],"\\ud83d\\ude00":"\\u000f","z":-0,"é":0.000001}',
-                      headers=[]),
-         path="/jcs", query=[],
-         canonical='{"z":0,"\u00e9":0.000001,"\U0001f600":"\\u000f","\ufb33":[1e+21,1e-7]}', headers=[]),
+         request=req("/jcs", '{"\\ufb33":[1e21,1e-7],"\\ud83d\\ude00":"\\u000f","z":-0,"é":0.000001}'),
+         principal=WEB, mode="route",
+         authority="orders.shop.svc", method="POST", path="/jcs", query=[], key="order-42",
+         media_type=JSON_MT, canonical='{"z":0,"\u00e9":0.000001,"\U0001f600":"\\u000f","\ufb33":[1e+21,1e-7]}',
+         headers=[["if-match", None], ["x-approval-digest", None]]),
 ]
 
 
@@ -129,25 +210,24 @@ def expect(v):
         form = "raw"
         text = base64.b64decode(req["body_b64"]) if "body_b64" in req else req["body"].encode()
     body_digest = hashlib.sha256(text).hexdigest()
-    out = dict(normalized_path=v["path"], sorted_query=v["query"], headers=v["headers"])
+    out = dict(authority=v["authority"], normalized_path=v["path"], sorted_query=v["query"],
+               media_type=v["media_type"], headers=v["headers"])
     if form == "jcs":
         out["canonical"] = v["canonical"]
     else:
         out["raw_reason"] = v["raw_reason"]
     out["body_digest"] = body_digest
-    out["fingerprint"] = fingerprint(req["method"], v["path"], v["query"], form, body_digest,
+    out["fingerprint"] = fingerprint(v["method"], v["path"], v["query"], v["media_type"], form, body_digest,
                                      [(n, val) for n, val in v["headers"]])
+    out["scope"] = (scope(v["principal"], v["authority"], v["method"], v["path"], v["query"], v["key"], v["mode"])
+                    if v["key"] is not None else None)
     return out
 
 
 def main():
-    vectors = dict(
-        scope=[dict(name=n, principal=p, authority=a, method=m, path_and_query=pq, key_header=raw, mode=mode,
-                    expected=scope(p, a, m, route, key, mode))
-               for (n, p, a, m, pq, route, raw, key, mode) in SCOPES],
-        fingerprint=[dict(name=v["name"], request=v["request"], expected=expect(v)) for v in FINGERPRINTS],
-    )
-    print(json.dumps(vectors, indent=2, ensure_ascii=False))
+    vectors = [dict(name=v["name"], request=v["request"], principal=v["principal"], mode=v["mode"],
+                    fingerprint_headers=DEFAULT_FP_HEADERS, expected=expect(v)) for v in VECTORS]
+    print(json.dumps(dict(requests=vectors), indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
-//! Property tests for K1, K4 and JCS (native only: proptest needs an OS
+//! Property tests for K1, K3, K4 and JCS (native only: proptest needs an OS
 //! random source that wasm32-unknown-unknown lacks; the wasm build is held to
 //! the same answers through the shared vectors in `spec/vectors.rs`).
 #![cfg(not(target_arch = "wasm32"))]
 
+use keyflight_protocol::authority::Authority;
 use keyflight_protocol::fingerprint::{BodyForm, explain};
 use keyflight_protocol::json::canonicalize;
 use keyflight_protocol::key::parse_key;
-use keyflight_protocol::{Digest, FingerprintInput, fingerprint};
+use keyflight_protocol::media_type::MediaType;
+use keyflight_protocol::{
+    Digest, FingerprintInput, Principal, RequestHead, Rules, ScopeMode, Target, fingerprint,
+};
 use proptest::prelude::*;
 
 /// A JSON document whose every number a double holds exactly, so JCS keeps
@@ -201,11 +205,32 @@ fn change_leaf(value: &mut Json, n: &mut usize) -> bool {
 }
 
 fn json_fingerprint(body: &str) -> Digest {
+    let target = Target::new("POST", "/p", "h", Some("https"));
     fingerprint(&FingerprintInput {
-        method: "POST",
-        path_and_query: "/p",
-        content_type: Some("application/json"),
+        target: &target,
+        media_type: &MediaType::parse(b"application/json"),
         body: body.as_bytes(),
+        selected_headers: &[],
+    })
+}
+
+/// A request target spelled from a small alphabet, so near-collisions
+/// (respellings, reorderings) are frequent.
+fn target_text() -> impl Strategy<Value = String> {
+    "[/a.%2eEfF5~+=&?;Aa]{0,20}"
+}
+
+/// The fingerprint of a bodiless GET with `content_type`.
+fn target_fingerprint(
+    path: &str,
+    content_type: Option<&[u8]>,
+) -> keyflight_protocol::fingerprint::Explanation {
+    let target = Target::new("GET", path, "h", Some("https"));
+    let media_type = content_type.map_or(MediaType::Absent, MediaType::parse);
+    explain(&FingerprintInput {
+        target: &target,
+        media_type: &media_type,
+        body: b"",
         selected_headers: &[],
     })
 }
@@ -249,51 +274,102 @@ proptest! {
     }
 
     #[test]
-    fn path_normalization_is_idempotent(path in "[/a-c.%0-9A-Fa-f~+=&?-]{0,24}") {
-        let first = explain(&FingerprintInput {
-            method: "GET", path_and_query: &path, content_type: None, body: b"", selected_headers: &[],
-        });
-        let query: Vec<String> = first.sorted_query.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        let again_target = if query.is_empty() {
-            first.normalized_path.clone()
+    fn target_normalization_is_idempotent(path in target_text()) {
+        let first = Target::new("GET", &path, "h", None);
+        let query: Vec<String> = first.query.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let again_text = if query.is_empty() {
+            first.path.clone()
         } else {
-            format!("{}?{}", first.normalized_path, query.join("&"))
+            format!("{}?{}", first.path, query.join("&"))
         };
-        let again = explain(&FingerprintInput { path_and_query: &again_target, ..FingerprintInput {
-            method: "GET", path_and_query: "", content_type: None, body: b"", selected_headers: &[],
-        }});
-        prop_assert_eq!(&again.normalized_path, &first.normalized_path);
-        prop_assert_eq!(&again.sorted_query, &first.sorted_query);
+        let again = Target::new("GET", &again_text, "h", None);
+        prop_assert_eq!(&again.path, &first.path);
+        prop_assert_eq!(&again.query, &first.query);
+        // Policies see the identity path itself among its readings, once.
+        let readings = first.match_paths();
+        prop_assert_eq!(&readings[0], &first.path);
+        let mut unique = readings.clone();
+        unique.sort();
+        unique.dedup();
+        prop_assert_eq!(unique.len(), readings.len());
+    }
+
+    #[test]
+    fn authority_normalization_is_idempotent(
+        authority in "[a-zA-Z.:\\[\\]0-9]{0,16}",
+        scheme in prop::option::of(prop::sample::select(vec!["http", "https", "HTTPS", "ftp"])),
+    ) {
+        let once = Authority::new(&authority, scheme).normalized();
+        prop_assert_eq!(Authority::new(&once, scheme).normalized(), once.clone());
+        prop_assert_eq!(Authority::new(&authority.to_ascii_uppercase(), scheme).normalized(), once);
+    }
+
+    #[test]
+    fn media_type_normalization_is_idempotent(value in "[a-zA-Z/+;= \t\"\\\\,-]{0,30}") {
+        let once = MediaType::parse(value.as_bytes());
+        if let MediaType::Parsed { .. } = once {
+            let printed = once.to_string();
+            prop_assert_eq!(MediaType::parse(printed.as_bytes()), once, "{}", printed);
+        }
+    }
+
+    #[test]
+    fn equal_fingerprints_mean_equal_normal_forms(
+        a in target_text(),
+        b in target_text(),
+        ta in prop::option::of("[a-zA-Z/+;= \"-]{0,12}"),
+        tb in prop::option::of("[a-zA-Z/+;= \"-]{0,12}"),
+    ) {
+        // The framing is injective: two requests share a fingerprint exactly
+        // when every normalized part is equal.
+        let ea = target_fingerprint(&a, ta.as_deref().map(str::as_bytes));
+        let eb = target_fingerprint(&b, tb.as_deref().map(str::as_bytes));
+        let same_parts = (&ea.normalized_path, &ea.sorted_query, &ea.media_type)
+            == (&eb.normalized_path, &eb.sorted_query, &eb.media_type);
+        prop_assert_eq!(ea.fingerprint == eb.fingerprint, same_parts, "{:?} {:?} vs {:?} {:?}", a, ta, b, tb);
     }
 
     #[test]
     fn no_input_panics(
         method in any::<String>(),
         path in any::<String>(),
-        content_type in prop::option::of(prop_oneof![Just("application/json".to_owned()), any::<String>()]),
+        authority in any::<String>(),
+        content_type in prop::option::of(prop_oneof![
+            Just(b"application/json".to_vec()),
+            prop::collection::vec(any::<u8>(), 0..40),
+        ]),
         body in prop_oneof![
             prop::collection::vec(any::<u8>(), 0..256),
             "[\\[\\]{}\",:0-9eE.+ \\\\a-z-]{0,64}".prop_map(String::into_bytes),
         ],
-        headers in prop::collection::vec((any::<String>(), prop::option::of(prop::collection::vec(any::<u8>(), 0..16))), 0..4),
+        extra in prop::collection::vec((prop::sample::select(vec!["if-match", "idempotency-key", "content-type", "x-user"]), prop::collection::vec(any::<u8>(), 0..16)), 0..4),
         key_values in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..3),
     ) {
-        let selected: Vec<(&str, Option<&[u8]>)> =
-            headers.iter().map(|(n, v)| (n.as_str(), v.as_deref())).collect();
-        let input = FingerprintInput {
-            method: &method,
-            path_and_query: &path,
-            content_type: content_type.as_deref(),
-            body: &body,
-            selected_headers: &selected,
-        };
-        let e = explain(&input);
-        prop_assert_eq!(e.fingerprint, fingerprint(&input));
-        if let BodyForm::CanonicalJson(text) = &e.body_form {
-            prop_assert_eq!(e.body_digest, Digest::of(text.as_bytes()));
-        } else {
-            prop_assert_eq!(e.body_digest, Digest::of(&body));
+        let mut headers: Vec<(String, Vec<u8>)> = vec![
+            (":method".into(), method.into_bytes()),
+            (":path".into(), path.into_bytes()),
+            (":authority".into(), authority.into_bytes()),
+        ];
+        if let Some(ct) = content_type {
+            headers.push(("content-type".into(), ct));
         }
+        headers.extend(extra.into_iter().map(|(n, v)| (n.to_owned(), v)));
+        let names = ["if-match".to_owned()];
+        let rules = Rules { key_header: "idempotency-key", fingerprint_headers: &names };
+        if let Some(target) = Target::from_headers(&headers) {
+            let _ = target.match_paths();
+            if let Ok(head) = RequestHead::read(target, &headers, &rules) {
+                let id = head.identify(Principal::AnonymousShared, ScopeMode::Route, &body);
+                let e = &id.explanation;
+                if let BodyForm::CanonicalJson(text) = &e.body_form {
+                    prop_assert_eq!(e.body_digest, Digest::of(text.as_bytes()));
+                } else {
+                    prop_assert_eq!(e.body_digest, Digest::of(&body));
+                }
+            }
+        }
+        let source = keyflight_protocol::PrincipalSource::Header("x-user".into());
+        let _ = keyflight_protocol::principal::name_from_headers(&source, "x-user", &headers);
         let _ = canonicalize(&body);
         let keys: Vec<&[u8]> = key_values.iter().map(Vec::as_slice).collect();
         let _ = parse_key(&keys);

@@ -27,6 +27,7 @@ pub mod jwt;
 pub mod lds;
 pub mod metrics;
 pub mod mtls;
+pub mod raw_http;
 pub mod reply;
 pub mod stack;
 pub mod yaml_lines;

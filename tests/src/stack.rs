@@ -269,6 +269,11 @@ impl Stack {
         }
     }
 
+    /// The port of Envoy replica `replica`'s listener, for raw requests ([`crate::raw_http`]).
+    pub fn listener_port(&self, replica: usize) -> u16 {
+        self.ports_of(replica).listener
+    }
+
     /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
     /// [`Stack::post`] (the `keyflight` client command).
     pub fn url(&self, path: &str) -> String {

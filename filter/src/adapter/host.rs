@@ -15,7 +15,7 @@ use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 use crate::config::LeaseStore;
 use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
-use crate::store_call::StoreCall;
+use crate::store_call::{EPOCH_PATH, StoreCall};
 
 /// Writes one log line prefixed with `keyflight:`.
 pub fn log(level: LogLevel, message: &str) {
@@ -117,18 +117,31 @@ pub fn send_reply(reply: &LocalReply) {
 /// cluster that exists in the Envoy config, and a non-zero timeout (0 would
 /// mean none at all).
 pub fn dispatch(store: &LeaseStore, call: &StoreCall, timeout: Duration) -> Option<u32> {
-    let path = call.path();
+    dispatch_request(store, "POST", &call.path(), Some(&call.body()), timeout)
+}
+
+/// Asks the lease-store for its operator epoch (`GET /v1/epoch`, F9).
+pub fn dispatch_epoch(store: &LeaseStore, timeout: Duration) -> Option<u32> {
+    dispatch_request(store, "GET", EPOCH_PATH, None, timeout)
+}
+
+fn dispatch_request(
+    store: &LeaseStore,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Option<u32> {
     let bearer = format!("Bearer {}", store.token);
     let headers = vec![
-        (":method", "POST"),
-        (":path", path.as_str()),
+        (":method", method),
+        (":path", path),
         (":authority", store.authority.as_str()),
         ("authorization", bearer.as_str()),
         ("content-type", "application/json"),
     ];
-    let body = call.body();
     let timeout = timeout.max(Duration::from_millis(1));
-    match hostcalls::dispatch_http_call(&store.cluster, headers, Some(&body), vec![], timeout) {
+    match hostcalls::dispatch_http_call(&store.cluster, headers, body, vec![], timeout) {
         Ok(token) => Some(token),
         Err(status) => {
             log(

@@ -15,11 +15,14 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, BufferType, ContextType, LogLevel, MapType};
 
 use crate::config::{Config, parse_plugin_config};
+use crate::epoch::EpochWatch;
 use crate::identity;
 use crate::machine::{self, Action, Event, Machine};
 use crate::outbox::{CallId, Outbox, OutboxAction};
 use crate::status_matrix;
-use crate::store_call::{CallError, StoreCall, parse_ack_answer, parse_claim_answer};
+use crate::store_call::{
+    CallError, StoreCall, parse_ack_answer, parse_claim_answer, parse_epoch_answer,
+};
 
 use host::Counters;
 
@@ -35,16 +38,31 @@ struct Shared {
     /// The worker's record outbox (F14); the root context drives it. It is
     /// the root's, not the configuration's: a reconfigured plugin keeps it.
     outbox: Rc<RefCell<Outbox>>,
+    /// The operator epoch the edge cache is checked against (F9); `None`
+    /// when no request can use the cache.
+    epoch: Option<RefCell<EpochWatch>>,
 }
 
-/// The plugin's root context: configuration, counters and the record outbox,
-/// which renews leases and delivers handed-off records from `on_tick` (F4, F14).
+impl Shared {
+    /// The epoch streams may read the edge cache under now.
+    fn cache_epoch(&self, now_ms: u64) -> Option<u64> {
+        self.epoch
+            .as_ref()
+            .and_then(|watch| watch.try_borrow().ok()?.current(now_ms))
+    }
+}
+
+/// The plugin's root context: configuration, counters, the record outbox,
+/// which renews leases and delivers handed-off records from `on_tick` (F4,
+/// F14), and the edge cache's operator epoch (F9).
 #[derive(Default)]
 struct Root {
     shared: Option<Rc<Shared>>,
     outbox: Option<Rc<RefCell<Outbox>>>,
     /// Outbox callouts in flight: token → which call.
     calls: BTreeMap<u32, CallId>,
+    /// The epoch question in flight.
+    epoch_call: Option<u32>,
     /// The host asked this root context to finish (`on_done`) while the
     /// outbox still held claims: it keeps ticking until they are settled.
     draining: bool,
@@ -91,6 +109,16 @@ impl Context for Root {
         body_size: usize,
         _: usize,
     ) {
+        if self.epoch_call == Some(token) {
+            self.epoch_call = None;
+            let (status, body) = host::call_answer(num_headers, body_size);
+            if let Some(shared) = &self.shared
+                && let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut)
+            {
+                watch.answered(parse_epoch_answer(status, &body));
+            }
+            return;
+        }
         let Some(id) = self.calls.remove(&token) else {
             return;
         };
@@ -138,6 +166,9 @@ impl RootContext for Root {
                 );
                 outbox.borrow_mut().set_max_bytes(config.outbox.max_bytes);
                 self.shared = Some(Rc::new(Shared {
+                    epoch: config
+                        .edge_cache_in_use()
+                        .map(|c| RefCell::new(EpochWatch::new(&c))),
                     config: Rc::new(config),
                     counters: Counters::define(),
                     outbox,
@@ -158,6 +189,15 @@ impl RootContext for Root {
         let Some(shared) = self.shared.clone() else {
             return;
         };
+        if let Some(Ok(mut watch)) = shared.epoch.as_ref().map(RefCell::try_borrow_mut)
+            && watch.due(host::now_ms())
+        {
+            let store = &shared.config.lease_store;
+            match host::dispatch_epoch(store, store.timeout) {
+                Some(token) => self.epoch_call = Some(token),
+                None => watch.not_sent(),
+            }
+        }
         let actions = match shared.outbox.try_borrow_mut() {
             Ok(mut outbox) => outbox.on_tick(host::now_ms()),
             Err(_) => return,
@@ -261,10 +301,14 @@ impl Stream {
                 }
                 // F9: shared data is process-wide (every worker of this VM id);
                 // a read is synchronous, so the answer is a follow-up event.
-                Action::ReadEdgeCache { key } => Some(Event::EdgeCacheRead {
-                    slot: host::shared_data(&key).0,
-                    now_ms: host::now_ms(),
-                }),
+                Action::ReadEdgeCache { key } => {
+                    let now_ms = host::now_ms();
+                    Some(Event::EdgeCacheRead {
+                        slot: host::shared_data(&key).0,
+                        now_ms,
+                        epoch: shared.cache_epoch(now_ms),
+                    })
+                }
                 Action::WriteEdgeCache { key, entry } => {
                     if let Some(bytes) = entry.encode_at(host::now_ms()) {
                         host::replace_shared_data(&key, &bytes);

@@ -75,7 +75,7 @@ fn the_contract_example_parses() {
     assert_eq!(config.lease_store.authority, "lease-store");
     assert_eq!(
         config.identity.actor,
-        vec![Source::Header("x-actor".into())]
+        vec![Rc::new(PrincipalSource::Header("x-actor".into()))]
     );
     assert_eq!(config.identity.principal.len(), 3);
     let p = &config.policies[0];
@@ -114,6 +114,7 @@ fn defaults_are_applied() {
         vec![
             "cache-control",
             "content-disposition",
+            "content-encoding",
             "content-language",
             "content-type",
             "etag",
@@ -147,17 +148,95 @@ fn names_and_values_are_normalized() {
     assert!(p.replay_headers.contains("x-signature"));
     assert_eq!(p.fingerprint_headers, vec!["x-approval"]);
     assert_eq!(p.matcher.methods, vec!["POST"]);
-    assert_eq!(p.matcher.authority.as_deref(), Some("api.example.com"));
-    assert!(
+    assert_eq!(
+        p.matcher.authority,
+        Some(AuthorityPattern {
+            host: "api.example.com".into(),
+            port: None
+        })
+    );
+    let matches = |method: &str, path: &str, authority: &str| {
         p.matcher
-            .matches("POST", "/orders/12?x=1", "api.example.com")
-    );
-    assert!(
-        !p.matcher
-            .matches("POST", "/orders/12/items", "api.example.com")
-    );
-    assert!(!p.matcher.matches("POST", "/orders/12", "other.example.com"));
-    assert!(!p.matcher.matches("GET", "/orders/12", "api.example.com"));
+            .matches(&Target::new(method, path, authority, Some("https")))
+    };
+    assert!(matches("POST", "/orders/12?x=1", "api.example.com"));
+    assert!(!matches("POST", "/orders/12/items", "api.example.com"));
+    assert!(!matches("POST", "/orders/12", "other.example.com"));
+    assert!(!matches("GET", "/orders/12", "api.example.com"));
+}
+
+#[test]
+fn respelled_targets_cannot_escape_a_policy() {
+    // F0: every spelling an upstream could route to /payments is guarded.
+    let config = with(
+        serde_json::json!({"match": {"methods": ["POST"], "path_prefix": "/payments", "authority": "api.example.com"}}),
+        false,
+    )
+    .unwrap();
+    let m = &config.policies[0].matcher;
+    for path in [
+        "/payments",
+        "//payments",
+        "/x/../payments",
+        "/x/%2e%2E/payments",
+        "/%70ayments",
+        "/pay%6Dents?x=1",
+        "/x%2F..%2Fpayments",
+        "/./payments/1",
+    ] {
+        assert!(
+            m.matches(&Target::new("POST", path, "api.example.com", Some("https"))),
+            "{path}"
+        );
+    }
+    for authority in [
+        "API.example.com",
+        "api.example.com.",
+        "api.example.com:443",
+        "api.example.com:80",
+        "api.example.com:8443",
+    ] {
+        assert!(
+            m.matches(&Target::new("POST", "/payments", authority, Some("https"))),
+            "{authority}"
+        );
+    }
+    assert!(m.matches(&Target::new(
+        "post",
+        "/payments",
+        "api.example.com",
+        Some("https")
+    )));
+    assert!(!m.matches(&Target::new(
+        "POST",
+        "/pay",
+        "api.example.com",
+        Some("https")
+    )));
+    assert!(!m.matches(&Target::new(
+        "POST",
+        "/payments",
+        "api.example.org",
+        Some("https")
+    )));
+}
+
+#[test]
+fn an_authority_with_a_port_matches_that_port_explicit_or_implied() {
+    let config = with(
+        serde_json::json!({"match": {"authority": "API.example.com.:443"}}),
+        false,
+    )
+    .unwrap();
+    let m = &config.policies[0].matcher;
+    let on = |authority: &str, scheme: &str| {
+        m.matches(&Target::new("POST", "/", authority, Some(scheme)))
+    };
+    assert!(on("api.example.com", "https"));
+    assert!(on("api.example.com:443", "https"));
+    assert!(on("api.example.com:443", "http"));
+    assert!(!on("api.example.com", "http"));
+    assert!(!on("api.example.com:8443", "https"));
 }
 
 #[test]
@@ -386,6 +465,27 @@ fn the_edge_cache_can_be_turned_off_globally_or_per_policy() {
 }
 
 #[test]
+fn the_epoch_is_needed_only_where_the_edge_cache_can_serve() {
+    let enforce = with(serde_json::json!({}), false).unwrap();
+    assert!(enforce.edge_cache_in_use().is_some());
+    let dry_run = with(serde_json::json!({"mode": "dry_run"}), true).unwrap();
+    assert!(dry_run.edge_cache_in_use().is_none());
+    let opted_out = with(serde_json::json!({"edge_cache": false}), false).unwrap();
+    assert!(opted_out.edge_cache_in_use().is_none());
+    let off = with(serde_json::json!({"edge_cache": {"max_bytes": 0}}), true).unwrap();
+    assert!(off.edge_cache_in_use().is_none());
+    // The epoch interval (1 s for the default 3 s bound) is coarser than the
+    // outbox's 250 ms cap; a tighter bound tightens the tick.
+    assert_eq!(enforce.tick_period(), Duration::from_millis(250));
+    let tight = with(
+        serde_json::json!({"edge_cache": {"max_staleness_ms": 300}}),
+        true,
+    )
+    .unwrap();
+    assert_eq!(tight.tick_period(), Duration::from_millis(100));
+}
+
+#[test]
 fn invalid_edge_cache_fields_are_named() {
     for (patch, path) in [
         (
@@ -397,6 +497,10 @@ fn invalid_edge_cache_fields_are_named() {
             "edge_cache.max_bytes",
         ),
         (serde_json::json!({"ttl_s": 0}), "edge_cache.ttl_s"),
+        (
+            serde_json::json!({"max_staleness_ms": 100}),
+            "edge_cache.max_staleness_ms",
+        ),
         (serde_json::json!({"slots": 3}), "edge_cache"),
     ] {
         let error = root_err(serde_json::json!({"edge_cache": patch}));
@@ -409,19 +513,25 @@ fn a_jwt_claim_may_be_a_dotted_path_of_names() {
     let source = |claim: &str| serde_json::json!({"identity": {"actor": [{"jwt_claim": {"metadata_key": "jwt_payload", "claim": claim}}]}});
     let config = with(source("act.sub"), true).unwrap();
     assert_eq!(
-        config.identity.actor[0].property_path().unwrap(),
-        vec![
-            "metadata",
-            "filter_metadata",
-            "envoy.filters.http.jwt_authn",
-            "jwt_payload",
-            "act",
-            "sub"
-        ]
+        *config.identity.actor[0],
+        PrincipalSource::JwtClaim {
+            metadata_key: "jwt_payload".into(),
+            claim: vec!["act".into(), "sub".into()],
+        }
     );
     for bad in ["", "act.", ".sub", "act..sub"] {
         let error = root_err(source(bad));
         assert_eq!(error.path, "identity.actor[0].jwt_claim.claim", "{bad:?}");
+    }
+}
+
+#[test]
+fn a_claim_that_is_a_json_object_is_refused_at_start() {
+    let source = |claim: &str| serde_json::json!({"identity": {"actor": [{"jwt_claim": {"metadata_key": "jwt_payload", "claim": claim}}]}});
+    for object in ["act", "may_act", "cnf", "aud", "act.act"] {
+        let error = root_err(source(object));
+        assert_eq!(error.path, "identity.actor[0].jwt_claim.claim", "{object}");
+        assert!(error.message.contains("object"), "{error}");
     }
 }
 

@@ -20,6 +20,7 @@ use keyflight_protocol::wire::ClaimResponse;
 use uuid::Uuid;
 
 use crate::edge_cache::Entry;
+use crate::identity::Lookup;
 use crate::metrics::Metric;
 use crate::outbox::{Handoff, Lease};
 use crate::problem::LocalReply;
@@ -35,8 +36,8 @@ pub enum Event {
     RequestHeaders {
         /// Every request header, in order.
         headers: Vec<(String, Vec<u8>)>,
-        /// The effective principal, if any source was present.
-        principal: Option<String>,
+        /// What the configured principal sources say.
+        principal: Lookup,
         /// The request has no body.
         end_of_stream: bool,
     },
@@ -61,6 +62,10 @@ pub enum Event {
         slot: Option<Vec<u8>>,
         /// Milliseconds since the Unix epoch.
         now_ms: u64,
+        /// The lease-store's operator epoch as this worker last heard it,
+        /// `None` when that answer is older than `edge_cache.max_staleness_ms`
+        /// (then the cache is not used, F9).
+        epoch: Option<u64>,
     },
     /// The claim call answered.
     ClaimAnswered(Result<ClaimResponse, CallError>),

@@ -29,15 +29,15 @@ use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::wire::{
     ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseAs, ReleaseRequest, StoredResponse, WonHow,
 };
-use keyflight_protocol::{
-    Digest, FingerprintInput, Principal, ScopeInput, fingerprint, key, scope,
-};
+use keyflight_protocol::{Digest, Principal, PrincipalSource, RequestHead, Rules, Target};
 use uuid::Uuid;
 
 pub use io::{Action, Event, LogLevel};
 
 use crate::config::{Anonymous, Config, FailureMode, Mode, Policy, Uncertain};
 use crate::edge_cache::{self, CachedResponse, Entry, Lookup};
+use crate::encoding::{self, Accepted};
+use crate::identity;
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::outbox::{Handoff, Lease};
 use crate::problem::{LocalReply, problem_reply};
@@ -53,13 +53,31 @@ pub const FENCE_HEADER: &str = "idempotency-fence";
 #[derive(Debug)]
 struct Pending {
     policy: Rc<Policy>,
-    scope: Digest,
-    method: String,
-    path: String,
-    content_type: Option<String>,
-    /// The policy's fingerprint headers with their (combined) values.
-    selected: Vec<(String, Option<Vec<u8>>)>,
+    /// Everything of the head the scope and fingerprint depend on.
+    head: RequestHead,
+    principal: Who,
+    /// What the client accepts, for a replay (F8).
+    accepted: Accepted,
     buffered: usize,
+}
+
+/// The principal a request is for, owned until its scope is computed.
+#[derive(Debug)]
+enum Who {
+    Named {
+        source: Rc<PrincipalSource>,
+        name: String,
+    },
+    AnonymousShared,
+}
+
+impl Who {
+    fn principal(&self) -> Principal<'_> {
+        match self {
+            Who::Named { source, name } => Principal::Named { source, name },
+            Who::AnonymousShared => Principal::AnonymousShared,
+        }
+    }
 }
 
 /// A claim this stream won.
@@ -77,6 +95,7 @@ struct Ready {
     policy: Rc<Policy>,
     scope: Digest,
     fingerprint: Digest,
+    accepted: Accepted,
     call: StoreCall,
     timeout: Duration,
 }
@@ -97,6 +116,7 @@ enum State {
         policy: Rc<Policy>,
         scope: Digest,
         fingerprint: Digest,
+        accepted: Accepted,
     },
     /// The request went upstream with our lease.
     Upstream(Owned),
@@ -134,6 +154,9 @@ pub struct Machine {
     /// The claim whose lease the outbox renews for this stream, until the
     /// stream settles it or hands it off.
     renewing: Option<Uuid>,
+    /// The operator epoch the edge-cache read was made under (F9): entries
+    /// this stream writes carry it, so an erase after it invalidates them.
+    cache_epoch: Option<u64>,
 }
 
 impl Machine {
@@ -143,6 +166,7 @@ impl Machine {
             config,
             state: State::Start,
             renewing: None,
+            cache_epoch: None,
         }
     }
 
@@ -172,7 +196,12 @@ impl Machine {
                 out.push(self.request_verdict());
             }
             Event::RequestBodyComplete { body } => self.request_body_complete(&mut out, &body),
-            Event::EdgeCacheRead { slot, now_ms } => {
+            Event::EdgeCacheRead {
+                slot,
+                now_ms,
+                epoch,
+            } => {
+                self.cache_epoch = epoch;
                 self.edge_cache_read(&mut out, slot.as_deref(), now_ms);
                 out.push(self.request_verdict());
             }
@@ -224,7 +253,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         headers: &[(String, Vec<u8>)],
-        principal: Option<String>,
+        principal: identity::Lookup,
         end_of_stream: bool,
     ) {
         if !matches!(self.state, State::Start) {
@@ -239,37 +268,36 @@ impl Machine {
                 value: None,
             });
         }
-        let (Some(method), Some(path), Some(authority)) = (
-            first_text(headers, ":method"),
-            first_text(headers, ":path"),
-            first_text(headers, ":authority"),
-        ) else {
+        let Some(target) = Target::from_headers(headers) else {
             return;
         };
-        let authority = authority.to_ascii_lowercase();
-        let Some(policy) = self
-            .config
-            .match_policy(&method, &path, &authority)
-            .cloned()
-        else {
+        let Some(policy) = self.config.match_policy(&target).cloned() else {
             return;
         };
-        let key_values: Vec<&[u8]> = values(headers, &self.config.key_header).collect();
-        let key = match key::parse_key(&key_values) {
+        let rules = Rules {
+            key_header: &self.config.key_header,
+            fingerprint_headers: &policy.fingerprint_headers,
+        };
+        let head = match RequestHead::read(target, headers, &rules) {
             Err(e) => {
                 return self.reject(out, ProblemCode::IdempotencyKeyInvalid, &e.to_string());
             }
-            Ok(None) if policy.require_key => {
+            Ok(head) => head,
+        };
+        if head.key.is_none() {
+            if policy.require_key {
                 let detail = format!("this route requires the {} header", self.config.key_header);
                 return self.reject(out, ProblemCode::IdempotencyKeyRequired, &detail);
             }
-            Ok(None) => return self.count_outcome(out, Outcome::Unguarded),
-            Ok(Some(key)) => key,
-        };
-        let principal = match (&principal, policy.anonymous) {
-            (Some(name), _) => Principal::Named(name),
-            (None, Anonymous::Shared) => Principal::AnonymousShared,
-            (None, Anonymous::Reject) => {
+            return self.count_outcome(out, Outcome::Unguarded);
+        }
+        let principal = match (principal, policy.anonymous) {
+            (identity::Lookup::Found { source, name }, _) => Who::Named { source, name },
+            (identity::Lookup::Refused(e), _) => {
+                return self.reject(out, ProblemCode::PrincipalAmbiguous, &e.to_string());
+            }
+            (identity::Lookup::Absent, Anonymous::Shared) => Who::AnonymousShared,
+            (identity::Lookup::Absent, Anonymous::Reject) => {
                 let detail = "a keyed request needs an authenticated principal";
                 return self.reject(out, ProblemCode::PrincipalRequired, detail);
             }
@@ -279,30 +307,12 @@ impl Machine {
         if declared_length.is_some_and(|n| n > policy.max_request_body_bytes as u64) {
             return self.reject_too_large(out, &policy);
         }
-        let scope = scope(&ScopeInput {
-            principal,
-            authority: &authority,
-            method: &method,
-            path_and_query: &path,
-            key: &key,
-            mode: policy.scope,
-        });
-        let selected = policy
-            .fingerprint_headers
-            .iter()
-            .map(|name| {
-                let joined: Vec<&[u8]> = values(headers, name).collect();
-                let value = (!joined.is_empty()).then(|| joined.join(&b", "[..]));
-                (name.clone(), value)
-            })
-            .collect();
+        let accept_encoding: Vec<&[u8]> = values(headers, encoding::ACCEPT_ENCODING).collect();
         let pending = Pending {
-            content_type: first_text(headers, "content-type"),
+            accepted: Accepted::from_values(&accept_encoding),
             policy,
-            scope,
-            method,
-            path,
-            selected,
+            head,
+            principal,
             buffered: 0,
         };
         if end_of_stream {
@@ -341,19 +351,15 @@ impl Machine {
     }
 
     fn claim(&mut self, out: &mut Vec<Action>, pending: Pending, body: &[u8]) {
-        let selected: Vec<(&str, Option<&[u8]>)> = pending
-            .selected
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_deref()))
-            .collect();
-        let fingerprint = fingerprint(&FingerprintInput {
-            method: &pending.method,
-            path_and_query: &pending.path,
-            content_type: pending.content_type.as_deref(),
-            body,
-            selected_headers: &selected,
-        });
         let policy = pending.policy;
+        let identified = pending
+            .head
+            .identify(pending.principal.principal(), policy.scope, body);
+        let fingerprint = identified.explanation.fingerprint;
+        // The head was read with a key (request_headers returned otherwise).
+        let Some(scope) = identified.scope else {
+            return;
+        };
         // F11: dry_run never holds a request up, so it never long-polls.
         let follower_wait = match self.config.mode {
             Mode::Enforce => policy.follower_wait,
@@ -362,7 +368,7 @@ impl Machine {
         let wait_ms = millis(follower_wait);
         let ready = Ready {
             call: StoreCall::Claim {
-                scope: pending.scope,
+                scope,
                 request: ClaimRequest {
                     fingerprint,
                     lease_ms: millis(policy.lease),
@@ -372,8 +378,9 @@ impl Machine {
             },
             // A long-poll may legitimately take the whole follower wait (F5).
             timeout: self.config.lease_store.timeout + follower_wait,
-            scope: pending.scope,
+            scope,
             fingerprint,
+            accepted: pending.accepted,
             policy,
         };
         match self.config.edge_cache_for(&ready.policy) {
@@ -398,6 +405,7 @@ impl Machine {
             policy: ready.policy,
             scope: ready.scope,
             fingerprint: ready.fingerprint,
+            accepted: ready.accepted,
         };
     }
 
@@ -412,11 +420,19 @@ impl Machine {
                 return;
             }
         };
-        match edge_cache::lookup(slot, &ready.scope, &ready.fingerprint, now_ms) {
+        let lookup = match self.cache_epoch {
+            Some(epoch) => {
+                edge_cache::lookup(slot, &ready.scope, &ready.fingerprint, now_ms, epoch)
+            }
+            // No recent word from the store on erasures: the cache may be stale.
+            None => Lookup::Miss,
+        };
+        match lookup {
             Lookup::Miss => self.call_claim(out, ready),
-            Lookup::Hit(response) => match replay(&ready.policy, response) {
-                Some(reply) => self.answer(out, reply, Outcome::ReplayEdgeCache),
-                None => self.call_claim(out, ready),
+            Lookup::Hit(response) => match replay(&ready.policy, response, &ready.accepted) {
+                Ok(reply) => self.answer(out, reply, Outcome::ReplayEdgeCache),
+                Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
+                Err(Unreplayable::Malformed) => self.call_claim(out, ready),
             },
             Lookup::Conflict => {
                 let code = ProblemCode::IdempotencyConflict;
@@ -427,12 +443,13 @@ impl Machine {
     }
 
     fn claim_answered(&mut self, out: &mut Vec<Action>, result: Result<ClaimResponse, CallError>) {
-        let (policy, scope, fingerprint) = match std::mem::take(&mut self.state) {
+        let (policy, scope, fingerprint, accepted) = match std::mem::take(&mut self.state) {
             State::Claiming {
                 policy,
                 scope,
                 fingerprint,
-            } => (policy, scope, fingerprint),
+                accepted,
+            } => (policy, scope, fingerprint, accepted),
             // An answer nobody waits for (the stream ended or replied): ignore it.
             other => {
                 self.state = other;
@@ -464,6 +481,12 @@ impl Machine {
                         name: FENCE_HEADER.to_owned(),
                         value: Some(fence.to_string()),
                     });
+                    // F8: the answer is recorded for every client that asks
+                    // again, so it must not be encoded for this one.
+                    out.push(Action::SetRequestHeader {
+                        name: encoding::ACCEPT_ENCODING.to_owned(),
+                        value: Some(encoding::IDENTITY.to_owned()),
+                    });
                     // F15: the router must not resend what the claim let through.
                     for (name, value) in router_retries::header_edits(policy.router_retries) {
                         out.push(Action::SetRequestHeader {
@@ -486,9 +509,10 @@ impl Machine {
                     if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
                         out.push(cache);
                     }
-                    match replay(&policy, response) {
-                        Some(reply) => self.answer(out, reply, Outcome::Replay),
-                        None => self.malformed_record(out, &policy, scope),
+                    match replay(&policy, response, &accepted) {
+                        Ok(reply) => self.answer(out, reply, Outcome::Replay),
+                        Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
+                        Err(Unreplayable::Malformed) => self.malformed_record(out, &policy, scope),
                     }
                 }
                 None => self.malformed_record(out, &policy, scope),
@@ -553,8 +577,20 @@ impl Machine {
         );
     }
 
+    /// F8: the record's body is encoded in a coding this client does not
+    /// accept: refused rather than replayed as bytes it cannot read.
+    fn not_decodable(&mut self, out: &mut Vec<Action>, coding: &str) {
+        let code = ProblemCode::ResponseNotReplayable;
+        let detail = format!(
+            "the recorded response is {coding}-encoded and this request does not accept that coding"
+        );
+        let reply = problem_reply(code, self.config.status_profile, &detail, None);
+        self.answer(out, reply, Outcome::NotReplayable);
+    }
+
     /// The edge-cache write for a completed record, if the cache is on for
-    /// `policy` and the entry fits `max_entry_bytes`.
+    /// `policy`, the entry fits `max_entry_bytes`, and the stream read the
+    /// cache under a known operator epoch.
     fn cache_entry(
         &self,
         policy: &Policy,
@@ -566,6 +602,7 @@ impl Machine {
         let entry = Entry {
             scope,
             fingerprint,
+            epoch: self.cache_epoch?,
             ttl,
             response: response.clone(),
         };
@@ -1069,12 +1106,33 @@ fn stored(response: &StoredResponse) -> Option<CachedResponse> {
     })
 }
 
-/// F8: a local reply from a recorded response, or `None` if the record is
-/// unusable. Takes the response by value: its body becomes the reply's body
-/// without a copy.
-fn replay(policy: &Policy, response: CachedResponse) -> Option<LocalReply> {
+/// Why a recorded response is not replayed.
+#[derive(Debug)]
+enum Unreplayable {
+    /// Its status is not a final HTTP status.
+    Malformed,
+    /// Its body is in this coding, which the asking client does not accept.
+    Encoded(String),
+}
+
+/// F8: a local reply from a recorded response, for a client that accepts
+/// `accepted`. Takes the response by value: its body becomes the reply's
+/// body without a copy.
+fn replay(
+    policy: &Policy,
+    response: CachedResponse,
+    accepted: &Accepted,
+) -> Result<LocalReply, Unreplayable> {
     if !(200..=599).contains(&response.status) {
-        return None;
+        return Err(Unreplayable::Malformed);
+    }
+    let coding = response
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-encoding"))
+        .map(|(_, value)| value.as_str());
+    if !accepted.decodes(coding) {
+        return Err(Unreplayable::Encoded(coding.unwrap_or_default().to_owned()));
     }
     let mut headers = keep_headers(
         response
@@ -1084,7 +1142,7 @@ fn replay(policy: &Policy, response: CachedResponse) -> Option<LocalReply> {
         &policy.replay_headers,
     );
     headers.push((REPLAYED_HEADER.to_owned(), "true".to_owned()));
-    Some(LocalReply {
+    Ok(LocalReply {
         status: response.status,
         headers,
         body: response.body,

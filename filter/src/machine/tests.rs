@@ -57,13 +57,27 @@ fn keyed() -> Vec<(String, Vec<u8>)> {
     )
 }
 
+/// The principal source every test config names first for callers.
+fn x_user() -> Rc<PrincipalSource> {
+    Rc::new(PrincipalSource::Header("x-user".into()))
+}
+
 fn headers_event(headers: Vec<(String, Vec<u8>)>, principal: Option<&str>, eos: bool) -> Event {
     Event::RequestHeaders {
         headers,
-        principal: principal.map(str::to_owned),
+        principal: match principal {
+            Some(name) => identity::Lookup::Found {
+                source: x_user(),
+                name: name.to_owned(),
+            },
+            None => identity::Lookup::Absent,
+        },
         end_of_stream: eos,
     }
 }
+
+/// The operator epoch the edge-cache tests' worker has heard.
+const EPOCH: u64 = 5;
 
 /// `on_http_response_headers` from the upstream, driven as the adapter does.
 fn respond(m: &mut Machine, status: u16, eos: bool) -> Vec<Action> {
@@ -523,6 +537,11 @@ fn won_forwards_with_the_fence_and_starts_renewal() {
                     name: "idempotency-fence".into(),
                     value: Some("41".into())
                 },
+                // F8: the recorded answer must decode for every client.
+                Action::SetRequestHeader {
+                    name: "accept-encoding".into(),
+                    value: Some("identity".into())
+                },
                 Action::SetRequestHeader {
                     name: "x-envoy-max-retries".into(),
                     value: Some("0".into())
@@ -540,7 +559,11 @@ fn forwarded_header_edits(config: Rc<Config>) -> Vec<(String, Option<String>)> {
     m.on(Event::ClaimAnswered(Ok(won(3))))
         .into_iter()
         .filter_map(|action| match action {
-            Action::SetRequestHeader { name, value } if name != FENCE_HEADER => Some((name, value)),
+            Action::SetRequestHeader { name, value }
+                if name != FENCE_HEADER && name != encoding::ACCEPT_ENCODING =>
+            {
+                Some((name, value))
+            }
             _ => None,
         })
         .collect()
@@ -568,6 +591,88 @@ fn router_retries_route_keeps_the_route_policy_and_drops_caller_retry_headers() 
             ("x-envoy-hedge-on-per-try-timeout".to_owned(), None),
         ]
     );
+}
+
+#[test]
+fn an_encoded_record_replays_only_to_a_client_that_decodes_it() {
+    let gzip_record = || ClaimResponse::Completed {
+        response: StoredResponse::new(
+            201,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("content-encoding".into(), "gzip".into()),
+            ],
+            b"\x1f\x8b...",
+        ),
+    };
+    // A client that names no coding gets a clear refusal, not gzip bytes.
+    let mut m = Machine::new(config());
+    to_claim(&mut m, b"{}");
+    let out = m.on(Event::ClaimAnswered(Ok(gzip_record())));
+    let r = reply(&out);
+    assert_eq!(
+        (r.status, code(r).as_str()),
+        (409, "response_not_replayable")
+    );
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::NotReplayable)]);
+
+    // One that accepts gzip gets the body with its label.
+    let mut m = Machine::new(config());
+    let mut headers = keyed();
+    headers.push(h("accept-encoding", "br, gzip;q=0.8"));
+    m.on(headers_event(headers, Some("alice"), true));
+    let out = m.on(Event::ClaimAnswered(Ok(gzip_record())));
+    let r = reply(&out);
+    assert_eq!(r.status, 201);
+    assert_eq!(header(r, "content-encoding"), Some("gzip"));
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
+}
+
+#[test]
+fn a_principal_source_that_names_no_single_principal_is_400() {
+    let mut m = Machine::new(config());
+    let out = m.on(Event::RequestHeaders {
+        headers: keyed(),
+        principal: identity::Lookup::Refused(keyflight_protocol::PrincipalError::Repeated(
+            "header:x-user".into(),
+        )),
+        end_of_stream: true,
+    });
+    let r = reply(&out);
+    assert_eq!((r.status, code(r).as_str()), (400, "principal_ambiguous"));
+    assert!(calls(&out).is_empty());
+    assert_eq!(
+        counts(&out),
+        vec![Metric::Outcome(Outcome::RejectedInvalid)]
+    );
+}
+
+#[test]
+fn respelled_paths_are_guarded_like_the_policy_path() {
+    for path in ["//payments", "/x/../payments", "/%70ayments"] {
+        let mut m = Machine::new(config());
+        let headers = request("POST", path, &[("x-user", "alice")]);
+        let out = m.on(headers_event(headers, Some("alice"), true));
+        // Guarded: a keyless request is counted as such, not passed silently.
+        assert_eq!(
+            counts(&out),
+            vec![Metric::Outcome(Outcome::Unguarded)],
+            "{path}"
+        );
+        let config = config_with(
+            serde_json::json!({}),
+            serde_json::json!({"require_key": true}),
+        );
+        let mut m = Machine::new(config);
+        let headers = request("POST", path, &[("x-user", "alice")]);
+        let out = m.on(headers_event(headers, Some("alice"), true));
+        let r = reply(&out);
+        assert_eq!(
+            (r.status, code(r).as_str()),
+            (400, "idempotency_key_required"),
+            "{path}"
+        );
+    }
 }
 
 #[test]
@@ -1267,6 +1372,7 @@ fn claim_of(config: Rc<Config>, body: &[u8]) -> (Digest, Digest) {
     let out = m.on(Event::EdgeCacheRead {
         slot: None,
         now_ms: 0,
+        epoch: Some(EPOCH),
     });
     assert!(key.starts_with("keyflight.edge_cache.v1."));
     match calls(&out).as_slice() {
@@ -1279,6 +1385,7 @@ fn slot_for(scope: Digest, fingerprint: Digest, stored_at_ms: u64) -> Vec<u8> {
     Entry {
         scope,
         fingerprint,
+        epoch: EPOCH,
         ttl: Duration::from_secs(60),
         response: CachedResponse {
             status: 201,
@@ -1303,6 +1410,7 @@ fn an_edge_cache_hit_replays_without_a_store_call() {
     let out = m.on(Event::EdgeCacheRead {
         slot: Some(slot_for(scope, fingerprint, 1_000)),
         now_ms: 2_000,
+        epoch: Some(EPOCH),
     });
     assert!(calls(&out).is_empty(), "no lease-store call: {out:?}");
     assert_eq!(
@@ -1334,6 +1442,7 @@ fn an_edge_cache_record_with_another_fingerprint_is_a_conflict() {
     let out = m.on(Event::EdgeCacheRead {
         slot: Some(slot_for(scope, Digest([9; 32]), 0)),
         now_ms: 10,
+        epoch: Some(EPOCH),
     });
     assert!(calls(&out).is_empty());
     assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Conflict)]);
@@ -1357,7 +1466,11 @@ fn expired_foreign_or_colliding_slots_claim_as_usual() {
     ] {
         let mut m = Machine::new(Rc::clone(&config));
         to_cache_lookup(&mut m, body);
-        let out = m.on(Event::EdgeCacheRead { slot, now_ms });
+        let out = m.on(Event::EdgeCacheRead {
+            slot,
+            now_ms,
+            epoch: Some(EPOCH),
+        });
         assert_eq!(calls(&out).len(), 1, "{out:?}");
         assert!(counts(&out).is_empty());
         assert_eq!(out.last(), Some(&Action::PauseRequest));
@@ -1373,6 +1486,7 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
     m.on(Event::EdgeCacheRead {
         slot: None,
         now_ms: 0,
+        epoch: Some(EPOCH),
     });
     m.on(Event::ClaimAnswered(Ok(won(3))));
     let out = respond(&mut m, 201, true);
@@ -1413,6 +1527,7 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
         m.on(Event::EdgeCacheRead {
             slot: None,
             now_ms: 0,
+            epoch: Some(EPOCH),
         });
         m.on(Event::ClaimAnswered(Ok(won(3))));
         respond(&mut m, status, true);
@@ -1429,6 +1544,7 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
     m.on(Event::EdgeCacheRead {
         slot: None,
         now_ms: 0,
+        epoch: Some(EPOCH),
     });
     let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
         response: StoredResponse::new(201, vec![], b"{}"),
@@ -1448,6 +1564,7 @@ fn an_entry_over_max_entry_bytes_is_not_cached() {
     m.on(Event::EdgeCacheRead {
         slot: None,
         now_ms: 0,
+        epoch: Some(EPOCH),
     });
     let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
         response: StoredResponse::new(201, vec![], &[b'x'; 5000]),
@@ -1554,11 +1671,7 @@ fn arb_event() -> impl Strategy<Value = Event> {
             any::<bool>()
         )
             .prop_map(|(headers, principal, eos)| {
-                Event::RequestHeaders {
-                    headers,
-                    principal,
-                    end_of_stream: eos,
-                }
+                headers_event(headers, principal.as_deref(), eos)
             }),
         (0usize..4096, any::<bool>()).prop_map(|(n, eos)| Event::RequestBodyChunk {
             buffered_bytes: n,
@@ -1595,9 +1708,14 @@ fn arb_event() -> impl Strategy<Value = Event> {
         Just(Event::StreamDone),
         (
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..200)),
-            any::<u64>()
+            any::<u64>(),
+            proptest::option::of(0u64..3),
         )
-            .prop_map(|(slot, now_ms)| Event::EdgeCacheRead { slot, now_ms }),
+            .prop_map(|(slot, now_ms, epoch)| Event::EdgeCacheRead {
+                slot,
+                now_ms,
+                epoch
+            }),
     ]
 }
 
@@ -1708,4 +1826,47 @@ fn dry_run_followers_never_long_poll() {
         ),
         other => panic!("expected a claim, got {other:?}"),
     }
+}
+
+#[test]
+fn without_a_recent_operator_epoch_the_edge_cache_is_not_used() {
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let body = br#"{"amount": 10}"#;
+    let (scope, fingerprint) = claim_of(Rc::clone(&config), body);
+    let mut m = Machine::new(Rc::clone(&config));
+    to_cache_lookup(&mut m, body);
+    // A matching entry, but the worker has no fresh word on erasures: claim.
+    let out = m.on(Event::EdgeCacheRead {
+        slot: Some(slot_for(scope, fingerprint, 1_000)),
+        now_ms: 2_000,
+        epoch: None,
+    });
+    assert_eq!(calls(&out).len(), 1, "{out:?}");
+    // …and what the claim returns is not cached either.
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+        response: StoredResponse::new(201, vec![], b"{}"),
+    })));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::WriteEdgeCache { .. })),
+        "{out:?}"
+    );
+    // An entry from an older epoch is a miss too.
+    let mut m = Machine::new(Rc::clone(&config));
+    to_cache_lookup(&mut m, body);
+    let out = m.on(Event::EdgeCacheRead {
+        slot: Some(slot_for(scope, fingerprint, 1_000)),
+        now_ms: 2_000,
+        epoch: Some(EPOCH + 1),
+    });
+    assert_eq!(calls(&out).len(), 1, "{out:?}");
+    // What it writes carries the epoch it read under.
+    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+        response: StoredResponse::new(201, vec![], b"{}"),
+    })));
+    let written = out.iter().find_map(|a| match a {
+        Action::WriteEdgeCache { entry, .. } => Some(entry.epoch),
+        _ => None,
+    });
+    assert_eq!(written, Some(EPOCH + 1));
 }

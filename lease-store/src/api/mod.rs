@@ -1,8 +1,9 @@
 //! The HTTP API v1 (SPEC §6): routes, shared state and input extractors.
 //!
 //! One file per call family — [`claims`] (the claim and its long-poll),
-//! [`lease`] (renew, finalize, release), [`records`] (the operator API) and
-//! [`health`] (the unauthenticated operability endpoints). This module wires
+//! [`lease`] (renew, finalize, release), [`epoch`] (what edge caches check
+//! against), [`records`] (the operator API) and [`health`] (the
+//! unauthenticated operability endpoints). This module wires
 //! them into one router with the cross-cutting layers: bearer auth per family
 //! ([`crate::auth`]), the body size limit, request metrics and tracing.
 //!
@@ -18,6 +19,7 @@
 //! fallbacks.
 
 pub mod claims;
+pub mod epoch;
 pub mod health;
 pub mod lease;
 pub mod records;
@@ -63,6 +65,7 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
         .route("/v1/claims/{scope}/renew", post(lease::renew))
         .route("/v1/claims/{scope}/finalize", post(lease::finalize))
         .route("/v1/claims/{scope}/release", post(lease::release))
+        .route("/v1/epoch", get(epoch::epoch))
         .route_layer(middleware::from_fn_with_state(
             auth.clone(),
             auth::require_filter,

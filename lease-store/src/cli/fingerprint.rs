@@ -1,22 +1,29 @@
 //! `lease-store fingerprint` (K5): why was this request a 409?
 //!
-//! Prints every step of the K4 fingerprint for a request an operator
-//! describes — method, normalized path, sorted query, how the body was
-//! digested (RFC 8785 canonical JSON, or raw bytes and why), the body digest,
-//! the selected headers — and the fingerprint itself, using the very
-//! function the filter runs ([`keyflight_protocol::fingerprint::explain`]).
-//! With `--key` it also prints the scope digest (K3), which is how records
-//! are found with `lease-store records show`.
+//! An operator describes a request the way it arrived — method, path,
+//! authority, scheme, every header (repeats and padding included), body — and
+//! gets every step of its identity: the normalized authority, path and query,
+//! the media type, how the body was digested (RFC 8785 canonical JSON, or raw
+//! bytes and why), the selected headers, the fingerprint (K4) and, with
+//! `--key`, the principal and the scope (K3), which is how records are found
+//! with `lease-store records show`.
+//!
+//! The flags become the header list the filter would see (`--content-type`
+//! and `--key` are shorthands for those headers), and that list goes through
+//! [`keyflight_protocol::request`], the very code the filter runs, so the
+//! digests are the filter's bit for bit.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use keyflight_protocol::fingerprint::{
-    BodyForm, DEFAULT_FINGERPRINT_HEADERS, Explanation, FingerprintInput, RawReason, explain,
+    BodyForm, DEFAULT_FINGERPRINT_HEADERS, Explanation, RawReason,
 };
-use keyflight_protocol::key::parse_key;
-use keyflight_protocol::{Digest, Principal, ScopeInput, ScopeMode, scope};
+use keyflight_protocol::principal::{name_from_bytes, name_from_headers};
+use keyflight_protocol::{
+    Identified, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
+};
 
 use super::records::parse_header;
 
@@ -29,7 +36,13 @@ pub struct FingerprintArgs {
     /// Path and query as sent (`/payments?x=1`).
     #[arg(long)]
     path: String,
-    /// The request's `content-type`.
+    /// The request's authority (`Host`), as sent.
+    #[arg(long, default_value = "")]
+    authority: String,
+    /// The request's scheme (`http`, `https`): decides which port is the default.
+    #[arg(long)]
+    scheme: Option<String>,
+    /// The request's `content-type` (the same as `--header 'content-type: …'`).
     #[arg(long)]
     content_type: Option<String>,
     /// File holding the request body.
@@ -38,31 +51,36 @@ pub struct FingerprintArgs {
     /// The request body, inline.
     #[arg(long)]
     body: Option<String>,
-    /// A request header, `name: value` (repeatable).
+    /// A request header, `name: value` (repeatable; repeats count as the filter counts them).
     #[arg(long = "header")]
     headers: Vec<String>,
     /// A header that enters the fingerprint (repeatable; default: if-match, x-approval-digest).
     #[arg(long = "fingerprint-header")]
     fingerprint_headers: Vec<String>,
+    /// The key header's name (the plugin's `key_header`).
+    #[arg(long, default_value = "idempotency-key")]
+    key_header: String,
     #[command(flatten)]
     scope: ScopeArgs,
 }
 
-/// Inputs of the scope digest (all needed once `--key` is given).
+/// Inputs of the scope digest (needed once `--key` is given).
 #[derive(Debug, Args)]
 struct ScopeArgs {
     /// The `Idempotency-Key` value as sent; prints the scope digest too.
-    #[arg(long, requires = "authority")]
+    #[arg(long)]
     key: Option<String>,
-    /// The effective principal (actor, else caller).
+    /// Where the principal was read, as the plugin configures it:
+    /// `header:NAME`, `property:SEGMENT.SEGMENT`, `jwt_claim:METADATA_KEY:CLAIM.PATH`.
+    #[arg(long, conflicts_with = "anonymous")]
+    principal_source: Option<String>,
+    /// The principal's value; for a `header:` source it is otherwise read
+    /// from the `--header`s, as the filter does.
     #[arg(long, conflicts_with = "anonymous")]
     principal: Option<String>,
     /// The policy's shared anonymous scope (`anonymous: shared`).
     #[arg(long)]
     anonymous: bool,
-    /// The request's authority (host), lowercase.
-    #[arg(long)]
-    authority: Option<String>,
     /// The policy's scope mode.
     #[arg(long, value_enum, default_value_t = ScopeModeArg::Route)]
     scope_mode: ScopeModeArg,
@@ -82,20 +100,57 @@ pub enum FingerprintError {
     Input(String),
 }
 
+/// What the description resolves to.
+struct Described {
+    head: RequestHead,
+    body: Vec<u8>,
+    principal: Option<(PrincipalSource, String)>,
+    mode: ScopeMode,
+}
+
 /// Prints the explanation (and scope) of the described request.
 pub fn run(args: FingerprintArgs) -> Result<(), FingerprintError> {
+    let described = describe(&args)?;
+    let principal = match &described.principal {
+        Some((source, name)) => Principal::Named { source, name },
+        None => Principal::AnonymousShared,
+    };
+    let identified = described
+        .head
+        .identify(principal, described.mode, &described.body);
+    print!("{}", render(&described, &identified));
+    Ok(())
+}
+
+/// The request as the filter would see it: its header list, then its head.
+fn describe(args: &FingerprintArgs) -> Result<Described, FingerprintError> {
+    let input = FingerprintError::Input;
     let body = match (&args.body_file, &args.body) {
         (Some(path), _) => std::fs::read(path)
-            .map_err(|e| FingerprintError::Input(format!("cannot read {}: {e}", path.display())))?,
+            .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?,
         (None, Some(text)) => text.clone().into_bytes(),
         (None, None) => Vec::new(),
     };
-    let headers = args
-        .headers
-        .iter()
-        .map(|h| parse_header(h).map_err(FingerprintError::Input))
-        .collect::<Result<Vec<_>, _>>()?;
-    let selected_names: Vec<String> = if args.fingerprint_headers.is_empty() {
+    let key_header = args.key_header.trim().to_ascii_lowercase();
+    let mut headers: Vec<(String, Vec<u8>)> = vec![
+        (":method".into(), args.method.clone().into_bytes()),
+        (":path".into(), args.path.clone().into_bytes()),
+        (":authority".into(), args.authority.clone().into_bytes()),
+    ];
+    if let Some(scheme) = &args.scheme {
+        headers.push((":scheme".into(), scheme.clone().into_bytes()));
+    }
+    for text in &args.headers {
+        let (name, value) = parse_header(text).map_err(input)?;
+        headers.push((name, value.into_bytes()));
+    }
+    if let Some(content_type) = &args.content_type {
+        headers.push(("content-type".into(), content_type.clone().into_bytes()));
+    }
+    if let Some(key) = &args.scope.key {
+        headers.push((key_header.clone(), key.clone().into_bytes()));
+    }
+    let fingerprint_headers: Vec<String> = if args.fingerprint_headers.is_empty() {
         DEFAULT_FINGERPRINT_HEADERS.map(str::to_owned).to_vec()
     } else {
         args.fingerprint_headers
@@ -103,72 +158,73 @@ pub fn run(args: FingerprintArgs) -> Result<(), FingerprintError> {
             .map(|n| n.trim().to_ascii_lowercase())
             .collect()
     };
-    let selected: Vec<(&str, Option<&[u8]>)> = selected_names
-        .iter()
-        .map(|name| {
-            let value = headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_bytes());
-            (name.as_str(), value)
-        })
-        .collect();
-    let explanation = explain(&FingerprintInput {
-        method: &args.method,
-        path_and_query: &args.path,
-        content_type: args.content_type.as_deref(),
-        body: &body,
-        selected_headers: &selected,
-    });
-    let mut out = render(&explanation);
-    if let Some(digest) = scope_digest(&args)? {
-        let _ = writeln!(out, "{:<18}{digest}", "scope:");
-        let _ = writeln!(
-            out,
-            "{:<18}lease-store records show {}",
-            "find it with:",
-            digest.to_hex()
-        );
-    }
-    print!("{out}");
-    Ok(())
-}
-
-/// The scope digest when `--key` was given.
-fn scope_digest(args: &FingerprintArgs) -> Result<Option<Digest>, FingerprintError> {
-    let Some(raw_key) = &args.scope.key else {
-        return Ok(None);
+    let target = Target::from_headers(&headers)
+        .ok_or_else(|| input("--method, --path and --authority must be UTF-8".into()))?;
+    let rules = Rules {
+        key_header: &key_header,
+        fingerprint_headers: &fingerprint_headers,
     };
-    let key = parse_key(&[raw_key.as_bytes()])
-        .map_err(|e| FingerprintError::Input(format!("--key: {e}")))?
-        .ok_or_else(|| FingerprintError::Input("--key is empty".into()))?;
-    let principal = match (&args.scope.principal, args.scope.anonymous) {
-        (Some(name), false) => Principal::Named(name),
-        (None, true) => Principal::AnonymousShared,
-        _ => {
-            return Err(FingerprintError::Input(
-                "--key needs --principal NAME or --anonymous".into(),
-            ));
-        }
+    let head = RequestHead::read(target, &headers, &rules)
+        .map_err(|e| input(format!("idempotency_key_invalid: {e}")))?;
+    let principal = match (&head.key, args.scope.anonymous) {
+        (None, _) | (Some(_), true) => None,
+        (Some(_), false) => Some(principal(&args.scope, &headers)?),
     };
-    let authority = args.scope.authority.as_deref().unwrap_or_default();
-    Ok(Some(scope(&ScopeInput {
+    Ok(Described {
+        head,
+        body,
         principal,
-        authority,
-        method: &args.method,
-        path_and_query: &args.path,
-        key: &key,
         mode: match args.scope.scope_mode {
             ScopeModeArg::Route => ScopeMode::Route,
             ScopeModeArg::Service => ScopeMode::Service,
         },
-    })))
+    })
+}
+
+/// The named principal for the scope, read as the filter reads it.
+fn principal(
+    args: &ScopeArgs,
+    headers: &[(String, Vec<u8>)],
+) -> Result<(PrincipalSource, String), FingerprintError> {
+    let input = FingerprintError::Input;
+    let Some(text) = &args.principal_source else {
+        return Err(input(
+            "--key needs --principal-source SOURCE (or --anonymous)".into(),
+        ));
+    };
+    let source = PrincipalSource::from_description(text)
+        .map_err(|e| input(format!("--principal-source: {e}")))?;
+    let name = match (&args.principal, &source) {
+        (Some(value), _) => name_from_bytes(&source, value.as_bytes()),
+        (None, PrincipalSource::Header(name)) => name_from_headers(&source, name, headers),
+        (None, _) => {
+            return Err(input(format!(
+                "--principal VALUE is needed for {}",
+                source.describe()
+            )));
+        }
+    }
+    .map_err(|e| input(format!("principal_ambiguous: {e}")))?
+    .ok_or_else(|| {
+        input(format!(
+            "principal_required: {} is absent or empty",
+            source.describe()
+        ))
+    })?;
+    Ok((source, name))
 }
 
 /// The explanation as aligned `label: value` lines.
-fn render(e: &Explanation) -> String {
+fn render(described: &Described, identified: &Identified) -> String {
+    let e: &Explanation = &identified.explanation;
     let mut out = String::new();
     let _ = writeln!(out, "{:<18}{}", "method:", e.method);
+    let _ = writeln!(
+        out,
+        "{:<18}{}",
+        "authority:",
+        described.head.target.authority.normalized()
+    );
     let _ = writeln!(out, "{:<18}{}", "path:", e.normalized_path);
     if e.sorted_query.is_empty() {
         let _ = writeln!(out, "{:<18}(none)", "query:");
@@ -177,6 +233,7 @@ fn render(e: &Explanation) -> String {
         let label = if i == 0 { "query:" } else { "" };
         let _ = writeln!(out, "{label:<18}{name}={value}");
     }
+    let _ = writeln!(out, "{:<18}{}", "media type:", e.media_type);
     match &e.body_form {
         BodyForm::CanonicalJson(text) => {
             let _ = writeln!(out, "{:<18}canonical JSON (RFC 8785)", "body form:");
@@ -185,6 +242,9 @@ fn render(e: &Explanation) -> String {
         BodyForm::Raw(reason) => {
             let why = match reason {
                 RawReason::NotJsonContentType => "the content type is not JSON",
+                RawReason::NotUtf8Charset => {
+                    "the JSON content type names a charset other than UTF-8"
+                }
                 RawReason::InvalidJson => "the content type says JSON but the body does not parse",
                 RawReason::LossyNumber => {
                     "a number's canonical form would denote a different value"
@@ -199,5 +259,19 @@ fn render(e: &Explanation) -> String {
         let _ = writeln!(out, "{:<18}{name}: {shown}", "header:");
     }
     let _ = writeln!(out, "{:<18}{}", "fingerprint:", e.fingerprint);
+    if let Some(scope) = identified.scope {
+        let who = match &described.principal {
+            Some((source, name)) => format!("{name} (from {})", source.describe()),
+            None => "anonymous, shared".to_owned(),
+        };
+        let _ = writeln!(out, "{:<18}{who}", "principal:");
+        let _ = writeln!(out, "{:<18}{scope}", "scope:");
+        let _ = writeln!(
+            out,
+            "{:<18}lease-store records show {}",
+            "find it with:",
+            scope.to_hex()
+        );
+    }
     out
 }

@@ -4,8 +4,9 @@
 //! `claim` (L1, the one-statement claim and the read that explains a lost
 //! claim), `lease` (L2, renew/finalize/release fenced by `claim_id`),
 //! `watch` (L4, a long-poll follower's mark-then-read), `records` (L6, the
-//! operator's list/get/resolve/erase), `retention` (L5, the cleanup DELETE)
-//! and `migrate` (L3).
+//! operator's list/get/resolve/erase), `epoch` (F9, the operator epoch edges
+//! check their cache against), `retention` (L5, the cleanup DELETE) and
+//! `migrate` (L3).
 //! This module holds what they share: the connection pool, the settings and
 //! [`StoreError`], the one error type the HTTP layer maps to problem details.
 //!
@@ -33,6 +34,7 @@
 //! OS default of two hours.
 
 mod claim;
+mod epoch;
 mod lease;
 mod migrate;
 mod records;

@@ -4,7 +4,12 @@
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use keyflight_protocol::fingerprint::RawReason;
-use keyflight_protocol::json::{canonicalize, is_json_content_type};
+use keyflight_protocol::json::canonicalize;
+use keyflight_protocol::media_type::MediaType;
+
+fn is_json_content_type(value: &str) -> bool {
+    MediaType::parse(value.as_bytes()).is_json()
+}
 
 fn jcs(json: &str) -> String {
     canonicalize(json.as_bytes()).unwrap_or_else(|reason| panic!("{json}: {reason:?}"))

@@ -1,130 +1,162 @@
 //! Shared K3/K4 vectors (`testdata/vectors.json`): the edge (wasm) and the host
 //! must compute the same digests bit for bit.
 //!
-//! The expected digests come from `testdata/gen_vectors.py`, an independent
-//! implementation of the framing fed with normalized forms written by hand.
+//! Each vector is a request as the filter receives it — header list with
+//! pseudo-headers, body, principal — fed through [`keyflight_protocol::request`],
+//! the path both the filter and `lease-store fingerprint` take. The expected
+//! digests come from `testdata/gen_vectors.py`, an independent implementation
+//! of the framing fed with normalized forms written by hand.
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use base64::Engine as _;
-use keyflight_protocol::fingerprint::{BodyForm, RawReason, explain};
-use keyflight_protocol::key::parse_key;
-use keyflight_protocol::{FingerprintInput, Principal, ScopeInput, ScopeMode, scope};
+use keyflight_protocol::fingerprint::{BodyForm, RawReason};
+use keyflight_protocol::media_type::MediaType;
+use keyflight_protocol::principal::name_from_headers;
+use keyflight_protocol::{Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target};
 use serde::Deserialize;
 
 const VECTORS: &str = include_str!("../../testdata/vectors.json");
 
 #[derive(Deserialize)]
 struct Vectors {
-    scope: Vec<ScopeVector>,
-    fingerprint: Vec<FingerprintVector>,
+    requests: Vec<Vector>,
 }
 
 #[derive(Deserialize)]
-struct ScopeVector {
-    name: String,
-    principal: Option<String>,
-    authority: String,
-    method: String,
-    path_and_query: String,
-    key_header: String,
-    mode: String,
-    expected: String,
-}
-
-#[derive(Deserialize)]
-struct FingerprintVector {
+struct Vector {
     name: String,
     request: Request,
-    expected: ExpectedFingerprint,
+    principal: Option<NamedPrincipal>,
+    mode: String,
+    fingerprint_headers: Vec<String>,
+    expected: Expected,
 }
 
 #[derive(Deserialize)]
 struct Request {
-    method: String,
-    path_and_query: String,
-    content_type: Option<String>,
+    headers: Vec<(String, String)>,
     body: Option<String>,
     body_b64: Option<String>,
-    headers: Vec<(String, Option<String>)>,
 }
 
 #[derive(Deserialize)]
-struct ExpectedFingerprint {
+struct NamedPrincipal {
+    source: String,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct Expected {
+    authority: String,
     normalized_path: String,
     sorted_query: Vec<(String, String)>,
+    media_type: Option<ExpectedMediaType>,
     headers: Vec<(String, Option<String>)>,
     canonical: Option<String>,
     raw_reason: Option<String>,
     body_digest: String,
     fingerprint: String,
+    scope: Option<String>,
 }
 
-fn vectors() -> Vectors {
-    serde_json::from_str(VECTORS).expect("testdata/vectors.json parses")
+#[derive(Deserialize)]
+struct ExpectedMediaType {
+    #[serde(rename = "type")]
+    essence: Option<String>,
+    parameters: Option<Vec<(String, String)>>,
+    unparsed: Option<String>,
 }
 
-#[test]
-fn scope_vectors() {
-    let vectors = vectors().scope;
-    assert!(vectors.len() >= 5);
-    for v in vectors {
-        let key = parse_key(&[v.key_header.as_bytes()])
-            .expect("valid key")
-            .expect("present");
-        let input = ScopeInput {
-            principal: v
-                .principal
-                .as_deref()
-                .map_or(Principal::AnonymousShared, Principal::Named),
-            authority: &v.authority,
-            method: &v.method,
-            path_and_query: &v.path_and_query,
-            key: &key,
-            mode: match v.mode.as_str() {
-                "route" => ScopeMode::Route,
-                "service" => ScopeMode::Service,
-                other => panic!("{}: unknown mode {other}", v.name),
-            },
-        };
-        assert_eq!(scope(&input).to_hex(), v.expected, "{}", v.name);
+impl ExpectedMediaType {
+    fn to_media_type(&self) -> MediaType {
+        match (&self.essence, &self.parameters, &self.unparsed) {
+            (Some(essence), Some(parameters), None) => {
+                let (kind, subtype) = essence.split_once('/').expect("type/subtype");
+                MediaType::Parsed {
+                    kind: kind.to_owned(),
+                    subtype: subtype.to_owned(),
+                    parameters: parameters
+                        .iter()
+                        .map(|(n, v)| (n.clone(), v.as_bytes().to_vec()))
+                        .collect(),
+                }
+            }
+            (None, None, Some(raw)) => MediaType::Unparsed(raw.as_bytes().to_vec()),
+            _ => panic!("a media type is parsed or unparsed"),
+        }
     }
 }
 
 #[test]
-fn fingerprint_vectors() {
-    let vectors = vectors().fingerprint;
-    assert!(vectors.len() >= 5);
-    for v in vectors {
-        let r = &v.request;
-        let body = match (&r.body, &r.body_b64) {
+fn request_vectors() {
+    let vectors: Vectors = serde_json::from_str(VECTORS).expect("testdata/vectors.json parses");
+    assert!(vectors.requests.len() >= 10);
+    for v in vectors.requests {
+        let headers: Vec<(String, Vec<u8>)> = v
+            .request
+            .headers
+            .iter()
+            .map(|(n, val)| (n.clone(), val.as_bytes().to_vec()))
+            .collect();
+        let body = match (&v.request.body, &v.request.body_b64) {
             (Some(text), None) => text.as_bytes().to_vec(),
             (None, Some(b64)) => base64::engine::general_purpose::STANDARD
                 .decode(b64)
                 .expect("base64 body"),
             _ => panic!("{}: give exactly one of body, body_b64", v.name),
         };
-        let headers: Vec<(&str, Option<&[u8]>)> = r
-            .headers
-            .iter()
-            .map(|(n, val)| (n.as_str(), val.as_deref().map(str::as_bytes)))
-            .collect();
-        let e = explain(&FingerprintInput {
-            method: &r.method,
-            path_and_query: &r.path_and_query,
-            content_type: r.content_type.as_deref(),
-            body: &body,
-            selected_headers: &headers,
-        });
+        let target = Target::from_headers(&headers).expect("pseudo-headers");
+        let rules = Rules {
+            key_header: "idempotency-key",
+            fingerprint_headers: &v.fingerprint_headers,
+        };
+        let head = RequestHead::read(target, &headers, &rules).expect("a valid key");
+        let source = v
+            .principal
+            .as_ref()
+            .map(|p| PrincipalSource::from_description(&p.source).expect("a principal source"));
+        let principal = match (&v.principal, &source) {
+            (Some(p), Some(source)) => {
+                if let PrincipalSource::Header(name) = source {
+                    let read = name_from_headers(source, name, &headers).expect("one value");
+                    assert_eq!(read.as_deref(), Some(p.name.as_str()), "{}", v.name);
+                }
+                Principal::Named {
+                    source,
+                    name: &p.name,
+                }
+            }
+            _ => Principal::AnonymousShared,
+        };
+        let mode = match v.mode.as_str() {
+            "route" => ScopeMode::Route,
+            "service" => ScopeMode::Service,
+            other => panic!("{}: unknown mode {other}", v.name),
+        };
+        let id = head.identify(principal, mode, &body);
 
         let x = &v.expected;
+        let e = &id.explanation;
+        assert_eq!(
+            head.target.authority.normalized(),
+            x.authority,
+            "{}",
+            v.name
+        );
         assert_eq!(e.normalized_path, x.normalized_path, "{}", v.name);
         assert_eq!(e.sorted_query, x.sorted_query, "{}", v.name);
+        let media_type = x
+            .media_type
+            .as_ref()
+            .map_or(MediaType::Absent, ExpectedMediaType::to_media_type);
+        assert_eq!(e.media_type, media_type, "{}", v.name);
         assert_eq!(e.headers, x.headers, "{}", v.name);
         let form = match (&x.canonical, x.raw_reason.as_deref()) {
             (Some(canonical), None) => BodyForm::CanonicalJson(canonical.clone()),
             (None, Some("not_json_content_type")) => BodyForm::Raw(RawReason::NotJsonContentType),
+            (None, Some("not_utf8_charset")) => BodyForm::Raw(RawReason::NotUtf8Charset),
             (None, Some("invalid_json")) => BodyForm::Raw(RawReason::InvalidJson),
             (None, Some("lossy_number")) => BodyForm::Raw(RawReason::LossyNumber),
             _ => panic!("{}: bad body expectation", v.name),
@@ -132,5 +164,16 @@ fn fingerprint_vectors() {
         assert_eq!(e.body_form, form, "{}", v.name);
         assert_eq!(e.body_digest.to_hex(), x.body_digest, "{}", v.name);
         assert_eq!(e.fingerprint.to_hex(), x.fingerprint, "{}", v.name);
+        assert_eq!(id.scope.map(|s| s.to_hex()), x.scope, "{}", v.name);
     }
+}
+
+#[test]
+fn respelled_vectors_share_their_digests() {
+    // The generator's second vector respells the first: one operation.
+    let vectors: serde_json::Value = serde_json::from_str(VECTORS).expect("parses");
+    let [first, second] = [0, 1].map(|i| &vectors["requests"][i]["expected"]);
+    assert_eq!(first["scope"], second["scope"]);
+    assert_eq!(first["fingerprint"], second["fingerprint"]);
+    assert_ne!(vectors["requests"][2]["expected"]["scope"], first["scope"]);
 }

@@ -290,6 +290,7 @@ fn problem_code_spellings_match_serde() {
             "idempotency_key_invalid",
         ),
         (ProblemCode::PrincipalRequired, "principal_required"),
+        (ProblemCode::PrincipalAmbiguous, "principal_ambiguous"),
         (ProblemCode::PayloadTooLarge, "payload_too_large"),
         (ProblemCode::JournalUnavailable, "journal_unavailable"),
         (ProblemCode::IdempotencyConflict, "idempotency_conflict"),

@@ -1,0 +1,102 @@
+//! F0: policies match on every reading of the path an upstream could route by, and on the
+//! normalized authority, so `require_key` (and guarding itself) cannot be bypassed by
+//! spelling the target differently: `//payments`, `/x/../payments`, `/x/%2e%2e/payments`,
+//! `/%70ayments`, an upper-case host, a trailing dot or a port. The requests are written
+//! byte for byte ([`keyflight_e2e::raw_http`]): an HTTP client library would resolve the
+//! dot segments before sending.
+
+use keyflight_e2e::{Reply, Stack, StackOptions, raw_http};
+use serde_json::json;
+
+const BODY: &[u8] = br#"{"amount":5}"#;
+
+/// A payment as alice, written byte for byte, with a key when given.
+async fn post(port: u16, target: &str, host: &str, key: Option<&str>) -> Reply {
+    let mut headers = vec![
+        ("host", host),
+        ("x-user", "alice"),
+        ("content-type", "application/json"),
+    ];
+    if let Some(key) = key {
+        headers.push(("idempotency-key", key));
+    }
+    raw_http::send(port, "POST", target, &headers, BODY).await
+}
+
+fn require_key(authority: Option<&str>) -> StackOptions {
+    StackOptions::default().policy(|policy| {
+        policy.insert("require_key".into(), json!(true));
+        if let Some(authority) = authority {
+            policy["match"]["authority"] = json!(authority);
+        }
+    })
+}
+
+#[tokio::test]
+async fn respelled_paths_still_require_a_key() {
+    let stack = Stack::start(require_key(None)).await;
+    let port = stack.listener_port(0);
+    for target in [
+        "/payments",
+        "//payments",
+        "/x/../payments",
+        "/x/%2e%2E/payments",
+        "/%70ayments",
+        "/./payments",
+        "/x%2F..%2Fpayments",
+    ] {
+        post(port, target, "127.0.0.1", None)
+            .await
+            .assert_problem(400, "idempotency_key_required");
+    }
+    assert_eq!(stack.upstream_executions().await, 0, "nothing got through");
+}
+
+#[tokio::test]
+async fn a_respelled_path_is_guarded_and_its_retry_replays() {
+    let stack = Stack::start(require_key(None)).await;
+    let port = stack.listener_port(0);
+    let first = post(port, "//payments", "127.0.0.1", Some("k")).await;
+    let retry = post(port, "//payments", "127.0.0.1", Some("k")).await;
+    assert_eq!(
+        retry.header("idempotent-replayed"),
+        Some("true"),
+        "{first}\n{retry}"
+    );
+    assert_eq!((retry.status, &retry.body), (first.status, &first.body));
+    assert!(stack.upstream_executions().await <= 1);
+}
+
+#[tokio::test]
+async fn respelled_authorities_still_match_the_policy_and_share_a_scope() {
+    let stack = Stack::start(require_key(Some("payments.example"))).await;
+    let port = stack.listener_port(0);
+    for host in [
+        "payments.example",
+        "PAYMENTS.Example",
+        "payments.example.",
+        "payments.example:80",
+        "payments.example:8080",
+    ] {
+        post(port, "/payments", host, None)
+            .await
+            .assert_problem(400, "idempotency_key_required");
+    }
+    // Another host is another policy's business: this one passes unguarded.
+    let elsewhere = post(port, "/payments", "billing.example", None).await;
+    assert_eq!(elsewhere.status, 201, "{elsewhere}");
+
+    // The scope hashes the normalized authority: the respelled retry replays (the
+    // listener speaks plain HTTP, so :80 is the default port).
+    let first = post(port, "/payments", "payments.example", Some("k")).await;
+    let retry = post(port, "/payments", "PAYMENTS.example.:80", Some("k")).await;
+    assert_eq!(first.status, 201, "{first}");
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    assert_eq!(retry.body, first.body);
+    let other_port = post(port, "/payments", "payments.example:8080", Some("k")).await;
+    assert_eq!(
+        other_port.header("idempotent-replayed"),
+        None,
+        "another port, another scope: {other_port}"
+    );
+}
