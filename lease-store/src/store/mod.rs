@@ -19,6 +19,15 @@
 //! `statement_timeout` firing, an unexpected server error — is
 //! [`StoreError::Unavailable`], which the filter turns into "do not dispatch".
 //!
+//! Following the primary (L10): with a multi-host URL and
+//! `target_session_attrs=read-write`, every new connection tries the hosts in
+//! turn and keeps the one that accepts writes, so after a failover the pool
+//! refills on the new primary without a restart. Connections to the old
+//! primary end with it (a killed or demoted Postgres closes them; the pool
+//! drops closed connections when it next hands one out), and one that stays
+//! open on a node that answers read-only is discarded by [`Store::run`]
+//! ([`StoreError::ReadOnly`]). docs/failover.md has the whole argument.
+//!
 //! Bounded answers: `statement_timeout` is enforced by the server, so it
 //! cannot help when the server (or the network) stops answering altogether —
 //! a frozen host keeps the TCP connection open and the kernel keeps ACKing.
@@ -46,6 +55,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
 
 pub use migrate::{MigrationReport, migrate};
 pub use takeover::TakeoverGrace;
@@ -96,6 +106,13 @@ pub enum StoreError {
     /// Postgres cannot be reached or did not answer in time (HTTP 503 `journal_unavailable`).
     #[error("the journal database is unavailable: {0}")]
     Unavailable(String),
+    /// The database answered that it takes no writes (SQLSTATE 25006): a standby, or a
+    /// primary made read-only while it is demoted or fenced. HTTP 503 `journal_unavailable`
+    /// like [`StoreError::Unavailable`]; [`Store::run`] also discards the connection, so the
+    /// next call connects afresh (with `target_session_attrs=read-write`, to the node that
+    /// is primary now) instead of reusing a session that can never write again.
+    #[error("the journal database is read-only: {0}")]
+    ReadOnly(String),
     /// The claim no longer owns the record (HTTP 409 `lease_lost`).
     #[error("the lease was lost: the record belongs to another claim or is settled")]
     LeaseLost,
@@ -191,14 +208,27 @@ impl Store {
     /// When the bound runs out, the database did not answer (frozen, or the
     /// network is gone): the connection is taken out of the pool and dropped,
     /// because a request is still in flight on it and the next caller would
-    /// wait behind it; the call is `Unavailable`.
+    /// wait behind it; the call is `Unavailable`. A connection whose database
+    /// answered read-only ([`StoreError::ReadOnly`]) is dropped the same way: it
+    /// is on a node that is no longer the primary (one fenced read-only while it
+    /// is demoted, or a standby reached without `target_session_attrs=read-write`),
+    /// and the pool's recycling only notices connections that are closed.
+    ///
+    /// Every outcome feeds the takeover grace: a failure marks the database
+    /// failing, and the first answer after failures (the new primary, after a
+    /// failover) starts a new grace.
     async fn run<T>(
         &self,
         work: impl AsyncFnOnce(&Object) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let result = match self.client().await {
             Ok(client) => match tokio::time::timeout(self.answer_timeout, work(&client)).await {
-                Ok(result) => result,
+                Ok(result) => {
+                    if matches!(result, Err(StoreError::ReadOnly(_))) {
+                        drop(Object::take(client));
+                    }
+                    result
+                }
                 Err(_elapsed) => {
                     drop(Object::take(client));
                     Err(StoreError::Unavailable(format!(
@@ -211,7 +241,7 @@ impl Store {
         };
         if let Ok(mut grace) = self.grace.lock() {
             match &result {
-                Err(StoreError::Unavailable(_)) => grace.failed(),
+                Err(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => grace.failed(),
                 _ => grace.answered(Instant::now()),
             }
         }
@@ -265,14 +295,17 @@ fn pg_config(
 }
 
 /// Failing closed: data errors (class 22) and constraint violations (class
-/// 23) come from request values and are the caller's fault; everything else
-/// means the journal cannot do its job right now.
+/// 23) come from request values and are the caller's fault; a read-only
+/// answer (25006) means this connection is on a node that is not the primary;
+/// everything else means the journal cannot do its job right now.
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
         if let Some(db) = e.as_db_error() {
-            let code = db.code().code();
-            let message = format!("{code}: {}", db.message());
-            return if code.starts_with("22") || code.starts_with("23") {
+            let code = db.code();
+            let message = format!("{}: {}", code.code(), db.message());
+            return if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+                StoreError::ReadOnly(message)
+            } else if code.code().starts_with("22") || code.code().starts_with("23") {
                 StoreError::Invalid(message)
             } else {
                 StoreError::Unavailable(message)
