@@ -67,7 +67,9 @@ use tokio::time::Instant;
 use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
 
-use crate::store::{ClaimAttempt, RecordSnapshot, Store, StoreError, tune_tcp};
+use crate::store::{
+    ClaimAttempt, RecordSnapshot, Store, StoreError, per_host_connect_timeout, tune_tcp,
+};
 
 /// The NOTIFY channel migration V1's trigger announces settled scopes on.
 pub const CHANNEL: &str = "keyflight_settled";
@@ -413,7 +415,7 @@ async fn listen_once(
     config.application_name("keyflight-lease-store-listen");
     tune_tcp(&mut config);
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
+        config.connect_timeout(per_host_connect_timeout(&config, CONNECT_TIMEOUT));
     }
     let needs_primary = config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite;
     // `connect_timeout` covers the TCP connect only, not the startup handshake.

@@ -36,6 +36,7 @@
 //! connection it was using (`Object::take`): a connection with a request
 //! still in flight is never handed to the next caller. Getting a connection
 //! has its own bounds (the pool's wait/create timeouts and `connect_timeout`,
+//! split over the URL's hosts by [`per_host_connect_timeout`],
 //! all `statement_timeout`). TCP keepalives and `tcp_user_timeout`
 //! ([`tune_tcp`]) make the kernel drop connections to a host that is gone, so
 //! idle pooled connections and the `LISTEN` connection do not linger for the
@@ -270,6 +271,23 @@ pub(crate) fn tune_tcp(config: &mut tokio_postgres::Config) {
         .tcp_user_timeout(TCP_USER_TIMEOUT);
 }
 
+/// How long one host may take to accept a connection when a whole connection attempt has
+/// `budget`: the budget split over the URL's hosts. tokio-postgres tries the hosts in turn,
+/// each within `connect_timeout`; a host that vanished without a trace (no RST) uses up its
+/// whole timeout, so with the full budget per host a dead node listed before the primary
+/// would leave no time to reach it. Shared with the `LISTEN` connection (`crate::longpoll`).
+pub(crate) fn per_host_connect_timeout(
+    config: &tokio_postgres::Config,
+    budget: Duration,
+) -> Duration {
+    let hosts = config
+        .get_hosts()
+        .len()
+        .max(config.get_hostaddrs().len())
+        .max(1);
+    budget / u32::try_from(hosts).unwrap_or(u32::MAX)
+}
+
 /// Parses the URL and adds the settings every pooled connection needs.
 fn pg_config(
     database_url: &str,
@@ -288,7 +306,7 @@ fn pg_config(
         config.application_name("keyflight-lease-store");
     }
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(statement_timeout);
+        config.connect_timeout(per_host_connect_timeout(&config, statement_timeout));
     }
     tune_tcp(&mut config);
     Ok(config)
