@@ -333,3 +333,64 @@ async fn a_switchover_and_a_postmaster_crash_leave_no_pooled_connection_behind()
         store_support::must_win(&replica.store, &scope, &req).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_that_missed_acknowledged_claims_is_never_promoted() {
+    // Without synchronous_mode_strict (the two-node cluster's choice, docs/failover.md), a
+    // primary whose standby is gone commits alone. That is safe only because Patroni then
+    // takes the standby out of the synchronous set first, so it may not be promoted: here the
+    // standby dies, a claim is acknowledged by the lone primary, the primary dies, and the
+    // standby comes back. It must not lead (it lacks the claim); the old primary, back, does.
+    let ha = HaCluster::start(HaOptions::default()).await;
+    store_support::migrate_blocking(&ha.url());
+    let (leader, standby) = ha.wait_for_leader_and_sync_standby(FAILOVER).await;
+    let replica = replica(&ha.url(), 2).await;
+    let req = store_support::claim_req(store_support::fingerprint("alone"), 60_000);
+
+    ha.kill_node(standby);
+    // Commits wait for the lost standby until Patroni drops it from the synchronous set.
+    until_answered("a claim on the lone primary", async || {
+        replica
+            .store
+            .claim(&store_support::fresh_scope(), &req)
+            .await
+    })
+    .await;
+    let alone = store_support::fresh_scope();
+    store_support::must_win(&replica.store, &alone, &req).await;
+
+    ha.kill_node(leader);
+    ha.restart_node(standby).await;
+    // Two leader-key lifetimes: ample for a promotion, were one allowed. (Until the dead
+    // primary's key expires, etcd still names it leader.)
+    let watched_until = Instant::now() + Duration::from_secs(2 * 6 + 2);
+    while Instant::now() < watched_until {
+        assert_ne!(
+            ha.leader().await,
+            Some(standby),
+            "a standby without every acknowledged commit was promoted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let writable = tokio_postgres::connect(&ha.url(), tokio_postgres::NoTls).await;
+    assert!(
+        writable.is_err(),
+        "no node takes writes while the primary is down"
+    );
+
+    ha.restart_node(leader).await;
+    let deadline = Instant::now() + FAILOVER;
+    while ha.leader().await != Some(leader) {
+        assert!(
+            Instant::now() < deadline,
+            "the old primary did not lead again"
+        );
+        tokio::time::sleep(RETRY_PACE).await;
+    }
+    ha.wait_writable(FAILOVER).await;
+    let on_leader = store_support::raw_client(&ha.node_url(leader)).await;
+    assert!(
+        store_support::row_state(&on_leader, &alone).await.is_some(),
+        "the claim acknowledged by the lone primary survived"
+    );
+}
