@@ -346,7 +346,8 @@ impl HaCluster {
         Vec::new()
     }
 
-    /// The node Patroni reports as the running leader, if any.
+    /// The node Patroni reports as the running leader, if any. A leader that just died is
+    /// still reported until its key expires (up to `ttl`): etcd is Patroni's only truth.
     pub async fn leader(&self) -> Option<usize> {
         self.members()
             .await
