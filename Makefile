@@ -1,8 +1,10 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
-#   make test   fmt, clippy, unit/property/wasm/integration/end-to-end tests (what CI runs)
+#   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
 #                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
+#   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…)
+#   make fuzz   run every fuzz target for FUZZ_SECONDS (default 300) each; make test runs them 5 s each
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -14,7 +16,9 @@ WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs ha-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench
+        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench \
+        fuzz fuzz-smoke api-conformance \
+        chaos chaos-short
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -23,6 +27,9 @@ help:
 	@echo "make up HA=1 - the same on a replicated Postgres (etcd + two Patroni nodes, synchronous); make ha-kill-primary kills the primary's node"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
+	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, check the history (DURATION=10m, SEED=N to replay; table + target/chaos/)"
+	@echo "make chaos-short - the same in under 2 minutes"
+	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
 prereqs:
@@ -60,12 +67,15 @@ build-release:
 
 lint: fmt-check clippy
 
+# The fuzz targets are a workspace of their own (fuzz/Cargo.toml): checked here too.
 fmt-check:
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --all --check
 
 clippy: rust-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter --target wasm32-wasip1 -- -D warnings
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 unit: prereqs ha-prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e
@@ -84,7 +94,20 @@ validate-manifests: envoy wasm
 e2e: envoy wasm build ha-prereqs
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests e2e
+test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e
+
+# The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
+# /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).
+api-conformance: prereqs
+	scripts/api-conformance.sh
+
+# cargo-fuzz (crates.io) into .tools/, then every target for a few seconds (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 300
+fuzz-smoke:
+	scripts/fuzz.sh 5
+
+fuzz:
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs)
 	$(if $(filter 1,$(HA)),$(CARGO) build --release -p keyflight-testkit --bin keyflight-ha)
@@ -104,6 +127,19 @@ down:
 # Side-by-side measurements (about 5 minutes; not part of make test).
 bench: prereqs envoy wasm
 	scripts/bench.sh
+
+# Fault injection with a history checker (chaos/, its module doc says how to read the table).
+# Exits non-zero on an unexplained duplicate execution, a divergent answer or a lost record.
+# CHAOS_FLAGS passes more options (e.g. --faults envoy-kill, or --faults none --no-give-up).
+DURATION ?= 10m
+CHAOS_FLAGS ?=
+CHAOS_SEED = $(if $(SEED),--seed $(SEED))
+chaos: prereqs envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(CHAOS_SEED) $(CHAOS_FLAGS)
+
+# The short run (under 2 minutes in all), meant for make test.
+chaos-short: prereqs envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).
 images: rust-targets wasm

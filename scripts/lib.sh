@@ -21,7 +21,9 @@ ENVOY_ADDR="127.0.0.1:10000"
 ENVOY_ADMIN_ADDR="127.0.0.1:9901"
 
 # REPLICAS=2 adds a second Envoy and a second lease-store on the same Postgres, in front of
-# the same upstream: the ports envoy/two-replicas.yaml names (change them together).
+# the same upstream: the ports envoy/two-replicas.yaml names (change them together). Both
+# Envoys then run envoy/two-replicas.yaml (every Envoy reaches both lease-stores); the first
+# with its listener and admin moved to the ports above.
 REPLICAS="${REPLICAS:-1}"
 LEASE_STORE2_ADDR="127.0.0.1:8481"
 ENVOY2_ADDR="127.0.0.1:10001"
@@ -118,11 +120,21 @@ start_lease_store() {
 }
 
 # Renders the shipped Envoy config $1 (relative to the repository root) to .run/$2 with the
-# wasm path pointed at $WASM.
+# wasm path pointed at $WASM. Further arguments come in pairs FROM TO: the one
+# `port_value: FROM` line becomes `port_value: TO` (each must occur exactly once).
 render_envoy_config() {
+    local shipped_config="$1" out="$2"
+    shift 2
     local shipped="filename: target/wasm32-wasip1/release/keyflight_filter.wasm"
-    grep -q "$shipped" "$root/$1" || die "$1 no longer contains '$shipped'"
-    sed "s#$shipped#filename: $WASM#" "$root/$1" >"$run/$2"
+    grep -q "$shipped" "$root/$shipped_config" || die "$shipped_config no longer contains '$shipped'"
+    local edits=(-e "s#$shipped#filename: $WASM#")
+    while (($# >= 2)); do
+        [[ "$(grep -c "port_value: $1 " "$root/$shipped_config")" == 1 ]] ||
+            die "$shipped_config must name port $1 exactly once"
+        edits+=(-e "s#port_value: $1 #port_value: $2 #")
+        shift 2
+    done
+    sed "${edits[@]}" "$root/$shipped_config" >"$run/$out"
 }
 
 # Starts Envoy as service $1 with the rendered config .run/$2, ready when admin $3 is.

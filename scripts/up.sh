@@ -5,10 +5,11 @@
 #
 # Environment (all optional): PG_BIN, KEYFLIGHT_PG_PORT (54329), KEYFLIGHT_LEASE_STORE_BIN,
 # KEYFLIGHT_UPSTREAM_BIN, KEYFLIGHT_WASM, KEYFLIGHT_ENVOY (default: scripts/envoy.sh installs it),
-# REPLICAS (1 or 2; 2 also starts envoy/two-replicas.yaml on :10001 and a second lease-store
-# on :8481, both on the same Postgres and in front of the same upstream), HA (1: a replicated
-# Postgres that fails over — etcd + two Patroni nodes in synchronous mode, run by
-# target/release/keyflight-ha; the lease-stores get the multi-host URL; see lib.sh for ports).
+# REPLICAS (1 or 2; 2 starts a second lease-store on :8481 on the same Postgres and runs
+# envoy/two-replicas.yaml, which reaches both lease-stores, for both Envoys: :10000 and
+# :10001, in front of the same upstream), HA (1: a replicated Postgres that fails over —
+# etcd + two Patroni nodes in synchronous mode, run by target/release/keyflight-ha; the
+# lease-stores get the multi-host URL; see lib.sh for ports).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -75,7 +76,14 @@ DEMO_UPSTREAM_LISTEN="$UPSTREAM_ADDR" start_bg demo-upstream "$UPSTREAM_BIN"
 wait_ready demo-upstream curl -fsS "http://$UPSTREAM_ADDR/stats"
 
 # The shipped configs name the wasm relative to the repository root; point it at $WASM.
-render_envoy_config envoy/demo.yaml envoy.yaml
+# With two replicas both Envoys run envoy/two-replicas.yaml, which lists both lease-stores;
+# the first moves its listener and admin to the single-replica ports.
+if [[ "$REPLICAS" == 2 ]]; then
+    render_envoy_config envoy/two-replicas.yaml envoy.yaml \
+        "${ENVOY2_ADDR##*:}" "${ENVOY_ADDR##*:}" "${ENVOY2_ADMIN_ADDR##*:}" "${ENVOY_ADMIN_ADDR##*:}"
+else
+    render_envoy_config envoy/demo.yaml envoy.yaml
+fi
 say "starting Envoy on $ENVOY_ADDR (admin $ENVOY_ADMIN_ADDR)"
 start_envoy envoy envoy.yaml "$ENVOY_ADMIN_ADDR"
 if [[ "$REPLICAS" == 2 ]]; then

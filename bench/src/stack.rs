@@ -83,13 +83,13 @@ impl BenchStack {
         let ports = Ports {
             listener: free_port(),
             admin: free_port(),
-            lease_store: free_port(),
+            lease_stores: vec![free_port()],
             upstream: free_port(),
         };
         std::fs::create_dir_all(config_dir)
             .map_err(BenchError::io(format!("create {}", config_dir.display())))?;
         let wasm = binaries.wasm.display().to_string();
-        let guarded_yaml = envoy_config::render(&yaml, ports, &wasm, &plugin)
+        let guarded_yaml = envoy_config::render(&yaml, &ports, &wasm, &plugin)
             .map_err(|e| BenchError::Input(e.to_string()))?;
         let guarded_path = config_dir.join("envoy-guarded.yaml");
         std::fs::write(&guarded_path, guarded_yaml)
@@ -116,13 +116,13 @@ impl BenchStack {
                 .env("KEYFLIGHT_DATABASE_URL", postgres.url())
                 .env(
                     "KEYFLIGHT_LISTEN",
-                    format!("127.0.0.1:{}", ports.lease_store),
+                    format!("127.0.0.1:{}", ports.lease_store()),
                 )
                 .env("KEYFLIGHT_TOKEN", token)
                 .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
             ChildGuard::spawn("bench-lease-store", command)
         };
-        let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store);
+        let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store());
         wait_http_ok(&store_ready, READY_TIMEOUT, Some(&mut lease_store)).await;
         let upstream_ready = format!("http://127.0.0.1:{}/stats", ports.upstream);
         wait_http_ok(&upstream_ready, READY_TIMEOUT, Some(&mut upstream)).await;
@@ -132,7 +132,7 @@ impl BenchStack {
             plain: None,
             guarded: Envoy {
                 child: guarded,
-                ports,
+                ports: ports.clone(),
             },
             upstream,
             lease_store,
@@ -178,12 +178,12 @@ impl BenchStack {
         let ports = Ports {
             listener: free_port(),
             admin: free_port(),
-            ..self.ports
+            ..self.ports.clone()
         };
         let wasm = self.binaries.wasm.display().to_string();
         let yaml = envoy_config::render(
             &envoy_config::shipped_demo_yaml(),
-            ports,
+            &ports,
             &wasm,
             &self.plugin,
         )
@@ -213,12 +213,12 @@ impl BenchStack {
         let ports = Ports {
             listener: free_port(),
             admin: free_port(),
-            ..self.ports
+            ..self.ports.clone()
         };
         let mut plugin = self.plugin.clone();
         edit(&mut plugin);
         let wasm = self.binaries.wasm.display().to_string();
-        let yaml = envoy_config::render(&envoy_config::shipped_demo_yaml(), ports, &wasm, &plugin)
+        let yaml = envoy_config::render(&envoy_config::shipped_demo_yaml(), &ports, &wasm, &plugin)
             .map_err(|e| BenchError::Input(e.to_string()))?;
         let path = self.config_dir.join(format!("envoy-{name}.yaml"));
         std::fs::write(&path, yaml).map_err(BenchError::io(format!("write {}", path.display())))?;
@@ -256,7 +256,7 @@ impl BenchStack {
 
     /// The lease-store's `host:port`.
     pub fn store_authority(&self) -> String {
-        format!("127.0.0.1:{}", self.ports.lease_store)
+        format!("127.0.0.1:{}", self.ports.lease_store())
     }
 
     /// The upstream's `host:port`.

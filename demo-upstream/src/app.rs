@@ -2,9 +2,10 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /payments`, `POST /payments/…` | counts an execution, then answers 201 with a fresh payment |
+//! | `POST /payments`, `POST /payments/…` | counts and logs an execution, then answers 201 with a fresh payment |
 //! | `GET /stats` | `{"executions": N, "by_path": {...}}` |
-//! | `POST /stats/reset` | zeroes the counters |
+//! | `GET /executions` | the execution log as JSON lines (`application/x-ndjson`), oldest first; `?after=N` only those after execution `N` (see `executions.rs`) |
+//! | `POST /stats/reset` | zeroes the counters and empties the execution log |
 //! | `GET /gates/{name}` | `{"waiting": N, "open": bool}` |
 //! | `POST /gates/{name}/open` | opens the gate for good |
 //! | anything else | 404 JSON |
@@ -16,6 +17,10 @@
 //! effect, retried onto a healthy one), and `status=N` answers that status instead of 201.
 //! The answer deliberately carries a `set-cookie` (which keyflight must never replay) and
 //! the `idempotency-fence` it got.
+//!
+//! Each execution's log entry (`GET /executions`) holds the idempotency key and fence it
+//! saw, the path, a digest of the body, and which proxy and caller request it came from, so
+//! a history checker (`keyflight-chaos`) can tell which operation ran twice and why.
 
 use std::time::Duration;
 
@@ -31,6 +36,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::connection::Connection;
+use crate::executions::{Execution, ExecutionLog};
 use crate::gates::Gates;
 use crate::stats::Stats;
 
@@ -44,6 +50,8 @@ pub struct AppState {
     pub stats: std::sync::Arc<Stats>,
     /// Named gates that hold payment handlers.
     pub gates: Gates,
+    /// Every execution, in order.
+    pub executions: std::sync::Arc<ExecutionLog>,
     /// The `abort=NAME` names that already aborted once.
     pub aborted: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -55,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/payments/{*rest}", post(pay).fallback(not_found))
         .route("/stats", get(stats).fallback(not_found))
         .route("/stats/reset", post(reset_stats).fallback(not_found))
+        .route("/executions", get(executions).fallback(not_found))
         .route("/gates/{name}", get(gate_status).fallback(not_found))
         .route("/gates/{name}/open", post(open_gate).fallback(not_found))
         .fallback(not_found)
@@ -88,6 +97,12 @@ async fn pay(
         Err(_) => return error(StatusCode::BAD_REQUEST, "status must be 100..=999"),
     };
     let execution = state.stats.record(uri.path());
+    state.executions.push(Execution::of_request(
+        execution,
+        uri.path(),
+        &headers,
+        &body,
+    ));
     tracing::info!(path = uri.path(), execution, "payment executing");
 
     if let Some(gate) = &params.hold {
@@ -151,8 +166,27 @@ async fn stats(State(state): State<AppState>) -> Response {
     Json(state.stats.snapshot()).into_response()
 }
 
+/// Query parameters of `GET /executions`.
+#[derive(Debug, Default, Deserialize)]
+struct ExecutionsParams {
+    /// Only executions numbered above this.
+    after: Option<u64>,
+}
+
+async fn executions(
+    State(state): State<AppState>,
+    Query(params): Query<ExecutionsParams>,
+) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        state.executions.json_lines_after(params.after.unwrap_or(0)),
+    )
+        .into_response()
+}
+
 async fn reset_stats(State(state): State<AppState>) -> Response {
     state.stats.reset();
+    state.executions.clear();
     Json(state.stats.snapshot()).into_response()
 }
 

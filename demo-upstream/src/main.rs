@@ -6,10 +6,13 @@
 //! counts an execution the moment its handler starts (`GET /stats`), and a request can be
 //! parked at a named gate (`?hold=NAME`) until a test opens it, so tests synchronize on
 //! "the winner is running" instead of sleeping, and a request can make it drop the
-//! connection after its side effect (`?abort=NAME`). See `app.rs` for the routes.
+//! connection after its side effect (`?abort=NAME`). Every execution is also logged with
+//! its idempotency key and fence (`GET /executions`), for fault-injection runs that must
+//! say which operation ran twice. See `app.rs` for the routes.
 
 mod app;
 mod connection;
+mod executions;
 mod gates;
 mod stats;
 

@@ -820,7 +820,7 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for (j, method) in list.iter().enumerate() {
-                if method.is_empty() || !method.bytes().all(is_token_byte) {
+                if !keyflight_protocol::headers::is_token(method) {
                     return Err(ConfigError::new(
                         format!("{at}.methods[{j}]"),
                         format!("{method:?} is not an HTTP method token"),
@@ -903,17 +903,13 @@ fn sources(at: &str, list: Vec<raw::Source>) -> Result<Vec<Source>, ConfigError>
 
 /// A header name: an RFC 9110 token, returned lowercase.
 fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
-    if name.is_empty() || !name.bytes().all(is_token_byte) {
+    if !keyflight_protocol::headers::is_token(name) {
         return Err(ConfigError::new(
             path,
             format!("{name:?} is not a valid header name"),
         ));
     }
     Ok(name.to_ascii_lowercase())
-}
-
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn in_range(

@@ -11,6 +11,8 @@
 //!   [`problem`]; [`metrics`] and [`openapi`] are the operability endpoints (L8).
 //! - [`config`] parses flags and environment into validated settings once, at
 //!   start-up; [`shutdown`] turns SIGTERM/SIGINT into a drain of in-flight calls.
+//! - [`logging`] sets up the subscriber and caps the dependencies that could
+//!   print bodies or headers, whatever `RUST_LOG` says (L7).
 //! - [`cli`]: the subcommands (`serve`, `migrate`, `records …`, `fingerprint`).
 
 pub mod api;
@@ -18,6 +20,7 @@ pub mod auth;
 pub mod cleanup;
 pub mod cli;
 pub mod config;
+pub mod logging;
 pub mod longpoll;
 pub mod metrics;
 pub mod openapi;

@@ -6,15 +6,25 @@
 //! call can answer (400, 401, 403, 413, 503) are added here once, centrally,
 //! instead of being repeated on each handler; handlers list only the answers
 //! that are specific to them (200, 404, 409).
+//!
+//! The document is exact about what the store accepts, so a client generated
+//! from it (or schemathesis, which `make test` runs against it) never sends a
+//! schema-valid request the store refuses: the wire types carry their ranges,
+//! and [`exact_inputs`] adds what derive attributes cannot say — every
+//! `{scope}` is a digest, recorded headers follow the recorded-header rule
+//! (built from `keyflight_protocol::headers`' own patterns), and the erase
+//! acknowledgment must be `true`.
 
 use std::sync::LazyLock;
 
+use keyflight_protocol::headers;
 use keyflight_protocol::problem::{Problem, ProblemCode};
 use keyflight_protocol::wire::{
-    ClaimRequest, ClaimResponse, FinalizeRequest, RecordDetail, RecordList, RecordState,
-    RecordSummary, ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse, ResolveAs,
+    ACK_REPLAY_RISK_HEADER, ClaimRequest, ClaimResponse, FinalizeRequest, RecordDetail, RecordList,
+    RecordState, RecordSummary, ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse, ResolveAs,
     ResolveRequest, StoredResponse, WonHow,
 };
+use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
@@ -114,9 +124,96 @@ fn problem_response(description: &str) -> utoipa::openapi::Response {
 }
 
 /// The document as served, built once.
-pub fn document() -> utoipa::openapi::OpenApi {
-    static DOC: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(ApiDoc::openapi);
+pub fn document() -> Value {
+    static DOC: LazyLock<Value> = LazyLock::new(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+        exact_inputs(&mut doc);
+        doc
+    });
     DOC.clone()
+}
+
+/// OpenAPI links from a won claim to the calls its winner makes next, and
+/// from a record to the operator's calls on it: they tell a client where
+/// `claim_id` comes from, and let schemathesis chain real claims, finalizes
+/// and resolves (its stateful phase) instead of only guessing claim ids.
+fn add_links(doc: &mut Value) {
+    let scope = json!({ "scope": "$request.path.scope" });
+    let claim_id = "$response.body#/claim_id";
+    doc["paths"]["/v1/claims/{scope}"]["post"]["responses"]["200"]["links"] = json!({
+        "Renew": {
+            "operationId": "renew",
+            "parameters": scope,
+            "requestBody": { "claim_id": claim_id, "lease_ms": 1000 },
+        },
+        "Finalize": {
+            "operationId": "finalize",
+            "parameters": scope,
+            "requestBody": {
+                "claim_id": claim_id,
+                "replayable": true,
+                "response": { "status": 201, "headers": [["content-type", "application/json"]], "body_b64": "e30=" },
+            },
+        },
+        "ReleaseAsUnknown": {
+            "operationId": "release",
+            "parameters": scope,
+            "requestBody": { "claim_id": claim_id, "as": "unknown" },
+        },
+        "Show": { "operationId": "show", "parameters": scope },
+    });
+    doc["paths"]["/v1/records/{scope}"]["get"]["responses"]["200"]["links"] = json!({
+        "Resolve": { "operationId": "resolve", "parameters": scope },
+        "Erase": {
+            "operationId": "erase",
+            "parameters": { "scope": "$request.path.scope", "header.keyflight-ack-replay-risk": "true" },
+        },
+    });
+}
+
+/// Narrows the derived schemas to exactly what the handlers accept (see the
+/// module docs).
+fn exact_inputs(doc: &mut Value) {
+    let header = json!({
+        "type": "array",
+        "description": "[name, value]: the name an RFC 9110 token that is never a credential, cookie or hop-by-hop header (compared case-insensitively), the value an RFC 9110 field-value",
+        "prefixItems": [
+            {
+                "type": "string",
+                "pattern": headers::TOKEN_PATTERN,
+                "not": { "pattern": headers::never_stored_pattern() },
+            },
+            { "type": "string", "pattern": headers::FIELD_VALUE_PATTERN },
+        ],
+        "items": false,
+        "minItems": 2,
+        "maxItems": 2,
+    });
+    doc["components"]["schemas"]["StoredResponse"]["properties"]["headers"]["items"] = header;
+    add_links(doc);
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+        for parameters in operation
+            .values_mut()
+            .filter_map(|op| op.get_mut("parameters"))
+            .filter_map(Value::as_array_mut)
+        {
+            for parameter in parameters.iter_mut() {
+                match parameter["name"].as_str() {
+                    Some("scope") => {
+                        parameter["schema"] = json!({ "$ref": "#/components/schemas/Digest" });
+                    }
+                    Some(ACK_REPLAY_RISK_HEADER) => {
+                        parameter["schema"] =
+                            json!({ "type": "string", "pattern": "^[Tt][Rr][Uu][Ee]$" });
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -126,7 +223,7 @@ mod tests {
     use super::*;
 
     fn doc() -> Value {
-        serde_json::to_value(document()).expect("serializable")
+        document()
     }
 
     #[test]
@@ -186,5 +283,74 @@ mod tests {
                 "outcome {outcome} missing from ClaimResponse schema: {text}"
             );
         }
+    }
+
+    #[test]
+    fn published_ranges_are_the_ones_the_store_enforces() {
+        use keyflight_protocol::wire::{
+            MAX_COOLDOWN_MS, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS, RECORDED_STATUS,
+        };
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        let range = |schema: &str, field: &str| {
+            let property = &schemas[schema]["properties"][field];
+            (property["minimum"].as_u64(), property["maximum"].as_u64())
+        };
+        assert_eq!(
+            range("ClaimRequest", "lease_ms"),
+            (Some(1), Some(MAX_LEASE_MS))
+        );
+        assert_eq!(range("ClaimRequest", "wait_ms").1, Some(MAX_WAIT_MS));
+        assert_eq!(
+            range("ClaimRequest", "retention_s"),
+            (Some(1), Some(MAX_RETENTION_S))
+        );
+        assert_eq!(
+            range("RenewRequest", "lease_ms"),
+            (Some(1), Some(MAX_LEASE_MS))
+        );
+        assert_eq!(
+            range("ReleaseRequest", "cooldown_ms").1,
+            Some(MAX_COOLDOWN_MS)
+        );
+        assert_eq!(
+            range("StoredResponse", "status"),
+            (
+                Some(u64::from(*RECORDED_STATUS.start())),
+                Some(u64::from(*RECORDED_STATUS.end()))
+            )
+        );
+    }
+
+    #[test]
+    fn scopes_and_recorded_headers_are_described_exactly() {
+        let doc = doc();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for operation in item.as_object().expect("operations").values() {
+                for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                    if parameter["name"] == "scope" {
+                        assert_eq!(
+                            parameter["schema"]["$ref"], "#/components/schemas/Digest",
+                            "{path}"
+                        );
+                    }
+                }
+            }
+        }
+        let header =
+            &doc["components"]["schemas"]["StoredResponse"]["properties"]["headers"]["items"];
+        assert_eq!(header["prefixItems"][0]["pattern"], headers::TOKEN_PATTERN);
+        assert_eq!(
+            header["prefixItems"][0]["not"]["pattern"],
+            headers::never_stored_pattern()
+        );
+        assert_eq!(
+            header["prefixItems"][1]["pattern"],
+            headers::FIELD_VALUE_PATTERN
+        );
+        assert!(
+            doc["paths"]["/v1/claims/{scope}"]["post"]["responses"]["200"]["links"]["Finalize"]
+                .is_object()
+        );
     }
 }

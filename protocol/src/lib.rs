@@ -2,7 +2,8 @@
 //!
 //! Everything both sides of the wire must agree on bit for bit lives here: the
 //! `Idempotency-Key` rules (K1), the scope digest that is the cache key (K3), the
-//! request fingerprint (K4), and the lease-store API v1 wire types (SPEC §6).
+//! request fingerprint (K4), the rule for recorded response headers (F8), and
+//! the lease-store API v1 wire types (SPEC §6).
 //! The crate performs no I/O and reads no clock, so the same code runs in the
 //! proxy-wasm filter (`wasm32-wasip1`), in the lease-store on the host, and in the
 //! `wasm-bindgen-test` vectors that prove the two builds agree.
@@ -10,6 +11,7 @@
 pub mod digest;
 pub mod fingerprint;
 pub mod framing;
+pub mod headers;
 pub mod json;
 pub mod key;
 pub mod problem;

@@ -10,6 +10,20 @@ use uuid::Uuid;
 
 use crate::Digest;
 
+/// The longest lease a claim or renew may ask for (one day, in milliseconds):
+/// far above any policy (the filter allows an hour), and small enough that
+/// lease arithmetic in the database can never overflow.
+pub const MAX_LEASE_MS: u64 = 86_400_000;
+/// The longest retention a claim may ask for (100 years, in seconds).
+pub const MAX_RETENTION_S: u64 = 3_153_600_000;
+/// The longest cooldown a release may ask for (one day, in milliseconds).
+pub const MAX_COOLDOWN_MS: u64 = 86_400_000;
+/// The longest long-poll a claim may ask for (one day, in milliseconds); the
+/// store waits no longer than its own `--max-wait` anyway.
+pub const MAX_WAIT_MS: u64 = 86_400_000;
+/// Recorded status codes are final HTTP status codes (RFC 9110 §15).
+pub const RECORDED_STATUS: std::ops::RangeInclusive<u16> = 100..=599;
+
 /// `POST /v1/claims/{scope}`: claim the lease on a scope, or learn its state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -17,13 +31,27 @@ use crate::Digest;
 pub struct ClaimRequest {
     /// The request fingerprint (K4) the caller wants to run.
     pub fingerprint: Digest,
-    /// Lease length granted to a winner, in milliseconds.
+    /// Lease length granted to a winner, in milliseconds (1 to [`MAX_LEASE_MS`]).
+    #[serde(deserialize_with = "integral::u64")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
     pub lease_ms: u64,
-    /// Long-poll budget for a same-fingerprint pending record (F5, L4). `0` or absent: answer at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Long-poll budget for a same-fingerprint pending record (F5, L4; at
+    /// most [`MAX_WAIT_MS`]). `0` or absent: answer at once.
+    #[serde(
+        default,
+        deserialize_with = "integral::option_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(maximum = 86_400_000))]
     pub wait_ms: Option<u64>,
-    /// Record retention for this scope, in seconds (L5). Absent: the store's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Record retention for this scope, in seconds (L5; 1 to [`MAX_RETENTION_S`]).
+    /// Absent: the store's default.
+    #[serde(
+        default,
+        deserialize_with = "integral::option_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3_153_600_000_u64))]
     pub retention_s: Option<u64>,
 }
 
@@ -95,11 +123,20 @@ pub enum ClaimResponse {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StoredResponse {
-    /// HTTP status code.
+    /// HTTP status code (100–599).
+    #[serde(deserialize_with = "integral::u16")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 599))]
     pub status: u16,
-    /// Allowlisted headers, lowercase names, in order.
+    /// Allowlisted headers, lowercase names, in order; each passes the
+    /// recorded-header rule ([`crate::headers`]).
     pub headers: Vec<(String, String)>,
     /// The body, standard base64 with padding.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+        )
+    )]
     pub body_b64: String,
 }
 
@@ -128,7 +165,9 @@ impl StoredResponse {
 pub struct RenewRequest {
     /// The caller's claim.
     pub claim_id: Uuid,
-    /// New lease length from now, in milliseconds.
+    /// New lease length from now, in milliseconds (1 to [`MAX_LEASE_MS`]).
+    #[serde(deserialize_with = "integral::u64")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
     pub lease_ms: u64,
 }
 
@@ -176,8 +215,14 @@ pub struct ReleaseRequest {
     /// What the record becomes.
     #[serde(rename = "as")]
     pub release_as: ReleaseAs,
-    /// Cooldown for `as: cooldown`, in milliseconds. Absent: the store's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Cooldown for `as: cooldown`, in milliseconds (at most [`MAX_COOLDOWN_MS`]).
+    /// Absent: the store's default.
+    #[serde(
+        default,
+        deserialize_with = "integral::option_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(maximum = 86_400_000))]
     pub cooldown_ms: Option<u64>,
 }
 
@@ -286,5 +331,108 @@ pub struct ResolveRequest {
     pub response: Option<StoredResponse>,
 }
 
+/// JSON has one number type, and to JSON Schema (hence to the OpenAPI
+/// document) `7.0` and `7e0` are integers just like `7`. Integer fields of
+/// requests therefore accept any number without a fractional part that fits
+/// the field; `7.5`, negative numbers and strings are still refused.
+mod integral {
+    use serde::de::{self, Deserializer, Visitor};
+
+    struct Integral;
+
+    impl Visitor<'_> for Integral {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a non-negative integer")
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            // 2^64 is exact as an f64; every integral f64 below it converts exactly.
+            if v.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&v) {
+                Ok(v as u64)
+            } else {
+                Err(E::invalid_value(de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(Integral)
+    }
+
+    pub fn u16<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+        let v = d.deserialize_any(Integral)?;
+        u16::try_from(v).map_err(|_| {
+            de::Error::invalid_value(de::Unexpected::Unsigned(v), &"an integer up to 65535")
+        })
+    }
+
+    pub fn option_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        struct Optional;
+        impl<'de> Visitor<'de> for Optional {
+            type Value = Option<u64>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a non-negative integer or null")
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                u64(d).map(Some)
+            }
+        }
+        d.deserialize_option(Optional)
+    }
+}
+
 /// Header the admin erase call must carry (L6).
 pub const ACK_REPLAY_RISK_HEADER: &str = "keyflight-ack-replay-risk";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn claim(json: &str) -> Result<ClaimRequest, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn integer_fields_take_any_integral_number_and_nothing_else() {
+        let fp = "0".repeat(64);
+        let ok = claim(&format!(
+            r#"{{"fingerprint":"{fp}","lease_ms":7.0,"wait_ms":1e3,"retention_s":null}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            (ok.lease_ms, ok.wait_ms, ok.retention_s),
+            (7, Some(1000), None)
+        );
+        for bad in ["7.5", "-1", "-1.0", "\"7\"", "1e20", "true"] {
+            let err = claim(&format!(r#"{{"fingerprint":"{fp}","lease_ms":{bad}}}"#)).unwrap_err();
+            assert!(err.contains("integer"), "{bad}: {err}");
+        }
+        let status: Result<StoredResponse, _> =
+            serde_json::from_str(r#"{"status":201.0,"headers":[],"body_b64":""}"#);
+        assert_eq!(status.unwrap().status, 201);
+        let status: Result<StoredResponse, _> =
+            serde_json::from_str(r#"{"status":65536,"headers":[],"body_b64":""}"#);
+        assert!(status.is_err());
+    }
+}

@@ -108,6 +108,26 @@ impl PgCluster {
         self.port
     }
 
+    /// Runs `sql` with `psql` (from the same bin directory) as the superuser
+    /// and returns what it printed, unaligned and without headers. For tests
+    /// that must put the database in a state no API call produces (a row an
+    /// older release, or an operator by hand, could have written). Panics
+    /// with psql's output when the statement fails.
+    pub fn psql(&self, sql: &str) -> String {
+        let output = Command::new(self.bin.join("psql"))
+            .arg(self.url())
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .unwrap_or_else(|e| panic!("could not run psql: {e}"));
+        assert!(
+            output.status.success(),
+            "psql failed ({}) on {sql}:\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Stops the server at once (`pg_ctl stop -m immediate`), as a crash would:
     /// open connections are cut, nothing is flushed gracefully.
     pub fn stop(&self) {

@@ -87,6 +87,8 @@ pub struct ChildGuard {
     name: String,
     child: Child,
     log_path: PathBuf,
+    /// The log belongs to the caller ([`ChildGuard::spawn_logged`]): never removed.
+    keep_log: bool,
 }
 
 impl ChildGuard {
@@ -94,7 +96,7 @@ impl ChildGuard {
     ///
     /// `name` labels the child in panic messages and names the log file.
     /// Panics if the program cannot be started.
-    pub fn spawn(name: &str, mut command: Command) -> ChildGuard {
+    pub fn spawn(name: &str, command: Command) -> ChildGuard {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let log_path = std::env::temp_dir().join(format!(
             "keyflight-{}-{}-{}.log",
@@ -104,6 +106,29 @@ impl ChildGuard {
         ));
         let log = File::create(&log_path)
             .unwrap_or_else(|e| panic!("create log file {}: {e}", log_path.display()));
+        ChildGuard::spawn_into(name, command, log, log_path, false)
+    }
+
+    /// Spawns `command` with stdout and stderr appended to `log_path`, which the caller
+    /// owns: it is kept when the guard drops, and a restarted child (same path) continues
+    /// it, so a harness that kills and restarts a service keeps one log per service.
+    /// Panics if the log cannot be opened or the program cannot be started.
+    pub fn spawn_logged(name: &str, command: Command, log_path: &Path) -> ChildGuard {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .unwrap_or_else(|e| panic!("open log file {}: {e}", log_path.display()));
+        ChildGuard::spawn_into(name, command, log, log_path.to_path_buf(), true)
+    }
+
+    fn spawn_into(
+        name: &str,
+        mut command: Command,
+        log: File,
+        log_path: PathBuf,
+        keep_log: bool,
+    ) -> ChildGuard {
         let log_err = log
             .try_clone()
             .unwrap_or_else(|e| panic!("clone log file handle: {e}"));
@@ -118,6 +143,7 @@ impl ChildGuard {
             name: name.to_owned(),
             child,
             log_path,
+            keep_log,
         }
     }
 
@@ -193,10 +219,14 @@ impl ChildGuard {
     }
 }
 
-/// Kills the child; keeps its log only when a panic (a failing test) is unwinding.
+/// Kills the child; keeps its log only when a panic (a failing test) is unwinding, or when
+/// the caller owns it.
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         self.kill();
+        if self.keep_log {
+            return;
+        }
         if std::thread::panicking() {
             eprintln!("{} log kept at {}", self.name, self.log_path.display());
         } else {

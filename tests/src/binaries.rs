@@ -6,6 +6,7 @@
 //! | demo upstream | `KEYFLIGHT_UPSTREAM_BIN` | `target/debug/demo-upstream` |
 //! | filter | `KEYFLIGHT_WASM` | `target/wasm32-wasip1/release/keyflight_filter.wasm` |
 //! | Envoy | `KEYFLIGHT_ENVOY` | where `scripts/envoy.sh` installs it (`.tools/venv/…/envoy/_bin/envoy`) |
+//! | client command ([`client`]) | `KEYFLIGHT_CLIENT_BIN` | `target/debug/keyflight` |
 //!
 //! `CARGO_TARGET_DIR`, when set, replaces `target/`. A missing program fails the test with
 //! a message naming the command that builds it: an end-to-end suite that silently skips
@@ -64,6 +65,21 @@ impl Binaries {
         require(&binaries.envoy, "KEYFLIGHT_ENVOY", "scripts/envoy.sh");
         binaries
     }
+}
+
+/// The `keyflight` client command, for the scenarios that drive it (not part
+/// of [`Binaries`]: the other scenarios do not need it built).
+pub fn client() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = from_env("KEYFLIGHT_CLIENT_BIN").unwrap_or_else(|| target.join("debug/keyflight"));
+    require(
+        &path,
+        "KEYFLIGHT_CLIENT_BIN",
+        "cargo build -p keyflight-client",
+    );
+    path
 }
 
 /// The workspace root (this crate lives in `<root>/tests`).

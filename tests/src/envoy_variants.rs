@@ -2,8 +2,8 @@
 //!
 //! The shipped `envoy/demo.yaml` takes the principal from a header and gives the upstream
 //! 30 s. Identity and timeout scenarios need more: `jwt_authn` in front of the filter, a TLS
-//! listener that requires client certificates, a route timeout shorter than a slow upstream.
-//! Each [`EnvoyEdit`] rewrites the rendered text at one anchor that must occur exactly once
+//! listener that requires client certificates, a route timeout shorter than a slow upstream;
+//! the chaos harness (`keyflight-chaos`) adds a request header naming the Envoy. Each [`EnvoyEdit`] rewrites the rendered text at one anchor that must occur exactly once
 //! (like [`crate::envoy_config`]), so everything else stays the file users run; the edits are
 //! also the how-to for a deployment (envoy/README.md points here).
 
@@ -19,6 +19,9 @@ pub const JWT_PAYLOAD_METADATA_KEY: &str = "jwt_payload";
 
 /// The catch-all route's timeout line as `envoy/demo.yaml` ships it.
 const SHIPPED_ROUTE_TIMEOUT: &str = "timeout: 30s";
+
+/// The catch-all route's match line as `envoy/demo.yaml` ships it.
+const CATCH_ALL_MATCH: &str = "- match: { prefix: \"/\" }";
 
 /// The catch-all route's retry conditions as `envoy/demo.yaml` ships them.
 pub const SHIPPED_RETRY_ON: &str = "retry_on: connect-failure,refused-stream,reset-before-request";
@@ -50,6 +53,15 @@ pub enum EnvoyEdit {
         issuer: String,
         /// The JWKS JSON (`{"keys": [...]}`).
         jwks: String,
+    },
+    /// A request header the catch-all route adds to every request it forwards upstream
+    /// (replacing a client-sent one), e.g. which proxy forwarded it: the chaos harness tells
+    /// its Envoys apart in the upstream's execution log this way.
+    AddRequestHeader {
+        /// The header name.
+        name: String,
+        /// Its value.
+        value: String,
     },
     /// TLS on the listener, requiring a client certificate signed by `ca`.
     DownstreamMtls {
@@ -103,6 +115,16 @@ impl EnvoyEdit {
             EnvoyEdit::JwtAuthn { issuer, jwks } => {
                 insert_after(yaml, "http_filters:", &jwt_authn_filter(issuer, jwks))
             }
+            EnvoyEdit::AddRequestHeader { name, value } => insert_at(
+                yaml,
+                CATCH_ALL_MATCH,
+                1,
+                &[
+                    "  request_headers_to_add:".to_owned(),
+                    format!("    - header: {{ key: {name}, value: {value} }}"),
+                    "      append_action: OVERWRITE_IF_EXISTS_OR_ADD".to_owned(),
+                ],
+            ),
             EnvoyEdit::DownstreamMtls { cert, key, ca } => {
                 replace_line(yaml, "- filters:", &mtls_filter_chain(cert, key, ca))
             }
@@ -164,7 +186,7 @@ mod tests {
         let plugin = shipped_plugin_config(&yaml).expect("demo plugin JSON");
         crate::envoy_config::render(
             &yaml,
-            crate::envoy_config::SHIPPED_PORTS,
+            &crate::envoy_config::shipped_ports(),
             "/x.wasm",
             &plugin,
         )
@@ -184,6 +206,19 @@ mod tests {
             .expect("retry_on");
         assert!(retries.contains("retry_on: reset,5xx\n"), "{retries}");
         assert!(!retries.contains(SHIPPED_RETRY_ON), "{retries}");
+
+        let header = EnvoyEdit::AddRequestHeader {
+            name: "x-keyflight-via".into(),
+            value: "envoy-1".into(),
+        }
+        .apply(&demo)
+        .expect("request header");
+        assert!(
+            header.contains(
+                "- match: { prefix: \"/\" }\n                          request_headers_to_add:\n                            - header: { key: x-keyflight-via, value: envoy-1 }\n"
+            ),
+            "the catch-all route adds the header:\n{header}"
+        );
 
         let trusted = EnvoyEdit::TrustLoopbackCallers
             .apply(&demo)

@@ -5,10 +5,16 @@
 //! rendered Envoy config are kept in the temp dir when the test fails (their paths are
 //! printed) and removed when it passes.
 //!
-//! With [`StackOptions::two_replicas`] the stack is the two-replica set-up: a second Envoy
-//! (from the shipped `envoy/two-replicas.yaml`) in front of the same upstream, talking to a
-//! second lease-store on the same Postgres. Requests pick a replica with [`Stack::post_via`];
-//! replica 0 is what [`Stack::post`] and the other single-replica helpers use.
+//! With [`StackOptions::two_replicas`] the stack is the two-replica set-up: two Envoys in
+//! front of the same upstream and two lease-stores on the same Postgres, every Envoy
+//! reaching both lease-stores (both render the shipped `envoy/two-replicas.yaml`). Requests
+//! pick an Envoy with [`Stack::post_via`]; replica 0 is what [`Stack::post`] and the other
+//! single-replica helpers use. Which lease-store serves a given call is Envoy's choice, so
+//! store counters of a two-replica stack are read summed ([`Stack::store_event_total`]).
+//!
+//! The commands that run each part ([`envoy_command`], [`lease_store_command`],
+//! [`upstream_command`]) are public, so other harnesses (`keyflight-chaos`) run the parts
+//! exactly as the tests do.
 //!
 //! With [`StackOptions::replicated_postgres`] the database is a replicated Postgres that
 //! really fails over (etcd + two Patroni nodes, `keyflight_testkit::ha`), and the
@@ -108,8 +114,9 @@ impl StackOptions {
         self
     }
 
-    /// Runs the two-replica set-up: a second Envoy (`envoy/two-replicas.yaml`) and a second
-    /// lease-store on the same Postgres, in front of the same upstream.
+    /// Runs the two-replica set-up: two Envoys and two lease-stores on the same Postgres, in
+    /// front of the same upstream; both Envoys run `envoy/two-replicas.yaml`, which reaches
+    /// both lease-stores.
     pub fn two_replicas(mut self) -> Self {
         self.two_replicas = true;
         self
@@ -168,11 +175,16 @@ impl Database {
         }
     }
 
+    /// Runs `sql` with `psql` on a single-node database.
+    fn psql(&self, sql: &str) -> String {
+        self.single().psql(sql)
+    }
+
     fn single(&self) -> &PgCluster {
         match self {
             Database::Single(cluster) => cluster,
             Database::Replicated(_) => {
-                panic!("a replicated stack's faults go through Stack::ha()")
+                panic!("this needs a single-node database; a replicated stack's is Stack::ha()")
             }
         }
     }
@@ -206,27 +218,30 @@ impl Stack {
     /// Starts a stack and waits until every part is ready; panics (with logs) otherwise.
     pub async fn start(options: StackOptions) -> Stack {
         let binaries = Binaries::locate();
+        let replicas = if options.two_replicas { 2 } else { 1 };
+        let lease_stores: Vec<u16> = (0..replicas).map(|_| free_port()).collect();
         let ports = Ports {
             listener: free_port(),
             admin: free_port(),
-            lease_store: free_port(),
+            lease_stores: lease_stores.clone(),
             upstream: free_port(),
         };
 
         // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
         // static, so it needs nothing else to be up, and this saves a second per test.
-        let config_path = write_envoy_config(&binaries, ports, &options);
+        let config_path = write_envoy_config(&binaries, &ports, &options, true);
         let mut envoy = spawn_envoy(&binaries, &config_path);
-        // The second replica's Envoy starts now too; its lease-store after the first's.
+        // The second Envoy starts now too; the second lease-store after the first.
         let second_envoy = options.two_replicas.then(|| {
             let second_ports = Ports {
                 listener: free_port(),
                 admin: free_port(),
-                lease_store: free_port(),
+                lease_stores: lease_stores.clone(),
                 upstream: ports.upstream,
             };
-            let path = write_second_envoy_config(&binaries, second_ports, &options);
-            (second_ports, spawn_envoy(&binaries, &path), path)
+            let path = write_envoy_config(&binaries, &second_ports, &options, false);
+            let envoy = spawn_envoy(&binaries, &path);
+            (second_ports, envoy, path)
         });
         let mut upstream = spawn_upstream(&binaries, ports.upstream);
 
@@ -235,15 +250,17 @@ impl Stack {
         } else {
             Database::Single(PgCluster::start())
         };
-        let mut lease_store = spawn_lease_store(&binaries, &postgres, ports, &options, true);
-        let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store);
+        let mut lease_store =
+            spawn_lease_store(&binaries, &postgres, ports.lease_store(), &options, true);
+        let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store());
         wait_http_ok(&store_ready, READY_TIMEOUT, Some(&mut lease_store)).await;
         // The second store starts once the first has migrated the database.
         let second = match second_envoy {
             Some((second_ports, mut envoy, config_path)) => {
+                let store_port = lease_stores[1];
                 let mut lease_store =
-                    spawn_lease_store(&binaries, &postgres, second_ports, &options, false);
-                let ready = format!("http://127.0.0.1:{}/readyz", second_ports.lease_store);
+                    spawn_lease_store(&binaries, &postgres, store_port, &options, false);
+                let ready = format!("http://127.0.0.1:{store_port}/readyz");
                 wait_http_ok(&ready, READY_TIMEOUT, Some(&mut lease_store)).await;
                 let ready = format!("http://127.0.0.1:{}/ready", second_ports.admin);
                 wait_http_ok(&ready, READY_TIMEOUT, Some(&mut envoy)).await;
@@ -302,6 +319,12 @@ impl Stack {
             Some(_) => post.header("host", SHARED_AUTHORITY),
             None => post,
         }
+    }
+
+    /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
+    /// [`Stack::post`] (the `keyflight` client command).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.listener)
     }
 
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
@@ -368,9 +391,19 @@ impl Stack {
     pub async fn store_metrics_at(&self, replica: usize) -> StoreMetrics {
         let url = format!(
             "http://127.0.0.1:{}/metrics",
-            self.ports_of(replica).lease_store
+            self.lease_store_port(replica)
         );
         StoreMetrics::parse(&self.get_text(&url).await)
+    }
+
+    /// Lease-store event `name` summed over every lease-store replica: in a two-replica
+    /// stack either replica may have served a given call.
+    pub async fn store_event_total(&self, name: &str) -> u64 {
+        let mut total = 0;
+        for replica in 0..self.ports.lease_stores.len() {
+            total += self.store_metrics_at(replica).await.event(name);
+        }
+        total
     }
 
     /// Waits until the lease-store has counted event `name` at least `n` times.
@@ -397,14 +430,7 @@ impl Stack {
             "reconfigure needs StackOptions::reconfigurable"
         );
         edit(&mut self.options.plugin);
-        let yaml = envoy_config::shipped_demo_yaml();
-        let rendered = render_for(
-            &self.binaries,
-            &yaml,
-            envoy_config::SHIPPED_PORTS,
-            self.ports,
-            &self.options,
-        );
+        let rendered = render_for(&self.binaries, &self.ports, &self.options);
         let lds_path = lds_path_of(&self.config_path);
         let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
         let updates_before = self.envoy_stat("listener_manager.lds.update_success").await;
@@ -428,11 +454,11 @@ impl Stack {
         let mut store = spawn_lease_store(
             &self.binaries,
             &self.postgres,
-            self.ports,
+            self.ports.lease_store(),
             &self.options,
             false,
         );
-        let ready = format!("http://127.0.0.1:{}/readyz", self.ports.lease_store);
+        let ready = format!("http://127.0.0.1:{}/readyz", self.ports.lease_store());
         wait_http_ok(&ready, READY_TIMEOUT, Some(&mut store)).await;
         self.lease_store_log = store.log_path().to_path_buf();
         self.lease_store = Some(store);
@@ -451,9 +477,15 @@ impl Stack {
     /// unfinished. Takes `&self` so requests in flight through the stack can be cut off;
     /// the dead process is reaped when the stack drops.
     pub fn kill_envoy(&self, replica: usize) {
+        self.signal_envoy(replica, Signal::Kill);
+    }
+
+    /// Sends `signal` to Envoy replica `replica` (`Stop` freezes it: a stalled proxy that
+    /// neither renews its leases nor answers, until `Cont`).
+    pub fn signal_envoy(&self, replica: usize, signal: Signal) {
         match (replica, &self.second) {
-            (0, _) => self.envoy.signal(Signal::Kill),
-            (1, Some(second)) => second.envoy.signal(Signal::Kill),
+            (0, _) => self.envoy.signal(signal),
+            (1, Some(second)) => second.envoy.signal(signal),
             _ => panic!("there is no Envoy replica {replica}"),
         }
     }
@@ -481,7 +513,7 @@ impl Stack {
             .args(args)
             .env(
                 "KEYFLIGHT_URL",
-                format!("http://127.0.0.1:{}", self.ports.lease_store),
+                format!("http://127.0.0.1:{}", self.ports.lease_store()),
             )
             .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
             .output()
@@ -494,6 +526,11 @@ impl Stack {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
+    pub fn sql(&self, sql: &str) -> String {
+        self.postgres.psql(sql)
     }
 
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
@@ -531,7 +568,7 @@ impl Stack {
         );
         let url = format!(
             "http://127.0.0.1:{}/v1/claims/{}",
-            self.ports.lease_store,
+            self.ports.lease_store(),
             scope.to_hex()
         );
         let body = serde_json::json!({
@@ -596,12 +633,20 @@ impl Stack {
         keyflight_testkit::process::eventually(what, EVENTUALLY_TIMEOUT, condition).await;
     }
 
-    fn ports_of(&self, replica: usize) -> Ports {
+    fn ports_of(&self, replica: usize) -> &Ports {
         match (replica, &self.second) {
-            (0, _) => self.ports,
-            (1, Some(second)) => second.ports,
+            (0, _) => &self.ports,
+            (1, Some(second)) => &second.ports,
             _ => panic!("there is no replica {replica} (StackOptions::two_replicas starts two)"),
         }
+    }
+
+    fn lease_store_port(&self, replica: usize) -> u16 {
+        *self.ports.lease_stores.get(replica).unwrap_or_else(|| {
+            panic!(
+                "there is no lease-store replica {replica} (StackOptions::two_replicas starts two)"
+            )
+        })
     }
 
     async fn get_text(&self, url: &str) -> String {
@@ -774,14 +819,14 @@ pub async fn start_envoy_alone(plugin: &Value) -> EnvoyStart {
     let ports = Ports {
         listener: free_port(),
         admin: free_port(),
-        lease_store: free_port(),
+        lease_stores: vec![free_port()],
         upstream: free_port(),
     };
     let options = StackOptions {
         plugin: plugin.clone(),
         ..StackOptions::default()
     };
-    let config_path = write_envoy_config(&binaries, ports, &options);
+    let config_path = write_envoy_config(&binaries, &ports, &options, true);
     let mut envoy = spawn_envoy(&binaries, &config_path);
     let client = http_client();
     let ready_url = format!("http://127.0.0.1:{}/ready", ports.admin);
@@ -819,28 +864,17 @@ fn http_client() -> reqwest::Client {
         .unwrap_or_else(|e| panic!("build an HTTP client: {e}"))
 }
 
-/// Renders `envoy/demo.yaml` for these ports and options into a fresh temp file.
-fn write_envoy_config(binaries: &Binaries, ports: Ports, options: &StackOptions) -> PathBuf {
-    let yaml = envoy_config::shipped_demo_yaml();
-    write_rendered(binaries, &yaml, envoy_config::SHIPPED_PORTS, ports, options)
-}
-
-/// Renders `envoy/two-replicas.yaml` (the second replica) into a fresh temp file.
-fn write_second_envoy_config(binaries: &Binaries, ports: Ports, options: &StackOptions) -> PathBuf {
-    let yaml = envoy_config::shipped_second_replica_yaml();
-    let shipped = envoy_config::SHIPPED_SECOND_REPLICA_PORTS;
-    write_rendered(binaries, &yaml, shipped, ports, options)
-}
-
-fn write_rendered(
+/// Renders the shipped config for these ports and options into a fresh temp file:
+/// `envoy/demo.yaml` for one lease-store, `envoy/two-replicas.yaml` for two. Only replica
+/// 0's listener (`first`) is served from a file when the stack is reconfigurable.
+fn write_envoy_config(
     binaries: &Binaries,
-    yaml: &str,
-    shipped: Ports,
-    ports: Ports,
+    ports: &Ports,
     options: &StackOptions,
+    first: bool,
 ) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let rendered = render_for(binaries, yaml, shipped, ports, options);
+    let rendered = render_for(binaries, ports, options);
     let path = std::env::temp_dir().join(format!(
         "keyflight-e2e-envoy-{}-{}.yaml",
         std::process::id(),
@@ -849,8 +883,7 @@ fn write_rendered(
     let write = |path: &std::path::Path, text: &str| {
         std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
     };
-    // Only the first replica's listener is reconfigurable.
-    if options.listener_from_file && shipped == envoy_config::SHIPPED_PORTS {
+    if options.listener_from_file && first {
         let lds_path = lds_path_of(&path);
         let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
         write(&lds_path, &split.listeners);
@@ -861,16 +894,10 @@ fn write_rendered(
     path
 }
 
-/// The shipped config `yaml` with these ports, the wasm, the plugin JSON and the edits.
-fn render_for(
-    binaries: &Binaries,
-    yaml: &str,
-    shipped: Ports,
-    ports: Ports,
-    options: &StackOptions,
-) -> String {
+/// The shipped config for these ports, with the wasm, the plugin JSON and the edits.
+fn render_for(binaries: &Binaries, ports: &Ports, options: &StackOptions) -> String {
     let wasm = binaries.wasm.display().to_string();
-    let mut rendered = envoy_config::render_from(yaml, shipped, ports, &wasm, &options.plugin)
+    let mut rendered = envoy_config::render_shipped(ports, &wasm, &options.plugin)
         .unwrap_or_else(|e| panic!("{e}"));
     for edit in &options.envoy_edits {
         rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
@@ -884,6 +911,31 @@ fn lds_path_of(config: &std::path::Path) -> PathBuf {
 }
 
 fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
+    ChildGuard::spawn("envoy", envoy_command(binaries, config))
+}
+
+fn spawn_upstream(binaries: &Binaries, port: u16) -> ChildGuard {
+    ChildGuard::spawn("demo-upstream", upstream_command(binaries, port))
+}
+
+/// Starts a lease-store on `port` over `postgres` with the stack's extra environment;
+/// `migrate` applies the migrations first (one replica does; the other starts once they
+/// are in).
+fn spawn_lease_store(
+    binaries: &Binaries,
+    postgres: &Database,
+    port: u16,
+    options: &StackOptions,
+    migrate: bool,
+) -> ChildGuard {
+    let token = options.filter_token();
+    let mut command = lease_store_command(binaries, &postgres.url(), port, &token, migrate);
+    command.envs(options.store_env.iter().map(|(k, v)| (k, v)));
+    ChildGuard::spawn("lease-store", command)
+}
+
+/// The command that runs Envoy on the rendered `config`, as every stack runs it.
+pub fn envoy_command(binaries: &Binaries, config: &std::path::Path) -> Command {
     let mut command = Command::new(&binaries.envoy);
     command.arg("-c").arg(config).args([
         "--disable-hot-restart",
@@ -898,37 +950,35 @@ fn spawn_envoy(binaries: &Binaries, config: &std::path::Path) -> ChildGuard {
         "--drain-strategy",
         "immediate",
     ]);
-    ChildGuard::spawn("envoy", command)
+    command
 }
 
-fn spawn_upstream(binaries: &Binaries, port: u16) -> ChildGuard {
+/// The command that runs the demo upstream on `127.0.0.1:port`.
+pub fn upstream_command(binaries: &Binaries, port: u16) -> Command {
     let mut command = Command::new(&binaries.upstream);
     command.args(["--listen", &format!("127.0.0.1:{port}")]);
-    ChildGuard::spawn("demo-upstream", command)
+    command
 }
 
-/// Starts a lease-store on `ports.lease_store` over `postgres`; `migrate` applies the
-/// migrations first (one replica does; the other starts once they are in).
-fn spawn_lease_store(
+/// The command that runs a lease-store on `127.0.0.1:port` over `database_url`, accepting
+/// the filter's `token` (and the stack's admin token); `migrate` applies the migrations
+/// first.
+pub fn lease_store_command(
     binaries: &Binaries,
-    postgres: &Database,
-    ports: Ports,
-    options: &StackOptions,
+    database_url: &str,
+    port: u16,
+    token: &str,
     migrate: bool,
-) -> ChildGuard {
+) -> Command {
     let mut command = Command::new(&binaries.lease_store);
     command.arg("serve");
     if migrate {
         command.arg("--migrate");
     }
     command
-        .env("KEYFLIGHT_DATABASE_URL", postgres.url())
-        .env(
-            "KEYFLIGHT_LISTEN",
-            format!("127.0.0.1:{}", ports.lease_store),
-        )
-        .env("KEYFLIGHT_TOKEN", options.filter_token())
-        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
-        .envs(options.store_env.iter().map(|(k, v)| (k, v)));
-    ChildGuard::spawn("lease-store", command)
+        .env("KEYFLIGHT_DATABASE_URL", database_url)
+        .env("KEYFLIGHT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEYFLIGHT_TOKEN", token)
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+    command
 }

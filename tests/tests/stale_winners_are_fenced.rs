@@ -1,8 +1,11 @@
-//! L2, F4, F7: a winner that cannot renew (its lease-store is frozen with SIGSTOP) loses its
-//! lease; a same-body request through the other replica takes the operation over
-//! (`recovered_abandoned`). When the old winner's answer finally comes, its finalize is
-//! fenced off (`lease_lost` at the store, `lease_stolen` in the filter): the new owner's
-//! record stays intact, and the old caller still gets its response.
+//! L2, F4, F7: a winner that cannot renew (its proxy is frozen with SIGSTOP: a stalled node
+//! or a long pause) loses its lease; a same-body request through the other replica takes the
+//! operation over (`recovered_abandoned`). When the old winner's proxy resumes and its
+//! answer comes, its writes are fenced off (`lease_lost` at the store, `lease_stolen` in the
+//! filter): the new owner's record stays intact, and the old caller still gets its response.
+//!
+//! (Freezing a lease-store would not do: every Envoy reaches every lease-store, so renewals
+//! move to the other replica; `frozen_lease_stores_are_routed_around` proves that.)
 
 use keyflight_e2e::{Stack, StackOptions};
 use keyflight_testkit::process::Signal;
@@ -21,17 +24,15 @@ async fn a_winner_paused_past_its_lease_is_fenced_and_the_new_owners_record_stan
     let old = stack.post_via(0, path).key("fenced").json(&body).send();
     let takeover = async {
         stack.wait_for_gate("fence", 1).await;
-        // The old winner's store hangs: its renewals go unanswered and the lease runs out.
-        stack.signal_lease_store(0, Signal::Stop);
+        // The old winner's proxy hangs: it renews nothing and the lease runs out.
+        stack.signal_envoy(0, Signal::Stop);
         // Through the other replica the same request waits for the lease, then takes it.
         let new = stack.post_via(1, path).key("fenced").json(&body).send();
         let release = async {
             stack.wait_for_gate("fence", 2).await;
-            assert_eq!(
-                stack.store_metrics_at(1).await.event("recovered_abandoned"),
-                1
-            );
-            stack.signal_lease_store(0, Signal::Cont);
+            let recovered = stack.store_event_total("recovered_abandoned").await;
+            stack.signal_envoy(0, Signal::Cont);
+            assert_eq!(recovered, 1);
             stack.open_gate("fence").await;
         };
         let (new, ()) = tokio::join!(new, release);
@@ -57,7 +58,7 @@ async fn a_winner_paused_past_its_lease_is_fenced_and_the_new_owners_record_stan
     );
 
     assert!(
-        stack.store_metrics_at(0).await.event("lease_lost") >= 1,
+        stack.store_event_total("lease_lost").await >= 1,
         "the old winner's late write was refused"
     );
     assert!(

@@ -1,8 +1,9 @@
 //! Seed 000 AC#2 at mesh scale (F2, F5, L4, L9): 64 concurrent copies of one keyed request,
 //! split across two Envoys that talk to two lease-stores on one Postgres, run the upstream
 //! once, and all 64 callers get the same status and body. Followers on the store the winner
-//! did not use are woken by Postgres NOTIFY. The stack runs the shipped `envoy/demo.yaml`
-//! and `envoy/two-replicas.yaml` side by side (what `make up REPLICAS=2` starts).
+//! did not use are woken by Postgres NOTIFY. Both Envoys run the shipped
+//! `envoy/two-replicas.yaml`, each reaching both lease-stores (what `make up REPLICAS=2`
+//! starts).
 
 use futures_util::future::join_all;
 use keyflight_e2e::reply::assert_one_answer_for_all;

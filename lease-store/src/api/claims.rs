@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use keyflight_protocol::wire::{ClaimRequest, ClaimResponse};
+use keyflight_protocol::wire::{
+    ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
+};
 
-use super::{ApiJson, AppState, Scope};
+use super::{ApiJson, AppState, Scope, within};
 use crate::longpoll;
 use crate::metrics::Event;
 use crate::problem::ApiError;
@@ -33,6 +35,11 @@ pub async fn claim(
     Scope(scope): Scope,
     ApiJson(mut request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>, ApiError> {
+    within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
+    within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
+    if let Some(retention_s) = request.retention_s {
+        within("retention_s", retention_s, 1..=MAX_RETENTION_S)?;
+    }
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);
     let first = state.store.claim(&scope, &request).await?;

@@ -10,9 +10,11 @@
 
 use axum::Json;
 use axum::extract::State;
-use keyflight_protocol::wire::{FinalizeRequest, ReleaseRequest, RenewRequest, RenewResponse};
+use keyflight_protocol::wire::{
+    FinalizeRequest, MAX_COOLDOWN_MS, MAX_LEASE_MS, ReleaseRequest, RenewRequest, RenewResponse,
+};
 
-use super::{ApiJson, AppState, Scope};
+use super::{ApiJson, AppState, Scope, recordable, within};
 use crate::metrics::{Event, Metrics};
 use crate::problem::ApiError;
 use crate::store::StoreError;
@@ -35,11 +37,15 @@ pub async fn renew(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
+    within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     let answer = state.store.renew(&scope, &request).await;
     counted(&state.metrics, Event::Renew, answer).map(Json)
 }
 
 /// Records the upstream's response and settles the record as `completed`.
+///
+/// Headers that break the recorded-header rule (F8) are refused with 400
+/// before anything is written, naming the header's index.
 #[utoipa::path(
     post,
     path = "/v1/claims/{scope}/finalize",
@@ -48,6 +54,7 @@ pub async fn renew(
     request_body = FinalizeRequest,
     responses(
         (status = 200, description = "Response recorded (or this claim already recorded it: a repeat is a success)"),
+        (status = 400, description = "`bad_request`: malformed body, or a header that may not be recorded (not an RFC 9110 token, a control character in the value, a never-stored name); the detail names `response.headers[i]`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -57,6 +64,7 @@ pub async fn finalize(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
+    recordable(&request.response)?;
     let answer = state.store.finalize(&scope, &request).await;
     counted(&state.metrics, Event::Finalize, answer)
 }
@@ -79,6 +87,9 @@ pub async fn release(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<(), ApiError> {
+    if let Some(cooldown_ms) = request.cooldown_ms {
+        within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
+    }
     let answer = state.store.release(&scope, &request).await;
     counted(&state.metrics, Event::Release, answer)
 }

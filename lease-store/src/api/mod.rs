@@ -8,7 +8,11 @@
 //!
 //! Input is parsed by two extractors that fail with [`ApiError`], so a bad
 //! scope in the path, malformed JSON, an unknown field or an oversized body
-//! all answer problem+json (never axum's plain-text rejections). An unknown
+//! all answer problem+json (never axum's plain-text rejections). Numbers are
+//! checked against the ranges the wire types publish ([`within`]) and a
+//! response to record (finalize, resolve) against the recorded-header rule
+//! ([`recordable`]) before anything reaches the database, so every request
+//! the OpenAPI document allows is one the database accepts. An unknown
 //! path (404) and a known path called with the wrong method (405, with
 //! axum's `Allow` header) answer problem+json too, through the router's two
 //! fallbacks.
@@ -18,6 +22,7 @@ pub mod health;
 pub mod lease;
 pub mod records;
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use axum::Router;
@@ -27,6 +32,8 @@ use axum::http::request::Parts;
 use axum::middleware;
 use axum::routing::{get, post};
 use keyflight_protocol::Digest;
+use keyflight_protocol::headers;
+use keyflight_protocol::wire::{RECORDED_STATUS, StoredResponse};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
@@ -126,4 +133,34 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
         let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
         Ok(ApiJson(value))
     }
+}
+
+/// Refuses a response whose headers break the recorded-header rule (F8):
+/// a name that is not an RFC 9110 token or is never stored, a value with a
+/// control character. Replaying such a header would split the response or
+/// hand one caller's credentials to another. The detail names the header's
+/// index and what is wrong, never its value.
+pub fn recordable(response: &StoredResponse) -> Result<(), ApiError> {
+    if !RECORDED_STATUS.contains(&response.status) {
+        return Err(ApiError::BadRequest(format!(
+            "response.status must be between {} and {}",
+            RECORDED_STATUS.start(),
+            RECORDED_STATUS.end()
+        )));
+    }
+    headers::check_all(&response.headers)
+        .map_err(|bad| ApiError::BadRequest(format!("response.{bad}")))
+}
+
+/// Refuses a number outside `range`, naming the field: a value the document
+/// allows must never overflow the database's timestamp arithmetic.
+pub fn within(field: &str, value: u64, range: RangeInclusive<u64>) -> Result<(), ApiError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(ApiError::BadRequest(format!(
+        "{field} must be between {} and {}",
+        range.start(),
+        range.end()
+    )))
 }

@@ -14,7 +14,7 @@ use keyflight_protocol::wire::{
 };
 use serde::Deserialize;
 
-use super::{ApiJson, AppState, Scope};
+use super::{ApiJson, AppState, Scope, recordable};
 use crate::metrics::Event;
 use crate::problem::ApiError;
 
@@ -31,6 +31,7 @@ pub struct ListQuery {
     /// Only records in this state (`pending`, `completed`, `failed`, `unknown`).
     state: Option<RecordState>,
     /// At most this many records (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -77,6 +78,9 @@ pub async fn show(
 }
 
 /// Settles an `unknown` record as `completed` (with a response) or `failed`.
+///
+/// A response whose headers break the recorded-header rule (F8) is refused
+/// with 400, as on finalize.
 #[utoipa::path(
     post,
     path = "/v1/records/{scope}/resolve",
@@ -85,6 +89,7 @@ pub async fn show(
     request_body = ResolveRequest,
     responses(
         (status = 200, description = "Resolved"),
+        (status = 400, description = "`bad_request`: malformed body, or a header that may not be recorded; the detail names `response.headers[i]`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`not_unknown`: the record is not in the unknown state", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
@@ -95,6 +100,9 @@ pub async fn resolve(
     Scope(scope): Scope,
     ApiJson(request): ApiJson<ResolveRequest>,
 ) -> Result<(), ApiError> {
+    if let Some(response) = &request.response {
+        recordable(response)?;
+    }
     state.store.resolve(&scope, &request).await?;
     state.metrics.event(Event::Resolve);
     tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, "record resolved by an operator");

@@ -1,0 +1,69 @@
+//! Applies the plan's fault schedule to the stack, one fault at a time, and records when each
+//! began and when the part was healthy again.
+//!
+//! | kind | inject | heal |
+//! |---|---|---|
+//! | store kill | SIGKILL to a lease-store | start it again on its port, wait for `/readyz` |
+//! | store freeze | SIGSTOP to a lease-store (longer than the filter's call timeout) | SIGCONT |
+//! | Postgres crash | `pg_ctl stop -m immediate` | `pg_ctl start`, wait for every lease-store's `/readyz` |
+//! | Envoy kill | SIGKILL to an Envoy | start it again on its ports, wait for `/ready` |
+//!
+//! No fault starts after the run's duration; the one in progress then is healed as usual.
+
+use std::time::Duration;
+
+use keyflight_testkit::process::Signal;
+
+use crate::history::{Fault, FaultKind};
+use crate::plan::FaultStep;
+use crate::stack::ChaosStack;
+use crate::workload::Clock;
+
+/// Runs `steps` until `duration_ms`; returns the faults injected.
+pub async fn run(
+    stack: &mut ChaosStack,
+    steps: &[FaultStep],
+    clock: Clock,
+    duration_ms: u64,
+) -> Vec<Fault> {
+    let mut faults = Vec::new();
+    let deadline = i64::try_from(duration_ms).unwrap_or(i64::MAX);
+    for step in steps {
+        tokio::time::sleep(Duration::from_millis(step.gap_ms)).await;
+        if clock.now_ms() >= deadline {
+            break;
+        }
+        let hold = Duration::from_millis(step.hold_ms);
+        let start_ms = clock.now_ms();
+        match step.kind {
+            FaultKind::StoreKill => {
+                stack.kill_store(step.target);
+                tokio::time::sleep(hold).await;
+                stack.start_store(step.target).await;
+            }
+            FaultKind::StoreFreeze => {
+                stack.signal_store(step.target, Signal::Stop);
+                tokio::time::sleep(hold).await;
+                stack.signal_store(step.target, Signal::Cont);
+            }
+            FaultKind::PostgresCrash => {
+                stack.crash_postgres();
+                tokio::time::sleep(hold).await;
+                stack.restart_postgres().await;
+            }
+            FaultKind::EnvoyKill => {
+                stack.kill_envoy(step.target);
+                tokio::time::sleep(hold).await;
+                stack.start_envoy(step.target).await;
+            }
+        }
+        faults.push(Fault {
+            id: faults.len(),
+            kind: step.kind,
+            target: step.target,
+            start_ms,
+            end_ms: clock.now_ms(),
+        });
+    }
+    faults
+}

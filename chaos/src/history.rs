@@ -1,0 +1,230 @@
+//! What a run recorded: every fault, every caller attempt and its answer, every execution the
+//! upstream logged, and the after-run replay checks. The checker (`checker.rs`) is a pure
+//! function of this; `target/chaos/<run>/history.json` is this, serialized, so a failure can
+//! be investigated (and the checker re-run on it) after the fact.
+//!
+//! All times are milliseconds since the run started ([`Ms`]), on one clock: the harness
+//! measures its own events with a monotonic clock from the run's start, and converts the
+//! upstream's wall-clock timestamps with the wall-clock time it noted at that start.
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the run started (negative: before it).
+pub type Ms = i64;
+
+/// The four kinds of fault a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// A lease-store replica killed with SIGKILL, then started again on the same port.
+    StoreKill,
+    /// A lease-store replica frozen with SIGSTOP (longer than the filter's call timeout),
+    /// then resumed with SIGCONT.
+    StoreFreeze,
+    /// Postgres stopped as a crash would (`pg_ctl stop -m immediate`), then started again.
+    PostgresCrash,
+    /// An Envoy killed with SIGKILL, then started again on the same ports.
+    EnvoyKill,
+}
+
+impl FaultKind {
+    /// Every kind, in table order.
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::StoreKill,
+        FaultKind::StoreFreeze,
+        FaultKind::PostgresCrash,
+        FaultKind::EnvoyKill,
+    ];
+
+    /// The name used in the table and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::StoreKill => "store kill",
+            FaultKind::StoreFreeze => "store freeze",
+            FaultKind::PostgresCrash => "postgres crash",
+            FaultKind::EnvoyKill => "envoy kill",
+        }
+    }
+}
+
+/// One injected fault, from the moment it was injected until the part was healthy again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    /// Its position in the run (0-based).
+    pub id: usize,
+    /// What was done.
+    pub kind: FaultKind,
+    /// Which replica (lease-store or Envoy index; 0 for Postgres).
+    pub target: usize,
+    /// When it was injected (just before the signal or `pg_ctl`).
+    pub start_ms: Ms,
+    /// When the part answered its readiness probe again (or was resumed, for a freeze).
+    pub end_ms: Ms,
+}
+
+impl Fault {
+    /// Whether the fault was active at some point of `[start, end]`.
+    pub fn overlaps(&self, start: Ms, end: Ms) -> bool {
+        self.start_ms <= end && start <= self.end_ms
+    }
+}
+
+/// What one caller attempt got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A complete HTTP answer.
+    Answered {
+        /// Its status.
+        status: u16,
+        /// Its body (lossy UTF-8: the demo answers JSON).
+        body: String,
+        /// `idempotent-replayed: true` was set.
+        replayed: bool,
+        /// The problem `code` of an `application/problem+json` answer.
+        problem_code: Option<String>,
+    },
+    /// The caller gave up: its timeout ran out before the answer came.
+    GaveUp,
+    /// No complete answer: the connection was refused, reset or closed (a killed Envoy).
+    ConnectionError {
+        /// What the HTTP client said.
+        error: String,
+    },
+}
+
+impl Outcome {
+    /// The answer, when it is a success (2xx): what a caller would keep as the operation's result.
+    pub fn success(&self) -> Option<(u16, &str)> {
+        match self {
+            Outcome::Answered { status, body, .. } if (200..300).contains(status) => {
+                Some((*status, body.as_str()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether it never reached the record: the store was unavailable (503
+    /// `journal_unavailable`), or there was no answer at all.
+    pub fn unavailable(&self) -> bool {
+        match self {
+            Outcome::Answered { problem_code, .. } => {
+                problem_code.as_deref() == Some("journal_unavailable")
+            }
+            Outcome::GaveUp | Outcome::ConnectionError { .. } => true,
+        }
+    }
+
+    /// The label this outcome is counted under when it is not a success: the problem
+    /// code, `http_<status>` for another non-2xx answer, `client_gave_up` or
+    /// `connection_error`.
+    pub fn error_label(&self) -> Option<String> {
+        match self {
+            Outcome::Answered { status, .. } if (200..300).contains(status) => None,
+            Outcome::Answered {
+                problem_code: Some(code),
+                ..
+            } => Some(code.clone()),
+            Outcome::Answered { status, .. } => Some(format!("http_{status}")),
+            Outcome::GaveUp => Some("client_gave_up".to_owned()),
+            Outcome::ConnectionError { .. } => Some("connection_error".to_owned()),
+        }
+    }
+}
+
+/// Why a caller sent its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// One of the concurrent first callers of a key (a duplicate of the others).
+    First,
+    /// A retry sent after the first callers were done.
+    Late,
+    /// The same key with another body: expects 409 `idempotency_conflict`.
+    Conflict,
+}
+
+/// One HTTP request a caller sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Unique in the run; sent as `x-caller-request-id`, so the upstream's log names it.
+    pub id: String,
+    /// The idempotency key.
+    pub key: String,
+    /// The caller that sent it (unique in the run).
+    pub caller: String,
+    /// Why that caller exists.
+    pub role: Role,
+    /// 0-based attempt number of its caller.
+    pub attempt: u32,
+    /// Which Envoy it was sent to.
+    pub envoy: usize,
+    /// `sha256:<hex>` of the body sent.
+    pub body_sha256: String,
+    /// How long the caller was prepared to wait.
+    pub timeout_ms: u64,
+    /// When it was sent.
+    pub start_ms: Ms,
+    /// When its outcome was known.
+    pub end_ms: Ms,
+    /// What it got.
+    pub outcome: Outcome,
+}
+
+impl Attempt {
+    /// When the caller received its answer; `None` when it received none.
+    pub fn answered_at(&self) -> Option<Ms> {
+        matches!(self.outcome, Outcome::Answered { .. }).then_some(self.end_ms)
+    }
+}
+
+/// One execution from the upstream's log (`GET /executions`), its time converted to [`Ms`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Execution {
+    /// The upstream's execution number.
+    pub execution: u64,
+    /// When the upstream's handler started.
+    pub at_ms: Ms,
+    /// The request path.
+    pub path: String,
+    /// The idempotency key it saw.
+    pub key: Option<String>,
+    /// The `idempotency-fence` it saw, when it was a number.
+    pub fence: Option<u64>,
+    /// `sha256:<hex>` of the body.
+    pub body_sha256: String,
+    /// Which Envoy forwarded it (`x-keyflight-via`), when the header named one.
+    pub via: Option<usize>,
+    /// The caller attempt it came from (`x-caller-request-id`).
+    pub caller_request_id: Option<String>,
+}
+
+/// The after-run check of one key: its same-body request sent again once every fault was
+/// healed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verification {
+    /// The key.
+    pub key: String,
+    /// Which Envoy was asked.
+    pub envoy: usize,
+    /// What it answered (the last try, when it had to be retried).
+    pub outcome: Outcome,
+    /// How many tries it took (503 `journal_unavailable` and connection errors are retried).
+    pub tries: u32,
+}
+
+/// Everything a run recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    /// The faults, in order.
+    pub faults: Vec<Fault>,
+    /// Every attempt of every caller, in the order they ended.
+    pub attempts: Vec<Attempt>,
+    /// The upstream's executions during the run (before the replay checks).
+    pub executions: Vec<Execution>,
+    /// The replay checks, one per key whose caller got a successful answer.
+    pub verifications: Vec<Verification>,
+    /// Executions the replay checks themselves caused (a replay that ran the operation
+    /// again: each is also a lost record).
+    pub verification_executions: Vec<Execution>,
+}

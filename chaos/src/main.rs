@@ -1,0 +1,348 @@
+//! `keyflight-chaos` (`make chaos`): a bounded fault-injection run on the two-replica stack,
+//! with a checker that reads what happened and says whether the promise held. The shape is
+//! Jepsen's: run a workload, break things at random, record every operation's history, then
+//! check the history against the model of what is allowed.
+//!
+//! # What a run does
+//!
+//! 1. **Starts its own stack** on free ports (`stack.rs`): one Postgres, two lease-stores,
+//!    the demo upstream, two Envoys running the real `.wasm` from the shipped
+//!    `envoy/two-replicas.yaml` (each Envoy reaches both lease-stores). The plugin is the
+//!    demo's `payments` policy with `lease_ms: 3000` (short enough that faults outlast
+//!    leases) and `uncertain: hold`: a caller that gives up mid-request then never
+//!    justifies a second run, so every second run except a dead proxy's is a finding
+//!    (under `uncertain: retry`, a re-run after an abandoned request is a documented
+//!    at-least-once case the checker could not tell from a lost claim).
+//! 2. **Draws a plan from a seed** (`plan.rs`): a new key every 100–300 ms for the
+//!    run's duration, each with two or three concurrent first callers spread over both
+//!    Envoys (one `host`, so one scope), some of them impatient (a timeout shorter than the
+//!    key's upstream delay: they give up mid-request, then retry), a late caller once those
+//!    are done, and for a few keys a caller with another body that must get 409. Callers
+//!    retry what was not an answer (503, timeout, refused or reset connection).
+//! 3. **Runs the workload and the faults together** (`workload.rs`, `faults.rs`): one fault
+//!    at a time, randomly chosen and timed: a lease-store killed (SIGKILL) and restarted, a
+//!    lease-store frozen (SIGSTOP) past the filter's 1 s call timeout and resumed, Postgres
+//!    crashed (`pg_ctl stop -m immediate`) and restarted, an Envoy killed and restarted on
+//!    the same ports.
+//! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
+//!    upstream's execution log (each execution's key, fence, Envoy and caller attempt),
+//!    then sends every key whose caller got a successful answer once more through each
+//!    Envoy, to see that answer replay.
+//! 5. **Judges the history** (`checker.rs`, pure and unit-tested) and prints one table;
+//!    `target/chaos/<seed>-<time>/` gets `report.json` (every key's verdict and its
+//!    evidence), `history.json` (the plan, every attempt with its timing, Envoy and answer,
+//!    every execution, every fault, every replay check), the rendered Envoy configs and one
+//!    log per process (`logs/`). `target/chaos/latest` points at the newest run.
+//!
+//! # Reading the table
+//!
+//! Columns: requests and keys that ran while no fault was active, while a fault of each
+//! kind was (a request or key may count under several), and all of them. Rows:
+//!
+//! - **requests**, **keys**: how much ran.
+//! - **executed twice, explained**: keys the upstream ran more than once, every re-run
+//!   with the evidence of the documented at-least-once case: the earlier execution came
+//!   through an Envoy that was killed after that request was sent and before its caller got
+//!   an answer (and before the re-run), and the re-run carries a higher fence.
+//! - **executed twice, UNEXPLAINED**: any other re-run. Must be 0.
+//! - **divergent answers**: keys whose callers got two different successful answers. Must be 0.
+//! - **lost records**: keys with a delivered successful answer that no longer replays after
+//!   the run. Must be 0.
+//! - **unverified**: keys whose replay check could not reach the store. Must be 0.
+//! - **error: CODE**: answers that were not a success, by problem `code` (`http_<status>`
+//!   without one), plus `client_gave_up` (an impatient caller's timeout) and
+//!   `connection_error` (refused or reset: a killed Envoy). These are expected under faults;
+//!   they show what the faults cost callers.
+//!
+//! The process exits 1 when any "must be 0" row is not, 0 otherwise.
+//!
+//! # Replaying a run
+//!
+//! The seed is printed first and last. `make chaos SEED=N DURATION=…` (or
+//! `keyflight-chaos --seed N --duration …`) draws the same plan: the same keys, callers,
+//! timeouts and fault sequence. The processes' timing is real, so the history differs in
+//! detail; the run's `history.json` is the exact record of what happened.
+//!
+//! # Narrowing a run
+//!
+//! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
+//! `postgres-crash`, `envoy-kill`; `none` for none) and `--no-give-up` keeps every caller
+//! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
+//! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
+//! time shows which fault a failure comes from.
+
+mod checker;
+mod faults;
+mod history;
+mod plan;
+mod report;
+mod stack;
+mod verify;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use keyflight_e2e::binaries::workspace_root;
+use keyflight_e2e::envoy_config;
+use keyflight_lease_store::config::parse_duration;
+use serde_json::{Value, json};
+
+use crate::history::{FaultKind, History};
+use crate::plan::Settings;
+use crate::stack::ChaosStack;
+use crate::workload::Clock;
+
+/// The policy's lease: short enough that a fault outlasts it.
+const LEASE_MS: u64 = 3000;
+
+/// The `--short` run's duration: with start-up, the callers' tail and the checks, the whole
+/// run stays under two minutes.
+const SHORT_DURATION: Duration = Duration::from_secs(50);
+
+/// How long after the duration callers may still start a retry.
+const RETRY_TAIL: Duration = Duration::from_secs(15);
+
+/// Lease-stores and Envoys.
+const REPLICAS: usize = 2;
+
+/// Command-line settings.
+#[derive(Debug, Parser)]
+#[command(
+    name = "keyflight-chaos",
+    about = "Fault injection on the two-replica keyflight stack, with a history checker"
+)]
+struct Cli {
+    /// How long keys keep starting and faults keep coming (e.g. 90s, 10m).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, conflicts_with = "short")]
+    duration: Duration,
+    /// The short run meant for `make test` (50 s of faults, under 2 minutes in all).
+    #[arg(long)]
+    short: bool,
+    /// The seed of the plan (printed; random when not given).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
+    /// postgres-crash, envoy-kill; `none` for a control run.
+    #[arg(long, default_value = "store-kill,store-freeze,postgres-crash,envoy-kill", value_parser = parse_fault_kinds)]
+    faults: FaultKinds,
+    /// No caller gives up mid-request (with `--faults none`: the happy path alone).
+    #[arg(long)]
+    no_give_up: bool,
+    /// Where runs are written (default: target/chaos in the workspace).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("keyflight-chaos: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One run; `Ok(true)` when the checker found nothing.
+async fn run(cli: Cli) -> Result<bool, String> {
+    let began = Instant::now();
+    let duration = if cli.short {
+        SHORT_DURATION
+    } else {
+        cli.duration
+    };
+    let duration_ms = u64::try_from(duration.as_millis()).map_err(|_| "--duration is too long")?;
+    let seed = cli.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    let plugin = plugin()?;
+    let settings = Settings {
+        duration_ms,
+        lease_ms: LEASE_MS,
+        call_timeout_ms: plugin["lease_store"]["timeout_ms"].as_u64().unwrap_or(1000),
+        replicas: REPLICAS,
+        fault_kinds: cli.faults.0.clone(),
+        give_up: !cli.no_give_up,
+    };
+    let plan = plan::draw(seed, &settings);
+    let out = cli
+        .out
+        .clone()
+        .unwrap_or_else(|| workspace_root().join("target").join("chaos"));
+    let dir = out.join(format!("{seed}-{}", unix_ms() / 1000));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    println!(
+        "keyflight-chaos: seed {seed}, {} s of faults, {} keys planned; writing {}",
+        duration.as_secs(),
+        plan.keys.len(),
+        dir.display()
+    );
+
+    let mut stack = ChaosStack::start(&dir, &plugin, REPLICAS).await;
+    let endpoints = stack.endpoints();
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("build an HTTP client: {e}"))?;
+    println!(
+        "stack up after {:.1} s; running the workload and the faults",
+        began.elapsed().as_secs_f64()
+    );
+
+    let clock = Clock::start();
+    let run_start_unix_ms = unix_ms();
+    let retry_deadline_ms = duration_ms + u64::try_from(RETRY_TAIL.as_millis()).unwrap_or(0);
+    let (faults, attempts) = tokio::join!(
+        faults::run(&mut stack, &plan.faults, clock, duration_ms),
+        workload::run(&client, &endpoints, &plan.keys, clock, retry_deadline_ms),
+    );
+    println!(
+        "workload done after {:.1} s ({} requests, {} faults); healing and checking replays",
+        began.elapsed().as_secs_f64(),
+        attempts.len(),
+        faults.len()
+    );
+
+    stack.wait_healthy().await;
+    let executions = verify::executions(&client, &endpoints, 0, run_start_unix_ms).await?;
+    let last = executions.iter().map(|e| e.execution).max().unwrap_or(0);
+    let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
+    let verification_executions =
+        verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
+    drop(stack);
+
+    let history = History {
+        faults,
+        attempts,
+        executions,
+        verifications,
+        verification_executions,
+    };
+    let report = checker::check(&history);
+    report::write(&dir, &report, &history, &plan)?;
+    point_latest(&out, &dir);
+    println!();
+    print!("{}", report::table(&report));
+    println!();
+    let mut flags = Vec::new();
+    if cli.faults.0 != FaultKind::ALL {
+        flags.push(format!("--faults {}", cli.faults));
+    }
+    if cli.no_give_up {
+        flags.push("--no-give-up".to_owned());
+    }
+    let mut replay = match cli.short {
+        true => format!("make chaos-short SEED={seed}"),
+        false => format!("make chaos SEED={seed} DURATION={}s", duration.as_secs()),
+    };
+    if !flags.is_empty() {
+        replay.push_str(&format!(" CHAOS_FLAGS='{}'", flags.join(" ")));
+    }
+    print!(
+        "{}",
+        report::summary(&report, &history, &plan, &replay, &dir)
+    );
+    println!("run took {:.1} s", began.elapsed().as_secs_f64());
+    Ok(!report.failed())
+}
+
+/// The fault kinds of `--faults`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FaultKinds(Vec<FaultKind>);
+
+impl std::fmt::Display for FaultKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("none");
+        }
+        let names: Vec<String> = self.0.iter().map(|kind| flag_name(*kind)).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// A kind's name on the command line: `store kill` → `store-kill`.
+fn flag_name(kind: FaultKind) -> String {
+    kind.name().replace(' ', "-")
+}
+
+fn parse_fault_kinds(text: &str) -> Result<FaultKinds, String> {
+    if text.trim() == "none" {
+        return Ok(FaultKinds(Vec::new()));
+    }
+    let mut kinds = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let kind = FaultKind::ALL
+            .into_iter()
+            .find(|kind| flag_name(*kind) == name)
+            .ok_or_else(|| {
+                let known: Vec<String> = FaultKind::ALL.into_iter().map(flag_name).collect();
+                format!(
+                    "unknown fault kind `{name}` (known: {}, or none)",
+                    known.join(", ")
+                )
+            })?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds.sort();
+    Ok(FaultKinds(kinds))
+}
+
+/// The shipped plugin configuration with the chaos policy: the demo's `payments` policy,
+/// `lease_ms: 3000`, `uncertain: hold` (see the module doc).
+fn plugin() -> Result<Value, String> {
+    let mut plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
+        .map_err(|e| e.to_string())?;
+    let policy = plugin["policies"][0]
+        .as_object_mut()
+        .ok_or("the shipped plugin configuration has no policies[0]")?;
+    policy.insert("lease_ms".into(), json!(LEASE_MS));
+    policy.insert("uncertain".into(), json!("hold"));
+    Ok(plugin)
+}
+
+/// Points `out/latest` at `dir` (best effort: the run's path is printed anyway).
+fn point_latest(out: &Path, dir: &Path) {
+    let latest = out.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    if let Some(name) = dir.file_name() {
+        let _ = std::os::unix::fs::symlink(name, &latest);
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_kinds_parse_by_name_or_none() {
+        assert_eq!(
+            parse_fault_kinds("envoy-kill,store-kill"),
+            Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
+        );
+        assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
+        let all = "store-kill,store-freeze,postgres-crash,envoy-kill";
+        assert_eq!(
+            parse_fault_kinds(all),
+            Ok(FaultKinds(FaultKind::ALL.to_vec()))
+        );
+        assert_eq!(
+            parse_fault_kinds(all).map(|kinds| kinds.to_string()),
+            Ok(all.to_owned())
+        );
+        assert!(parse_fault_kinds("disk-full").is_err());
+    }
+}

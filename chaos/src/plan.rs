@@ -1,0 +1,381 @@
+//! The run's plan, drawn from one seed: which keys start when, who calls them how, and which
+//! faults come in which order. Pure: the same seed and settings give the same plan (a unit
+//! test holds it to that), so `--seed N` replays a run's workload and fault schedule. The
+//! processes' timing is real, so the *history* of a replay differs in detail; the plan is
+//! what a replay keeps.
+//!
+//! Per key (see [`KeyPlan`]): two or three **first callers** start together, one per Envoy
+//! in turn (concurrent duplicates across proxies, all with the same `host`, so one scope);
+//! some of them are **impatient**, with a first timeout shorter than the upstream's delay
+//! (they give up mid-request, then retry); once the first callers are done a **late caller**
+//! retries the key (a retry of a key that already answered); a few keys also get a
+//! **conflict caller**, the same key with another body, which must get 409. Every caller
+//! retries what was not an answer (503, a timeout, a refused or reset connection), up to
+//! [`MAX_ATTEMPTS`], through an Envoy drawn per attempt.
+//!
+//! Faults (see [`FaultStep`]) run one after another: a pause, then a fault held for a while,
+//! then healed, then the next pause.
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+
+use crate::history::{FaultKind, Role};
+
+/// Attempts per caller, the first included.
+pub const MAX_ATTEMPTS: u32 = 4;
+
+/// A patient caller's timeout: above the filter's longest claim wait (its 1 s call timeout
+/// plus the 5 s follower wait) and the slowest upstream delay.
+pub const PATIENT_TIMEOUT_MS: u64 = 8000;
+
+/// The upstream delays a key may get (`?delay_ms=`), with their weights.
+const DELAYS_MS: [(u64, u32); 4] = [(0, 20), (200, 30), (800, 25), (1500, 25)];
+
+/// The fault kinds with their weights.
+const FAULT_WEIGHTS: [(FaultKind, u32); 4] = [
+    (FaultKind::StoreKill, 35),
+    (FaultKind::StoreFreeze, 25),
+    (FaultKind::PostgresCrash, 15),
+    (FaultKind::EnvoyKill, 25),
+];
+
+/// What shapes a plan besides the seed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    /// How long keys keep starting and faults keep coming.
+    pub duration_ms: u64,
+    /// The policy's lease (late callers come back within two leases).
+    pub lease_ms: u64,
+    /// The filter's call timeout: a freeze lasts longer than this.
+    pub call_timeout_ms: u64,
+    /// Lease-store replicas and Envoys (two each).
+    pub replicas: usize,
+    /// The kinds of fault to inject (none: a control run).
+    pub fault_kinds: Vec<FaultKind>,
+    /// Whether some callers give up mid-request.
+    pub give_up: bool,
+}
+
+/// One caller: a sequence of attempts with one key, body and path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallerPlan {
+    /// Unique in the run.
+    pub name: String,
+    /// Why it calls.
+    pub role: Role,
+    /// First callers: after the key's start; late and conflict callers: after the first
+    /// callers are done.
+    pub start_after_ms: u64,
+    /// The Envoy of each attempt.
+    pub envoys: Vec<usize>,
+    /// The first attempt's timeout (shorter than the delay for an impatient caller).
+    pub first_timeout_ms: u64,
+    /// The pause before each retry when the answer gave no `Retry-After` (jitter).
+    pub backoff_ms: Vec<u64>,
+}
+
+/// One key and its callers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyPlan {
+    /// The idempotency key.
+    pub key: String,
+    /// When its first callers start.
+    pub start_ms: u64,
+    /// The upstream's delay for this key (part of the path, hence of the scope).
+    pub delay_ms: u64,
+    /// The amount in the body (unique per key; the conflict body adds one).
+    pub amount: u64,
+    /// Its callers.
+    pub callers: Vec<CallerPlan>,
+}
+
+impl KeyPlan {
+    /// The request path (`delay_ms` in the query when there is a delay).
+    pub fn path(&self) -> String {
+        match self.delay_ms {
+            0 => "/payments".to_owned(),
+            delay => format!("/payments?delay_ms={delay}"),
+        }
+    }
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FaultStep {
+    /// The pause before it (after the previous fault healed).
+    pub gap_ms: u64,
+    /// What to do.
+    pub kind: FaultKind,
+    /// To which replica (0 for Postgres).
+    pub target: usize,
+    /// How long the part stays down or frozen before it is healed.
+    pub hold_ms: u64,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// The settings it was drawn for.
+    pub settings: Settings,
+    /// The keys, by start time.
+    pub keys: Vec<KeyPlan>,
+    /// The faults, in order (more than the run may reach: it stops at its duration).
+    pub faults: Vec<FaultStep>,
+}
+
+/// Draws the plan for `seed`.
+pub fn draw(seed: u64, settings: &Settings) -> Plan {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let keys = draw_keys(&mut rng, settings);
+    let faults = draw_faults(&mut rng, settings);
+    Plan {
+        seed,
+        settings: settings.clone(),
+        keys,
+        faults,
+    }
+}
+
+fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
+    let replicas = settings.replicas.max(1);
+    let mut keys = Vec::new();
+    let mut start_ms = 0;
+    while start_ms < settings.duration_ms {
+        let index = keys.len();
+        let key = format!("chaos-{index:05}");
+        let delay_ms = weighted(rng, &DELAYS_MS);
+        let mut callers = Vec::new();
+        let first = if rng.random_bool(0.2) { 3 } else { 2 };
+        for n in 0..first {
+            // Impatient: gives up mid-request (the upstream is still running), then retries.
+            let impatient = delay_ms >= 800 && rng.random_bool(0.25) && settings.give_up;
+            let first_timeout_ms = if impatient {
+                delay_ms / 3
+            } else {
+                PATIENT_TIMEOUT_MS
+            };
+            let start_after_ms = rng.random_range(0..30);
+            callers.push(caller(
+                rng,
+                format!("{key}-first-{n}"),
+                Role::First,
+                start_after_ms,
+                n % replicas,
+                first_timeout_ms,
+                replicas,
+            ));
+        }
+        let late_after_ms = rng.random_range(200..2 * settings.lease_ms.max(201));
+        let late_envoy = rng.random_range(0..replicas);
+        callers.push(caller(
+            rng,
+            format!("{key}-late"),
+            Role::Late,
+            late_after_ms,
+            late_envoy,
+            PATIENT_TIMEOUT_MS,
+            replicas,
+        ));
+        if rng.random_bool(0.08) {
+            let after = rng.random_range(0..500);
+            let envoy = rng.random_range(0..replicas);
+            callers.push(caller(
+                rng,
+                format!("{key}-conflict"),
+                Role::Conflict,
+                after,
+                envoy,
+                PATIENT_TIMEOUT_MS,
+                replicas,
+            ));
+        }
+        keys.push(KeyPlan {
+            key,
+            start_ms,
+            delay_ms,
+            amount: 100 * (index as u64 + 1),
+            callers,
+        });
+        start_ms += rng.random_range(100..300);
+    }
+    keys
+}
+
+fn caller(
+    rng: &mut StdRng,
+    name: String,
+    role: Role,
+    start_after_ms: u64,
+    first_envoy: usize,
+    first_timeout_ms: u64,
+    replicas: usize,
+) -> CallerPlan {
+    let mut envoys = vec![first_envoy];
+    envoys.extend((1..MAX_ATTEMPTS).map(|_| rng.random_range(0..replicas)));
+    let backoff_ms = (1..MAX_ATTEMPTS)
+        .map(|_| rng.random_range(100..600))
+        .collect();
+    CallerPlan {
+        name,
+        role,
+        start_after_ms,
+        envoys,
+        first_timeout_ms,
+        backoff_ms,
+    }
+}
+
+fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
+    let replicas = settings.replicas.max(1);
+    let weights: Vec<(FaultKind, u32)> = FAULT_WEIGHTS
+        .into_iter()
+        .filter(|(kind, _)| settings.fault_kinds.contains(kind))
+        .collect();
+    let mut faults = Vec::new();
+    if weights.is_empty() {
+        return faults;
+    }
+    // Each step takes at least its gap and hold; plan until that alone fills the run.
+    let mut planned_ms = 0;
+    while planned_ms < settings.duration_ms {
+        let kind = weighted(rng, &weights);
+        let target = match kind {
+            FaultKind::PostgresCrash => 0,
+            _ => rng.random_range(0..replicas),
+        };
+        let hold_ms = match kind {
+            FaultKind::StoreKill | FaultKind::PostgresCrash => rng.random_range(300..1500),
+            // Past the filter's call timeout, so calls to the frozen replica time out.
+            FaultKind::StoreFreeze => {
+                rng.random_range(settings.call_timeout_ms + 200..settings.call_timeout_ms + 1500)
+            }
+            FaultKind::EnvoyKill => rng.random_range(100..600),
+        };
+        let gap_ms = rng.random_range(200..1000);
+        planned_ms += gap_ms + hold_ms;
+        faults.push(FaultStep {
+            gap_ms,
+            kind,
+            target,
+            hold_ms,
+        });
+    }
+    faults
+}
+
+/// One of `choices`, drawn by weight.
+fn weighted<T: Copy>(rng: &mut StdRng, choices: &[(T, u32)]) -> T {
+    let total: u32 = choices.iter().map(|(_, weight)| weight).sum();
+    let mut pick = rng.random_range(0..total.max(1));
+    for (choice, weight) in choices {
+        if pick < *weight {
+            return *choice;
+        }
+        pick -= weight;
+    }
+    choices[0].0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            duration_ms: 60_000,
+            lease_ms: 3000,
+            call_timeout_ms: 1000,
+            replicas: 2,
+            fault_kinds: FaultKind::ALL.to_vec(),
+            give_up: true,
+        }
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_plan_and_another_seed_another() {
+        assert_eq!(draw(7, &settings()), draw(7, &settings()));
+        assert_ne!(draw(7, &settings()).keys, draw(8, &settings()).keys);
+    }
+
+    #[test]
+    fn a_plan_has_every_kind_of_caller_and_fault() {
+        let plan = draw(1, &settings());
+        assert!(plan.keys.len() > 150, "{} keys", plan.keys.len());
+        let callers: Vec<&CallerPlan> = plan.keys.iter().flat_map(|k| &k.callers).collect();
+        for role in [Role::First, Role::Late, Role::Conflict] {
+            assert!(callers.iter().any(|c| c.role == role), "{role:?}");
+        }
+        assert!(
+            callers
+                .iter()
+                .any(|c| c.first_timeout_ms < PATIENT_TIMEOUT_MS),
+            "some callers give up mid-request"
+        );
+        for kind in FaultKind::ALL {
+            assert!(plan.faults.iter().any(|f| f.kind == kind), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn first_callers_of_a_key_reach_both_envoys() {
+        for key in draw(3, &settings()).keys {
+            let envoys: Vec<usize> = key
+                .callers
+                .iter()
+                .filter(|c| c.role == Role::First)
+                .map(|c| c.envoys[0])
+                .collect();
+            assert!(envoys.contains(&0) && envoys.contains(&1), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn an_impatient_caller_gives_up_before_the_upstream_answers() {
+        for key in draw(5, &settings()).keys {
+            for caller in &key.callers {
+                if caller.first_timeout_ms < PATIENT_TIMEOUT_MS {
+                    assert!(caller.first_timeout_ms < key.delay_ms, "{key:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_control_plan_has_no_fault_and_no_caller_that_gives_up() {
+        let calm = Settings {
+            fault_kinds: Vec::new(),
+            give_up: false,
+            ..settings()
+        };
+        let plan = draw(1, &calm);
+        assert!(plan.faults.is_empty());
+        assert!(
+            plan.keys
+                .iter()
+                .flat_map(|k| &k.callers)
+                .all(|c| c.first_timeout_ms == PATIENT_TIMEOUT_MS)
+        );
+        let only_kills = Settings {
+            fault_kinds: vec![FaultKind::EnvoyKill],
+            ..settings()
+        };
+        assert!(
+            draw(1, &only_kills)
+                .faults
+                .iter()
+                .all(|f| f.kind == FaultKind::EnvoyKill)
+        );
+    }
+
+    #[test]
+    fn a_freeze_outlasts_the_call_timeout() {
+        for fault in draw(9, &settings()).faults {
+            if fault.kind == FaultKind::StoreFreeze {
+                assert!(fault.hold_ms > settings().call_timeout_ms, "{fault:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! What a run prints and writes: one table on stdout, and under the run's directory
+//! `report.json` (the checker's findings: the table's figures and every key's verdict with
+//! its evidence) and `history.json` (the plan and everything recorded, to investigate a
+//! failure or re-check it).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::checker::{Counts, KeyVerdict, Report, RerunVerdict};
+use crate::history::{FaultKind, History};
+use crate::plan::Plan;
+
+/// How many failing keys the summary names (all are in `report.json`).
+const FAILING_KEYS_SHOWN: usize = 10;
+
+/// The table: one row per figure, one column per fault kind (plus "no fault" and "all").
+pub fn table(report: &Report) -> String {
+    let mut rows: Vec<(String, Vec<u64>)> = vec![
+        row(report, "requests", |c| c.requests),
+        row(report, "keys", |c| c.keys),
+        row(report, "executed twice, explained", |c| {
+            c.executed_twice_explained
+        }),
+        row(report, "executed twice, UNEXPLAINED", |c| {
+            c.executed_twice_unexplained
+        }),
+        row(report, "divergent answers", |c| c.divergent),
+        row(report, "lost records", |c| c.lost_records),
+        row(report, "unverified", |c| c.unverified),
+    ];
+    let codes: std::collections::BTreeSet<&String> = report
+        .columns
+        .iter()
+        .flat_map(|(_, counts)| counts.errors.keys())
+        .collect();
+    for code in codes {
+        rows.push(row(report, &format!("error: {code}"), |c| {
+            c.errors.get(code.as_str()).copied().unwrap_or(0)
+        }));
+    }
+
+    let headings: Vec<&str> = report.columns.iter().map(|(c, _)| c.name()).collect();
+    let widths: Vec<usize> = headings
+        .iter()
+        .enumerate()
+        .map(|(column, heading)| {
+            rows.iter()
+                .map(|(_, values)| values[column].to_string().len())
+                .chain([heading.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let label_width = rows.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    let _ = write!(out, "| {:label_width$} |", "");
+    for (heading, width) in headings.iter().zip(&widths) {
+        let _ = write!(out, " {heading:>width$} |");
+    }
+    let _ = write!(out, "\n|{}|", "-".repeat(label_width + 2));
+    for width in &widths {
+        let _ = write!(out, "{}:|", "-".repeat(width + 1));
+    }
+    for (label, values) in rows {
+        let _ = write!(out, "\n| {label:label_width$} |");
+        for (value, width) in values.iter().zip(&widths) {
+            let _ = write!(out, " {value:>width$} |");
+        }
+    }
+    out.push('\n');
+    out
+}
+
+fn row(report: &Report, label: &str, figure: impl Fn(&Counts) -> u64) -> (String, Vec<u64>) {
+    (
+        label.to_owned(),
+        report
+            .columns
+            .iter()
+            .map(|(_, counts)| figure(counts))
+            .collect(),
+    )
+}
+
+/// The lines under the table: the faults injected, the verdict, the failing keys.
+/// `replay` is the command that draws the same plan again.
+pub fn summary(
+    report: &Report,
+    history: &History,
+    plan: &Plan,
+    replay: &str,
+    dir: &Path,
+) -> String {
+    let mut out = String::new();
+    let injected: Vec<String> = FaultKind::ALL
+        .iter()
+        .map(|kind| {
+            let n = history.faults.iter().filter(|f| f.kind == *kind).count();
+            format!("{n} {}", kind.name())
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "faults injected: {} ({})",
+        history.faults.len(),
+        injected.join(", ")
+    );
+    if !history.verification_executions.is_empty() {
+        let _ = writeln!(
+            out,
+            "the after-run replay checks ran {} operation(s) again",
+            history.verification_executions.len()
+        );
+    }
+    let total = report.total();
+    if report.failed() {
+        let _ = writeln!(
+            out,
+            "FAIL: {} unexplained re-run key(s), {} divergent, {} lost record(s), {} unverified",
+            total.executed_twice_unexplained, total.divergent, total.lost_records, total.unverified
+        );
+        for key in report
+            .keys
+            .iter()
+            .filter(|k| k.fails())
+            .take(FAILING_KEYS_SHOWN)
+        {
+            let _ = writeln!(out, "  {}", describe(key));
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "PASS: no unexplained re-run, no divergent answer, no lost record"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "seed {} (replay: {replay}); details: {}",
+        plan.seed,
+        dir.join("report.json").display()
+    );
+    out
+}
+
+/// One line about a failing key.
+fn describe(key: &KeyVerdict) -> String {
+    let mut parts = Vec::new();
+    for rerun in &key.reruns {
+        if let RerunVerdict::Unexplained { reason } = &rerun.verdict {
+            parts.push(format!(
+                "execution {} re-ran {}: {reason}",
+                rerun.later, rerun.earlier
+            ));
+        }
+    }
+    if !key.divergent_answers.is_empty() {
+        parts.push(format!(
+            "{} different successful answers",
+            key.divergent_answers.len()
+        ));
+    }
+    if !key.lost.is_empty() {
+        parts.push(format!(
+            "{} delivered answer(s) did not replay",
+            key.lost.len()
+        ));
+    }
+    if key.unverified {
+        parts.push("the replay check could not reach the store".to_owned());
+    }
+    format!("{}: {}", key.key, parts.join("; "))
+}
+
+/// What `report.json` holds.
+#[derive(Debug, Serialize)]
+struct ReportFile<'a> {
+    seed: u64,
+    failed: bool,
+    columns: &'a [(crate::checker::Column, Counts)],
+    faults: &'a [crate::history::Fault],
+    keys: &'a [KeyVerdict],
+}
+
+/// What `history.json` holds.
+#[derive(Debug, Serialize)]
+struct HistoryFile<'a> {
+    plan: &'a Plan,
+    history: &'a History,
+}
+
+/// Writes `report.json` and `history.json` into `dir`.
+pub fn write(dir: &Path, report: &Report, history: &History, plan: &Plan) -> Result<(), String> {
+    write_json(
+        dir,
+        "report.json",
+        &ReportFile {
+            seed: plan.seed,
+            failed: report.failed(),
+            columns: &report.columns,
+            faults: &history.faults,
+            keys: &report.keys,
+        },
+    )?;
+    write_json(dir, "history.json", &HistoryFile { plan, history })
+}
+
+fn write_json(dir: &Path, name: &str, value: &impl Serialize) -> Result<(), String> {
+    let path = dir.join(name);
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| format!("serialize {}: {e}", path.display()))?;
+    std::fs::write(&path, text).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::check;
+    use crate::history::{Attempt, Outcome, Role};
+
+    #[test]
+    fn the_table_has_a_column_per_fault_kind_and_a_row_per_error_code() {
+        let history = History {
+            attempts: vec![Attempt {
+                id: "r1".into(),
+                key: "k".into(),
+                caller: "c".into(),
+                role: Role::First,
+                attempt: 0,
+                envoy: 0,
+                body_sha256: "sha256:aa".into(),
+                timeout_ms: 8000,
+                start_ms: 0,
+                end_ms: 5,
+                outcome: Outcome::Answered {
+                    status: 503,
+                    body: String::new(),
+                    replayed: false,
+                    problem_code: Some("journal_unavailable".into()),
+                },
+            }],
+            ..History::default()
+        };
+        let table = table(&check(&history));
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[0].contains(
+                "| no fault | store kill | store freeze | postgres crash | envoy kill | all |"
+            ),
+            "{table}"
+        );
+        let requests = lines
+            .iter()
+            .find(|l| l.starts_with("| requests"))
+            .expect("requests row");
+        assert!(requests.trim_end().ends_with("1 |"), "{table}");
+        assert!(table.contains("| error: journal_unavailable"), "{table}");
+    }
+}

@@ -1,0 +1,170 @@
+//! After the run: reads the upstream's execution log, and sends each key whose caller got a
+//! successful answer once more through every Envoy, to see that the answer replays.
+//!
+//! A check that meets an unavailable store (503 `journal_unavailable`, no connection, no
+//! answer in time) is tried again, up to [`TRIES`] times; the checker reads a check that
+//! still could not get through as *unverified*, never as passed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde::Deserialize;
+
+use crate::history::{Attempt, Execution, Ms, Role, Verification};
+use crate::plan::{KeyPlan, PATIENT_TIMEOUT_MS};
+use crate::stack::Endpoints;
+use crate::workload::{Request, body, send};
+
+/// Tries per check.
+const TRIES: u32 = 4;
+
+/// Pause between tries.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Checks in flight at once.
+const CONCURRENCY: usize = 8;
+
+/// One line of `GET /executions`, as the demo upstream writes it.
+#[derive(Debug, Deserialize)]
+struct LoggedExecution {
+    execution: u64,
+    at_unix_ms: u64,
+    path: String,
+    key: Option<String>,
+    fence: Option<String>,
+    body_sha256: String,
+    via: Option<String>,
+    caller_request_id: Option<String>,
+}
+
+/// The upstream's executions numbered above `after`, their times on the run's clock
+/// (`run_start_unix_ms` is the wall-clock time the run's clock started).
+pub async fn executions(
+    client: &reqwest::Client,
+    endpoints: &Endpoints,
+    after: u64,
+    run_start_unix_ms: u64,
+) -> Result<Vec<Execution>, String> {
+    let url = format!(
+        "http://127.0.0.1:{}/executions?after={after}",
+        endpoints.upstream
+    );
+    let text = client
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("GET {url}: {e}"))?
+        .text()
+        .await
+        .map_err(|e| format!("read {url}: {e}"))?;
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let logged: LoggedExecution = serde_json::from_str(line)
+                .map_err(|e| format!("{url}: a line is not an execution ({e}): {line}"))?;
+            Ok(convert(logged, run_start_unix_ms))
+        })
+        .collect()
+}
+
+fn convert(logged: LoggedExecution, run_start_unix_ms: u64) -> Execution {
+    let to_ms = |unix: u64| {
+        Ms::try_from(i128::from(unix) - i128::from(run_start_unix_ms)).unwrap_or(Ms::MAX)
+    };
+    Execution {
+        execution: logged.execution,
+        at_ms: to_ms(logged.at_unix_ms),
+        path: logged.path,
+        key: logged.key,
+        fence: logged.fence.and_then(|fence| fence.trim().parse().ok()),
+        body_sha256: logged.body_sha256,
+        via: logged.via.as_deref().and_then(parse_via),
+        caller_request_id: logged.caller_request_id,
+    }
+}
+
+/// `envoy-N` → `N` (the value of [`VIA_HEADER`]).
+fn parse_via(value: &str) -> Option<usize> {
+    value.strip_prefix("envoy-")?.parse().ok()
+}
+
+/// Sends every key with a delivered success once more through each Envoy.
+pub async fn replays(
+    client: &reqwest::Client,
+    endpoints: &Endpoints,
+    keys: &[KeyPlan],
+    attempts: &[Attempt],
+) -> Vec<Verification> {
+    let answered: BTreeSet<&str> = attempts
+        .iter()
+        .filter(|attempt| attempt.role != Role::Conflict && attempt.outcome.success().is_some())
+        .map(|attempt| attempt.key.as_str())
+        .collect();
+    let checks: Vec<(&KeyPlan, usize)> = keys
+        .iter()
+        .filter(|key| answered.contains(key.key.as_str()))
+        .flat_map(|key| (0..endpoints.listeners.len()).map(move |envoy| (key, envoy)))
+        .collect();
+    futures_util::stream::iter(checks)
+        .map(|(key, envoy)| replay(client, endpoints, key, envoy))
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
+
+async fn replay(
+    client: &reqwest::Client,
+    endpoints: &Endpoints,
+    key: &KeyPlan,
+    envoy: usize,
+) -> Verification {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let request = Request {
+            id: format!("{}-verify-{envoy}-{tries}", key.key),
+            key: key.key.clone(),
+            path: key.path(),
+            body: body(key, 0),
+            envoy,
+            timeout: Duration::from_millis(PATIENT_TIMEOUT_MS),
+        };
+        let (outcome, _) = send(client, endpoints, &request).await;
+        if tries >= TRIES || !outcome.unavailable() {
+            return Verification {
+                key: key.key.clone(),
+                envoy,
+                outcome,
+                tries,
+            };
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_logged_execution_is_put_on_the_runs_clock() {
+        let logged: LoggedExecution = serde_json::from_str(
+            r#"{"execution":4,"at_unix_ms":10250,"path":"/payments","key":"k","fence":"17",
+               "body_sha256":"sha256:aa","via":"envoy-1","caller_request_id":"k-first-0-0"}"#,
+        )
+        .expect("the upstream's format");
+        let execution = convert(logged, 10_000);
+        assert_eq!(execution.at_ms, 250);
+        assert_eq!(execution.fence, Some(17));
+        assert_eq!(execution.via, Some(1));
+        assert_eq!(execution.caller_request_id.as_deref(), Some("k-first-0-0"));
+    }
+
+    #[test]
+    fn a_via_header_names_an_envoy_or_nothing() {
+        assert_eq!(parse_via(&crate::stack::via_value(3)), Some(3));
+        assert_eq!(parse_via("proxy"), None);
+    }
+}
