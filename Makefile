@@ -1,7 +1,8 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
 #   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests (what CI runs)
-#   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores)
+#   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
+#                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
 #   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…)
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (default 300) each; make test runs them 5 s each
 
@@ -14,7 +15,7 @@ export PG_BIN
 WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
-.PHONY: help prereqs rust-targets envoy wasm build build-release lint fmt-check clippy \
+.PHONY: help prereqs ha-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
         chaos chaos-short
@@ -23,6 +24,7 @@ help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
 	@echo "make test   - everything CI runs"
 	@echo "make up / make down - start / stop the demo stack in the background (make up REPLICAS=2: two Envoys on :10000/:10001, two lease-stores)"
+	@echo "make up HA=1 - the same on a replicated Postgres (etcd + two Patroni nodes, synchronous); make ha-kill-primary kills the primary's node"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
 	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, check the history (DURATION=10m, SEED=N to replay; table + target/chaos/)"
@@ -38,6 +40,11 @@ prereqs:
 	@command -v curl >/dev/null || { echo "curl is required: apt-get install curl"; exit 1; }
 	@command -v openssl >/dev/null || { echo "openssl is required by the mTLS end-to-end tests: apt-get install openssl"; exit 1; }
 	@command -v jq >/dev/null || { echo "jq is required by the demo: apt-get install jq"; exit 1; }
+
+# Patroni and etcd (Debian packages) for the replicated-Postgres tests and `make up HA=1`:
+# installed when missing (as root), or one line saying how.
+ha-prereqs:
+	@scripts/ha-prereqs.sh
 
 rust-targets:
 	@installed=$$(rustup target list --installed); \
@@ -70,7 +77,7 @@ clippy: rust-targets
 	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter --target wasm32-wasip1 -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
-unit: prereqs
+unit: prereqs ha-prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e
 
 protocol-wasm: rust-targets
@@ -84,7 +91,7 @@ envoy-validate: envoy wasm
 validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
-e2e: envoy wasm build
+e2e: envoy wasm build ha-prereqs
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
 
 test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e
@@ -102,8 +109,17 @@ fuzz-smoke:
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS)
 
-up: prereqs envoy wasm build-release
+up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs)
+	$(if $(filter 1,$(HA)),$(CARGO) build --release -p keyflight-testkit --bin keyflight-ha)
 	scripts/up.sh
+
+# With `make up HA=1`: kill the primary's node (Patroni promotes the standby), and bring
+# killed nodes back as standbys. What happened is in .run/postgres-ha.log.
+ha-kill-primary:
+	scripts/ha-signal.sh USR1
+
+ha-restart-nodes:
+	scripts/ha-signal.sh USR2
 
 down:
 	scripts/down.sh

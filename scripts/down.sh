@@ -22,6 +22,18 @@ for name in envoy-2 envoy demo-upstream lease-store-2 lease-store; do
     rm -f "$run/$name.pid"
 done
 
+# The replicated Postgres (HA=1) stops its etcd and Patroni nodes on SIGTERM; give it time.
+if pid="$(live_pid postgres-ha)"; then
+    say "stopping the replicated Postgres (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 300); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+fi
+rm -f "$run/postgres-ha.pid" "$run/postgres-ha.url"
+
 if [[ -f "$run/pg.dir" ]]; then
     pgdir="$(cat "$run/pg.dir")"
     if [[ -f "$pgdir/data/postmaster.pid" ]]; then

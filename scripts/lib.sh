@@ -7,6 +7,13 @@ run="$root/.run"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_PORT="${KEYFLIGHT_PG_PORT:-54329}"
 
+# HA=1 runs Postgres replicated (etcd + two Patroni nodes, target/release/keyflight-ha): the
+# nodes on $PG_PORT and $PG_PORT+1, Patroni's REST APIs and etcd on the ports below.
+HA="${HA:-0}"
+HA_BIN="${KEYFLIGHT_HA_BIN:-$root/target/release/keyflight-ha}"
+HA_REST_PORTS="${KEYFLIGHT_HA_REST_PORTS:-8008 8009}"
+HA_ETCD_PORTS="${KEYFLIGHT_HA_ETCD_PORTS:-2379 2380}"
+
 # The ports below are the ones envoy/demo.yaml names; change them together.
 LEASE_STORE_ADDR="127.0.0.1:8480"
 UPSTREAM_ADDR="127.0.0.1:8081"
@@ -67,12 +74,13 @@ start_bg() {
     printf '%s\n' "$!" >"$run/$name.pid"
 }
 
-# Waits until `check` (the remaining arguments) succeeds, for up to 30 s. Fails early,
-# with the service's log tail, when service $1 has exited.
+# Waits until `check` (the remaining arguments) succeeds, for up to $WAIT_READY_SECONDS
+# (default 30) seconds. Fails early, with the service's log tail, when service $1 has exited.
 wait_ready() {
     local name="$1"
     shift
-    local deadline=$((SECONDS + 30))
+    local limit="${WAIT_READY_SECONDS:-30}"
+    local deadline=$((SECONDS + limit))
     until "$@" >/dev/null 2>&1; do
         if [[ -f "$run/$name.pid" ]] && ! live_pid "$name" >/dev/null; then
             say "$name exited during start-up; last lines of $run/$name.log:"
@@ -80,7 +88,7 @@ wait_ready() {
             return 1
         fi
         if ((SECONDS >= deadline)); then
-            say "$name not ready after 30 s; last lines of $run/$name.log:"
+            say "$name not ready after $limit s; last lines of $run/$name.log:"
             tail -n 30 "$run/$name.log" >&2 || true
             return 1
         fi
@@ -88,12 +96,22 @@ wait_ready() {
     done
 }
 
+# The lease-store's database URL: the one node, or (HA=1) both nodes with
+# target_session_attrs=read-write, as keyflight-ha wrote it.
+database_url() {
+    if [[ -f "$run/postgres-ha.url" ]]; then
+        cat "$run/postgres-ha.url"
+    else
+        printf '%s\n' "postgres://postgres@127.0.0.1:$PG_PORT/keyflight"
+    fi
+}
+
 # Starts a lease-store: service name $1 (default lease-store) on address $2 (default
 # $LEASE_STORE_ADDR). Every replica runs `serve --migrate`; start them one after the other,
 # so the second finds the migrations in place.
 start_lease_store() {
     local name="${1:-lease-store}" addr="${2:-$LEASE_STORE_ADDR}"
-    KEYFLIGHT_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/keyflight" \
+    KEYFLIGHT_DATABASE_URL="$(database_url)" \
         KEYFLIGHT_LISTEN="$addr" \
         KEYFLIGHT_TOKEN="$FILTER_TOKEN" \
         KEYFLIGHT_ADMIN_TOKEN="$ADMIN_TOKEN" \

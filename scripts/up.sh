@@ -7,7 +7,9 @@
 # KEYFLIGHT_UPSTREAM_BIN, KEYFLIGHT_WASM, KEYFLIGHT_ENVOY (default: scripts/envoy.sh installs it),
 # REPLICAS (1 or 2; 2 starts a second lease-store on :8481 on the same Postgres and runs
 # envoy/two-replicas.yaml, which reaches both lease-stores, for both Envoys: :10000 and
-# :10001, in front of the same upstream).
+# :10001, in front of the same upstream), HA (1: a replicated Postgres that fails over —
+# etcd + two Patroni nodes in synchronous mode, run by target/release/keyflight-ha; the
+# lease-stores get the multi-host URL; see lib.sh for ports).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -20,8 +22,13 @@ done
 [[ -f "$WASM" ]] || die "$WASM not found: build it first (make up builds it)"
 ENVOY="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"
 [[ "$REPLICAS" == 1 || "$REPLICAS" == 2 ]] || die "REPLICAS must be 1 or 2 (got '$REPLICAS')"
+[[ "$HA" == 0 || "$HA" == 1 ]] || die "HA must be 0 or 1 (got '$HA')"
+if [[ "$HA" == 1 ]]; then
+    "$root/scripts/ha-prereqs.sh"
+    [[ -x "$HA_BIN" ]] || die "$HA_BIN not found: build it first (make up HA=1 builds it)"
+fi
 
-for name in postgres lease-store lease-store-2 demo-upstream envoy envoy-2; do
+for name in postgres postgres-ha lease-store lease-store-2 demo-upstream envoy envoy-2; do
     if live_pid "$name" >/dev/null; then
         die "the stack is already running ($name, pid $(live_pid "$name")): scripts/down.sh first"
     fi
@@ -33,19 +40,29 @@ mkdir -p "$run"
 # On any failure, stop whatever already started, so a half-up stack never lingers.
 trap 'say "start-up failed: stopping what was started"; "$root/scripts/down.sh" --keep-logs' ERR
 
-# Postgres lives in /tmp rather than .run/: the postgres user must be able to reach it,
-# and a checkout under /root is not reachable by other users.
-pgdir="$(mktemp -d /tmp/keyflight-pg.XXXXXX)"
-printf '%s\n' "$pgdir" >"$run/pg.dir"
-if [[ "$(id -u)" -eq 0 ]]; then
-    chown postgres "$pgdir"
+if [[ "$HA" == 1 ]]; then
+    # keyflight-ha keeps its data in a temp dir of its own and removes it when it stops.
+    say "starting a replicated Postgres: etcd + two Patroni nodes on 127.0.0.1:$PG_PORT and :$((PG_PORT + 1))"
+    # shellcheck disable=SC2086 # the port lists are two words each
+    start_bg postgres-ha "$HA_BIN" --etcd-ports $HA_ETCD_PORTS \
+        --postgres-ports "$PG_PORT" "$((PG_PORT + 1))" --rest-ports $HA_REST_PORTS \
+        --database keyflight --url-file "$run/postgres-ha.url"
+    WAIT_READY_SECONDS=180 wait_ready postgres-ha test -s "$run/postgres-ha.url"
+else
+    # Postgres lives in /tmp rather than .run/: the postgres user must be able to reach it,
+    # and a checkout under /root is not reachable by other users.
+    pgdir="$(mktemp -d /tmp/keyflight-pg.XXXXXX)"
+    printf '%s\n' "$pgdir" >"$run/pg.dir"
+    if [[ "$(id -u)" -eq 0 ]]; then
+        chown postgres "$pgdir"
+    fi
+    say "starting Postgres on 127.0.0.1:$PG_PORT (data in $pgdir)"
+    as_postgres "$PG_BIN/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync >"$run/postgres.log" 2>&1
+    as_postgres "$PG_BIN/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
+        -o "-p $PG_PORT -k $pgdir -c listen_addresses=127.0.0.1" start >>"$run/postgres.log" 2>&1
+    wait_ready postgres "$PG_BIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
+    as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres keyflight
 fi
-say "starting Postgres on 127.0.0.1:$PG_PORT (data in $pgdir)"
-as_postgres "$PG_BIN/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync >"$run/postgres.log" 2>&1
-as_postgres "$PG_BIN/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
-    -o "-p $PG_PORT -k $pgdir -c listen_addresses=127.0.0.1" start >>"$run/postgres.log" 2>&1
-wait_ready postgres "$PG_BIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
-as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres keyflight
 
 say "starting the lease-store on $LEASE_STORE_ADDR"
 start_lease_store
@@ -82,9 +99,17 @@ keyflight demo stack is up:
   Envoy admin               http://$ENVOY_ADMIN_ADDR
   lease-store               http://$LEASE_STORE_ADDR   (/readyz, /metrics; filter token $FILTER_TOKEN, admin token $ADMIN_TOKEN)
   demo upstream             http://$UPSTREAM_ADDR    (/stats: how many payments really ran)
-  Postgres                  postgres://postgres@127.0.0.1:$PG_PORT/keyflight
+  Postgres                  $(database_url)
 Logs and pids in $run/. Stop with scripts/down.sh (make down).
 INFO
+if [[ "$HA" == 1 ]]; then
+    rest=($HA_REST_PORTS)
+    cat <<INFO
+Replicated Postgres (synchronous; Patroni REST on :${rest[0]} and :${rest[1]}, try: curl -s 127.0.0.1:${rest[0]}/cluster):
+  make ha-kill-primary      kill the primary's node; Patroni promotes the standby (timings in $run/postgres-ha.log)
+  make ha-restart-nodes     bring killed nodes back as standbys
+INFO
+fi
 if [[ "$REPLICAS" == 2 ]]; then
     cat <<INFO
 Second replica (same upstream, same Postgres):

@@ -4,8 +4,9 @@
 #   1. yamllint on every YAML file under envoy/ and deploy/ (config: deploy/yamllint.yaml);
 #   2. core Kubernetes manifests (deploy/k8s, deploy/examples) against the official schemas of
 #      Kubernetes $KUBERNETES_VERSION with kubernetes-validate, strictly; Istio resources
-#      (envoy/istio) strictly against Istio's own CRDs, CEL rules included
-#      (deploy/checks/crd_schema.py, schemas in deploy/checks/schemas/istio/); Prometheus
+#      (envoy/istio) and the example CloudNativePG Cluster (deploy/cloudnative-pg) strictly
+#      against their projects' own CRDs, CEL rules included (deploy/checks/crd_schema.py,
+#      schemas in deploy/checks/schemas/istio/ and deploy/checks/schemas/cloudnative-pg/); Prometheus
 #      Operator and Kustomize objects structurally (deploy/checks/manifests.py says what);
 #   3. every EnvoyFilter patch loaded into real Envoy (`envoy --mode validate` on a minimal
 #      bootstrap, the Wasm filter with the real .wasm so its plugin JSON is checked too:
@@ -69,10 +70,10 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 
 # --- files --------------------------------------------------------------------------------
-# deploy/checks/schemas holds Istio's own generated CRDs, vendored verbatim: not ours to lint.
+# deploy/checks/schemas holds Istio's and CloudNativePG's own CRDs, vendored verbatim: not ours to lint.
 mapfile -t yaml_files < <(find envoy deploy -path deploy/checks/schemas -prune -o -type f \
     \( -name '*.yaml' -o -name '*.yml' \) -print | sort)
-mapfile -t manifests < <(find envoy/istio deploy/k8s deploy/examples deploy/observability \
+mapfile -t manifests < <(find envoy/istio deploy/k8s deploy/examples deploy/observability deploy/cloudnative-pg \
     -maxdepth 2 -type f -name '*.yaml' -not -path '*/tests/*' | sort)
 rules="deploy/observability/prometheusrule.yaml"
 dashboard="deploy/observability/grafana-dashboard.json"

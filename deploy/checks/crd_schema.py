@@ -35,11 +35,11 @@ import re2
 import yaml
 from celpy import celtypes
 
-# ----- CEL: the Kubernetes extension functions the Istio CRDs use -----------------------
+# ----- CEL: the Kubernetes extension functions the vendored CRDs use ---------------------
 #
 # Kubernetes' CEL environment adds libraries to standard CEL (strings, lists, regex, URLs,
 # quantities, ...). celpy implements standard CEL only; the CRDs in deploy/checks/schemas/
-# use these four on top of it. Each follows the Kubernetes/cel-go definition.
+# (Istio's; CloudNativePG's rules need nothing beyond standard CEL) use these four on top of it. Each follows the Kubernetes/cel-go definition.
 
 
 def _substring(text, start, end=None):
@@ -247,9 +247,17 @@ class Validator:
 
     @classmethod
     def from_file(cls, path):
-        with open(path) as f:
-            docs = [d for d in yaml.load_all(f, Loader=yaml.CSafeLoader) if d]
-        return cls([d for d in docs if d.get("kind") == "CustomResourceDefinition"])
+        return cls.from_files([path])
+
+    @classmethod
+    def from_files(cls, paths):
+        """The CRDs of several files (Istio's, CloudNativePG's, ...) in one validator."""
+        crds = []
+        for path in paths:
+            with open(path) as f:
+                docs = [d for d in yaml.load_all(f, Loader=yaml.CSafeLoader) if d]
+            crds.extend(d for d in docs if d.get("kind") == "CustomResourceDefinition")
+        return cls(crds)
 
     def _compile(self, schema, where):
         """Compiles every rule up front, so a rule nothing can evaluate fails loudly here."""

@@ -2,8 +2,9 @@
 
 Core Kubernetes objects (Deployment, Service, ...) are validated against the official
 OpenAPI schemas of one Kubernetes version with `kubernetes-validate`, strictly (an unknown
-field is an error). Istio resources are validated strictly against Istio's own CRDs
-(deploy/checks/schemas/istio/, with their CEL rules: crd_schema.py), plus the
+field is an error). Istio resources and CloudNativePG `Cluster`s are validated strictly
+against their projects' own CRDs (deploy/checks/schemas/istio/ and
+deploy/checks/schemas/cloudnative-pg/, with their CEL rules: crd_schema.py), plus the
 cross-references a typo would break (an EnvoyFilter's HTTP filter names its ECDS config).
 The Envoy protos inside EnvoyFilter patches are loaded into real Envoy by envoy_patches.py,
 and the filter's plugin JSON is checked by the filter's own validator in
@@ -23,7 +24,9 @@ import yaml
 
 import crd_schema
 
-ISTIO_CRDS = pathlib.Path(__file__).resolve().parent / "schemas/istio/customresourcedefinitions.gen.yaml"
+SCHEMAS = pathlib.Path(__file__).resolve().parent / "schemas"
+ISTIO_CRDS = SCHEMAS / "istio/customresourcedefinitions.gen.yaml"
+CNPG_CRDS = SCHEMAS / "cloudnative-pg/postgresql.cnpg.io_clusters.yaml"
 
 # apiVersion groups whose objects kubernetes-validate knows.
 CORE_GROUPS = {"", "apps", "batch", "policy", "autoscaling", "networking.k8s.io", "rbac.authorization.k8s.io"}
@@ -77,11 +80,12 @@ def check_kustomization(path, doc):
             raise Failure(f"{path}: does not list {manifest.name} (kubectl apply -k would skip it)")
 
 
-def check_istio(path, doc, validator):
+def check_crd_object(path, doc, validator):
+    """An Istio or CloudNativePG object, against its project's CRD."""
     where = f"{path}: {doc['kind']} {doc.get('metadata', {}).get('name', '?')}"
     errors = validator.validate(doc)
     if errors:
-        raise Failure(f"{where}: refused by Istio's CRD schema:\n       " + "\n       ".join(errors))
+        raise Failure(f"{where}: refused by its CRD schema:\n       " + "\n       ".join(errors))
     if not (doc.get("metadata") or {}).get("namespace"):
         raise Failure(f"{where}: metadata.namespace is required (keyflight's manifests name their namespace)")
     if doc["kind"] == "EnvoyFilter":
@@ -107,8 +111,8 @@ def check_custom(path, doc):
 
 
 def main(version, files):
-    validator = crd_schema.Validator.from_file(ISTIO_CRDS)
-    core = istio = custom = 0
+    validator = crd_schema.Validator.from_files([ISTIO_CRDS, CNPG_CRDS])
+    core = istio = cnpg = custom = 0
     for name in files:
         path = pathlib.Path(name)
         with path.open() as f:
@@ -127,13 +131,17 @@ def main(version, files):
                     raise Failure(f"{path}: {doc['kind']} {doc['metadata'].get('name')}: {where}: {e.message}")
                 core += 1
             elif validator.knows(doc["apiVersion"], doc["kind"]):
-                check_istio(path, doc, validator)
-                istio += 1
+                check_crd_object(path, doc, validator)
+                if group_of(doc["apiVersion"]) == "postgresql.cnpg.io":
+                    cnpg += 1
+                else:
+                    istio += 1
             else:
                 check_custom(path, doc)
                 custom += 1
     print(f"ok     {core} core objects valid against Kubernetes {version} (strict), "
-          f"{istio} Istio objects valid against Istio's CRDs (strict, CEL rules evaluated), "
+          f"{istio} Istio objects valid against Istio's CRDs and {cnpg} CloudNativePG objects "
+          f"against CloudNativePG's (strict, CEL rules evaluated), "
           f"{custom} other custom resources structurally checked")
 
 

@@ -14,7 +14,8 @@ import crd_schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy/checks/schemas/istio/customresourcedefinitions.gen.yaml"
-VALIDATOR = crd_schema.Validator.from_file(CRDS)
+CNPG_CRDS = ROOT / "deploy/checks/schemas/cloudnative-pg/postgresql.cnpg.io_clusters.yaml"
+VALIDATOR = crd_schema.Validator.from_files([CRDS, CNPG_CRDS])
 
 
 def shipped(relative):
@@ -26,6 +27,7 @@ ENVOY_FILTER = shipped("envoy/istio/rollout/keyflight-enforce.yaml")
 DESTINATION_RULE = shipped("envoy/istio/lease-store/destination-rule.yaml")
 AUTHORIZATION_POLICY = shipped("envoy/istio/lease-store/authorization-policy.yaml")
 VIRTUAL_SERVICE = shipped("envoy/istio/gateway/orders-route.yaml")
+POSTGRES_CLUSTER = shipped("deploy/cloudnative-pg/cluster.yaml")
 
 
 def broken(doc, edit):
@@ -36,7 +38,8 @@ def broken(doc, edit):
 
 class ShippedManifests(unittest.TestCase):
     def test_the_originals_are_valid(self):
-        for doc in (ENVOY_FILTER, DESTINATION_RULE, AUTHORIZATION_POLICY, VIRTUAL_SERVICE):
+        for doc in (ENVOY_FILTER, DESTINATION_RULE, AUTHORIZATION_POLICY, VIRTUAL_SERVICE,
+                    POSTGRES_CLUSTER):
             self.assertEqual(VALIDATOR.validate(doc), [], doc["kind"])
 
 
@@ -145,3 +148,29 @@ class KubernetesExtensions(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CloudNativePgCluster(unittest.TestCase):
+    """The example Cluster (deploy/cloudnative-pg/) against CloudNativePG's own CRD."""
+
+    def synchronous(self, edit):
+        return broken(POSTGRES_CLUSTER, lambda d: edit(d["spec"]["postgresql"]["synchronous"]))
+
+    def test_a_misspelled_synchronous_field_is_rejected(self):
+        errors = self.synchronous(lambda s: s.update(dataDurabilty="required"))
+        self.assertEqual(errors, ["spec.postgresql.synchronous.dataDurabilty: unknown field"])
+
+    def test_an_unknown_durability_is_rejected(self):
+        errors = self.synchronous(lambda s: s.update(dataDurability="strict"))
+        self.assertEqual(len(errors), 1, errors)
+        self.assertIn("dataDurability: 'strict' is not one of", errors[0])
+
+    def test_zero_synchronous_standbys_fail_the_crds_cel_rule(self):
+        errors = self.synchronous(lambda s: s.update(number=0))
+        self.assertEqual(errors, ["spec.postgresql.synchronous.number: The number of synchronous "
+                                  "replicas should be greater than zero"])
+
+    def test_a_synchronous_stanza_needs_a_method(self):
+        errors = self.synchronous(lambda s: s.pop("method"))
+        self.assertTrue(any("method" in e and "required" in e for e in errors), errors)
+

@@ -18,10 +18,21 @@
 //!
 //! A LISTEN connection only ever receives, so a database that stops
 //! answering without closing the socket (a frozen host) would look exactly
-//! like a quiet one. The listener therefore runs a `SELECT 1` every
+//! like a quiet one. The listener therefore runs a liveness check every
 //! [`LIVENESS_INTERVAL`] and treats no answer within [`LIVENESS_TIMEOUT`] as a
 //! lost connection; connecting and `LISTEN` are bounded by [`CONNECT_TIMEOUT`];
 //! TCP keepalives are tuned as for the pool (`store::tune_tcp`).
+//!
+//! After a failover (L10) the listener must hear the *new* primary: NOTIFY is
+//! not replicated, so a standby or a retired primary never delivers a settle.
+//! Its URL is the pool's, so with `target_session_attrs=read-write` a
+//! reconnect lands on the node that takes writes. A killed or demoted primary
+//! closes the connection, which starts the reconnect; one that stays up but
+//! turns read-only (fenced) is caught by the liveness check, which then also
+//! asks whether the session still takes writes ([`LIVENESS_SQL`]) and
+//! reconnects when it does not. Each reconnect wakes every waiter to re-check
+//! its record, because settles committed while no listener was connected (and
+//! `watched` marks lost in the switch) announced nothing to this replica.
 //!
 //! [`claim_with_wait`] is the follower's loop. It subscribes BEFORE it checks
 //! the record and keeps that subscription until it returns, so a settle
@@ -53,9 +64,12 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse};
 use tokio::sync::{Notify, OnceCell, watch};
 use tokio::time::Instant;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::config::TargetSessionAttrs;
+use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
 
-use crate::store::{ClaimAttempt, RecordSnapshot, Store, StoreError, tune_tcp};
+use crate::store::{
+    ClaimAttempt, RecordSnapshot, Store, StoreError, per_host_connect_timeout, tune_tcp,
+};
 
 /// The NOTIFY channel migration V1's trigger announces settled scopes on.
 pub const CHANNEL: &str = "keyflight_settled";
@@ -70,6 +84,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const LIVENESS_INTERVAL: Duration = Duration::from_secs(5);
 /// How long the liveness check may take before the connection counts as lost.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
+/// The liveness check: any answer proves the server alive, and the value says
+/// whether this session still takes writes (`off`), as a primary's does.
+const LIVENESS_SQL: &str = "SELECT current_setting('transaction_read_only')";
 
 /// The process-wide fan-out of settle notifications. Cheap to clone.
 #[derive(Clone)]
@@ -370,6 +387,10 @@ enum ListenError {
     /// The database did not answer in time (frozen host, lost network).
     #[error("{0} did not complete within {1:?}")]
     NoAnswer(&'static str, Duration),
+    /// The URL asks for a read-write session and this one turned read-only: the node
+    /// is no longer the primary, and its NOTIFYs (if any) are not the primary's.
+    #[error("the database no longer takes writes (it is not the primary)")]
+    NotPrimary,
 }
 
 /// Runs a database step, giving up after `limit`.
@@ -394,8 +415,9 @@ async fn listen_once(
     config.application_name("keyflight-lease-store-listen");
     tune_tcp(&mut config);
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
+        config.connect_timeout(per_host_connect_timeout(&config, CONNECT_TIMEOUT));
     }
+    let needs_primary = config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite;
     // `connect_timeout` covers the TCP connect only, not the startup handshake.
     let (client, mut connection) =
         within(CONNECT_TIMEOUT, "connecting", config.connect(NoTls)).await?;
@@ -419,21 +441,22 @@ async fn listen_once(
     waiters.listening.store(true, Ordering::Release);
     tracing::info!(channel = CHANNEL, "long-poll listener connected");
     waiters.wake_all();
-    let outcome = dispatch(&client, waiters, &mut rx).await;
+    let outcome = dispatch(&client, waiters, &mut rx, needs_primary).await;
     waiters.listening.store(false, Ordering::Release);
     drop(client);
     driver.abort();
     outcome
 }
 
-/// Wakes each notified scope's waiters until the connection ends, fails, or
-/// misses a liveness check.
+/// Wakes each notified scope's waiters until the connection ends, fails,
+/// misses a liveness check, or (when `needs_primary`) turns read-only.
 async fn dispatch(
     client: &tokio_postgres::Client,
     waiters: &Waiters,
     messages: &mut tokio::sync::mpsc::UnboundedReceiver<
         Result<AsyncMessage, tokio_postgres::Error>,
     >,
+    needs_primary: bool,
 ) -> Result<(), ListenError> {
     let mut liveness =
         tokio::time::interval_at(Instant::now() + LIVENESS_INTERVAL, LIVENESS_INTERVAL);
@@ -453,8 +476,21 @@ async fn dispatch(
                 Some(Err(e)) => return Err(e.into()),
             },
             _ = liveness.tick() => {
-                within(LIVENESS_TIMEOUT, "the liveness check", client.simple_query("SELECT 1")).await?;
+                let answer =
+                    within(LIVENESS_TIMEOUT, "the liveness check", client.simple_query(LIVENESS_SQL))
+                        .await?;
+                if needs_primary && read_only(&answer) {
+                    return Err(ListenError::NotPrimary);
+                }
             }
         }
     }
+}
+
+/// Whether the liveness check's answer says the session is read-only.
+fn read_only(answer: &[SimpleQueryMessage]) -> bool {
+    answer.iter().any(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
+        _ => false,
+    })
 }

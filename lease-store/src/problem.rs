@@ -53,7 +53,7 @@ impl ApiError {
     pub fn code_and_status(&self) -> (ProblemCode, StatusCode) {
         match self {
             ApiError::Store(err) => match err {
-                StoreError::Unavailable(_) => (
+                StoreError::Unavailable(_) | StoreError::ReadOnly(_) => (
                     ProblemCode::JournalUnavailable,
                     StatusCode::SERVICE_UNAVAILABLE,
                 ),
@@ -83,7 +83,7 @@ impl ApiError {
     /// The `detail` text shown to the caller.
     fn detail(&self) -> String {
         match self {
-            ApiError::Store(StoreError::Unavailable(_)) => {
+            ApiError::Store(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => {
                 "the lease-store cannot reach its database; retry shortly".to_owned()
             }
             ApiError::Store(StoreError::LeaseLost) => {
@@ -118,7 +118,8 @@ impl From<QueryRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (code, status) = self.code_and_status();
-        if let ApiError::Store(StoreError::Unavailable(cause)) = &self {
+        if let ApiError::Store(StoreError::Unavailable(cause) | StoreError::ReadOnly(cause)) = &self
+        {
             tracing::warn!(%cause, "database unavailable");
         }
         let problem = Problem::new(code, status.as_u16(), self.detail());

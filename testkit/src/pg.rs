@@ -23,12 +23,15 @@
 //! Everything here is synchronous (`std::process`), so it works from plain
 //! tests, `#[tokio::test]` and a `OnceLock` alike.
 
+use crate::os::{
+    children_of, current_uid_is_root, process_state, send_signal, shell_words, unique_temp_dir,
+};
 use crate::process::free_port;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Where the Postgres 15 binaries live unless `PG_BIN` says otherwise.
 const DEFAULT_PG_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -74,7 +77,7 @@ impl PgCluster {
              (apt-get install postgresql-15) or point PG_BIN at its bin directory.",
             bin.display()
         );
-        let dir = unique_temp_dir();
+        let dir = unique_temp_dir("pg");
         std::fs::create_dir_all(dir.join("sock")).expect("create the cluster directory");
         let as_postgres_user = current_uid_is_root();
         if as_postgres_user {
@@ -303,7 +306,7 @@ impl Drop for PgCluster {
 }
 
 /// Runs a command and panics with its output if it fails.
-fn run_checked(cmd: &mut Command) {
+pub(crate) fn run_checked(cmd: &mut Command) {
     let output = cmd
         .output()
         .unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"));
@@ -314,74 +317,4 @@ fn run_checked(cmd: &mut Command) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// Sends `kill -<signal>` to `pids`. A pid that exited meanwhile is not an
-/// error (a backend may end between listing and signalling).
-fn send_signal(signal: &str, pids: &[u32]) {
-    if pids.is_empty() {
-        return;
-    }
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .args(pids.iter().map(u32::to_string))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// `(state, ppid)` of a process from `/proc/<pid>/stat`. The command name
-/// may contain spaces and parentheses, so fields are read after its last `)`.
-fn process_stat(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-fn process_state(pid: u32) -> Option<char> {
-    process_stat(pid).map(|(state, _)| state)
-}
-
-/// The pids whose parent is `parent` (the postmaster's backends and workers).
-fn children_of(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| process_stat(pid).is_some_and(|(_, ppid)| ppid == parent))
-        .collect()
-}
-
-/// Quotes each word for `sh`.
-fn shell_words(words: &[String]) -> String {
-    words
-        .iter()
-        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn current_uid_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-fn unique_temp_dir() -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let name = format!(
-        "keyflight-pg-{}-{}-{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
-    Path::new(&std::env::temp_dir()).join(name)
 }

@@ -16,6 +16,10 @@
 //! [`upstream_command`]) are public, so other harnesses (`keyflight-chaos`) run the parts
 //! exactly as the tests do.
 //!
+//! With [`StackOptions::replicated_postgres`] the database is a replicated Postgres that
+//! really fails over (etcd + two Patroni nodes, `keyflight_testkit::ha`), and the
+//! lease-store gets its multi-host URL; [`Stack::ha`] injects the faults.
+//!
 //! Envoy runs with `--disable-hot-restart`: hot restart is what needs a shared-memory
 //! region per `--base-id`, so without it any number of test Envoys coexist with no id to
 //! hand out.
@@ -25,6 +29,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use keyflight_testkit::ha::{HaCluster, HaOptions};
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::{ChildGuard, Signal, free_port, wait_http_ok};
 use serde_json::{Map, Value};
@@ -73,6 +78,8 @@ pub struct StackOptions {
     /// Serve replica 0's listener from an LDS file, so [`Stack::reconfigure`] can push a
     /// new plugin configuration.
     listener_from_file: bool,
+    /// Run on a replicated Postgres (etcd + two Patroni nodes) instead of one node.
+    replicated: bool,
 }
 
 impl Default for StackOptions {
@@ -86,6 +93,7 @@ impl Default for StackOptions {
             envoy_edits: Vec::new(),
             store_env: Vec::new(),
             listener_from_file: false,
+            replicated: false,
         }
     }
 }
@@ -127,6 +135,14 @@ impl StackOptions {
         self
     }
 
+    /// Runs the database as a replicated Postgres that fails over (etcd + two Patroni nodes
+    /// in synchronous mode); the lease-store gets the multi-host URL with
+    /// `target_session_attrs=read-write`. Needs `make ha-prereqs`.
+    pub fn replicated_postgres(mut self) -> Self {
+        self.replicated = true;
+        self
+    }
+
     /// Sets an environment variable of every lease-store the stack starts.
     pub fn store_env(mut self, name: &str, value: &str) -> Self {
         self.store_env.push((name.to_owned(), value.to_owned()));
@@ -139,6 +155,38 @@ impl StackOptions {
             .as_str()
             .unwrap_or("e2e-filter-token")
             .to_owned()
+    }
+}
+
+/// The database a stack runs on.
+enum Database {
+    /// One throwaway node.
+    Single(PgCluster),
+    /// etcd + two Patroni nodes (boxed: it is much the larger).
+    Replicated(Box<HaCluster>),
+}
+
+impl Database {
+    /// The URL the lease-store is given.
+    fn url(&self) -> String {
+        match self {
+            Database::Single(cluster) => cluster.url(),
+            Database::Replicated(cluster) => cluster.url(),
+        }
+    }
+
+    /// Runs `sql` with `psql` on a single-node database.
+    fn psql(&self, sql: &str) -> String {
+        self.single().psql(sql)
+    }
+
+    fn single(&self) -> &PgCluster {
+        match self {
+            Database::Single(cluster) => cluster,
+            Database::Replicated(_) => {
+                panic!("this needs a single-node database; a replicated stack's is Stack::ha()")
+            }
+        }
     }
 }
 
@@ -158,7 +206,7 @@ pub struct Stack {
     lease_store: Option<ChildGuard>,
     /// Kept apart from the child: the log outlives a stopped lease-store.
     lease_store_log: PathBuf,
-    postgres: PgCluster,
+    postgres: Database,
     ports: Ports,
     config_path: PathBuf,
     client: reqwest::Client,
@@ -197,7 +245,11 @@ impl Stack {
         });
         let mut upstream = spawn_upstream(&binaries, ports.upstream);
 
-        let postgres = PgCluster::start();
+        let postgres = if options.replicated {
+            Database::Replicated(Box::new(HaCluster::start(HaOptions::default()).await))
+        } else {
+            Database::Single(PgCluster::start())
+        };
         let mut lease_store =
             spawn_lease_store(&binaries, &postgres, ports.lease_store(), &options, true);
         let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store());
@@ -488,12 +540,57 @@ impl Stack {
 
     /// Stops Postgres at once, as a crash would (the lease-store keeps running).
     pub fn stop_postgres(&self) {
-        self.postgres.stop();
+        self.postgres.single().stop();
     }
 
     /// Starts Postgres again after [`Stack::stop_postgres`] (crash recovery runs).
     pub fn restart_postgres(&self) {
-        self.postgres.restart();
+        self.postgres.single().restart();
+    }
+
+    /// The replicated database of a [`StackOptions::replicated_postgres`] stack, for its
+    /// faults (kill the primary's node, …). Panics on a single-node stack.
+    pub fn ha(&self) -> &HaCluster {
+        match &self.postgres {
+            Database::Replicated(cluster) => cluster,
+            Database::Single(_) => {
+                panic!("not a replicated stack: use StackOptions::replicated_postgres")
+            }
+        }
+    }
+
+    /// Claims a fresh, random scope directly at lease-store replica 0 (no upstream runs)
+    /// and returns the HTTP status: a probe of whether the journal takes claims right now.
+    pub async fn probe_store_claim(&self) -> u16 {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let scope = keyflight_protocol::Digest::of(
+            format!(
+                "probe/{}/{}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            )
+            .as_bytes(),
+        );
+        let url = format!(
+            "http://127.0.0.1:{}/v1/claims/{}",
+            self.ports.lease_store(),
+            scope.to_hex()
+        );
+        let body = serde_json::json!({
+            "fingerprint": keyflight_protocol::Digest::of(b"probe").to_hex(),
+            "lease_ms": 1000,
+        });
+        match self
+            .client
+            .post(&url)
+            .bearer_auth(self.options.filter_token())
+            .json(&body)
+            .send()
+            .await
+        {
+            Ok(response) => response.status().as_u16(),
+            Err(_) => 0,
+        }
     }
 
     /// The filter's Envoy counter `keyflight.NAME` (F13), e.g. `outcome.replay` or
@@ -831,7 +928,7 @@ fn spawn_upstream(binaries: &Binaries, port: u16) -> ChildGuard {
 /// are in).
 fn spawn_lease_store(
     binaries: &Binaries,
-    postgres: &PgCluster,
+    postgres: &Database,
     port: u16,
     options: &StackOptions,
     migrate: bool,

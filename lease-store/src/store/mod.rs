@@ -20,6 +20,15 @@
 //! `statement_timeout` firing, an unexpected server error — is
 //! [`StoreError::Unavailable`], which the filter turns into "do not dispatch".
 //!
+//! Following the primary (L10): with a multi-host URL and
+//! `target_session_attrs=read-write`, every new connection tries the hosts in
+//! turn and keeps the one that accepts writes, so after a failover the pool
+//! refills on the new primary without a restart. Connections to the old
+//! primary end with it (a killed or demoted Postgres closes them; the pool
+//! drops closed connections when it next hands one out), and one that stays
+//! open on a node that answers read-only is discarded by [`Store::run`]
+//! ([`StoreError::ReadOnly`]). docs/failover.md has the whole argument.
+//!
 //! Bounded answers: `statement_timeout` is enforced by the server, so it
 //! cannot help when the server (or the network) stops answering altogether —
 //! a frozen host keeps the TCP connection open and the kernel keeps ACKing.
@@ -28,6 +37,7 @@
 //! connection it was using (`Object::take`): a connection with a request
 //! still in flight is never handed to the next caller. Getting a connection
 //! has its own bounds (the pool's wait/create timeouts and `connect_timeout`,
+//! split over the URL's hosts by [`per_host_connect_timeout`],
 //! all `statement_timeout`). TCP keepalives and `tcp_user_timeout`
 //! ([`tune_tcp`]) make the kernel drop connections to a host that is gone, so
 //! idle pooled connections and the `LISTEN` connection do not linger for the
@@ -48,6 +58,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
 
 pub use migrate::{MigrationReport, migrate};
 pub use takeover::TakeoverGrace;
@@ -98,6 +109,13 @@ pub enum StoreError {
     /// Postgres cannot be reached or did not answer in time (HTTP 503 `journal_unavailable`).
     #[error("the journal database is unavailable: {0}")]
     Unavailable(String),
+    /// The database answered that it takes no writes (SQLSTATE 25006): a standby, or a
+    /// primary made read-only while it is demoted or fenced. HTTP 503 `journal_unavailable`
+    /// like [`StoreError::Unavailable`]; [`Store::run`] also discards the connection, so the
+    /// next call connects afresh (with `target_session_attrs=read-write`, to the node that
+    /// is primary now) instead of reusing a session that can never write again.
+    #[error("the journal database is read-only: {0}")]
+    ReadOnly(String),
     /// The claim no longer owns the record (HTTP 409 `lease_lost`).
     #[error("the lease was lost: the record belongs to another claim or is settled")]
     LeaseLost,
@@ -193,14 +211,27 @@ impl Store {
     /// When the bound runs out, the database did not answer (frozen, or the
     /// network is gone): the connection is taken out of the pool and dropped,
     /// because a request is still in flight on it and the next caller would
-    /// wait behind it; the call is `Unavailable`.
+    /// wait behind it; the call is `Unavailable`. A connection whose database
+    /// answered read-only ([`StoreError::ReadOnly`]) is dropped the same way: it
+    /// is on a node that is no longer the primary (one fenced read-only while it
+    /// is demoted, or a standby reached without `target_session_attrs=read-write`),
+    /// and the pool's recycling only notices connections that are closed.
+    ///
+    /// Every outcome feeds the takeover grace: a failure marks the database
+    /// failing, and the first answer after failures (the new primary, after a
+    /// failover) starts a new grace.
     async fn run<T>(
         &self,
         work: impl AsyncFnOnce(&Object) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let result = match self.client().await {
             Ok(client) => match tokio::time::timeout(self.answer_timeout, work(&client)).await {
-                Ok(result) => result,
+                Ok(result) => {
+                    if matches!(result, Err(StoreError::ReadOnly(_))) {
+                        drop(Object::take(client));
+                    }
+                    result
+                }
                 Err(_elapsed) => {
                     drop(Object::take(client));
                     Err(StoreError::Unavailable(format!(
@@ -213,7 +244,7 @@ impl Store {
         };
         if let Ok(mut grace) = self.grace.lock() {
             match &result {
-                Err(StoreError::Unavailable(_)) => grace.failed(),
+                Err(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => grace.failed(),
                 _ => grace.answered(Instant::now()),
             }
         }
@@ -242,6 +273,23 @@ pub(crate) fn tune_tcp(config: &mut tokio_postgres::Config) {
         .tcp_user_timeout(TCP_USER_TIMEOUT);
 }
 
+/// How long one host may take to accept a connection when a whole connection attempt has
+/// `budget`: the budget split over the URL's hosts. tokio-postgres tries the hosts in turn,
+/// each within `connect_timeout`; a host that vanished without a trace (no RST) uses up its
+/// whole timeout, so with the full budget per host a dead node listed before the primary
+/// would leave no time to reach it. Shared with the `LISTEN` connection (`crate::longpoll`).
+pub(crate) fn per_host_connect_timeout(
+    config: &tokio_postgres::Config,
+    budget: Duration,
+) -> Duration {
+    let hosts = config
+        .get_hosts()
+        .len()
+        .max(config.get_hostaddrs().len())
+        .max(1);
+    budget / u32::try_from(hosts).unwrap_or(u32::MAX)
+}
+
 /// Parses the URL and adds the settings every pooled connection needs.
 fn pg_config(
     database_url: &str,
@@ -260,21 +308,24 @@ fn pg_config(
         config.application_name("keyflight-lease-store");
     }
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(statement_timeout);
+        config.connect_timeout(per_host_connect_timeout(&config, statement_timeout));
     }
     tune_tcp(&mut config);
     Ok(config)
 }
 
 /// Failing closed: data errors (class 22) and constraint violations (class
-/// 23) come from request values and are the caller's fault; everything else
-/// means the journal cannot do its job right now.
+/// 23) come from request values and are the caller's fault; a read-only
+/// answer (25006) means this connection is on a node that is not the primary;
+/// everything else means the journal cannot do its job right now.
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
         if let Some(db) = e.as_db_error() {
-            let code = db.code().code();
-            let message = format!("{code}: {}", db.message());
-            return if code.starts_with("22") || code.starts_with("23") {
+            let code = db.code();
+            let message = format!("{}: {}", code.code(), db.message());
+            return if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+                StoreError::ReadOnly(message)
+            } else if code.code().starts_with("22") || code.code().starts_with("23") {
                 StoreError::Invalid(message)
             } else {
                 StoreError::Unavailable(message)
