@@ -1,6 +1,6 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
-#   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests (what CI runs)
+#   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests, a short chaos run (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
 #                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
 #   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…)
@@ -94,7 +94,7 @@ validate-manifests: envoy wasm
 e2e: envoy wasm build ha-prereqs
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e
+test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e chaos-short
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).

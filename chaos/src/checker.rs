@@ -11,14 +11,19 @@
 //!   claim: the earlier execution came through Envoy X, and Envoy X was killed at or after
 //!   the earlier request was sent, before its caller got an answer (if it ever did) and before
 //!   the re-run started; and the re-run carries a higher fence than the earlier execution.
-//!   Anything else is **unexplained**: a re-run the guarantee does not allow. A key with at
-//!   least one unexplained re-run counts as unexplained. A proxy killed only *after* its
-//!   caller got the answer explains nothing either: that caller holds an answer the record
-//!   does not (the re-run's differs), which the divergent and lost-record checks flag too;
-//!   the verdict's reason names such a late kill, so this case reads apart from the others.
+//!   The same case seen from the caller is explained too: the earlier execution's first
+//!   settle call failed, so Envoy X delivered the answer and handed the record to its
+//!   outbox (it logs that hand-off with the claim's fence), and Envoy X was killed before
+//!   the outbox delivered it. The caller then holds an answer the record no longer has: for
+//!   such a key the divergent answer and the lost record are that case's consequences,
+//!   counted in their own row ("answer delivered, record died with its proxy"), not as
+//!   failures. Anything else is **unexplained**: a re-run the guarantee does not allow. A
+//!   key with at least one unexplained re-run counts as unexplained; a proxy killed after
+//!   its caller's answer with no hand-off logged for that claim explains nothing (the
+//!   verdict's reason names the late kill, so this case reads apart from the others).
 //! - **Divergent answers.** Callers of the same key and body that got two different
-//!   successful (2xx) answers: two executions both delivered, which no at-least-once case
-//!   allows (a killed proxy delivers nothing).
+//!   successful (2xx) answers: two executions both delivered, which only a proxy that died
+//!   with the record in its outbox explains (above).
 //! - **Lost records.** After the run, with every fault healed, the key's same-body request is
 //!   sent again through each Envoy: every successful answer a caller got must replay with the
 //!   same status and body. One that does not (a new execution, a 409, a 503 in progress) is a
@@ -84,6 +89,9 @@ pub struct Counts {
     pub executed_twice_unexplained: u64,
     /// Keys whose callers got two different successful answers.
     pub divergent: u64,
+    /// Keys whose delivered answer died with its proxy's outbox: divergent answers and
+    /// lost records that the documented case explains.
+    pub delivered_then_lost_with_proxy: u64,
     /// Keys with a delivered answer that no longer replays.
     pub lost_records: u64,
     /// Keys whose after-run check could not be made.
@@ -99,6 +107,8 @@ pub struct Counts {
 pub enum RerunVerdict {
     /// The documented at-least-once case, with its evidence.
     Explained {
+        /// What the dead proxy was holding.
+        held: Held,
         /// The Envoy kill (fault id) that cut the earlier execution's request off.
         fault: usize,
         /// The Envoy the earlier execution came through.
@@ -113,6 +123,17 @@ pub enum RerunVerdict {
         /// Which piece of evidence is missing.
         reason: String,
     },
+}
+
+/// What an Envoy killed with a claim was holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Held {
+    /// The request itself: killed before its caller got an answer.
+    Request,
+    /// The record in its outbox: the answer was delivered after the first settle call
+    /// failed (the hand-off is in its log), and the proxy died before the outbox landed it.
+    RecordInOutbox,
 }
 
 /// One execution of a key after its first, judged against the one before it.
@@ -169,12 +190,31 @@ impl KeyVerdict {
         !self.reruns.is_empty() && !self.unexplained()
     }
 
+    /// Every re-run explained, and one of them by a proxy that died with the record in
+    /// its outbox after delivering the answer: divergent answers and lost records are that
+    /// case's consequences.
+    pub fn answer_died_with_proxy(&self) -> bool {
+        self.explained()
+            && self.reruns.iter().any(|rerun| {
+                matches!(
+                    rerun.verdict,
+                    RerunVerdict::Explained {
+                        held: Held::RecordInOutbox,
+                        ..
+                    }
+                )
+            })
+    }
+
+    /// Divergent answers or lost records that no documented case explains.
+    fn unexplained_delivery(&self) -> bool {
+        (!self.divergent_answers.is_empty() || !self.lost.is_empty())
+            && !self.answer_died_with_proxy()
+    }
+
     /// Anything that fails the run.
     pub fn fails(&self) -> bool {
-        self.unexplained()
-            || !self.divergent_answers.is_empty()
-            || !self.lost.is_empty()
-            || self.unverified
+        self.unexplained() || self.unexplained_delivery() || self.unverified
     }
 }
 
@@ -263,7 +303,7 @@ fn judge_key(
         .map(|pair| Rerun {
             earlier: pair[0].execution,
             later: pair[1].execution,
-            verdict: judge_rerun(pair[0], pair[1], attempts_by_id, &history.faults),
+            verdict: judge_rerun(pair[0], pair[1], attempts_by_id, history),
         })
         .collect();
 
@@ -315,8 +355,9 @@ pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
     attempts_by_id: &HashMap<&str, &Attempt>,
-    faults: &[Fault],
+    history: &History,
 ) -> RerunVerdict {
+    let faults = &history.faults;
     let unexplained = |reason: String| RerunVerdict::Unexplained { reason };
     let Some(attempt) = earlier
         .caller_request_id
@@ -355,14 +396,31 @@ pub fn judge_rerun(
             && attempt.start_ms <= fault.start_ms
             && fault.start_ms < cut_off_before
     });
-    match kill {
-        Some(fault) => RerunVerdict::Explained {
-            fault: fault.id,
-            envoy,
-            earlier_fence,
-            later_fence,
-        },
-        None => {
+    let explained = |held: Held, fault: &Fault| RerunVerdict::Explained {
+        held,
+        fault: fault.id,
+        envoy,
+        earlier_fence,
+        later_fence,
+    };
+    if let Some(fault) = kill {
+        return explained(Held::Request, fault);
+    }
+    // Killed after its caller's answer, before the re-run. That explains the re-run only
+    // if the record was still in the proxy's outbox: the hand-off it logged names the fence.
+    let late_kill = faults.iter().find(|fault| {
+        fault.kind == FaultKind::EnvoyKill
+            && fault.target == envoy
+            && attempt.start_ms <= fault.start_ms
+            && fault.start_ms < later.at_ms
+    });
+    let handed_off = history
+        .handoffs
+        .iter()
+        .any(|handoff| handoff.envoy == envoy && handoff.fence == earlier_fence);
+    match late_kill {
+        Some(fault) if handed_off => explained(Held::RecordInOutbox, fault),
+        _ => {
             let mut reason = format!(
                 "envoy-{envoy}, which forwarded execution {} (request {}), was not killed \
                  between that request's start and {}",
@@ -373,21 +431,11 @@ pub fn judge_rerun(
                     None => "the re-run",
                 }
             );
-            // Says so when the proxy died only after its caller had the answer: the record
-            // died with the proxy although the answer was already delivered.
-            let late_kill = faults.iter().find(|fault| {
-                fault.kind == FaultKind::EnvoyKill
-                    && fault.target == envoy
-                    && attempt
-                        .answered_at()
-                        .is_some_and(|answered| answered <= fault.start_ms)
-                    && fault.start_ms < later.at_ms
-            });
             if let (Some(fault), Some(answered)) = (late_kill, attempt.answered_at()) {
                 reason.push_str(&format!(
                     " (it was killed at {} ms, after its caller got the answer at {answered} ms \
-                     and before the re-run at {} ms: the answer was delivered, its record was \
-                     not written)",
+                     and before the re-run at {} ms, but logged no outbox hand-off of fence \
+                     {earlier_fence}: its record should have been written)",
                     fault.start_ms, later.at_ms
                 ));
             }
@@ -456,8 +504,11 @@ fn counts(column: Column, history: &History, verdicts: &[KeyVerdict]) -> Counts 
         counts.keys += 1;
         counts.executed_twice_explained += u64::from(verdict.explained());
         counts.executed_twice_unexplained += u64::from(verdict.unexplained());
-        counts.divergent += u64::from(!verdict.divergent_answers.is_empty());
-        counts.lost_records += u64::from(!verdict.lost.is_empty());
+        let explained_loss = verdict.answer_died_with_proxy()
+            && (!verdict.divergent_answers.is_empty() || !verdict.lost.is_empty());
+        counts.delivered_then_lost_with_proxy += u64::from(explained_loss);
+        counts.divergent += u64::from(!verdict.divergent_answers.is_empty() && !explained_loss);
+        counts.lost_records += u64::from(!verdict.lost.is_empty() && !explained_loss);
         counts.unverified += u64::from(verdict.unverified);
     }
     counts
@@ -466,7 +517,7 @@ fn counts(column: Column, history: &History, verdicts: &[KeyVerdict]) -> Counts 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Verification;
+    use crate::history::{Handoff, Verification};
 
     const BODY: &str = "sha256:aa";
 
@@ -564,6 +615,7 @@ mod tests {
                 verified("k", 1, created("B")),
             ],
             verification_executions: Vec::new(),
+            handoffs: Vec::new(),
         }
     }
 
@@ -608,6 +660,7 @@ mod tests {
                 earlier: 1,
                 later: 2,
                 verdict: RerunVerdict::Explained {
+                    held: Held::Request,
                     fault: 0,
                     envoy: 0,
                     earlier_fence: 1,
@@ -665,6 +718,86 @@ mod tests {
             key.divergent_answers.len(),
             2,
             "A and B were both delivered"
+        );
+    }
+
+    /// The answer was delivered at 400 ms after the first finalize failed, the record
+    /// went to envoy 0's outbox (logged with fence 1), and envoy 0 was killed at 500 ms.
+    fn delivered_then_killed_history() -> History {
+        let mut history = killed_winner_history();
+        history.attempts[0].end_ms = 400;
+        history.attempts[0].outcome = created("A");
+        history.handoffs = vec![Handoff { envoy: 0, fence: 1 }];
+        history
+    }
+
+    #[test]
+    fn a_proxy_killed_with_the_record_in_its_outbox_explains_the_rerun_and_the_lost_answer() {
+        let report = check(&delivered_then_killed_history());
+        let key = only_key(&report);
+        assert!(
+            matches!(
+                key.reruns[0].verdict,
+                RerunVerdict::Explained {
+                    held: Held::RecordInOutbox,
+                    fault: 0,
+                    ..
+                }
+            ),
+            "{key:#?}"
+        );
+        assert!(key.answer_died_with_proxy());
+        assert!(!key.fails(), "{key:#?}");
+        assert!(!report.failed());
+        let total = report.total();
+        assert_eq!(
+            (
+                total.executed_twice_explained,
+                total.delivered_then_lost_with_proxy,
+                total.divergent,
+                total.lost_records
+            ),
+            (1, 1, 0, 0),
+            "divergence and loss are the explained case's, counted apart"
+        );
+    }
+
+    #[test]
+    fn a_hand_off_of_another_claim_or_by_the_other_envoy_explains_nothing() {
+        for handoff in [
+            Handoff { envoy: 0, fence: 7 },
+            Handoff { envoy: 1, fence: 1 },
+        ] {
+            let mut history = delivered_then_killed_history();
+            history.handoffs = vec![handoff];
+            let report = check(&history);
+            assert!(only_key(&report).unexplained(), "{handoff:?}");
+            assert!(report.failed());
+        }
+    }
+
+    #[test]
+    fn a_hand_off_without_a_kill_explains_nothing() {
+        let mut history = delivered_then_killed_history();
+        history.faults.clear();
+        let report = check(&history);
+        assert!(only_key(&report).unexplained());
+        assert!(report.failed());
+        assert_eq!(report.total().divergent, 1);
+    }
+
+    #[test]
+    fn hand_offs_are_read_from_the_filters_log_line() {
+        let log = "[2026-12-01 09:16:03.149][31638][warning][wasm] wasm log keyflight keyflight: \
+                   keyflight: scope 59c5 fence 41: finalize failed: answered with HTTP 503; \
+                   delivering the response, the outbox keeps the lease and retries\n\
+                   [2026-12-01 09:16:04.000][31638][info][wasm] keyflight: scope 59c5 fence 41: other\n";
+        assert_eq!(
+            crate::history::handoffs_in_log(1, log),
+            vec![Handoff {
+                envoy: 1,
+                fence: 41
+            }]
         );
     }
 

@@ -227,4 +227,35 @@ pub struct History {
     /// Executions the replay checks themselves caused (a replay that ran the operation
     /// again: each is also a lost record).
     pub verification_executions: Vec<Execution>,
+    /// Claims an Envoy delivered the answer of while their record went to its outbox
+    /// (the first finalize or release failed), read from the Envoys' logs.
+    #[serde(default)]
+    pub handoffs: Vec<Handoff>,
+}
+
+/// A claim whose first settle call failed: its answer was delivered and its record handed
+/// to the Envoy's record outbox. The filter logs `… fence N: finalize failed: …; delivering
+/// the response, the outbox keeps the lease and retries`; fences are unique per claim, so
+/// the line names the execution it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// Which Envoy (its log continues across restarts).
+    pub envoy: usize,
+    /// The claim's fence.
+    pub fence: u64,
+}
+
+/// Every hand-off line in Envoy `envoy`'s log.
+pub fn handoffs_in_log(envoy: usize, log: &str) -> Vec<Handoff> {
+    log.lines()
+        .filter(|line| line.contains("the outbox keeps the lease"))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once(" fence ")?;
+            let (fence, _) = rest.split_once(':')?;
+            Some(Handoff {
+                envoy,
+                fence: fence.trim().parse().ok()?,
+            })
+        })
+        .collect()
 }

@@ -213,6 +213,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
     let verification_executions =
         verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
+    let handoffs = stack.handoffs();
     drop(stack);
 
     let history = History {
@@ -221,6 +222,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         executions,
         verifications,
         verification_executions,
+        handoffs,
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;

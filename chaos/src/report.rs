@@ -26,6 +26,11 @@ pub fn table(report: &Report) -> String {
         row(report, "executed twice, UNEXPLAINED", |c| {
             c.executed_twice_unexplained
         }),
+        row(
+            report,
+            "answer delivered, record died with its proxy",
+            |c| c.delivered_then_lost_with_proxy,
+        ),
         row(report, "divergent answers", |c| c.divergent),
         row(report, "lost records", |c| c.lost_records),
         row(report, "unverified", |c| c.unverified),

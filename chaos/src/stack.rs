@@ -23,6 +23,8 @@ use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::{ChildGuard, Signal, free_port, wait_http_ok};
 use serde_json::Value;
 
+use crate::history::{Handoff, handoffs_in_log};
+
 /// How long a part may take to answer its readiness probe.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -232,6 +234,19 @@ impl ChaosStack {
         for index in 0..self.envoys.len() {
             self.wait_envoy(index).await;
         }
+    }
+
+    /// The claims each Envoy handed to its record outbox after their first settle call
+    /// failed, from the Envoys' logs (every process of an Envoy writes to one log).
+    pub fn handoffs(&self) -> Vec<Handoff> {
+        self.envoys
+            .iter()
+            .enumerate()
+            .flat_map(|(index, envoy)| {
+                let log = std::fs::read_to_string(&envoy.log).unwrap_or_default();
+                handoffs_in_log(index, &log)
+            })
+            .collect()
     }
 }
 

@@ -148,6 +148,9 @@ struct Entry {
     interval_ms: u64,
     next_renew_ms: u64,
     renew_in_flight: bool,
+    /// Renews that failed in a row (no answer, 5xx): the next one comes on the
+    /// delivery backoff, not a whole interval later.
+    renew_failures: u32,
     /// A renew answered `lease_lost`: renewing stops. For a claim the stream
     /// still owns that is the end; a delivery still waits for its own answer
     /// (the record may have landed before the renew, a repeat then succeeds).
@@ -211,6 +214,7 @@ impl Outbox {
                 interval_ms,
                 next_renew_ms: now_ms.saturating_add(interval_ms),
                 renew_in_flight: false,
+                renew_failures: 0,
                 renew_lost: false,
                 theft_counted: false,
                 delivery: None,
@@ -302,6 +306,7 @@ impl Outbox {
             interval_ms: u64::MAX,
             next_renew_ms: u64::MAX,
             renew_in_flight: false,
+            renew_failures: 0,
             renew_lost: true,
             theft_counted: false,
             delivery: None,
@@ -389,20 +394,33 @@ impl Outbox {
         now_ms: u64,
     ) -> Vec<OutboxAction> {
         match id.kind {
-            CallKind::Renew => self.renew_answered(id.claim_id, result),
+            CallKind::Renew => self.renew_answered(id.claim_id, result, now_ms),
             CallKind::Settle => self.settle_answered(id.claim_id, result, now_ms),
         }
     }
 
+    /// A renew answered. A failed one is retried on the delivery backoff
+    /// (capped at the renew interval) rather than a whole interval later: when
+    /// the store or Postgres is back after an outage that outlasted part of
+    /// the lease, the lease is refreshed within seconds, inside the store's
+    /// takeover grace, instead of possibly after the lease ran out.
     fn renew_answered(
         &mut self,
         claim_id: Uuid,
         result: Result<(), CallError>,
+        now_ms: u64,
     ) -> Vec<OutboxAction> {
         let Some(entry) = self.entries.get_mut(&claim_id) else {
             return Vec::new();
         };
         entry.renew_in_flight = false;
+        if result.is_ok() {
+            entry.renew_failures = 0;
+        } else if !entry.renew_lost && result != Err(CallError::LeaseLost) {
+            entry.renew_failures = entry.renew_failures.saturating_add(1);
+            let retry = backoff_ms(claim_id, entry.renew_failures).min(entry.interval_ms);
+            entry.next_renew_ms = entry.next_renew_ms.min(now_ms.saturating_add(retry));
+        }
         match result {
             Ok(()) => Vec::new(),
             Err(_) if entry.renew_lost => Vec::new(),

@@ -87,6 +87,9 @@ struct Owned {
     scope: Digest,
     fingerprint: Digest,
     claim_id: Uuid,
+    /// The claim's fence: logged with a hand-off, so an operator (or a
+    /// history checker) can match it with what the upstream saw.
+    fence: i64,
 }
 
 /// A claim ready to be made: what the edge-cache lookup needs, and the call.
@@ -135,6 +138,7 @@ enum State {
         call: StoreCall,
         policy: Rc<Policy>,
         claim_id: Uuid,
+        fence: i64,
         held: bool,
         cache: Option<(String, Entry)>,
     },
@@ -501,6 +505,7 @@ impl Machine {
                     scope,
                     fingerprint,
                     claim_id,
+                    fence,
                 });
             }
             ClaimResponse::Completed { response } => match stored(&response) {
@@ -864,6 +869,7 @@ impl Machine {
             call,
             policy: owned.policy,
             claim_id: owned.claim_id,
+            fence: owned.fence,
             held,
             cache,
         };
@@ -888,6 +894,7 @@ impl Machine {
             call,
             policy,
             claim_id,
+            fence,
             held,
             cache,
         } = std::mem::take(&mut self.state)
@@ -923,8 +930,8 @@ impl Machine {
                 out.push(Action::Log {
                     level: LogLevel::Warn,
                     message: format!(
-                        "scope {}: {} failed: {error}; delivering the response, the outbox \
-                         keeps the lease and retries",
+                        "scope {} fence {fence}: {} failed: {error}; delivering the response, \
+                         the outbox keeps the lease and retries",
                         call.scope().to_hex(),
                         call.name()
                     ),

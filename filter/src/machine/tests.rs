@@ -1065,6 +1065,11 @@ fn a_failed_settle_call_delivers_the_response_and_hands_the_claim_to_the_outbox(
             "the outbox keeps renewing: {out:?}"
         );
         assert_eq!(out.last(), Some(&Action::ResumeResponse), "not held longer");
+        assert!(
+            out.iter().any(|a| matches!(a, Action::Log { message, .. }
+                if message.contains("fence 3:") && message.contains("outbox"))),
+            "the hand-off is logged with the fence the upstream saw: {out:?}"
+        );
         assert_eq!(m.on(Event::StreamDone), vec![], "handed off once");
     }
     let mut m = to_upstream(config());

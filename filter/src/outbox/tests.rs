@@ -134,6 +134,35 @@ fn a_streams_lease_is_renewed_every_interval_and_not_before() {
 }
 
 #[test]
+fn a_failed_renew_is_retried_on_the_backoff_not_a_whole_interval_later() {
+    let mut outbox = Outbox::new(1 << 20);
+    outbox.start(lease(3), 0);
+    assert_eq!(dispatched(&outbox.on_tick(10_000)).len(), 1);
+    outbox.on_answer(renew(3), Err(CallError::NoAnswer), 10_000);
+    let first_retry = backoff_ms(claim(3), 1);
+    assert!(first_retry <= BACKOFF_BASE_MS, "{first_retry}");
+    assert!(dispatched(&outbox.on_tick(10_000 + first_retry - 1)).is_empty());
+    assert_eq!(dispatched(&outbox.on_tick(10_000 + first_retry)).len(), 1);
+    // Failures in a row back off further, never past the cap.
+    let mut now = 10_000 + first_retry;
+    for failures in 2..12 {
+        outbox.on_answer(renew(3), Err(CallError::Status(503)), now);
+        let delay = backoff_ms(claim(3), failures);
+        assert!(delay <= BACKOFF_CAP_MS);
+        now += delay;
+        assert_eq!(
+            dispatched(&outbox.on_tick(now)).len(),
+            1,
+            "failure {failures}"
+        );
+    }
+    // Once a renew lands, the interval schedule resumes.
+    outbox.on_answer(renew(3), Ok(()), now);
+    assert!(dispatched(&outbox.on_tick(now + 9_999)).is_empty());
+    assert_eq!(dispatched(&outbox.on_tick(now + 10_000)).len(), 1);
+}
+
+#[test]
 fn no_second_renew_while_one_is_in_flight() {
     let mut outbox = Outbox::new(1 << 20);
     outbox.start(lease(1), 0);
@@ -143,7 +172,7 @@ fn no_second_renew_while_one_is_in_flight() {
         counted(&outbox.on_answer(renew(1), Err(CallError::NoAnswer), 40_000)),
         vec![Metric::Event(EventKind::RenewError)]
     );
-    assert_eq!(dispatched(&outbox.on_tick(40_000)).len(), 1);
+    assert_eq!(dispatched(&outbox.on_tick(40_100)).len(), 1);
 }
 
 #[test]
