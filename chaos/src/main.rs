@@ -42,12 +42,17 @@
 //! - **requests**, **keys**: how much ran.
 //! - **executed twice, explained**: keys the upstream ran more than once, every re-run
 //!   with the evidence of the documented at-least-once case: the earlier execution came
-//!   through an Envoy that was killed after that request was sent and before its caller got
-//!   an answer (and before the re-run), and the re-run carries a higher fence.
+//!   through an Envoy that was killed after that request was sent and before the re-run —
+//!   before its caller got an answer, or after it with that claim's outbox hand-off in its
+//!   log (the record was still waiting in the outbox) — and the re-run carries a higher fence.
 //! - **executed twice, UNEXPLAINED**: any other re-run. Must be 0.
-//! - **divergent answers**: keys whose callers got two different successful answers. Must be 0.
+//! - **answer delivered, record died with its proxy**: explained keys of the second kind; the
+//!   delivered answer does not replay and the retry got a new one. Not a failure: it is the
+//!   documented case seen from the caller.
+//! - **divergent answers**: keys whose callers got two different successful answers, beyond
+//!   the row above. Must be 0.
 //! - **lost records**: keys with a delivered successful answer that no longer replays after
-//!   the run. Must be 0.
+//!   the run, beyond the row above. Must be 0.
 //! - **unverified**: keys whose replay check could not reach the store. Must be 0.
 //! - **error: CODE**: answers that were not a success, by problem `code` (`http_<status>`
 //!   without one), plus `client_gave_up` (an impatient caller's timeout) and
