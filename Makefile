@@ -3,7 +3,8 @@
 #   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests, a short chaos run (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
 #                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
-#   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…)
+#   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…,
+#                         HA=1 on a replicated Postgres with primary-node deaths)
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (default 300) each; make test runs them 5 s each
 
 SHELL := bash
@@ -131,11 +132,13 @@ bench: prereqs envoy wasm
 # Fault injection with a history checker (chaos/, its module doc says how to read the table).
 # Exits non-zero on an unexplained duplicate execution, a divergent answer or a lost record.
 # CHAOS_FLAGS passes more options (e.g. --faults envoy-kill, or --faults none --no-give-up).
+# HA=1 runs it on a replicated Postgres (etcd + two Patroni nodes) and adds the
+# primary-node-death fault.
 DURATION ?= 10m
 CHAOS_FLAGS ?=
 CHAOS_SEED = $(if $(SEED),--seed $(SEED))
-chaos: prereqs envoy wasm build
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(CHAOS_SEED) $(CHAOS_FLAGS)
+chaos: prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(if $(filter 1,$(HA)),--ha) $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # The short run (under 2 minutes in all), meant for make test.
 chaos-short: prereqs envoy wasm build

@@ -58,10 +58,16 @@ pub enum Column {
 }
 
 impl Column {
-    /// Every column, in table order.
-    pub fn all() -> Vec<Column> {
+    /// Every column, in table order: the primary-node-death column only for a run on a
+    /// replicated Postgres.
+    pub fn all(replicated_postgres: bool) -> Vec<Column> {
+        let kinds: &[FaultKind] = if replicated_postgres {
+            &FaultKind::ALL
+        } else {
+            &FaultKind::SINGLE_POSTGRES
+        };
         let mut columns = vec![Column::NoFault];
-        columns.extend(FaultKind::ALL.map(Column::Fault));
+        columns.extend(kinds.iter().copied().map(Column::Fault));
         columns.push(Column::All);
         columns
     }
@@ -279,7 +285,7 @@ pub fn check(history: &History) -> Report {
         })
         .collect();
 
-    let columns = Column::all()
+    let columns = Column::all(history.replicated_postgres)
         .into_iter()
         .map(|column| (column, counts(column, history, &verdicts)))
         .collect();
@@ -575,6 +581,7 @@ mod tests {
             target: envoy,
             start_ms: start,
             end_ms: end,
+            failover_window_ms: None,
         }
     }
 
@@ -616,6 +623,7 @@ mod tests {
             ],
             verification_executions: Vec::new(),
             handoffs: Vec::new(),
+            replicated_postgres: false,
         }
     }
 
@@ -956,6 +964,7 @@ mod tests {
             target: 1,
             start_ms: 3000,
             end_ms: 3400,
+            failover_window_ms: None,
         };
         let mut history = killed_winner_history();
         history.faults.push(freeze);

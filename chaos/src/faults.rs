@@ -5,8 +5,9 @@
 //! |---|---|---|
 //! | store kill | SIGKILL to a lease-store | start it again on its port, wait for `/readyz` |
 //! | store freeze | SIGSTOP to a lease-store (longer than the filter's call timeout) | SIGCONT |
-//! | Postgres crash | `pg_ctl stop -m immediate` | `pg_ctl start`, wait for every lease-store's `/readyz` |
+//! | Postgres crash | `pg_ctl stop -m immediate` (replicated: SIGKILL to the primary's postmaster) | `pg_ctl start` (replicated: its Patroni agent restarts it), wait for every lease-store's `/readyz` |
 //! | Envoy kill | SIGKILL to an Envoy | start it again on its ports, wait for `/ready` |
+//! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
@@ -35,6 +36,7 @@ pub async fn run(
         }
         let hold = Duration::from_millis(step.hold_ms);
         let start_ms = clock.now_ms();
+        let mut failover_window_ms = None;
         match step.kind {
             FaultKind::StoreKill => {
                 stack.kill_store(step.target);
@@ -47,9 +49,16 @@ pub async fn run(
                 stack.signal_store(step.target, Signal::Cont);
             }
             FaultKind::PostgresCrash => {
-                stack.crash_postgres();
+                let crashed = stack.crash_postgres().await;
                 tokio::time::sleep(hold).await;
-                stack.restart_postgres().await;
+                stack.restart_postgres(crashed).await;
+            }
+            FaultKind::PrimaryNodeDeath => {
+                if let Some((old_primary, window)) = stack.fail_primary_node().await {
+                    failover_window_ms = u64::try_from(window.as_millis()).ok();
+                    tokio::time::sleep(hold).await;
+                    stack.rejoin_node(old_primary).await;
+                }
             }
             FaultKind::EnvoyKill => {
                 stack.kill_envoy(step.target);
@@ -63,6 +72,7 @@ pub async fn run(
             target: step.target,
             start_ms,
             end_ms: clock.now_ms(),
+            failover_window_ms,
         });
     }
     faults

@@ -22,14 +22,29 @@ pub enum FaultKind {
     /// then resumed with SIGCONT.
     StoreFreeze,
     /// Postgres stopped as a crash would (`pg_ctl stop -m immediate`), then started again.
+    /// On a replicated Postgres (`--ha`): the primary's postmaster killed, which its
+    /// Patroni agent restarts in place.
     PostgresCrash,
     /// An Envoy killed with SIGKILL, then started again on the same ports.
     EnvoyKill,
+    /// On a replicated Postgres (`--ha`) only: the primary's node dies (its Patroni agent
+    /// and postmaster killed), Patroni promotes the synchronous standby, and the dead node
+    /// rejoins as the new standby.
+    PrimaryNodeDeath,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 5] = [
+        FaultKind::StoreKill,
+        FaultKind::StoreFreeze,
+        FaultKind::PostgresCrash,
+        FaultKind::EnvoyKill,
+        FaultKind::PrimaryNodeDeath,
+    ];
+
+    /// The kinds a run on a single Postgres can inject.
+    pub const SINGLE_POSTGRES: [FaultKind; 4] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -43,6 +58,7 @@ impl FaultKind {
             FaultKind::StoreFreeze => "store freeze",
             FaultKind::PostgresCrash => "postgres crash",
             FaultKind::EnvoyKill => "envoy kill",
+            FaultKind::PrimaryNodeDeath => "primary node death",
         }
     }
 }
@@ -60,6 +76,10 @@ pub struct Fault {
     pub start_ms: Ms,
     /// When the part answered its readiness probe again (or was resumed, for a freeze).
     pub end_ms: Ms,
+    /// A primary node death's failover window: from the kill to the first write the
+    /// multi-host URL accepted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_window_ms: Option<u64>,
 }
 
 impl Fault {
@@ -231,6 +251,9 @@ pub struct History {
     /// (the first finalize or release failed), read from the Envoys' logs.
     #[serde(default)]
     pub handoffs: Vec<Handoff>,
+    /// The run's Postgres was a replicated Patroni pair (`--ha`).
+    #[serde(default)]
+    pub replicated_postgres: bool,
 }
 
 /// A claim whose first settle call failed: its answer was delivered and its record handed

@@ -130,9 +130,14 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill; `none` for a control run.
-    #[arg(long, default_value = "store-kill,store-freeze,postgres-crash,envoy-kill", value_parser = parse_fault_kinds)]
-    faults: FaultKinds,
+    /// postgres-crash, envoy-kill, primary-node-death (with --ha); `none` for a control
+    /// run. Default: every kind the database allows.
+    #[arg(long, value_parser = parse_fault_kinds)]
+    faults: Option<FaultKinds>,
+    /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
+    /// the primary-node-death fault (`make chaos HA=1`; needs `make ha-prereqs`).
+    #[arg(long)]
+    ha: bool,
     /// No caller gives up mid-request (with `--faults none`: the happy path alone).
     #[arg(long)]
     no_give_up: bool,
@@ -165,12 +170,20 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let duration_ms = u64::try_from(duration.as_millis()).map_err(|_| "--duration is too long")?;
     let seed = cli.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
     let plugin = plugin()?;
+    let fault_kinds = match &cli.faults {
+        Some(kinds) => kinds.clone(),
+        None if cli.ha => FaultKinds(FaultKind::ALL.to_vec()),
+        None => FaultKinds(FaultKind::SINGLE_POSTGRES.to_vec()),
+    };
+    if !cli.ha && fault_kinds.0.contains(&FaultKind::PrimaryNodeDeath) {
+        return Err("primary-node-death needs a replicated Postgres: add --ha".to_owned());
+    }
     let settings = Settings {
         duration_ms,
         lease_ms: LEASE_MS,
         call_timeout_ms: plugin["lease_store"]["timeout_ms"].as_u64().unwrap_or(1000),
         replicas: REPLICAS,
-        fault_kinds: cli.faults.0.clone(),
+        fault_kinds: fault_kinds.0.clone(),
         give_up: !cli.no_give_up,
     };
     let plan = plan::draw(seed, &settings);
@@ -187,7 +200,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         dir.display()
     );
 
-    let mut stack = ChaosStack::start(&dir, &plugin, REPLICAS).await;
+    let mut stack = ChaosStack::start(&dir, &plugin, REPLICAS, cli.ha).await;
     let endpoints = stack.endpoints();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -228,6 +241,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         verifications,
         verification_executions,
         handoffs,
+        replicated_postgres: cli.ha,
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;
@@ -236,8 +250,8 @@ async fn run(cli: Cli) -> Result<bool, String> {
     print!("{}", report::table(&report));
     println!();
     let mut flags = Vec::new();
-    if cli.faults.0 != FaultKind::ALL {
-        flags.push(format!("--faults {}", cli.faults));
+    if let Some(kinds) = &cli.faults {
+        flags.push(format!("--faults {kinds}"));
     }
     if cli.no_give_up {
         flags.push("--no-give-up".to_owned());
@@ -246,6 +260,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
         true => format!("make chaos-short SEED={seed}"),
         false => format!("make chaos SEED={seed} DURATION={}s", duration.as_secs()),
     };
+    if cli.ha {
+        replay.push_str(" HA=1");
+    }
     if !flags.is_empty() {
         replay.push_str(&format!(" CHAOS_FLAGS='{}'", flags.join(" ")));
     }
@@ -341,7 +358,7 @@ mod tests {
             Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
-        let all = "store-kill,store-freeze,postgres-crash,envoy-kill";
+        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

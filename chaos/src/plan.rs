@@ -33,11 +33,13 @@ pub const PATIENT_TIMEOUT_MS: u64 = 8000;
 const DELAYS_MS: [(u64, u32); 4] = [(0, 20), (200, 30), (800, 25), (1500, 25)];
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 4] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 5] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
     (FaultKind::EnvoyKill, 25),
+    // A failover and the old node's rejoin take 15–20 s: rarer, or the run is all failover.
+    (FaultKind::PrimaryNodeDeath, 10),
 ];
 
 /// What shapes a plan besides the seed.
@@ -243,7 +245,7 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
     while planned_ms < settings.duration_ms {
         let kind = weighted(rng, &weights);
         let target = match kind {
-            FaultKind::PostgresCrash => 0,
+            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => 0,
             _ => rng.random_range(0..replicas),
         };
         let hold_ms = match kind {
@@ -253,6 +255,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
                 rng.random_range(settings.call_timeout_ms + 200..settings.call_timeout_ms + 1500)
             }
             FaultKind::EnvoyKill => rng.random_range(100..600),
+            // Time on one node after the promotion, before the dead node rejoins.
+            FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
         };
         let gap_ms = rng.random_range(200..1000);
         planned_ms += gap_ms + hold_ms;

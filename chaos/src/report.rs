@@ -99,7 +99,12 @@ pub fn summary(
     dir: &Path,
 ) -> String {
     let mut out = String::new();
-    let injected: Vec<String> = FaultKind::ALL
+    let kinds: &[FaultKind] = if history.replicated_postgres {
+        &FaultKind::ALL
+    } else {
+        &FaultKind::SINGLE_POSTGRES
+    };
+    let injected: Vec<String> = kinds
         .iter()
         .map(|kind| {
             let n = history.faults.iter().filter(|f| f.kind == *kind).count();
@@ -112,6 +117,19 @@ pub fn summary(
         history.faults.len(),
         injected.join(", ")
     );
+    let windows: Vec<String> = history
+        .faults
+        .iter()
+        .filter_map(|fault| fault.failover_window_ms)
+        .map(|ms| format!("{:.1} s", ms as f64 / 1000.0))
+        .collect();
+    if !windows.is_empty() {
+        let _ = writeln!(
+            out,
+            "failover windows (primary's node killed → first write accepted): {}",
+            windows.join(", ")
+        );
+    }
     if !history.verification_executions.is_empty() {
         let _ = writeln!(
             out,

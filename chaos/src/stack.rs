@@ -19,6 +19,7 @@ use keyflight_e2e::binaries::Binaries;
 use keyflight_e2e::envoy_config::{self, Ports};
 use keyflight_e2e::envoy_variants::EnvoyEdit;
 use keyflight_e2e::stack::{envoy_command, lease_store_command, upstream_command};
+use keyflight_testkit::ha::{HaCluster, HaOptions};
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::{ChildGuard, Signal, free_port, wait_http_ok};
 use serde_json::Value;
@@ -62,13 +63,33 @@ struct Envoy {
     log: PathBuf,
 }
 
+/// The database under the stack: one Postgres, or a replicated Patroni pair (`--ha`).
+enum Database {
+    Single(PgCluster),
+    Replicated(HaCluster),
+}
+
+impl Database {
+    /// The URL the lease-stores use (multi-host with `target_session_attrs=read-write` for
+    /// a replicated one).
+    fn url(&self) -> String {
+        match self {
+            Database::Single(postgres) => postgres.url(),
+            Database::Replicated(ha) => ha.url(),
+        }
+    }
+}
+
+/// How long a replicated Postgres may take to fail over or to get its standby back.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The running stack. Fields drop in declaration order: Envoys first, Postgres last.
 pub struct ChaosStack {
     envoys: Vec<Envoy>,
     upstream: ChildGuard,
     upstream_port: u16,
     stores: Vec<Store>,
-    postgres: PgCluster,
+    postgres: Database,
     binaries: Binaries,
     token: String,
 }
@@ -76,7 +97,12 @@ pub struct ChaosStack {
 impl ChaosStack {
     /// Starts every part under `dir` (logs in `dir/logs`, Envoy configs in `dir`) with the
     /// plugin configuration `plugin`, and waits until each answers its readiness probe.
-    pub async fn start(dir: &Path, plugin: &Value, replicas: usize) -> ChaosStack {
+    pub async fn start(
+        dir: &Path,
+        plugin: &Value,
+        replicas: usize,
+        replicated_postgres: bool,
+    ) -> ChaosStack {
         let binaries = Binaries::locate();
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("create {}: {e}", logs.display()));
@@ -114,9 +140,15 @@ impl ChaosStack {
             &logs.join("demo-upstream.log"),
         );
 
-        let postgres = tokio::task::spawn_blocking(PgCluster::start)
-            .await
-            .unwrap_or_else(|e| panic!("starting Postgres failed: {e}"));
+        let postgres = if replicated_postgres {
+            Database::Replicated(HaCluster::start(HaOptions::default()).await)
+        } else {
+            Database::Single(
+                tokio::task::spawn_blocking(PgCluster::start)
+                    .await
+                    .unwrap_or_else(|e| panic!("starting Postgres failed: {e}")),
+            )
+        };
         let upstream_ready = format!("http://127.0.0.1:{upstream_port}/stats");
         wait_http_ok(&upstream_ready, READY_TIMEOUT, Some(&mut upstream)).await;
         let mut stack = ChaosStack {
@@ -189,14 +221,60 @@ impl ChaosStack {
         }
     }
 
-    /// Stops Postgres as a crash would (`pg_ctl stop -m immediate`).
-    pub fn crash_postgres(&self) {
-        tokio::task::block_in_place(|| self.postgres.stop());
+    /// Crashes Postgres: `pg_ctl stop -m immediate` on a single one; on a replicated one,
+    /// SIGKILL to the primary's postmaster (its Patroni agent restarts it in place). Returns
+    /// what [`ChaosStack::restart_postgres`] needs to wait for.
+    pub async fn crash_postgres(&self) -> Option<(usize, u32)> {
+        match &self.postgres {
+            Database::Single(postgres) => {
+                tokio::task::block_in_place(|| postgres.stop());
+                None
+            }
+            Database::Replicated(ha) => {
+                let leader = ha.leader().await?;
+                Some((leader, ha.kill_postmaster(leader)))
+            }
+        }
     }
 
-    /// Starts Postgres again on its port and waits until every lease-store is ready again.
-    pub async fn restart_postgres(&self) {
-        tokio::task::block_in_place(|| self.postgres.restart());
+    /// Brings Postgres back after [`ChaosStack::crash_postgres`] and waits until every
+    /// lease-store is ready again.
+    pub async fn restart_postgres(&self, crashed: Option<(usize, u32)>) {
+        match (&self.postgres, crashed) {
+            (Database::Single(postgres), _) => {
+                tokio::task::block_in_place(|| postgres.restart());
+            }
+            (Database::Replicated(ha), Some((node, postmaster))) => {
+                ha.wait_for_postmaster_restart(node, postmaster, FAILOVER_TIMEOUT)
+                    .await;
+            }
+            (Database::Replicated(_), None) => {}
+        }
+        self.wait_stores_ready().await;
+    }
+
+    /// Kills the primary's node of a replicated Postgres and waits until the standby is
+    /// promoted and writable; returns the old primary and the failover window. `None` on a
+    /// single Postgres.
+    pub async fn fail_primary_node(&self) -> Option<(usize, Duration)> {
+        let Database::Replicated(ha) = &self.postgres else {
+            return None;
+        };
+        let failover = ha.fail_primary_node(FAILOVER_TIMEOUT).await;
+        Some((failover.old_leader, failover.window()))
+    }
+
+    /// Brings a dead node back as the new primary's synchronous standby (without one, a
+    /// second failover would have no node Patroni may promote), then waits for the stores.
+    pub async fn rejoin_node(&self, node: usize) {
+        if let Database::Replicated(ha) = &self.postgres {
+            ha.restart_node(node).await;
+            ha.wait_for_leader_and_sync_standby(FAILOVER_TIMEOUT).await;
+        }
+        self.wait_stores_ready().await;
+    }
+
+    async fn wait_stores_ready(&self) {
         for store in &self.stores {
             let ready = format!("http://127.0.0.1:{}/readyz", store.port);
             wait_http_ok(&ready, READY_TIMEOUT, None).await;
