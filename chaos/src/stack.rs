@@ -66,7 +66,7 @@ struct Envoy {
 /// The database under the stack: one Postgres, or a replicated Patroni pair (`--ha`).
 enum Database {
     Single(PgCluster),
-    Replicated(HaCluster),
+    Replicated(Box<HaCluster>),
 }
 
 impl Database {
@@ -141,7 +141,7 @@ impl ChaosStack {
         );
 
         let postgres = if replicated_postgres {
-            Database::Replicated(HaCluster::start(HaOptions::default()).await)
+            Database::Replicated(Box::new(HaCluster::start(HaOptions::default()).await))
         } else {
             Database::Single(
                 tokio::task::spawn_blocking(PgCluster::start)
