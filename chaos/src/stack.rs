@@ -247,6 +247,10 @@ impl ChaosStack {
             (Database::Replicated(ha), Some((node, postmaster))) => {
                 ha.wait_for_postmaster_restart(node, postmaster, FAILOVER_TIMEOUT)
                     .await;
+                // Healthy again means a synchronous standby again: Patroni promotes only
+                // a standby it had marked synchronous, so a primary that dies before the
+                // restarted pair re-registered one would have no node it may promote.
+                ha.wait_for_leader_and_sync_standby(FAILOVER_TIMEOUT).await;
             }
             (Database::Replicated(_), None) => {}
         }
