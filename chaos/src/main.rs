@@ -144,6 +144,10 @@ struct Cli {
     /// Where runs are written (default: target/chaos in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Judge the history of an earlier run again (its directory under target/chaos),
+    /// with this build's checker, instead of running anything.
+    #[arg(long, value_name = "RUN_DIR")]
+    recheck: Option<PathBuf>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
@@ -161,6 +165,9 @@ async fn main() -> ExitCode {
 
 /// One run; `Ok(true)` when the checker found nothing.
 async fn run(cli: Cli) -> Result<bool, String> {
+    if let Some(dir) = &cli.recheck {
+        return recheck(dir);
+    }
     let began = Instant::now();
     let duration = if cli.short {
         SHORT_DURATION
@@ -271,6 +278,23 @@ async fn run(cli: Cli) -> Result<bool, String> {
         report::summary(&report, &history, &plan, &replay, &dir)
     );
     println!("run took {:.1} s", began.elapsed().as_secs_f64());
+    Ok(!report.failed())
+}
+
+/// `--recheck`: the checker over a stored `history.json`; prints the table and the verdict.
+fn recheck(dir: &Path) -> Result<bool, String> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        history: History,
+    }
+    let path = dir.join("history.json");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let stored: Stored =
+        serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
+    let report = checker::check(&stored.history);
+    print!("{}", report::table(&report));
+    print!("{}", report::verdict(&report));
     Ok(!report.failed())
 }
 

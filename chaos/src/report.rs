@@ -137,6 +137,19 @@ pub fn summary(
             history.verification_executions.len()
         );
     }
+    out.push_str(&verdict(report));
+    let _ = writeln!(
+        out,
+        "seed {} (replay: {replay}); details: {}",
+        plan.seed,
+        dir.join("report.json").display()
+    );
+    out
+}
+
+/// PASS, or FAIL with the failing keys (the first few).
+pub fn verdict(report: &Report) -> String {
+    let mut out = String::new();
     let total = report.total();
     if report.failed() {
         let _ = writeln!(
@@ -158,12 +171,6 @@ pub fn summary(
             "PASS: no unexplained re-run, no divergent answer, no lost record"
         );
     }
-    let _ = writeln!(
-        out,
-        "seed {} (replay: {replay}); details: {}",
-        plan.seed,
-        dir.join("report.json").display()
-    );
     out
 }
 
