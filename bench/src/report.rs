@@ -40,6 +40,43 @@ pub struct Row {
 }
 
 impl Row {
+    /// A row comparing CPU per operation (`cpu`, of the processes named in the scenario)
+    /// with a baseline's (`baseline_cpu`): the ratio is CPU ÷ CPU, not rps ÷ rps.
+    pub fn cpu_compared(
+        id: &str,
+        scenario: &str,
+        m: &Measurement,
+        cpu: Option<f64>,
+        baseline: (&Measurement, Option<f64>),
+        target: Option<Target>,
+    ) -> Row {
+        let (baseline, baseline_cpu) = baseline;
+        let mut row = Row::measured(id, scenario, m, None, None);
+        row.cpu_us_per_op = cpu;
+        row.baseline = Some(format!("{} (CPU)", baseline.name));
+        row.ratio = cpu.zip(baseline_cpu).and_then(|(c, b)| (b > 0.0).then(|| c / b));
+        row.target = target;
+        row.met = target.and_then(|t| {
+            t.met_with_cpu(row.ratio, row.latency.map(|l| l.p50_ms), row.cpu_us_per_op)
+        });
+        row
+    }
+
+    /// A row whose CPU column is `cpu` (a subset of the processes), with a target on it.
+    pub fn cpu_of(
+        id: &str,
+        scenario: &str,
+        m: &Measurement,
+        cpu: Option<f64>,
+        target: Option<Target>,
+    ) -> Row {
+        let mut row = Row::measured(id, scenario, m, None, None);
+        row.cpu_us_per_op = cpu;
+        row.target = target;
+        row.met = target.and_then(|t| t.met_with_cpu(None, None, cpu));
+        row
+    }
+
     /// A row from a measurement, optionally compared with a baseline.
     pub fn measured(
         id: &str,

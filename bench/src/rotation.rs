@@ -42,6 +42,16 @@ pub struct Contender {
     pub concurrency: usize,
     /// The processes whose CPU time it is charged.
     pub watched: Vec<Watched>,
+    /// Named subsets of `watched` whose CPU is also reported apart (e.g. Postgres).
+    pub groups: Vec<(&'static str, Vec<Watched>)>,
+}
+
+impl Contender {
+    /// Also reports the CPU of these named subsets of its processes apart.
+    pub fn grouped(mut self, groups: Vec<(&'static str, Vec<Watched>)>) -> Contender {
+        self.groups = groups;
+        self
+    }
 }
 
 /// How long rounds last and how many there are.
@@ -76,6 +86,8 @@ pub struct Measurement {
     pub histogram: Histogram<u64>,
     /// CPU seconds of the watched processes over the measured rounds.
     pub cpu_seconds: Option<f64>,
+    /// CPU seconds of each of the contender's named groups.
+    pub group_cpu_seconds: Vec<(&'static str, f64)>,
 }
 
 impl Measurement {
@@ -91,8 +103,17 @@ impl Measurement {
 
     /// CPU microseconds per successful operation.
     pub fn cpu_us_per_op(&self) -> Option<f64> {
-        let cpu = self.cpu_seconds?;
-        (self.ok > 0).then(|| cpu * 1e6 / self.ok as f64)
+        self.per_op(self.cpu_seconds?)
+    }
+
+    /// CPU microseconds per successful operation of the named group.
+    pub fn group_cpu_us_per_op(&self, group: &str) -> Option<f64> {
+        let (_, cpu) = self.group_cpu_seconds.iter().find(|(g, _)| *g == group)?;
+        self.per_op(*cpu)
+    }
+
+    fn per_op(&self, cpu_seconds: f64) -> Option<f64> {
+        (self.ok > 0).then(|| cpu_seconds * 1e6 / self.ok as f64)
     }
 }
 
@@ -131,6 +152,7 @@ pub async fn rotate(
             elapsed: Duration::ZERO,
             histogram: stats::histogram(),
             cpu_seconds: (!c.watched.is_empty()).then_some(0.0),
+            group_cpu_seconds: c.groups.iter().map(|(name, _)| (*name, 0.0)).collect(),
         })
         .collect();
     for _ in 0..schedule.rounds {
@@ -138,8 +160,21 @@ pub async fn rotate(
             contenders.iter().zip(&mut measurements).zip(&intervals)
         {
             let cpu_before = procfs.cpu_seconds(&contender.watched);
+            let groups_before: Vec<f64> = contender
+                .groups
+                .iter()
+                .map(|(_, watched)| procfs.cpu_seconds(watched))
+                .collect();
             let round = run_round(contender, schedule.round, schedule, *interval, unique).await?;
             let cpu = procfs.cpu_seconds(&contender.watched) - cpu_before;
+            for ((group, total), before) in contender
+                .groups
+                .iter()
+                .zip(&mut measurement.group_cpu_seconds)
+                .zip(groups_before)
+            {
+                total.1 += procfs.cpu_seconds(&group.1) - before;
+            }
             measurement.ok += round.ok;
             measurement.errors += round.errors;
             if measurement.first_error.is_none() {

@@ -121,14 +121,36 @@ pub enum Target {
         /// The upper bound.
         max: f64,
     },
+    /// The ratio to the baseline (of CPU per operation) must be at most this.
+    RatioAtMost {
+        /// The upper bound.
+        max: f64,
+    },
+    /// CPU per operation must be at most this many microseconds.
+    CpuAtMostUs {
+        /// The upper bound.
+        max: f64,
+    },
 }
 
 impl Target {
     /// Checks the target against a row's ratio and median.
     pub fn met(self, ratio: Option<f64>, p50_ms: Option<f64>) -> Option<bool> {
+        self.met_with_cpu(ratio, p50_ms, None)
+    }
+
+    /// [`Target::met`], for targets on CPU per operation too.
+    pub fn met_with_cpu(
+        self,
+        ratio: Option<f64>,
+        p50_ms: Option<f64>,
+        cpu_us_per_op: Option<f64>,
+    ) -> Option<bool> {
         match self {
             Target::RatioAtLeast { min } => ratio.map(|r| r >= min),
             Target::P50AtMostMs { max } => p50_ms.map(|p| p <= max),
+            Target::RatioAtMost { max } => ratio.map(|r| r <= max),
+            Target::CpuAtMostUs { max } => cpu_us_per_op.map(|c| c <= max),
         }
     }
 
@@ -137,6 +159,8 @@ impl Target {
         match self {
             Target::RatioAtLeast { min } => format!(">= {min:.2}"),
             Target::P50AtMostMs { max } => format!("p50 <= {max} ms"),
+            Target::RatioAtMost { max } => format!("<= {max:.2}"),
+            Target::CpuAtMostUs { max } => format!("CPU <= {max:.0} µs"),
         }
     }
 }

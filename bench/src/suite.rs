@@ -1,11 +1,13 @@
-//! `make bench`: the whole suite, P1–P4 and the reported comparisons, on one stack.
+//! `make bench`: the whole suite, P1–P8 and the reported comparisons, on one stack.
 //!
 //! Order: start the stack; check the guarded path works and capture a replay's answer (the
-//! plain Envoy's `direct_response` serves exactly that); then three interleaved rotations —
+//! plain Envoy's `direct_response` serves exactly that); then interleaved rotations —
 //! concurrency 1 and 16 of {pgbench, store cycle, guarded first-time POST, unguarded POST}
-//! (P1, P4, guarded vs unguarded) and {replay, direct_response, direct_response behind the
-//! filter} at 16 (P2, and the floor any wasm filter puts under it) — then P3 and
-//! the memory readings. Rotations share a baseline where the issue says so: P4 is divided by
+//! (P1, P4, guarded vs unguarded; P5 CPU per guarded request ÷ unguarded; P6 Postgres CPU
+//! per store cycle ÷ pgbench pair), {guarded, unguarded, replay via the store} of a ~480 KB
+//! JSON body at 2 (P7 throughput ratio, P8 Envoy CPU per store replay), and {replay,
+//! direct_response, direct_response behind the filter} at 16 (P2, and the floor any wasm
+//! filter puts under it) — then P3 and the memory readings. Rotations share a baseline where the issue says so: P4 is divided by
 //! the same pgbench rounds as P1.
 
 use std::path::PathBuf;
@@ -28,6 +30,31 @@ use crate::workload::{RequestTemplate, StoreCycle, Workload};
 
 /// The body every payment request carries.
 const PAYMENT_BODY: &str = r#"{"amount":1,"currency":"EUR"}"#;
+
+/// Concurrency of the large-body comparison (the issue measured it at two connections).
+const LARGE_CONCURRENCY: usize = 2;
+
+/// A payment of about 480 KB: an order of 3,000 line items with numbers, strings and
+/// nested objects, so the fingerprint's canonical JSON does real work. The demo upstream
+/// echoes it, so the recorded answer is about as large.
+fn large_payment_body() -> String {
+    let items: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                r#"{{"sku":"SKU-{i:06}","qty":{},"unit_price":{}.{:02},"note":"line item {i} of a large order","tags":["a","b","c"],"dims":{{"w":{},"h":{}}}}}"#,
+                i % 7 + 1,
+                i % 500,
+                i % 100,
+                i % 30,
+                i % 40
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"amount":1,"currency":"EUR","items":[{}]}}"#,
+        items.join(",")
+    )
+}
 
 /// What the suite is told on the command line.
 #[derive(Debug, Clone)]
@@ -102,24 +129,28 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     let plain_envoy = Watched::Process(plain.pid());
     let with =
         |extra: &[Watched]| -> Vec<Watched> { extra.iter().chain(&postgres).copied().collect() };
+    let postgres_group = || vec![("postgres", postgres.clone())];
 
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for &c in &options.concurrencies {
         let contenders = [
-            contender("pgbench", Drive::Pgbench(pgbench.clone()), c, with(&[])),
+            contender("pgbench", Drive::Pgbench(pgbench.clone()), c, with(&[]))
+                .grouped(postgres_group()),
             load(
                 "store cycle",
                 Workload::StoreCycle(cycle.clone()),
                 c,
                 with(&[store]),
-            ),
+            )
+            .grouped(postgres_group()),
             load(
                 "guarded POST",
                 Workload::Request(guarded_first.clone()),
                 c,
                 with(&[guarded_envoy, store, upstream]),
-            ),
+            )
+            .grouped(postgres_group()),
             load(
                 "unguarded POST",
                 Workload::Request(unguarded.clone()),
@@ -168,7 +199,115 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             Some(unguarded_m),
             None,
         ));
+        rows.push(Row::cpu_compared(
+            "P5",
+            "CPU per guarded first-time POST (all processes) ÷ unguarded POST's",
+            guarded_m,
+            guarded_m.cpu_us_per_op(),
+            (unguarded_m, unguarded_m.cpu_us_per_op()),
+            Some(Target::RatioAtMost { max: 3.0 }),
+        ));
+        rows.push(Row::cpu_compared(
+            "P6",
+            "Postgres CPU per claim+finalize: store cycle ÷ pgbench",
+            cycle_m,
+            cycle_m.group_cpu_us_per_op("postgres"),
+            (pg, pg.group_cpu_us_per_op("postgres")),
+            Some(Target::RatioAtMost { max: 1.1 }),
+        ));
+        rows.push(Row::cpu_compared(
+            "—",
+            "Postgres CPU per guarded first-time POST ÷ pgbench pair",
+            guarded_m,
+            guarded_m.group_cpu_us_per_op("postgres"),
+            (pg, pg.group_cpu_us_per_op("postgres")),
+            None,
+        ));
     }
+
+    // Large bodies: a ~480 KB JSON payment whose echoed answer is recorded (too large for
+    // the edge cache, so its replays come from the store).
+    let large_body = large_payment_body();
+    let large = |url: &str, key: &str| {
+        RequestTemplate::parse(
+            url,
+            "POST",
+            &[
+                "x-user: alice".to_owned(),
+                "content-type: application/json".to_owned(),
+                format!("idempotency-key: {key}"),
+            ],
+            &large_body,
+            201,
+        )
+    };
+    let large_guarded = large(&stack.guarded.url("/payments"), "{unique}")?;
+    let large_unguarded = large(&plain.url("/payments"), "{unique}")?;
+    let large_replay = large(&stack.guarded.url("/payments"), &format!("large-{run_id}"))?;
+    prime_replay(&large_replay).await?;
+    let envoy_group = vec![("envoy", vec![guarded_envoy])];
+    let contenders = [
+        load(
+            "large guarded POST",
+            Workload::Request(large_guarded),
+            LARGE_CONCURRENCY,
+            with(&[guarded_envoy, store, upstream]),
+        )
+        .grouped(envoy_group.clone()),
+        load(
+            "large unguarded POST",
+            Workload::Request(large_unguarded),
+            LARGE_CONCURRENCY,
+            vec![plain_envoy, upstream],
+        )
+        .grouped(vec![("envoy", vec![plain_envoy])]),
+        load(
+            "large replay via store",
+            Workload::Request(large_replay),
+            LARGE_CONCURRENCY,
+            with(&[guarded_envoy, store]),
+        )
+        .grouped(envoy_group),
+    ];
+    let m = rotation::rotate(&contenders, options.schedule, &unique).await?;
+    let [large_guarded_m, large_unguarded_m, large_replay_m] = &m[..] else {
+        return Err(BenchError::Answer("a rotation lost a contender".into()));
+    };
+    rows.push(Row::measured(
+        "base",
+        &format!(
+            "unguarded POST, {} KB JSON body echoed",
+            large_body.len() / 1000
+        ),
+        large_unguarded_m,
+        None,
+        None,
+    ));
+    rows.push(Row::measured(
+        "P7",
+        "guarded first-time POST, same large body, answer recorded",
+        large_guarded_m,
+        Some(large_unguarded_m),
+        Some(Target::RatioAtLeast { min: 0.5 }),
+    ));
+    rows.push(Row::cpu_compared(
+        "—",
+        "Envoy CPU per large guarded POST ÷ unguarded",
+        large_guarded_m,
+        large_guarded_m.group_cpu_us_per_op("envoy"),
+        (
+            large_unguarded_m,
+            large_unguarded_m.group_cpu_us_per_op("envoy"),
+        ),
+        None,
+    ));
+    rows.push(Row::cpu_of(
+        "P8",
+        "replay of that large record via the store: Envoy CPU per replay",
+        large_replay_m,
+        large_replay_m.group_cpu_us_per_op("envoy"),
+        Some(Target::CpuAtMostUs { max: 3300.0 }),
+    ));
 
     // Replay via the store: a second guarded Envoy with the policy's edge cache off.
     let no_cache = match stack
@@ -339,6 +478,7 @@ fn contender(name: &str, drive: Drive, concurrency: usize, watched: Vec<Watched>
         drive,
         concurrency,
         watched,
+        groups: Vec::new(),
     }
 }
 
