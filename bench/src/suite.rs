@@ -34,11 +34,11 @@ const PAYMENT_BODY: &str = r#"{"amount":1,"currency":"EUR"}"#;
 /// Concurrency of the large-body comparison (the issue measured it at two connections).
 const LARGE_CONCURRENCY: usize = 2;
 
-/// A payment of about 480 KB: an order of 3,000 line items with numbers, strings and
+/// A payment of about 480 KB: an order of 3,600 line items with numbers, strings and
 /// nested objects, so the fingerprint's canonical JSON does real work. The demo upstream
 /// echoes it, so the recorded answer is about as large.
 fn large_payment_body() -> String {
-    let items: Vec<String> = (0..3000)
+    let items: Vec<String> = (0..3600)
         .map(|i| {
             format!(
                 r#"{{"sku":"SKU-{i:06}","qty":{},"unit_price":{}.{:02},"note":"line item {i} of a large order","tags":["a","b","c"],"dims":{{"w":{},"h":{}}}}}"#,
