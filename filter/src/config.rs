@@ -13,6 +13,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyflight_protocol::authority::Authority;
+pub use keyflight_protocol::problem::StatusProfile;
+use keyflight_protocol::wire::base64_len;
 use keyflight_protocol::{PrincipalSource, ScopeMode, Target};
 use serde::Deserialize;
 
@@ -96,17 +98,6 @@ pub enum Mode {
     Enforce,
     /// Claim and record, never block or replay; count what enforce would do.
     DryRun,
-}
-
-/// F10 status profile: which HTTP status a few outcomes get.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusProfile {
-    /// keyflight's own: in-flight → 503 + Retry-After, payload mismatch → 409.
-    #[default]
-    Keyflight,
-    /// The IETF draft's: in-flight → 409, payload mismatch → 422.
-    Ietf,
 }
 
 /// K2: what happens to a keyed request without a principal.
@@ -597,7 +588,7 @@ fn check_record_fits(at: &str, policy: &Policy, store: &LeaseStore) -> Result<()
 /// The size of a finalize carrying a `body` byte response: base64 plus room
 /// for the JSON framing and the recorded headers (64 KiB).
 pub fn finalize_bytes(body: u64) -> u64 {
-    body.div_ceil(3) * 4 + 64 * 1024
+    base64_len(body) + 64 * 1024
 }
 
 fn validate_outbox(raw: Option<raw::Outbox>) -> Result<Outbox, ConfigError> {

@@ -36,6 +36,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{FinalizeRequest, RenewRequest, StoredResponse};
 use uuid::Uuid;
 
@@ -550,9 +551,11 @@ fn next_step(call: &StoreCall, error: CallError) -> Step {
         // anything else the store may answer while it restarts or is
         // reconfigured (401/403 during a token rotation): within the budget,
         // try again.
-        CallError::Dispatch | CallError::NoAnswer | CallError::Status(_) | CallError::Malformed => {
-            Step::Retry
-        }
+        CallError::Dispatch
+        | CallError::NoAnswer
+        | CallError::Status(_)
+        | CallError::Malformed
+        | CallError::MalformedRecord => Step::Retry,
     }
 }
 
@@ -588,7 +591,7 @@ fn delivery_bytes(call: &StoreCall) -> usize {
                 .iter()
                 .map(|(n, v)| n.len() + v.len())
                 .sum();
-            request.response.body_b64.len() + headers
+            request.response.encoded_body_len() + headers
         }
         StoreCall::Claim { .. } | StoreCall::Renew { .. } | StoreCall::Release { .. } => 0,
     };
@@ -616,10 +619,6 @@ fn jitter(claim_id: Uuid, attempt: u32) -> u64 {
         .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         })
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn signed(bytes: usize) -> i64 {

@@ -116,6 +116,12 @@ pub enum CallError {
     /// A 200 whose body is not the expected JSON.
     #[error("the answer could not be parsed")]
     Malformed,
+    /// A claim's `completed` answer whose recorded response cannot be read
+    /// (a body that is not base64, a status out of range): the operation
+    /// ran, so the request is refused, never forwarded, whatever the
+    /// policy's `failure_mode`.
+    #[error("the recorded response could not be read")]
+    MalformedRecord,
 }
 
 #[derive(Deserialize)]
@@ -123,12 +129,22 @@ struct ProblemCodeOnly {
     code: ProblemCode,
 }
 
+#[derive(Deserialize)]
+struct OutcomeOnly {
+    outcome: String,
+}
+
 /// Reads a claim answer. `status` is `None` when the call failed without
 /// response headers (the host reports a failed call that way).
 pub fn parse_claim_answer(status: Option<u16>, body: &[u8]) -> Result<ClaimResponse, CallError> {
     match status {
         None => Err(CallError::NoAnswer),
-        Some(200) => serde_json::from_slice(body).map_err(|_| CallError::Malformed),
+        Some(200) => serde_json::from_slice(body).map_err(|_| {
+            match serde_json::from_slice::<OutcomeOnly>(body) {
+                Ok(answer) if answer.outcome == "completed" => CallError::MalformedRecord,
+                _ => CallError::Malformed,
+            }
+        }),
         Some(other) => Err(CallError::Status(other)),
     }
 }
@@ -234,6 +250,17 @@ mod tests {
             parse_claim_answer(Some(200), br#"{"outcome":"maybe"}"#),
             Err(CallError::Malformed)
         );
+        for unreadable in [
+            br#"{"outcome":"completed","response":{"status":200,"headers":[],"body_b64":"***"}}"#
+                .as_slice(),
+            br#"{"outcome":"completed","response":{"status":70000,"headers":[],"body_b64":""}}"#,
+            br#"{"outcome":"completed"}"#,
+        ] {
+            assert_eq!(
+                parse_claim_answer(Some(200), unreadable),
+                Err(CallError::MalformedRecord)
+            );
+        }
     }
 
     #[test]

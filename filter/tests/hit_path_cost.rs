@@ -17,10 +17,11 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use keyflight_filter::config::Config;
-use keyflight_filter::edge_cache::{self, CachedResponse, Entry};
+use keyflight_filter::edge_cache::{self, Entry};
 use keyflight_filter::identity::Lookup;
 use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::parse_plugin_config;
+use keyflight_protocol::wire::StoredResponse;
 use keyflight_protocol::{
     Digest, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
 };
@@ -98,7 +99,7 @@ fn slot() -> Vec<u8> {
         fingerprint,
         epoch: EPOCH,
         ttl: Duration::from_secs(60),
-        response: CachedResponse {
+        response: StoredResponse {
             status: 201,
             headers: vec![("content-type".into(), "application/json".into())],
             body: br#"{"payment_id":"p-000001","amount":1,"currency":"EUR"}"#.to_vec(),

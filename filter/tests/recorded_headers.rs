@@ -15,7 +15,7 @@ use keyflight_protocol::PrincipalSource;
 use std::rc::Rc;
 
 use keyflight_filter::config::Config;
-use keyflight_filter::edge_cache::{CachedResponse, Entry};
+use keyflight_filter::edge_cache::Entry;
 use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::parse_plugin_config;
 use keyflight_filter::problem::LocalReply;
@@ -173,7 +173,7 @@ fn an_edge_cache_entry_with_bad_headers_replays_without_them() {
         fingerprint,
         epoch: EPOCH,
         ttl: std::time::Duration::from_secs(60),
-        response: CachedResponse {
+        response: StoredResponse {
             status: 201,
             headers: bad_and_good_headers(),
             body: b"{\"id\":1}".to_vec(),

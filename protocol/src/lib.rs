@@ -23,6 +23,7 @@ pub mod problem;
 pub mod request;
 pub mod scope;
 pub mod target;
+pub mod time;
 mod uri;
 pub mod wire;
 

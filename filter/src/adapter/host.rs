@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, UNIX_EPOCH};
 
+use keyflight_protocol::time::millis;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
@@ -62,7 +63,7 @@ pub fn now_ms() -> u64 {
     hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, millis)
 }
 
 /// A shared-data value and its CAS token (`None`s when absent or unreadable).

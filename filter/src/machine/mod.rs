@@ -26,6 +26,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyflight_protocol::problem::ProblemCode;
+use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
     ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseAs, ReleaseRequest, StoredResponse, WonHow,
 };
@@ -35,7 +36,7 @@ use uuid::Uuid;
 pub use io::{Action, Event, LogLevel};
 
 use crate::config::{Anonymous, Config, FailureMode, Mode, Policy, Uncertain};
-use crate::edge_cache::{self, CachedResponse, Entry, Lookup};
+use crate::edge_cache::{self, Entry, Lookup};
 use crate::encoding::{self, Accepted};
 use crate::identity;
 use crate::metrics::{EventKind, Metric, Outcome};
@@ -462,6 +463,7 @@ impl Machine {
         };
         let answer = match result {
             Ok(answer) => answer,
+            Err(CallError::MalformedRecord) => return self.malformed_record(out, &policy, scope),
             Err(error) => return self.store_failed(out, &policy, scope, error),
         };
         match answer {
@@ -508,20 +510,17 @@ impl Machine {
                     fence,
                 });
             }
-            ClaimResponse::Completed { response } => match stored(&response) {
-                Some(response) => {
-                    // Followers and other proxies fill their edge cache too.
-                    if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
-                        out.push(cache);
-                    }
-                    match replay(&policy, response, &accepted) {
-                        Ok(reply) => self.answer(out, reply, Outcome::Replay),
-                        Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
-                        Err(Unreplayable::Malformed) => self.malformed_record(out, &policy, scope),
-                    }
+            ClaimResponse::Completed { response } => {
+                // Followers and other proxies fill their edge cache too.
+                if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
+                    out.push(cache);
                 }
-                None => self.malformed_record(out, &policy, scope),
-            },
+                match replay(&policy, response, &accepted) {
+                    Ok(reply) => self.answer(out, reply, Outcome::Replay),
+                    Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
+                    Err(Unreplayable::Malformed) => self.malformed_record(out, &policy, scope),
+                }
+            }
             ClaimResponse::Conflict => self.refuse(
                 out,
                 ProblemCode::IdempotencyConflict,
@@ -563,8 +562,9 @@ impl Machine {
         }
     }
 
-    /// A `completed` answer whose response cannot be replayed (bad base64 or
-    /// status): refused as the store being unusable, never forwarded.
+    /// A `completed` answer whose response cannot be read or replayed (bad
+    /// base64, a status that is not final): refused as the store being
+    /// unusable, never forwarded.
     fn malformed_record(&mut self, out: &mut Vec<Action>, policy: &Policy, scope: Digest) {
         out.push(Action::Log {
             level: LogLevel::Warn,
@@ -601,7 +601,7 @@ impl Machine {
         policy: &Policy,
         scope: Digest,
         fingerprint: Digest,
-        response: &CachedResponse,
+        response: &StoredResponse,
     ) -> Option<Action> {
         let (cache, ttl) = self.config.edge_cache_for(policy)?;
         let entry = Entry {
@@ -688,7 +688,7 @@ impl Machine {
                 );
                 match classify(status, origin) {
                     Disposition::Record if end_of_stream => {
-                        let response = CachedResponse {
+                        let response = StoredResponse {
                             status,
                             headers: kept,
                             body: Vec::new(),
@@ -780,7 +780,7 @@ impl Machine {
             };
             return self.finalize_uncacheable(out, true);
         }
-        let response = CachedResponse {
+        let response = StoredResponse {
             status,
             headers,
             body,
@@ -800,7 +800,7 @@ impl Machine {
         else {
             return;
         };
-        let response = CachedResponse {
+        let response = StoredResponse {
             status,
             headers,
             body: Vec::new(),
@@ -815,7 +815,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         owned: Owned,
-        response: CachedResponse,
+        response: StoredResponse,
         replayable: bool,
         held: bool,
     ) {
@@ -975,7 +975,7 @@ impl Machine {
             } => {
                 self.count_outcome(out, Outcome::CompletedUncacheable);
                 out.push(Action::Count(Metric::Event(EventKind::CallerGone)));
-                let response = CachedResponse {
+                let response = StoredResponse {
                     status,
                     headers,
                     body: Vec::new(),
@@ -1103,16 +1103,6 @@ impl Machine {
     }
 }
 
-/// A recorded response from the store, its body decoded; `None` if the
-/// base64 is broken.
-fn stored(response: &StoredResponse) -> Option<CachedResponse> {
-    Some(CachedResponse {
-        status: response.status,
-        headers: response.headers.clone(),
-        body: response.body()?,
-    })
-}
-
 /// Why a recorded response is not replayed.
 #[derive(Debug)]
 enum Unreplayable {
@@ -1127,7 +1117,7 @@ enum Unreplayable {
 /// body without a copy.
 fn replay(
     policy: &Policy,
-    response: CachedResponse,
+    response: StoredResponse,
     accepted: &Accepted,
 ) -> Result<LocalReply, Unreplayable> {
     if !(200..=599).contains(&response.status) {
@@ -1174,12 +1164,12 @@ impl SettleCall {
 }
 
 /// The finalize that records `response` for the claim.
-fn finalize_call(owned: &Owned, response: CachedResponse, replayable: bool) -> StoreCall {
+fn finalize_call(owned: &Owned, response: StoredResponse, replayable: bool) -> StoreCall {
     StoreCall::Finalize {
         scope: owned.scope,
         request: FinalizeRequest {
             claim_id: owned.claim_id,
-            response: StoredResponse::new(response.status, response.headers, &response.body),
+            response,
             replayable,
         },
     }
@@ -1224,11 +1214,6 @@ fn first_text(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
         .next()
         .and_then(|v| std::str::from_utf8(v).ok())
         .map(str::to_owned)
-}
-
-/// Durations in config are whole milliseconds well below `u64::MAX`.
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::{StatusProfile, parse_plugin_config};
-use crate::edge_cache::{CachedResponse, Entry};
+use crate::edge_cache::Entry;
 use crate::status_matrix::ResponseOrigin;
+use crate::store_call::parse_claim_answer;
 
 const KEY: &str = "order-42";
 
@@ -721,15 +722,19 @@ fn completed_replays_the_record_with_allowlisted_headers() {
 fn a_malformed_record_is_journal_unavailable() {
     let mut m = Machine::new(config());
     to_claim(&mut m, b"{}");
-    let broken = StoredResponse {
-        status: 200,
-        headers: vec![],
-        body_b64: "***".into(),
-    };
-    let out = m.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
-        response: broken,
-    })));
+    let broken =
+        br#"{"outcome":"completed","response":{"status":200,"headers":[],"body_b64":"***"}}"#;
+    let out = m.on(Event::ClaimAnswered(parse_claim_answer(Some(200), broken)));
     assert_eq!(code(reply(&out)), "journal_unavailable");
+    // Never forwarded, not even under `failure_mode: open`: the operation ran.
+    let mut m = Machine::new(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"failure_mode": "open"}),
+    ));
+    to_claim(&mut m, b"{}");
+    let out = m.on(Event::ClaimAnswered(parse_claim_answer(Some(200), broken)));
+    assert_eq!(code(reply(&out)), "journal_unavailable");
+    assert!(!out.contains(&Action::ResumeRequest), "{out:?}");
 }
 
 #[test]
@@ -1006,7 +1011,7 @@ fn a_recorded_response_is_buffered_filtered_and_held_until_finalized() {
         panic!("{out:?}")
     };
     assert!(request.replayable);
-    assert_eq!(request.response.body().unwrap(), br#"{"id":1}"#);
+    assert_eq!(request.response.body, br#"{"id":1}"#);
     assert_eq!(
         request.response.headers,
         vec![
@@ -1122,7 +1127,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
         panic!("{out:?}")
     };
     assert!(!request.replayable);
-    assert_eq!(request.response.body_b64, "");
+    assert!(request.response.body.is_empty());
     assert_eq!(
         counts(&out),
         vec![Metric::Outcome(Outcome::CompletedUncacheable)]
@@ -1237,7 +1242,7 @@ fn a_caller_gone_while_the_answer_is_read_records_it_completed_not_replayable() 
     };
     assert!(!request.replayable, "the body was never read whole");
     assert_eq!(request.response.status, 201);
-    assert_eq!(request.response.body_b64, "");
+    assert!(request.response.body.is_empty());
 }
 
 #[test]
@@ -1392,7 +1397,7 @@ fn slot_for(scope: Digest, fingerprint: Digest, stored_at_ms: u64) -> Vec<u8> {
         fingerprint,
         epoch: EPOCH,
         ttl: Duration::from_secs(60),
-        response: CachedResponse {
+        response: StoredResponse {
             status: 201,
             headers: vec![
                 ("content-type".into(), "application/json".into()),
@@ -1637,18 +1642,16 @@ fn arb_headers() -> impl Strategy<Value = Vec<(String, Vec<u8>)>> {
 fn arb_claim() -> impl Strategy<Value = Result<ClaimResponse, CallError>> {
     prop_oneof![
         any::<i64>().prop_map(|f| Ok(won(f))),
-        (
-            any::<u16>(),
-            proptest::collection::vec(any::<u8>(), 0..20),
-            "[A-Za-z0-9+/=*]{0,12}"
-        )
-            .prop_map(|(status, _, b64)| Ok(ClaimResponse::Completed {
+        (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..20),).prop_map(
+            |(status, body)| Ok(ClaimResponse::Completed {
                 response: StoredResponse {
                     status,
                     headers: vec![("content-type".into(), "x".into())],
-                    body_b64: b64
+                    body
                 }
-            })),
+            })
+        ),
+        Just(Err(CallError::MalformedRecord)),
         Just(Ok(ClaimResponse::Conflict)),
         any::<u64>().prop_map(|s| Ok(ClaimResponse::InProgress { retry_after_s: s })),
         any::<u64>().prop_map(|s| Ok(ClaimResponse::Cooldown { retry_after_s: s })),

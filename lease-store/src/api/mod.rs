@@ -20,6 +20,7 @@
 
 pub mod claims;
 pub mod epoch;
+pub mod error;
 pub mod health;
 pub mod lease;
 pub mod records;
@@ -39,10 +40,10 @@ use keyflight_protocol::wire::{RECORDED_STATUS, StoredResponse};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
+use crate::api::error::ApiError;
 use crate::auth::{self, Auth};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
-use crate::problem::ApiError;
 use crate::store::Store;
 
 /// What every handler can reach.

@@ -221,7 +221,7 @@ impl RecordSnapshot {
 
 /// Whole seconds to wait for `left` (see [`retry_after_s`]).
 fn retry_after(left: Duration) -> u64 {
-    retry_after_s(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
+    retry_after_s(duration_millis(left))
 }
 
 impl Store {

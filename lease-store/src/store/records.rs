@@ -123,16 +123,11 @@ impl Store {
             let row = match req.resolve_as {
                 ResolveAs::Completed => {
                     let (status, headers, body) = match &req.response {
-                        Some(response) => {
-                            let body = response.body().ok_or_else(|| {
-                                StoreError::Invalid("response.body_b64 is not valid base64".into())
-                            })?;
-                            (
-                                Some(i32::from(response.status)),
-                                Some(Json(response.headers.clone())),
-                                Some(body),
-                            )
-                        }
+                        Some(response) => (
+                            Some(i32::from(response.status)),
+                            Some(Json(response.headers.clone())),
+                            Some(response.body.as_slice()),
+                        ),
                         None => (None, None, None),
                     };
                     let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;
