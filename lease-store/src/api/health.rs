@@ -49,11 +49,14 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let pool = state.store.pool_status();
-    let text = state.metrics.render(PoolStatus {
-        size: pool.size,
-        available: pool.available,
-        waiting: pool.waiting,
-    });
+    let text = state.metrics.render(
+        PoolStatus {
+            size: pool.size,
+            available: pool.available,
+            waiting: pool.waiting,
+        },
+        state.longpoll.waiting(),
+    );
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
