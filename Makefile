@@ -58,7 +58,7 @@ envoy: prereqs
 	@scripts/envoy.sh >/dev/null
 
 wasm: rust-targets
-	$(CARGO) build -p keyflight-filter --target wasm32-wasip1 --release
+	$(CARGO) build -p keyflight-filter-wasm --target wasm32-wasip1 --release
 
 build:
 	$(CARGO) build --workspace --bins
@@ -75,7 +75,7 @@ fmt-check:
 
 clippy: rust-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter --target wasm32-wasip1 -- -D warnings
+	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter -p keyflight-filter-wasm --target wasm32-wasip1 -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 unit: prereqs ha-prereqs

@@ -12,6 +12,14 @@
 //! `cargo test --release -p keyflight-filter --test hit_path_cost -- --ignored --nocapture`.
 //! Native numbers are not V8's, but their proportions point at what to cut.
 
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::hint::black_box;
 use std::rc::Rc;
 use std::time::{Duration, Instant};

@@ -8,7 +8,13 @@
 //! the edge cache, and feed such headers from the upstream, and look at what
 //! comes out.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use keyflight_filter::identity::Lookup;
 use keyflight_protocol::PrincipalSource;

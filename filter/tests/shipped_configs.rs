@@ -22,6 +22,14 @@
 //! through an Istio-named cluster, and each rollout stage's `keyflight.io/mode` label says
 //! the mode its plugin runs in.
 
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

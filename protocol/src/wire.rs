@@ -447,7 +447,6 @@ mod integral {
 pub const ACK_REPLAY_RISK_HEADER: &str = "keyflight-ack-replay-risk";
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,6 @@
 //! The proxy-wasm glue: moves bytes between Envoy and the state machine.
 //!
-//! Every decision lives in [`crate::machine`]; this module only reads what the
+//! Every decision lives in [`filter::machine`]; this module only reads what the
 //! host reports into [`Event`]s and performs the [`Action`]s that come back.
 //! The comments marked FIELD-NOTES point at host behaviour that was checked on
 //! Envoy 1.40 and that the code depends on.
@@ -14,13 +14,13 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as HostAction, BufferType, ContextType, LogLevel, MapType};
 
-use crate::config::{Config, parse_plugin_config};
-use crate::epoch::EpochWatch;
-use crate::identity;
-use crate::machine::{self, Action, Event, Machine};
-use crate::outbox::{CallId, Outbox, OutboxAction};
-use crate::status_matrix;
-use crate::store_call::{
+use filter::config::{Config, parse_plugin_config};
+use filter::epoch::EpochWatch;
+use filter::identity;
+use filter::machine::{self, Action, Event, Machine};
+use filter::outbox::{CallId, Outbox, OutboxAction};
+use filter::status_matrix;
+use filter::store_call::{
     CallError, StoreCall, parse_ack_answer, parse_claim_answer, parse_epoch_answer,
 };
 
@@ -28,6 +28,12 @@ use host::Counters;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
+    // After set_log_level, which installs the SDK's own hook: this one names
+    // keyflight in the log line and cannot panic itself (the SDK's unwraps
+    // its log call). The VM still dies; the line says where and why.
+    std::panic::set_hook(Box::new(|panic| {
+        host::log(LogLevel::Critical, &format!("panic, the Wasm VM stops: {panic}"));
+    }));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
 }}
 
@@ -416,7 +422,7 @@ fn log_level(level: machine::LogLevel) -> LogLevel {
 /// The response head the machine asked for with `ReadResponseHeaders`.
 fn response_head(end_of_stream: bool) -> Event {
     let status = host::header(MapType::HttpResponseHeaders, ":status")
-        .and_then(|v| crate::store_call::parse_status(&v))
+        .and_then(|v| filter::store_call::parse_status(&v))
         .unwrap_or(502);
     // F6: Envoy marks responses that came from the upstream `via_upstream`;
     // for the ones it generated, the response flags and the attempt count say

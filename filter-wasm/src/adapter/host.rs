@@ -13,10 +13,10 @@ use keyflight_protocol::time::millis;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 
-use crate::config::LeaseStore;
-use crate::metrics::{Gauge, Metric};
-use crate::problem::LocalReply;
-use crate::store_call::{EPOCH_PATH, StoreCall};
+use filter::config::LeaseStore;
+use filter::metrics::{Gauge, Metric};
+use filter::problem::LocalReply;
+use filter::store_call::{EPOCH_PATH, StoreCall};
 
 /// Writes one log line prefixed with `keyflight:`.
 pub fn log(level: LogLevel, message: &str) {
@@ -167,7 +167,7 @@ pub fn call_answer(num_headers: usize, body_size: usize) -> (Option<u16>, Vec<u8
         return (None, Vec::new());
     }
     let status = header(MapType::HttpCallResponseHeaders, ":status")
-        .and_then(|v| crate::store_call::parse_status(&v));
+        .and_then(|v| filter::store_call::parse_status(&v));
     (status, buffer(BufferType::HttpCallResponseBody, body_size))
 }
 

@@ -1,0 +1,14 @@
+//! keyflight's proxy-wasm adapter: the `cdylib` Envoy loads
+//! (`target/wasm32-wasip1/release/keyflight_filter.wasm`).
+//!
+//! Every decision lives in the pure crate `keyflight-filter` (`filter/`);
+//! this crate turns host callbacks into its events and its actions into host
+//! calls, and nothing else. It is built for `wasm32` only: natively it is an
+//! empty library, so the workspace builds and tests without a proxy-wasm host.
+//!
+//! A panic kills the Wasm VM for every request on the worker, so the crate
+//! denies `unwrap`, `expect`, `panic` and indexing (its `[lints]` table), and
+//! installs a panic hook that logs the panic before the VM dies.
+
+#[cfg(target_arch = "wasm32")]
+mod adapter;
