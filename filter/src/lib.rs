@@ -18,6 +18,7 @@ pub mod config;
 pub mod edge_cache;
 pub mod encoding;
 pub mod epoch;
+pub mod host;
 pub mod identity;
 pub mod jwt_claims;
 pub mod machine;
@@ -28,5 +29,8 @@ pub mod replay;
 pub mod router_retries;
 pub mod status_matrix;
 pub mod store_call;
+#[cfg(test)]
+mod testing;
+pub mod worker;
 
 pub use config::{Config, ConfigError, parse_plugin_config};

@@ -40,7 +40,7 @@ use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{FinalizeRequest, RenewRequest, StoredResponse};
 use uuid::Uuid;
 
-use crate::machine::LogLevel;
+use crate::host::LogLevel;
 use crate::metrics::{EventKind, Gauge, Metric, OutboxEvent};
 use crate::store_call::{CallError, StoreCall};
 
@@ -128,6 +128,28 @@ pub enum OutboxAction {
     },
 }
 
+/// What the outbox holds for one claim, as a test sees it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Its lease is renewed.
+    pub renewing: bool,
+    /// The settle call it delivers, once the stream handed the claim off.
+    pub delivery: Option<HeldDelivery>,
+}
+
+/// A delivery, as a test sees it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldDelivery {
+    /// The finalize or release it sends.
+    pub call: StoreCall,
+    /// When it is sent next.
+    pub next_attempt_ms: u64,
+    /// When the budget runs out.
+    pub give_up_at_ms: u64,
+}
+
 /// A settle call the outbox delivers.
 #[derive(Debug)]
 struct Delivery {
@@ -202,6 +224,26 @@ impl Outbox {
     /// Claims whose lease is being renewed (owned by a stream or handed off).
     pub fn renewing(&self) -> usize {
         self.entries.values().filter(|e| !e.renew_lost).count()
+    }
+
+    /// What the outbox holds for `claim_id` (for tests that look into it).
+    #[cfg(test)]
+    pub(crate) fn held(&self, claim_id: Uuid) -> Option<Held> {
+        let entry = self.entries.get(&claim_id)?;
+        Some(Held {
+            renewing: !entry.renew_lost,
+            delivery: entry.delivery.as_ref().map(|d| HeldDelivery {
+                call: d.call.clone(),
+                next_attempt_ms: d.next_attempt_ms,
+                give_up_at_ms: d.give_up_at_ms,
+            }),
+        })
+    }
+
+    /// Every claim registered, owned by a stream or delivering (for tests).
+    #[cfg(test)]
+    pub(crate) fn claims(&self) -> usize {
+        self.entries.len()
     }
 
     /// A stream won `lease`: renew it every interval, first at `now_ms + interval`.

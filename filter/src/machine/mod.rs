@@ -20,6 +20,7 @@
 //! callbacks again: in that state a response is our own, never an upstream
 //! answer to record.
 
+mod driver;
 mod io;
 
 use std::rc::Rc;
@@ -33,7 +34,9 @@ use keyflight_protocol::wire::{
 use keyflight_protocol::{Digest, Principal, PrincipalSource, RequestHead, Rules, Target};
 use uuid::Uuid;
 
-pub use io::{Action, Event, LogLevel};
+pub use crate::host::LogLevel;
+pub use driver::{Callback, Stream, Verdict};
+pub use io::{Action, Event};
 
 use crate::config::{Anonymous, Config, FailureMode, Mode, Policy, Uncertain};
 use crate::edge_cache::{self, Entry, Lookup};
@@ -45,7 +48,7 @@ use crate::problem::{LocalReply, problem_reply};
 use crate::replay::{REPLAYED_HEADER, keep_headers};
 use crate::router_retries;
 use crate::status_matrix::{Disposition, classify};
-use crate::store_call::{CallError, StoreCall};
+use crate::store_call::{Answer, CallError, StoreCall, parse_ack_answer, parse_claim_answer};
 
 /// The header carrying the claim's fence to the upstream (F3).
 pub const FENCE_HEADER: &str = "idempotency-fence";
@@ -210,7 +213,7 @@ impl Machine {
                 self.edge_cache_read(&mut out, slot.as_deref(), now_ms);
                 out.push(self.request_verdict());
             }
-            Event::ClaimAnswered(result) => self.claim_answered(&mut out, result),
+            Event::StoreAnswered(answer) => self.store_answered(&mut out, &answer),
             Event::ResponseHeaders { end_of_stream } => {
                 if matches!(self.state, State::Upstream(_)) {
                     // The follow-up event carries this callback's verdict.
@@ -241,12 +244,6 @@ impl Machine {
                 out.push(self.response_verdict());
             }
             Event::ResponseBodyComplete { body } => self.response_body_complete(&mut out, body),
-            Event::FinalizeAnswered(result) => {
-                self.record_answered(&mut out, SettleCall::Finalize, result);
-            }
-            Event::ReleaseAnswered(result) => {
-                self.record_answered(&mut out, SettleCall::Release, result);
-            }
             Event::StreamDone => self.stream_done(&mut out),
         }
         out
@@ -444,6 +441,17 @@ impl Machine {
                 let reply = problem_reply(code, self.config.status_profile, code.title(), None);
                 self.answer(out, reply, Outcome::Conflict);
             }
+        }
+    }
+
+    /// The store call in flight answered: the claim while `Claiming`, the
+    /// finalize or release while `Recording`. In any other state no call is in
+    /// flight and the answer is nobody's.
+    fn store_answered(&mut self, out: &mut Vec<Action>, answer: &Answer) {
+        match self.state {
+            State::Claiming { .. } => self.claim_answered(out, parse_claim_answer(answer)),
+            State::Recording { .. } => self.record_answered(out, parse_ack_answer(answer)),
+            _ => {}
         }
     }
 
@@ -878,18 +886,7 @@ impl Machine {
     /// F7: the record call answered; whatever it said, the caller gets its
     /// response. A transient failure hands the call to the outbox (F14),
     /// which keeps the lease and resends it; the caller is not held longer.
-    fn record_answered(
-        &mut self,
-        out: &mut Vec<Action>,
-        answered: SettleCall,
-        result: Result<(), CallError>,
-    ) {
-        let State::Recording { call, .. } = &self.state else {
-            return;
-        };
-        if SettleCall::of(call) != Some(answered) {
-            return;
-        }
+    fn record_answered(&mut self, out: &mut Vec<Action>, result: Result<(), CallError>) {
         let State::Recording {
             call,
             policy,
@@ -901,9 +898,10 @@ impl Machine {
         else {
             return;
         };
-        let error_event = match answered {
-            SettleCall::Finalize => EventKind::FinalizeError,
-            SettleCall::Release => EventKind::ReleaseError,
+        // A recording stream's call is its finalize or its release.
+        let error_event = match call {
+            StoreCall::Release { .. } => EventKind::ReleaseError,
+            _ => EventKind::FinalizeError,
         };
         match result {
             Ok(()) => {
@@ -1144,23 +1142,6 @@ fn replay(
         headers,
         body: response.body,
     })
-}
-
-/// Which settle call an answer event reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SettleCall {
-    Finalize,
-    Release,
-}
-
-impl SettleCall {
-    fn of(call: &StoreCall) -> Option<SettleCall> {
-        match call {
-            StoreCall::Finalize { .. } => Some(SettleCall::Finalize),
-            StoreCall::Release { .. } => Some(SettleCall::Release),
-            StoreCall::Claim { .. } | StoreCall::Renew { .. } => None,
-        }
-    }
 }
 
 /// The finalize that records `response` for the claim.
