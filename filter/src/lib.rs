@@ -25,6 +25,7 @@ pub mod machine;
 pub mod metrics;
 pub mod outbox;
 pub mod problem;
+pub mod recorded_headers;
 pub mod replay;
 pub mod router_retries;
 pub mod status_matrix;

@@ -2,8 +2,9 @@
 //! schedule, a hand-off retried until it lands, a theft, a budget that runs
 //! out, a refused finalize downgraded, a full outbox.
 
-use keyflight_protocol::wire::{ReleaseAs, ReleaseRequest};
+use keyflight_protocol::wire::{FinalizeRequest, ReleaseAs, ReleaseRequest, StoredResponse};
 
+use super::delivery::ENTRY_OVERHEAD_BYTES;
 use super::*;
 
 const SECOND: u64 = 1000;
