@@ -94,7 +94,7 @@ pub enum Uncertain {
     /// Record `failed` with the cooldown; a same-body retry may run again (default).
     #[default]
     Retry,
-    /// Record `unknown`: an operator decides (seed 004).
+    /// Record `unknown`: an operator decides (`docs/records.md#operators`).
     Hold,
 }
 

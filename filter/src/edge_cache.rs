@@ -4,7 +4,7 @@
 //! Completed, replayable records are kept in proxy-wasm *shared data*, so a hot
 //! replay needs no lease-store call. Shared data is per `vm_id`, process-wide
 //! (every worker sees it), updated with compare-and-swap, and has no TTL, no
-//! eviction and no real delete (FIELD-NOTES). So the cache is a fixed array of
+//! eviction and no real delete (`docs/envoy-facts.md#shared-data`). So the cache is a fixed array of
 //! slots: a record lives in slot `scope % slots` under the key
 //! `keyflight.edge_cache.v1.<slot>`, a newer record overwrites whatever the slot
 //! held, and an expired one is simply ignored. Memory is bounded by

@@ -6,7 +6,7 @@
 //! - [`store`], [`longpoll`], [`cleanup`]: the Postgres layer (SQL next to the
 //!   Rust that runs it), the `LISTEN/NOTIFY` fan-out for waiting followers
 //!   (L4), and retention clean-up (L5).
-//! - [`api`]: the HTTP API v1 (SPEC §6), one handler file per call family,
+//! - [`api`]: the HTTP API v1 (`docs/records.md#the-api`), one handler file per call family,
 //!   guarded by [`auth`] (L7), with every error mapped to problem+json by
 //!   the API's error type ([`api::error`]); [`metrics`] and [`openapi`] are
 //!   the operability endpoints (L8).

@@ -1,4 +1,4 @@
-//! Lease-store HTTP API v1 wire types (SPEC §6).
+//! Lease-store HTTP API v1 wire types (`docs/records.md#the-api`).
 //!
 //! The filter, the lease-store and its CLI all speak through these types, so
 //! a field renamed here is renamed everywhere at once. Field names and outcome

@@ -129,6 +129,9 @@ impl Stream {
             Callback::RequestTrailers => Event::RequestTrailers,
             // Nothing is read yet: the machine asks for the head only for a
             // response it records, so a replay's own reply costs no reads.
+            // Pausing here and in the body callbacks holds the whole response,
+            // headers included, until the record call's answer resumes it (F7,
+            // `docs/envoy-facts.md#pausing-and-buffering`).
             Callback::ResponseHeaders { end_of_stream } => Event::ResponseHeaders { end_of_stream },
             Callback::ResponseBody {
                 buffered_bytes,

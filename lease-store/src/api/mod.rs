@@ -1,4 +1,4 @@
-//! The HTTP API v1 (SPEC §6): routes, shared state and input extractors.
+//! The HTTP API v1 (`docs/records.md#the-api`): routes, shared state and input extractors.
 //!
 //! One file per call family — [`claims`] (the claim and its long-poll),
 //! [`lease`] (renew, finalize, release), [`epoch`] (what edge caches check

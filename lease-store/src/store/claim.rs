@@ -1,13 +1,14 @@
 //! L1: claiming a scope in one committed statement, and explaining a lost claim.
 //!
-//! [`CLAIM_SQL`] is seed 000's three-CTE shape, raced on this machine (see
-//! FIELD-NOTES "The claim statement"): of N concurrent claims exactly one wins.
+//! [`CLAIM_SQL`] is one statement of three CTEs, raced on Postgres 15
+//! (`docs/records.md#the-claim-statement`, `docs/postgres-facts.md#concurrency-of-the-claim`):
+//! of N concurrent claims exactly one wins.
 //!
 //! * `ins` inserts a fresh `pending` row; `ON CONFLICT DO NOTHING` makes every
 //!   concurrent inserter but one wait for the winner's commit and then skip.
 //! * `ttl` reuses a record past its retention, whatever its fingerprint — but
 //!   never a `pending` row whose lease is still live, and never an `unknown`
-//!   row (an uncertain outcome waits for an operator, seed 004).
+//!   row (an uncertain outcome waits for an operator, `docs/records.md#operators`).
 //! * `steal` takes over, **with the same fingerprint only**, a `pending` row
 //!   whose lease ran out (crashed winner) or a `failed` row whose cooldown
 //!   elapsed. Concurrent stealers serialize on the row lock and Postgres

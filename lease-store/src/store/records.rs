@@ -4,8 +4,8 @@
 //! use one statement each. Times are rendered by Postgres as RFC 3339 UTC
 //! strings (millisecond precision), which is what the wire types carry.
 //!
-//! Resolve only moves an `unknown` record (seed 004: an uncertain outcome
-//! needs a human decision): to `completed` (with the response retries should
+//! Resolve only moves an `unknown` record (an uncertain outcome needs a human
+//! decision, `docs/records.md#operators`): to `completed` (with the response retries should
 //! replay, or without one: completed, not replayable) or to `failed` with its
 //! cooldown already over, so the next same-fingerprint claim runs again.
 //! Erase deletes a record in any state; the API layer demands the replay-risk

@@ -1,4 +1,4 @@
-//! SPEC §6: the lease-store API v1 wire format, pinned field by field.
+//! The lease-store API v1 wire format (`docs/records.md#the-api`), pinned field by field.
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 use wasm_bindgen_test::wasm_bindgen_test as test;
