@@ -2,42 +2,42 @@
 //! call of a driver.
 //!
 //! The root context forwards to [`Root`], each HTTP context to its
-//! [`Stream`]; the verdict comes back as the callback's return value. Nothing
-//! here decides anything (`docs/stream-machine.md#the-driver`).
+//! [`Stream`]; the verdict comes back as the callback's return value. What
+//! both contexts share (callout answers, retirement) is one generic impl over
+//! the pure side's [`Driver`] trait. Nothing here decides anything
+//! (`docs/stream-machine.md#the-driver`).
 
 use std::rc::Rc;
 
+use filter::host::{CalloutAnswered, Driver};
 use filter::machine::{Callback, Stream, Verdict};
 use filter::worker::Root;
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, ContextType};
+use proxy_wasm::traits::{HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
 
 use crate::host::{Counters, HostCalls};
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
+    proxy_wasm::set_log_level(LogLevel::Info);
     // After set_log_level, which installs the SDK's own hook: this one names
     // keyflight in the log line and cannot panic itself (the SDK's unwraps
     // its log call). The VM still dies; the line says where and why.
     std::panic::set_hook(Box::new(|panic| {
-        crate::host::log(
-            proxy_wasm::types::LogLevel::Critical,
-            &format!("panic, the Wasm VM stops: {panic}"),
-        );
+        crate::host::log(LogLevel::Critical, &format!("panic, the Wasm VM stops: {panic}"));
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> {
-        Box::new(RootContext::default())
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
+        Box::new(Context::<Root>::default())
     });
 }}
 
-/// The plugin's root context on one worker.
+/// A proxy-wasm context: a driver and the counters its host calls increment.
 #[derive(Default)]
-pub struct RootContext {
-    root: Root,
+struct Context<D> {
+    driver: D,
     counters: Rc<Counters>,
 }
 
-impl Context for RootContext {
+impl<D: Driver> proxy_wasm::traits::Context for Context<D> {
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -45,21 +45,25 @@ impl Context for RootContext {
         body_size: usize,
         _: usize,
     ) {
+        let answered = CalloutAnswered {
+            token,
+            num_headers,
+            body_size,
+        };
         let mut host = HostCalls::new(&self.counters);
-        self.root
-            .on_call_answer(token, num_headers, body_size, &mut host);
+        self.driver.on_call_answer(answered, &mut host);
     }
 
     fn on_done(&mut self) -> bool {
         let mut host = HostCalls::new(&self.counters);
-        self.root.on_done(&mut host)
+        self.driver.on_done(&mut host)
     }
 }
 
-impl proxy_wasm::traits::RootContext for RootContext {
+impl RootContext for Context<Root> {
     fn on_configure(&mut self, _size: usize) -> bool {
         let mut host = HostCalls::new(&self.counters);
-        let configured = self.root.configure(&mut host);
+        let configured = self.driver.configure(&mut host);
         if configured {
             self.counters = Rc::new(Counters::define());
         }
@@ -68,13 +72,13 @@ impl proxy_wasm::traits::RootContext for RootContext {
 
     fn on_tick(&mut self) {
         let mut host = HostCalls::new(&self.counters);
-        self.root.on_tick(&mut host);
+        self.driver.on_tick(&mut host);
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         // The SDK panics if this returns `None`.
-        Some(Box::new(StreamContext {
-            stream: self.root.new_stream(),
+        Some(Box::new(Context {
+            driver: self.driver.new_stream(),
             counters: Rc::clone(&self.counters),
         }))
     }
@@ -84,43 +88,17 @@ impl proxy_wasm::traits::RootContext for RootContext {
     }
 }
 
-/// One HTTP stream.
-struct StreamContext {
-    stream: Stream,
-    counters: Rc<Counters>,
-}
-
-impl StreamContext {
+impl Context<Stream> {
     fn callback(&mut self, callback: Callback) -> Action {
         let mut host = HostCalls::new(&self.counters);
-        match self.stream.on_callback(callback, &mut host) {
+        match self.driver.on_callback(callback, &mut host) {
             Verdict::Continue => Action::Continue,
             Verdict::Pause => Action::Pause,
         }
     }
 }
 
-impl Context for StreamContext {
-    fn on_http_call_response(
-        &mut self,
-        token: u32,
-        num_headers: usize,
-        body_size: usize,
-        _: usize,
-    ) {
-        let mut host = HostCalls::new(&self.counters);
-        self.stream
-            .on_call_answer(token, num_headers, body_size, &mut host);
-    }
-
-    fn on_done(&mut self) -> bool {
-        let mut host = HostCalls::new(&self.counters);
-        self.stream.on_done(&mut host);
-        true
-    }
-}
-
-impl HttpContext for StreamContext {
+impl HttpContext for Context<Stream> {
     /// A guarded request is paused here, and the Envoy config sets
     /// `allow_on_headers_stop_iteration: true`, so the body callbacks still
     /// arrive while the headers are held (`docs/envoy-facts.md#pausing-and-buffering`).
@@ -159,6 +137,6 @@ impl HttpContext for StreamContext {
     /// the stream for the machine, whichever the host delivers first.
     fn on_log(&mut self) {
         let mut host = HostCalls::new(&self.counters);
-        self.stream.on_done(&mut host);
+        self.driver.on_done(&mut host);
     }
 }

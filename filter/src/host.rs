@@ -95,3 +95,24 @@ pub trait Host {
     /// Tells the host a retired root context has finished its work.
     fn done(&mut self);
 }
+
+/// The host's report that a callout answered (`on_http_call_response`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CalloutAnswered {
+    /// The token `dispatch` returned for the call.
+    pub token: u32,
+    /// Headers of the answer; zero when the call failed without one.
+    pub num_headers: usize,
+    /// Bytes of the answer's body.
+    pub body_size: usize,
+}
+
+/// What both drivers — the root context's and a stream's — take from the
+/// host besides their own callbacks: callout answers, and retirement.
+pub trait Driver {
+    /// A callout answered; only the driver's own calls are read.
+    fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host);
+    /// The host retires the context: whether it is finished now (a stream
+    /// is; a root context may ask to stay until its outbox is settled).
+    fn on_done(&mut self, host: &mut impl Host) -> bool;
+}

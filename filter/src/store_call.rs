@@ -19,7 +19,7 @@ use keyflight_protocol::wire::{
 use serde::Deserialize;
 
 use crate::config::LeaseStore;
-use crate::host::{Buffer, HeaderMap, Host};
+use crate::host::{Buffer, CalloutAnswered, HeaderMap, Host};
 
 /// One call to the lease-store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,12 +183,11 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// Reads the callout answer the host is delivering
-    /// (`on_http_call_response` with `num_headers` and `body_size`). A failed
-    /// call arrives with zero headers; the map is then not touched at all
+    /// Reads the callout answer the host is delivering. A failed call arrives
+    /// with zero headers; the map is then not touched at all
     /// (`docs/envoy-facts.md#callouts`).
-    pub fn read(host: &mut impl Host, num_headers: usize, body_size: usize) -> Answer {
-        if num_headers == 0 {
+    pub fn read(host: &mut impl Host, answered: CalloutAnswered) -> Answer {
+        if answered.num_headers == 0 {
             return Answer::Received {
                 status: None,
                 body: Vec::new(),
@@ -199,7 +198,7 @@ impl Answer {
             .and_then(|v| parse_status(&v));
         Answer::Received {
             status,
-            body: host.buffer(Buffer::CallResponseBody, body_size),
+            body: host.buffer(Buffer::CallResponseBody, answered.body_size),
         }
     }
 

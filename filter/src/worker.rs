@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::config::{Config, parse_plugin_config};
 use crate::epoch::EpochWatch;
-use crate::host::{Buffer, Host, LogLevel};
+use crate::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel};
 use crate::machine::Stream;
 use crate::outbox::{CallId, Handoff, Lease, Outbox, OutboxAction};
 use crate::store_call::{
@@ -214,57 +214,6 @@ impl Root {
         }
     }
 
-    /// `on_http_call_response`: the epoch question or an outbox call answered
-    /// (calls dispatched from `on_tick` answer to the root context).
-    pub fn on_call_answer(
-        &mut self,
-        token: u32,
-        num_headers: usize,
-        body_size: usize,
-        host: &mut impl Host,
-    ) {
-        let Some(worker) = self.worker.clone() else {
-            return;
-        };
-        if self.epoch_call == Some(token) {
-            self.epoch_call = None;
-            let answer = Answer::read(host, num_headers, body_size);
-            if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
-                watch.answered(parse_epoch_answer(&answer));
-            }
-            return;
-        }
-        let Some(id) = self.calls.remove(&token) else {
-            return;
-        };
-        let result = parse_ack_answer(&Answer::read(host, num_headers, body_size));
-        let actions = match worker.outbox.try_borrow_mut() {
-            Ok(mut outbox) => outbox.on_answer(id, result, host.now_ms()),
-            Err(_) => return,
-        };
-        self.perform(&worker, actions, host);
-    }
-
-    /// `on_done`: the host retires this root context (the plugin was
-    /// reconfigured or is being removed). Claims still in the outbox would be
-    /// forgotten with it — each one a same-body retry that runs again — so it
-    /// asks to stay until they are settled; every delivery ends by its retry
-    /// budget (`docs/envoy-facts.md#a-retired-root-context-keeps-working`).
-    pub fn on_done(&mut self, host: &mut impl Host) -> bool {
-        let done = self
-            .outbox
-            .as_ref()
-            .is_none_or(|outbox| outbox.try_borrow().is_ok_and(|o| o.is_empty()));
-        self.draining = !done;
-        if self.draining {
-            host.log(
-                LogLevel::Info,
-                "plugin retired with claims in the record outbox: settling them first",
-            );
-        }
-        done
-    }
-
     /// Performs what the outbox asked for; a call the host refuses to
     /// dispatch is answered at once, and what that answer asks runs too.
     fn perform(&mut self, worker: &Worker, actions: Vec<OutboxAction>, host: &mut impl Host) {
@@ -296,6 +245,53 @@ impl Root {
     #[cfg(test)]
     pub(crate) fn worker(&self) -> Option<&Rc<Worker>> {
         self.worker.as_ref()
+    }
+}
+
+impl Driver for Root {
+    /// `on_http_call_response`: the epoch question or an outbox call answered
+    /// (calls dispatched from `on_tick` answer to the root context).
+    fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
+        let Some(worker) = self.worker.clone() else {
+            return;
+        };
+        if self.epoch_call == Some(answered.token) {
+            self.epoch_call = None;
+            let answer = Answer::read(host, answered);
+            if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
+                watch.answered(parse_epoch_answer(&answer));
+            }
+            return;
+        }
+        let Some(id) = self.calls.remove(&answered.token) else {
+            return;
+        };
+        let result = parse_ack_answer(&Answer::read(host, answered));
+        let actions = match worker.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.on_answer(id, result, host.now_ms()),
+            Err(_) => return,
+        };
+        self.perform(&worker, actions, host);
+    }
+
+    /// `on_done`: the host retires this root context (the plugin was
+    /// reconfigured or is being removed). Claims still in the outbox would be
+    /// forgotten with it — each one a same-body retry that runs again — so it
+    /// asks to stay until they are settled; every delivery ends by its retry
+    /// budget (`docs/envoy-facts.md#a-retired-root-context-keeps-working`).
+    fn on_done(&mut self, host: &mut impl Host) -> bool {
+        let done = self
+            .outbox
+            .as_ref()
+            .is_none_or(|outbox| outbox.try_borrow().is_ok_and(|o| o.is_empty()));
+        self.draining = !done;
+        if self.draining {
+            host.log(
+                LogLevel::Info,
+                "plugin retired with claims in the record outbox: settling them first",
+            );
+        }
+        done
     }
 }
 

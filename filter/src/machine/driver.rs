@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use super::{Action, Event, Machine};
-use crate::host::{Buffer, HeaderMap, Host, LogLevel};
+use crate::host::{Buffer, CalloutAnswered, Driver, HeaderMap, Host, LogLevel};
 use crate::identity;
 use crate::status_matrix;
 use crate::store_call::{Answer, Callout, parse_status};
@@ -151,29 +151,6 @@ impl Stream {
         })
     }
 
-    /// A callout answered (`on_http_call_response`). Only the answer to this
-    /// stream's call in flight is read; any other token is not ours.
-    pub fn on_call_answer(
-        &mut self,
-        token: u32,
-        num_headers: usize,
-        body_size: usize,
-        host: &mut impl Host,
-    ) {
-        if self.call != Some(token) {
-            return;
-        }
-        self.call = None;
-        let answer = Answer::read(host, num_headers, body_size);
-        self.drive(Event::StoreAnswered(answer), false, host);
-    }
-
-    /// The stream ended (`on_log` or `on_done`, whichever comes first; the
-    /// second changes nothing).
-    pub fn on_done(&mut self, host: &mut impl Host) {
-        self.drive(Event::StreamDone, false, host);
-    }
-
     /// Feeds `event` and performs its actions with their follow-ups; returns
     /// the first verdict met.
     fn drive(&mut self, event: Event, in_callback: bool, host: &mut impl Host) -> Option<Verdict> {
@@ -282,6 +259,27 @@ impl Stream {
             }
         }
         verdict
+    }
+}
+
+impl Driver for Stream {
+    /// Only the answer to this stream's call in flight is read; any other
+    /// token is not ours.
+    fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
+        if self.call != Some(answered.token) {
+            return;
+        }
+        self.call = None;
+        let answer = Answer::read(host, answered);
+        self.drive(Event::StoreAnswered(answer), false, host);
+    }
+
+    /// The stream ended (`on_log` or `on_done`, whichever comes first; the
+    /// second changes nothing). A stream is finished at once: a claim it
+    /// could not settle is the outbox's now.
+    fn on_done(&mut self, host: &mut impl Host) -> bool {
+        self.drive(Event::StreamDone, false, host);
+        true
     }
 }
 

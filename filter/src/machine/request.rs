@@ -10,6 +10,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use keyflight_protocol::headers::values;
 use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimRequest;
@@ -236,17 +237,6 @@ impl Machine {
             }
         }
     }
-}
-
-/// Every value of header `name`, in order.
-fn values<'a>(
-    headers: &'a [(String, Vec<u8>)],
-    name: &'a str,
-) -> impl Iterator<Item = &'a [u8]> + 'a {
-    headers
-        .iter()
-        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_slice())
 }
 
 /// The first value of header `name`, if it is UTF-8.

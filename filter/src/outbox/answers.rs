@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::delivery::{Step, backoff_ms, delivery_bytes, next_step};
-use super::{CallId, CallKind, Outbox, OutboxAction, adjust, count, outbox_count, signed};
+use super::{CallId, CallKind, Entry, Outbox, OutboxAction, adjust, count, outbox_count, signed};
 use crate::metrics::{EventKind, Gauge, OutboxEvent};
 use crate::store_call::CallError;
 
@@ -18,48 +18,11 @@ impl Outbox {
         now_ms: u64,
     ) -> Vec<OutboxAction> {
         match id.kind {
-            CallKind::Renew => self.renew_answered(id.claim_id, result, now_ms),
+            CallKind::Renew => match self.entries.get_mut(&id.claim_id) {
+                Some(entry) => entry.renew_answered(id.claim_id, result, now_ms),
+                None => Vec::new(),
+            },
             CallKind::Settle => self.settle_answered(id.claim_id, result, now_ms),
-        }
-    }
-
-    /// A renew answered. A failed one is retried on the delivery backoff
-    /// (capped at the renew interval) rather than a whole interval later: when
-    /// the store or Postgres is back after an outage that outlasted part of
-    /// the lease, the lease is refreshed within seconds, inside the store's
-    /// takeover grace, instead of possibly after the lease ran out.
-    pub(super) fn renew_answered(
-        &mut self,
-        claim_id: Uuid,
-        result: Result<(), CallError>,
-        now_ms: u64,
-    ) -> Vec<OutboxAction> {
-        let Some(entry) = self.entries.get_mut(&claim_id) else {
-            return Vec::new();
-        };
-        entry.renew_in_flight = false;
-        if result.is_ok() {
-            entry.renew_failures = 0;
-        } else if !entry.renew_lost && result != Err(CallError::LeaseLost) {
-            entry.renew_failures = entry.renew_failures.saturating_add(1);
-            let retry = backoff_ms(claim_id, entry.renew_failures).min(entry.interval_ms);
-            entry.next_renew_ms = entry.next_renew_ms.min(now_ms.saturating_add(retry));
-        }
-        match result {
-            Ok(()) => Vec::new(),
-            Err(_) if entry.renew_lost => Vec::new(),
-            Err(CallError::LeaseLost) => {
-                entry.renew_lost = true;
-                if entry.delivery.is_some() || entry.theft_counted {
-                    // The delivery's own answer tells a theft from a record
-                    // that already landed.
-                    Vec::new()
-                } else {
-                    entry.theft_counted = true;
-                    vec![count(EventKind::LeaseStolen)]
-                }
-            }
-            Err(_) => vec![count(EventKind::RenewError)],
         }
     }
 
@@ -111,6 +74,45 @@ impl Outbox {
                 let call = delivery.call.clone();
                 self.give_up(claim_id, &call, &format!("the store refused it ({error})"))
             }
+        }
+    }
+}
+
+impl Entry {
+    /// A renew answered. A failed one is retried on the delivery backoff
+    /// (capped at the renew interval) rather than a whole interval later: when
+    /// the store or Postgres is back after an outage that outlasted part of
+    /// the lease, the lease is refreshed within seconds, inside the store's
+    /// takeover grace, instead of possibly after the lease ran out.
+    fn renew_answered(
+        &mut self,
+        claim_id: Uuid,
+        result: Result<(), CallError>,
+        now_ms: u64,
+    ) -> Vec<OutboxAction> {
+        self.renew_in_flight = false;
+        if result.is_ok() {
+            self.renew_failures = 0;
+        } else if !self.renew_lost && result != Err(CallError::LeaseLost) {
+            self.renew_failures = self.renew_failures.saturating_add(1);
+            let retry = backoff_ms(claim_id, self.renew_failures).min(self.interval_ms);
+            self.next_renew_ms = self.next_renew_ms.min(now_ms.saturating_add(retry));
+        }
+        match result {
+            Ok(()) => Vec::new(),
+            Err(_) if self.renew_lost => Vec::new(),
+            Err(CallError::LeaseLost) => {
+                self.renew_lost = true;
+                if self.delivery.is_some() || self.theft_counted {
+                    // The delivery's own answer tells a theft from a record
+                    // that already landed.
+                    Vec::new()
+                } else {
+                    self.theft_counted = true;
+                    vec![count(EventKind::LeaseStolen)]
+                }
+            }
+            Err(_) => vec![count(EventKind::RenewError)],
         }
     }
 }

@@ -35,7 +35,12 @@ fn host(plugin_configuration: Vec<u8>) -> FakeHost {
 fn answer(root: &mut Root, host: &mut FakeHost, token: u32, status: u16, body: &[u8]) {
     host.call_headers = vec![(":status".into(), status.to_string().into_bytes())];
     host.call_body = body.to_vec();
-    root.on_call_answer(token, 1, body.len(), host);
+    let answered = CalloutAnswered {
+        token,
+        num_headers: 1,
+        body_size: body.len(),
+    };
+    root.on_call_answer(answered, host);
 }
 
 /// A stream of `root` that won its claim and whose caller then left: the
@@ -67,8 +72,12 @@ fn hand_off_one(root: &Root, host: &mut FakeHost) {
     };
     host.call_headers = vec![(":status".into(), b"200".to_vec())];
     host.call_body = serde_json::to_vec(&won).unwrap();
-    let size = host.call_body.len();
-    stream.on_call_answer(token, 1, size, host);
+    let answered = CalloutAnswered {
+        token,
+        num_headers: 1,
+        body_size: host.call_body.len(),
+    };
+    stream.on_call_answer(answered, host);
     stream.on_done(host);
     host.take();
 }

@@ -68,7 +68,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::os::{
-    alive, children_of, current_uid_is_root, send_signal, shell_quote, unique_temp_dir,
+    alive, children_of, current_uid_is_root, send_signal, shell_quote, spawn_watchdog_shell,
+    unique_temp_dir,
 };
 use crate::pg::run_checked;
 use crate::process::{ChildGuard, free_port};

@@ -108,14 +108,7 @@ impl HaCluster {
              kill -9 $(cat {dir}/etcd.pid 2>/dev/null) 2>/dev/null; sleep 1; rm -rf {dir}",
             pid = std::process::id(),
         );
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the HA cluster watchdog");
+        let child = spawn_watchdog_shell(&script, "HA cluster");
         *lock(&self.watchdog) = Some(child);
     }
 }

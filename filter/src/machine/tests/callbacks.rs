@@ -6,7 +6,7 @@
 use keyflight_protocol::wire::StoredResponse;
 
 use super::*;
-use crate::host::{HeaderMap, Host, LogLevel};
+use crate::host::{CalloutAnswered, Driver, HeaderMap, Host, LogLevel};
 use crate::metrics::{EventKind, OutboxEvent, Outcome};
 use crate::store_call::Answer;
 
@@ -100,13 +100,28 @@ fn a_headerless_answer_is_read_without_touching_the_map() {
         ..FakeHost::default()
     };
     assert_eq!(
-        Answer::read(&mut host, 0, 2),
+        Answer::read(
+            &mut host,
+            CalloutAnswered {
+                token: 1,
+                num_headers: 0,
+                body_size: 2
+            }
+        ),
         Answer::Received {
             status: None,
             body: vec![]
         }
     );
-    assert_eq!(Answer::read(&mut host, 1, 2), Answer::ok(b"{}".to_vec()));
+    let answered = CalloutAnswered {
+        token: 1,
+        num_headers: 1,
+        body_size: 2,
+    };
+    assert_eq!(
+        Answer::read(&mut host, answered),
+        Answer::ok(b"{}".to_vec())
+    );
     assert_eq!(
         host.header(HeaderMap::CallResponse, ":status"),
         Some(b"200".to_vec())

@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 use super::{Action, Callback, Stream, Verdict};
 use crate::config::{Config, parse_plugin_config};
+use crate::host::{CalloutAnswered, Driver};
 use crate::metrics::Metric;
 use crate::outbox::{Held, Outbox};
 use crate::problem::LocalReply;
@@ -247,9 +248,12 @@ impl Harness {
             .map(|s| vec![h(":status", &s.to_string())])
             .unwrap_or_default();
         self.host.call_body = body.to_vec();
-        let num_headers = self.host.call_headers.len();
-        self.stream
-            .on_call_answer(token, num_headers, body.len(), &mut self.host);
+        let answered = CalloutAnswered {
+            token,
+            num_headers: self.host.call_headers.len(),
+            body_size: body.len(),
+        };
+        self.stream.on_call_answer(answered, &mut self.host);
         self.host.take()
     }
 
