@@ -1,6 +1,6 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
-#   make test   fmt, clippy, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests, a short chaos run (what CI runs)
+#   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests, a short chaos run (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
 #                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
 #   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…,
@@ -17,7 +17,7 @@ WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs ha-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate validate-manifests e2e test up down demo images bench \
+        unit protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
         chaos chaos-short
 
@@ -58,7 +58,7 @@ envoy: prereqs
 	@scripts/envoy.sh >/dev/null
 
 wasm: rust-targets
-	$(CARGO) build -p keyflight-filter --target wasm32-wasip1 --release
+	$(CARGO) build -p keyflight-filter-wasm --target wasm32-wasip1 --release
 
 build:
 	$(CARGO) build --workspace --bins
@@ -66,7 +66,13 @@ build:
 build-release:
 	$(CARGO) build --release -p keyflight-lease-store -p keyflight-demo-upstream
 
-lint: fmt-check clippy
+lint: fmt-check clippy doc-links
+
+# Every docs/<page>.md#<section> cited in code, scripts and manifests, every relative Markdown
+# link and every repository path a .md file names exist; nothing cites sources the repository
+# does not contain (under a second).
+doc-links:
+	python3 scripts/check-doc-links.py .
 
 # The fuzz targets are a workspace of their own (fuzz/Cargo.toml): checked here too.
 fmt-check:
@@ -75,7 +81,7 @@ fmt-check:
 
 clippy: rust-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter --target wasm32-wasip1 -- -D warnings
+	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter -p keyflight-filter-wasm --target wasm32-wasip1 -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 unit: prereqs ha-prereqs

@@ -13,7 +13,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 cargo="${CARGO:-cargo}"
 
 envoy="$(scripts/envoy.sh)"
-"$cargo" build -p keyflight-filter --target wasm32-wasip1 --release
+"$cargo" build -p keyflight-filter-wasm --target wasm32-wasip1 --release
 "$cargo" build --release -p keyflight-lease-store -p keyflight-demo-upstream -p keyflight-bench
 
 KEYFLIGHT_ENVOY="$envoy" \

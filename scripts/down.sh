@@ -8,16 +8,21 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 keep_logs=false
 [[ "${1:-}" == "--keep-logs" ]] && keep_logs=true
 
+# SIGTERM to pid $1, up to $2 tenths of a second to exit, then SIGKILL.
+stop_pid() {
+    kill -TERM "$1" 2>/dev/null || true
+    for _ in $(seq "$2"); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null || true
+}
+
 # Envoy first, so no new traffic reaches the services behind it.
 for name in envoy-2 envoy demo-upstream lease-store-2 lease-store; do
     if pid="$(live_pid "$name")"; then
         say "stopping $name (pid $pid)"
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
+        stop_pid "$pid" 50
     fi
     rm -f "$run/$name.pid"
 done
@@ -25,12 +30,7 @@ done
 # The replicated Postgres (HA=1) stops its etcd and Patroni nodes on SIGTERM; give it time.
 if pid="$(live_pid postgres-ha)"; then
     say "stopping the replicated Postgres (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 300); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
+    stop_pid "$pid" 300
 fi
 rm -f "$run/postgres-ha.pid" "$run/postgres-ha.url"
 

@@ -2,7 +2,7 @@
 # Checks every Envoy bootstrap config under envoy/ with `envoy --mode validate`.
 #
 # Validation loads the filter, so the wasm must be built first
-# (cargo build -p keyflight-filter --target wasm32-wasip1 --release), and runs from the
+# (cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release), and runs from the
 # repository root, where the configs' relative wasm path resolves. Files under envoy/ that
 # are not Envoy bootstraps (Istio and Kubernetes manifests: no `static_resources:`) are
 # skipped and listed.
@@ -12,7 +12,7 @@ cd "$root"
 
 wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
 [[ -f "$wasm" ]] || {
-    echo "$wasm not found: cargo build -p keyflight-filter --target wasm32-wasip1 --release (make test does)" >&2
+    echo "$wasm not found: cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release (make test does)" >&2
     exit 1
 }
 envoy="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"

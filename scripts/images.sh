@@ -45,7 +45,7 @@ mkdir -p "$out"
 # Built by `make wasm` (the `images` target depends on it), as for scripts/envoy-validate.sh.
 wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
 [[ -f "$wasm" ]] || {
-    echo "$wasm not found: cargo build -p keyflight-filter --target wasm32-wasip1 --release (make images does)" >&2
+    echo "$wasm not found: cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release (make images does)" >&2
     exit 1
 }
 module_sha="$(python3 images/oci_wasm.py "$wasm" "$out/filter" "$version")"

@@ -18,7 +18,7 @@
 #      (deploy/checks/metric_names.py derives the names from the Rust sources).
 # The plugin JSON inside the Istio manifests is also checked by the filter's own validator in
 # `cargo test -p keyflight-filter --test shipped_configs`. Step 3 needs the filter built
-# (cargo build -p keyflight-filter --target wasm32-wasip1 --release; `make` does).
+# (cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release; `make` does).
 #
 # Idempotent and offline except for first-time installs: yamllint, kubernetes-validate and
 # cel-python go into .tools/venv (pip), promtool comes from Debian's `prometheus` package.
@@ -51,7 +51,7 @@ if ! "$venv/bin/python" -c 'import yamllint, kubernetes_validate, celpy, re2' 2>
     }
 fi
 [[ -f "$wasm" ]] || {
-    echo "$wasm not found: cargo build -p keyflight-filter --target wasm32-wasip1 --release (make does)" >&2
+    echo "$wasm not found: cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release (make does)" >&2
     exit 1
 }
 envoy="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"

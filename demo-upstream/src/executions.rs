@@ -23,6 +23,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
+use keyflight_protocol::time::millis;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -114,9 +115,7 @@ impl ExecutionLog {
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
+        .map_or(0, millis)
 }
 
 #[cfg(test)]

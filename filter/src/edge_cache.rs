@@ -4,7 +4,7 @@
 //! Completed, replayable records are kept in proxy-wasm *shared data*, so a hot
 //! replay needs no lease-store call. Shared data is per `vm_id`, process-wide
 //! (every worker sees it), updated with compare-and-swap, and has no TTL, no
-//! eviction and no real delete (FIELD-NOTES). So the cache is a fixed array of
+//! eviction and no real delete (`docs/envoy-facts.md#shared-data`). So the cache is a fixed array of
 //! slots: a record lives in slot `scope % slots` under the key
 //! `keyflight.edge_cache.v1.<slot>`, a newer record overwrites whatever the slot
 //! held, and an expired one is simply ignored. Memory is bounded by
@@ -37,6 +37,8 @@
 use std::time::Duration;
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::time::millis;
+use keyflight_protocol::wire::StoredResponse;
 
 /// Prefix of every slot key in shared data.
 const KEY_PREFIX: &str = "keyflight.edge_cache.v1.";
@@ -47,17 +49,6 @@ const MAGIC: &[u8; 4] = b"KFE2";
 /// Bytes before the first header: magic, scope, fingerprint, epoch, two
 /// times, status and header count.
 const FIXED_LEN: usize = 4 + 32 + 32 + 8 + 8 + 8 + 2 + 2;
-
-/// A response kept for replay: what [`crate::replay`] needs to answer again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CachedResponse {
-    /// HTTP status.
-    pub status: u16,
-    /// Allowlisted headers, lowercase names, in order.
-    pub headers: Vec<(String, String)>,
-    /// The body.
-    pub body: Vec<u8>,
-}
 
 /// A record to cache: written by the adapter with [`Entry::encode_at`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +62,7 @@ pub struct Entry {
     /// How long the entry may be served.
     pub ttl: Duration,
     /// The recorded response.
-    pub response: CachedResponse,
+    pub response: StoredResponse,
 }
 
 impl Entry {
@@ -89,7 +80,7 @@ impl Entry {
     /// Encodes the entry as stored at `now_ms`; `None` if a field does not
     /// fit its length prefix (never the case within the configured caps).
     pub fn encode_at(&self, now_ms: u64) -> Option<Vec<u8>> {
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = millis(self.ttl);
         let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.scope.0);
@@ -127,7 +118,7 @@ pub struct Slot {
     /// When it stops being served.
     pub expires_at_ms: u64,
     /// The response.
-    pub response: CachedResponse,
+    pub response: StoredResponse,
 }
 
 /// Decodes a slot value; `None` for anything that is not exactly one entry.
@@ -160,7 +151,7 @@ pub fn decode(bytes: &[u8]) -> Option<Slot> {
         epoch,
         stored_at_ms,
         expires_at_ms,
-        response: CachedResponse {
+        response: StoredResponse {
             status,
             headers,
             body,
@@ -175,7 +166,7 @@ pub enum Lookup {
     /// operator epoch, or another scope's record.
     Miss,
     /// The same request completed: replay this.
-    Hit(CachedResponse),
+    Hit(StoredResponse),
     /// The scope completed with another fingerprint: a certain conflict.
     Conflict,
 }
@@ -250,7 +241,7 @@ mod tests {
             fingerprint: Digest([fingerprint; 32]),
             epoch: 7,
             ttl: Duration::from_secs(60),
-            response: CachedResponse {
+            response: StoredResponse {
                 status: 201,
                 headers: vec![
                     ("content-type".into(), "application/json".into()),
@@ -393,7 +384,7 @@ mod tests {
                 fingerprint: Digest([8; 32]),
                 epoch: now,
                 ttl: Duration::from_millis(1),
-                response: CachedResponse { status, headers, body },
+                response: StoredResponse { status, headers, body },
             };
             let bytes = e.encode_at(now).unwrap();
             prop_assert_eq!(bytes.len(), e.encoded_len());

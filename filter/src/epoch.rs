@@ -20,7 +20,7 @@
 //!
 //! Pure: times are passed in, in milliseconds since the Unix epoch.
 
-use std::time::Duration;
+use keyflight_protocol::time::millis;
 
 use crate::config::EdgeCache;
 use crate::store_call::CallError;
@@ -91,12 +91,10 @@ impl EpochWatch {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn watch() -> EpochWatch {

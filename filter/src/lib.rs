@@ -1,42 +1,37 @@
-//! keyflight's proxy-wasm HTTP filter: single-flight `Idempotency-Key`
-//! execution at the Envoy edge (SPEC §3).
+//! keyflight's edge filter, the decisions: single-flight `Idempotency-Key`
+//! execution at the Envoy edge (`docs/stream-machine.md`, `docs/data-path.md`).
 //!
-//! The crate has two halves, in the shape of Kuadrant's wasm-shim:
+//! This crate has no proxy-wasm dependency at all, in the shape of Kuadrant's
+//! wasm-shim: every decision is here and tested natively —
+//! [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
+//! state machine of one HTTP stream), and its pure helpers [`identity`],
+//! [`jwt_claims`], [`encoding`], [`replay`], [`router_retries`], [`problem`],
+//! [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`]
+//! and [`metrics`]. The thin `cdylib` Envoy loads, `keyflight-filter-wasm`
+//! (`filter-wasm/`), moves bytes between the host and these decisions.
 //!
-//! * the decisions, free of any proxy-wasm host call and tested natively:
-//!   [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
-//!   state machine of one HTTP stream), and its pure helpers [`identity`],
-//!   [`jwt_claims`], [`encoding`], [`replay`], [`router_retries`], [`problem`],
-//!   [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`]
-//!   and [`metrics`];
-//! * `adapter` (built for `wasm32` only): the thin glue that moves bytes
-//!   between Envoy and the machine.
-//!
-//! A panic kills the Wasm VM for every request on the worker, so the wasm
-//! build denies `unwrap`, `expect` and `panic` outright.
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-// Tests state their expectations with `unwrap` and `panic!`.
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::panic))]
+//! A panic kills the Wasm VM for every request on the worker, so the crate
+//! denies `unwrap`, `expect`, `panic` and indexing outside tests (the
+//! `[lints]` table in its `Cargo.toml`).
 
 pub mod config;
 pub mod edge_cache;
 pub mod encoding;
 pub mod epoch;
+pub mod host;
 pub mod identity;
 pub mod jwt_claims;
 pub mod machine;
 pub mod metrics;
 pub mod outbox;
 pub mod problem;
+pub mod recorded_headers;
 pub mod replay;
 pub mod router_retries;
 pub mod status_matrix;
 pub mod store_call;
-
-#[cfg(target_arch = "wasm32")]
-mod adapter;
+#[cfg(test)]
+mod testing;
+pub mod worker;
 
 pub use config::{Config, ConfigError, parse_plugin_config};

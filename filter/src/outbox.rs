@@ -26,31 +26,31 @@
 //! when even that does not fit is the claim given up (counted, logged: its
 //! lease expires and one same-body retry may run again).
 //!
-//! Like the stream machine, the outbox is sans-IO: the adapter feeds it the
-//! time and the answers of the calls it asked for, and performs the
-//! [`OutboxAction`]s it returns. Jitter is derived from the claim id and the
-//! attempt number, not from a random source, so every schedule is a plain
-//! unit test and claims that failed together still spread out.
+//! Like the stream machine, the outbox is sans-IO: the root context's driver
+//! ([`crate::worker::Root`]) feeds it the time and the answers of the calls
+//! it asked for, and performs the [`OutboxAction`]s it returns. This file
+//! holds the entries and what streams and ticks do to them; `answers.rs` what
+//! the answers do, `delivery.rs` the retry rules, the backoff and the byte
+//! cost (`docs/record-outbox.md`).
+
+mod answers;
+mod delivery;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{FinalizeRequest, RenewRequest, StoredResponse};
+use keyflight_protocol::time::millis;
+use keyflight_protocol::wire::RenewRequest;
 use uuid::Uuid;
 
-use crate::machine::LogLevel;
+#[cfg(test)]
+use delivery::{BACKOFF_BASE_MS, BACKOFF_CAP_MS};
+use delivery::{Step, backoff_ms, delivery_bytes, downgraded, next_step};
+
+use crate::host::LogLevel;
 use crate::metrics::{EventKind, Gauge, Metric, OutboxEvent};
 use crate::store_call::{CallError, StoreCall};
-
-/// First retry delay after a failed settle call (before jitter).
-const BACKOFF_BASE_MS: u64 = 100;
-/// Longest retry delay: once the store is back, a waiting record lands within
-/// about this long (plus one tick), well inside any lease a policy may set.
-const BACKOFF_CAP_MS: u64 = 2000;
-/// What an entry costs beyond its call's response bytes (ids, schedule,
-/// headers' framing): a floor, so the byte bound also bounds the entry count.
-const ENTRY_OVERHEAD_BYTES: usize = 256;
 
 /// A won claim to renew (the stream's `StartRenewal`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +127,28 @@ pub enum OutboxAction {
     },
 }
 
+/// What the outbox holds for one claim, as a test sees it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Its lease is renewed.
+    pub renewing: bool,
+    /// The settle call it delivers, once the stream handed the claim off.
+    pub delivery: Option<HeldDelivery>,
+}
+
+/// A delivery, as a test sees it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldDelivery {
+    /// The finalize or release it sends.
+    pub call: StoreCall,
+    /// When it is sent next.
+    pub next_attempt_ms: u64,
+    /// When the budget runs out.
+    pub give_up_at_ms: u64,
+}
+
 /// A settle call the outbox delivers.
 #[derive(Debug)]
 struct Delivery {
@@ -201,6 +223,26 @@ impl Outbox {
     /// Claims whose lease is being renewed (owned by a stream or handed off).
     pub fn renewing(&self) -> usize {
         self.entries.values().filter(|e| !e.renew_lost).count()
+    }
+
+    /// What the outbox holds for `claim_id` (for tests that look into it).
+    #[cfg(test)]
+    pub(crate) fn held(&self, claim_id: Uuid) -> Option<Held> {
+        let entry = self.entries.get(&claim_id)?;
+        Some(Held {
+            renewing: !entry.renew_lost,
+            delivery: entry.delivery.as_ref().map(|d| HeldDelivery {
+                call: d.call.clone(),
+                next_attempt_ms: d.next_attempt_ms,
+                give_up_at_ms: d.give_up_at_ms,
+            }),
+        })
+    }
+
+    /// Every claim registered, owned by a stream or delivering (for tests).
+    #[cfg(test)]
+    pub(crate) fn claims(&self) -> usize {
+        self.entries.len()
     }
 
     /// A stream won `lease`: renew it every interval, first at `now_ms + interval`.
@@ -386,110 +428,6 @@ impl Outbox {
         out
     }
 
-    /// The answer to a call the outbox dispatched.
-    pub fn on_answer(
-        &mut self,
-        id: CallId,
-        result: Result<(), CallError>,
-        now_ms: u64,
-    ) -> Vec<OutboxAction> {
-        match id.kind {
-            CallKind::Renew => self.renew_answered(id.claim_id, result, now_ms),
-            CallKind::Settle => self.settle_answered(id.claim_id, result, now_ms),
-        }
-    }
-
-    /// A renew answered. A failed one is retried on the delivery backoff
-    /// (capped at the renew interval) rather than a whole interval later: when
-    /// the store or Postgres is back after an outage that outlasted part of
-    /// the lease, the lease is refreshed within seconds, inside the store's
-    /// takeover grace, instead of possibly after the lease ran out.
-    fn renew_answered(
-        &mut self,
-        claim_id: Uuid,
-        result: Result<(), CallError>,
-        now_ms: u64,
-    ) -> Vec<OutboxAction> {
-        let Some(entry) = self.entries.get_mut(&claim_id) else {
-            return Vec::new();
-        };
-        entry.renew_in_flight = false;
-        if result.is_ok() {
-            entry.renew_failures = 0;
-        } else if !entry.renew_lost && result != Err(CallError::LeaseLost) {
-            entry.renew_failures = entry.renew_failures.saturating_add(1);
-            let retry = backoff_ms(claim_id, entry.renew_failures).min(entry.interval_ms);
-            entry.next_renew_ms = entry.next_renew_ms.min(now_ms.saturating_add(retry));
-        }
-        match result {
-            Ok(()) => Vec::new(),
-            Err(_) if entry.renew_lost => Vec::new(),
-            Err(CallError::LeaseLost) => {
-                entry.renew_lost = true;
-                if entry.delivery.is_some() || entry.theft_counted {
-                    // The delivery's own answer tells a theft from a record
-                    // that already landed.
-                    Vec::new()
-                } else {
-                    entry.theft_counted = true;
-                    vec![count(EventKind::LeaseStolen)]
-                }
-            }
-            Err(_) => vec![count(EventKind::RenewError)],
-        }
-    }
-
-    fn settle_answered(
-        &mut self,
-        claim_id: Uuid,
-        result: Result<(), CallError>,
-        now_ms: u64,
-    ) -> Vec<OutboxAction> {
-        let Some(entry) = self.entries.get_mut(&claim_id) else {
-            return Vec::new();
-        };
-        let Some(delivery) = entry.delivery.as_mut() else {
-            return Vec::new();
-        };
-        delivery.in_flight = false;
-        let Err(error) = result else {
-            let mut out = self.remove(claim_id);
-            out.push(outbox_count(OutboxEvent::Delivered));
-            return out;
-        };
-        match next_step(&delivery.call, error) {
-            Step::Retry => {
-                let attempt = delivery.attempts.saturating_add(1);
-                delivery.next_attempt_ms = now_ms.saturating_add(backoff_ms(claim_id, attempt));
-                Vec::new()
-            }
-            Step::Downgrade(lesser) => {
-                let freed = delivery.bytes - delivery_bytes(&lesser);
-                delivery.bytes -= freed;
-                delivery.call = lesser;
-                delivery.next_attempt_ms = now_ms;
-                self.bytes -= freed;
-                vec![
-                    outbox_count(OutboxEvent::Downgraded),
-                    adjust(Gauge::OutboxBytes, -signed(freed)),
-                ]
-            }
-            Step::Lost => {
-                let counted = entry.theft_counted;
-                let mut out = self.remove(claim_id);
-                out.push(outbox_count(OutboxEvent::Lost));
-                if !counted {
-                    out.push(count(EventKind::LeaseStolen));
-                }
-                out
-            }
-            Step::GiveUp => {
-                let call = delivery.call.clone();
-                self.give_up(claim_id, &call, &format!("the store refused it ({error})"))
-            }
-        }
-    }
-
     fn delivery_call(&self, claim_id: Uuid) -> Option<StoreCall> {
         self.entries
             .get(&claim_id)?
@@ -526,100 +464,6 @@ impl Outbox {
             None => Vec::new(),
         }
     }
-}
-
-/// What to do after a settle call failed with `error`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
-    /// Transient: send it again later.
-    Retry,
-    /// The store will never take this finalize: send the lesser one at once.
-    Downgrade(StoreCall),
-    /// Another claim owns the record.
-    Lost,
-    /// The store will never take it, and there is nothing lesser to send.
-    GiveUp,
-}
-
-fn next_step(call: &StoreCall, error: CallError) -> Step {
-    match error {
-        CallError::LeaseLost => Step::Lost,
-        // 413: over the store's body limit; 400: a response it refuses to keep.
-        CallError::Status(400 | 413) => downgraded(call).map_or(Step::GiveUp, Step::Downgrade),
-        // No connection, a timeout, 5xx (503 `journal_unavailable`), 429, and
-        // anything else the store may answer while it restarts or is
-        // reconfigured (401/403 during a token rotation): within the budget,
-        // try again.
-        CallError::Dispatch | CallError::NoAnswer | CallError::Status(_) | CallError::Malformed => {
-            Step::Retry
-        }
-    }
-}
-
-/// The not-replayable finalize that replaces a replayable one the store
-/// cannot keep: the record still says "completed", so a retry gets 409
-/// `response_not_replayable` and never runs again. `None` for a release or
-/// a finalize that is already as small as it gets.
-fn downgraded(call: &StoreCall) -> Option<StoreCall> {
-    let StoreCall::Finalize { scope, request } = call else {
-        return None;
-    };
-    let lesser = StoredResponse::new(request.response.status, Vec::new(), &[]);
-    if !request.replayable && request.response == lesser {
-        return None;
-    }
-    Some(StoreCall::Finalize {
-        scope: *scope,
-        request: FinalizeRequest {
-            claim_id: request.claim_id,
-            response: lesser,
-            replayable: false,
-        },
-    })
-}
-
-/// What a delivery of `call` counts against the byte bound.
-fn delivery_bytes(call: &StoreCall) -> usize {
-    let response = match call {
-        StoreCall::Finalize { request, .. } => {
-            let headers: usize = request
-                .response
-                .headers
-                .iter()
-                .map(|(n, v)| n.len() + v.len())
-                .sum();
-            request.response.body_b64.len() + headers
-        }
-        StoreCall::Claim { .. } | StoreCall::Renew { .. } | StoreCall::Release { .. } => 0,
-    };
-    ENTRY_OVERHEAD_BYTES + response
-}
-
-/// The delay before settle attempt `attempt` (1 = the first retry): doubling
-/// from [`BACKOFF_BASE_MS`] up to [`BACKOFF_CAP_MS`], then scaled into
-/// [50 %, 100 %] by a hash of the claim and the attempt ("equal jitter").
-fn backoff_ms(claim_id: Uuid, attempt: u32) -> u64 {
-    let exponent = attempt.saturating_sub(1).min(16);
-    let ceiling = BACKOFF_BASE_MS
-        .saturating_mul(1 << exponent)
-        .min(BACKOFF_CAP_MS);
-    let half = ceiling / 2;
-    half + jitter(claim_id, attempt) % (half + 1)
-}
-
-/// FNV-1a over the claim id and the attempt: cheap, deterministic spread.
-fn jitter(claim_id: Uuid, attempt: u32) -> u64 {
-    claim_id
-        .as_bytes()
-        .iter()
-        .chain(attempt.to_le_bytes().iter())
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        })
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn signed(bytes: usize) -> i64 {

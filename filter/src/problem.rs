@@ -1,14 +1,13 @@
-//! F10: the filter's local error replies as RFC 9457 problem details.
+//! F10: the filter's local error replies as RFC 9457 problem details
+//! (`docs/stream-machine.md#local-replies`).
 //!
-//! This is the one place a [`ProblemCode`] becomes an HTTP status, so the two
-//! status profiles (keyflight's and the IETF draft's) differ in exactly one
-//! function, and every 503 gets its `Retry-After` here rather than at each
-//! call site.
+//! The status of each code comes from the one table in
+//! [`keyflight_protocol::problem`], under the configured status profile, and
+//! every 503 gets its `Retry-After` by the protocol's one rule, here rather
+//! than at each call site.
 
 use keyflight_protocol::ProblemCode;
-use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem};
-
-use crate::config::StatusProfile;
+use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, StatusProfile, retry_after_s};
 
 /// A response the filter sends itself (an error or a replay).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,60 +20,21 @@ pub struct LocalReply {
     pub body: Vec<u8>,
 }
 
-/// The HTTP status of a problem under a status profile.
-pub fn status_for(code: ProblemCode, profile: StatusProfile) -> u16 {
-    match (code, profile) {
-        (ProblemCode::RequestInProgress, StatusProfile::Ietf) => 409,
-        (ProblemCode::IdempotencyConflict, StatusProfile::Ietf) => 422,
-        (
-            ProblemCode::IdempotencyKeyRequired
-            | ProblemCode::IdempotencyKeyInvalid
-            | ProblemCode::PrincipalAmbiguous,
-            _,
-        ) => 400,
-        (ProblemCode::PrincipalRequired | ProblemCode::Unauthorized, _) => 401,
-        (ProblemCode::Forbidden, _) => 403,
-        (ProblemCode::NotFound, _) => 404,
-        (ProblemCode::PayloadTooLarge, _) => 413,
-        (ProblemCode::MethodNotAllowed, _) => 405,
-        (
-            ProblemCode::JournalUnavailable
-            | ProblemCode::RequestInProgress
-            | ProblemCode::RetryableCooldown,
-            _,
-        ) => 503,
-        (
-            ProblemCode::IdempotencyConflict
-            | ProblemCode::ResponseNotReplayable
-            | ProblemCode::OperationUnknown
-            | ProblemCode::LeaseLost
-            | ProblemCode::NotUnknown,
-            _,
-        ) => 409,
-        (ProblemCode::BadRequest | ProblemCode::ReplayRiskNotAcknowledged, _) => 400,
-    }
-}
-
 /// Builds the problem+json reply for `code`.
 ///
-/// `retry_after_s` becomes a `Retry-After` header (at least 1 s). Every 503
-/// carries one: a 503 without it would invite an immediate retry storm.
+/// `retry_after_s` becomes a `Retry-After` header (at least 1 s); every 503
+/// carries one.
 pub fn problem_reply(
     code: ProblemCode,
     profile: StatusProfile,
     detail: &str,
-    retry_after_s: Option<u64>,
+    retry_after: Option<u64>,
 ) -> LocalReply {
-    let status = status_for(code, profile);
+    let status = code.status_under(profile);
     let problem = Problem::new(code, status, detail);
     let body = serde_json::to_vec(&problem).unwrap_or_default();
     let mut headers = vec![("content-type".to_owned(), PROBLEM_CONTENT_TYPE.to_owned())];
-    let retry_after = match retry_after_s {
-        Some(s) => Some(s.max(1)),
-        None if status == 503 => Some(1),
-        None => None,
-    };
-    if let Some(s) = retry_after {
+    if let Some(s) = retry_after_s(status, retry_after) {
         headers.push(("retry-after".to_owned(), s.to_string()));
     }
     LocalReply {
@@ -113,11 +73,11 @@ mod tests {
         ];
         for (code, keyflight, ietf) in table {
             assert_eq!(
-                status_for(code, StatusProfile::Keyflight),
+                code.status_under(StatusProfile::Keyflight),
                 keyflight,
                 "{code:?}"
             );
-            assert_eq!(status_for(code, StatusProfile::Ietf), ietf, "{code:?}");
+            assert_eq!(code.status_under(StatusProfile::Ietf), ietf, "{code:?}");
         }
     }
 

@@ -1,12 +1,15 @@
-//! The lease-store API v1 calls (SPEC §6) as data: what to send, and how to
-//! read what came back.
+//! The lease-store API v1 calls (`docs/records.md#the-api`) as data: what to
+//! send, and how to read what came back.
 //!
-//! The state machine says *which* call to make ([`StoreCall`]); the adapter
-//! turns it into a `dispatch_http_call` with [`StoreCall::path`] and
-//! [`StoreCall::body`], and turns the answer back into a typed result with
-//! [`parse_claim_answer`] / [`parse_ack_answer`]. Parsing lives here, not in
-//! the adapter, so every odd answer (no headers, a 503, garbage JSON, a
-//! `lease_lost` problem) is a native unit test.
+//! The state machine says *which* call to make ([`StoreCall`]); the drivers
+//! wrap it in a [`Callout`] (method, path, headers, body, timeout) that the
+//! host dispatches as it is. The host's report of the answer is read into an
+//! [`Answer`] — status and body, nothing parsed — and the code that knows
+//! which call is in flight parses it: [`parse_claim_answer`],
+//! [`parse_ack_answer`], [`parse_epoch_answer`]. So every odd answer (no
+//! headers, a 503, garbage JSON, a `lease_lost` problem) is a native unit test.
+
+use std::time::Duration;
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::ProblemCode;
@@ -14,6 +17,9 @@ use keyflight_protocol::wire::{
     ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
 };
 use serde::Deserialize;
+
+use crate::config::LeaseStore;
+use crate::host::{Buffer, CalloutAnswered, HeaderMap, Host};
 
 /// One call to the lease-store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +104,125 @@ impl StoreCall {
     }
 }
 
+/// A lease-store request as the host dispatches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Callout {
+    /// A call about a scope (`POST`).
+    Call {
+        /// The call.
+        call: StoreCall,
+        /// How long the host waits for its answer.
+        timeout: Duration,
+    },
+    /// The operator epoch question (`GET /v1/epoch`).
+    Epoch {
+        /// How long the host waits for its answer.
+        timeout: Duration,
+    },
+}
+
+impl Callout {
+    /// The HTTP method.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Callout::Call { .. } => "POST",
+            Callout::Epoch { .. } => "GET",
+        }
+    }
+
+    /// The request path.
+    pub fn path(&self) -> String {
+        match self {
+            Callout::Call { call, .. } => call.path(),
+            Callout::Epoch { .. } => EPOCH_PATH.to_owned(),
+        }
+    }
+
+    /// The request body (`None` for the epoch question).
+    pub fn body(&self) -> Option<Vec<u8>> {
+        match self {
+            Callout::Call { call, .. } => Some(call.body()),
+            Callout::Epoch { .. } => None,
+        }
+    }
+
+    /// The request headers. A callout needs `:method`, `:path` and
+    /// `:authority` (`docs/envoy-facts.md#callouts`); the bearer token is the
+    /// filter's (`docs/records.md#the-api`).
+    pub fn headers(&self, store: &LeaseStore) -> Vec<(&'static str, String)> {
+        vec![
+            (":method", self.method().to_owned()),
+            (":path", self.path()),
+            (":authority", store.authority.clone()),
+            ("authorization", format!("Bearer {}", store.token)),
+            ("content-type", "application/json".to_owned()),
+        ]
+    }
+
+    /// How long the host waits, never zero: a zero timeout would mean none
+    /// at all (`docs/envoy-facts.md#callouts`).
+    pub fn timeout(&self) -> Duration {
+        let (Callout::Call { timeout, .. } | Callout::Epoch { timeout }) = self;
+        (*timeout).max(Duration::from_millis(1))
+    }
+}
+
+/// What came back for a callout, as the host reported it, not yet parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The host refused to dispatch the call.
+    NotSent,
+    /// The host delivered an answer.
+    Received {
+        /// `:status`; `None` when the call failed without response headers
+        /// (connection failure, reset, timeout) or the status is unreadable.
+        status: Option<u16>,
+        /// The response body.
+        body: Vec<u8>,
+    },
+}
+
+impl Answer {
+    /// Reads the callout answer the host is delivering. A failed call arrives
+    /// with zero headers; the map is then not touched at all
+    /// (`docs/envoy-facts.md#callouts`).
+    pub fn read(host: &mut impl Host, answered: CalloutAnswered) -> Answer {
+        if answered.num_headers == 0 {
+            return Answer::Received {
+                status: None,
+                body: Vec::new(),
+            };
+        }
+        let status = host
+            .header(HeaderMap::CallResponse, ":status")
+            .and_then(|v| parse_status(&v));
+        Answer::Received {
+            status,
+            body: host.buffer(Buffer::CallResponseBody, answered.body_size),
+        }
+    }
+
+    /// A 200 answer with `body`, as the lease-store sends one.
+    pub fn ok(body: impl Into<Vec<u8>>) -> Answer {
+        Answer::Received {
+            status: Some(200),
+            body: body.into(),
+        }
+    }
+
+    /// The status and body, or why there is no answer to read.
+    fn http(&self) -> Result<(u16, &[u8]), CallError> {
+        match self {
+            Answer::NotSent => Err(CallError::Dispatch),
+            Answer::Received { status: None, .. } => Err(CallError::NoAnswer),
+            Answer::Received {
+                status: Some(status),
+                body,
+            } => Ok((*status, body)),
+        }
+    }
+}
+
 /// Why a call did not produce a usable answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -116,6 +241,12 @@ pub enum CallError {
     /// A 200 whose body is not the expected JSON.
     #[error("the answer could not be parsed")]
     Malformed,
+    /// A claim's `completed` answer whose recorded response cannot be read
+    /// (a body that is not base64, a status out of range): the operation
+    /// ran, so the request is refused, never forwarded, whatever the
+    /// policy's `failure_mode`.
+    #[error("the recorded response could not be read")]
+    MalformedRecord,
 }
 
 #[derive(Deserialize)]
@@ -123,38 +254,44 @@ struct ProblemCodeOnly {
     code: ProblemCode,
 }
 
-/// Reads a claim answer. `status` is `None` when the call failed without
-/// response headers (the host reports a failed call that way).
-pub fn parse_claim_answer(status: Option<u16>, body: &[u8]) -> Result<ClaimResponse, CallError> {
-    match status {
-        None => Err(CallError::NoAnswer),
-        Some(200) => serde_json::from_slice(body).map_err(|_| CallError::Malformed),
-        Some(other) => Err(CallError::Status(other)),
+#[derive(Deserialize)]
+struct OutcomeOnly {
+    outcome: String,
+}
+
+/// Reads a claim answer.
+pub fn parse_claim_answer(answer: &Answer) -> Result<ClaimResponse, CallError> {
+    match answer.http()? {
+        (200, body) => serde_json::from_slice(body).map_err(|_| {
+            match serde_json::from_slice::<OutcomeOnly>(body) {
+                Ok(answer) if answer.outcome == "completed" => CallError::MalformedRecord,
+                _ => CallError::Malformed,
+            }
+        }),
+        (other, _) => Err(CallError::Status(other)),
     }
 }
 
 /// Reads a renew, finalize or release answer: 200 is success, `409
 /// lease_lost` is [`CallError::LeaseLost`].
-pub fn parse_ack_answer(status: Option<u16>, body: &[u8]) -> Result<(), CallError> {
-    match status {
-        None => Err(CallError::NoAnswer),
-        Some(200) => Ok(()),
-        Some(409) => match serde_json::from_slice::<ProblemCodeOnly>(body) {
+pub fn parse_ack_answer(answer: &Answer) -> Result<(), CallError> {
+    match answer.http()? {
+        (200, _) => Ok(()),
+        (409, body) => match serde_json::from_slice::<ProblemCodeOnly>(body) {
             Ok(p) if p.code == ProblemCode::LeaseLost => Err(CallError::LeaseLost),
             _ => Err(CallError::Status(409)),
         },
-        Some(other) => Err(CallError::Status(other)),
+        (other, _) => Err(CallError::Status(other)),
     }
 }
 
 /// Reads an epoch answer.
-pub fn parse_epoch_answer(status: Option<u16>, body: &[u8]) -> Result<u64, CallError> {
-    match status {
-        None => Err(CallError::NoAnswer),
-        Some(200) => serde_json::from_slice::<EpochResponse>(body)
+pub fn parse_epoch_answer(answer: &Answer) -> Result<u64, CallError> {
+    match answer.http()? {
+        (200, body) => serde_json::from_slice::<EpochResponse>(body)
             .map(|answer| answer.epoch)
             .map_err(|_| CallError::Malformed),
-        Some(other) => Err(CallError::Status(other)),
+        (other, _) => Err(CallError::Status(other)),
     }
 }
 
@@ -168,6 +305,13 @@ mod tests {
     use keyflight_protocol::wire::WonHow;
 
     use super::*;
+
+    fn at(status: Option<u16>, body: &[u8]) -> Answer {
+        Answer::Received {
+            status,
+            body: body.to_vec(),
+        }
+    }
 
     fn scope() -> Digest {
         Digest([0xab; 32])
@@ -209,7 +353,7 @@ mod tests {
     fn claim_answers() {
         let won = br#"{"outcome":"won","claim_id":"00000000-0000-0000-0000-000000000000","fence":7,"how":"claimed","lease_ms":30000}"#;
         assert_eq!(
-            parse_claim_answer(Some(200), won),
+            parse_claim_answer(&at(Some(200), won)),
             Ok(ClaimResponse::Won {
                 claim_id: uuid::Uuid::nil(),
                 fence: 7,
@@ -218,57 +362,129 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_claim_answer(Some(200), br#"{"outcome":"conflict"}"#),
+            parse_claim_answer(&at(Some(200), br#"{"outcome":"conflict"}"#)),
             Ok(ClaimResponse::Conflict)
         );
-        assert_eq!(parse_claim_answer(None, b""), Err(CallError::NoAnswer));
+        assert_eq!(parse_claim_answer(&at(None, b"")), Err(CallError::NoAnswer));
         assert_eq!(
-            parse_claim_answer(Some(503), b"{}"),
+            parse_claim_answer(&at(Some(503), b"{}")),
             Err(CallError::Status(503))
         );
         assert_eq!(
-            parse_claim_answer(Some(200), b"not json"),
+            parse_claim_answer(&at(Some(200), b"not json")),
             Err(CallError::Malformed)
         );
         assert_eq!(
-            parse_claim_answer(Some(200), br#"{"outcome":"maybe"}"#),
+            parse_claim_answer(&at(Some(200), br#"{"outcome":"maybe"}"#)),
             Err(CallError::Malformed)
         );
+        for unreadable in [
+            br#"{"outcome":"completed","response":{"status":200,"headers":[],"body_b64":"***"}}"#
+                .as_slice(),
+            br#"{"outcome":"completed","response":{"status":70000,"headers":[],"body_b64":""}}"#,
+            br#"{"outcome":"completed"}"#,
+        ] {
+            assert_eq!(
+                parse_claim_answer(&at(Some(200), unreadable)),
+                Err(CallError::MalformedRecord)
+            );
+        }
     }
 
     #[test]
     fn ack_answers() {
-        assert_eq!(parse_ack_answer(Some(200), b"{}"), Ok(()));
+        assert_eq!(parse_ack_answer(&at(Some(200), b"{}")), Ok(()));
         assert_eq!(
-            parse_ack_answer(
+            parse_ack_answer(&at(
                 Some(409),
                 br#"{"type":"t","title":"t","status":409,"detail":"d","code":"lease_lost"}"#
-            ),
+            )),
             Err(CallError::LeaseLost)
         );
         assert_eq!(
-            parse_ack_answer(Some(409), b"?"),
+            parse_ack_answer(&at(Some(409), b"?")),
             Err(CallError::Status(409))
         );
-        assert_eq!(parse_ack_answer(None, b""), Err(CallError::NoAnswer));
+        assert_eq!(parse_ack_answer(&at(None, b"")), Err(CallError::NoAnswer));
         assert_eq!(
-            parse_ack_answer(Some(500), b""),
+            parse_ack_answer(&at(Some(500), b"")),
             Err(CallError::Status(500))
         );
     }
 
     #[test]
     fn epoch_call_and_answers() {
-        assert_eq!(parse_epoch_answer(Some(200), br#"{"epoch":7}"#), Ok(7));
+        assert_eq!(parse_epoch_answer(&at(Some(200), br#"{"epoch":7}"#)), Ok(7));
         assert_eq!(
-            parse_epoch_answer(Some(200), br#"{"epoch":-1}"#),
+            parse_epoch_answer(&at(Some(200), br#"{"epoch":-1}"#)),
             Err(CallError::Malformed)
         );
         assert_eq!(
-            parse_epoch_answer(Some(404), b""),
+            parse_epoch_answer(&at(Some(404), b"")),
             Err(CallError::Status(404))
         );
-        assert_eq!(parse_epoch_answer(None, b""), Err(CallError::NoAnswer));
+        assert_eq!(parse_epoch_answer(&at(None, b"")), Err(CallError::NoAnswer));
+    }
+
+    #[test]
+    fn a_call_the_host_refused_is_a_dispatch_error_whatever_was_asked() {
+        assert_eq!(
+            parse_claim_answer(&Answer::NotSent),
+            Err(CallError::Dispatch)
+        );
+        assert_eq!(parse_ack_answer(&Answer::NotSent), Err(CallError::Dispatch));
+        assert_eq!(
+            parse_epoch_answer(&Answer::NotSent),
+            Err(CallError::Dispatch)
+        );
+    }
+
+    #[test]
+    fn callouts_carry_what_the_host_needs() {
+        let store = LeaseStore {
+            cluster: "ls".into(),
+            authority: "lease-store:8080".into(),
+            token: "t0k".into(),
+            timeout: Duration::from_millis(1000),
+            max_body_bytes: 1 << 20,
+        };
+        let epoch = Callout::Epoch {
+            timeout: Duration::ZERO,
+        };
+        assert_eq!(
+            epoch.headers(&store),
+            vec![
+                (":method", "GET".to_owned()),
+                (":path", "/v1/epoch".to_owned()),
+                (":authority", "lease-store:8080".to_owned()),
+                ("authorization", "Bearer t0k".to_owned()),
+                ("content-type", "application/json".to_owned()),
+            ]
+        );
+        assert_eq!(epoch.body(), None);
+        assert_eq!(
+            epoch.timeout(),
+            Duration::from_millis(1),
+            "a zero timeout would mean none at all"
+        );
+        let release = Callout::Call {
+            call: StoreCall::Release {
+                scope: scope(),
+                request: ReleaseRequest {
+                    claim_id: uuid::Uuid::nil(),
+                    release_as: keyflight_protocol::wire::ReleaseAs::Forget,
+                    cooldown_ms: None,
+                },
+            },
+            timeout: Duration::from_millis(250),
+        };
+        assert_eq!(release.method(), "POST");
+        assert_eq!(
+            release.path(),
+            format!("/v1/claims/{}/release", "ab".repeat(32))
+        );
+        assert!(release.body().is_some_and(|b| !b.is_empty()));
+        assert_eq!(release.timeout(), Duration::from_millis(250));
     }
 
     #[test]

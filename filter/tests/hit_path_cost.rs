@@ -1,4 +1,5 @@
-//! What the pure half of an edge-cache replay costs, step by step (issue 5, P2).
+//! What the pure half of an edge-cache replay costs, step by step (the replay row, P2, of
+//! `make bench`: README.md, "Performance").
 //!
 //! A replay served from the edge cache runs, per request: the request-headers
 //! decision (target normalization, policy match, key validation), the scope
@@ -12,15 +13,24 @@
 //! `cargo test --release -p keyflight-filter --test hit_path_cost -- --ignored --nocapture`.
 //! Native numbers are not V8's, but their proportions point at what to cut.
 
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::hint::black_box;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use keyflight_filter::config::Config;
-use keyflight_filter::edge_cache::{self, CachedResponse, Entry};
+use keyflight_filter::edge_cache::{self, Entry};
 use keyflight_filter::identity::Lookup;
 use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::parse_plugin_config;
+use keyflight_protocol::wire::StoredResponse;
 use keyflight_protocol::{
     Digest, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
 };
@@ -98,7 +108,7 @@ fn slot() -> Vec<u8> {
         fingerprint,
         epoch: EPOCH,
         ttl: Duration::from_secs(60),
-        response: CachedResponse {
+        response: StoredResponse {
             status: 201,
             headers: vec![("content-type".into(), "application/json".into())],
             body: br#"{"payment_id":"p-000001","amount":1,"currency":"EUR"}"#.to_vec(),

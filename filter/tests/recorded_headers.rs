@@ -8,19 +8,25 @@
 //! the edge cache, and feed such headers from the upstream, and look at what
 //! comes out.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use keyflight_filter::identity::Lookup;
 use keyflight_protocol::PrincipalSource;
 use std::rc::Rc;
 
 use keyflight_filter::config::Config;
-use keyflight_filter::edge_cache::{CachedResponse, Entry};
+use keyflight_filter::edge_cache::Entry;
 use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::parse_plugin_config;
 use keyflight_filter::problem::LocalReply;
 use keyflight_filter::status_matrix::ResponseOrigin;
-use keyflight_filter::store_call::StoreCall;
+use keyflight_filter::store_call::{Answer, StoreCall};
 use keyflight_protocol::wire::{ClaimResponse, StoredResponse, WonHow};
 
 const BODY: &[u8] = br#"{"amount":1}"#;
@@ -99,6 +105,11 @@ fn machine_at_cache_read() -> Machine {
     machine
 }
 
+/// The claim in flight answers `response`, as the lease-store sends it.
+fn answered(response: &ClaimResponse) -> Event {
+    Event::StoreAnswered(Answer::ok(serde_json::to_vec(response).unwrap()))
+}
+
 fn reply(actions: &[Action]) -> &LocalReply {
     actions
         .iter()
@@ -139,9 +150,9 @@ fn a_store_record_with_bad_headers_replays_without_them() {
         )),
         "{actions:?}"
     );
-    let actions = machine.on(Event::ClaimAnswered(Ok(ClaimResponse::Completed {
+    let actions = machine.on(answered(&ClaimResponse::Completed {
         response: StoredResponse::new(201, bad_and_good_headers(), b"{\"id\":1}"),
-    })));
+    }));
     assert_only_the_good_headers(reply(&actions));
 }
 
@@ -173,7 +184,7 @@ fn an_edge_cache_entry_with_bad_headers_replays_without_them() {
         fingerprint,
         epoch: EPOCH,
         ttl: std::time::Duration::from_secs(60),
-        response: CachedResponse {
+        response: StoredResponse {
             status: 201,
             headers: bad_and_good_headers(),
             body: b"{\"id\":1}".to_vec(),
@@ -197,12 +208,12 @@ fn upstream_headers_that_break_the_rule_are_not_recorded() {
         now_ms: NOW_MS,
         epoch: Some(EPOCH),
     });
-    machine.on(Event::ClaimAnswered(Ok(ClaimResponse::Won {
+    machine.on(answered(&ClaimResponse::Won {
         claim_id: uuid::Uuid::nil(),
         fence: 1,
         how: WonHow::Claimed,
         lease_ms: 30_000,
-    })));
+    }));
     machine.on(Event::ResponseHeaders {
         end_of_stream: false,
     });

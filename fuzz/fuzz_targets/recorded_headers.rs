@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use keyflight_filter::replay::keep_headers;
+use keyflight_filter::recorded_headers::keep_headers;
 use keyflight_protocol::headers::{check, is_field_value, is_token};
 use libfuzzer_sys::fuzz_target;
 

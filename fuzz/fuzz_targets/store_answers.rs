@@ -4,15 +4,18 @@
 #![no_main]
 
 use keyflight_filter::edge_cache;
-use keyflight_filter::store_call::{parse_ack_answer, parse_claim_answer, parse_status};
+use keyflight_filter::store_call::{Answer, parse_ack_answer, parse_claim_answer, parse_status};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::ClaimResponse;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|body: &[u8]| {
     let _ = parse_status(body);
-    let _ = parse_ack_answer(Some(409), body);
-    if let Ok(answer) = parse_claim_answer(Some(200), body) {
+    let _ = parse_ack_answer(&Answer::Received {
+        status: Some(409),
+        body: body.to_vec(),
+    });
+    if let Ok(answer) = parse_claim_answer(&Answer::ok(body)) {
         let bytes = serde_json::to_vec(&answer).expect("wire types serialize");
         let again: ClaimResponse = serde_json::from_slice(&bytes).expect("and parse back");
         assert_eq!(again, answer);

@@ -18,8 +18,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
+use crate::api::error::ApiError;
 use crate::config::{Secret, Tokens};
-use crate::problem::ApiError;
 
 /// Which token an endpoint family requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use keyflight_protocol::time::millis;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -88,9 +89,9 @@ async fn run_pass(
 
 /// A random delay in `[0, interval)` for the first pass.
 fn first_delay(interval: Duration) -> Duration {
-    let millis = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
-    if millis == 0 {
+    let ms = millis(interval);
+    if ms == 0 {
         return Duration::ZERO;
     }
-    Duration::from_millis(rand::random_range(0..millis))
+    Duration::from_millis(rand::random_range(0..ms))
 }

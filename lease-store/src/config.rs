@@ -1,4 +1,4 @@
-//! Settings for `serve` and `migrate`, parsed once at start-up (SPEC §6).
+//! Settings for `serve` and `migrate`, parsed once at start-up (`docs/records.md#the-api`).
 //!
 //! Flags and environment variables are declared here with clap (`ServeArgs`,
 //! `DatabaseArgs`, `SecretArgs`), then turned into validated types

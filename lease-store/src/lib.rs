@@ -6,9 +6,10 @@
 //! - [`store`], [`longpoll`], [`cleanup`]: the Postgres layer (SQL next to the
 //!   Rust that runs it), the `LISTEN/NOTIFY` fan-out for waiting followers
 //!   (L4), and retention clean-up (L5).
-//! - [`api`]: the HTTP API v1 (SPEC §6), one handler file per call family,
-//!   guarded by [`auth`] (L7), with every error mapped to problem+json in
-//!   [`problem`]; [`metrics`] and [`openapi`] are the operability endpoints (L8).
+//! - [`api`]: the HTTP API v1 (`docs/records.md#the-api`), one handler file per call family,
+//!   guarded by [`auth`] (L7), with every error mapped to problem+json by
+//!   the API's error type ([`api::error`]); [`metrics`] and [`openapi`] are
+//!   the operability endpoints (L8).
 //! - [`config`] parses flags and environment into validated settings once, at
 //!   start-up; [`shutdown`] turns SIGTERM/SIGINT into a drain of in-flight calls.
 //! - [`logging`] sets up the subscriber and caps the dependencies that could
@@ -24,6 +25,5 @@ pub mod logging;
 pub mod longpoll;
 pub mod metrics;
 pub mod openapi;
-pub mod problem;
 pub mod shutdown;
 pub mod store;

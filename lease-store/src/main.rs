@@ -1,4 +1,4 @@
-//! `lease-store`: one binary for the service and its operator tools (SPEC §6).
+//! `lease-store`: one binary for the service and its operator tools (`docs/records.md#the-api`).
 //!
 //! Parses the command line, sets up logging, runs the subcommand on a tokio
 //! runtime and turns a failure into one `lease-store: error: …` line and exit

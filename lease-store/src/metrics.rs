@@ -2,8 +2,9 @@
 //!
 //! One [`Metrics`] value is created at start-up and shared by the handlers,
 //! the request middleware and the clean-up task. Counters are updated where
-//! the thing happens; the pool gauges are read from the pool at scrape time,
-//! so they are never stale and need no background task.
+//! the thing happens; the gauges (the pool's occupancy, the parked
+//! long-polls) are read at scrape time, so they are never stale and need no
+//! background task.
 //!
 //! Label values are `&'static str` taken from the protocol's enums, so a
 //! metric can never grow an unbounded label set from request data; the route
@@ -122,6 +123,7 @@ struct Inner {
     pool_size: Gauge,
     pool_available: Gauge,
     pool_waiting: Gauge,
+    longpoll_waiting: Gauge,
 }
 
 impl Default for Metrics {
@@ -141,8 +143,12 @@ impl Metrics {
         let durations = Family::<RouteLabel, Histogram>::new_with_constructor(
             (|| Histogram::new(LATENCY_BUCKETS)) as fn() -> Histogram,
         );
-        let (pool_size, pool_available, pool_waiting) =
-            (Gauge::default(), Gauge::default(), Gauge::default());
+        let (pool_size, pool_available, pool_waiting, longpoll_waiting) = (
+            Gauge::default(),
+            Gauge::default(),
+            Gauge::default(),
+            Gauge::default(),
+        );
         registry.register(
             "keyflight_store_claims",
             "Claim answers by outcome",
@@ -183,6 +189,11 @@ impl Metrics {
             "Callers waiting for a Postgres connection",
             pool_waiting.clone(),
         );
+        registry.register(
+            "keyflight_store_longpoll_waiting",
+            "Long-polling claims parked, waiting for a settle, a lease expiry or their deadline",
+            longpoll_waiting.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             claims,
@@ -193,6 +204,7 @@ impl Metrics {
             pool_size,
             pool_available,
             pool_waiting,
+            longpoll_waiting,
         }))
     }
 
@@ -254,11 +266,13 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Renders the text exposition, after refreshing the pool gauges.
-    pub fn render(&self, pool: PoolStatus) -> String {
+    /// Renders the text exposition, after refreshing the gauges read at
+    /// scrape time: the pool's occupancy and the parked long-polls.
+    pub fn render(&self, pool: PoolStatus, longpoll_waiting: usize) -> String {
         self.0.pool_size.set(gauge_value(pool.size));
         self.0.pool_available.set(gauge_value(pool.available));
         self.0.pool_waiting.set(gauge_value(pool.waiting));
+        self.0.longpoll_waiting.set(gauge_value(longpoll_waiting));
         let mut text = String::new();
         // Writing into a String cannot fail; an encoder error would only drop the scrape.
         if encode(&mut text, &self.0.registry).is_err() {
@@ -301,11 +315,14 @@ mod tests {
         metrics.ttl_deleted(3);
         metrics.error(ProblemCode::LeaseLost);
         metrics.observe("/v1/claims/{scope}", Duration::from_millis(2));
-        let text = metrics.render(PoolStatus {
-            size: 4,
-            available: 3,
-            waiting: 0,
-        });
+        let text = metrics.render(
+            PoolStatus {
+                size: 4,
+                available: 3,
+                waiting: 0,
+            },
+            2,
+        );
         for line in [
             "keyflight_store_claims_total{outcome=\"conflict\"} 1",
             "keyflight_store_events_total{event=\"follower_wait\"} 1",
@@ -314,6 +331,7 @@ mod tests {
             "keyflight_store_request_duration_seconds_count{route=\"/v1/claims/{scope}\"} 1",
             "keyflight_store_pool_size 4",
             "keyflight_store_pool_available 3",
+            "keyflight_store_longpoll_waiting 2",
         ] {
             assert!(text.contains(line), "missing `{line}` in:\n{text}");
         }

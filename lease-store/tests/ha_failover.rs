@@ -176,7 +176,7 @@ struct Replica {
 
 async fn replica(url: &str, pool_size: usize) -> Replica {
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let longpoll = LongPoll::start(url, shutdown_rx);
+    let (longpoll, _listener) = LongPoll::start(url, shutdown_rx);
     eventually("the LISTEN connection is up", SETTLE, || async {
         longpoll.listening()
     })

@@ -94,6 +94,7 @@ async fn operability_endpoints_need_no_token_and_metrics_count_traffic() {
         "keyflight_store_pool_size",
         "keyflight_store_pool_available",
         "keyflight_store_pool_waiting",
+        "keyflight_store_longpoll_waiting 0",
         "keyflight_store_ttl_deletes_total",
     ] {
         assert!(

@@ -81,6 +81,11 @@ async fn a_long_poll_is_woken_by_a_finalize_on_another_replica() {
         .api
         .wait_counter("keyflight_store_events_total{event=\"follower_wait\"}", 1)
         .await;
+    // …and /metrics shows it parked.
+    replica_1
+        .api
+        .wait_counter("keyflight_store_longpoll_waiting", 1)
+        .await;
     assert!(
         !follower.is_finished(),
         "the follower must still be waiting"
@@ -99,6 +104,14 @@ async fn a_long_poll_is_woken_by_a_finalize_on_another_replica() {
     assert!(
         latency < Duration::from_secs(2),
         "woken after {latency:?}: NOTIFY did not reach the other replica"
+    );
+    assert_eq!(
+        replica_1
+            .api
+            .counter("keyflight_store_longpoll_waiting")
+            .await,
+        0,
+        "no long-poll parked any more"
     );
 }
 

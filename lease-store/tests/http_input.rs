@@ -130,6 +130,26 @@ async fn records_queries_are_validated() {
 }
 
 #[tokio::test]
+async fn a_body_that_is_not_base64_is_a_bad_request_and_keeps_the_lease() {
+    let server = start_server(&[]).await;
+    let (scope, _, claim_id) = server.api.win("b64").await;
+    let bad = json!({
+        "claim_id": claim_id,
+        "response": { "status": 200, "headers": [], "body_b64": "not base64!" },
+        "replayable": true,
+    });
+    let detail = server
+        .api
+        .post(&format!("/v1/claims/{scope}/finalize"), Some(TOKEN), &bad)
+        .await
+        .assert_problem(400, "bad_request");
+    assert!(detail.contains("response.body_b64"), "{detail}");
+    assert!(!detail.contains("not base64!"), "never echoed: {detail}");
+    // The claim still owns its lease: a good finalize lands.
+    server.api.finalize(&scope, &claim_id).await;
+}
+
+#[tokio::test]
 async fn bodies_over_the_limit_are_rejected_with_413() {
     let server = start_server(&["--max-body-bytes", "2048"]).await;
     let (scope, _, claim_id) = server.api.win("limit").await;

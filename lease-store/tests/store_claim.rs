@@ -195,12 +195,12 @@ async fn finalized_unreplayable_response_answers_not_replayable() {
 }
 
 #[tokio::test]
-async fn finalize_rejects_invalid_base64_and_keeps_the_lease() {
+async fn finalize_rejects_an_invalid_status_and_keeps_the_lease() {
     let store = store().await;
     let scope = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &scope, &claim_req(fingerprint("b64"), 10_000)).await;
     let mut bad = finalize_ok(claim_id);
-    bad.response.body_b64 = "not base64!".into();
+    bad.response.status = 99;
     assert!(matches!(
         store.finalize(&scope, &bad).await,
         Err(StoreError::Invalid(_))

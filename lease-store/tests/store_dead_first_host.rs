@@ -72,7 +72,7 @@ async fn a_silent_first_host_leaves_time_to_reach_the_next_one() {
 
     // The listener, too, gets past the silent host within its connect bound.
     let (_shutdown, shutdown_rx) = watch::channel(false);
-    let longpoll = LongPoll::start(&url, shutdown_rx);
+    let (longpoll, _listener) = LongPoll::start(&url, shutdown_rx);
     eventually(
         "the listener connected",
         Duration::from_secs(15),

@@ -96,7 +96,7 @@ async fn the_listen_connection_notices_a_frozen_database_and_reconnects() {
     let cluster = PgCluster::start();
     migrate(&cluster.url()).await.unwrap();
     let (_shutdown, shutdown_rx) = watch::channel(false);
-    let longpoll = LongPoll::start(&cluster.url(), shutdown_rx);
+    let (longpoll, _listener) = LongPoll::start(&cluster.url(), shutdown_rx);
     eventually("listener up", Duration::from_secs(30), || async {
         longpoll.listening()
     })

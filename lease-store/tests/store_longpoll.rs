@@ -27,7 +27,7 @@ struct Replica {
 
 async fn replica() -> Replica {
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let longpoll = LongPoll::start(&cluster().url(), shutdown_rx);
+    let (longpoll, _listener) = LongPoll::start(&cluster().url(), shutdown_rx);
     eventually("the LISTEN connection is up", SETTLE, || async {
         longpoll.listening()
     })
@@ -312,4 +312,19 @@ async fn only_a_watched_record_announces_its_settle() {
             break;
         }
     }
+}
+
+#[tokio::test]
+async fn the_listener_task_ends_at_shutdown() {
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let (longpoll, listener) = LongPoll::start(&cluster().url(), shutdown_rx);
+    eventually("the LISTEN connection is up", SETTLE, || async {
+        longpoll.listening()
+    })
+    .await;
+    shutdown.send_replace(true);
+    tokio::time::timeout(SETTLE, listener)
+        .await
+        .expect("the listener stops when shutdown begins")
+        .expect("and ends without a panic");
 }

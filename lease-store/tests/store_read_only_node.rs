@@ -54,7 +54,7 @@ async fn connections_on_a_node_that_turned_read_only_are_replaced_on_the_writabl
     migrate_blocking(&b.url());
     let url = both(&a, &b);
     let (_shutdown, shutdown_rx) = watch::channel(false);
-    let longpoll = LongPoll::start(&url, shutdown_rx);
+    let (longpoll, _listener) = LongPoll::start(&url, shutdown_rx);
     eventually(
         "the LISTEN connection is up",
         Duration::from_secs(10),

@@ -63,7 +63,7 @@ async fn a_database_crash_is_unavailable_promptly_and_everything_recovers_after_
     migrate(&cluster.url()).await.unwrap();
     let store = Store::connect(&settings(&cluster.url())).await.unwrap();
     let (_shutdown, shutdown_rx) = watch::channel(false);
-    let longpoll = LongPoll::start(&cluster.url(), shutdown_rx);
+    let (longpoll, _listener) = LongPoll::start(&cluster.url(), shutdown_rx);
     let scope = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &scope, &claim_req(fingerprint("crash"), 30_000)).await;
     eventually("listener up", RECOVERY, || async { longpoll.listening() }).await;

@@ -171,6 +171,18 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// Every value of header `name` in a header list, in order (names compared
+/// ASCII case-insensitively; repeated headers kept as separate values).
+pub fn values<'a>(
+    headers: &'a [(String, Vec<u8>)],
+    name: &'a str,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -221,23 +221,19 @@ mod numbers {
                 Some((b'-', rest)) => (true, rest),
                 _ => (false, token),
             };
-            let (mantissa, exponent_text) = match rest.iter().position(|b| matches!(b, b'e' | b'E'))
-            {
-                Some(at) => (&rest[..at], &rest[at + 1..]),
-                None => (rest, &[][..]),
-            };
-            let (integer, fraction) = match mantissa.iter().position(|&b| b == b'.') {
-                Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
-                None => (mantissa, &[][..]),
-            };
+            let (mantissa, exponent_text) = split_once(rest, |b| matches!(b, b'e' | b'E'));
+            let (integer, fraction) = split_once(mantissa, |b| b == b'.');
             let all_digits: Vec<u8> = integer.iter().chain(fraction).copied().collect();
-            let leading = all_digits.iter().take_while(|&&d| d == b'0').count();
-            let trailing = all_digits[leading..]
+            // Without its leading zeros, then without its trailing ones.
+            let significant = all_digits
                 .iter()
-                .rev()
-                .take_while(|&&d| d == b'0')
-                .count();
-            let digits = all_digits[leading..all_digits.len() - trailing].to_vec();
+                .position(|&d| d != b'0')
+                .map_or(&[][..], |first| all_digits.get(first..).unwrap_or_default());
+            let trailing = significant.iter().rev().take_while(|&&d| d == b'0').count();
+            let digits = significant
+                .get(..significant.len() - trailing)
+                .unwrap_or_default()
+                .to_vec();
             if digits.is_empty() {
                 return Decimal {
                     negative: false,
@@ -253,6 +249,19 @@ mod numbers {
                 digits,
                 exponent,
             }
+        }
+    }
+
+    /// `bytes` before and after the first byte that `is_separator` accepts
+    /// (the separator itself dropped); all of `bytes` and nothing without one.
+    fn split_once(bytes: &[u8], is_separator: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
+        match bytes
+            .iter()
+            .position(|&b| is_separator(b))
+            .and_then(|at| bytes.split_at_checked(at))
+        {
+            Some((head, tail)) => (head, tail.get(1..).unwrap_or_default()),
+            None => (bytes, &[]),
         }
     }
 

@@ -4,7 +4,7 @@
 //! `Idempotency-Key` rules (K1), who a request is for (K2), the scope digest
 //! that is the cache key (K3), the request fingerprint (K4), the rule for
 //! recorded response headers (F8), and the lease-store API v1 wire types
-//! (SPEC §6). [`request`] is the one path from a request's raw parts to both
+//! (`docs/records.md#the-api`). [`request`] is the one path from a request's raw parts to both
 //! digests, used by the edge filter and by `lease-store fingerprint` alike.
 //! The crate performs no I/O and reads no clock, so the same code runs in the
 //! proxy-wasm filter (`wasm32-wasip1`), in the lease-store on the host, and in
@@ -23,6 +23,7 @@ pub mod problem;
 pub mod request;
 pub mod scope;
 pub mod target;
+pub mod time;
 mod uri;
 pub mod wire;
 

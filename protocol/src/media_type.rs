@@ -206,7 +206,7 @@ pub(crate) fn trim_ows(value: &[u8]) -> &[u8] {
         .iter()
         .rposition(|b| !is_ows(b))
         .map_or(start, |at| at + 1);
-    &value[start..end]
+    value.get(start..end).unwrap_or_default()
 }
 
 /// A cursor over a field value; every read is bounds-checked.
@@ -233,7 +233,7 @@ impl Cursor<'_> {
 
     fn skip_ows(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\t')) {
-            self.0 = &self.0[1..];
+            self.bump();
         }
     }
 

@@ -1,7 +1,11 @@
-//! The stable error codes of RFC 9457 problem details (F10, SPEC §6).
+//! The stable error codes of RFC 9457 problem details (F10,
+//! `docs/stream-machine.md#local-replies`, `docs/records.md#the-api`).
 //!
 //! Both the filter's local replies and the lease-store's errors use these
-//! codes, so one enum keeps their spelling identical everywhere.
+//! codes, so one enum keeps their spelling identical everywhere, and one
+//! table ([`ProblemCode::status`]) gives each its HTTP status. The IETF
+//! draft's status profile differs from keyflight's in two codes only; it is
+//! an override of that table ([`ProblemCode::status_under`]), not a second one.
 
 use serde::{Deserialize, Serialize};
 
@@ -105,6 +109,63 @@ impl ProblemCode {
     /// The `type` URI: a stable, documented identifier per code.
     pub fn type_uri(self) -> String {
         format!("https://keyflight.dev/problems/{}", self.as_str())
+    }
+
+    /// The HTTP status of this problem under keyflight's own status
+    /// profile: the one table, for the filter's replies and the
+    /// lease-store's answers alike.
+    pub fn status(self) -> u16 {
+        match self {
+            Self::IdempotencyKeyRequired
+            | Self::IdempotencyKeyInvalid
+            | Self::PrincipalAmbiguous
+            | Self::BadRequest
+            | Self::ReplayRiskNotAcknowledged => 400,
+            Self::PrincipalRequired | Self::Unauthorized => 401,
+            Self::Forbidden => 403,
+            Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::IdempotencyConflict
+            | Self::ResponseNotReplayable
+            | Self::OperationUnknown
+            | Self::LeaseLost
+            | Self::NotUnknown => 409,
+            Self::PayloadTooLarge => 413,
+            Self::JournalUnavailable | Self::RequestInProgress | Self::RetryableCooldown => 503,
+        }
+    }
+
+    /// The HTTP status under `profile`: the IETF draft answers a request
+    /// still in flight with 409 and a reused key with 422; every other code
+    /// keeps [`ProblemCode::status`].
+    pub fn status_under(self, profile: StatusProfile) -> u16 {
+        match (profile, self) {
+            (StatusProfile::Ietf, Self::RequestInProgress) => 409,
+            (StatusProfile::Ietf, Self::IdempotencyConflict) => 422,
+            _ => self.status(),
+        }
+    }
+}
+
+/// F10: which HTTP status a few problems get (the filter's `status_profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusProfile {
+    /// keyflight's own: in-flight → 503 + Retry-After, payload mismatch → 409.
+    #[default]
+    Keyflight,
+    /// The IETF draft's: in-flight → 409, payload mismatch → 422.
+    Ietf,
+}
+
+/// The `Retry-After` seconds of a problem answer with `status`: the
+/// suggested wait, at least one second, and one second for any 503 without
+/// a suggestion — a 503 without it would invite an immediate retry storm.
+pub fn retry_after_s(status: u16, suggested: Option<u64>) -> Option<u64> {
+    match suggested {
+        Some(s) => Some(s.max(1)),
+        None if status == 503 => Some(1),
+        None => None,
     }
 }
 

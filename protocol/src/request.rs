@@ -22,6 +22,7 @@
 use crate::IdempotencyKey;
 use crate::digest::Digest;
 use crate::fingerprint::{self, Explanation, FingerprintInput};
+use crate::headers::values;
 use crate::key::{self, KeyError};
 use crate::media_type::{MediaType, trim_ows};
 use crate::principal::Principal;
@@ -110,17 +111,6 @@ impl RequestHead {
         });
         Identified { scope, explanation }
     }
-}
-
-/// Every value of header `name`, in order.
-fn values<'a>(
-    headers: &'a [(String, Vec<u8>)],
-    name: &'a str,
-) -> impl Iterator<Item = &'a [u8]> + 'a {
-    headers
-        .iter()
-        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_slice())
 }
 
 #[cfg(test)]

@@ -24,11 +24,12 @@ const DOMAIN_TAG_SERVICE: &str = "keyflight/scope/v2/service";
 /// What a key is unique within (F12 policy `scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ScopeMode {
-    /// Per principal, authority, method and path+query (default; seed 000).
+    /// Per principal, authority, method and path+query (the default;
+    /// `docs/identity.md#the-scope`).
     #[default]
     Route,
-    /// Per principal and authority only (seed 004): the same key on another
-    /// route is a conflict, caught by the fingerprint.
+    /// Per principal and authority only: the same key on another route is a
+    /// conflict, caught by the fingerprint.
     Service,
 }
 

@@ -160,11 +160,7 @@ fn normalize_percent(text: &str) -> String {
                 if is_unreserved(octet) {
                     out.push(octet);
                 } else {
-                    out.extend_from_slice(&[
-                        b'%',
-                        HEX_UPPER[usize::from(high)],
-                        HEX_UPPER[usize::from(low)],
-                    ]);
+                    out.extend_from_slice(&[b'%', hex_upper(high), hex_upper(low)]);
                 }
                 i += 3;
             }
@@ -183,7 +179,13 @@ fn normalize_percent(text: &str) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
+/// The uppercase hex digit of a nibble (`0..=15`).
+fn hex_upper(nibble: u8) -> u8 {
+    match nibble {
+        0..=9 => b'0' + nibble,
+        _ => b'A' + (nibble & 0x0f).saturating_sub(10),
+    }
+}
 
 fn hex_value(b: u8) -> Option<u8> {
     char::from(b)

@@ -1,10 +1,9 @@
-//! Lease-store HTTP API v1 wire types (SPEC §6).
+//! Lease-store HTTP API v1 wire types (`docs/records.md#the-api`).
 //!
 //! The filter, the lease-store and its CLI all speak through these types, so
 //! a field renamed here is renamed everywhere at once. Field names and outcome
 //! spellings are the contract: change them only with a new API version.
 
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -118,6 +117,10 @@ pub enum ClaimResponse {
     Unknown,
 }
 
+// The body is bytes here; on the wire it is the `body_b64` string (standard
+// base64 with padding), decoded once, when the JSON is read, so no caller
+// holds a body it still has to decode (or could fail to). (A plain comment:
+// the doc comment below is the OpenAPI schema's description.)
 /// A recorded upstream response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -131,30 +134,56 @@ pub struct StoredResponse {
     /// recorded-header rule ([`crate::headers`]).
     pub headers: Vec<(String, String)>,
     /// The body, standard base64 with padding.
+    #[serde(rename = "body_b64", with = "base64_body")]
     #[cfg_attr(
         feature = "openapi",
         schema(
+            value_type = String,
             pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
         )
     )]
-    pub body_b64: String,
+    pub body: Vec<u8>,
 }
 
 impl StoredResponse {
-    /// Builds a stored response from raw body bytes.
+    /// A stored response with a copy of `body`.
     pub fn new(status: u16, headers: Vec<(String, String)>, body: &[u8]) -> Self {
         StoredResponse {
             status,
             headers,
-            body_b64: base64::engine::general_purpose::STANDARD.encode(body),
+            body: body.to_vec(),
         }
     }
 
-    /// Decodes the body; `None` if `body_b64` is not valid base64.
-    pub fn body(&self) -> Option<Vec<u8>> {
-        base64::engine::general_purpose::STANDARD
-            .decode(&self.body_b64)
-            .ok()
+    /// The length of the body as the wire carries it (`body_b64`).
+    pub fn encoded_body_len(&self) -> usize {
+        let len = base64_len(u64::try_from(self.body.len()).unwrap_or(u64::MAX));
+        usize::try_from(len).unwrap_or(usize::MAX)
+    }
+}
+
+/// The length of `n` bytes in standard base64 with padding: what a recorded
+/// body costs inside a finalize.
+pub fn base64_len(n: u64) -> u64 {
+    n.div_ceil(3).saturating_mul(4)
+}
+
+/// `body_b64`: the one place a recorded body is encoded and decoded.
+mod base64_body {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub fn serialize<S: Serializer>(body: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(body))
+    }
+
+    /// The error names no part of the text: it may be a recorded body.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(|_| de::Error::custom("not valid base64 (standard alphabet, with padding)"))
     }
 }
 
@@ -418,7 +447,6 @@ mod integral {
 pub const ACK_REPLAY_RISK_HEADER: &str = "keyflight-ack-replay-risk";
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

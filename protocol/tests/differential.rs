@@ -16,6 +16,14 @@
 //! encoded or decoded unreserved characters, swapped parameters, `a` vs `a=`),
 //! so that most groups have several members. Node and Python are prerequisites
 //! of the build (`make prereqs`); without them this test fails, loudly.
+
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::BTreeMap;

@@ -1,6 +1,14 @@
 //! Property tests for K1, K3, K4 and JCS (native only: proptest needs an OS
 //! random source that wasm32-unknown-unknown lacks; the wasm build is held to
 //! the same answers through the shared vectors in `spec/vectors.rs`).
+
+// An integration test is test code: its helpers may state expectations with these too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![cfg(not(target_arch = "wasm32"))]
 
 use keyflight_protocol::authority::Authority;

@@ -1,11 +1,12 @@
 //! Small process-table helpers shared by the Postgres and HA clusters: signals by pid, the
-//! children of a process, whether we run as root, and unique temp directories.
+//! children of a process, whether we run as root, unique temp directories, and the
+//! detached watchdog shell that cleans up after a test process that died.
 //!
 //! Signals go through the `kill` utility rather than `libc::kill`: the workspace forbids
 //! `unsafe`, and a test can afford the extra process.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -90,4 +91,17 @@ pub(crate) fn shell_words(words: &[String]) -> String {
 /// Quotes one word for `sh`.
 pub(crate) fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// Starts `script` in a detached `sh` with no stdio: a watchdog that outlives this
+/// process if it dies without dropping what it started. `what` names it in the panic.
+pub(crate) fn spawn_watchdog_shell(script: &str, what: &str) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn the {what} watchdog: {e}"))
 }

@@ -24,7 +24,8 @@
 //! tests, `#[tokio::test]` and a `OnceLock` alike.
 
 use crate::os::{
-    children_of, current_uid_is_root, process_state, send_signal, shell_words, unique_temp_dir,
+    children_of, current_uid_is_root, process_state, send_signal, shell_words,
+    spawn_watchdog_shell, unique_temp_dir,
 };
 use crate::process::free_port;
 use std::path::PathBuf;
@@ -244,14 +245,7 @@ impl PgCluster {
             data = self.data_dir().display(),
             dir = self.dir.display(),
         );
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the cluster watchdog");
+        let child = spawn_watchdog_shell(&script, "cluster");
         *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
     }
 

@@ -60,7 +60,7 @@ impl Binaries {
         require(
             &binaries.wasm,
             "KEYFLIGHT_WASM",
-            "cargo build -p keyflight-filter --target wasm32-wasip1 --release",
+            "cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release",
         );
         require(&binaries.envoy, "KEYFLIGHT_ENVOY", "scripts/envoy.sh");
         binaries

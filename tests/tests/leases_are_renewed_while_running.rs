@@ -1,4 +1,4 @@
-//! F4, seed 000 AC#5: a handler that runs for three leases keeps its lease, because the
+//! F4 (`docs/record-outbox.md#renewal`): a handler that runs for three leases keeps its lease, because the
 //! filter renews it from the root context's tick. A same-body request from another client
 //! in the meantime never runs (it waits or is told the request is in progress), and once the
 //! handler answers, everyone gets that one answer.

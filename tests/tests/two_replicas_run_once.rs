@@ -1,4 +1,4 @@
-//! Seed 000 AC#2 at mesh scale (F2, F5, L4, L9): 64 concurrent copies of one keyed request,
+//! Single flight at mesh scale (F2, F5, L4, L9): 64 concurrent copies of one keyed request,
 //! split across two Envoys that talk to two lease-stores on one Postgres, run the upstream
 //! once, and all 64 callers get the same status and body. Followers on the store the winner
 //! did not use are woken by Postgres NOTIFY. Both Envoys run the shipped

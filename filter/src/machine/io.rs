@@ -1,14 +1,15 @@
 //! What goes into the state machine ([`Event`]) and what comes out ([`Action`]).
 //!
 //! Events are what the host reported, already read into plain data; actions
-//! are what the adapter must do, in order. Actions named `Continue…`/`Pause…`
-//! are the return value of the host callback that produced the event; the
-//! machine appends exactly one of them to the actions of every callback event
-//! (for response headers that need reading, to the actions of the read's
-//! follow-up). A read the adapter answers at once (`ReadRequestBody`,
-//! `ReadEdgeCache`, `ReadResponseHeaders`) comes back as a follow-up event
-//! whose actions run first, so the first `Continue…`/`Pause…` the adapter
-//! meets is the callback's answer.
+//! are what the driver ([`super::driver`]) must do, in order. Actions named
+//! `Continue…`/`Pause…` are the return value of the host callback that
+//! produced the event; the machine appends one of them to the actions of
+//! every callback event (for response headers that need reading, to the
+//! actions of the read's follow-up). A read the driver answers at once
+//! (`ReadRequestBody`, `ReadEdgeCache`, `ReadResponseHeaders`, and a call the
+//! host refused to dispatch) comes back as a follow-up event whose actions run
+//! first, so the first `Continue…`/`Pause…` the driver meets is the
+//! callback's answer (`docs/stream-machine.md#callback-rules`).
 //!
 //! Reads are asked for, not pushed, because every host read crosses the
 //! V8↔Envoy boundary (twice when the host allocates the answer in the VM):
@@ -16,23 +17,23 @@
 
 use std::time::Duration;
 
-use keyflight_protocol::wire::ClaimResponse;
 use uuid::Uuid;
 
 use crate::edge_cache::Entry;
+use crate::host::LogLevel;
 use crate::identity::Lookup;
 use crate::metrics::Metric;
 use crate::outbox::{Handoff, Lease};
 use crate::problem::LocalReply;
 use crate::status_matrix::ResponseOrigin;
-use crate::store_call::{CallError, StoreCall};
+use crate::store_call::{Answer, StoreCall};
 
 /// Something the host reported about this HTTP stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// `on_http_request_headers`: the full header list (lowercase names,
     /// pseudo-headers included, repeated names kept) and the principal the
-    /// adapter resolved from the configured sources (K2).
+    /// driver resolved from the configured sources (K2).
     RequestHeaders {
         /// Every request header, in order.
         headers: Vec<(String, Vec<u8>)>,
@@ -67,8 +68,10 @@ pub enum Event {
         /// (then the cache is not used, F9).
         epoch: Option<u64>,
     },
-    /// The claim call answered.
-    ClaimAnswered(Result<ClaimResponse, CallError>),
+    /// The store call in flight (the claim, or the finalize or release)
+    /// answered, or could not be sent. The machine knows which call that was
+    /// and reads the answer itself.
+    StoreAnswered(Answer),
     /// `on_http_response_headers`. Nothing is read yet: only a response this
     /// stream records needs its status, headers and origin, and the machine
     /// asks for them with [`Action::ReadResponseHeaders`]. A replay's own
@@ -79,7 +82,7 @@ pub enum Event {
     },
     /// The response head, read in answer to [`Action::ReadResponseHeaders`].
     ResponseHeadersRead {
-        /// `:status` (the adapter passes 502 when it is missing or unreadable).
+        /// `:status` (the driver passes 502 when it is missing or unreadable).
         status: u16,
         /// Every response header, in order.
         headers: Vec<(String, Vec<u8>)>,
@@ -102,24 +105,11 @@ pub enum Event {
         /// The body.
         body: Vec<u8>,
     },
-    /// The finalize call answered.
-    FinalizeAnswered(Result<(), CallError>),
-    /// The release call answered.
-    ReleaseAnswered(Result<(), CallError>),
     /// The stream ended (`on_done` / `on_log`), for whatever reason.
     StreamDone,
 }
 
-/// Log severity of an [`Action::Log`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogLevel {
-    /// Routine.
-    Info,
-    /// Something an operator may need to look at.
-    Warn,
-}
-
-/// Something the adapter must do.
+/// Something the driver must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Return `Continue` from the request callback.
@@ -152,7 +142,7 @@ pub enum Action {
     WriteEdgeCache {
         /// The shared-data key.
         key: String,
-        /// The record to cache, encoded by the adapter with the host's clock.
+        /// The record to cache, encoded by the driver with the host's clock.
         entry: Entry,
     },
     /// Call the lease-store.

@@ -11,14 +11,15 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
+use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
     ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
 };
 
 use super::{ApiJson, AppState, Scope, within};
+use crate::api::error::ApiError;
 use crate::longpoll;
 use crate::metrics::Event;
-use crate::problem::ApiError;
 
 /// Claims the lease on `scope`, or answers its state; long-polls when `wait_ms > 0`.
 #[utoipa::path(
@@ -56,8 +57,7 @@ pub async fn claim(
 
 /// The caller's wait, in milliseconds, no longer than the configured cap.
 fn clamp_wait(wait_ms: Option<u64>, max_wait: Duration) -> u64 {
-    let cap = u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX);
-    wait_ms.unwrap_or(0).min(cap)
+    wait_ms.unwrap_or(0).min(millis(max_wait))
 }
 
 #[cfg(test)]

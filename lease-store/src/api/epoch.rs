@@ -11,7 +11,7 @@ use axum::extract::State;
 use keyflight_protocol::wire::EpochResponse;
 
 use super::AppState;
-use crate::problem::ApiError;
+use crate::api::error::ApiError;
 
 /// The store's operator epoch.
 #[utoipa::path(

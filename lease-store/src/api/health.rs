@@ -8,15 +8,15 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use keyflight_protocol::problem::{Problem, ProblemCode};
 use serde_json::{Value, json};
 
 use super::AppState;
+use super::error::problem_response;
 use crate::metrics::{self, PoolStatus};
 use crate::openapi;
-use crate::problem::problem_response;
 
 /// The process is alive (no dependency is checked).
 #[utoipa::path(get, path = "/healthz", tag = "operability",
@@ -37,12 +37,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         Err(cause) => {
             tracing::warn!(%cause, "not ready");
             problem_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Problem::new(
-                    ProblemCode::JournalUnavailable,
-                    StatusCode::SERVICE_UNAVAILABLE.as_u16(),
-                    "not ready: the database is unreachable or its migrations are not current",
-                ),
+                ProblemCode::JournalUnavailable,
+                "not ready: the database is unreachable or its migrations are not current",
             )
         }
     }
@@ -53,11 +49,14 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let pool = state.store.pool_status();
-    let text = state.metrics.render(PoolStatus {
-        size: pool.size,
-        available: pool.available,
-        waiting: pool.waiting,
-    });
+    let text = state.metrics.render(
+        PoolStatus {
+            size: pool.size,
+            available: pool.available,
+            waiting: pool.waiting,
+        },
+        state.longpoll.waiting(),
+    );
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 

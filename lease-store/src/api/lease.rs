@@ -15,8 +15,8 @@ use keyflight_protocol::wire::{
 };
 
 use super::{ApiJson, AppState, Scope, recordable, within};
+use crate::api::error::ApiError;
 use crate::metrics::{Event, Metrics};
-use crate::problem::ApiError;
 use crate::store::StoreError;
 
 /// Extends the caller's lease.

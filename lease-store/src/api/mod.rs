@@ -1,4 +1,4 @@
-//! The HTTP API v1 (SPEC §6): routes, shared state and input extractors.
+//! The HTTP API v1 (`docs/records.md#the-api`): routes, shared state and input extractors.
 //!
 //! One file per call family — [`claims`] (the claim and its long-poll),
 //! [`lease`] (renew, finalize, release), [`epoch`] (what edge caches check
@@ -20,6 +20,7 @@
 
 pub mod claims;
 pub mod epoch;
+pub mod error;
 pub mod health;
 pub mod lease;
 pub mod records;
@@ -39,10 +40,10 @@ use keyflight_protocol::wire::{RECORDED_STATUS, StoredResponse};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
+use crate::api::error::ApiError;
 use crate::auth::{self, Auth};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
-use crate::problem::ApiError;
 use crate::store::Store;
 
 /// What every handler can reach.

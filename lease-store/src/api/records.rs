@@ -15,8 +15,8 @@ use keyflight_protocol::wire::{
 use serde::Deserialize;
 
 use super::{ApiJson, AppState, Scope, recordable};
+use crate::api::error::ApiError;
 use crate::metrics::Event;
-use crate::problem::ApiError;
 
 /// Records listed when the caller does not say.
 const DEFAULT_LIMIT: u32 = 100;

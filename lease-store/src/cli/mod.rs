@@ -1,4 +1,5 @@
-//! The `lease-store` command line: one binary, four jobs (SPEC §6).
+//! The `lease-store` command line: one binary, four jobs (`docs/records.md#the-api`,
+//! `docs/records.md#operators`).
 //!
 //! - `serve` runs the HTTP API ([`serve`]),
 //! - `migrate` applies the schema migrations and exits ([`migrate`]),

@@ -380,13 +380,12 @@ fn describe(detail: &RecordDetail) -> String {
             for (name, value) in &response.headers {
                 out.push_str(&format!("response header:  {name}: {value}\n"));
             }
-            match response.body().map(String::from_utf8) {
-                Some(Ok(text)) => out.push_str(&format!("response body:\n{text}\n")),
-                Some(Err(bytes)) => out.push_str(&format!(
+            match std::str::from_utf8(&response.body) {
+                Ok(text) => out.push_str(&format!("response body:\n{text}\n")),
+                Err(_) => out.push_str(&format!(
                     "response body:    <{} bytes, not UTF-8; see --json>\n",
-                    bytes.into_bytes().len()
+                    response.body.len()
                 )),
-                None => out.push_str("response body:    <invalid base64>\n"),
             }
         }
     }

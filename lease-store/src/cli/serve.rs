@@ -5,7 +5,8 @@
 //! then the pool (which connects lazily, so a database that is down at start
 //! only makes `/readyz` fail), the `LISTEN` fan-out and clean-up, and finally
 //! the listener. Shutdown runs the other way: stop accepting, let long-polls
-//! answer, drain requests, then wait for clean-up to stop.
+//! answer, drain requests, then wait for clean-up and the `LISTEN`
+//! connection's task to stop.
 //!
 //! The drain is bounded: every store call already gives up after its answer
 //! timeout, but a client that never finishes sending its request must not
@@ -41,7 +42,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let store = Store::connect(&config.store).await?;
     let shutdown = Shutdown::new();
     let metrics = Metrics::new();
-    let longpoll = LongPoll::start(&config.store.database_url, shutdown.subscribe());
+    let (longpoll, listen_task) = LongPoll::start(&config.store.database_url, shutdown.subscribe());
     let cleanup = cleanup::spawn(
         store.clone(),
         config.cleanup,
@@ -88,6 +89,9 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     if let Err(e) = cleanup.await {
         tracing::error!(error = %e, "retention clean-up task ended abnormally");
+    }
+    if let Err(e) = listen_task.await {
+        tracing::error!(error = %e, "long-poll LISTEN task ended abnormally");
     }
     tracing::info!("lease-store stopped");
     Ok(())

@@ -1,13 +1,14 @@
 //! L1: claiming a scope in one committed statement, and explaining a lost claim.
 //!
-//! [`CLAIM_SQL`] is seed 000's three-CTE shape, raced on this machine (see
-//! FIELD-NOTES "The claim statement"): of N concurrent claims exactly one wins.
+//! [`CLAIM_SQL`] is one statement of three CTEs, raced on Postgres 15
+//! (`docs/records.md#the-claim-statement`, `docs/postgres-facts.md#concurrency-of-the-claim`):
+//! of N concurrent claims exactly one wins.
 //!
 //! * `ins` inserts a fresh `pending` row; `ON CONFLICT DO NOTHING` makes every
 //!   concurrent inserter but one wait for the winner's commit and then skip.
 //! * `ttl` reuses a record past its retention, whatever its fingerprint — but
 //!   never a `pending` row whose lease is still live, and never an `unknown`
-//!   row (an uncertain outcome waits for an operator, seed 004).
+//!   row (an uncertain outcome waits for an operator, `docs/records.md#operators`).
 //! * `steal` takes over, **with the same fingerprint only**, a `pending` row
 //!   whose lease ran out (crashed winner) or a `failed` row whose cooldown
 //!   elapsed. Concurrent stealers serialize on the row lock and Postgres
@@ -41,10 +42,30 @@ use uuid::Uuid;
 
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
+/// What the `ttl` and `steal` branches of [`CLAIM_SQL`] make of the row they
+/// take: a fresh `pending` lease for this claim, with a new fence, retention
+/// and expiry, and no recorded response. One list, so a column added to the
+/// record is reset the same way whichever branch reopens it. (`fingerprint =
+/// $2` changes nothing for `steal`, which takes only a row of that fingerprint.)
+macro_rules! reopened_row {
+    () => {
+        "
+       SET state = 'pending', fingerprint = $2, claim_id = $3,
+           fence = nextval('keyflight_fence_seq'),
+           lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond',
+           created_at = clock_timestamp(),
+           retention = $5::bigint * interval '1 millisecond',
+           expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
+           response_status = NULL, response_headers = NULL, response_body = NULL,
+           replayable = true, updated_at = clock_timestamp()"
+    };
+}
+
 /// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms,
 /// `$6` whether an expired `pending` lease may be taken over (false during the
 /// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless).
-pub const CLAIM_SQL: &str = "
+pub const CLAIM_SQL: &str = concat!(
+    "
 WITH ins AS (
     INSERT INTO keyflight_records
         (scope, state, fingerprint, claim_id, fence, lease_expires_at,
@@ -58,15 +79,9 @@ WITH ins AS (
     RETURNING 'claimed'::text AS how, fence
 ),
 ttl AS (
-    UPDATE keyflight_records r
-       SET state = 'pending', fingerprint = $2, claim_id = $3,
-           fence = nextval('keyflight_fence_seq'),
-           lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond',
-           created_at = clock_timestamp(),
-           retention = $5::bigint * interval '1 millisecond',
-           expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
-           response_status = NULL, response_headers = NULL, response_body = NULL,
-           replayable = true, updated_at = clock_timestamp()
+    UPDATE keyflight_records r",
+    reopened_row!(),
+    "
      WHERE r.scope = $1
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND r.expires_at < clock_timestamp()
@@ -75,15 +90,9 @@ ttl AS (
     RETURNING 'recovered_ttl'::text AS how, r.fence
 ),
 steal AS (
-    UPDATE keyflight_records r
-       SET state = 'pending', claim_id = $3,
-           fence = nextval('keyflight_fence_seq'),
-           lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond',
-           created_at = clock_timestamp(),
-           retention = $5::bigint * interval '1 millisecond',
-           expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
-           response_status = NULL, response_headers = NULL, response_body = NULL,
-           replayable = true, updated_at = clock_timestamp()
+    UPDATE keyflight_records r",
+    reopened_row!(),
+    "
      WHERE r.scope = $1
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND NOT EXISTS (SELECT 1 FROM ttl)
@@ -95,7 +104,8 @@ steal AS (
 )
 SELECT how, fence FROM ins
 UNION ALL SELECT how, fence FROM ttl
-UNION ALL SELECT how, fence FROM steal";
+UNION ALL SELECT how, fence FROM steal"
+);
 
 /// Reads what a lost claim lost to. `remaining_ms` is the time left on the
 /// lease (pending) or cooldown (failed), by the database's clock;
@@ -221,7 +231,7 @@ impl RecordSnapshot {
 
 /// Whole seconds to wait for `left` (see [`retry_after_s`]).
 fn retry_after(left: Duration) -> u64 {
-    retry_after_s(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
+    retry_after_s(duration_millis(left))
 }
 
 impl Store {

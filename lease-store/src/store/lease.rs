@@ -144,10 +144,7 @@ impl Store {
 
     /// Records the upstream's response: the record becomes `completed` (F6, F7).
     pub async fn finalize(&self, scope: &Digest, req: &FinalizeRequest) -> Result<(), StoreError> {
-        let body = req
-            .response
-            .body()
-            .ok_or_else(|| StoreError::Invalid("response.body_b64 is not valid base64".into()))?;
+        let body = &req.response.body;
         let status = i32::from(req.response.status);
         let headers = Json(&req.response.headers);
         self.run(async |client| {
@@ -160,7 +157,7 @@ impl Store {
                         &req.claim_id,
                         &status,
                         &headers,
-                        &body,
+                        body,
                         &req.replayable,
                     ],
                 )

@@ -56,6 +56,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
@@ -349,7 +350,7 @@ fn millis_param(name: &str, value: u64) -> Result<i64, StoreError> {
 
 /// Converts a duration to whole milliseconds for SQL, saturating.
 fn duration_millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(millis(d)).unwrap_or(i64::MAX)
 }
 
 /// Whole seconds to wait for `remaining_ms`, rounded up and at least 1 (a

@@ -4,8 +4,8 @@
 //! use one statement each. Times are rendered by Postgres as RFC 3339 UTC
 //! strings (millisecond precision), which is what the wire types carry.
 //!
-//! Resolve only moves an `unknown` record (seed 004: an uncertain outcome
-//! needs a human decision): to `completed` (with the response retries should
+//! Resolve only moves an `unknown` record (an uncertain outcome needs a human
+//! decision, `docs/records.md#operators`): to `completed` (with the response retries should
 //! replay, or without one: completed, not replayable) or to `failed` with its
 //! cooldown already over, so the next same-fingerprint claim runs again.
 //! Erase deletes a record in any state; the API layer demands the replay-risk
@@ -123,16 +123,11 @@ impl Store {
             let row = match req.resolve_as {
                 ResolveAs::Completed => {
                     let (status, headers, body) = match &req.response {
-                        Some(response) => {
-                            let body = response.body().ok_or_else(|| {
-                                StoreError::Invalid("response.body_b64 is not valid base64".into())
-                            })?;
-                            (
-                                Some(i32::from(response.status)),
-                                Some(Json(response.headers.clone())),
-                                Some(body),
-                            )
-                        }
+                        Some(response) => (
+                            Some(i32::from(response.status)),
+                            Some(Json(response.headers.clone())),
+                            Some(response.body.as_slice()),
+                        ),
                         None => (None, None, None),
                     };
                     let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;

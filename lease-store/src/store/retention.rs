@@ -17,7 +17,7 @@
 //! fresh `expires_at`) or a steal (a fresh lease) updates a candidate first,
 //! the DELETE waits for that commit and re-evaluates its WHERE on the new row
 //! version (EvalPlanQual), which no longer matches, so the row is skipped and
-//! never deleted while live (seed 000's cleanup race fix). If the DELETE wins
+//! never deleted while live (`docs/records.md#retention-and-cleanup`). If the DELETE wins
 //! the row lock instead, the row it removes was past retention with an
 //! expired lease at that instant: a late renew or finalize from its old owner
 //! then matches no row and gets `lease_lost` (as it would had the lease been

@@ -1,4 +1,4 @@
-//! SPEC §6: the lease-store API v1 wire format, pinned field by field.
+//! The lease-store API v1 wire format (`docs/records.md#the-api`), pinned field by field.
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -140,15 +140,27 @@ fn won_how_spellings_match_serde() {
 
 #[test]
 fn stored_response_body_round_trips() {
-    assert_eq!(response().body(), Some(b"{\"id\":7}".to_vec()));
-    let broken = StoredResponse {
-        body_b64: "not base64!".into(),
-        ..response()
-    };
-    assert_eq!(broken.body(), None);
+    pins(response(), response_json());
+    assert_eq!(response().body, b"{\"id\":7}");
+    let mut broken = response_json();
+    broken["body_b64"] = json!("not base64!");
+    let err = serde_json::from_value::<StoredResponse>(broken).expect_err("not base64");
+    assert!(err.to_string().contains("not valid base64"), "{err}");
+    assert!(
+        !err.to_string().contains("not base64!"),
+        "the error never echoes the body: {err}"
+    );
+    // Non-canonical padding bits would not re-encode to the same text.
+    let mut sloppy = response_json();
+    sloppy["body_b64"] = json!("eyJpZCI6N31=");
+    assert!(serde_json::from_value::<StoredResponse>(sloppy).is_err());
     let empty = StoredResponse::new(204, vec![], b"");
-    assert_eq!(empty.body_b64, "");
-    assert_eq!(empty.body(), Some(vec![]));
+    assert_eq!(
+        serde_json::to_value(&empty).expect("serializes")["body_b64"],
+        ""
+    );
+    assert_eq!(empty.encoded_body_len(), 0);
+    assert_eq!(response().encoded_body_len(), "eyJpZCI6N30=".len());
 }
 
 #[test]

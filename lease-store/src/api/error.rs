@@ -1,10 +1,12 @@
-//! Every error the HTTP API can answer, and its one mapping to RFC 9457 (F10).
+//! The API's error type: every error the HTTP API can answer, and its one
+//! mapping to RFC 9457 problem details (F10, `docs/records.md#the-api`).
 //!
 //! Handlers and extractors return [`ApiError`]; this module is the only place
-//! that decides a status code, a problem `code` and a `detail` text, so the
-//! contract in SPEC §6 is readable in one `match`. The response carries the
-//! [`ProblemCode`] in its extensions too, which lets the metrics middleware
-//! count errors by code without re-parsing bodies.
+//! that decides a problem `code` and a `detail` text, so the API's error
+//! contract is readable in one `match`. The HTTP status comes from the
+//! protocol's one table ([`ProblemCode::status`]), shared with the filter.
+//! The response carries the [`ProblemCode`] in its extensions too, which lets
+//! the metrics middleware count errors by code without re-parsing bodies.
 //!
 //! Store failures keep their cause out of the answer: `journal_unavailable`
 //! says the database cannot be reached, and the underlying error goes to the
@@ -13,7 +15,7 @@
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, ProblemCode};
+use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, ProblemCode, retry_after_s};
 
 use crate::store::StoreError;
 
@@ -49,34 +51,25 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// The problem code and HTTP status for this error.
-    pub fn code_and_status(&self) -> (ProblemCode, StatusCode) {
+    /// The problem code for this error.
+    pub fn code(&self) -> ProblemCode {
         match self {
             ApiError::Store(err) => match err {
-                StoreError::Unavailable(_) | StoreError::ReadOnly(_) => (
-                    ProblemCode::JournalUnavailable,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                ),
-                StoreError::LeaseLost => (ProblemCode::LeaseLost, StatusCode::CONFLICT),
-                StoreError::NotFound => (ProblemCode::NotFound, StatusCode::NOT_FOUND),
-                StoreError::NotUnknown => (ProblemCode::NotUnknown, StatusCode::CONFLICT),
-                StoreError::Invalid(_) => (ProblemCode::BadRequest, StatusCode::BAD_REQUEST),
+                StoreError::Unavailable(_) | StoreError::ReadOnly(_) => {
+                    ProblemCode::JournalUnavailable
+                }
+                StoreError::LeaseLost => ProblemCode::LeaseLost,
+                StoreError::NotFound => ProblemCode::NotFound,
+                StoreError::NotUnknown => ProblemCode::NotUnknown,
+                StoreError::Invalid(_) => ProblemCode::BadRequest,
             },
-            ApiError::BadRequest(_) => (ProblemCode::BadRequest, StatusCode::BAD_REQUEST),
-            ApiError::PayloadTooLarge => {
-                (ProblemCode::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE)
-            }
-            ApiError::Unauthorized => (ProblemCode::Unauthorized, StatusCode::UNAUTHORIZED),
-            ApiError::Forbidden(_) => (ProblemCode::Forbidden, StatusCode::FORBIDDEN),
-            ApiError::ReplayRiskNotAcknowledged => (
-                ProblemCode::ReplayRiskNotAcknowledged,
-                StatusCode::BAD_REQUEST,
-            ),
-            ApiError::NoRoute => (ProblemCode::NotFound, StatusCode::NOT_FOUND),
-            ApiError::MethodNotAllowed(_) => (
-                ProblemCode::MethodNotAllowed,
-                StatusCode::METHOD_NOT_ALLOWED,
-            ),
+            ApiError::BadRequest(_) => ProblemCode::BadRequest,
+            ApiError::PayloadTooLarge => ProblemCode::PayloadTooLarge,
+            ApiError::Unauthorized => ProblemCode::Unauthorized,
+            ApiError::Forbidden(_) => ProblemCode::Forbidden,
+            ApiError::ReplayRiskNotAcknowledged => ProblemCode::ReplayRiskNotAcknowledged,
+            ApiError::NoRoute => ProblemCode::NotFound,
+            ApiError::MethodNotAllowed(_) => ProblemCode::MethodNotAllowed,
         }
     }
 
@@ -117,34 +110,32 @@ impl From<QueryRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (code, status) = self.code_and_status();
         if let ApiError::Store(StoreError::Unavailable(cause) | StoreError::ReadOnly(cause)) = &self
         {
             tracing::warn!(%cause, "database unavailable");
         }
-        let problem = Problem::new(code, status.as_u16(), self.detail());
-        problem_response(status, problem)
+        problem_response(self.code(), self.detail())
     }
 }
 
-/// Renders a problem as `application/problem+json`, with the headers its status needs.
-pub fn problem_response(status: StatusCode, problem: Problem) -> Response {
-    let code = problem.code;
+/// Renders `code` as an `application/problem+json` answer with its status
+/// from the protocol's table and the headers that status needs.
+pub fn problem_response(code: ProblemCode, detail: impl Into<String>) -> Response {
+    let status = code.status();
+    let problem = Problem::new(code, status, detail);
     let body = serde_json::to_vec(&problem).unwrap_or_default();
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
     );
-    match status {
-        StatusCode::SERVICE_UNAVAILABLE => {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        StatusCode::UNAUTHORIZED => {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        _ => {}
+    if let Some(seconds) = retry_after_s(status.as_u16(), None) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response.extensions_mut().insert(code);
     response

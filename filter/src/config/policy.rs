@@ -1,0 +1,258 @@
+//! Validating one policy: its matcher, its durations and caps, its header
+//! lists (F0, F12, K4, F8; `docs/stream-machine.md#configuration`).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use keyflight_protocol::ScopeMode;
+use keyflight_protocol::authority::Authority;
+
+use super::validate::{header_name, in_range, to_usize};
+use super::{
+    ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
+    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, raw,
+};
+use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
+
+/// Headers that describe the transport, not the operation: they differ between
+/// a request and its retry, so they may never enter a fingerprint (K4).
+const TRANSPORT_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "b3",
+    "x-b3-traceid",
+    "x-b3-spanid",
+    "x-b3-parentspanid",
+    "x-b3-sampled",
+    "x-b3-flags",
+    "x-cloud-trace-context",
+    "x-amzn-trace-id",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-client-cert",
+    "forwarded",
+    "x-real-ip",
+    "user-agent",
+    "date",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "via",
+    "idempotency-fence",
+];
+
+pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
+    if p.name.trim().is_empty() {
+        return Err(ConfigError::new(format!("{at}.name"), "must not be empty"));
+    }
+    let matcher = validate_match(&format!("{at}.match"), p.matcher)?;
+    let lease_ms = in_range(
+        &format!("{at}.lease_ms"),
+        p.lease_ms,
+        30_000,
+        1000,
+        3_600_000,
+    )?;
+    // At most half the lease, so one late or lost renewal never lets it lapse.
+    let renew_ms = in_range(
+        &format!("{at}.renew_interval_ms"),
+        p.renew_interval_ms,
+        lease_ms / 3,
+        100,
+        lease_ms / 2,
+    )?;
+    let follower_wait_ms = in_range(
+        &format!("{at}.follower_wait_ms"),
+        p.follower_wait_ms,
+        5000,
+        0,
+        60_000,
+    )?;
+    let retention_s = in_range(
+        &format!("{at}.retention_s"),
+        p.retention_s,
+        86_400,
+        1,
+        10 * 365 * 86_400,
+    )?;
+    let cooldown_ms = in_range(
+        &format!("{at}.failure_cooldown_ms"),
+        p.failure_cooldown_ms,
+        2000,
+        0,
+        86_400_000,
+    )?;
+    let max_request = in_range(
+        &format!("{at}.max_request_body_bytes"),
+        p.max_request_body_bytes,
+        MIB,
+        0,
+        64 * MIB,
+    )?;
+    let max_response = in_range(
+        &format!("{at}.max_cacheable_response_bytes"),
+        p.max_cacheable_response_bytes,
+        2 * MIB,
+        0,
+        64 * MIB,
+    )?;
+    let mut replay_headers: BTreeSet<String> = DEFAULT_REPLAY_HEADERS
+        .iter()
+        .chain(&ALWAYS_RECORDED)
+        .map(|h| (*h).to_owned())
+        .collect();
+    for (j, h) in p.replay_headers.unwrap_or_default().iter().enumerate() {
+        let path = format!("{at}.replay_headers[{j}]");
+        let name = header_name(&path, h)?;
+        if never_stored(&name) {
+            return Err(ConfigError::new(
+                path,
+                format!("{name:?} is never stored or replayed (F8)"),
+            ));
+        }
+        replay_headers.insert(name);
+    }
+    let fingerprint_headers = match p.fingerprint_headers {
+        None => DEFAULT_FINGERPRINT_HEADERS
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect(),
+        Some(list) => {
+            let mut out: Vec<String> = Vec::with_capacity(list.len());
+            for (j, h) in list.iter().enumerate() {
+                let path = format!("{at}.fingerprint_headers[{j}]");
+                let name = header_name(&path, h)?;
+                if TRANSPORT_HEADERS.contains(&name.as_str()) {
+                    return Err(ConfigError::new(
+                        path,
+                        format!("{name:?} is a transport header and never part of a fingerprint"),
+                    ));
+                }
+                if out.contains(&name) {
+                    return Err(ConfigError::new(path, format!("duplicate header {name:?}")));
+                }
+                out.push(name);
+            }
+            out
+        }
+    };
+    Ok(Policy {
+        name: p.name,
+        matcher,
+        require_key: p.require_key.unwrap_or(false),
+        scope: match p.scope {
+            None | Some(raw::Scope::Route) => ScopeMode::Route,
+            Some(raw::Scope::Service) => ScopeMode::Service,
+        },
+        anonymous: p.anonymous.unwrap_or_default(),
+        lease: Duration::from_millis(lease_ms),
+        renew_interval: Duration::from_millis(renew_ms),
+        follower_wait: Duration::from_millis(follower_wait_ms),
+        retention: Duration::from_secs(retention_s),
+        failure_cooldown: Duration::from_millis(cooldown_ms),
+        max_request_body_bytes: to_usize(max_request),
+        max_cacheable_response_bytes: to_usize(max_response),
+        replay_headers,
+        fingerprint_headers,
+        failure_mode: p.failure_mode.unwrap_or_default(),
+        uncertain: p.uncertain.unwrap_or_default(),
+        router_retries: p.router_retries.unwrap_or_default(),
+        edge_cache: p.edge_cache.unwrap_or(true),
+        record_retry_budget: Duration::from_millis(in_range(
+            &format!("{at}.record_retry_budget_ms"),
+            p.record_retry_budget_ms,
+            DEFAULT_RECORD_RETRY_BUDGET_MS,
+            1000,
+            3_600_000,
+        )?),
+    })
+}
+
+fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigError> {
+    let m = m.unwrap_or(raw::Match {
+        methods: None,
+        path_prefix: None,
+        path_regex: None,
+        authority: None,
+    });
+    let methods = match m.methods {
+        None => DEFAULT_METHODS.iter().map(|m| (*m).to_owned()).collect(),
+        Some(list) if list.is_empty() => {
+            return Err(ConfigError::new(
+                format!("{at}.methods"),
+                "must list at least one method",
+            ));
+        }
+        Some(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for (j, method) in list.iter().enumerate() {
+                if !keyflight_protocol::headers::is_token(method) {
+                    return Err(ConfigError::new(
+                        format!("{at}.methods[{j}]"),
+                        format!("{method:?} is not an HTTP method token"),
+                    ));
+                }
+                out.push(method.to_ascii_uppercase());
+            }
+            out
+        }
+    };
+    let path_prefix = m.path_prefix.unwrap_or_else(|| "/".to_owned());
+    if !path_prefix.starts_with('/') {
+        return Err(ConfigError::new(
+            format!("{at}.path_prefix"),
+            "must start with '/'",
+        ));
+    }
+    if path_prefix.contains('?') {
+        return Err(ConfigError::new(
+            format!("{at}.path_prefix"),
+            "must be a path: the query is not matched",
+        ));
+    }
+    let path_regex = match m.path_regex {
+        None => None,
+        Some(re) => Some(regex_lite::Regex::new(&re).map_err(|e| {
+            ConfigError::new(format!("{at}.path_regex"), format!("invalid regex: {e}"))
+        })?),
+    };
+    let authority = match m.authority {
+        None => None,
+        Some(a) => Some(authority_pattern(&format!("{at}.authority"), &a)?),
+    };
+    Ok(Matcher {
+        methods,
+        path_prefix,
+        path_regex,
+        authority,
+    })
+}
+
+/// `host` or `host:port`, normalized like a request's authority (lower-case,
+/// no trailing dot; a port without a scheme, so it is kept as written).
+fn authority_pattern(path: &str, text: &str) -> Result<AuthorityPattern, ConfigError> {
+    let invalid = || ConfigError::new(path, "must be a non-empty host[:port]");
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid());
+    }
+    let authority = Authority::new(text, None);
+    let host = authority.host().to_owned();
+    // A well-formed host has no colon outside an IPv6 literal's brackets.
+    if host.is_empty() || (!host.starts_with('[') && host.contains(':')) {
+        return Err(invalid());
+    }
+    Ok(AuthorityPattern {
+        host,
+        port: authority.effective_port(),
+    })
+}

@@ -1,0 +1,252 @@
+//! The claim's answer: forward the request with the lease, replay a
+//! completed record, refuse, or fail closed (or open) when the store cannot
+//! answer (F2, F3, F8, F9; `docs/stream-machine.md#the-claim`).
+
+use std::time::Duration;
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::problem::ProblemCode;
+use keyflight_protocol::wire::{ClaimResponse, StoredResponse, WonHow};
+
+use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, State};
+use crate::config::{FailureMode, Mode, Policy};
+use crate::edge_cache::{self, Entry};
+use crate::encoding;
+use crate::metrics::{EventKind, Metric, Outcome};
+use crate::outbox::Lease;
+use crate::problem::problem_reply;
+use crate::replay::{Unreplayable, replay};
+use crate::router_retries;
+use crate::store_call::{Answer, CallError, parse_ack_answer, parse_claim_answer};
+
+impl Machine {
+    /// The store call in flight answered: the claim while `Claiming`, the
+    /// finalize or release while `Recording`. In any other state no call is in
+    /// flight and the answer is nobody's.
+    pub(super) fn store_answered(&mut self, out: &mut Vec<Action>, answer: &Answer) {
+        match self.state {
+            State::Claiming { .. } => self.claim_answered(out, parse_claim_answer(answer)),
+            State::Recording { .. } => self.record_answered(out, parse_ack_answer(answer)),
+            _ => {}
+        }
+    }
+
+    pub(super) fn claim_answered(
+        &mut self,
+        out: &mut Vec<Action>,
+        result: Result<ClaimResponse, CallError>,
+    ) {
+        let (policy, scope, fingerprint, accepted) = match std::mem::take(&mut self.state) {
+            State::Claiming {
+                policy,
+                scope,
+                fingerprint,
+                accepted,
+            } => (policy, scope, fingerprint, accepted),
+            // An answer nobody waits for (the stream ended or replied): ignore it.
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(CallError::MalformedRecord) => return self.malformed_record(out, &policy, scope),
+            Err(error) => return self.store_failed(out, &policy, scope, error),
+        };
+        match answer {
+            ClaimResponse::Won {
+                claim_id,
+                fence,
+                how,
+                lease_ms,
+            } => {
+                out.push(Action::Count(Metric::Event(won_event(how))));
+                let lease = Duration::from_millis(lease_ms.max(1));
+                out.push(Action::StartRenewal(Lease {
+                    scope,
+                    claim_id,
+                    lease: policy.lease,
+                    interval: policy.renew_interval.min(lease / 2),
+                }));
+                self.renewing = Some(claim_id);
+                if self.config.mode == Mode::Enforce {
+                    out.push(Action::SetRequestHeader {
+                        name: FENCE_HEADER.to_owned(),
+                        value: Some(fence.to_string()),
+                    });
+                    // F8: the answer is recorded for every client that asks
+                    // again, so it must not be encoded for this one.
+                    out.push(Action::SetRequestHeader {
+                        name: encoding::ACCEPT_ENCODING.to_owned(),
+                        value: Some(encoding::IDENTITY.to_owned()),
+                    });
+                    // F15: the router must not resend what the claim let through.
+                    for (name, value) in router_retries::header_edits(policy.router_retries) {
+                        out.push(Action::SetRequestHeader {
+                            name: name.to_owned(),
+                            value: value.map(str::to_owned),
+                        });
+                    }
+                }
+                out.push(Action::ResumeRequest);
+                self.state = State::Upstream(Owned {
+                    policy,
+                    scope,
+                    fingerprint,
+                    claim_id,
+                    fence,
+                });
+            }
+            ClaimResponse::Completed { response } => {
+                // Followers and other proxies fill their edge cache too.
+                if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
+                    out.push(cache);
+                }
+                match replay(&policy, response, &accepted) {
+                    Ok(reply) => self.reply_to_held_request(out, reply, Outcome::Replay),
+                    Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
+                    Err(Unreplayable::Malformed) => self.malformed_record(out, &policy, scope),
+                }
+            }
+            ClaimResponse::Conflict => self.refuse_held_request(
+                out,
+                ProblemCode::IdempotencyConflict,
+                None,
+                Outcome::Conflict,
+            ),
+            ClaimResponse::InProgress { retry_after_s } => {
+                if policy.follower_wait > Duration::ZERO {
+                    out.push(Action::Count(Metric::Event(EventKind::FollowerWait)));
+                }
+                self.refuse_held_request(
+                    out,
+                    ProblemCode::RequestInProgress,
+                    Some(retry_after_s),
+                    Outcome::InProgressTimeout,
+                );
+            }
+            ClaimResponse::Cooldown { retry_after_s } => {
+                out.push(Action::Count(Metric::Event(EventKind::RetryableCooldown)));
+                self.refuse_held_request(
+                    out,
+                    ProblemCode::RetryableCooldown,
+                    Some(retry_after_s),
+                    Outcome::Failed,
+                );
+            }
+            ClaimResponse::NotReplayable => self.refuse_held_request(
+                out,
+                ProblemCode::ResponseNotReplayable,
+                None,
+                Outcome::NotReplayable,
+            ),
+            ClaimResponse::Unknown => self.refuse_held_request(
+                out,
+                ProblemCode::OperationUnknown,
+                None,
+                Outcome::OperationUnknown,
+            ),
+        }
+    }
+
+    /// A `completed` answer whose response cannot be read or replayed (bad
+    /// base64, a status that is not final): refused as the store being
+    /// unusable, never forwarded.
+    pub(super) fn malformed_record(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Policy,
+        scope: Digest,
+    ) {
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: the recorded response is malformed",
+                policy.name,
+                scope.to_hex()
+            ),
+        });
+        self.refuse_held_request(
+            out,
+            ProblemCode::JournalUnavailable,
+            None,
+            Outcome::JournalUnavailable,
+        );
+    }
+
+    /// F8: the record's body is encoded in a coding this client does not
+    /// accept: refused rather than replayed as bytes it cannot read.
+    pub(super) fn not_decodable(&mut self, out: &mut Vec<Action>, coding: &str) {
+        let code = ProblemCode::ResponseNotReplayable;
+        let detail = format!(
+            "the recorded response is {coding}-encoded and this request does not accept that coding"
+        );
+        let reply = problem_reply(code, self.config.status_profile, &detail, None);
+        self.reply_to_held_request(out, reply, Outcome::NotReplayable);
+    }
+
+    /// The edge-cache write for a completed record, if the cache is on for
+    /// `policy`, the entry fits `max_entry_bytes`, and the stream read the
+    /// cache under a known operator epoch.
+    pub(super) fn cache_entry(
+        &self,
+        policy: &Policy,
+        scope: Digest,
+        fingerprint: Digest,
+        response: &StoredResponse,
+    ) -> Option<Action> {
+        let (cache, ttl) = self.config.edge_cache_for(policy)?;
+        let entry = Entry {
+            scope,
+            fingerprint,
+            epoch: self.cache_epoch?,
+            ttl,
+            response: response.clone(),
+        };
+        (entry.encoded_len() <= cache.max_entry_bytes).then(|| Action::WriteEdgeCache {
+            key: edge_cache::slot_key(&scope, cache.slots),
+            entry,
+        })
+    }
+
+    /// F2: the claim could not be made.
+    pub(super) fn store_failed(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Policy,
+        scope: Digest,
+        error: CallError,
+    ) {
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: lease-store claim failed: {error}",
+                policy.name,
+                scope.to_hex()
+            ),
+        });
+        match policy.failure_mode {
+            FailureMode::Open => {
+                out.push(Action::Count(Metric::Event(EventKind::FailOpen)));
+                self.count_outcome(out, Outcome::Unguarded);
+                out.push(Action::ResumeRequest);
+                self.state = State::Passthrough;
+            }
+            FailureMode::Closed => self.refuse_held_request(
+                out,
+                ProblemCode::JournalUnavailable,
+                None,
+                Outcome::JournalUnavailable,
+            ),
+        }
+    }
+}
+
+fn won_event(how: WonHow) -> EventKind {
+    match how {
+        WonHow::Claimed => EventKind::Claimed,
+        WonHow::RecoveredTtl => EventKind::RecoveredTtl,
+        WonHow::RecoveredAbandoned => EventKind::RecoveredAbandoned,
+    }
+}

@@ -1,0 +1,248 @@
+//! The request side: headers → body → claim → edge-cache read (F1, F2, F9,
+//! K1–K4; `docs/stream-machine.md#request-side`).
+//!
+//! On the headers the machine drops a client-sent fence, finds the policy,
+//! reads the request's identity (key, principal) and checks a declared
+//! length; it then buffers the body, and once it has all of it computes the
+//! scope and the fingerprint and asks for the claim — after an edge-cache
+//! read, when the cache is on for the policy.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyflight_protocol::headers::values;
+use keyflight_protocol::problem::ProblemCode;
+use keyflight_protocol::time::millis;
+use keyflight_protocol::wire::ClaimRequest;
+use keyflight_protocol::{RequestHead, Rules, Target};
+
+use super::{Action, FENCE_HEADER, Machine, Pending, Ready, State, Who};
+use crate::config::{Anonymous, Mode};
+use crate::edge_cache::{self, Lookup};
+use crate::encoding::{self, Accepted};
+use crate::identity;
+use crate::metrics::Outcome;
+use crate::problem::problem_reply;
+use crate::replay::{Unreplayable, replay};
+use crate::store_call::StoreCall;
+
+impl Machine {
+    pub(super) fn request_headers(
+        &mut self,
+        out: &mut Vec<Action>,
+        headers: &[(String, Vec<u8>)],
+        principal: identity::Lookup,
+        end_of_stream: bool,
+    ) {
+        if !matches!(self.state, State::Start) {
+            return;
+        }
+        self.state = State::Passthrough;
+        // Only the filter may tell the upstream a fence: a client-sent one is
+        // dropped from every request, guarded or not.
+        if values(headers, FENCE_HEADER).next().is_some() {
+            out.push(Action::SetRequestHeader {
+                name: FENCE_HEADER.to_owned(),
+                value: None,
+            });
+        }
+        let Some(target) = Target::from_headers(headers) else {
+            return;
+        };
+        let Some(policy) = self.config.match_policy(&target).cloned() else {
+            return;
+        };
+        let rules = Rules {
+            key_header: &self.config.key_header,
+            fingerprint_headers: &policy.fingerprint_headers,
+        };
+        let head = match RequestHead::read(target, headers, &rules) {
+            Err(e) => {
+                return self.refuse_in_callback(
+                    out,
+                    ProblemCode::IdempotencyKeyInvalid,
+                    &e.to_string(),
+                );
+            }
+            Ok(head) => head,
+        };
+        if head.key.is_none() {
+            if policy.require_key {
+                let detail = format!("this route requires the {} header", self.config.key_header);
+                return self.refuse_in_callback(out, ProblemCode::IdempotencyKeyRequired, &detail);
+            }
+            return self.count_outcome(out, Outcome::Unguarded);
+        }
+        let principal = match (principal, policy.anonymous) {
+            (identity::Lookup::Found { source, name }, _) => Who::Named { source, name },
+            (identity::Lookup::Refused(e), _) => {
+                return self.refuse_in_callback(
+                    out,
+                    ProblemCode::PrincipalAmbiguous,
+                    &e.to_string(),
+                );
+            }
+            (identity::Lookup::Absent, Anonymous::Shared) => Who::AnonymousShared,
+            (identity::Lookup::Absent, Anonymous::Reject) => {
+                let detail = "a keyed request needs an authenticated principal";
+                return self.refuse_in_callback(out, ProblemCode::PrincipalRequired, detail);
+            }
+        };
+        let declared_length =
+            first_text(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        if declared_length.is_some_and(|n| n > policy.max_request_body_bytes as u64) {
+            return self.refuse_too_large_in_callback(out, &policy);
+        }
+        let accept_encoding: Vec<&[u8]> = values(headers, encoding::ACCEPT_ENCODING).collect();
+        let pending = Pending {
+            accepted: Accepted::from_values(&accept_encoding),
+            policy,
+            head,
+            principal,
+            buffered: 0,
+        };
+        if end_of_stream {
+            self.claim(out, pending, &[]);
+        } else {
+            self.state = State::BufferingRequest(pending);
+        }
+    }
+
+    pub(super) fn request_body_chunk(
+        &mut self,
+        out: &mut Vec<Action>,
+        buffered: usize,
+        end_of_stream: bool,
+    ) {
+        let State::BufferingRequest(pending) = &mut self.state else {
+            return;
+        };
+        pending.buffered = buffered;
+        if buffered > pending.policy.max_request_body_bytes {
+            let policy = Rc::clone(&pending.policy);
+            return self.refuse_too_large_in_callback(out, &policy);
+        }
+        if end_of_stream {
+            out.push(Action::ReadRequestBody { size: buffered });
+        }
+    }
+
+    pub(super) fn request_body_complete(&mut self, out: &mut Vec<Action>, body: &[u8]) {
+        let pending = match std::mem::take(&mut self.state) {
+            State::BufferingRequest(pending) => pending,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        if body.len() > pending.policy.max_request_body_bytes {
+            return self.refuse_too_large_in_callback(out, &Rc::clone(&pending.policy));
+        }
+        self.claim(out, pending, body);
+    }
+
+    pub(super) fn claim(&mut self, out: &mut Vec<Action>, pending: Pending, body: &[u8]) {
+        let policy = pending.policy;
+        let identified = pending
+            .head
+            .identify(pending.principal.principal(), policy.scope, body);
+        let fingerprint = identified.explanation.fingerprint;
+        // The head was read with a key (request_headers returned otherwise).
+        let Some(scope) = identified.scope else {
+            return;
+        };
+        // F11: dry_run never holds a request up, so it never long-polls.
+        let follower_wait = match self.config.mode {
+            Mode::Enforce => policy.follower_wait,
+            Mode::DryRun => Duration::ZERO,
+        };
+        let wait_ms = millis(follower_wait);
+        let ready = Ready {
+            call: StoreCall::Claim {
+                scope,
+                request: ClaimRequest {
+                    fingerprint,
+                    lease_ms: millis(policy.lease),
+                    wait_ms: (wait_ms > 0).then_some(wait_ms),
+                    retention_s: Some(policy.retention.as_secs()),
+                },
+            },
+            // A long-poll may legitimately take the whole follower wait (F5).
+            timeout: self.config.lease_store.timeout + follower_wait,
+            scope,
+            fingerprint,
+            accepted: pending.accepted,
+            policy,
+        };
+        match self.config.edge_cache_for(&ready.policy) {
+            // F9: a hot replay needs no lease-store call; the slot is read
+            // first and the answer comes back as `EdgeCacheRead`.
+            Some((cache, _)) => {
+                out.push(Action::ReadEdgeCache {
+                    key: edge_cache::slot_key(&ready.scope, cache.slots),
+                });
+                self.state = State::CacheLookup(ready);
+            }
+            None => self.call_claim(out, ready),
+        }
+    }
+
+    pub(super) fn call_claim(&mut self, out: &mut Vec<Action>, ready: Ready) {
+        out.push(Action::CallStore {
+            call: ready.call,
+            timeout: ready.timeout,
+        });
+        self.state = State::Claiming {
+            policy: ready.policy,
+            scope: ready.scope,
+            fingerprint: ready.fingerprint,
+            accepted: ready.accepted,
+        };
+    }
+
+    /// F9: a completed record with the same fingerprint replays from the edge
+    /// cache, another fingerprint is a certain conflict, anything else claims.
+    /// Never in `dry_run` (the cache is off there), so a hit always replies.
+    pub(super) fn edge_cache_read(
+        &mut self,
+        out: &mut Vec<Action>,
+        slot: Option<&[u8]>,
+        now_ms: u64,
+    ) {
+        let ready = match std::mem::take(&mut self.state) {
+            State::CacheLookup(ready) => ready,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let lookup = match self.cache_epoch {
+            Some(epoch) => {
+                edge_cache::lookup(slot, &ready.scope, &ready.fingerprint, now_ms, epoch)
+            }
+            // No recent word from the store on erasures: the cache may be stale.
+            None => Lookup::Miss,
+        };
+        match lookup {
+            Lookup::Miss => self.call_claim(out, ready),
+            Lookup::Hit(response) => match replay(&ready.policy, response, &ready.accepted) {
+                Ok(reply) => self.reply_to_held_request(out, reply, Outcome::ReplayEdgeCache),
+                Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
+                Err(Unreplayable::Malformed) => self.call_claim(out, ready),
+            },
+            Lookup::Conflict => {
+                let code = ProblemCode::IdempotencyConflict;
+                let reply = problem_reply(code, self.config.status_profile, code.title(), None);
+                self.reply_to_held_request(out, reply, Outcome::Conflict);
+            }
+        }
+    }
+}
+
+/// The first value of header `name`, if it is UTF-8.
+fn first_text(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
+    values(headers, name)
+        .next()
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_owned)
+}

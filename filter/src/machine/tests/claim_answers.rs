@@ -1,0 +1,255 @@
+//! What the claim's answer does: replay a completed record, refuse, or fail
+//! closed (or open) when the store cannot answer.
+
+use keyflight_protocol::wire::StoredResponse;
+
+use super::*;
+use crate::config::StatusProfile;
+use crate::metrics::{EventKind, Outcome};
+
+#[test]
+fn completed_replays_the_record_with_allowlisted_headers() {
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    let stored = StoredResponse::new(
+        201,
+        vec![
+            ("content-type".into(), "application/json".into()),
+            ("set-cookie".into(), "leak=1".into()),
+            ("x-internal".into(), "no".into()),
+            ("location".into(), "/payments/1".into()),
+        ],
+        br#"{"id":1}"#,
+    );
+    let out = s.claim_answer(&ClaimResponse::Completed { response: stored });
+    let r = reply(&out);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body, br#"{"id":1}"#);
+    assert_eq!(
+        r.headers,
+        vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("location".to_owned(), "/payments/1".to_owned()),
+            ("idempotent-replayed".to_owned(), "true".to_owned()),
+        ]
+    );
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
+    assert!(!out.contains(&Action::ResumeRequest));
+    // The replay re-enters the response callbacks: it is ours, not an upstream answer.
+    assert_eq!(s.respond(201, false), vec![Action::ContinueResponse]);
+    assert_eq!(s.response_chunk(8, true), vec![Action::ContinueResponse]);
+    assert_eq!(s.host.head_reads, 0);
+    assert_eq!(s.done(), vec![]);
+}
+
+#[test]
+fn an_encoded_record_replays_only_to_a_client_that_decodes_it() {
+    let gzip_record = || ClaimResponse::Completed {
+        response: StoredResponse::new(
+            201,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("content-encoding".into(), "gzip".into()),
+            ],
+            b"\x1f\x8b...",
+        ),
+    };
+    // A client that names no coding gets a clear refusal, not gzip bytes.
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    let out = s.claim_answer(&gzip_record());
+    let r = reply(&out);
+    assert_eq!(
+        (r.status, code(r).as_str()),
+        (409, "response_not_replayable")
+    );
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::NotReplayable)]);
+
+    // One that accepts gzip gets the body with its label.
+    let mut s = Harness::new(config());
+    let mut headers = keyed();
+    headers.push(h("accept-encoding", "br, gzip;q=0.8"));
+    s.headers(headers, true);
+    let out = s.claim_answer(&gzip_record());
+    let r = reply(&out);
+    assert_eq!(r.status, 201);
+    assert_eq!(header(r, "content-encoding"), Some("gzip"));
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
+}
+
+#[test]
+fn a_malformed_record_is_journal_unavailable() {
+    let broken =
+        br#"{"outcome":"completed","response":{"status":200,"headers":[],"body_b64":"***"}}"#;
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    let out = s.answer(Some(200), broken);
+    assert_eq!(code(reply(&out)), "journal_unavailable");
+    // A status that is not final cannot be replayed either.
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    let out = s.claim_answer(&ClaimResponse::Completed {
+        response: StoredResponse::new(99, vec![], b""),
+    });
+    assert_eq!(code(reply(&out)), "journal_unavailable");
+    // Never forwarded, not even under `failure_mode: open`: the operation ran.
+    let mut s = Harness::new(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"failure_mode": "open"}),
+    ));
+    s.drive_to_claim(b"{}");
+    let out = s.answer(Some(200), broken);
+    assert_eq!(code(reply(&out)), "journal_unavailable");
+    assert!(!out.contains(&Action::ResumeRequest), "{out:?}");
+}
+
+#[test]
+fn refusing_outcomes_under_both_profiles() {
+    use StatusProfile::{Ietf, Keyflight};
+    let cases = [
+        (
+            ClaimResponse::Conflict,
+            Keyflight,
+            409,
+            "idempotency_conflict",
+            None,
+        ),
+        (
+            ClaimResponse::Conflict,
+            Ietf,
+            422,
+            "idempotency_conflict",
+            None,
+        ),
+        (
+            ClaimResponse::InProgress { retry_after_s: 4 },
+            Keyflight,
+            503,
+            "request_in_progress",
+            Some("4"),
+        ),
+        (
+            ClaimResponse::InProgress { retry_after_s: 4 },
+            Ietf,
+            409,
+            "request_in_progress",
+            Some("4"),
+        ),
+        (
+            ClaimResponse::Cooldown { retry_after_s: 2 },
+            Keyflight,
+            503,
+            "retryable_cooldown",
+            Some("2"),
+        ),
+        (
+            ClaimResponse::Cooldown { retry_after_s: 2 },
+            Ietf,
+            503,
+            "retryable_cooldown",
+            Some("2"),
+        ),
+        (
+            ClaimResponse::NotReplayable,
+            Keyflight,
+            409,
+            "response_not_replayable",
+            None,
+        ),
+        (ClaimResponse::Unknown, Ietf, 409, "operation_unknown", None),
+    ];
+    for (answer, profile, status, want, retry_after) in cases {
+        let profile_name = match profile {
+            Keyflight => "keyflight",
+            Ietf => "ietf",
+        };
+        let mut s = Harness::new(config_with(
+            serde_json::json!({"status_profile": profile_name}),
+            serde_json::json!({}),
+        ));
+        s.drive_to_claim(b"{}");
+        let out = s.claim_answer(&answer);
+        let r = reply(&out);
+        assert_eq!(
+            (r.status, code(r).as_str()),
+            (status, want),
+            "{answer:?} {profile:?}"
+        );
+        assert_eq!(header(r, "retry-after"), retry_after, "{answer:?}");
+        assert!(!out.contains(&Action::ResumeRequest));
+        assert_eq!(s.respond(status, true), vec![Action::ContinueResponse]);
+    }
+}
+
+#[test]
+fn a_cooldown_counts_the_event_and_the_outcome() {
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    let out = s.claim_answer(&ClaimResponse::Cooldown { retry_after_s: 2 });
+    assert_eq!(
+        counts(&out),
+        vec![
+            Metric::Event(EventKind::RetryableCooldown),
+            Metric::Outcome(Outcome::Failed)
+        ]
+    );
+}
+
+/// A 503 `journal_unavailable` that never lets the request through.
+fn assert_failed_closed(out: &[Action], what: &str) {
+    let r = reply(out);
+    assert_eq!((r.status, code(r).as_str()), (503, "journal_unavailable"));
+    assert_eq!(header(r, "retry-after"), Some("1"));
+    assert!(
+        !out.contains(&Action::ResumeRequest) && !out.contains(&Action::ContinueRequest),
+        "{what}: upstream must not be called"
+    );
+    assert_eq!(
+        counts(out),
+        vec![Metric::Outcome(Outcome::JournalUnavailable)]
+    );
+}
+
+#[test]
+fn store_failure_fails_closed_by_default() {
+    for error in [
+        CallError::NoAnswer,
+        CallError::Status(503),
+        CallError::Malformed,
+    ] {
+        let mut s = Harness::new(config());
+        s.drive_to_claim(b"{}");
+        let out = s.fail(error);
+        assert_failed_closed(&out, &format!("{error:?}"));
+    }
+    // A claim the host cannot even dispatch fails within the body callback.
+    let mut s = Harness::new(config());
+    s.headers(keyed(), false);
+    s.host.refuse_dispatch = true;
+    let out = s.body(b"{}");
+    assert_failed_closed(&out, "not dispatched");
+    assert_eq!(out.last(), Some(&Action::PauseRequest));
+}
+
+#[test]
+fn store_failure_with_failure_mode_open_passes_unguarded() {
+    let mut s = Harness::new(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"failure_mode": "open"}),
+    ));
+    s.drive_to_claim(b"{}");
+    let out = s.fail(CallError::NoAnswer);
+    assert!(out.contains(&Action::ResumeRequest));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::Reply(_) | Action::SetRequestHeader { .. }))
+    );
+    assert_eq!(
+        counts(&out),
+        vec![
+            Metric::Event(EventKind::FailOpen),
+            Metric::Outcome(Outcome::Unguarded)
+        ]
+    );
+    assert_eq!(s.respond(200, true), vec![Action::ContinueResponse]);
+}

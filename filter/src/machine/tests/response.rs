@@ -1,0 +1,231 @@
+//! The upstream's answer: the status matrix, buffering and holding a
+//! response to record, and one too large to keep.
+
+use keyflight_protocol::wire::ReleaseAs;
+
+use super::*;
+use crate::identity;
+use crate::machine::{Event, Machine};
+use crate::metrics::Outcome;
+use crate::store_call::Answer;
+
+#[test]
+fn the_status_matrix_decides_what_is_recorded() {
+    enum Want {
+        Finalize,
+        Release(ReleaseAs, Option<u64>),
+    }
+    let cases = [
+        (
+            200,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Finalize,
+            Outcome::WonCompleted,
+        ),
+        (
+            404,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Finalize,
+            Outcome::WonCompleted,
+        ),
+        (
+            422,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Finalize,
+            Outcome::WonCompleted,
+        ),
+        (
+            401,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Release(ReleaseAs::Forget, None),
+            Outcome::NotRecorded,
+        ),
+        (
+            302,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Release(ReleaseAs::Forget, None),
+            Outcome::NotRecorded,
+        ),
+        (
+            500,
+            ResponseOrigin::Upstream,
+            "retry",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+        (
+            429,
+            ResponseOrigin::Upstream,
+            "hold",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+        (
+            503,
+            ResponseOrigin::Proxy,
+            "retry",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+        (
+            504,
+            ResponseOrigin::Proxy,
+            "hold",
+            Want::Release(ReleaseAs::Unknown, None),
+            Outcome::OperationUnknown,
+        ),
+        (
+            503,
+            ResponseOrigin::ProxyNotSent,
+            "hold",
+            Want::Release(ReleaseAs::Cooldown, Some(2000)),
+            Outcome::Failed,
+        ),
+    ];
+    for (status, origin, uncertain, want, outcome) in cases {
+        let mut s = to_upstream(config_with(
+            serde_json::json!({}),
+            serde_json::json!({"uncertain": uncertain}),
+        ));
+        let out = s.respond_from(status, origin, true);
+        assert_eq!(
+            out.last(),
+            Some(&Action::PauseResponse),
+            "{status}: the response is held"
+        );
+        assert_eq!(counts(&out), vec![Metric::Outcome(outcome)], "{status}");
+        match (calls(&out).as_slice(), want) {
+            ([StoreCall::Finalize { request, .. }], Want::Finalize) => {
+                assert!(request.replayable);
+                assert_eq!(request.response.status, status);
+                assert_eq!(request.claim_id, CLAIM);
+            }
+            ([StoreCall::Release { request, .. }], Want::Release(release_as, cooldown_ms)) => {
+                assert_eq!(request.release_as, release_as, "{status}");
+                assert_eq!(request.cooldown_ms, cooldown_ms, "{status}");
+            }
+            (other, _) => panic!("{status}: unexpected calls {other:?}"),
+        }
+        assert_eq!(s.ack(), vec![Action::ResumeResponse]);
+        assert_eq!(s.held(), None, "settled: the outbox stopped renewing");
+        assert_eq!(s.done(), vec![]);
+    }
+}
+
+#[test]
+fn a_recorded_response_is_buffered_filtered_and_held_until_finalized() {
+    let mut s = to_upstream(config());
+    assert_eq!(s.respond(201, false), vec![Action::PauseResponse]);
+    assert_eq!(s.response_chunk(4, false), vec![Action::PauseResponse]);
+    let out = s.response_body(br#"{"id":1}"#);
+    assert_eq!(out.first(), Some(&Action::ReadResponseBody { size: 8 }));
+    let [StoreCall::Finalize { request, .. }] = calls(&out).as_slice() else {
+        panic!("{out:?}")
+    };
+    assert!(request.replayable);
+    assert_eq!(request.response.body, br#"{"id":1}"#);
+    assert_eq!(
+        request.response.headers,
+        vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("etag".to_owned(), "\"v1\"".to_owned()),
+        ]
+    );
+    assert!(
+        !out.contains(&Action::ResumeResponse),
+        "held until the finalize answers (F7)"
+    );
+    assert_eq!(out.last(), Some(&Action::PauseResponse));
+    assert_eq!(s.ack(), vec![Action::ResumeResponse]);
+    assert_eq!(s.held(), None);
+}
+
+#[test]
+fn trailers_end_a_buffered_response_body() {
+    let mut s = to_upstream(config());
+    s.respond(200, false);
+    s.response_chunk(3, false);
+    s.host.response_body = b"abc".to_vec();
+    let out = s.response(Callback::ResponseTrailers);
+    assert_eq!(out.first(), Some(&Action::ReadResponseBody { size: 3 }));
+    assert!(
+        matches!(calls(&out).as_slice(), [StoreCall::Finalize { .. }]),
+        "{out:?}"
+    );
+    assert_eq!(out.last(), Some(&Action::PauseResponse));
+}
+
+#[test]
+fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
+    let config = config_with(
+        serde_json::json!({}),
+        serde_json::json!({"max_cacheable_response_bytes": 10}),
+    );
+    let mut s = to_upstream(Rc::clone(&config));
+    s.respond(200, false);
+    s.response_chunk(10, false);
+    let out = s.response_chunk(11, false);
+    let [StoreCall::Finalize { request, .. }] = calls(&out).as_slice() else {
+        panic!("{out:?}")
+    };
+    assert!(!request.replayable);
+    assert!(request.response.body.is_empty());
+    assert_eq!(
+        counts(&out),
+        vec![Metric::Outcome(Outcome::CompletedUncacheable)]
+    );
+    assert_eq!(
+        out.last(),
+        Some(&Action::ContinueResponse),
+        "the rest streams"
+    );
+    assert_eq!(s.response_chunk(100, false), vec![Action::ContinueResponse]);
+    // The last chunk waits for the finalize answer so the callout survives.
+    assert_eq!(s.response_chunk(5, true), vec![Action::PauseResponse]);
+    assert_eq!(s.ack(), vec![Action::ResumeResponse]);
+    assert_eq!(s.held(), None);
+
+    // Answered before the end: nothing to resume, the end flows.
+    let mut s = to_upstream(Rc::clone(&config));
+    s.respond(200, false);
+    s.response_chunk(11, false);
+    assert_eq!(s.ack(), vec![]);
+    assert_eq!(s.held(), None);
+    assert_eq!(s.response_chunk(5, true), vec![Action::ContinueResponse]);
+
+    // A body read whole that turns out larger than the cap (a host that
+    // returned more than it announced): the machine itself, step by step.
+    let mut m = Machine::new(Rc::clone(&config));
+    let principal = identity::resolve(&config.identity, &keyed(), |_| None);
+    m.on(Event::RequestHeaders {
+        headers: keyed(),
+        principal,
+        end_of_stream: true,
+    });
+    m.on(Event::StoreAnswered(Answer::ok(
+        serde_json::to_vec(&won(3)).unwrap(),
+    )));
+    m.on(Event::ResponseHeadersRead {
+        status: 200,
+        headers: vec![h(":status", "200")],
+        origin: ResponseOrigin::Upstream,
+        end_of_stream: false,
+    });
+    assert_eq!(
+        m.on(Event::ResponseBodyChunk {
+            buffered_bytes: 10,
+            end_of_stream: true
+        }),
+        vec![Action::ReadResponseBody { size: 10 }, Action::PauseResponse]
+    );
+    let out = m.on(Event::ResponseBodyComplete { body: vec![0; 12] });
+    let [StoreCall::Finalize { request, .. }] = calls(&out).as_slice() else {
+        panic!("{out:?}")
+    };
+    assert!(!request.replayable);
+}

@@ -1,0 +1,206 @@
+//! Where the shipped plugin configurations are, and how they are read.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The `@type` of Envoy's Wasm HTTP filter configuration.
+pub(crate) const WASM_FILTER_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+
+/// One plugin configuration found in a shipped file.
+#[derive(Debug)]
+pub(crate) struct Found {
+    /// File it came from, relative to the workspace root.
+    pub(crate) file: PathBuf,
+    /// The plugin JSON, as text.
+    pub(crate) json: String,
+    /// The Wasm filter's typed config around it (`None` for WasmPlugin and doc JSON).
+    pub(crate) wasm_filter: Option<Value>,
+    /// The Kubernetes object it sits in, if any (for labels and sibling patches).
+    pub(crate) object: Option<Value>,
+}
+
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the filter crate sits in the workspace")
+        .to_owned()
+}
+
+/// Vendored third-party data (Istio's CRDs), not configuration keyflight ships.
+pub(crate) const VENDORED: &str = "deploy/checks/schemas";
+
+/// Files under `dir` (recursively) whose name ends with one of `extensions`, sorted;
+/// [`VENDORED`] is left out.
+pub(crate) fn files_under(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries {
+        let path = entry.expect("readable directory entry").path();
+        if path.ends_with(VENDORED) {
+            continue;
+        }
+        if path.is_dir() {
+            out.extend(files_under(&path, extensions));
+        } else if extensions
+            .iter()
+            .any(|ext| path.to_string_lossy().ends_with(ext))
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every YAML document in `text`, as JSON values (empty documents skipped).
+pub(crate) fn yaml_documents(text: &str, origin: &Path) -> Vec<Value> {
+    use serde::Deserialize as _;
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|doc| {
+            let yaml = serde_yaml_ng::Value::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{}: invalid YAML: {e}", origin.display()));
+            serde_json::to_value(yaml).unwrap_or_else(|e| {
+                panic!("{}: YAML not representable as JSON: {e}", origin.display())
+            })
+        })
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// Collects the plugin configurations inside one YAML document.
+pub(crate) fn collect_from_document(file: &Path, doc: &Value, out: &mut Vec<Found>) {
+    if doc.get("kind").and_then(Value::as_str) == Some("WasmPlugin") {
+        let config = doc
+            .pointer("/spec/pluginConfig")
+            .unwrap_or_else(|| panic!("{}: WasmPlugin without spec.pluginConfig", file.display()));
+        out.push(Found {
+            file: file.to_owned(),
+            json: config.to_string(),
+            wasm_filter: None,
+            object: Some(doc.clone()),
+        });
+    }
+    let mut filters = Vec::new();
+    wasm_filters(doc, &mut filters);
+    for filter in filters {
+        let json = filter
+            .pointer("/config/configuration/value")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: Wasm filter without a StringValue config.configuration.value",
+                    file.display()
+                )
+            });
+        out.push(Found {
+            file: file.to_owned(),
+            json: json.to_owned(),
+            wasm_filter: Some(filter.clone()),
+            object: doc.get("kind").map(|_| doc.clone()),
+        });
+    }
+}
+
+/// Every mapping in the tree whose `@type` is the Envoy Wasm HTTP filter.
+pub(crate) fn wasm_filters<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+    match value {
+        Value::Object(map) => {
+            if map.get("@type").and_then(Value::as_str) == Some(WASM_FILTER_TYPE) {
+                out.push(value);
+            }
+            map.values().for_each(|v| wasm_filters(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| wasm_filters(v, out)),
+        _ => {}
+    }
+}
+
+/// Fenced code blocks of a Markdown text: (info string, body).
+pub(crate) fn fenced_blocks(markdown: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in markdown.lines() {
+        let trimmed = line.trim_start();
+        match open.take() {
+            None => {
+                if let Some(info) = trimmed.strip_prefix("```") {
+                    open = Some((info.trim().to_owned(), String::new()));
+                }
+            }
+            Some((info, mut body)) => {
+                if trimmed.starts_with("```") {
+                    blocks.push((info, body));
+                } else {
+                    body.push_str(line);
+                    body.push('\n');
+                    open = Some((info, body));
+                }
+            }
+        }
+    }
+    blocks
+}
+
+pub(crate) fn collect_from_markdown(file: &Path, text: &str, out: &mut Vec<Found>) {
+    for (info, body) in fenced_blocks(text) {
+        match info.split_whitespace().next().unwrap_or("") {
+            "json" => {
+                let Ok(value) = serde_json::from_str::<Value>(&body) else {
+                    assert!(
+                        !body.contains("\"lease_store\""),
+                        "{}: a ```json block mentions lease_store but is not valid JSON \
+                         (use ```jsonc for annotated illustrations):\n{body}",
+                        file.display()
+                    );
+                    continue;
+                };
+                if value.get("lease_store").is_some() {
+                    out.push(Found {
+                        file: file.to_owned(),
+                        json: body,
+                        wasm_filter: None,
+                        object: None,
+                    });
+                }
+            }
+            "yaml" | "yml" => {
+                for doc in yaml_documents(&body, file) {
+                    collect_from_document(file, &doc, out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every plugin configuration shipped in the repository.
+pub(crate) fn shipped() -> Vec<Found> {
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for dir in ["envoy", "deploy"] {
+        for path in files_under(&root.join(dir), &[".yaml", ".yml"]) {
+            let text = std::fs::read_to_string(&path).expect("readable file");
+            let rel = path.strip_prefix(&root).expect("under the root").to_owned();
+            for doc in yaml_documents(&text, &rel) {
+                collect_from_document(&rel, &doc, &mut found);
+            }
+        }
+    }
+    let mut docs = files_under(&root.join("envoy"), &[".md"]);
+    docs.extend(files_under(&root.join("deploy"), &[".md"]));
+    docs.push(root.join("README.md"));
+    for path in docs {
+        let text = std::fs::read_to_string(&path).expect("readable file");
+        let rel = path.strip_prefix(&root).expect("under the root").to_owned();
+        collect_from_markdown(&rel, &text, &mut found);
+    }
+    found
+}
+
+pub(crate) fn is_istio(found: &Found) -> bool {
+    found.file.starts_with("envoy/istio")
+}

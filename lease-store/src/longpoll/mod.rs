@@ -1,0 +1,99 @@
+//! L4: long-poll followers, woken by Postgres `LISTEN/NOTIFY` across replicas
+//! (`docs/records.md#the-long-poll`).
+//!
+//! A same-fingerprint follower (F5) should get the winner's response the
+//! moment it is recorded, without polling the database. A record that a
+//! follower marked `watched` fires `NOTIFY keyflight_settled, '<scope hex>'`
+//! when it leaves `pending` (a trigger, see migrations V1 and V3; unwatched
+//! records stay silent, because NOTIFY serializes commits database-wide);
+//! NOTIFY is database-wide, so every lease-store replica hears it, whichever
+//! replica ran the finalize.
+//!
+//! Three parts, one file each:
+//!
+//! - [`waiters`]: the registry of who waits on which scope, and the one
+//!   shared read per notification;
+//! - [`listener`]: the process's one LISTEN connection, which feeds the
+//!   registry and reconnects (to the new primary after a failover);
+//! - [`wait`]: [`claim_with_wait`], the follower's loop of re-checks.
+//!
+//! This module is the handle that ties them together: [`LongPoll::start`]
+//! spawns the listener and returns its task's handle, which `serve` joins at
+//! shutdown.
+
+mod listener;
+mod wait;
+mod waiters;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use keyflight_protocol::Digest;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use listener::CHANNEL;
+pub use wait::claim_with_wait;
+use waiters::{Subscription, Waiters};
+
+/// The process-wide fan-out of settle notifications. Cheap to clone.
+#[derive(Clone)]
+pub struct LongPoll {
+    waiters: Arc<Waiters>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl LongPoll {
+    /// Starts the process's single LISTEN connection (reconnecting with
+    /// backoff if it drops; while disconnected, waiters fall back to their
+    /// deadlines) and returns the fan-out handle with the listener task's
+    /// handle. The listener stops when `shutdown` turns `true`.
+    pub fn start(
+        database_url: &str,
+        shutdown: watch::Receiver<bool>,
+    ) -> (LongPoll, JoinHandle<()>) {
+        let waiters = Arc::new(Waiters::default());
+        let listener = tokio::spawn(listener::listen(
+            database_url.to_owned(),
+            Arc::clone(&waiters),
+            shutdown.clone(),
+        ));
+        (LongPoll { waiters, shutdown }, listener)
+    }
+
+    /// Whether the LISTEN connection is up (notifications are being received).
+    pub fn listening(&self) -> bool {
+        self.waiters.listening.load(Ordering::Acquire)
+    }
+
+    /// How many long-polls are parked right now, waiting for a settle, a
+    /// lease expiry or their deadline (`keyflight_store_longpoll_waiting` on
+    /// `/metrics`).
+    pub fn waiting(&self) -> usize {
+        self.waiters.parked.load(Ordering::Relaxed)
+    }
+
+    /// The statements long-poll re-checks have run so far, by kind.
+    pub fn rechecks(&self) -> Rechecks {
+        Rechecks {
+            reads: self.waiters.reads.load(Ordering::Relaxed),
+            claims: self.waiters.claims.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Registers interest in `scope`; the subscription is notified when the
+    /// scope settles, and unregisters itself on drop.
+    fn subscribe(&self, scope: &Digest) -> Subscription {
+        self.waiters.subscribe(*scope)
+    }
+}
+
+/// Counts of the database work [`claim_with_wait`] did to re-check records
+/// (process-wide, since start): a gauge of the fan-out's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rechecks {
+    /// Watch-and-reads ([`Store::watch_and_read`]), one per shared read.
+    pub reads: u64,
+    /// Claims ([`Store::claim`]) run because a read said the record may be winnable.
+    pub claims: u64,
+}
