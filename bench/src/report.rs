@@ -54,7 +54,9 @@ impl Row {
         let mut row = Row::measured(id, scenario, m, None, None);
         row.cpu_us_per_op = cpu;
         row.baseline = Some(format!("{} (CPU)", baseline.name));
-        row.ratio = cpu.zip(baseline_cpu).and_then(|(c, b)| (b > 0.0).then(|| c / b));
+        row.ratio = cpu
+            .zip(baseline_cpu)
+            .and_then(|(c, b)| (b > 0.0).then(|| c / b));
         row.target = target;
         row.met = target.and_then(|t| {
             t.met_with_cpu(row.ratio, row.latency.map(|l| l.p50_ms), row.cpu_us_per_op)
