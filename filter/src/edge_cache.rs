@@ -68,13 +68,18 @@ pub struct Entry {
 impl Entry {
     /// The size of the encoded slot value, in bytes.
     pub fn encoded_len(&self) -> usize {
-        let headers: usize = self
-            .response
+        Entry::encoded_len_of(&self.response)
+    }
+
+    /// The size of the slot value an entry holding `response` encodes to:
+    /// known before the entry (and its copy of the response) is built.
+    pub fn encoded_len_of(response: &StoredResponse) -> usize {
+        let headers: usize = response
             .headers
             .iter()
             .map(|(n, v)| 2 + n.len() + 2 + v.len())
             .sum();
-        FIXED_LEN + headers + 4 + self.response.body.len()
+        FIXED_LEN + headers + 4 + response.body.len()
     }
 
     /// Encodes the entry as stored at `now_ms`; `None` if a field does not

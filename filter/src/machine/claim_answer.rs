@@ -197,6 +197,11 @@ impl Machine {
         response: &StoredResponse,
     ) -> Option<Action> {
         let (cache, ttl) = self.config.edge_cache_for(policy)?;
+        // Sized before the entry copies the response: most large records
+        // never fit, and copying one just to drop it costs on every replay.
+        if Entry::encoded_len_of(response) > cache.max_entry_bytes {
+            return None;
+        }
         let entry = Entry {
             scope,
             fingerprint,
@@ -204,7 +209,7 @@ impl Machine {
             ttl,
             response: response.clone(),
         };
-        (entry.encoded_len() <= cache.max_entry_bytes).then(|| Action::WriteEdgeCache {
+        Some(Action::WriteEdgeCache {
             key: edge_cache::slot_key(&scope, cache.slots),
             entry,
         })
