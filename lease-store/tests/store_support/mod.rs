@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use keyflight_lease_store::store::{Store, StoreSettings};
+use keyflight_lease_store::store::{BatchSettings, Store, StoreSettings};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, StoredResponse};
 use keyflight_testkit::pg::PgCluster;
@@ -49,6 +49,7 @@ pub fn settings(url: &str) -> StoreSettings {
         default_cooldown: Duration::from_millis(300),
         statement_timeout: Duration::from_secs(2),
         takeover_grace: Duration::ZERO,
+        batch: BatchSettings::default(),
     }
 }
 
