@@ -112,7 +112,7 @@ impl Store {
             }
             return;
         }
-        batch.sort_by(|a, b| a.scope.cmp(&b.scope));
+        batch.sort_by_key(|item| item.scope);
         let claim_ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
         let inserted = self
             .run(async |client| {

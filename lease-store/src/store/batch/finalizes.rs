@@ -119,7 +119,7 @@ impl Store {
             }
             return;
         }
-        batch.sort_by(|a, b| a.scope.cmp(&b.scope));
+        batch.sort_by_key(|item| item.scope);
         let updated = self
             .run(async |client| {
                 let statement = client.prepare_cached(FINALIZE_BATCH_SQL).await?;
