@@ -66,8 +66,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 pub use batch::{
-    BatchKind, BatchSettings, BatchSizes, BatchTotals, DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS,
-    MAX_BATCH_BYTES,
+    BatchKind, BatchLabel, BatchSettings, BatchSizeFamily, BatchSizes, BatchTotals,
+    DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS, MAX_BATCH_BYTES,
 };
 pub use migrate::{MigrationReport, migrate};
 pub use takeover::TakeoverGrace;

@@ -29,23 +29,24 @@
 //! the scope was not fresh, the lease was not found — that call finishes on
 //! the unchanged single path (`claims.rs`, `finalizes.rs`).
 
+mod assembly;
 mod claims;
 mod finalizes;
+mod sizes;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use keyflight_protocol::Digest;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{Mutex, mpsc};
 use tokio_postgres::error::SqlState;
 
 use super::{Store, StoreError};
+use assembly::{Assembly, Limits, Offer};
 use claims::ClaimItem;
 use finalizes::FinalizeItem;
+
+pub use sizes::{BatchLabel, BatchSizeFamily, BatchSizes, BatchTotals};
 
 pub(super) use claims::ClaimReply;
 pub(super) use finalizes::FinalizeReply;
@@ -107,86 +108,12 @@ pub enum BatchKind {
 }
 
 impl BatchKind {
-    fn as_str(self) -> &'static str {
+    /// The `kind` label value.
+    pub fn as_str(self) -> &'static str {
         match self {
             BatchKind::Claim => "claim",
             BatchKind::Finalize => "finalize",
         }
-    }
-}
-
-/// The `kind` label of [`BatchSizes`].
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BatchLabel {
-    kind: &'static str,
-}
-
-/// The histogram family behind [`BatchSizes`].
-pub type BatchSizeFamily = Family<BatchLabel, Histogram, fn() -> Histogram>;
-
-/// How many calls each batch carried, per kind: the store records, `/metrics`
-/// exposes (`keyflight_store_batch_size`), and [`BatchSizes::totals`] sums up.
-/// Cheap to clone; clones share counts.
-#[derive(Debug, Clone)]
-pub struct BatchSizes {
-    histograms: BatchSizeFamily,
-    /// Per kind (claims, finalizes): batches run, calls carried, largest batch.
-    totals: Arc<[[AtomicU64; 3]; 2]>,
-}
-
-/// Totals of one kind's batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchTotals {
-    /// Batches run (a call run alone by a worker counts as a batch of one).
-    pub batches: u64,
-    /// Calls those batches carried.
-    pub calls: u64,
-    /// The most calls one batch carried.
-    pub largest: u64,
-}
-
-impl Default for BatchSizes {
-    fn default() -> Self {
-        BatchSizes {
-            histograms: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(1.0, 2.0, 8))
-            }),
-            totals: Arc::default(),
-        }
-    }
-}
-
-impl BatchSizes {
-    /// The histograms, for registering with a metrics registry.
-    pub fn family(&self) -> BatchSizeFamily {
-        self.histograms.clone()
-    }
-
-    /// Batches of `kind` run so far, and the calls they carried.
-    pub fn totals(&self, kind: BatchKind) -> BatchTotals {
-        let [batches, calls, largest] = &self.totals[kind as usize];
-        BatchTotals {
-            batches: batches.load(Ordering::Relaxed),
-            calls: calls.load(Ordering::Relaxed),
-            largest: largest.load(Ordering::Relaxed),
-        }
-    }
-
-    fn observe(&self, kind: BatchKind, calls: usize) {
-        self.histograms
-            .get_or_create(&label(kind))
-            .observe(calls as f64);
-        let calls = u64::try_from(calls).unwrap_or(u64::MAX);
-        let [batches, total, largest] = &self.totals[kind as usize];
-        batches.fetch_add(1, Ordering::Relaxed);
-        total.fetch_add(calls, Ordering::Relaxed);
-        largest.fetch_max(calls, Ordering::Relaxed);
-    }
-}
-
-fn label(kind: BatchKind) -> BatchLabel {
-    BatchLabel {
-        kind: kind.as_str(),
     }
 }
 
@@ -200,60 +127,6 @@ trait Item: Send + 'static {
     fn abandoned(&self) -> bool;
     /// Tells its caller to take the single path itself.
     fn run_singly(self);
-}
-
-/// The limits one batch is assembled under.
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    max_items: usize,
-    max_bytes: usize,
-}
-
-/// A batch being assembled: the pure part of taking calls off a queue.
-struct Assembly<I> {
-    items: Vec<I>,
-    bytes: usize,
-    limits: Limits,
-}
-
-/// What became of a call offered to an [`Assembly`].
-enum Offer<I> {
-    /// It is in the batch.
-    Taken,
-    /// The batch already acts on its scope: it must not share the statement.
-    SameScope(I),
-    /// It does not fit (calls or bytes): it starts the next batch.
-    Full(I),
-}
-
-impl<I: Item> Assembly<I> {
-    /// A batch that starts with `first`, whatever its size.
-    fn new(first: I, limits: Limits) -> Self {
-        let bytes = first.bytes();
-        let mut items = Vec::with_capacity(limits.max_items.min(16));
-        items.push(first);
-        Assembly {
-            items,
-            bytes,
-            limits,
-        }
-    }
-
-    fn is_full(&self) -> bool {
-        self.items.len() >= self.limits.max_items
-    }
-
-    fn offer(&mut self, item: I) -> Offer<I> {
-        if self.items.iter().any(|taken| taken.scope() == item.scope()) {
-            return Offer::SameScope(item);
-        }
-        if self.is_full() || self.bytes.saturating_add(item.bytes()) > self.limits.max_bytes {
-            return Offer::Full(item);
-        }
-        self.bytes += item.bytes();
-        self.items.push(item);
-        Offer::Taken
-    }
 }
 
 /// One kind's queue: the callers' side.
@@ -443,65 +316,6 @@ impl Queues {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Call {
-        scope: Digest,
-        bytes: usize,
-    }
-
-    impl Item for Call {
-        fn scope(&self) -> &Digest {
-            &self.scope
-        }
-        fn bytes(&self) -> usize {
-            self.bytes
-        }
-        fn abandoned(&self) -> bool {
-            false
-        }
-        fn run_singly(self) {}
-    }
-
-    fn call(scope: u8, bytes: usize) -> Call {
-        Call {
-            scope: Digest([scope; 32]),
-            bytes,
-        }
-    }
-
-    const LIMITS: Limits = Limits {
-        max_items: 3,
-        max_bytes: 100,
-    };
-
-    #[test]
-    fn a_batch_never_holds_one_scope_twice() {
-        let mut batch = Assembly::new(call(1, 0), LIMITS);
-        assert!(matches!(batch.offer(call(2, 0)), Offer::Taken));
-        assert!(matches!(batch.offer(call(1, 0)), Offer::SameScope(_)));
-        assert!(matches!(batch.offer(call(2, 0)), Offer::SameScope(_)));
-        assert_eq!(batch.items.len(), 2);
-    }
-
-    #[test]
-    fn a_batch_stops_at_its_call_count_and_byte_budget() {
-        let mut batch = Assembly::new(call(1, 10), LIMITS);
-        assert!(matches!(batch.offer(call(2, 90)), Offer::Taken));
-        assert!(
-            matches!(batch.offer(call(3, 1)), Offer::Full(_)),
-            "101 bytes"
-        );
-        assert!(matches!(batch.offer(call(4, 0)), Offer::Taken));
-        assert!(batch.is_full());
-        assert!(matches!(batch.offer(call(5, 0)), Offer::Full(_)));
-    }
-
-    #[test]
-    fn a_call_larger_than_the_budget_still_runs_alone() {
-        let mut batch = Assembly::new(call(1, 1000), LIMITS);
-        assert_eq!(batch.items.len(), 1);
-        assert!(matches!(batch.offer(call(2, 0)), Offer::Full(_)));
-    }
 
     #[test]
     fn one_call_per_batch_is_no_batching() {
