@@ -12,17 +12,22 @@
 //! Module map: [`http`] (the lean client), [`workload`] (what one iteration does), [`load`]
 //! (the closed-loop driver), [`stats`] (histograms, percentiles, ratios), [`pgbench`] (the
 //! Postgres baseline from the store's own SQL), [`procfs`] (CPU and memory), [`envoy`] and
-//! [`stack`] (the processes under test), [`rotation`] (interleaving), [`wake`] (P3),
-//! [`suite`] (the whole run), [`report`] (table and JSON).
+//! [`stack`] (the processes under test), [`rotation`] (interleaving), [`first_time`] (P1,
+//! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`wake`] (P3), [`selection`]
+//! (`--only`, `--compare-store`), [`suite`] (the whole run), [`report`] (table and JSON).
 
 mod envoy;
 mod error;
+mod first_time;
 mod http;
+mod large_body;
 mod load;
 mod pgbench;
 mod procfs;
+mod replays;
 mod report;
 mod rotation;
+mod selection;
 mod stack;
 mod stats;
 mod suite;
@@ -81,6 +86,13 @@ enum Command {
         /// A remark about the machine, kept with the results (e.g. "shared with builds").
         #[arg(long)]
         note: Option<String>,
+        /// Measure only these rows (e.g. `p1,p4,p6`), with just the contenders they need.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// A second lease-store, `LABEL:ENV=VALUE[,ENV=VALUE…]` (e.g. `'batch off:KEYFLIGHT_BATCH_MAX=1'`),
+        /// whose store cycle and guarded POST join the P1/P4 rotation: an A/B in one run.
+        #[arg(long)]
+        compare_store: Option<selection::StoreVariant>,
     },
     /// Drive one HTTP endpoint at fixed concurrency and print rps and latency.
     Load {
@@ -159,6 +171,8 @@ async fn run(command: Command) -> Result<(), BenchError> {
             wake_rounds,
             out,
             note,
+            only,
+            compare_store,
         } => {
             let work_dir = out
                 .parent()
@@ -176,6 +190,8 @@ async fn run(command: Command) -> Result<(), BenchError> {
                 wake_rounds,
                 work_dir,
                 machine_note: note,
+                selection: selection::Selection::of(&only)?,
+                compare_store,
             };
             let report = suite::run(&options).await?;
             println!("{}", report.table());

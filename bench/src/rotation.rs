@@ -54,6 +54,27 @@ impl Contender {
     }
 }
 
+/// A contender named `{name} c={concurrency}`, charged the CPU of `watched`.
+pub fn contender(name: &str, drive: Drive, concurrency: usize, watched: Vec<Watched>) -> Contender {
+    Contender {
+        name: format!("{name} c={concurrency}"),
+        drive,
+        concurrency,
+        watched,
+        groups: Vec::new(),
+    }
+}
+
+/// A [`contender`] driving `workload` through the closed-loop driver.
+pub fn load(
+    name: &str,
+    workload: Workload,
+    concurrency: usize,
+    watched: Vec<Watched>,
+) -> Contender {
+    contender(name, Drive::Load(Arc::new(workload)), concurrency, watched)
+}
+
 /// How long rounds last and how many there are.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {

@@ -63,6 +63,9 @@ pub struct BenchStack {
     /// The Envoy with the keyflight filter.
     pub guarded: Envoy,
     upstream: ChildGuard,
+    /// A second lease-store with other settings, and its port
+    /// ([`BenchStack::start_variant_store`]).
+    variant_store: Option<(ChildGuard, u16)>,
     lease_store: ChildGuard,
     postgres: PgCluster,
     binaries: Binaries,
@@ -110,16 +113,8 @@ impl BenchStack {
             .as_str()
             .ok_or_else(|| BenchError::Input("the shipped plugin JSON has no token".into()))?;
         let mut lease_store = {
-            let mut command = Command::new(&binaries.lease_store);
-            command
-                .args(["serve", "--migrate"])
-                .env("KEYFLIGHT_DATABASE_URL", postgres.url())
-                .env(
-                    "KEYFLIGHT_LISTEN",
-                    format!("127.0.0.1:{}", ports.lease_store()),
-                )
-                .env("KEYFLIGHT_TOKEN", token)
-                .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+            let mut command = lease_store_command(&binaries, &postgres, ports.lease_store(), token);
+            command.arg("--migrate");
             ChildGuard::spawn("bench-lease-store", command)
         };
         let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store());
@@ -135,6 +130,7 @@ impl BenchStack {
                 ports: ports.clone(),
             },
             upstream,
+            variant_store: None,
             lease_store,
             postgres,
             binaries,
@@ -202,6 +198,46 @@ impl BenchStack {
         Ok(Envoy { child, ports })
     }
 
+    /// Starts a second lease-store on the same database, with `env` on top of the first
+    /// one's environment (an A/B of store settings in one run), and waits until it is ready.
+    pub async fn start_variant_store(
+        &mut self,
+        env: &[(String, String)],
+    ) -> Result<(), BenchError> {
+        let port = free_port();
+        let token = self.filter_token();
+        let mut command = lease_store_command(&self.binaries, &self.postgres, port, &token);
+        command.envs(env.iter().map(|(k, v)| (k, v)));
+        let mut child = ChildGuard::spawn("bench-lease-store-variant", command);
+        let ready = format!("http://127.0.0.1:{port}/readyz");
+        wait_http_ok(&ready, READY_TIMEOUT, Some(&mut child)).await;
+        self.variant_store = Some((child, port));
+        Ok(())
+    }
+
+    /// The second lease-store's `host:port` and process id, once started.
+    pub fn variant_store(&self) -> Option<(String, u32)> {
+        self.variant_store
+            .as_ref()
+            .map(|(child, port)| (format!("127.0.0.1:{port}"), child.pid()))
+    }
+
+    /// Starts another guarded Envoy, with the shipped plugin, whose lease-store is the
+    /// second one ([`BenchStack::start_variant_store`]).
+    pub async fn start_guarded_on_variant_store(&self, name: &str) -> Result<Envoy, BenchError> {
+        let (_, port) = self
+            .variant_store
+            .as_ref()
+            .ok_or_else(|| BenchError::Input("no second lease-store was started".into()))?;
+        let ports = Ports {
+            listener: free_port(),
+            admin: free_port(),
+            lease_stores: vec![*port],
+            ..self.ports.clone()
+        };
+        self.start_guarded(name, |_| {}, ports).await
+    }
+
     /// Starts another guarded Envoy whose plugin JSON is the shipped one changed by `edit`
     /// (e.g. the edge cache off). An Envoy that refuses the plugin is an error, not a panic:
     /// the filter build under test may not know the field.
@@ -215,6 +251,15 @@ impl BenchStack {
             admin: free_port(),
             ..self.ports.clone()
         };
+        self.start_guarded(name, edit, ports).await
+    }
+
+    async fn start_guarded(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut Value),
+        ports: Ports,
+    ) -> Result<Envoy, BenchError> {
         let mut plugin = self.plugin.clone();
         edit(&mut plugin);
         let wasm = self.binaries.wasm.display().to_string();
@@ -304,6 +349,23 @@ impl BenchStack {
             self.guarded.ports.admin
         )
     }
+}
+
+/// `lease-store serve` on `port` against the bench database, with the shipped tokens.
+fn lease_store_command(
+    binaries: &Binaries,
+    postgres: &PgCluster,
+    port: u16,
+    token: &str,
+) -> Command {
+    let mut command = Command::new(&binaries.lease_store);
+    command
+        .arg("serve")
+        .env("KEYFLIGHT_DATABASE_URL", postgres.url())
+        .env("KEYFLIGHT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEYFLIGHT_TOKEN", token)
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+    command
 }
 
 fn spawn_envoy(binaries: &Binaries, config: &Path) -> ChildGuard {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cleanup::CleanupSettings;
-use crate::store::StoreSettings;
+use crate::store::{BatchSettings, StoreSettings};
 
 /// Why the settings cannot be used. Each message names the flag or variable at fault.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +164,14 @@ pub struct ServeArgs {
     /// Rows deleted per clean-up batch.
     #[arg(long, env = "KEYFLIGHT_CLEANUP_BATCH", default_value_t = 1000)]
     cleanup_batch: i64,
+    /// Group commit: worker tasks per kind (claims, finalizes), each running one
+    /// batch statement at a time on a pooled connection.
+    #[arg(long, env = "KEYFLIGHT_BATCH_WORKERS", default_value_t = crate::store::DEFAULT_BATCH_WORKERS)]
+    batch_workers: usize,
+    /// Group commit: most claims (or finalizes) already queued together that run as one
+    /// statement; `1` turns batching off (every call is its own statement).
+    #[arg(long, env = "KEYFLIGHT_BATCH_MAX", default_value_t = crate::store::DEFAULT_BATCH_MAX)]
+    batch_max: usize,
 }
 
 /// Who may call what (L7): the filter's token and the optional admin token.
@@ -233,6 +241,16 @@ impl ServeArgs {
             "cleanup-batch",
             "must be at least 1",
         )?;
+        check(
+            (1..=self.pool_size).contains(&self.batch_workers),
+            "batch-workers",
+            "must be between 1 and --pool-size",
+        )?;
+        check(
+            (1..=MAX_BATCH_ITEMS).contains(&self.batch_max),
+            "batch-max",
+            "must be between 1 (batching off) and 1000",
+        )?;
         Ok(ServeConfig {
             listen: self.listen,
             store: StoreSettings {
@@ -242,6 +260,10 @@ impl ServeArgs {
                 default_cooldown: self.default_cooldown,
                 statement_timeout: self.statement_timeout,
                 takeover_grace: self.takeover_grace,
+                batch: BatchSettings {
+                    workers: self.batch_workers,
+                    max_items: self.batch_max,
+                },
             },
             tokens: Tokens { filter, admin },
             migrate: self.migrate,
@@ -254,6 +276,10 @@ impl ServeArgs {
         })
     }
 }
+
+/// Largest `--batch-max` accepted: past a few hundred calls a batch only holds its row
+/// locks longer.
+const MAX_BATCH_ITEMS: usize = 1000;
 
 fn check(ok: bool, flag: &'static str, reason: &'static str) -> Result<(), ConfigError> {
     if ok {

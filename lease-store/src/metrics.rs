@@ -3,8 +3,10 @@
 //! One [`Metrics`] value is created at start-up and shared by the handlers,
 //! the request middleware and the clean-up task. Counters are updated where
 //! the thing happens; the gauges (the pool's occupancy, the parked
-//! long-polls) are read at scrape time, so they are never stale and need no
-//! background task.
+//! long-polls, the calls queued for a batch) are read at scrape time, so they
+//! are never stale and need no background task. The batch-size histogram is
+//! the store's own ([`BatchSizes`]): the store records it as batches run, this
+//! registry only exposes it.
 //!
 //! Label values are `&'static str` taken from the protocol's enums, so a
 //! metric can never grow an unbounded label set from request data; the route
@@ -25,6 +27,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::store::BatchSizes;
 
 /// Latency buckets, in seconds: 0.1 ms (a cached answer) to 10 s (a long-poll).
 const LATENCY_BUCKETS: [f64; 16] = [
@@ -97,6 +101,20 @@ struct RouteLabel {
     route: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+/// Calls waiting for a group-commit worker, per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchQueued {
+    /// Claims queued.
+    pub claims: usize,
+    /// Finalizes queued.
+    pub finalizes: usize,
+}
+
 /// Connection pool occupancy, as the pool reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStatus {
@@ -124,17 +142,12 @@ struct Inner {
     pool_available: Gauge,
     pool_waiting: Gauge,
     longpoll_waiting: Gauge,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+    batch_queued: Family<KindLabel, Gauge>,
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
-    pub fn new() -> Self {
+    /// Creates and registers every metric; `batch_sizes` is the store's.
+    pub fn new(batch_sizes: &BatchSizes) -> Self {
         let mut registry = Registry::default();
         let claims = Family::<OutcomeLabel, Counter>::default();
         let events = Family::<EventLabel, Counter>::default();
@@ -194,6 +207,17 @@ impl Metrics {
             "Long-polling claims parked, waiting for a settle, a lease expiry or their deadline",
             longpoll_waiting.clone(),
         );
+        registry.register(
+            "keyflight_store_batch_size",
+            "Calls per group-commit batch, by kind (claim, finalize); 1 = ran alone",
+            batch_sizes.family(),
+        );
+        let batch_queued = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "keyflight_store_batch_queued",
+            "Calls waiting for a group-commit worker, by kind",
+            batch_queued.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             claims,
@@ -205,6 +229,7 @@ impl Metrics {
             pool_available,
             pool_waiting,
             longpoll_waiting,
+            batch_queued,
         }))
     }
 
@@ -267,8 +292,15 @@ impl Metrics {
     }
 
     /// Renders the text exposition, after refreshing the gauges read at
-    /// scrape time: the pool's occupancy and the parked long-polls.
-    pub fn render(&self, pool: PoolStatus, longpoll_waiting: usize) -> String {
+    /// scrape time: the pool's occupancy, the parked long-polls and the
+    /// calls queued for a batch.
+    pub fn render(&self, pool: PoolStatus, longpoll_waiting: usize, queued: BatchQueued) -> String {
+        for (kind, calls) in [("claim", queued.claims), ("finalize", queued.finalizes)] {
+            self.0
+                .batch_queued
+                .get_or_create(&KindLabel { kind })
+                .set(gauge_value(calls));
+        }
         self.0.pool_size.set(gauge_value(pool.size));
         self.0.pool_available.set(gauge_value(pool.available));
         self.0.pool_waiting.set(gauge_value(pool.waiting));
@@ -309,7 +341,8 @@ mod tests {
 
     #[test]
     fn exposition_names_the_counters() {
-        let metrics = Metrics::new();
+        let batch_sizes = BatchSizes::default();
+        let metrics = Metrics::new(&batch_sizes);
         metrics.claim_answered(&ClaimResponse::Conflict);
         metrics.event(Event::FollowerWait);
         metrics.ttl_deleted(3);
@@ -322,6 +355,10 @@ mod tests {
                 waiting: 0,
             },
             2,
+            BatchQueued {
+                claims: 5,
+                finalizes: 0,
+            },
         );
         for line in [
             "keyflight_store_claims_total{outcome=\"conflict\"} 1",
@@ -332,6 +369,8 @@ mod tests {
             "keyflight_store_pool_size 4",
             "keyflight_store_pool_available 3",
             "keyflight_store_longpoll_waiting 2",
+            "keyflight_store_batch_queued{kind=\"claim\"} 5",
+            "keyflight_store_batch_queued{kind=\"finalize\"} 0",
         ] {
             assert!(text.contains(line), "missing `{line}` in:\n{text}");
         }

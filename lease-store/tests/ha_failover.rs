@@ -236,7 +236,7 @@ async fn a_long_poll_parked_before_a_failover_is_answered_by_a_finalize_after_it
     let ((), _) = until_answered("finalize", async || {
         replica
             .store
-            .finalize(&scope, &store_support::finalize_ok(claim_id))
+            .finalize(&scope, store_support::finalize_ok(claim_id))
             .await
     })
     .await;
@@ -270,13 +270,19 @@ async fn a_switchover_and_a_postmaster_crash_leave_no_pooled_connection_behind()
     let (leader, standby) = ha.wait_for_leader_and_sync_standby(FAILOVER).await;
     let replica = replica(&ha.url(), 4).await;
     let req = store_support::claim_req(store_support::fingerprint("switch"), 60_000);
-    // Fill the pool: four claims at once open four connections to the primary.
+    // Fill the pool: four claims, then four readiness checks at once, each holding a
+    // connection (concurrent claims may share one batch's), open four connections to the
+    // primary.
     let warm = futures_util::future::join_all((0..4).map(|_| async {
         let scope = store_support::fresh_scope();
         store_support::must_win(&replica.store, &scope, &req).await
     }))
     .await;
     assert_eq!(warm.len(), 4);
+    futures_util::future::join_all((0..4).map(|_| replica.store.readiness()))
+        .await
+        .into_iter()
+        .for_each(|ready| ready.unwrap());
     assert_eq!(replica.store.pool_status().size, 4);
 
     // A planned switchover demotes the primary (Postgres restarts as a standby).

@@ -68,7 +68,7 @@ async fn expired_lease_with_same_fingerprint_is_recovered_with_a_higher_fence_an
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.finalize(&scope, &finalize_ok(old_claim)).await,
+        store.finalize(&scope, finalize_ok(old_claim)).await,
         Err(StoreError::LeaseLost)
     ));
     assert_eq!(
@@ -76,7 +76,7 @@ async fn expired_lease_with_same_fingerprint_is_recovered_with_a_higher_fence_an
         ("pending".into(), new_fence, Some(new_claim))
     );
     store
-        .finalize(&scope, &finalize_ok(new_claim))
+        .finalize(&scope, finalize_ok(new_claim))
         .await
         .unwrap();
 }
@@ -107,10 +107,7 @@ async fn a_record_past_retention_is_reclaimed_even_with_a_different_fingerprint(
     let scope = fresh_scope();
     let first = claim_req(fingerprint("old request"), 10_000);
     let (claim_id, old_fence, _) = must_win(&store, &scope, &first).await;
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
     age_past_retention(&db, &scope).await;
 
     let (_, fence, how) = must_win(&store, &scope, &claim_req(fingerprint("new"), 10_000)).await;
@@ -157,10 +154,7 @@ async fn finalized_replayable_response_replays_exactly_to_the_same_fingerprint()
     let scope = fresh_scope();
     let req = claim_req(fingerprint("replay"), 10_000);
     let (claim_id, _, _) = must_win(&store, &scope, &req).await;
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
 
     let answer = store.claim(&scope, &req).await.unwrap();
     assert_eq!(
@@ -187,7 +181,7 @@ async fn finalized_unreplayable_response_answers_not_replayable() {
         response: StoredResponse::new(200, vec![], b""),
         replayable: false,
     };
-    store.finalize(&scope, &finalize).await.unwrap();
+    store.finalize(&scope, finalize).await.unwrap();
     assert_eq!(
         store.claim(&scope, &req).await.unwrap().response,
         ClaimResponse::NotReplayable
@@ -202,13 +196,10 @@ async fn finalize_rejects_an_invalid_status_and_keeps_the_lease() {
     let mut bad = finalize_ok(claim_id);
     bad.response.status = 99;
     assert!(matches!(
-        store.finalize(&scope, &bad).await,
+        store.finalize(&scope, bad).await,
         Err(StoreError::Invalid(_))
     ));
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
 }
 
 #[tokio::test]

@@ -21,10 +21,7 @@ static CLEANUP: Mutex<()> = Mutex::const_new(());
 async fn expired_completed(store: &Store, db: &tokio_postgres::Client, label: &str) -> Digest {
     let scope = fresh_scope();
     let (claim_id, _, _) = must_win(store, &scope, &claim_req(fingerprint(label), 10_000)).await;
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
     age_past_retention(db, &scope).await;
     scope
 }
@@ -71,10 +68,7 @@ async fn cleanup_keeps_pending_unknown_and_unexpired_rows() {
     age_past_retention(&db, &unknown).await;
     let fresh = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &fresh, &claim_req(fingerprint("kept"), 10_000)).await;
-    store
-        .finalize(&fresh, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&fresh, finalize_ok(claim_id)).await.unwrap();
 
     run_once(&store, 100).await.unwrap();
     for scope in [pending, unknown, fresh] {

@@ -26,7 +26,7 @@ async fn erase_resolve_and_reclaim_bump_the_epoch_and_nothing_else_does() {
     let completed = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &completed, &claim_req(fingerprint("c"), 10_000)).await;
     store
-        .finalize(&completed, &finalize_ok(claim_id))
+        .finalize(&completed, finalize_ok(claim_id))
         .await
         .unwrap();
     let forgotten = fresh_scope();
@@ -78,7 +78,7 @@ async fn erase_resolve_and_reclaim_bump_the_epoch_and_nothing_else_does() {
     let expired = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &expired, &claim_req(fingerprint("e"), 10_000)).await;
     store
-        .finalize(&expired, &finalize_ok(claim_id))
+        .finalize(&expired, finalize_ok(claim_id))
         .await
         .unwrap();
     age_past_retention(&client, &expired).await;
@@ -91,7 +91,7 @@ async fn erase_resolve_and_reclaim_bump_the_epoch_and_nothing_else_does() {
     let reused = fresh_scope();
     let (claim_id, _, _) = must_win(&store, &reused, &claim_req(fingerprint("r"), 10_000)).await;
     store
-        .finalize(&reused, &finalize_ok(claim_id))
+        .finalize(&reused, finalize_ok(claim_id))
         .await
         .unwrap();
     age_past_retention(&client, &reused).await;

@@ -69,7 +69,7 @@ async fn a_follower_on_one_replica_is_woken_by_a_finalize_on_another() {
 
     let finalized_at = Instant::now();
     b.store
-        .finalize(&scope, &finalize_ok(claim_id))
+        .finalize(&scope, finalize_ok(claim_id))
         .await
         .unwrap();
     let answer = follower.await.unwrap().unwrap();
@@ -193,7 +193,7 @@ async fn many_followers_woken_by_one_settle_share_one_read() {
     assert_eq!(parked.claims, 0);
 
     b.store
-        .finalize(&scope, &finalize_ok(claim_id))
+        .finalize(&scope, finalize_ok(claim_id))
         .await
         .unwrap();
     for follower in followers {
@@ -223,7 +223,7 @@ async fn a_follower_on_a_record_past_retention_claims_it() {
     let req = waiting_req("expired record", 30_000);
     let (claim_id, _, _) = must_win(&a.store, &scope, &req).await;
     a.store
-        .finalize(&scope, &finalize_ok(claim_id))
+        .finalize(&scope, finalize_ok(claim_id))
         .await
         .unwrap();
     age_past_retention(&raw_client(&cluster().url()).await, &scope).await;
@@ -281,7 +281,7 @@ async fn only_a_watched_record_announces_its_settle() {
     let quiet = fresh_scope();
     let (quiet_claim, _, _) = must_win(&a.store, &quiet, &req).await;
     a.store
-        .finalize(&quiet, &finalize_ok(quiet_claim))
+        .finalize(&quiet, finalize_ok(quiet_claim))
         .await
         .unwrap();
 
@@ -294,7 +294,7 @@ async fn only_a_watched_record_announces_its_settle() {
         "the follower's read sees the pending record"
     );
     a.store
-        .finalize(&watched, &finalize_ok(watched_claim))
+        .finalize(&watched, finalize_ok(watched_claim))
         .await
         .unwrap();
 

@@ -69,13 +69,18 @@ async fn connections_on_a_node_that_turned_read_only_are_replaced_on_the_writabl
     .unwrap();
     let req = claim_req(fingerprint("fenced"), 60_000);
 
-    // Fill the pool on the first node.
+    // Write on the first node, then fill the pool there: concurrent readiness checks
+    // each hold a connection (concurrent claims may share one batch's connection).
     let warm = futures_util::future::join_all((0..POOL).map(|_| async {
         let scope = fresh_scope();
         must_win(&store, &scope, &req).await;
         scope
     }))
     .await;
+    futures_util::future::join_all((0..POOL).map(|_| store.readiness()))
+        .await
+        .into_iter()
+        .for_each(|ready| ready.unwrap());
     assert_eq!(store.pool_status().size, POOL);
     let on_a = raw_client(&a.url()).await;
     assert!(row_state(&on_a, &warm[0]).await.is_some(), "written on a");
@@ -130,7 +135,7 @@ async fn connections_on_a_node_that_turned_read_only_are_replaced_on_the_writabl
     .await;
     let finalized_at = Instant::now();
     store
-        .finalize(&waited, &finalize_ok(claim_id))
+        .finalize(&waited, finalize_ok(claim_id))
         .await
         .unwrap();
     let answer = follower.await.unwrap().unwrap();

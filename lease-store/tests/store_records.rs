@@ -33,10 +33,7 @@ async fn get_shows_a_completed_record_with_its_response() {
     let scope = fresh_scope();
     let (claim_id, fence, _) =
         must_win(&store, &scope, &claim_req(fingerprint("shown"), 10_000)).await;
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
 
     let detail = store.get(&scope).await.unwrap();
     assert_eq!(detail.summary.scope, scope);

@@ -27,13 +27,10 @@ async fn a_repeated_finalize_succeeds_and_keeps_the_first_record() {
     let scope = fresh_scope();
     let req = claim_req(fingerprint("repeat-finalize"), 10_000);
     let (claim_id, _, _) = must_win(&store, &scope, &req).await;
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
     let mut different = finalize_ok(claim_id);
     different.response.status = 500;
-    store.finalize(&scope, &different).await.unwrap();
+    store.finalize(&scope, different).await.unwrap();
     assert_eq!(
         store.claim(&scope, &req).await.unwrap().response,
         ClaimResponse::Completed {
@@ -71,7 +68,7 @@ async fn a_settle_of_another_kind_than_the_landed_one_is_lease_lost() {
         .await
         .unwrap();
     assert!(matches!(
-        store.finalize(&scope, &finalize_ok(claim_id)).await,
+        store.finalize(&scope, finalize_ok(claim_id)).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -93,11 +90,11 @@ async fn a_repeat_after_the_lease_was_stolen_is_lease_lost() {
     let (new_claim, _, how) = must_win(&store, &scope, &req).await;
     assert_eq!(how, WonHow::RecoveredAbandoned);
     store
-        .finalize(&scope, &finalize_ok(new_claim))
+        .finalize(&scope, finalize_ok(new_claim))
         .await
         .unwrap();
     assert!(matches!(
-        store.finalize(&scope, &finalize_ok(old_claim)).await,
+        store.finalize(&scope, finalize_ok(old_claim)).await,
         Err(StoreError::LeaseLost)
     ));
     for kind in [ReleaseAs::Cooldown, ReleaseAs::Unknown, ReleaseAs::Forget] {
@@ -120,7 +117,7 @@ async fn concurrent_duplicates_of_one_finalize_all_succeed() {
     let calls: Vec<_> = (0..16)
         .map(|_| {
             let store = Arc::clone(&store);
-            tokio::spawn(async move { store.finalize(&scope, &finalize_ok(claim_id)).await })
+            tokio::spawn(async move { store.finalize(&scope, finalize_ok(claim_id)).await })
         })
         .collect();
     for call in calls {

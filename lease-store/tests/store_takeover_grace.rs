@@ -53,7 +53,7 @@ async fn a_replica_that_just_started_lets_a_live_winner_record_its_answer_first(
 
     // The winner's outbox delivers its record (here: through the new replica).
     restarted
-        .finalize(&scope, &finalize_ok(claim_id))
+        .finalize(&scope, finalize_ok(claim_id))
         .await
         .unwrap();
     assert_eq!(

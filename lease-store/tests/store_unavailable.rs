@@ -120,10 +120,7 @@ async fn a_database_crash_is_unavailable_promptly_and_everything_recovers_after_
     })
     .await;
     let finalized_at = Instant::now();
-    store
-        .finalize(&scope, &finalize_ok(claim_id))
-        .await
-        .unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
     assert!(matches!(
         follower.await.unwrap().unwrap(),
         ClaimResponse::Completed { .. }

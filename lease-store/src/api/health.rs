@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::problem_response;
-use crate::metrics::{self, PoolStatus};
+use crate::metrics::{self, BatchQueued, PoolStatus};
 use crate::openapi;
+use crate::store::BatchKind;
 
 /// The process is alive (no dependency is checked).
 #[utoipa::path(get, path = "/healthz", tag = "operability",
@@ -56,6 +57,10 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             waiting: pool.waiting,
         },
         state.longpoll.waiting(),
+        BatchQueued {
+            claims: state.store.batch_queued(BatchKind::Claim),
+            finalizes: state.store.batch_queued(BatchKind::Finalize),
+        },
     );
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

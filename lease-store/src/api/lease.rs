@@ -65,7 +65,7 @@ pub async fn finalize(
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
     recordable(&request.response)?;
-    let answer = state.store.finalize(&scope, &request).await;
+    let answer = state.store.finalize(&scope, request).await;
     counted(&state.metrics, Event::Finalize, answer)
 }
 

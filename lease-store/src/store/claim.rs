@@ -40,6 +40,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 use uuid::Uuid;
 
+use super::batch::ClaimReply;
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
 /// What the `ttl` and `steal` branches of [`CLAIM_SQL`] make of the row they
@@ -234,18 +235,47 @@ fn retry_after(left: Duration) -> u64 {
     retry_after_s(duration_millis(left))
 }
 
+/// A claim's validated numbers, as the SQL binds them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClaimParams {
+    pub(super) fingerprint: Digest,
+    /// The lease asked for, echoed to a winner.
+    pub(super) lease_ms: u64,
+    /// The same, as the statement's `bigint`.
+    pub(super) lease_ms_sql: i64,
+    /// The record's retention (the claim's, or the store's default).
+    pub(super) retention_ms: i64,
+}
+
 impl Store {
     /// Makes ONE claim attempt on `scope` (no waiting): wins the lease, or
     /// reports the state that won instead.
+    ///
+    /// With group commit on, the claim first goes through a batch
+    /// (`batch/claims.rs`): a fresh scope may be won there, together with
+    /// other claims queued at the same moment; any other outcome comes from
+    /// the single path below, as without batching.
     pub async fn claim(
         &self,
         scope: &Digest,
         req: &ClaimRequest,
     ) -> Result<ClaimAttempt, StoreError> {
+        let params = self.claim_params(req)?;
+        if let Some(queues) = &self.batch {
+            match queues.claim(*scope, params).await {
+                ClaimReply::Answered(answer) => return answer,
+                ClaimReply::RunSingly => {}
+            }
+        }
+        self.claim_single(scope, &params).await
+    }
+
+    /// Checks a claim's numbers and fills in the default retention.
+    fn claim_params(&self, req: &ClaimRequest) -> Result<ClaimParams, StoreError> {
         if req.lease_ms == 0 {
             return Err(StoreError::Invalid("lease_ms must be positive".into()));
         }
-        let lease_ms = millis_param("lease_ms", req.lease_ms)?;
+        let lease_ms_sql = millis_param("lease_ms", req.lease_ms)?;
         let retention_ms = match req.retention_s {
             // A zero retention makes the record reclaimable the moment it
             // completes: retries would run the operation again, not replay it.
@@ -260,6 +290,26 @@ impl Store {
                 .ok_or_else(|| StoreError::Invalid("retention_s is out of range".into()))?,
             None => duration_millis(self.default_retention),
         };
+        Ok(ClaimParams {
+            fingerprint: req.fingerprint,
+            lease_ms: req.lease_ms,
+            lease_ms_sql,
+            retention_ms,
+        })
+    }
+
+    /// The single path: [`CLAIM_SQL`], and when it lost, [`READ_SQL`] to say why.
+    pub(super) async fn claim_single(
+        &self,
+        scope: &Digest,
+        params: &ClaimParams,
+    ) -> Result<ClaimAttempt, StoreError> {
+        let ClaimParams {
+            fingerprint,
+            lease_ms,
+            lease_ms_sql,
+            retention_ms,
+        } = *params;
         let held_until = self.takeovers_held_until();
         let may_take_over = held_until.is_none();
         self.run(async |client| {
@@ -272,16 +322,16 @@ impl Store {
                         &claim,
                         &[
                             &scope.0.as_slice(),
-                            &req.fingerprint.0.as_slice(),
+                            &fingerprint.0.as_slice(),
                             &claim_id,
-                            &lease_ms,
+                            &lease_ms_sql,
                             &retention_ms,
                             &may_take_over,
                         ],
                     )
                     .await?;
                 if let Some(row) = won {
-                    return won_attempt(&row, claim_id, req.lease_ms);
+                    return won_attempt(&row, claim_id, lease_ms);
                 }
                 let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
                 let snapshot = existing
@@ -289,7 +339,7 @@ impl Store {
                     .map(RecordSnapshot::from_row)
                     .transpose()?;
                 let Some(record) = snapshot else { continue };
-                if let Some(attempt) = record.answer_for(&req.fingerprint)? {
+                if let Some(attempt) = record.answer_for(&fingerprint)? {
                     return Ok(attempt);
                 }
                 // An expired lease this replica may not take over yet: its winner may

@@ -35,6 +35,7 @@ use uuid::Uuid;
 
 use deadpool_postgres::Object;
 
+use super::batch::FinalizeReply;
 use super::{Store, StoreError, duration_millis, millis_param};
 
 /// `$1` scope, `$2` claim id, `$3` lease ms.
@@ -143,7 +144,35 @@ impl Store {
     }
 
     /// Records the upstream's response: the record becomes `completed` (F6, F7).
-    pub async fn finalize(&self, scope: &Digest, req: &FinalizeRequest) -> Result<(), StoreError> {
+    ///
+    /// With group commit on, the finalize first goes through a batch
+    /// (`batch/finalizes.rs`); a call the batch did not land gets the single
+    /// path's follow-up read (repeat or lost lease), or the single path itself.
+    pub async fn finalize(&self, scope: &Digest, req: FinalizeRequest) -> Result<(), StoreError> {
+        let claim_id = req.claim_id;
+        let req = match &self.batch {
+            Some(queues) => match queues.finalize(*scope, req).await {
+                FinalizeReply::Answered(answer) => return answer,
+                FinalizeReply::NotOwned => {
+                    return self
+                        .run(async |client| {
+                            settled(client, scope, claim_id, 0, Settled::Completed).await
+                        })
+                        .await;
+                }
+                FinalizeReply::RunSingly(req) => req,
+            },
+            None => req,
+        };
+        self.finalize_single(scope, &req).await
+    }
+
+    /// The single path: [`FINALIZE_SQL`], then the owner read if it matched nothing.
+    pub(super) async fn finalize_single(
+        &self,
+        scope: &Digest,
+        req: &FinalizeRequest,
+    ) -> Result<(), StoreError> {
         let body = &req.response.body;
         let status = i32::from(req.response.status);
         let headers = Json(&req.response.headers);

@@ -6,12 +6,15 @@
 //! `watch` (L4, a long-poll follower's mark-then-read), `records` (L6, the
 //! operator's list/get/resolve/erase), `epoch` (F9, the operator epoch edges
 //! check their cache against), `retention` (L5, the cleanup DELETE) and
-//! `migrate` (L3).
+//! `migrate` (L3), and `batch`, which runs claims and finalizes that are
+//! already queued together as one statement (group commit,
+//! `docs/group-commit.md`).
 //! This module holds what they share: the connection pool, the settings and
 //! [`StoreError`], the one error type the HTTP layer maps to problem details.
 //!
 //! Every call borrows a pooled connection for exactly one statement (two for
-//! a lost claim or a follower's watch-and-read) and never holds a transaction open across anything else, so
+//! a lost claim or a follower's watch-and-read; one statement for a whole
+//! batch) and never holds a transaction open across anything else, so
 //! no upstream call, long-poll or client stall can pin a connection or a row
 //! lock. Statements are prepared once per connection (`prepare_cached`).
 //!
@@ -43,6 +46,7 @@
 //! idle pooled connections and the `LISTEN` connection do not linger for the
 //! OS default of two hours.
 
+mod batch;
 mod claim;
 mod epoch;
 mod lease;
@@ -61,6 +65,10 @@ use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
+pub use batch::{
+    BatchKind, BatchLabel, BatchSettings, BatchSizeFamily, BatchSizes, BatchTotals,
+    DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS, MAX_BATCH_BYTES,
+};
 pub use migrate::{MigrationReport, migrate};
 pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
@@ -102,10 +110,13 @@ pub struct StoreSettings {
     /// How long after start-up, and after the database answers again following a
     /// failure, no expired pending lease is taken over ([`TakeoverGrace`]).
     pub takeover_grace: Duration,
+    /// Group commit of claims and finalizes ([`BatchSettings::OFF`] runs each alone).
+    pub batch: BatchSettings,
 }
 
-/// Why a store call did not complete.
-#[derive(Debug, thiserror::Error)]
+/// Why a store call did not complete. `Clone`, so one failed batch can give
+/// every item in it the same answer.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Postgres cannot be reached or did not answer in time (HTTP 503 `journal_unavailable`).
     #[error("the journal database is unavailable: {0}")]
@@ -151,6 +162,12 @@ pub struct Store {
     answer_timeout: Duration,
     /// Whether expired pending leases may be taken over now.
     grace: Arc<Mutex<TakeoverGrace>>,
+    /// The group-commit queues; `None` when batching is off, and in the handle
+    /// the batch workers themselves use (they run what they take alone or as a batch,
+    /// never back through a queue).
+    batch: Option<Arc<batch::Queues>>,
+    /// Sizes of the batches run, for `/metrics`.
+    batch_sizes: BatchSizes,
 }
 
 impl Store {
@@ -174,16 +191,34 @@ impl Store {
             .recycle_timeout(Some(settings.statement_timeout))
             .build()
             .map_err(|e| StoreError::Invalid(format!("database pool: {e}")))?;
-        Ok(Store {
+        let answer_timeout = settings.statement_timeout.saturating_add(ANSWER_MARGIN);
+        let single = Store {
             pool,
             default_retention: settings.default_retention,
             default_cooldown: settings.default_cooldown,
-            answer_timeout: settings.statement_timeout.saturating_add(ANSWER_MARGIN),
+            answer_timeout,
             grace: Arc::new(Mutex::new(TakeoverGrace::starting(
                 settings.takeover_grace,
                 Instant::now(),
             ))),
-        })
+            batch: None,
+            batch_sizes: BatchSizes::default(),
+        };
+        // A queued call waits at most as long as a single call may: for a pooled
+        // connection (the pool's wait timeout), then for the database's answer.
+        let queue_bound = settings.statement_timeout.saturating_add(answer_timeout);
+        let batch = batch::Queues::start(&single, &settings.batch, queue_bound);
+        Ok(Store { batch, ..single })
+    }
+
+    /// Sizes of the claim and finalize batches this store ran (`/metrics`).
+    pub fn batch_sizes(&self) -> &BatchSizes {
+        &self.batch_sizes
+    }
+
+    /// Calls of `kind` queued for a batch worker right now (`/metrics`); 0 when batching is off.
+    pub fn batch_queued(&self, kind: BatchKind) -> usize {
+        self.batch.as_ref().map_or(0, |queues| queues.queued(kind))
     }
 
     /// When this replica resumes taking over expired pending leases, or `None`

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use keyflight_lease_store::store::{Store, StoreSettings};
+use keyflight_lease_store::store::{BatchSettings, Store, StoreSettings};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, StoredResponse};
 use keyflight_testkit::pg::PgCluster;
@@ -49,6 +49,7 @@ pub fn settings(url: &str) -> StoreSettings {
         default_cooldown: Duration::from_millis(300),
         statement_timeout: Duration::from_secs(2),
         takeover_grace: Duration::ZERO,
+        batch: BatchSettings::default(),
     }
 }
 
@@ -173,4 +174,72 @@ pub async fn age_past_retention(client: &tokio_postgres::Client, scope: &Digest)
         .await
         .unwrap();
     assert_eq!(aged, 1, "no record to age");
+}
+
+/// A store whose claims and finalizes each have ONE batch worker, so a test can
+/// hold that worker in the database and queue calls behind it; its connections
+/// carry their own `application_name` (returned), so the test can see them in
+/// `pg_stat_activity` apart from other tests' stores.
+pub async fn one_worker_store() -> (Store, String) {
+    let app = format!("batch-test-{}", Uuid::now_v7().simple());
+    let url = format!("{}?application_name={app}", cluster().url());
+    let settings = StoreSettings {
+        batch: BatchSettings {
+            workers: 1,
+            max_items: 64,
+        },
+        ..settings(&url)
+    };
+    (Store::connect(&settings).await.unwrap(), app)
+}
+
+/// Waits until `n` backends of the store named `app` wait for a lock.
+pub async fn wait_for_lock_waits(db: &tokio_postgres::Client, app: &str, n: i64) {
+    keyflight_testkit::process::eventually(
+        &format!("{n} of the store's statements wait for a lock"),
+        Duration::from_secs(20),
+        || async {
+            db.query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+                >= n
+        },
+    )
+    .await;
+}
+
+/// Waits until `n` calls of `kind` are queued for the store's batch worker.
+pub async fn wait_for_queued(
+    store: &Store,
+    kind: keyflight_lease_store::store::BatchKind,
+    n: usize,
+) {
+    keyflight_testkit::process::eventually(
+        &format!("{n} {kind:?} calls queued for a batch"),
+        Duration::from_secs(20),
+        || async { store.batch_queued(kind) == n },
+    )
+    .await;
+}
+
+/// Inserts a live `pending` row on `scope` through `client` (inside whatever
+/// transaction it has open: uncommitted, the row makes every claim of the scope wait).
+pub async fn insert_pending_row(client: &tokio_postgres::Client, scope: &Digest) {
+    client
+        .execute(
+            "INSERT INTO keyflight_records
+                 (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+                  created_at, retention, expires_at, updated_at)
+             VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
+                     now() + interval '1 minute', now(), interval '1 hour',
+                     now() + interval '1 hour', now())",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap();
 }

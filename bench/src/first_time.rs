@@ -1,0 +1,271 @@
+//! P1, P4, P5, P6: first-time requests and their baselines, in one rotation per concurrency.
+//!
+//! The rotation holds pgbench on the store's own SQL (the baseline of P1 and P4), the
+//! lease-store cycle (P1; P6 is its Postgres CPU against pgbench's), the guarded first-time
+//! POST (P4) and the unguarded POST (P5 divides CPU by it) — only those the selected rows
+//! need. Each [`Side`] is one lease-store (with its guarded Envoy): the stack's own, and with
+//! `--compare-store` a second one with other settings, whose contenders join the same
+//! rotation, so both sides meet the same machine state round by round.
+
+use std::sync::Arc;
+
+use crate::error::BenchError;
+use crate::load::UniqueSource;
+use crate::pgbench::Pgbench;
+use crate::procfs::Watched;
+use crate::report::Row;
+use crate::rotation::{self, Contender, Drive, Measurement, Schedule};
+use crate::selection::Selection;
+use crate::stats::Target;
+use crate::workload::{RequestTemplate, StoreCycle, Workload};
+
+/// One lease-store and what runs through it.
+pub struct Side {
+    /// `None` for the stack's own store; the variant's label otherwise.
+    pub label: Option<String>,
+    /// P1's cycle against this store.
+    pub cycle: StoreCycle,
+    /// A guarded first-time POST through an Envoy that uses this store, and that Envoy.
+    pub guarded: (RequestTemplate, Watched),
+    /// The lease-store process.
+    pub store: Watched,
+}
+
+/// What every side shares.
+pub struct Setup {
+    /// The rows asked for.
+    pub selection: Selection,
+    /// The Postgres baseline.
+    pub pgbench: Pgbench,
+    /// Postgres' processes.
+    pub postgres: Vec<Watched>,
+    /// The upstream's process.
+    pub upstream: Watched,
+    /// An unguarded POST through the plain Envoy, and that Envoy (for P5).
+    pub unguarded: Option<(RequestTemplate, Watched)>,
+    /// The stack's store first, then the variant (if any).
+    pub sides: Vec<Side>,
+}
+
+/// Where each side's measurements sit in the rotation's answer.
+struct Slots {
+    cycle: Option<usize>,
+    guarded: Option<usize>,
+}
+
+impl Setup {
+    /// Whether anything here is selected.
+    pub fn wanted(&self) -> bool {
+        self.selection.wants(&["p1", "p4", "p5", "p6"])
+    }
+
+    /// Runs the rotation at concurrency `c` and returns its rows.
+    pub async fn rows(
+        &self,
+        c: usize,
+        schedule: Schedule,
+        unique: &Arc<UniqueSource>,
+    ) -> Result<Vec<Row>, BenchError> {
+        let wants = |ids: &[&str]| self.selection.wants(ids);
+        let with = |extra: &[Watched]| -> Vec<Watched> {
+            extra.iter().chain(&self.postgres).copied().collect()
+        };
+        let postgres_group = || vec![("postgres", self.postgres.clone())];
+        let mut contenders = Vec::new();
+        let mut push = |contender: Contender| {
+            contenders.push(contender);
+            Some(contenders.len() - 1)
+        };
+        let pg = if wants(&["p1", "p4", "p6"]) {
+            push(
+                contender(
+                    "pgbench",
+                    Drive::Pgbench(self.pgbench.clone()),
+                    c,
+                    with(&[]),
+                )
+                .grouped(postgres_group()),
+            )
+        } else {
+            None
+        };
+        let mut slots = Vec::new();
+        for side in &self.sides {
+            let name = |base: &str| match &side.label {
+                Some(label) => format!("{base} [{label}]"),
+                None => base.to_owned(),
+            };
+            let cycle = if wants(&["p1", "p6"]) {
+                push(
+                    load(
+                        &name("store cycle"),
+                        Workload::StoreCycle(side.cycle.clone()),
+                        c,
+                        with(&[side.store]),
+                    )
+                    .grouped(postgres_group()),
+                )
+            } else {
+                None
+            };
+            let guarded = if wants(&["p4", "p5"]) {
+                push(
+                    load(
+                        &name("guarded POST"),
+                        Workload::Request(side.guarded.0.clone()),
+                        c,
+                        with(&[side.guarded.1, side.store, self.upstream]),
+                    )
+                    .grouped(postgres_group()),
+                )
+            } else {
+                None
+            };
+            slots.push(Slots { cycle, guarded });
+        }
+        let unguarded = match (&self.unguarded, wants(&["p5"])) {
+            (Some((request, envoy)), true) => push(load(
+                "unguarded POST",
+                Workload::Request(request.clone()),
+                c,
+                vec![*envoy, self.upstream],
+            )),
+            _ => None,
+        };
+        let m = rotation::rotate(&contenders, schedule, unique).await?;
+        let at = |slot: Option<usize>| slot.and_then(|i| m.get(i));
+        let (pg, unguarded) = (at(pg), at(unguarded));
+
+        let mut rows = Vec::new();
+        if let Some(pg) = pg {
+            rows.push(Row::measured(
+                "base",
+                "pgbench: the store's claim+finalize SQL",
+                pg,
+                None,
+                None,
+            ));
+        }
+        if let Some(unguarded) = unguarded {
+            rows.push(Row::measured(
+                "base",
+                "unguarded POST (Envoy without the filter)",
+                unguarded,
+                None,
+                None,
+            ));
+        }
+        for (side, slot) in self.sides.iter().zip(&slots) {
+            let mark = |text: &str| match &side.label {
+                Some(label) => format!("{text} [{label}]"),
+                None => text.to_owned(),
+            };
+            side_rows(
+                &mut rows,
+                &mark,
+                pg,
+                at(slot.cycle),
+                at(slot.guarded),
+                unguarded,
+            );
+        }
+        // The A/B itself: the stack's store against the variant, same rounds.
+        if let ([first, ..], [_, rest @ ..]) = (&slots[..], &self.sides[..]) {
+            for (side, slot) in rest.iter().zip(&slots[1..]) {
+                let label = side.label.as_deref().unwrap_or("variant");
+                for (what, a, b) in [
+                    ("lease-store cycle", first.cycle, slot.cycle),
+                    ("guarded first-time POST", first.guarded, slot.guarded),
+                ] {
+                    if let (Some(a), Some(b)) = (at(a), at(b)) {
+                        rows.push(Row::measured(
+                            "A/B",
+                            &format!("{what}: this build's store ÷ [{label}]"),
+                            a,
+                            Some(b),
+                            None,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// P1, P4, P5, P6 and their companions for one side, from whichever measurements ran.
+fn side_rows(
+    rows: &mut Vec<Row>,
+    mark: &dyn Fn(&str) -> String,
+    pg: Option<&Measurement>,
+    cycle: Option<&Measurement>,
+    guarded: Option<&Measurement>,
+    unguarded: Option<&Measurement>,
+) {
+    if let (Some(cycle), Some(pg)) = (cycle, pg) {
+        rows.push(Row::measured(
+            "P1",
+            &mark("lease-store claim+finalize over HTTP"),
+            cycle,
+            Some(pg),
+            Some(Target::RatioAtLeast { min: 0.90 }),
+        ));
+        rows.push(Row::cpu_compared(
+            "P6",
+            &mark("Postgres CPU per claim+finalize: store cycle ÷ pgbench"),
+            cycle,
+            cycle.group_cpu_us_per_op("postgres"),
+            (pg, pg.group_cpu_us_per_op("postgres")),
+            Some(Target::RatioAtMost { max: 1.1 }),
+        ));
+    }
+    let Some(guarded) = guarded else { return };
+    if let Some(pg) = pg {
+        rows.push(Row::measured(
+            "P4",
+            &mark("guarded first-time POST, unique keys"),
+            guarded,
+            Some(pg),
+            Some(Target::RatioAtLeast { min: 0.80 }),
+        ));
+        rows.push(Row::cpu_compared(
+            "—",
+            &mark("Postgres CPU per guarded first-time POST ÷ pgbench pair"),
+            guarded,
+            guarded.group_cpu_us_per_op("postgres"),
+            (pg, pg.group_cpu_us_per_op("postgres")),
+            None,
+        ));
+    }
+    if let Some(unguarded) = unguarded {
+        rows.push(Row::measured(
+            "—",
+            &mark("guarded vs unguarded POST"),
+            guarded,
+            Some(unguarded),
+            None,
+        ));
+        rows.push(Row::cpu_compared(
+            "P5",
+            &mark("CPU per guarded first-time POST (all processes) ÷ unguarded POST's"),
+            guarded,
+            guarded.cpu_us_per_op(),
+            (unguarded, unguarded.cpu_us_per_op()),
+            Some(Target::RatioAtMost { max: 3.0 }),
+        ));
+    }
+}
+
+fn contender(name: &str, drive: Drive, concurrency: usize, watched: Vec<Watched>) -> Contender {
+    Contender {
+        name: format!("{name} c={concurrency}"),
+        drive,
+        concurrency,
+        watched,
+        groups: Vec::new(),
+    }
+}
+
+fn load(name: &str, workload: Workload, concurrency: usize, watched: Vec<Watched>) -> Contender {
+    contender(name, Drive::Load(Arc::new(workload)), concurrency, watched)
+}

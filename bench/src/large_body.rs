@@ -1,0 +1,155 @@
+//! P7 and P8: a ~480 KB JSON payment whose echoed answer is recorded (too large for the
+//! edge cache, so its replays come from the store), guarded against unguarded, and the
+//! Envoy CPU of replaying it from the store.
+
+use std::sync::Arc;
+
+use crate::error::BenchError;
+use crate::load::UniqueSource;
+use crate::procfs::Watched;
+use crate::report::Row;
+use crate::rotation::{self, Schedule, load};
+use crate::stack::{BenchStack, Envoy};
+use crate::stats::Target;
+use crate::suite::prime_replay;
+use crate::workload::{RequestTemplate, Workload};
+
+/// Concurrency of the large-body comparison (the issue measured it at two connections).
+const LARGE_CONCURRENCY: usize = 2;
+
+/// A payment of about 480 KB: an order of 3,600 line items with numbers, strings and
+/// nested objects, so the fingerprint's canonical JSON does real work. The demo upstream
+/// echoes it, so the recorded answer is about as large.
+fn large_payment_body() -> String {
+    let items: Vec<String> = (0..3600)
+        .map(|i| {
+            format!(
+                r#"{{"sku":"SKU-{i:06}","qty":{},"unit_price":{}.{:02},"note":"line item {i} of a large order","tags":["a","b","c"],"dims":{{"w":{},"h":{}}}}}"#,
+                i % 7 + 1,
+                i % 500,
+                i % 100,
+                i % 30,
+                i % 40
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"amount":1,"currency":"EUR","items":[{}]}}"#,
+        items.join(",")
+    )
+}
+
+/// The processes the large-body contenders are charged.
+pub struct Charged<'a> {
+    /// The stack's lease-store.
+    pub store: Watched,
+    /// The demo upstream.
+    pub upstream: Watched,
+    /// Postgres' processes.
+    pub postgres: &'a [Watched],
+}
+
+/// Runs the large-body rotation and returns its rows.
+pub async fn rows(
+    stack: &BenchStack,
+    plain: &Envoy,
+    charged: Charged<'_>,
+    run_id: &str,
+    schedule: Schedule,
+    unique: &Arc<UniqueSource>,
+) -> Result<Vec<Row>, BenchError> {
+    let Charged {
+        store,
+        upstream,
+        postgres,
+    } = charged;
+    let guarded_envoy = Watched::Process(stack.guarded.pid());
+    let plain_envoy = Watched::Process(plain.pid());
+    let with =
+        |extra: &[Watched]| -> Vec<Watched> { extra.iter().chain(postgres).copied().collect() };
+    let mut rows = Vec::new();
+    // Large bodies: a ~480 KB JSON payment whose echoed answer is recorded (too large for
+    // the edge cache, so its replays come from the store).
+    let large_body = large_payment_body();
+    let large = |url: &str, key: &str| {
+        RequestTemplate::parse(
+            url,
+            "POST",
+            &[
+                "x-user: alice".to_owned(),
+                "content-type: application/json".to_owned(),
+                format!("idempotency-key: {key}"),
+            ],
+            &large_body,
+            201,
+        )
+    };
+    let large_guarded = large(&stack.guarded.url("/payments"), "{unique}")?;
+    let large_unguarded = large(&plain.url("/payments"), "{unique}")?;
+    let large_replay = large(&stack.guarded.url("/payments"), &format!("large-{run_id}"))?;
+    prime_replay(&large_replay).await?;
+    let envoy_group = vec![("envoy", vec![guarded_envoy])];
+    let contenders = [
+        load(
+            "large guarded POST",
+            Workload::Request(large_guarded),
+            LARGE_CONCURRENCY,
+            with(&[guarded_envoy, store, upstream]),
+        )
+        .grouped(envoy_group.clone()),
+        load(
+            "large unguarded POST",
+            Workload::Request(large_unguarded),
+            LARGE_CONCURRENCY,
+            vec![plain_envoy, upstream],
+        )
+        .grouped(vec![("envoy", vec![plain_envoy])]),
+        load(
+            "large replay via store",
+            Workload::Request(large_replay),
+            LARGE_CONCURRENCY,
+            with(&[guarded_envoy, store]),
+        )
+        .grouped(envoy_group),
+    ];
+    let m = rotation::rotate(&contenders, schedule, unique).await?;
+    let [large_guarded_m, large_unguarded_m, large_replay_m] = &m[..] else {
+        return Err(BenchError::Answer("a rotation lost a contender".into()));
+    };
+    rows.push(Row::measured(
+        "base",
+        &format!(
+            "unguarded POST, {} KB JSON body echoed",
+            large_body.len() / 1000
+        ),
+        large_unguarded_m,
+        None,
+        None,
+    ));
+    rows.push(Row::measured(
+        "P7",
+        "guarded first-time POST, same large body, answer recorded",
+        large_guarded_m,
+        Some(large_unguarded_m),
+        Some(Target::RatioAtLeast { min: 0.5 }),
+    ));
+    rows.push(Row::cpu_compared(
+        "—",
+        "Envoy CPU per large guarded POST ÷ unguarded",
+        large_guarded_m,
+        large_guarded_m.group_cpu_us_per_op("envoy"),
+        (
+            large_unguarded_m,
+            large_unguarded_m.group_cpu_us_per_op("envoy"),
+        ),
+        None,
+    ));
+    rows.push(Row::cpu_of(
+        "P8",
+        "replay of that large record via the store: Envoy CPU per replay",
+        large_replay_m,
+        large_replay_m.group_cpu_us_per_op("envoy"),
+        Some(Target::CpuAtMostUs { max: 3300.0 }),
+    ));
+    Ok(rows)
+}

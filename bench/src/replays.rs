@@ -1,0 +1,154 @@
+//! P2: replays against Envoy's own `direct_response` of the same answer, with the floor
+//! any wasm filter puts under them (the same route with the filter loaded and no policy
+//! matching) and, when the filter build knows the option, replays via the store with the
+//! edge cache off.
+
+use std::sync::Arc;
+
+use hyper::StatusCode;
+
+use crate::error::BenchError;
+use crate::load::UniqueSource;
+use crate::procfs::Watched;
+use crate::report::Row;
+use crate::rotation::{self, Schedule, load};
+use crate::stack::{BenchStack, Envoy};
+use crate::stats::Target;
+use crate::suite::{edge_cache_hits, prime_replay};
+use crate::workload::{RequestTemplate, Workload};
+
+/// Builds a payment request to `url` with idempotency key `key`.
+pub type Payment<'a> = &'a dyn Fn(&str, &str) -> Result<RequestTemplate, BenchError>;
+
+/// Runs the replay rotation at concurrency `c` and returns its rows; remarks go to `notes`.
+#[allow(clippy::too_many_arguments)]
+pub async fn rows(
+    stack: &BenchStack,
+    plain: &Envoy,
+    replay_answer: &str,
+    payment: Payment<'_>,
+    (store, postgres): (Watched, &[Watched]),
+    run_id: &str,
+    (c, schedule): (usize, Schedule),
+    unique: &Arc<UniqueSource>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, BenchError> {
+    let guarded_envoy = Watched::Process(stack.guarded.pid());
+    let plain_envoy = Watched::Process(plain.pid());
+    let with =
+        |extra: &[Watched]| -> Vec<Watched> { extra.iter().chain(postgres).copied().collect() };
+    let replay = payment(&stack.guarded.url("/payments"), &format!("replay-{run_id}"))?;
+    let direct = payment(
+        &plain.url(crate::envoy::DIRECT_PATH),
+        &format!("replay-{run_id}"),
+    )?;
+    let floor_envoy = stack
+        .start_filter_floor_envoy(StatusCode::CREATED.as_u16(), replay_answer)
+        .await?;
+    let floor = payment(
+        &floor_envoy.url(crate::envoy::DIRECT_PATH),
+        &format!("replay-{run_id}"),
+    )?;
+    let mut rows = Vec::new();
+    // Replay via the store: a second guarded Envoy with the policy's edge cache off.
+    let no_cache = match stack
+        .start_guarded_variant("no-edge-cache", |plugin| {
+            plugin["policies"][0]["edge_cache"] = serde_json::Value::Bool(false);
+        })
+        .await
+    {
+        Ok(envoy) => {
+            let via_store = payment(&envoy.url("/payments"), &format!("replay-{run_id}"))?;
+            prime_replay(&via_store).await?;
+            Some((envoy, via_store))
+        }
+        Err(e) => {
+            notes.push(format!(
+                "replay via the store (edge cache off) not measured: {e}"
+            ));
+            None
+        }
+    };
+
+    let hits_before = edge_cache_hits(stack).await?;
+    let mut contenders = vec![
+        load(
+            "replay",
+            Workload::Request(replay.clone()),
+            c,
+            with(&[guarded_envoy, store]),
+        ),
+        load(
+            "direct_response",
+            Workload::Request(direct),
+            c,
+            vec![plain_envoy],
+        ),
+        load(
+            "direct_response behind the filter",
+            Workload::Request(floor),
+            c,
+            vec![Watched::Process(floor_envoy.pid())],
+        ),
+    ];
+    if let Some((envoy, via_store)) = &no_cache {
+        contenders.push(load(
+            "replay via store",
+            Workload::Request(via_store.clone()),
+            c,
+            with(&[Watched::Process(envoy.pid()), store]),
+        ));
+    }
+    let m = rotation::rotate(&contenders, schedule, unique).await?;
+    let (replay_m, direct_m, floor_m) = match &m[..] {
+        [replay_m, direct_m, floor_m, ..] => (replay_m, direct_m, floor_m),
+        _ => return Err(BenchError::Answer("a rotation lost a contender".into())),
+    };
+    let hits = edge_cache_hits(stack).await?.saturating_sub(hits_before);
+    let p2 = Some(Target::RatioAtLeast { min: 0.90 });
+    rows.push(Row::measured(
+        "base",
+        "Envoy direct_response, same request",
+        direct_m,
+        None,
+        None,
+    ));
+    rows.push(Row::measured(
+        "—",
+        "direct_response with the filter loaded, no policy (wasm floor)",
+        floor_m,
+        Some(direct_m),
+        None,
+    ));
+    if hits * 2 > replay_m.ok {
+        rows.push(Row::measured(
+            "P2",
+            "replay served from the edge cache",
+            replay_m,
+            Some(direct_m),
+            p2,
+        ));
+        if let Some(via_store_m) = m.get(3) {
+            rows.push(Row::measured(
+                "—",
+                "replay via the store (edge cache off)",
+                via_store_m,
+                Some(direct_m),
+                None,
+            ));
+        }
+    } else {
+        rows.push(Row::measured(
+            "P2",
+            "replay via the store (no edge-cache hits: F9 not in this build)",
+            replay_m,
+            Some(direct_m),
+            p2,
+        ));
+        notes.push(format!(
+            "P2 measured replay via the store: {hits} of {} replays were edge-cache hits",
+            replay_m.ok
+        ));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,181 @@
+//! A batch of claims: every fresh scope in one `INSERT`, everything else alone.
+//!
+//! [`CLAIM_BATCH_SQL`] is, row for row, the `ins` branch of the single claim
+//! statement (`claim.rs`): the same columns, the same per-row lease and
+//! retention from `clock_timestamp()`, a fence from `nextval()` per row, and
+//! `ON CONFLICT (scope) DO NOTHING`. A row it returns won exactly as `ins`
+//! would have (`claimed`). A call whose row it did not insert — the record
+//! exists (settled, pending, conflicting) or a concurrent claim inserted it
+//! first — is answered "run singly" and takes the unchanged single path:
+//! the three-branch claim, then the read. So every answer other than a fresh
+//! win, and the argument that N concurrent claims on one scope have one
+//! winner, are the single path's (`docs/group-commit.md`).
+//!
+//! Lock order: the rows are inserted in scope order, in every batch, so two
+//! batches that touch the same fresh scopes wait for each other in one
+//! direction only. A batch that still deadlocks (with a transaction outside
+//! the store) runs its calls singly ([`super::run_singly_instead`]).
+//!
+//! The takeover grace does not apply: the batch only inserts fresh rows and
+//! never takes a lease over.
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ClaimResponse, WonHow};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::{BatchKind, Item, Queues, run_singly_instead};
+use crate::store::claim::ClaimParams;
+use crate::store::{ClaimAttempt, Store, StoreError};
+
+/// `$1` scopes, `$2` fingerprints, `$3` claim ids, `$4` lease ms, `$5`
+/// retention ms, one element per call, sorted by scope.
+pub(in crate::store) const CLAIM_BATCH_SQL: &str = "
+INSERT INTO keyflight_records
+    (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+     created_at, retention, expires_at, updated_at)
+SELECT c.scope, 'pending', c.fingerprint, c.claim_id, nextval('keyflight_fence_seq'),
+       clock_timestamp() + c.lease_ms * interval '1 millisecond',
+       clock_timestamp(), c.retention_ms * interval '1 millisecond',
+       clock_timestamp() + c.retention_ms * interval '1 millisecond',
+       clock_timestamp()
+  FROM unnest($1::bytea[], $2::bytea[], $3::uuid[], $4::bigint[], $5::bigint[])
+       AS c(scope, fingerprint, claim_id, lease_ms, retention_ms)
+ ORDER BY c.scope
+ON CONFLICT (scope) DO NOTHING
+RETURNING scope, fence";
+
+/// A queued claim.
+pub(in crate::store) struct ClaimItem {
+    scope: Digest,
+    params: ClaimParams,
+    reply: oneshot::Sender<ClaimReply>,
+}
+
+/// What a batch tells a queued claim.
+pub(in crate::store) enum ClaimReply {
+    /// The answer: the batch won it, or ran it alone, or failed as a whole.
+    Answered(Result<ClaimAttempt, StoreError>),
+    /// Take the single path (the scope was not fresh, or may not share the batch).
+    RunSingly,
+}
+
+impl Item for ClaimItem {
+    fn scope(&self) -> &Digest {
+        &self.scope
+    }
+
+    fn bytes(&self) -> usize {
+        0
+    }
+
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+
+    fn run_singly(self) {
+        let _gone = self.reply.send(ClaimReply::RunSingly);
+    }
+}
+
+impl ClaimItem {
+    fn answer(self, answer: Result<ClaimAttempt, StoreError>) {
+        let _gone = self.reply.send(ClaimReply::Answered(answer));
+    }
+}
+
+impl Queues {
+    /// Queues a claim and waits for what its batch says.
+    pub(in crate::store) async fn claim(&self, scope: Digest, params: ClaimParams) -> ClaimReply {
+        let (reply, answer) = oneshot::channel();
+        let item = ClaimItem {
+            scope,
+            params,
+            reply,
+        };
+        self.claims
+            .submit(item, answer, self.bound)
+            .await
+            .unwrap_or_else(|e| ClaimReply::Answered(Err(e)))
+    }
+}
+
+impl Store {
+    /// Runs one batch of claims taken off the queue (on a handle without queues).
+    pub(super) async fn run_claim_batch(&self, mut batch: Vec<ClaimItem>) {
+        self.batch_sizes.observe(BatchKind::Claim, batch.len());
+        if batch.len() == 1 {
+            // Alone: exactly the single path, on this worker.
+            for item in batch {
+                let answer = self.claim_single(&item.scope, &item.params).await;
+                item.answer(answer);
+            }
+            return;
+        }
+        batch.sort_by_key(|item| item.scope);
+        let claim_ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
+        let inserted = self
+            .run(async |client| {
+                let statement = client.prepare_cached(CLAIM_BATCH_SQL).await?;
+                let scopes: Vec<&[u8]> = batch.iter().map(|i| i.scope.0.as_slice()).collect();
+                let fingerprints: Vec<&[u8]> = batch
+                    .iter()
+                    .map(|i| i.params.fingerprint.0.as_slice())
+                    .collect();
+                let leases: Vec<i64> = batch.iter().map(|i| i.params.lease_ms_sql).collect();
+                let retentions: Vec<i64> = batch.iter().map(|i| i.params.retention_ms).collect();
+                let rows = match client
+                    .query(
+                        &statement,
+                        &[&scopes, &fingerprints, &claim_ids, &leases, &retentions],
+                    )
+                    .await
+                {
+                    Ok(rows) => rows,
+                    Err(e) if run_singly_instead(&e) => {
+                        tracing::info!(error = %e, calls = batch.len(), "claim batch failed; running its calls singly");
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let mut won = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let scope: &[u8] = row.try_get("scope")?;
+                    won.push((scope.to_vec(), row.try_get::<_, i64>("fence")?));
+                }
+                Ok(Some(won))
+            })
+            .await;
+        match inserted {
+            Ok(Some(won)) => {
+                let mut fences: Vec<Option<i64>> = vec![None; batch.len()];
+                for (scope, fence) in won {
+                    if let Ok(at) = batch.binary_search_by(|i| i.scope.0.as_slice().cmp(&scope)) {
+                        fences[at] = Some(fence);
+                    }
+                }
+                for ((item, claim_id), fence) in batch.into_iter().zip(claim_ids).zip(fences) {
+                    match fence {
+                        Some(fence) => {
+                            let lease_ms = item.params.lease_ms;
+                            item.answer(Ok(ClaimAttempt {
+                                response: ClaimResponse::Won {
+                                    claim_id,
+                                    fence,
+                                    how: WonHow::Claimed,
+                                    lease_ms,
+                                },
+                                pending_until: None,
+                            }));
+                        }
+                        None => item.run_singly(),
+                    }
+                }
+            }
+            Ok(None) => batch.into_iter().for_each(Item::run_singly),
+            Err(e) => batch
+                .into_iter()
+                .for_each(|item| item.answer(Err(e.clone()))),
+        }
+    }
+}
