@@ -51,8 +51,9 @@ pub use sizes::{BatchLabel, BatchSizeFamily, BatchSizes, BatchTotals};
 pub(super) use claims::ClaimReply;
 pub(super) use finalizes::FinalizeReply;
 
-/// Default worker tasks per kind (measured on a 2-core machine: `docs/group-commit.md`).
-pub const DEFAULT_BATCH_WORKERS: usize = 2;
+/// Default worker tasks per kind: one, which makes each batch the whole backlog (measured
+/// against two and four: `docs/group-commit.md#choosing-the-worker-count`).
+pub const DEFAULT_BATCH_WORKERS: usize = 1;
 
 /// Default largest batch, in calls.
 pub const DEFAULT_BATCH_MAX: usize = 64;
