@@ -71,19 +71,7 @@ pub async fn rows(
     // Large bodies: a ~480 KB JSON payment whose echoed answer is recorded (too large for
     // the edge cache, so its replays come from the store).
     let large_body = large_payment_body();
-    let large = |url: &str, key: &str| {
-        RequestTemplate::parse(
-            url,
-            "POST",
-            &[
-                "x-user: alice".to_owned(),
-                "content-type: application/json".to_owned(),
-                format!("idempotency-key: {key}"),
-            ],
-            &large_body,
-            201,
-        )
-    };
+    let large = |url: &str, key: &str| RequestTemplate::payment(url, key, &large_body);
     let large_guarded = large(&stack.guarded.url("/payments"), "{unique}")?;
     let large_unguarded = large(&plain.url("/payments"), "{unique}")?;
     let large_replay = large(&stack.guarded.url("/payments"), &format!("large-{run_id}"))?;

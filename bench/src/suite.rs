@@ -68,19 +68,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     let unique = Arc::new(UniqueSource::new(format!("bench-{run_id}")));
     let mut stack = BenchStack::start(&options.work_dir).await?;
 
-    let payment = |url: &str, key: &str| {
-        RequestTemplate::parse(
-            url,
-            "POST",
-            &[
-                "x-user: alice".to_owned(),
-                "content-type: application/json".to_owned(),
-                format!("idempotency-key: {key}"),
-            ],
-            PAYMENT_BODY,
-            201,
-        )
-    };
+    let payment = |url: &str, key: &str| RequestTemplate::payment(url, key, PAYMENT_BODY);
     let only = &options.selection;
     let guarded_first = payment(&stack.guarded.url("/payments"), "{unique}")?;
     let replay = payment(&stack.guarded.url("/payments"), &format!("replay-{run_id}"))?;

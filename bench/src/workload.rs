@@ -66,6 +66,23 @@ pub struct RequestTemplate {
 }
 
 impl RequestTemplate {
+    /// A payment POST as every guarded scenario sends it: the principal the shipped plugin
+    /// reads (`x-user: alice`), a JSON `body`, the idempotency key `key` (`{unique}` is
+    /// filled per request), and 201 expected.
+    pub fn payment(url: &str, key: &str, body: &str) -> Result<RequestTemplate, BenchError> {
+        RequestTemplate::parse(
+            url,
+            "POST",
+            &[
+                "x-user: alice".to_owned(),
+                "content-type: application/json".to_owned(),
+                format!("idempotency-key: {key}"),
+            ],
+            body,
+            201,
+        )
+    }
+
     /// A template from command-line strings: `name: value` headers.
     pub fn parse(
         url: &str,

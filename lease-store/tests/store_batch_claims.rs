@@ -284,17 +284,6 @@ async fn a_batch_of_fresh_and_existing_scopes_answers_each_claim_as_the_single_p
     assert_eq!(after.largest, cases.len() as u64 - 1, "{after:?}");
 }
 
-/// `pg_stat_database.deadlocks` of the test database.
-async fn deadlocks(db: &tokio_postgres::Client) -> i64 {
-    db.query_one(
-        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_deadlocks_runs_its_claims_singly_instead_of_failing_them() {
     let (store, app) = one_worker_store().await;

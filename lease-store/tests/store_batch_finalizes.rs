@@ -228,17 +228,6 @@ async fn large_bodies_share_a_batch_only_within_the_byte_budget_and_are_recorded
     );
 }
 
-/// `pg_stat_database.deadlocks` of the test database.
-async fn deadlocks(db: &tokio_postgres::Client) -> i64 {
-    db.query_one(
-        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finalize_batch_that_deadlocks_runs_its_calls_singly_instead_of_failing_them() {
     let (store, app) = one_worker_store().await;

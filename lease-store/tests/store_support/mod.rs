@@ -243,3 +243,14 @@ pub async fn insert_pending_row(client: &tokio_postgres::Client, scope: &Digest)
         .await
         .unwrap();
 }
+
+/// `pg_stat_database.deadlocks` of the test database.
+pub async fn deadlocks(db: &tokio_postgres::Client) -> i64 {
+    db.query_one(
+        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
