@@ -44,21 +44,26 @@ async fn only_record(stack: &Stack) -> Value {
     records[0].clone()
 }
 
+/// Sends `body` to `path` (which holds the upstream at gate `gone`) with key `gave-up`, from
+/// a caller that hangs up after 300 ms; returns once the upstream runs and the caller is gone.
+async fn caller_gives_up_while_the_upstream_runs(stack: &Stack, path: &str, body: &Value) {
+    let caller = stack
+        .post(path)
+        .key("gave-up")
+        .json(body)
+        .timeout(Duration::from_millis(300))
+        .try_send();
+    let (caller, ()) = tokio::join!(caller, stack.wait_for_gate("gone", 1));
+    assert!(caller.is_err(), "the caller timed out and hung up");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_gives_up_under_uncertain_hold_leaves_an_unknown_record_not_a_second_run() {
     let stack = Stack::start(short_lease("hold")).await;
     let body = json!({"amount": 10});
     let path = "/payments?hold=gone";
 
-    let caller = stack
-        .post(path)
-        .key("gave-up")
-        .json(&body)
-        .timeout(Duration::from_millis(300))
-        .try_send();
-    let upstream_running = stack.wait_for_gate("gone", 1);
-    let (caller, ()) = tokio::join!(caller, upstream_running);
-    assert!(caller.is_err(), "the caller timed out and hung up");
+    caller_gives_up_while_the_upstream_runs(&stack, path, &body).await;
     settled_or_lease_over(&stack).await;
     stack.open_gate("gone").await;
 
@@ -76,14 +81,7 @@ async fn a_caller_that_gives_up_under_uncertain_retry_leaves_a_cooldown_not_a_st
     let body = json!({"amount": 11});
     let path = "/payments?hold=gone";
 
-    let caller = stack
-        .post(path)
-        .key("gave-up")
-        .json(&body)
-        .timeout(Duration::from_millis(300))
-        .try_send();
-    let (caller, ()) = tokio::join!(caller, stack.wait_for_gate("gone", 1));
-    assert!(caller.is_err(), "the caller timed out and hung up");
+    caller_gives_up_while_the_upstream_runs(&stack, path, &body).await;
     settled_or_lease_over(&stack).await;
     assert_eq!(
         only_record(&stack).await["state"],

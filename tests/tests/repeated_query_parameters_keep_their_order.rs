@@ -6,26 +6,31 @@
 //! `scope: service` it shares the scope and is a 409 conflict. Parameters with different
 //! names may be reordered freely: that is the same request and it replays.
 
-use keyflight_e2e::{Stack, StackOptions};
-use serde_json::json;
+use keyflight_e2e::{Reply, Stack, StackOptions};
+use serde_json::{Value, json};
 
-#[tokio::test]
-async fn under_route_scope_reordered_repeats_are_another_operation() {
-    let stack = Stack::start(StackOptions::default()).await;
-    let body = json!({"amount": 5});
-
+/// The same payment under key `notify-1`, first as `?to=ann&to=bob`, then as `?to=bob&to=ann`.
+async fn both_orders(stack: &Stack, body: &Value) -> (Reply, Reply) {
     let ann_bob = stack
         .post("/payments?to=ann&to=bob")
         .key("notify-1")
-        .json(&body)
+        .json(body)
         .send()
         .await;
     let bob_ann = stack
         .post("/payments?to=bob&to=ann")
         .key("notify-1")
-        .json(&body)
+        .json(body)
         .send()
         .await;
+    (ann_bob, bob_ann)
+}
+
+#[tokio::test]
+async fn under_route_scope_reordered_repeats_are_another_operation() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let body = json!({"amount": 5});
+    let (ann_bob, bob_ann) = both_orders(&stack, &body).await;
 
     assert_eq!(
         (ann_bob.status, bob_ann.status),
@@ -62,19 +67,7 @@ async fn under_service_scope_reordered_repeats_are_a_conflict() {
     }))
     .await;
     let body = json!({"amount": 5});
-
-    let ann_bob = stack
-        .post("/payments?to=ann&to=bob")
-        .key("notify-1")
-        .json(&body)
-        .send()
-        .await;
-    let bob_ann = stack
-        .post("/payments?to=bob&to=ann")
-        .key("notify-1")
-        .json(&body)
-        .send()
-        .await;
+    let (ann_bob, bob_ann) = both_orders(&stack, &body).await;
 
     assert_eq!(ann_bob.status, 201, "{ann_bob}");
     bob_ann.assert_problem(409, "idempotency_conflict");
