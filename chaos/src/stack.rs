@@ -19,6 +19,7 @@ use keyflight_e2e::binaries::Binaries;
 use keyflight_e2e::envoy_config::{self, Ports};
 use keyflight_e2e::envoy_variants::EnvoyEdit;
 use keyflight_e2e::stack::{envoy_command, lease_store_command, upstream_command};
+use keyflight_testkit::database::Database;
 use keyflight_testkit::ha::{HaCluster, HaOptions};
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::{ChildGuard, Signal, free_port, wait_http_ok};
@@ -61,23 +62,6 @@ struct Envoy {
     config: PathBuf,
     child: Option<ChildGuard>,
     log: PathBuf,
-}
-
-/// The database under the stack: one Postgres, or a replicated Patroni pair (`--ha`).
-enum Database {
-    Single(PgCluster),
-    Replicated(Box<HaCluster>),
-}
-
-impl Database {
-    /// The URL the lease-stores use (multi-host with `target_session_attrs=read-write` for
-    /// a replicated one).
-    fn url(&self) -> String {
-        match self {
-            Database::Single(postgres) => postgres.url(),
-            Database::Replicated(ha) => ha.url(),
-        }
-    }
 }
 
 /// How long a replicated Postgres may take to fail over or to get its standby back.

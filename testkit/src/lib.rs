@@ -1,6 +1,7 @@
 //! Test support for keyflight: throwaway Postgres clusters (single and replicated with
-//! failover) and supervised child processes.
+//! failover, and the [`database::Database`] a stack runs on) and supervised child processes.
 
+pub mod database;
 pub mod ha;
 mod os;
 pub mod pg;

@@ -37,6 +37,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use keyflight_testkit::database::Database;
 use keyflight_testkit::ha::{HaCluster, HaOptions};
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
@@ -74,38 +75,6 @@ pub const SHARED_AUTHORITY: &str = "payments.keyflight.test";
 
 /// The lease-store's admin token in a test stack.
 const ADMIN_TOKEN: &str = "e2e-admin-token";
-
-/// The database a stack runs on.
-enum Database {
-    /// One throwaway node.
-    Single(PgCluster),
-    /// etcd + two Patroni nodes (boxed: it is much the larger).
-    Replicated(Box<HaCluster>),
-}
-
-impl Database {
-    /// The URL the lease-store is given.
-    fn url(&self) -> String {
-        match self {
-            Database::Single(cluster) => cluster.url(),
-            Database::Replicated(cluster) => cluster.url(),
-        }
-    }
-
-    /// Runs `sql` with `psql` on a single-node database.
-    fn psql(&self, sql: &str) -> String {
-        self.single().psql(sql)
-    }
-
-    fn single(&self) -> &PgCluster {
-        match self {
-            Database::Single(cluster) => cluster,
-            Database::Replicated(_) => {
-                panic!("this needs a single-node database; a replicated stack's is Stack::ha()")
-            }
-        }
-    }
-}
 
 /// The second Envoy and lease-store of a two-replica stack.
 struct Replica {
@@ -366,7 +335,7 @@ impl Stack {
 
     /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
     pub fn sql(&self, sql: &str) -> String {
-        self.postgres.psql(sql)
+        self.postgres.single().psql(sql)
     }
 
     /// Claims a fresh, random scope directly at lease-store replica 0 (no upstream runs)
