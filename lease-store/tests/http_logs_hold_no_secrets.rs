@@ -76,14 +76,7 @@ async fn drive_a_cycle(api: &Api) {
         "headers": [["content-type", "application/json"], ["etag", HEADER_VALUE]],
         "body_b64": body_b64,
     });
-    let finalize = api
-        .post(
-            &format!("/v1/claims/{scope}/finalize"),
-            Some(TOKEN),
-            &json!({ "claim_id": claim_id, "response": response, "replayable": true }),
-        )
-        .await;
-    assert_eq!(finalize.status, 200, "{}", finalize.text);
+    api.finalize_with(&scope, &claim_id, &response).await;
     let followed = follower.await.unwrap();
     assert_eq!(followed.outcome(), "completed", "{}", followed.text);
     assert_eq!(followed.json["response"]["body_b64"], body_b64.as_str());

@@ -66,6 +66,12 @@ impl Reply {
             .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
     }
 
+    /// Asserts the answer is a replay of a recorded one (`idempotent-replayed: true`).
+    #[track_caller]
+    pub fn assert_replayed(&self) {
+        assert_eq!(self.header("idempotent-replayed"), Some("true"), "{self}");
+    }
+
     /// Asserts the answer is problem+json with `status` and `code`, and returns the problem.
     pub fn assert_problem(&self, status: u16, code: &str) -> Value {
         assert_eq!(

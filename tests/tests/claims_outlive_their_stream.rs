@@ -119,7 +119,7 @@ async fn a_lease_store_killed_while_the_answer_is_recorded_still_records_it() {
 
     let retry = stack.post(path).key("killed").json(&body).send().await;
     assert_eq!(retry.status, 201, "{retry}");
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(retry.json(), first.json(), "the answer the caller got");
     assert_eq!(stack.upstream_executions().await, 1, "ran once");
     assert_eq!(stack.filter_counter("outbox.delivered").await, 1);
@@ -149,7 +149,7 @@ async fn a_lease_store_frozen_past_the_call_timeout_does_not_lose_the_record() {
     settled_or_lease_over(&stack).await;
 
     let retry = stack.post(path).key("frozen").json(&body).send().await;
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(retry.json(), first.json());
     assert_eq!(stack.upstream_executions().await, 1, "ran once");
 }
@@ -172,7 +172,7 @@ async fn a_postgres_crash_while_the_answer_is_recorded_does_not_lose_the_record(
     settled_or_lease_over(&stack).await;
 
     let retry = stack.post(path).key("crashed").json(&body).send().await;
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(retry.json(), first.json());
     assert_eq!(stack.upstream_executions().await, 1, "ran once");
 }
@@ -242,7 +242,7 @@ async fn a_plugin_reconfigured_with_a_record_in_its_outbox_still_delivers_it() {
     settled_or_lease_over(&stack).await;
 
     let retry = stack.post(path).key("pushed").json(&body).send().await;
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(retry.json(), first.json());
     assert_eq!(stack.upstream_executions().await, 1, "ran once");
     let log = stack.envoy_log();

@@ -101,7 +101,7 @@ async fn a_proxy_killed_mid_request_is_recovered_by_one_same_body_retry_after_it
         .json(&body)
         .send()
         .await;
-    assert_eq!(again.header("idempotent-replayed"), Some("true"), "{again}");
+    again.assert_replayed();
     assert_eq!(again.body, retry.body);
     assert_eq!(
         stack.upstream_executions().await,

@@ -23,11 +23,7 @@ async fn a_cached_replay_makes_no_lease_store_call_and_still_checks_body_and_pri
             let store_before = stack.store_metrics().await.claims_total();
             let hits_before = stack.filter_counter("outcome.replay_edge_cache").await;
             let replay = stack.post("/payments").key("hot").json(&body).send().await;
-            assert_eq!(
-                replay.header("idempotent-replayed"),
-                Some("true"),
-                "{replay}"
-            );
+            replay.assert_replayed();
             assert_eq!((replay.status, &replay.body), (first.status, &first.body));
             let hit = stack.filter_counter("outcome.replay_edge_cache").await > hits_before;
             let claims = stack.store_metrics().await.claims_total() - store_before;

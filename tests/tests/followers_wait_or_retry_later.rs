@@ -31,7 +31,7 @@ async fn a_follower_past_its_wait_gets_503_then_a_retry_replays() {
 
     let retry = stack.post(path).key("k").json(&body).send().await;
 
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(retry.body, winner.body);
     assert_eq!(stack.upstream_executions().await, 1);
 }

@@ -66,11 +66,7 @@ async fn a_frozen_lease_store_is_routed_around_and_the_winner_keeps_its_lease() 
         .json(&body)
         .send()
         .await;
-    assert_eq!(
-        replay.header("idempotent-replayed"),
-        Some("true"),
-        "{replay}"
-    );
+    replay.assert_replayed();
     assert_eq!(replay.body, winner.body);
     assert_eq!(stack.upstream_executions().await, 1);
     assert_eq!(stack.store_event_total("recovered_abandoned").await, 0);

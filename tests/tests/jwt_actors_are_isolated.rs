@@ -81,11 +81,7 @@ async fn two_actors_behind_one_service_token_run_twice_and_a_role_change_replays
         &body,
     )
     .await;
-    assert_eq!(
-        promoted.header("idempotent-replayed"),
-        Some("true"),
-        "{promoted}"
-    );
+    promoted.assert_replayed();
     assert_eq!(
         promoted.body, ada.body,
         "ada gets ada's payment whatever her roles"

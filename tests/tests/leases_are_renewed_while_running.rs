@@ -58,11 +58,7 @@ async fn a_handler_held_for_three_leases_keeps_its_lease_and_everyone_gets_its_a
             follower.assert_problem(503, "request_in_progress");
         }
         _ => {
-            assert_eq!(
-                follower.header("idempotent-replayed"),
-                Some("true"),
-                "{follower}"
-            );
+            follower.assert_replayed();
             assert_eq!(
                 follower.body, winner.body,
                 "the follower got the winner's answer"
@@ -70,7 +66,7 @@ async fn a_handler_held_for_three_leases_keeps_its_lease_and_everyone_gets_its_a
         }
     }
     let retry = stack.post(path).key("long").json(&body).send().await;
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(retry.body, winner.body);
     assert_eq!(stack.upstream_executions().await, 1);
     assert_eq!(stack.filter_counter("event.renew_error").await, 0);

@@ -78,11 +78,7 @@ async fn a_jwt_subject_equal_to_a_spiffe_id_is_another_principal() {
         "the JWT subject ran on its own: {as_subject}"
     );
     assert_eq!(stack.upstream_executions().await, 2);
-    assert_eq!(
-        peer_again.header("idempotent-replayed"),
-        Some("true"),
-        "{peer_again}"
-    );
+    peer_again.assert_replayed();
     assert_eq!(
         peer_again.body, as_peer.body,
         "the peer gets the peer's answer"

@@ -55,7 +55,7 @@ async fn under_route_scope_reordered_repeats_are_another_operation() {
         .json(&body)
         .send()
         .await;
-    assert_eq!(moved.header("idempotent-replayed"), Some("true"), "{moved}");
+    moved.assert_replayed();
     assert_eq!(moved.body, again.body);
     assert_eq!(stack.upstream_executions().await, 3);
 }

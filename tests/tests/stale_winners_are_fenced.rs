@@ -72,7 +72,7 @@ async fn a_winner_paused_past_its_lease_is_fenced_and_the_new_owners_record_stan
         .json(&body)
         .send()
         .await;
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{retry}");
+    retry.assert_replayed();
     assert_eq!(
         retry.body, new.body,
         "the record holds the new owner's answer"

@@ -151,11 +151,7 @@ async fn under_uncertain_hold_a_timeout_is_unknown_until_an_operator_resolves_it
 
     let replay = stack.post(SLOW_PATH).key("held").json(&body).send().await;
     assert_eq!(replay.status, 201, "{replay}");
-    assert_eq!(
-        replay.header("idempotent-replayed"),
-        Some("true"),
-        "{replay}"
-    );
+    replay.assert_replayed();
     assert_eq!(replay.json()["payment_id"], "settled-by-operator");
     assert_eq!(stack.upstream_executions().await, 1);
 }

@@ -239,6 +239,12 @@ impl Api {
     /// Finalizes with a small JSON response; asserts 200.
     pub async fn finalize(&self, scope: &str, claim_id: &str) -> Value {
         let response = sample_response();
+        self.finalize_with(scope, claim_id, &response).await;
+        response
+    }
+
+    /// Finalizes with `response` (a wire `StoredResponse` as JSON), replayable; asserts 200.
+    pub async fn finalize_with(&self, scope: &str, claim_id: &str, response: &Value) {
         let answer = self
             .post(
                 &format!("/v1/claims/{scope}/finalize"),
@@ -247,7 +253,6 @@ impl Api {
             )
             .await;
         assert_eq!(answer.status, 200, "finalize failed: {}", answer.text);
-        response
     }
 
     /// The value of a counter line in `/metrics` (0 when absent).
