@@ -13,11 +13,11 @@ SHELL := bash
 
 PG_BIN ?= /usr/lib/postgresql/15/bin
 export PG_BIN
-WASM := target/wasm32-wasip1/release/keyflight_filter.wasm
+WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs ha-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
+        unit test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
         chaos chaos-short
 
@@ -84,8 +84,16 @@ clippy: rust-targets
 	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter -p keyflight-filter-wasm --target wasm32-wasip1 -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
-unit: prereqs ha-prereqs
-	$(CARGO) test --workspace --exclude keyflight-e2e
+# Unit and property tests, and the lease-store against a throwaway Postgres; installs nothing.
+unit: prereqs
+	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store
+	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http
+
+# The replicated-Postgres tests (etcd + two Patroni nodes): the lease-store following a
+# failover, and a failover under a guarded request end to end.
+test-ha: ha-prereqs envoy wasm build
+	$(CARGO) test -p keyflight-lease-store --test ha
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test ha
 
 protocol-wasm: rust-targets
 	scripts/protocol-wasm-test.sh
@@ -98,10 +106,10 @@ envoy-validate: envoy wasm
 validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
-e2e: envoy wasm build ha-prereqs
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e
+e2e: envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e chaos-short
+test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).

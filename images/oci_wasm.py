@@ -51,7 +51,7 @@ def main(module_path, layout_dir, tag):
         "layers": [{
             "mediaType": LAYER_TYPE,
             **layer,
-            "annotations": {"org.opencontainers.image.title": "keyflight_filter.wasm"},
+            "annotations": {"org.opencontainers.image.title": "keyflight_filter_wasm.wasm"},
         }],
         "annotations": {"org.opencontainers.image.title": "keyflight proxy-wasm filter"},
     }

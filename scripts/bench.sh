@@ -19,5 +19,5 @@ envoy="$(scripts/envoy.sh)"
 KEYFLIGHT_ENVOY="$envoy" \
     KEYFLIGHT_LEASE_STORE_BIN="$target/release/lease-store" \
     KEYFLIGHT_UPSTREAM_BIN="$target/release/demo-upstream" \
-    KEYFLIGHT_WASM="$target/wasm32-wasip1/release/keyflight_filter.wasm" \
+    KEYFLIGHT_WASM="$target/wasm32-wasip1/release/keyflight_filter_wasm.wasm" \
     "$target/release/keyflight-bench" suite --out "$target/bench/results.json" "$@"

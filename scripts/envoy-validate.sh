@@ -10,7 +10,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
+wasm="target/wasm32-wasip1/release/keyflight_filter_wasm.wasm"
 [[ -f "$wasm" ]] || {
     echo "$wasm not found: cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release (make test does)" >&2
     exit 1

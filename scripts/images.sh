@@ -43,7 +43,7 @@ mkdir -p "$out"
 
 # --- the filter ----------------------------------------------------------------------------
 # Built by `make wasm` (the `images` target depends on it), as for scripts/envoy-validate.sh.
-wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
+wasm="target/wasm32-wasip1/release/keyflight_filter_wasm.wasm"
 [[ -f "$wasm" ]] || {
     echo "$wasm not found: cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release (make images does)" >&2
     exit 1

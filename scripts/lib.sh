@@ -43,7 +43,7 @@ default_bin() {
 }
 LEASE_STORE_BIN="${KEYFLIGHT_LEASE_STORE_BIN:-$(default_bin lease-store)}"
 UPSTREAM_BIN="${KEYFLIGHT_UPSTREAM_BIN:-$(default_bin demo-upstream)}"
-WASM="${KEYFLIGHT_WASM:-$root/target/wasm32-wasip1/release/keyflight_filter.wasm}"
+WASM="${KEYFLIGHT_WASM:-$root/target/wasm32-wasip1/release/keyflight_filter_wasm.wasm}"
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -125,7 +125,7 @@ start_lease_store() {
 render_envoy_config() {
     local shipped_config="$1" out="$2"
     shift 2
-    local shipped="filename: target/wasm32-wasip1/release/keyflight_filter.wasm"
+    local shipped="filename: target/wasm32-wasip1/release/keyflight_filter_wasm.wasm"
     grep -q "$shipped" "$root/$shipped_config" || die "$shipped_config no longer contains '$shipped'"
     local edits=(-e "s#$shipped#filename: $WASM#")
     while (($# >= 2)); do

@@ -31,7 +31,7 @@ YAMLLINT_VERSION="1.38.0"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 CEL_PYTHON_VERSION="0.5.0"
 venv="$root/.tools/venv"
-wasm="target/wasm32-wasip1/release/keyflight_filter.wasm"
+wasm="target/wasm32-wasip1/release/keyflight_filter_wasm.wasm"
 
 # --- tools --------------------------------------------------------------------------------
 if [[ ! -x "$venv/bin/pip" ]]; then

@@ -18,7 +18,7 @@ import envoy_patches
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENVOY = os.environ.get("KEYFLIGHT_ENVOY", "")
-WASM = pathlib.Path(os.environ.get("KEYFLIGHT_WASM", ROOT / "target/wasm32-wasip1/release/keyflight_filter.wasm"))
+WASM = pathlib.Path(os.environ.get("KEYFLIGHT_WASM", ROOT / "target/wasm32-wasip1/release/keyflight_filter_wasm.wasm"))
 
 
 def shipped_enforce():

@@ -9,9 +9,9 @@
 
 use std::rc::Rc;
 
-use filter::host::{CalloutAnswered, Driver};
-use filter::machine::{Callback, Stream, Verdict};
-use filter::worker::Root;
+use keyflight_filter::drive::host::{CalloutAnswered, Driver};
+use keyflight_filter::drive::stream::{Callback, Stream, Verdict};
+use keyflight_filter::drive::worker::Root;
 use proxy_wasm::traits::{HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
@@ -78,7 +78,7 @@ impl RootContext for Context<Root> {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         // The SDK panics if this returns `None`.
         Some(Box::new(Context {
-            driver: self.driver.new_stream(),
+            driver: Stream::for_root(&self.driver),
             counters: Rc::clone(&self.counters),
         }))
     }

@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use filter::config::LeaseStore;
-use filter::host::{Buffer, HeaderMap, Host, LogLevel};
-use filter::metrics::{Gauge, Metric};
-use filter::problem::LocalReply;
-use filter::store_call::Callout;
+use keyflight_filter::config::LeaseStore;
+use keyflight_filter::drive::host::{Buffer, HeaderMap, Host, LogLevel};
+use keyflight_filter::metrics::{Gauge, Metric};
+use keyflight_filter::problem::LocalReply;
+use keyflight_filter::store_call::Callout;
 use keyflight_protocol::time::millis;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{self, BufferType, MapType, MetricType, Status};

@@ -1,10 +1,10 @@
 //! keyflight's proxy-wasm adapter: the `cdylib` Envoy loads
-//! (`target/wasm32-wasip1/release/keyflight_filter.wasm`).
+//! (`target/wasm32-wasip1/release/keyflight_filter_wasm.wasm`).
 //!
 //! Every decision lives in the pure crate `keyflight-filter` (`filter/`): its
-//! drivers, [`filter::worker::Root`] for the root context and
-//! [`filter::machine::Stream`] for each HTTP stream, run the decisions and
-//! perform them through the [`filter::host::Host`] trait. This crate forwards
+//! drivers, [`keyflight_filter::drive::worker::Root`] for the root context and
+//! [`keyflight_filter::drive::stream::Stream`] for each HTTP stream, run the decisions and
+//! perform them through the [`keyflight_filter::drive::host::Host`] trait. This crate forwards
 //! each proxy-wasm callback to the driver (`contexts.rs`) and implements
 //! `Host` with host calls and nothing else (`host.rs`), as
 //! `docs/stream-machine.md#the-driver` describes. It is built for `wasm32`

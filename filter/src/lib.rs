@@ -15,12 +15,13 @@
 //! `[lints]` table in its `Cargo.toml`).
 
 pub mod config;
+pub mod drive;
 pub mod edge_cache;
 pub mod encoding;
 pub mod epoch;
-pub mod host;
 pub mod identity;
 pub mod jwt_claims;
+pub mod log;
 pub mod machine;
 pub mod metrics;
 pub mod outbox;
@@ -32,6 +33,5 @@ pub mod status_matrix;
 pub mod store_call;
 #[cfg(test)]
 mod testing;
-pub mod worker;
 
 pub use config::{Config, ConfigError, parse_plugin_config};

@@ -27,7 +27,7 @@
 //! lease expires and one same-body retry may run again).
 //!
 //! Like the stream machine, the outbox is sans-IO: the root context's driver
-//! ([`crate::worker::Root`]) feeds it the time and the answers of the calls
+//! ([`crate::drive::worker::Root`]) feeds it the time and the answers of the calls
 //! it asked for, and performs the [`OutboxAction`]s it returns. This file
 //! holds the entries and what streams and ticks do to them; `answers.rs` what
 //! the answers do, `delivery.rs` the retry rules, the backoff and the byte
@@ -48,7 +48,7 @@ use uuid::Uuid;
 use delivery::{BACKOFF_BASE_MS, BACKOFF_CAP_MS};
 use delivery::{Step, backoff_ms, delivery_bytes, downgraded, next_step};
 
-use crate::host::LogLevel;
+use crate::log::LogLevel;
 use crate::metrics::{EventKind, Gauge, Metric, OutboxEvent};
 use crate::store_call::{CallError, StoreCall};
 

@@ -19,7 +19,6 @@ use keyflight_protocol::wire::{
 use serde::Deserialize;
 
 use crate::config::LeaseStore;
-use crate::host::{Buffer, CalloutAnswered, HeaderMap, Host};
 
 /// One call to the lease-store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,25 +182,6 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// Reads the callout answer the host is delivering. A failed call arrives
-    /// with zero headers; the map is then not touched at all
-    /// (`docs/envoy-facts.md#callouts`).
-    pub fn read(host: &mut impl Host, answered: CalloutAnswered) -> Answer {
-        if answered.num_headers == 0 {
-            return Answer::Received {
-                status: None,
-                body: Vec::new(),
-            };
-        }
-        let status = host
-            .header(HeaderMap::CallResponse, ":status")
-            .and_then(|v| parse_status(&v));
-        Answer::Received {
-            status,
-            body: host.buffer(Buffer::CallResponseBody, answered.body_size),
-        }
-    }
-
     /// A 200 answer with `body`, as the lease-store sends one.
     pub fn ok(body: impl Into<Vec<u8>>) -> Answer {
         Answer::Received {

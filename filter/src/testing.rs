@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::LeaseStore;
+use crate::drive::host::{Buffer, HeaderMap, Host, LogLevel};
 use crate::edge_cache::{self, Entry};
-use crate::host::{Buffer, HeaderMap, Host, LogLevel};
 use crate::machine::Action;
 use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;

@@ -1,7 +1,7 @@
 //! What goes into the state machine ([`Event`]) and what comes out ([`Action`]).
 //!
 //! Events are what the host reported, already read into plain data; actions
-//! are what the driver ([`super::driver`]) must do, in order. Actions named
+//! are what the driver ([`crate::drive::stream`]) must do, in order. Actions named
 //! `Continue…`/`Pause…` are the return value of the host callback that
 //! produced the event; the machine appends one of them to the actions of
 //! every callback event (for response headers that need reading, to the
@@ -20,8 +20,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::edge_cache::Entry;
-use crate::host::LogLevel;
 use crate::identity::Lookup;
+use crate::log::LogLevel;
 use crate::metrics::Metric;
 use crate::outbox::{Handoff, Lease};
 use crate::problem::LocalReply;

@@ -3,8 +3,8 @@
 //!
 //! [`Machine::on`] takes one [`Event`] (what the host reported, as data) and
 //! returns the [`Action`]s to perform, in order. The machine never calls the
-//! host and never reads a clock; [`Stream`] (`driver.rs`) runs it over the
-//! [`crate::host::Host`] trait, in the shape of quinn-proto and rustls, and
+//! host and never reads a clock; [`crate::drive::stream::Stream`] runs it over the
+//! [`crate::drive::host::Host`] trait, in the shape of quinn-proto and rustls, and
 //! the tests drive that same driver over a fake host (`tests/`).
 //!
 //! The life of a guarded request:
@@ -29,7 +29,6 @@
 //! file holds the states, the dispatch of events, and the verdicts.
 
 mod claim_answer;
-mod driver;
 mod io;
 mod replies;
 mod request;
@@ -42,13 +41,12 @@ use std::time::Duration;
 use keyflight_protocol::{Digest, Principal, PrincipalSource, RequestHead};
 use uuid::Uuid;
 
-pub use crate::host::LogLevel;
-pub use driver::{Callback, Stream, Verdict};
 pub use io::{Action, Event};
 
 use crate::config::{Config, Mode, Policy};
 use crate::edge_cache::Entry;
 use crate::encoding::Accepted;
+use crate::log::LogLevel;
 use crate::metrics::{Metric, Outcome};
 use crate::store_call::StoreCall;
 

@@ -6,7 +6,7 @@
 use keyflight_protocol::wire::StoredResponse;
 
 use super::*;
-use crate::host::{CalloutAnswered, Driver, HeaderMap, Host, LogLevel};
+use crate::drive::host::{CalloutAnswered, Driver, HeaderMap, Host, LogLevel, read_answer};
 use crate::metrics::{EventKind, OutboxEvent, Outcome};
 use crate::store_call::Answer;
 
@@ -100,7 +100,7 @@ fn a_headerless_answer_is_read_without_touching_the_map() {
         ..FakeHost::default()
     };
     assert_eq!(
-        Answer::read(
+        read_answer(
             &mut host,
             CalloutAnswered {
                 token: 1,
@@ -118,10 +118,7 @@ fn a_headerless_answer_is_read_without_touching_the_map() {
         num_headers: 1,
         body_size: 2,
     };
-    assert_eq!(
-        Answer::read(&mut host, answered),
-        Answer::ok(b"{}".to_vec())
-    );
+    assert_eq!(read_answer(&mut host, answered), Answer::ok(b"{}".to_vec()));
     assert_eq!(
         host.header(HeaderMap::CallResponse, ":status"),
         Some(b"200".to_vec())

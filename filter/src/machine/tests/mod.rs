@@ -25,16 +25,17 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimResponse, WonHow};
 use uuid::Uuid;
 
-use super::{Action, Callback, Stream, Verdict};
+use super::Action;
 use crate::config::{Config, parse_plugin_config};
-use crate::host::{CalloutAnswered, Driver};
+use crate::drive::host::{CalloutAnswered, Driver};
+use crate::drive::stream::{Callback, Stream, Verdict};
+use crate::drive::worker::Worker;
 use crate::metrics::Metric;
 use crate::outbox::{Held, Outbox};
 use crate::problem::LocalReply;
 use crate::status_matrix::ResponseOrigin;
 use crate::store_call::{CallError, StoreCall};
 use crate::testing::FakeHost;
-use crate::worker::Worker;
 
 const KEY: &str = "order-42";
 

@@ -6,7 +6,7 @@ use keyflight_protocol::wire::StoredResponse;
 use proptest::prelude::*;
 
 use super::*;
-use crate::host::LogLevel;
+use crate::drive::host::LogLevel;
 use crate::metrics::OutboxEvent;
 
 /// One thing the host may do next.

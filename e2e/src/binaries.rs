@@ -1,0 +1,116 @@
+//! Where the end-to-end tests find the programs they run.
+//!
+//! | what | environment override | default (relative to the workspace root) |
+//! |---|---|---|
+//! | lease-store | `KEYFLIGHT_LEASE_STORE_BIN` | `target/debug/lease-store` |
+//! | demo upstream | `KEYFLIGHT_UPSTREAM_BIN` | `target/debug/demo-upstream` |
+//! | filter | `KEYFLIGHT_WASM` | `target/wasm32-wasip1/release/keyflight_filter_wasm.wasm` |
+//! | Envoy | `KEYFLIGHT_ENVOY` | where `scripts/envoy.sh` installs it (`.tools/venv/…/envoy/_bin/envoy`) |
+//! | client command ([`client`]) | `KEYFLIGHT_CLIENT_BIN` | `target/debug/keyflight` |
+//!
+//! `CARGO_TARGET_DIR`, when set, replaces `target/`. A missing program fails the test with
+//! a message naming the command that builds it: an end-to-end suite that silently skips
+//! proves nothing.
+
+use std::path::{Path, PathBuf};
+
+/// The programs one stack runs.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// The lease-store binary.
+    pub lease_store: PathBuf,
+    /// The demo upstream binary.
+    pub upstream: PathBuf,
+    /// The filter's `.wasm`.
+    pub wasm: PathBuf,
+    /// The Envoy binary.
+    pub envoy: PathBuf,
+}
+
+impl Binaries {
+    /// Locates every program, panicking with a how-to-build message for the first missing one.
+    pub fn locate() -> Binaries {
+        let root = workspace_root();
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let binaries = Binaries {
+            lease_store: from_env("KEYFLIGHT_LEASE_STORE_BIN")
+                .unwrap_or_else(|| target.join("debug/lease-store")),
+            upstream: from_env("KEYFLIGHT_UPSTREAM_BIN")
+                .unwrap_or_else(|| target.join("debug/demo-upstream")),
+            wasm: from_env("KEYFLIGHT_WASM")
+                .unwrap_or_else(|| target.join("wasm32-wasip1/release/keyflight_filter_wasm.wasm")),
+            envoy: from_env("KEYFLIGHT_ENVOY")
+                .or_else(|| installed_envoy(&root))
+                .unwrap_or_else(|| {
+                    root.join(".tools/venv/lib/python3.*/site-packages/envoy/_bin/envoy")
+                }),
+        };
+        require(
+            &binaries.lease_store,
+            "KEYFLIGHT_LEASE_STORE_BIN",
+            "cargo build -p keyflight-lease-store",
+        );
+        require(
+            &binaries.upstream,
+            "KEYFLIGHT_UPSTREAM_BIN",
+            "cargo build -p keyflight-demo-upstream",
+        );
+        require(
+            &binaries.wasm,
+            "KEYFLIGHT_WASM",
+            "cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release",
+        );
+        require(&binaries.envoy, "KEYFLIGHT_ENVOY", "scripts/envoy.sh");
+        binaries
+    }
+}
+
+/// The `keyflight` client command, for the scenarios that drive it (not part
+/// of [`Binaries`]: the other scenarios do not need it built).
+pub fn client() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = from_env("KEYFLIGHT_CLIENT_BIN").unwrap_or_else(|| target.join("debug/keyflight"));
+    require(
+        &path,
+        "KEYFLIGHT_CLIENT_BIN",
+        "cargo build -p keyflight-client",
+    );
+    path
+}
+
+/// The workspace root (this crate lives in `<root>/tests`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+fn from_env(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The Envoy that `scripts/envoy.sh` installs: `.tools/venv/lib/python3.*/site-packages/envoy/_bin/envoy`.
+fn installed_envoy(root: &Path) -> Option<PathBuf> {
+    let lib = root.join(".tools/venv/lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("site-packages/envoy/_bin/envoy"))
+        .find(|candidate| candidate.is_file())
+}
+
+fn require(path: &Path, variable: &str, build: &str) {
+    assert!(
+        path.is_file(),
+        "{} not found. `make test` builds everything the end-to-end tests need \
+         (here: `{build}`); or set {variable} to the program's path.",
+        path.display()
+    );
+}

@@ -1,0 +1,126 @@
+//! The host calls the filter's decisions need, as a trait
+//! (`docs/stream-machine.md#the-driver`).
+//!
+//! The two drivers — [`super::stream::Stream`] for an HTTP stream and
+//! [`super::worker::Root`] for a worker's root context — run the pure
+//! decisions and perform what they ask through [`Host`]. `keyflight-filter-wasm`
+//! implements it with proxy-wasm host calls and nothing else; the native tests
+//! implement it with a fake host that answers from data and records what it
+//! was asked. Each method is one host call (a compare-and-swap write is the
+//! read and the write it takes), and none can fail loudly: a host error
+//! becomes an empty value or a logged no-op in the implementation, never a
+//! panic, because a panic kills the worker's Wasm VM.
+
+use std::time::Duration;
+
+use crate::config::LeaseStore;
+pub use crate::log::LogLevel;
+use crate::metrics::{Gauge, Metric};
+use crate::problem::LocalReply;
+use crate::store_call::{Answer, Callout, parse_status};
+
+/// A header map of the current context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderMap {
+    /// The HTTP stream's request headers.
+    Request,
+    /// The HTTP stream's response headers.
+    Response,
+    /// The headers of the callout answer being delivered.
+    CallResponse,
+}
+
+/// A buffer of the current context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buffer {
+    /// The HTTP stream's buffered request body.
+    RequestBody,
+    /// The HTTP stream's buffered response body.
+    ResponseBody,
+    /// The body of the callout answer being delivered.
+    CallResponseBody,
+    /// The plugin configuration (in `on_configure`).
+    PluginConfiguration,
+}
+
+/// What the filter asks of its host. Every method acts on the context the
+/// host is calling into (the stream, or the root context).
+pub trait Host {
+    /// Milliseconds since the Unix epoch by the host's clock.
+    fn now_ms(&self) -> u64;
+    /// Writes one log line (never a raw key, principal or body).
+    fn log(&mut self, level: LogLevel, message: &str);
+    /// Increments a counter.
+    fn count(&mut self, metric: Metric);
+    /// Adds `delta` to a gauge (every worker adds its own changes).
+    fn adjust(&mut self, gauge: Gauge, delta: i64);
+    /// Every header of a map, in order, repeated names kept, names lowercase.
+    fn headers(&mut self, map: HeaderMap) -> Vec<(String, Vec<u8>)>;
+    /// One header's value (the first, if repeated).
+    fn header(&mut self, map: HeaderMap, name: &str) -> Option<Vec<u8>>;
+    /// Bytes `0..size` of a buffer (empty if unavailable).
+    fn buffer(&mut self, buffer: Buffer, size: usize) -> Vec<u8>;
+    /// An Envoy property, `None` when absent or unreadable.
+    fn property(&mut self, path: &[&str]) -> Option<Vec<u8>>;
+    /// Sets (`Some`) or removes (`None`) a request header.
+    fn set_request_header(&mut self, name: &str, value: Option<&str>);
+    /// Resumes the paused request. Never called inside a host callback:
+    /// there the callback's answer resumes (`docs/envoy-facts.md#callbacks-and-resumes`).
+    fn resume_request(&mut self);
+    /// Resumes the held response (same rule).
+    fn resume_response(&mut self);
+    /// Sends a local reply; its response callbacks come back through the stream.
+    fn send_reply(&mut self, reply: &LocalReply);
+    /// A shared-data value (the edge cache's slots), `None` when absent.
+    fn shared_data(&mut self, key: &str) -> Option<Vec<u8>>;
+    /// Overwrites a shared-data value, compare-and-swap against the version
+    /// just read: if another worker wrote it in between, its value stays.
+    fn replace_shared_data(&mut self, key: &str, value: &[u8]);
+    /// Dispatches a lease-store request; returns its token, `None` when the
+    /// host refused it.
+    fn dispatch(&mut self, store: &LeaseStore, callout: &Callout) -> Option<u32>;
+    /// Sets the root context's tick period.
+    fn set_tick_period(&mut self, period: Duration);
+    /// Tells the host a retired root context has finished its work.
+    fn done(&mut self);
+}
+
+/// The host's report that a callout answered (`on_http_call_response`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CalloutAnswered {
+    /// The token `dispatch` returned for the call.
+    pub token: u32,
+    /// Headers of the answer; zero when the call failed without one.
+    pub num_headers: usize,
+    /// Bytes of the answer's body.
+    pub body_size: usize,
+}
+
+/// What both drivers — the root context's and a stream's — take from the
+/// host besides their own callbacks: callout answers, and retirement.
+pub trait Driver {
+    /// A callout answered; only the driver's own calls are read.
+    fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host);
+    /// The host retires the context: whether it is finished now (a stream
+    /// is; a root context may ask to stay until its outbox is settled).
+    fn on_done(&mut self, host: &mut impl Host) -> bool;
+}
+
+/// Reads the callout answer the host is delivering. A failed call arrives
+/// with zero headers; the map is then not touched at all
+/// (`docs/envoy-facts.md#callouts`).
+pub fn read_answer(host: &mut impl Host, answered: CalloutAnswered) -> Answer {
+    if answered.num_headers == 0 {
+        return Answer::Received {
+            status: None,
+            body: Vec::new(),
+        };
+    }
+    let status = host
+        .header(HeaderMap::CallResponse, ":status")
+        .and_then(|v| parse_status(&v));
+    Answer::Received {
+        status,
+        body: host.buffer(Buffer::CallResponseBody, answered.body_size),
+    }
+}

@@ -1,0 +1,12 @@
+//! The drivers: they run the pure decisions and perform what those ask
+//! through the [`host::Host`] trait (`docs/stream-machine.md#the-driver`).
+//!
+//! Everything outside this folder decides; everything inside it drives:
+//! [`stream::Stream`] runs one HTTP stream's [`crate::machine::Machine`],
+//! [`worker::Root`] runs a worker's root context (configuration, the tick,
+//! the record outbox, the operator epoch). `keyflight-filter-wasm` implements
+//! [`host::Host`] with proxy-wasm host calls; the native tests with a fake host.
+
+pub mod host;
+pub mod stream;
+pub mod worker;

@@ -1,0 +1,318 @@
+//! The stream driver: runs the machine for one host callback or answer and
+//! performs what it asks through the [`Host`] (`docs/stream-machine.md#the-driver`).
+//!
+//! This is the loop the adapter used to hold, with the three host rules it
+//! encodes (`docs/stream-machine.md#callback-rules`):
+//!
+//! - a read the host answers at once (a body, the response head, an
+//!   edge-cache slot, a call the host refused to dispatch) is a follow-up
+//!   event whose actions run *before* the rest of the batch;
+//! - the first `Continue…`/`Pause…` met is the callback's answer;
+//! - a resume inside a host callback is not a host call but that callback's
+//!   answer: Envoy defers a resume made during a callback and then sees the
+//!   callback's `Pause` after it, and the stream would stop for good
+//!   (`docs/envoy-facts.md#callbacks-and-resumes`).
+//!
+//! Which events are callbacks is a matter of types: [`Stream::on_callback`]
+//! takes a [`Callback`] and returns its [`Verdict`]; call answers and the
+//! stream's end return nothing. The adapter turns each proxy-wasm callback
+//! into one of these calls and nothing else, and the native tests and the
+//! proptest drive this same code through a fake host.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use super::host::{Buffer, CalloutAnswered, Driver, HeaderMap, Host, LogLevel, read_answer};
+use super::worker::{Root, Worker};
+use crate::identity;
+use crate::machine::{Action, Event, Machine};
+use crate::status_matrix;
+use crate::store_call::{Answer, Callout, parse_status};
+
+/// What a host callback returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let the headers or body through.
+    Continue,
+    /// Hold them (and, at the end of a body, buffer it).
+    Pause,
+}
+
+/// A proxy-wasm callback on an HTTP stream that returns a [`Verdict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    /// `on_http_request_headers`.
+    RequestHeaders {
+        /// The request has no body.
+        end_of_stream: bool,
+    },
+    /// `on_http_request_body`.
+    RequestBody {
+        /// Bytes buffered by the host so far.
+        buffered_bytes: usize,
+        /// This is the last chunk.
+        end_of_stream: bool,
+    },
+    /// `on_http_request_trailers`.
+    RequestTrailers,
+    /// `on_http_response_headers`.
+    ResponseHeaders {
+        /// The response has no body.
+        end_of_stream: bool,
+    },
+    /// `on_http_response_body`.
+    ResponseBody {
+        /// Bytes buffered by the host so far.
+        buffered_bytes: usize,
+        /// This is the last chunk.
+        end_of_stream: bool,
+    },
+    /// `on_http_response_trailers`.
+    ResponseTrailers,
+}
+
+/// One HTTP stream: its machine, the worker it belongs to, and the callout
+/// it waits for.
+#[derive(Debug)]
+pub struct Stream {
+    /// `None` when the plugin has no valid configuration: the stream then
+    /// passes everything through.
+    run: Option<(Machine, Rc<Worker>)>,
+    /// The token of the store call in flight (one at a time).
+    call: Option<u32>,
+}
+
+impl Stream {
+    /// The driver of a new HTTP stream on `root`'s worker. Without a
+    /// configuration (the plugin failed to start) the stream passes everything
+    /// through.
+    pub fn for_root(root: &Root) -> Self {
+        match root.worker() {
+            Some(worker) => Stream::new(Rc::clone(worker)),
+            None => Stream::unconfigured(),
+        }
+    }
+
+    /// A stream of `worker`.
+    pub fn new(worker: Rc<Worker>) -> Self {
+        Stream {
+            run: Some((Machine::new(Rc::clone(&worker.config)), worker)),
+            call: None,
+        }
+    }
+
+    /// A stream of a plugin that failed to configure: every callback continues.
+    pub fn unconfigured() -> Self {
+        Stream {
+            run: None,
+            call: None,
+        }
+    }
+
+    /// A host callback; returns what the callback returns.
+    pub fn on_callback(&mut self, callback: Callback, host: &mut impl Host) -> Verdict {
+        let Some((_, worker)) = &self.run else {
+            return Verdict::Continue;
+        };
+        let event = match callback {
+            Callback::RequestHeaders { end_of_stream } => {
+                // The full list: the single-value getter shows only the first
+                // of a repeated header, and after the resume the request's
+                // headers are gone (`docs/envoy-facts.md#headers`).
+                let headers = host.headers(HeaderMap::Request);
+                let principal = identity::resolve(&worker.config.identity, &headers, |path| {
+                    host.property(path)
+                });
+                Event::RequestHeaders {
+                    headers,
+                    principal,
+                    end_of_stream,
+                }
+            }
+            Callback::RequestBody {
+                buffered_bytes,
+                end_of_stream,
+            } => Event::RequestBodyChunk {
+                buffered_bytes,
+                end_of_stream,
+            },
+            Callback::RequestTrailers => Event::RequestTrailers,
+            // Nothing is read yet: the machine asks for the head only for a
+            // response it records, so a replay's own reply costs no reads.
+            // Pausing here and in the body callbacks holds the whole response,
+            // headers included, until the record call's answer resumes it (F7,
+            // `docs/envoy-facts.md#pausing-and-buffering`).
+            Callback::ResponseHeaders { end_of_stream } => Event::ResponseHeaders { end_of_stream },
+            Callback::ResponseBody {
+                buffered_bytes,
+                end_of_stream,
+            } => Event::ResponseBodyChunk {
+                buffered_bytes,
+                end_of_stream,
+            },
+            Callback::ResponseTrailers => Event::ResponseTrailers,
+        };
+        self.drive(event, true, host).unwrap_or_else(|| {
+            host.log(
+                LogLevel::Warn,
+                "the stream machine gave no answer for a callback; continuing",
+            );
+            Verdict::Continue
+        })
+    }
+
+    /// Feeds `event` and performs its actions with their follow-ups; returns
+    /// the first verdict met.
+    fn drive(&mut self, event: Event, in_callback: bool, host: &mut impl Host) -> Option<Verdict> {
+        let (machine, worker) = self.run.as_mut()?;
+        let mut verdict = None;
+        let mut queue: VecDeque<Action> = machine.on(event).into();
+        while let Some(action) = queue.pop_front() {
+            let follow_up = match action {
+                Action::ContinueRequest | Action::ContinueResponse => {
+                    verdict.get_or_insert(Verdict::Continue);
+                    None
+                }
+                Action::PauseRequest | Action::PauseResponse => {
+                    verdict.get_or_insert(Verdict::Pause);
+                    None
+                }
+                Action::ResumeRequest | Action::ResumeResponse if in_callback => {
+                    verdict = Some(Verdict::Continue);
+                    None
+                }
+                Action::ResumeRequest => {
+                    host.resume_request();
+                    None
+                }
+                // F7: the held response goes out only now, after the record
+                // call answered.
+                Action::ResumeResponse => {
+                    host.resume_response();
+                    None
+                }
+                // Pausing in the body callbacks buffered the body; at its end
+                // the whole of it is readable at once
+                // (`docs/envoy-facts.md#pausing-and-buffering`).
+                Action::ReadRequestBody { size } => Some(Event::RequestBodyComplete {
+                    body: host.buffer(Buffer::RequestBody, size),
+                }),
+                Action::ReadResponseBody { size } => Some(Event::ResponseBodyComplete {
+                    body: host.buffer(Buffer::ResponseBody, size),
+                }),
+                Action::ReadResponseHeaders { end_of_stream } => {
+                    Some(response_head(host, end_of_stream))
+                }
+                Action::SetRequestHeader { name, value } => {
+                    host.set_request_header(&name, value.as_deref());
+                    None
+                }
+                // F9: shared data is process-wide (every worker of this VM);
+                // a read is synchronous, so its answer is a follow-up.
+                Action::ReadEdgeCache { key } => {
+                    let now_ms = host.now_ms();
+                    Some(Event::EdgeCacheRead {
+                        slot: host.shared_data(&key),
+                        now_ms,
+                        epoch: worker.cache_epoch(now_ms),
+                    })
+                }
+                Action::WriteEdgeCache { key, entry } => {
+                    if let Some(bytes) = entry.encode_at(host.now_ms()) {
+                        host.replace_shared_data(&key, &bytes);
+                    }
+                    None
+                }
+                Action::CallStore { call, timeout } => {
+                    let callout = Callout::Call { call, timeout };
+                    match host.dispatch(&worker.config.lease_store, &callout) {
+                        Some(token) => {
+                            self.call = Some(token);
+                            None
+                        }
+                        None => Some(Event::StoreAnswered(Answer::NotSent)),
+                    }
+                }
+                Action::Reply(reply) => {
+                    host.send_reply(&reply);
+                    None
+                }
+                Action::StartRenewal(lease) => {
+                    worker.start_renewal(lease, host.now_ms());
+                    None
+                }
+                Action::StopRenewal { claim_id } => {
+                    worker.stop_renewal(claim_id);
+                    None
+                }
+                Action::LeaseLost { claim_id } => {
+                    worker.lease_lost(claim_id, host);
+                    None
+                }
+                Action::HandOff(handoff) => {
+                    worker.hand_off(handoff, host);
+                    None
+                }
+                Action::Count(metric) => {
+                    host.count(metric);
+                    None
+                }
+                Action::Log { level, message } => {
+                    host.log(level, &message);
+                    None
+                }
+            };
+            if let Some(event) = follow_up {
+                for action in machine.on(event).into_iter().rev() {
+                    queue.push_front(action);
+                }
+            }
+        }
+        verdict
+    }
+}
+
+impl Driver for Stream {
+    /// Only the answer to this stream's call in flight is read; any other
+    /// token is not ours.
+    fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
+        if self.call != Some(answered.token) {
+            return;
+        }
+        self.call = None;
+        let answer = read_answer(host, answered);
+        self.drive(Event::StoreAnswered(answer), false, host);
+    }
+
+    /// The stream ended (`on_log` or `on_done`, whichever comes first; the
+    /// second changes nothing). A stream is finished at once: a claim it
+    /// could not settle is the outbox's now.
+    fn on_done(&mut self, host: &mut impl Host) -> bool {
+        self.drive(Event::StreamDone, false, host);
+        true
+    }
+}
+
+/// The response head the machine asked for with `ReadResponseHeaders`.
+fn response_head(host: &mut impl Host, end_of_stream: bool) -> Event {
+    let status = host
+        .header(HeaderMap::Response, ":status")
+        .and_then(|v| parse_status(&v))
+        .unwrap_or(502);
+    // F6: Envoy marks responses that came from the upstream `via_upstream`;
+    // for the ones it generated, the response flags and the attempt count say
+    // whether the request may have reached the upstream
+    // (`docs/envoy-facts.md#who-produced-a-response`).
+    let origin = status_matrix::origin(
+        host.property(&["response", "code_details"]).as_deref(),
+        host.property(&["response", "flags"]).as_deref(),
+        host.property(&["upstream", "request_attempt_count"])
+            .as_deref(),
+    );
+    Event::ResponseHeadersRead {
+        status,
+        headers: host.headers(HeaderMap::Response),
+        origin,
+        end_of_stream,
+    }
+}

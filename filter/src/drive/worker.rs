@@ -1,0 +1,286 @@
+//! One worker thread's plugin, as the root context sees it: the validated
+//! configuration, the record outbox, the operator epoch — and the driver of
+//! the root context's callbacks (`docs/record-outbox.md`,
+//! `docs/stream-machine.md#the-driver`).
+//!
+//! [`Worker`] is what a worker's streams share: the configuration they were
+//! created under, the worker's [`Outbox`] (F4, F14) and its view of the
+//! lease-store's operator epoch (F9). [`Root`] drives the root context:
+//! `on_configure` builds a new `Worker` (the outbox stays: a reconfigured
+//! plugin keeps its claims), `on_tick` asks for the epoch and runs the
+//! outbox's due calls, `on_http_call_response` reads their answers, and
+//! `on_done` keeps a retired plugin alive until its outbox is empty. Like the
+//! stream driver it performs everything through the [`Host`] trait, so the
+//! adapter only forwards each callback.
+//!
+//! Workers share nothing but Envoy's stats and shared data: each root
+//! context sees only its own streams (`docs/envoy-facts.md#ticks`).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use uuid::Uuid;
+
+use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
+use crate::config::{Config, parse_plugin_config};
+use crate::epoch::EpochWatch;
+use crate::outbox::{CallId, Handoff, Lease, Outbox, OutboxAction};
+use crate::store_call::{CallError, Callout, StoreCall, parse_ack_answer, parse_epoch_answer};
+
+/// What a worker's streams share.
+#[derive(Debug)]
+pub struct Worker {
+    /// The configuration streams created now run under.
+    pub config: Rc<Config>,
+    /// The worker's record outbox: the root context's, not the
+    /// configuration's, so a reconfigured plugin keeps it.
+    outbox: Rc<RefCell<Outbox>>,
+    /// The operator epoch the edge cache is checked against (F9); `None` when
+    /// no request can use the cache.
+    epoch: Option<RefCell<EpochWatch>>,
+}
+
+impl Worker {
+    /// A worker running `config`, with `outbox` (kept across configurations).
+    pub fn new(config: Rc<Config>, outbox: Rc<RefCell<Outbox>>) -> Self {
+        Worker {
+            epoch: config
+                .edge_cache_in_use()
+                .map(|cache| RefCell::new(EpochWatch::new(&cache))),
+            config,
+            outbox,
+        }
+    }
+
+    /// The epoch streams may read the edge cache under at `now_ms` (`None`:
+    /// do not use the cache).
+    pub fn cache_epoch(&self, now_ms: u64) -> Option<u64> {
+        self.epoch
+            .as_ref()
+            .and_then(|watch| watch.try_borrow().ok()?.current(now_ms))
+    }
+
+    /// A stream won `lease`: the outbox renews it from now on.
+    pub fn start_renewal(&self, lease: Lease, now_ms: u64) {
+        if let Ok(mut outbox) = self.outbox.try_borrow_mut() {
+            outbox.start(lease, now_ms);
+        }
+    }
+
+    /// A stream settled its claim itself: the outbox stops renewing it.
+    pub fn stop_renewal(&self, claim_id: Uuid) {
+        if let Ok(mut outbox) = self.outbox.try_borrow_mut() {
+            outbox.stop(claim_id);
+        }
+    }
+
+    /// A stream's settle call found its lease stolen.
+    pub fn lease_lost(&self, claim_id: Uuid, host: &mut impl Host) {
+        let actions = match self.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.lease_lost(claim_id),
+            Err(_) => Vec::new(),
+        };
+        for action in actions {
+            perform(action, host);
+        }
+    }
+
+    /// A stream hands its claim to the outbox. The outbox's own calls go out
+    /// from the root context's next tick: a call dispatched from the stream
+    /// would be cancelled with it (`docs/envoy-facts.md#streams-end-callouts-go-with-them`).
+    pub fn hand_off(&self, handoff: Handoff, host: &mut impl Host) {
+        let actions = match self.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.hand_off(handoff, host.now_ms()),
+            Err(_) => Vec::new(),
+        };
+        for action in actions {
+            perform(action, host);
+        }
+    }
+
+    /// The worker's outbox (for tests that look into it or answer its calls).
+    #[cfg(test)]
+    pub(crate) fn outbox(&self) -> std::cell::RefMut<'_, Outbox> {
+        self.outbox.borrow_mut()
+    }
+
+    /// The worker hears the operator epoch `epoch`, asked at `now_ms` (for tests).
+    #[cfg(test)]
+    pub(crate) fn hear_epoch(&self, epoch: u64, now_ms: u64) {
+        if let Some(watch) = &self.epoch {
+            let mut watch = watch.borrow_mut();
+            if watch.due(now_ms) {
+                watch.answered(Ok(epoch));
+            }
+        }
+    }
+}
+
+/// Performs an outbox action that is not a call, and hands a call back.
+fn perform(action: OutboxAction, host: &mut impl Host) -> Option<(CallId, StoreCall)> {
+    match action {
+        OutboxAction::Dispatch { id, call } => return Some((id, call)),
+        OutboxAction::Count(metric) => host.count(metric),
+        OutboxAction::Adjust { gauge, delta } => host.adjust(gauge, delta),
+        OutboxAction::Log { level, message } => host.log(level, &message),
+    }
+    None
+}
+
+/// The root context of one worker.
+#[derive(Debug, Default)]
+pub struct Root {
+    worker: Option<Rc<Worker>>,
+    outbox: Option<Rc<RefCell<Outbox>>>,
+    /// Outbox calls in flight: token → which call.
+    calls: BTreeMap<u32, CallId>,
+    /// The epoch question in flight.
+    epoch_call: Option<u32>,
+    /// The host asked this root context to finish while the outbox still
+    /// held claims: it keeps ticking until they are settled.
+    draining: bool,
+}
+
+impl Root {
+    /// `on_configure`: parses the plugin configuration (F12). An invalid one
+    /// is logged, naming the field, and refused: the plugin does not start.
+    pub fn configure(&mut self, host: &mut impl Host) -> bool {
+        let json = host.buffer(Buffer::PluginConfiguration, usize::MAX);
+        match parse_plugin_config(&json) {
+            Ok(config) => {
+                host.set_tick_period(config.tick_period());
+                let outbox = Rc::clone(
+                    self.outbox
+                        .get_or_insert_with(|| Rc::new(RefCell::new(Outbox::new(0)))),
+                );
+                if let Ok(mut held) = outbox.try_borrow_mut() {
+                    held.set_max_bytes(config.outbox.max_bytes);
+                }
+                self.worker = Some(Rc::new(Worker::new(Rc::new(config), outbox)));
+                true
+            }
+            Err(error) => {
+                host.log(
+                    LogLevel::Error,
+                    &format!("invalid plugin configuration: {error}"),
+                );
+                false
+            }
+        }
+    }
+
+    /// The worker's state, once a configuration was accepted.
+    pub(crate) fn worker(&self) -> Option<&Rc<Worker>> {
+        self.worker.as_ref()
+    }
+
+    /// `on_tick`: asks for the operator epoch when it is due, runs the
+    /// outbox's due renewals and deliveries, and finishes a retired plugin
+    /// once its outbox is settled.
+    pub fn on_tick(&mut self, host: &mut impl Host) {
+        let Some(worker) = self.worker.clone() else {
+            return;
+        };
+        if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut)
+            && watch.due(host.now_ms())
+        {
+            let store = &worker.config.lease_store;
+            let callout = Callout::Epoch {
+                timeout: store.timeout,
+            };
+            match host.dispatch(store, &callout) {
+                Some(token) => self.epoch_call = Some(token),
+                None => watch.not_sent(),
+            }
+        }
+        let actions = match worker.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.on_tick(host.now_ms()),
+            Err(_) => return,
+        };
+        self.perform(&worker, actions, host);
+        let settled = worker.outbox.try_borrow().is_ok_and(|o| o.is_empty());
+        if self.draining && self.calls.is_empty() && settled {
+            self.draining = false;
+            host.log(LogLevel::Info, "record outbox settled; plugin retired");
+            host.done();
+        }
+    }
+
+    /// Performs what the outbox asked for; a call the host refuses to
+    /// dispatch is answered at once, and what that answer asks runs too.
+    fn perform(&mut self, worker: &Worker, actions: Vec<OutboxAction>, host: &mut impl Host) {
+        let mut queue: VecDeque<OutboxAction> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            let Some((id, call)) = perform(action, host) else {
+                continue;
+            };
+            let store = &worker.config.lease_store;
+            let callout = Callout::Call {
+                call,
+                timeout: store.timeout,
+            };
+            match host.dispatch(store, &callout) {
+                Some(token) => {
+                    self.calls.insert(token, id);
+                }
+                None => {
+                    if let Ok(mut outbox) = worker.outbox.try_borrow_mut() {
+                        let answer = Err(CallError::Dispatch);
+                        queue.extend(outbox.on_answer(id, answer, host.now_ms()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Driver for Root {
+    /// `on_http_call_response`: the epoch question or an outbox call answered
+    /// (calls dispatched from `on_tick` answer to the root context).
+    fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
+        let Some(worker) = self.worker.clone() else {
+            return;
+        };
+        if self.epoch_call == Some(answered.token) {
+            self.epoch_call = None;
+            let answer = read_answer(host, answered);
+            if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
+                watch.answered(parse_epoch_answer(&answer));
+            }
+            return;
+        }
+        let Some(id) = self.calls.remove(&answered.token) else {
+            return;
+        };
+        let result = parse_ack_answer(&read_answer(host, answered));
+        let actions = match worker.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.on_answer(id, result, host.now_ms()),
+            Err(_) => return,
+        };
+        self.perform(&worker, actions, host);
+    }
+
+    /// `on_done`: the host retires this root context (the plugin was
+    /// reconfigured or is being removed). Claims still in the outbox would be
+    /// forgotten with it — each one a same-body retry that runs again — so it
+    /// asks to stay until they are settled; every delivery ends by its retry
+    /// budget (`docs/envoy-facts.md#a-retired-root-context-keeps-working`).
+    fn on_done(&mut self, host: &mut impl Host) -> bool {
+        let done = self
+            .outbox
+            .as_ref()
+            .is_none_or(|outbox| outbox.try_borrow().is_ok_and(|o| o.is_empty()));
+        self.draining = !done;
+        if self.draining {
+            host.log(
+                LogLevel::Info,
+                "plugin retired with claims in the record outbox: settling them first",
+            );
+        }
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+//! The operator CLI against a running store (L6) and `lease-store fingerprint` (K5).
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+
+use crate::support::*;
+use keyflight_protocol::{Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target};
+
+fn records(server: &Server, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("records")
+        .args(args)
+        .env("KEYFLIGHT_URL", &server.api.base)
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN)
+        .env_remove("KEYFLIGHT_ADMIN_TOKEN_FILE")
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn records_commands_show_list_and_erase_through_the_admin_api() {
+    let server = start_server(&[]).await;
+    let (scope, _, claim_id) = server.api.win("cli").await;
+    server.api.finalize(&scope, &claim_id).await;
+
+    let list = stdout(&records(
+        &server,
+        &["list", "--state", "completed", "--limit", "1000"],
+    ));
+    assert!(list.starts_with("SCOPE") && list.contains(&scope), "{list}");
+    let show = stdout(&records(&server, &["show", &scope]));
+    assert!(show.contains("state:            completed"), "{show}");
+    assert!(
+        show.contains("response status:  201") && show.contains("{\"id\":42}"),
+        "{show}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&records(&server, &["show", &scope, "--json"]))).unwrap();
+    assert_eq!(json["scope"], scope.as_str());
+
+    let refused = records(&server, &["erase", &scope]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--i-understand-replay-risk"));
+    stdout(&records(
+        &server,
+        &["erase", &scope, "--i-understand-replay-risk"],
+    ));
+    let gone = records(&server, &["show", &scope]);
+    assert!(!gone.status.success());
+    let error = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        error.contains("not_found"),
+        "a problem answer becomes one error line: {error}"
+    );
+}
+
+#[test]
+fn fingerprint_prints_the_filters_fingerprint_and_the_scope() {
+    let output = Command::new(BIN)
+        .args([
+            "fingerprint",
+            "--method",
+            "POST",
+            "--path",
+            "/payments?b=2&a=1",
+            "--content-type",
+            "application/json",
+            "--body",
+            "{\"b\": 1, \"a\": 1.0}",
+            "--header",
+            "If-Match: \"v1\"",
+            "--header",
+            "x-request-id: ignored",
+            "--key",
+            "key-1",
+            "--principal-source",
+            "header:x-user",
+            "--principal",
+            "alice",
+            "--authority",
+            "API.example.com:443",
+            "--scheme",
+            "https",
+        ])
+        .output()
+        .unwrap();
+    let text = stdout(&output);
+    let headers: Vec<(String, Vec<u8>)> = [
+        (":method", "POST"),
+        (":path", "/payments?b=2&a=1"),
+        (":authority", "api.example.com"),
+        (":scheme", "https"),
+        ("content-type", "application/json"),
+        ("if-match", "\"v1\""),
+        ("idempotency-key", "key-1"),
+    ]
+    .iter()
+    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+    .collect();
+    let names = ["if-match".to_owned(), "x-approval-digest".to_owned()];
+    let rules = Rules {
+        key_header: "idempotency-key",
+        fingerprint_headers: &names,
+    };
+    let head =
+        RequestHead::read(Target::from_headers(&headers).unwrap(), &headers, &rules).unwrap();
+    let source = PrincipalSource::Header("x-user".into());
+    let expected = head.identify(
+        Principal::Named {
+            source: &source,
+            name: "alice",
+        },
+        ScopeMode::Route,
+        b"{\"b\": 1, \"a\": 1.0}",
+    );
+    assert!(
+        text.contains(&format!(
+            "fingerprint:      {}",
+            expected.explanation.fingerprint
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("scope:            {}", expected.scope.unwrap())),
+        "{text}"
+    );
+    assert!(
+        text.contains("authority:        api.example.com\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("media type:       application/json\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("canonical body:   {\"a\":1,\"b\":1}"),
+        "{text}"
+    );
+    assert!(text.contains("query:            a=1"), "{text}");
+    assert!(
+        !text.contains("x-request-id"),
+        "transport headers never count: {text}"
+    );
+}

@@ -1,0 +1,19 @@
+//! The lease-store over HTTP, as the filter and operators reach it: `lease-store serve` as a
+//! child process on a real throwaway Postgres. One binary, one module per topic; `support`
+//! starts servers and sends requests.
+
+#![allow(clippy::unwrap_used)]
+
+mod auth;
+mod claims;
+mod cli;
+mod contract_ranges;
+mod database_down;
+mod epoch;
+mod input;
+mod lifecycle;
+mod logs_hold_no_secrets;
+mod openapi_conformance;
+mod recorded_headers;
+mod records;
+mod support;

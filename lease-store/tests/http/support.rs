@@ -1,0 +1,287 @@
+//! Shared set-up for the HTTP-level tests: the real `lease-store` binary
+//! against a real Postgres.
+//!
+//! Each test binary starts ONE Postgres cluster on first use and migrates it
+//! with `lease-store migrate` (so that subcommand is exercised too). Each test
+//! starts its own `lease-store serve` process(es) on free ports, so counters
+//! in `/metrics` belong to that test alone, and works on scopes unique to it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use keyflight_protocol::Digest;
+use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+
+/// The filter's bearer token in these tests.
+pub const TOKEN: &str = "filter-token-for-tests";
+/// The admin token in these tests.
+pub const ADMIN: &str = "admin-token-for-tests";
+
+/// Path of the binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_lease-store");
+
+/// The binary's shared, migrated cluster.
+pub fn cluster() -> &'static PgCluster {
+    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let cluster = PgCluster::start();
+        migrate(&cluster.url());
+        cluster
+    })
+}
+
+/// Runs `lease-store migrate` against `url`; panics with its output on failure.
+pub fn migrate(url: &str) {
+    let output = Command::new(BIN)
+        .arg("migrate")
+        .env("KEYFLIGHT_DATABASE_URL", url)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "lease-store migrate failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A `lease-store serve` command on `port` with the test tokens, no inherited KEYFLIGHT_* settings.
+pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("KEYFLIGHT_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(extra_args)
+        .env("KEYFLIGHT_DATABASE_URL", database_url)
+        .env("KEYFLIGHT_TOKEN", TOKEN)
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN)
+        .env("RUST_LOG", "info");
+    command
+}
+
+/// A running `lease-store serve` and a client for it.
+pub struct Server {
+    /// The process (killed on drop).
+    pub child: ChildGuard,
+    /// Its API.
+    pub api: Api,
+}
+
+/// Starts `serve` on the binary's cluster and waits until `/readyz` answers 200.
+pub async fn start_server(extra_args: &[&str]) -> Server {
+    start_server_on(&cluster().url(), extra_args).await
+}
+
+/// Starts `serve` on `database_url` and waits until `/readyz` answers 200.
+pub async fn start_server_on(database_url: &str, extra_args: &[&str]) -> Server {
+    let port = free_port();
+    let mut child = ChildGuard::spawn("lease-store", serve_command(database_url, port, extra_args));
+    let base = format!("http://127.0.0.1:{port}");
+    wait_http_ok(
+        &format!("{base}/readyz"),
+        Duration::from_secs(30),
+        Some(&mut child),
+    )
+    .await;
+    Server {
+        child,
+        api: Api::new(base),
+    }
+}
+
+/// A digest no other test uses.
+pub fn fresh_digest(label: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Digest::of(format!("{label}/{}/{nanos}/{n}", std::process::id()).as_bytes()).to_hex()
+}
+
+/// One HTTP answer, body parsed as JSON when it is JSON.
+#[derive(Debug)]
+pub struct Answer {
+    /// Status code.
+    pub status: u16,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The body as text.
+    pub text: String,
+    /// The body as JSON (`Null` when it is not JSON).
+    pub json: Value,
+}
+
+impl Answer {
+    /// Asserts a problem+json answer with `status` and `code`; returns its detail.
+    pub fn assert_problem(&self, status: u16, code: &str) -> String {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.text
+        );
+        assert_eq!(
+            self.headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("application/problem+json"),
+            "problem answers are problem+json; body: {}",
+            self.text
+        );
+        assert_eq!(self.json["code"], code, "body: {}", self.text);
+        assert_eq!(self.json["status"], status, "body: {}", self.text);
+        assert!(self.json["type"].is_string() && self.json["title"].is_string());
+        self.json["detail"].as_str().unwrap().to_owned()
+    }
+
+    /// The `outcome` of a claim answer (asserting 200).
+    pub fn outcome(&self) -> &str {
+        assert_eq!(self.status, 200, "claim failed: {}", self.text);
+        self.json["outcome"].as_str().unwrap()
+    }
+}
+
+/// A small client for one server.
+#[derive(Clone)]
+pub struct Api {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    /// A client for `base`.
+    pub fn new(base: String) -> Self {
+        Api {
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Sends a request; `token` becomes the bearer token.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        build: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Answer {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = build(request).send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+
+    /// POSTs a JSON body with `token`.
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Answer {
+        self.send(reqwest::Method::POST, path, token, |r| r.json(body))
+            .await
+    }
+
+    /// POSTs raw bytes as `application/json` with the filter token.
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+        self.send(reqwest::Method::POST, path, Some(TOKEN), |r| {
+            r.header("content-type", "application/json").body(body)
+        })
+        .await
+    }
+
+    /// GETs with `token`.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        self.send(reqwest::Method::GET, path, token, |r| r).await
+    }
+
+    /// Claims `scope` with the filter token.
+    pub async fn claim(&self, scope: &str, fingerprint: &str, wait_ms: u64) -> Answer {
+        self.post(
+            &format!("/v1/claims/{scope}"),
+            Some(TOKEN),
+            &json!({ "fingerprint": fingerprint, "lease_ms": 60_000, "wait_ms": wait_ms }),
+        )
+        .await
+    }
+
+    /// Claims a fresh scope and asserts the claim was won; returns (scope, fingerprint, claim_id).
+    pub async fn win(&self, label: &str) -> (String, String, String) {
+        let scope = fresh_digest(label);
+        let fingerprint = fresh_digest("fingerprint");
+        let answer = self.claim(&scope, &fingerprint, 0).await;
+        assert_eq!(answer.outcome(), "won", "{}", answer.text);
+        let claim_id = answer.json["claim_id"].as_str().unwrap().to_owned();
+        (scope, fingerprint, claim_id)
+    }
+
+    /// Finalizes with a small JSON response; asserts 200.
+    pub async fn finalize(&self, scope: &str, claim_id: &str) -> Value {
+        let response = sample_response();
+        self.finalize_with(scope, claim_id, &response).await;
+        response
+    }
+
+    /// Finalizes with `response` (a wire `StoredResponse` as JSON), replayable; asserts 200.
+    pub async fn finalize_with(&self, scope: &str, claim_id: &str, response: &Value) {
+        let answer = self
+            .post(
+                &format!("/v1/claims/{scope}/finalize"),
+                Some(TOKEN),
+                &json!({ "claim_id": claim_id, "response": response, "replayable": true }),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "finalize failed: {}", answer.text);
+    }
+
+    /// The value of a counter line in `/metrics` (0 when absent).
+    pub async fn counter(&self, series: &str) -> u64 {
+        let metrics = self.get("/metrics", None).await;
+        assert_eq!(metrics.status, 200);
+        metrics
+            .text
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Polls `/metrics` until `series` reaches `at_least` (paced; panics after 20 s).
+    pub async fn wait_counter(&self, series: &str, at_least: u64) {
+        keyflight_testkit::process::eventually(
+            &format!("{series} >= {at_least}"),
+            Duration::from_secs(20),
+            || async { self.counter(series).await >= at_least },
+        )
+        .await;
+    }
+}
+
+/// The response the tests record.
+pub fn sample_response() -> Value {
+    json!({
+        "status": 201,
+        "headers": [["content-type", "application/json"], ["etag", "\"v1\""]],
+        "body_b64": "eyJpZCI6NDJ9"
+    })
+}

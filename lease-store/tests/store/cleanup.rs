@@ -1,0 +1,170 @@
+//! L5 against a real Postgres: retention cleanup deletes terminal rows and
+//! abandoned `pending` rows past retention, in batches, and never a live
+//! (reclaimed or leased) row nor an `unknown` one.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::support::*;
+use keyflight_lease_store::cleanup::run_once;
+use keyflight_lease_store::store::Store;
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ReleaseAs, ReleaseRequest, WonHow};
+use tokio::sync::Mutex;
+
+/// Cleanup deletes rows of every test in this binary, so the tests that
+/// count deletions take turns.
+static CLEANUP: Mutex<()> = Mutex::const_new(());
+
+/// A completed record already past its retention.
+async fn expired_completed(store: &Store, db: &tokio_postgres::Client, label: &str) -> Digest {
+    let scope = fresh_scope();
+    let (claim_id, _, _) = must_win(store, &scope, &claim_req(fingerprint(label), 10_000)).await;
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
+    age_past_retention(db, &scope).await;
+    scope
+}
+
+#[tokio::test]
+async fn cleanup_never_deletes_a_record_reclaimed_after_its_retention() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = expired_completed(&store, &db, "reclaimed").await;
+    let (claim_id, _, how) = must_win(&store, &scope, &claim_req(fingerprint("new"), 10_000)).await;
+    assert_eq!(how, WonHow::RecoveredTtl);
+
+    run_once(&store, 100).await.unwrap();
+    let (state, _, owner) = row_state(&db, &scope).await.unwrap();
+    assert_eq!((state.as_str(), owner), ("pending", Some(claim_id)));
+}
+
+#[tokio::test]
+async fn cleanup_keeps_pending_unknown_and_unexpired_rows() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+
+    // Leases outlive the test binary: a lease running out mid-run would let
+    // another test's pass delete the row and skew its count.
+    let req = claim_req(fingerprint("kept"), 600_000);
+    let pending = fresh_scope();
+    must_win(&store, &pending, &req).await;
+    age_past_retention(&db, &pending).await;
+    let unknown = fresh_scope();
+    let (claim_id, _, _) = must_win(&store, &unknown, &req).await;
+    store
+        .release(
+            &unknown,
+            &ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Unknown,
+                cooldown_ms: None,
+            },
+        )
+        .await
+        .unwrap();
+    age_past_retention(&db, &unknown).await;
+    let fresh = fresh_scope();
+    let (claim_id, _, _) = must_win(&store, &fresh, &claim_req(fingerprint("kept"), 10_000)).await;
+    store.finalize(&fresh, finalize_ok(claim_id)).await.unwrap();
+
+    run_once(&store, 100).await.unwrap();
+    for scope in [pending, unknown, fresh] {
+        assert!(
+            row_state(&db, &scope).await.is_some(),
+            "{scope} was deleted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cleanup_deletes_an_abandoned_pending_row_past_retention_but_never_a_leased_one() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+
+    let abandoned = fresh_scope();
+    must_win(&store, &abandoned, &claim_req(fingerprint("crashed"), 50)).await;
+    wait_for_lease_expiry(&db, &abandoned).await;
+    age_past_retention(&db, &abandoned).await;
+    let leased = fresh_scope();
+    let (claim_id, _, _) =
+        must_win(&store, &leased, &claim_req(fingerprint("slow"), 600_000)).await;
+    age_past_retention(&db, &leased).await;
+
+    run_once(&store, 100).await.unwrap();
+    assert!(
+        row_state(&db, &abandoned).await.is_none(),
+        "an abandoned pending row past retention must be deleted"
+    );
+    let (state, _, owner) = row_state(&db, &leased).await.unwrap();
+    assert_eq!((state.as_str(), owner), ("pending", Some(claim_id)));
+}
+
+#[tokio::test]
+async fn cleanup_deletes_expired_terminal_rows_in_batches_and_counts_them() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    // Leftovers of other tests would skew the count: start from a clean slate.
+    run_once(&store, 1000).await.unwrap();
+
+    let mut scopes = Vec::new();
+    for i in 0..7 {
+        scopes.push(expired_completed(&store, &db, &format!("batch {i}")).await);
+    }
+    let failed = fresh_scope();
+    let (claim_id, _, _) =
+        must_win(&store, &failed, &claim_req(fingerprint("failed"), 10_000)).await;
+    store
+        .release(
+            &failed,
+            &ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Cooldown,
+                cooldown_ms: Some(60_000),
+            },
+        )
+        .await
+        .unwrap();
+    age_past_retention(&db, &failed).await;
+    scopes.push(failed);
+
+    assert_eq!(store.delete_expired_batch(3).await.unwrap(), 3);
+    assert_eq!(run_once(&store, 3).await.unwrap(), 5);
+    for scope in &scopes {
+        assert!(row_state(&db, scope).await.is_none());
+    }
+    assert_eq!(run_once(&store, 3).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_cleanup_loop_reports_each_batch_and_stops_on_shutdown() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    run_once(&store, 1000).await.unwrap();
+    for i in 0..5 {
+        expired_completed(&store, &db, &format!("loop {i}")).await;
+    }
+    let (batches_tx, mut batches) = tokio::sync::mpsc::unbounded_channel();
+    let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    let handle = keyflight_lease_store::cleanup::spawn(
+        store.clone(),
+        keyflight_lease_store::cleanup::CleanupSettings {
+            interval: std::time::Duration::from_millis(50),
+            batch_size: 2,
+        },
+        move |n| {
+            let _ = batches_tx.send(n);
+        },
+        shutdown_rx,
+    );
+    let mut seen = Vec::new();
+    while seen.iter().sum::<u64>() < 5 {
+        seen.push(batches.recv().await.unwrap());
+    }
+    assert_eq!(seen, vec![2, 2, 1]);
+    shutdown.send(true).unwrap();
+    handle.await.unwrap();
+}

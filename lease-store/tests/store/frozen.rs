@@ -1,0 +1,116 @@
+//! Failure modes against a Postgres that stops answering without closing
+//! anything (a hung host, a stalled VM), simulated by SIGSTOPping the cluster:
+//! the store answers `Unavailable` within its timeout instead of hanging,
+//! never hands the stuck connection to the next caller, and the `LISTEN`
+//! connection notices and reconnects. Each test owns its cluster, since it
+//! freezes it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use keyflight_lease_store::longpoll::LongPoll;
+use keyflight_lease_store::store::{Store, StoreError, StoreSettings, migrate};
+use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::process::eventually;
+use tokio::sync::watch;
+
+/// A short server-side timeout, so the test's bounds are short too.
+const STATEMENT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long a call may take while the database is frozen: twice the timeout.
+const BOUND: Duration = Duration::from_millis(1000);
+
+/// Thaws the cluster when dropped, so a failed assertion never leaves it
+/// stopped (a stopped cluster cannot be shut down).
+struct Thaw<'a>(&'a PgCluster);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+fn short_timeout_settings(url: &str) -> StoreSettings {
+    StoreSettings {
+        statement_timeout: STATEMENT_TIMEOUT,
+        takeover_grace: Duration::ZERO,
+        ..settings(url)
+    }
+}
+
+/// Runs `call`, failing the test (rather than hanging it) if it takes far
+/// longer than `BOUND`; returns its result and how long it took.
+async fn timed<T>(call: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let result = tokio::time::timeout(BOUND * 10, call)
+        .await
+        .unwrap_or_else(|_| panic!("the call hung for {:?}", BOUND * 10));
+    (result, started.elapsed())
+}
+
+#[tokio::test]
+async fn a_frozen_database_is_unavailable_within_the_timeout_and_the_stuck_connection_is_discarded()
+{
+    let cluster = PgCluster::start();
+    migrate(&cluster.url()).await.unwrap();
+    let store = Store::connect(&short_timeout_settings(&cluster.url()))
+        .await
+        .unwrap();
+    must_win(&store, &fresh_scope(), &claim_req(fingerprint("a"), 30_000)).await;
+    assert_eq!(store.pool_status().size, 1, "the pool keeps the connection");
+
+    let thaw = Thaw(&cluster);
+    cluster.freeze();
+    let (claimed, took) =
+        timed(store.claim(&fresh_scope(), &claim_req(fingerprint("b"), 1000))).await;
+    assert!(
+        matches!(claimed, Err(StoreError::Unavailable(_))),
+        "{claimed:?}"
+    );
+    assert!(took < BOUND, "claim took {took:?}");
+    assert_eq!(
+        store.pool_status().size,
+        0,
+        "the connection that timed out must leave the pool"
+    );
+    let (ready, took) = timed(store.readiness()).await;
+    assert!(
+        matches!(ready, Err(StoreError::Unavailable(_))),
+        "{ready:?}"
+    );
+    assert!(took < BOUND, "readiness took {took:?}");
+    drop(thaw);
+
+    let (claimed, took) =
+        timed(store.claim(&fresh_scope(), &claim_req(fingerprint("c"), 1000))).await;
+    assert!(claimed.is_ok(), "{claimed:?}");
+    assert!(took < BOUND, "the first claim after thawing took {took:?}");
+}
+
+#[tokio::test]
+async fn the_listen_connection_notices_a_frozen_database_and_reconnects() {
+    let cluster = PgCluster::start();
+    migrate(&cluster.url()).await.unwrap();
+    let (_shutdown, shutdown_rx) = watch::channel(false);
+    let (longpoll, _listener) = LongPoll::start(&cluster.url(), shutdown_rx);
+    eventually("listener up", Duration::from_secs(30), || async {
+        longpoll.listening()
+    })
+    .await;
+
+    let thaw = Thaw(&cluster);
+    cluster.freeze();
+    eventually(
+        "listener noticed the freeze",
+        Duration::from_secs(30),
+        || async { !longpoll.listening() },
+    )
+    .await;
+    drop(thaw);
+    eventually("listener back", Duration::from_secs(30), || async {
+        longpoll.listening()
+    })
+    .await;
+}

@@ -1,0 +1,20 @@
+//! The lease-store against a real throwaway Postgres, store level: claims, fencing, the
+//! long-poll, group commit, cleanup and the outages it must survive. One binary, one module
+//! per topic; `support` starts the shared cluster and builds requests.
+
+#![allow(clippy::unwrap_used)]
+
+mod batch_claims;
+mod batch_finalizes;
+mod claim;
+mod cleanup;
+mod dead_first_host;
+mod epoch;
+mod frozen;
+mod longpoll;
+mod read_only_node;
+mod records;
+mod repeats;
+mod support;
+mod takeover_grace;
+mod unavailable;
