@@ -64,7 +64,7 @@ build:
 	$(CARGO) build --workspace --bins
 
 build-release:
-	$(CARGO) build --release -p keyflight-lease-store -p keyflight-demo-upstream
+	$(CARGO) build --release -p keyflight-lease-store -p keyflight-demo-upstream -p keyflight-testkit --bin keyflight-stack
 
 lint: fmt-check clippy doc-links
 
@@ -124,20 +124,24 @@ fuzz-smoke:
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS)
 
-up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs)
-	$(if $(filter 1,$(HA)),$(CARGO) build --release -p keyflight-testkit --bin keyflight-ha)
-	scripts/up.sh
+# The one launcher (testkit's keyflight-stack) runs the stack in the background; what runs
+# where is in .run/stack.json, every part's log in .run/logs/.
+STACK := target/release/keyflight-stack
+STACK_FLAGS = --dir .run --release --replicas $(or $(REPLICAS),1) $(if $(filter 1,$(HA)),--ha)
 
-# With `make up HA=1`: kill the primary's node (Patroni promotes the standby), and bring
-# killed nodes back as standbys. What happened is in .run/postgres-ha.log.
+up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(STACK) up $(STACK_FLAGS)
+
+# With `make up HA=1`: kill the primary's node (Patroni promotes the standby; the answer is
+# the failover's timings), and bring killed nodes back as standbys.
 ha-kill-primary:
-	scripts/ha-signal.sh USR1
+	$(STACK) ctl --dir .run kill-primary
 
 ha-restart-nodes:
-	scripts/ha-signal.sh USR2
+	$(STACK) ctl --dir .run rejoin-nodes
 
 down:
-	scripts/down.sh
+	@if [ -x $(STACK) ]; then $(STACK) down --dir .run; fi
 
 # Side-by-side measurements (about 5 minutes; not part of make test).
 bench: prereqs envoy wasm
@@ -163,4 +167,4 @@ images: rust-targets wasm
 	scripts/images.sh
 
 demo: up
-	@trap 'scripts/down.sh' EXIT; scripts/demo.sh
+	@trap '$(STACK) down --dir .run' EXIT; scripts/demo.sh .run

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# A narrated walk through keyflight against the stack that up.sh started. Every step says
-# what it does, shows what came back, and checks it: a failed check exits non-zero, so
-# `make demo` doubles as a smoke test of the whole stack.
+# A narrated walk through keyflight against the stack that `make up` started (the launcher,
+# `keyflight-stack`; what runs where is in DIR/stack.json). Every step says what it does,
+# shows what came back, and checks it: a failed check exits non-zero, so `make demo` doubles
+# as a smoke test of the whole stack.
+#   scripts/demo.sh [DIR]   DIR: the stack's directory (default .run)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dir="${1:-$root/.run}"
+stack="$root/target/release/keyflight-stack"
 
+say() { printf '%s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
 command -v jq >/dev/null || die "jq not found: apt-get install jq"
-live_pid envoy >/dev/null || die "the stack is not running: scripts/up.sh first (make up)"
+[[ -f "$dir/stack.json" ]] || die "the stack is not running: make up first"
+described() { jq -r "$1" "$dir/stack.json"; }
+ENVOY_ADDR="127.0.0.1:$(described '.envoys[0].listener')"
+UPSTREAM_ADDR="127.0.0.1:$(described '.upstream.port')"
 
 edge="http://$ENVOY_ADDR"
 work="$(mktemp -d)"
@@ -98,10 +107,7 @@ check "problem code" idempotency_key_invalid "$(jq -r .code "$work/invalid.b")"
 check "upstream executions" "$before" "$(executions)"
 
 step "7. With the lease-store down, guarded requests fail closed: 503, and the upstream is never called"
-pid="$(live_pid lease-store)" || die "the lease-store is not running"
-note "killing the lease-store (pid $pid)"
-kill -KILL "$pid"
-while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+note "killing the lease-store: $("$stack" ctl --dir "$dir" kill lease-store 0)"
 before="$(executions)"
 status="$(pay "$work/down" "demo-$run_id-down" '{"amount":42}')"
 note "-> $status retry-after: $(header "$work/down" retry-after)  $(cat "$work/down.b")"
@@ -110,11 +116,10 @@ check "problem code" journal_unavailable "$(jq -r .code "$work/down.b")"
 check "retry-after present" yes "$([[ -n "$(header "$work/down" retry-after)" ]] && echo yes || echo no)"
 check "upstream executions" "$before" "$(executions)"
 
-note "restarting the lease-store so the stack is whole again"
-start_lease_store
+note "restarting the lease-store so the stack is whole again: $("$stack" ctl --dir "$dir" start lease-store 0)"
 
 if ((failures > 0)); then
-    printf '\n\033[31m%d check(s) failed\033[0m (logs in %s)\n' "$failures" "$run"
+    printf '\n\033[31m%d check(s) failed\033[0m (logs in %s)\n' "$failures" "$dir/logs"
     exit 1
 fi
 printf '\n\033[32mall checks passed\033[0m\n'

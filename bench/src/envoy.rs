@@ -1,7 +1,7 @@
 //! The two Envoys of the bench stack, both rendered from the shipped `envoy/demo.yaml`.
 //!
 //! * **guarded**: the shipped config as the e2e tests render it (ports, wasm path, plugin
-//!   JSON: [`keyflight_e2e::envoy_config::render`]), the keyflight filter in front of the
+//!   JSON: [`keyflight_testkit::envoy_config::render`]), the keyflight filter in front of the
 //!   demo upstream;
 //! * **plain**: the same rendering with the wasm filter taken out of the HTTP filter chain,
 //!   plus a `direct_response` route at [`DIRECT_PATH`] that answers like a replay would.
@@ -11,7 +11,7 @@
 //! keyflight costs. Each edit finds its anchor exactly once, like the e2e renderer, so a
 //! drift in the shipped file fails loudly here instead of measuring something else.
 
-use keyflight_e2e::yaml_lines;
+use keyflight_testkit::yaml_lines;
 
 use crate::error::BenchError;
 
@@ -112,7 +112,7 @@ fn drift(detail: &str) -> BenchError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyflight_e2e::envoy_config::shipped_demo_yaml;
+    use keyflight_testkit::envoy_config::shipped_demo_yaml;
 
     #[test]
     fn the_plain_config_has_no_wasm_filter_and_a_direct_route() {

@@ -9,7 +9,9 @@ use crate::load::UniqueSource;
 use crate::procfs::Watched;
 use crate::report::Row;
 use crate::rotation::{self, Schedule, load};
-use crate::stack::{BenchStack, Envoy};
+use keyflight_testkit::stack::ExtraEnvoy;
+
+use crate::stack::BenchStack;
 use crate::stats::Target;
 use crate::suite::prime_replay;
 use crate::workload::{RequestTemplate, Workload};
@@ -52,7 +54,7 @@ pub struct Charged<'a> {
 /// Runs the large-body rotation and returns its rows.
 pub async fn rows(
     stack: &BenchStack,
-    plain: &Envoy,
+    plain: &ExtraEnvoy,
     charged: Charged<'_>,
     run_id: &str,
     schedule: Schedule,

@@ -12,7 +12,9 @@ use crate::load::UniqueSource;
 use crate::procfs::Watched;
 use crate::report::Row;
 use crate::rotation::{self, Schedule, load};
-use crate::stack::{BenchStack, Envoy};
+use keyflight_testkit::stack::ExtraEnvoy;
+
+use crate::stack::BenchStack;
 use crate::stats::Target;
 use crate::suite::{edge_cache_hits, prime_replay};
 use crate::workload::{RequestTemplate, Workload};
@@ -24,7 +26,7 @@ pub type Payment<'a> = &'a dyn Fn(&str, &str) -> Result<RequestTemplate, BenchEr
 #[allow(clippy::too_many_arguments)]
 pub async fn rows(
     stack: &BenchStack,
-    plain: &Envoy,
+    plain: &ExtraEnvoy,
     replay_answer: &str,
     payment: Payment<'_>,
     (store, postgres): (Watched, &[Watched]),

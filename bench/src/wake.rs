@@ -21,7 +21,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
-use keyflight_e2e::StoreMetrics;
+use keyflight_testkit::metrics::StoreMetrics;
 
 use crate::error::BenchError;
 use crate::http::Connection;

@@ -14,15 +14,15 @@
 use std::time::Duration;
 
 use keyflight_testkit::process::Signal;
+use keyflight_testkit::stack::Stack;
 
 use crate::history::{Fault, FaultKind};
 use crate::plan::FaultStep;
-use crate::stack::ChaosStack;
 use crate::workload::Clock;
 
 /// Runs `steps` until `duration_ms`; returns the faults injected.
 pub async fn run(
-    stack: &mut ChaosStack,
+    stack: &mut Stack,
     steps: &[FaultStep],
     clock: Clock,
     duration_ms: u64,
@@ -49,9 +49,9 @@ pub async fn run(
                 stack.signal_store(step.target, Signal::Cont);
             }
             FaultKind::PostgresCrash => {
-                let crashed = stack.crash_postgres().await;
+                let crash = stack.crash_postgres().await;
                 tokio::time::sleep(hold).await;
-                stack.restart_postgres(crashed).await;
+                stack.recover_postgres(crash).await;
             }
             FaultKind::PrimaryNodeDeath => {
                 if let Some((old_primary, window)) = stack.fail_primary_node().await {

@@ -90,14 +90,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use keyflight_e2e::binaries::workspace_root;
-use keyflight_e2e::envoy_config;
 use keyflight_lease_store::config::parse_duration;
+use keyflight_testkit::binaries::workspace_root;
+use keyflight_testkit::envoy_config;
+use keyflight_testkit::stack::Stack;
 use serde_json::{Value, json};
 
 use crate::history::{FaultKind, History};
 use crate::plan::Settings;
-use crate::stack::ChaosStack;
 use crate::workload::Clock;
 
 /// The policy's lease: short enough that a fault outlasts it.
@@ -207,8 +207,8 @@ async fn run(cli: Cli) -> Result<bool, String> {
         dir.display()
     );
 
-    let mut stack = ChaosStack::start(&dir, &plugin, REPLICAS, cli.ha).await;
-    let endpoints = stack.endpoints();
+    let mut stack = Stack::start(stack::options(&dir, &plugin, REPLICAS, cli.ha)).await;
+    let endpoints = stack::Endpoints::of(&stack);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -238,7 +238,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
     let verification_executions =
         verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
-    let handoffs = stack.handoffs();
+    let handoffs = stack::handoffs(&stack);
     drop(stack);
 
     let history = History {

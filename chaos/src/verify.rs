@@ -85,7 +85,7 @@ fn convert(logged: LoggedExecution, run_start_unix_ms: u64) -> Execution {
     }
 }
 
-/// `envoy-N` → `N` (the value of [`VIA_HEADER`]).
+/// `envoy-N` → `N` (the value of [`keyflight_testkit::stack::VIA_HEADER`]).
 fn parse_via(value: &str) -> Option<usize> {
     value.strip_prefix("envoy-")?.parse().ok()
 }
@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_via_header_names_an_envoy_or_nothing() {
-        assert_eq!(parse_via(&crate::stack::via_value(3)), Some(3));
+        assert_eq!(parse_via(&keyflight_testkit::stack::via_value(3)), Some(3));
         assert_eq!(parse_via("proxy"), None);
     }
 }

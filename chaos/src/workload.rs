@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use keyflight_e2e::stack::SHARED_AUTHORITY;
+use keyflight_testkit::stack::SHARED_AUTHORITY;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;

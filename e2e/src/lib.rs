@@ -7,31 +7,22 @@
 //! *and* on what happened behind the edge: upstream executions ([`Stack::upstream_executions`])
 //! and lease-store counters ([`Stack::store_metrics`]).
 //!
-//! Envoy's configuration is rendered from the shipped `envoy/demo.yaml` (see [`envoy_config`]),
-//! with only ports, the wasm path and the plugin JSON swapped, so the file users run is the
-//! file the tests prove.
-//!
-//! Scenarios beyond the demo shape add to that: a second Envoy + lease-store replica
-//! ([`StackOptions::two_replicas`], from the shipped `envoy/two-replicas.yaml`), Envoy edits
-//! for `jwt_authn`, an mTLS listener or a short route timeout ([`envoy_variants`]), and the
-//! tokens and certificates those need ([`jwt`], [`mtls`]), and a listener served from a
-//! file so a plugin configuration can be pushed to a running Envoy ([`lds`]).
+//! The stack itself is the one launcher's (`keyflight_testkit::stack`): Envoy's config is
+//! rendered from the shipped `envoy/*.yaml` with only ports, the wasm path and the plugin
+//! JSON swapped, so the file users run is the file the tests prove. Scenarios beyond the
+//! demo shape use its options (two replicas, a replicated Postgres, Envoy edits for
+//! `jwt_authn`, an mTLS listener or a short route timeout, a listener served from a file)
+//! and the tokens and certificates those need ([`jwt`], [`mtls`]).
 //!
 //! The binaries are not built by `cargo test -p keyflight-e2e`: `make test` builds them
-//! first. [`binaries`] says where they are looked for and how to override that.
+//! first. `keyflight_testkit::binaries` says where they are looked for and how to override
+//! that.
 
-pub mod binaries;
-pub mod envoy_config;
-pub mod envoy_variants;
 pub mod jwt;
-pub mod lds;
-pub mod metrics;
 pub mod mtls;
 pub mod raw_http;
 pub mod reply;
 pub mod stack;
-pub mod yaml_lines;
 
-pub use metrics::StoreMetrics;
 pub use reply::Reply;
 pub use stack::{Stack, StackOptions};

@@ -1,8 +1,22 @@
-//! Test support for keyflight: throwaway Postgres clusters (single and replicated with
-//! failover, and the [`database::Database`] a stack runs on) and supervised child processes.
+//! The one stack launcher and keyflight's test support.
+//!
+//! [`stack`] starts and stops any keyflight deployment the project needs (Postgres or a
+//! Patroni pair, lease-store replicas, the demo upstream, Envoys running the real `.wasm`):
+//! `make up` / `make demo` through the `keyflight-stack` binary, the end-to-end tests,
+//! `make chaos` and `make bench` all run it. Beneath it: throwaway Postgres clusters
+//! ([`pg`], [`ha`], [`database`]), supervised child processes ([`process`]), where the
+//! programs are ([`binaries`]), and the shipped Envoy configs rendered for a stack
+//! ([`envoy_config`], [`envoy_variants`], [`lds`]).
 
+pub mod binaries;
 pub mod database;
+pub mod envoy_config;
+pub mod envoy_variants;
 pub mod ha;
+pub mod lds;
+pub mod metrics;
 mod os;
 pub mod pg;
 pub mod process;
+pub mod stack;
+pub mod yaml_lines;

@@ -1,61 +1,37 @@
-//! One complete keyflight deployment per test: Postgres, lease-store, demo upstream, Envoy.
+//! One complete keyflight deployment per test, as the client sees it.
 //!
-//! [`Stack::start`] brings the four up on free ports and returns once each answers its
-//! readiness probe; dropping the stack stops them all (Envoy first). Child logs and the
-//! rendered Envoy config are kept in the temp dir when the test fails (their paths are
-//! printed) and removed when it passes.
+//! The launcher ([`keyflight_testkit::stack`]) starts Postgres, the lease-store, the demo
+//! upstream and Envoy on free ports and stops them when the stack drops; this wrapper adds
+//! what a scenario does through them: requests ([`Stack::post`]), the upstream's execution
+//! count and gates, lease-store and Envoy counters, the operator CLI, and the faults a
+//! scenario injects (`faults.rs`), by replica number.
 //!
 //! With [`StackOptions::two_replicas`] the stack is the two-replica set-up: two Envoys in
 //! front of the same upstream and two lease-stores on the same Postgres, every Envoy
-//! reaching both lease-stores (both render the shipped `envoy/two-replicas.yaml`). Requests
-//! pick an Envoy with [`Stack::post_via`]; replica 0 is what [`Stack::post`] and the other
-//! single-replica helpers use. Which lease-store serves a given call is Envoy's choice, so
-//! store counters of a two-replica stack are read summed ([`Stack::store_event_total`]).
+//! reaching both lease-stores. Requests pick an Envoy with [`Stack::post_via`]; replica 0
+//! is what [`Stack::post`] and the other single-replica helpers use. Which lease-store
+//! serves a given call is Envoy's choice, so store counters of a two-replica stack are read
+//! summed ([`Stack::store_event_total`]).
 //!
-//! The commands that run each part ([`envoy_command`], [`lease_store_command`],
-//! [`upstream_command`]) are public, so other harnesses (`keyflight-chaos`) run the parts
-//! exactly as the tests do.
-//!
-//! With [`StackOptions::replicated_postgres`] the database is a replicated Postgres that
-//! really fails over (etcd + two Patroni nodes, `keyflight_testkit::ha`), and the
-//! lease-store gets its multi-host URL; [`Stack::ha`] injects the faults.
-//!
-//! Envoy runs with `--disable-hot-restart`: hot restart is what needs a shared-memory
-//! region per `--base-id`, so without it any number of test Envoys coexist with no id to
-//! hand out.
-//!
-//! This file holds the stack and what a test observes through it; `options.rs` what it runs,
-//! `post.rs` the requests, `faults.rs` the faults a test injects, `commands.rs` how each part
-//! is started.
+//! This file holds the stack and what a test observes through it; `post.rs` the requests,
+//! `faults.rs` the faults a test injects.
 
-mod commands;
 mod faults;
-mod options;
 mod post;
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use keyflight_testkit::database::Database;
-use keyflight_testkit::ha::{HaCluster, HaOptions};
-use keyflight_testkit::pg::PgCluster;
-use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
+use keyflight_testkit::envoy_config::Ports;
+use keyflight_testkit::stack::{ADMIN_TOKEN, Stack as TestkitStack};
 use serde_json::Value;
 
-use crate::binaries::Binaries;
-use crate::envoy_config::Ports;
-use crate::metrics::StoreMetrics;
+use keyflight_testkit::metrics::StoreMetrics;
 
-pub use commands::{
-    EnvoyStart, envoy_command, lease_store_command, start_envoy_alone, upstream_command,
+pub use keyflight_testkit::stack::{
+    EnvoyStart, SHARED_AUTHORITY, StackOptions, envoy_alone as start_envoy_alone,
 };
-use commands::{lds_path_of, spawn_envoy, spawn_lease_store, spawn_upstream, write_envoy_config};
-pub use options::StackOptions;
 pub use post::Post;
-
-/// How long a service may take to become ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long one request through Envoy may take (above any follower wait a test configures).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -64,119 +40,33 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// never comes true fails with its own message rather than as a request timeout.
 const EVENTUALLY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How often [`Stack::eventually`] re-checks.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
-
 /// The principal requests carry unless a test says otherwise (header `x-user`, demo policy).
 pub const DEFAULT_USER: &str = "alice";
 
-/// The service name both replicas of a two-replica stack are reached by.
-pub const SHARED_AUTHORITY: &str = "payments.keyflight.test";
-
-/// The lease-store's admin token in a test stack.
-const ADMIN_TOKEN: &str = "e2e-admin-token";
-
-/// The second Envoy and lease-store of a two-replica stack.
-struct Replica {
-    envoy: ChildGuard,
-    lease_store: ChildGuard,
-    ports: Ports,
-    config_path: PathBuf,
-}
-
-/// A running test deployment. Fields drop in declaration order: Envoys stop first.
+/// A running test deployment: the launcher's [`keyflight_testkit::stack::Stack`] and an
+/// HTTP client for the requests a scenario sends and the counters it reads.
 pub struct Stack {
-    second: Option<Replica>,
-    envoy: ChildGuard,
-    upstream: ChildGuard,
-    lease_store: Option<ChildGuard>,
-    /// Kept apart from the child: the log outlives a stopped lease-store.
-    lease_store_log: PathBuf,
-    postgres: Database,
-    ports: Ports,
-    config_path: PathBuf,
+    inner: TestkitStack,
     client: reqwest::Client,
-    binaries: Binaries,
-    options: StackOptions,
 }
 
 impl Stack {
     /// Starts a stack and waits until every part is ready; panics (with logs) otherwise.
     pub async fn start(options: StackOptions) -> Stack {
-        let binaries = Binaries::locate();
-        let replicas = if options.two_replicas { 2 } else { 1 };
-        let lease_stores: Vec<u16> = (0..replicas).map(|_| free_port()).collect();
-        let ports = Ports {
-            listener: free_port(),
-            admin: free_port(),
-            lease_stores: lease_stores.clone(),
-            upstream: free_port(),
-        };
-
-        // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
-        // static, so it needs nothing else to be up, and this saves a second per test.
-        let config_path = write_envoy_config(&binaries, &ports, &options, true);
-        let mut envoy = spawn_envoy(&binaries, &config_path);
-        // The second Envoy starts now too; the second lease-store after the first.
-        let second_envoy = options.two_replicas.then(|| {
-            let second_ports = Ports {
-                listener: free_port(),
-                admin: free_port(),
-                lease_stores: lease_stores.clone(),
-                upstream: ports.upstream,
-            };
-            let path = write_envoy_config(&binaries, &second_ports, &options, false);
-            let envoy = spawn_envoy(&binaries, &path);
-            (second_ports, envoy, path)
-        });
-        let mut upstream = spawn_upstream(&binaries, ports.upstream);
-
-        let postgres = if options.replicated {
-            Database::Replicated(Box::new(HaCluster::start(HaOptions::default()).await))
-        } else {
-            Database::Single(PgCluster::start())
-        };
-        let mut lease_store =
-            spawn_lease_store(&binaries, &postgres, ports.lease_store(), &options, true);
-        let store_ready = format!("http://127.0.0.1:{}/readyz", ports.lease_store());
-        wait_http_ok(&store_ready, READY_TIMEOUT, Some(&mut lease_store)).await;
-        // The second store starts once the first has migrated the database.
-        let second = match second_envoy {
-            Some((second_ports, mut envoy, config_path)) => {
-                let store_port = lease_stores[1];
-                let mut lease_store =
-                    spawn_lease_store(&binaries, &postgres, store_port, &options, false);
-                let ready = format!("http://127.0.0.1:{store_port}/readyz");
-                wait_http_ok(&ready, READY_TIMEOUT, Some(&mut lease_store)).await;
-                let ready = format!("http://127.0.0.1:{}/ready", second_ports.admin);
-                wait_http_ok(&ready, READY_TIMEOUT, Some(&mut envoy)).await;
-                Some(Replica {
-                    envoy,
-                    lease_store,
-                    ports: second_ports,
-                    config_path,
-                })
-            }
-            None => None,
-        };
-        let upstream_ready = format!("http://127.0.0.1:{}/stats", ports.upstream);
-        wait_http_ok(&upstream_ready, READY_TIMEOUT, Some(&mut upstream)).await;
-        let envoy_ready = format!("http://127.0.0.1:{}/ready", ports.admin);
-        wait_http_ok(&envoy_ready, READY_TIMEOUT, Some(&mut envoy)).await;
-
         Stack {
-            second,
-            envoy,
-            upstream,
-            lease_store_log: lease_store.log_path().to_path_buf(),
-            lease_store: Some(lease_store),
-            postgres,
-            ports,
-            config_path,
+            inner: TestkitStack::start(options).await,
             client: http_client(),
-            binaries,
-            options,
         }
+    }
+
+    /// The launcher's stack, for what this wrapper does not forward.
+    pub fn parts(&self) -> &TestkitStack {
+        &self.inner
+    }
+
+    /// The launcher's stack, mutably (faults that restart parts).
+    pub fn parts_mut(&mut self) -> &mut TestkitStack {
+        &mut self.inner
     }
 
     /// Starts a request through Envoy: `POST path` as [`DEFAULT_USER`], JSON content type.
@@ -201,9 +91,10 @@ impl Stack {
             body: Vec::new(),
             timeout: None,
         };
-        match self.second {
-            Some(_) => post.header("host", SHARED_AUTHORITY),
-            None => post,
+        if self.inner.replicas() > 1 {
+            post.header("host", SHARED_AUTHORITY)
+        } else {
+            post
         }
     }
 
@@ -215,7 +106,7 @@ impl Stack {
     /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
     /// [`Stack::post`] (the `keyflight` client command).
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.ports.listener)
+        format!("http://127.0.0.1:{}{path}", self.ports_of(0).listener)
     }
 
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
@@ -236,13 +127,19 @@ impl Stack {
 
     /// The upstream's `/stats`: `{"executions": N, "by_path": {...}}`.
     pub async fn upstream_stats(&self) -> Value {
-        self.get_json(&format!("http://127.0.0.1:{}/stats", self.ports.upstream))
-            .await
+        self.get_json(&format!(
+            "http://127.0.0.1:{}/stats",
+            self.inner.upstream_port()
+        ))
+        .await
     }
 
     /// How many handlers wait at the upstream's gate `name`.
     pub async fn gate_waiting(&self, name: &str) -> u64 {
-        let url = format!("http://127.0.0.1:{}/gates/{name}", self.ports.upstream);
+        let url = format!(
+            "http://127.0.0.1:{}/gates/{name}",
+            self.inner.upstream_port()
+        );
         self.get_json(&url).await["waiting"]
             .as_u64()
             .unwrap_or_else(|| panic!("upstream gate status has no `waiting`"))
@@ -250,7 +147,10 @@ impl Stack {
 
     /// Opens the upstream's gate `name` for good.
     pub async fn open_gate(&self, name: &str) {
-        let url = format!("http://127.0.0.1:{}/gates/{name}/open", self.ports.upstream);
+        let url = format!(
+            "http://127.0.0.1:{}/gates/{name}/open",
+            self.inner.upstream_port()
+        );
         let response = self
             .client
             .post(&url)
@@ -291,7 +191,7 @@ impl Stack {
     /// stack either replica may have served a given call.
     pub async fn store_event_total(&self, name: &str) -> u64 {
         let mut total = 0;
-        for replica in 0..self.ports.lease_stores.len() {
+        for replica in 0..self.inner.replicas() {
             total += self.store_metrics_at(replica).await.event(name);
         }
         total
@@ -307,18 +207,18 @@ impl Stack {
 
     /// Everything Envoy replica 0 logged so far.
     pub fn envoy_log(&self) -> String {
-        self.envoy.log()
+        self.inner.envoy_log(0)
     }
 
     /// Runs `lease-store records ARGS` (the operator CLI) against lease-store replica 0
     /// with the admin token; returns stdout, panicking with stderr when it fails.
     pub async fn records_cli(&self, args: &[&str]) -> String {
-        let output = tokio::process::Command::new(&self.binaries.lease_store)
+        let output = tokio::process::Command::new(&self.inner.binaries().lease_store)
             .arg("records")
             .args(args)
             .env(
                 "KEYFLIGHT_URL",
-                format!("http://127.0.0.1:{}", self.ports.lease_store()),
+                format!("http://127.0.0.1:{}", self.inner.store_port(0)),
             )
             .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
             .output()
@@ -335,7 +235,7 @@ impl Stack {
 
     /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
     pub fn sql(&self, sql: &str) -> String {
-        self.postgres.single().psql(sql)
+        self.inner.database().single().psql(sql)
     }
 
     /// Claims a fresh, random scope directly at lease-store replica 0 (no upstream runs)
@@ -352,7 +252,7 @@ impl Stack {
         );
         let url = format!(
             "http://127.0.0.1:{}/v1/claims/{}",
-            self.ports.lease_store(),
+            self.inner.store_port(0),
             scope.to_hex()
         );
         let body = serde_json::json!({
@@ -362,7 +262,7 @@ impl Stack {
         match self
             .client
             .post(&url)
-            .bearer_auth(self.options.filter_token())
+            .bearer_auth(self.inner.options().filter_token())
             .json(&body)
             .send()
             .await
@@ -418,19 +318,11 @@ impl Stack {
     }
 
     fn ports_of(&self, replica: usize) -> &Ports {
-        match (replica, &self.second) {
-            (0, _) => &self.ports,
-            (1, Some(second)) => &second.ports,
-            _ => panic!("there is no replica {replica} (StackOptions::two_replicas starts two)"),
-        }
+        self.inner.envoy_ports(replica)
     }
 
     fn lease_store_port(&self, replica: usize) -> u16 {
-        *self.ports.lease_stores.get(replica).unwrap_or_else(|| {
-            panic!(
-                "there is no lease-store replica {replica} (StackOptions::two_replicas starts two)"
-            )
-        })
+        self.inner.store_port(replica)
     }
 
     async fn get_text(&self, url: &str) -> String {
@@ -453,45 +345,6 @@ impl Stack {
             .json()
             .await
             .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        let mut logs = vec![
-            self.envoy.log_path().to_path_buf(),
-            self.upstream.log_path().to_path_buf(),
-            self.lease_store_log.clone(),
-            self.config_path.clone(),
-        ];
-        if self.options.listener_from_file {
-            logs.push(lds_path_of(&self.config_path));
-        }
-        if let Some(second) = &self.second {
-            logs.extend([
-                second.envoy.log_path().to_path_buf(),
-                second.lease_store.log_path().to_path_buf(),
-                second.config_path.clone(),
-            ]);
-        }
-        if std::thread::panicking() {
-            eprintln!("keyflight e2e: the test failed; kept for inspection:");
-            for path in logs {
-                eprintln!("  {}", path.display());
-            }
-            eprintln!("--- Envoy log tail ---\n{}", self.envoy.log_tail());
-            if let Some(second) = &self.second {
-                eprintln!(
-                    "--- Envoy replica 1 log tail ---\n{}",
-                    second.envoy.log_tail()
-                );
-            }
-        } else {
-            for path in logs {
-                // Best effort: a leftover log in the temp dir harms nothing.
-                let _ = std::fs::remove_file(path);
-            }
-        }
     }
 }
 

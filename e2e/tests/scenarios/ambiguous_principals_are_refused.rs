@@ -6,10 +6,10 @@
 //! upstream. A claim the configuration names that is registered as an object (RFC 8693
 //! `act`) is refused when the plugin starts.
 
-use keyflight_e2e::envoy_variants::{EnvoyEdit, JWT_PAYLOAD_METADATA_KEY};
 use keyflight_e2e::jwt::{ISSUER, Issuer};
 use keyflight_e2e::stack::{EnvoyStart, start_envoy_alone};
 use keyflight_e2e::{Reply, Stack, StackOptions};
+use keyflight_testkit::envoy_variants::{EnvoyEdit, JWT_PAYLOAD_METADATA_KEY};
 use serde_json::{Value, json};
 
 /// A keyed payment carrying a token with `claims`, without the demo's `x-user` header.

@@ -4,9 +4,9 @@
 
 use std::process::Output;
 
-use keyflight_e2e::binaries;
 use keyflight_e2e::stack::DEFAULT_USER;
 use keyflight_e2e::{Stack, StackOptions};
+use keyflight_testkit::binaries;
 use serde_json::{Value, json};
 
 /// Runs `keyflight send POST URL ARGS…` as the demo's principal; returns (exit code, report).

@@ -7,9 +7,9 @@
 //! The Envoy config is the shipped demo with `jwt_authn` inserted before the keyflight filter
 //! ([`EnvoyEdit::JwtAuthn`] shows the exact YAML a deployment adds).
 
-use keyflight_e2e::envoy_variants::{EnvoyEdit, JWT_PAYLOAD_METADATA_KEY};
 use keyflight_e2e::jwt::{ISSUER, Issuer};
 use keyflight_e2e::{Reply, Stack, StackOptions};
+use keyflight_testkit::envoy_variants::{EnvoyEdit, JWT_PAYLOAD_METADATA_KEY};
 use serde_json::{Value, json};
 
 /// The service whose token carries the calls.

@@ -3,9 +3,9 @@
 //! `{"property": ["connection", "uri_san_peer_certificate"]}`). Two workloads sending one
 //! key are two operations; a client without a certificate never gets a request through.
 
-use keyflight_e2e::envoy_variants::EnvoyEdit;
 use keyflight_e2e::mtls::{self, Pki, TlsPost};
 use keyflight_e2e::{Stack, StackOptions};
+use keyflight_testkit::envoy_variants::EnvoyEdit;
 use serde_json::json;
 
 const CHECKOUT: &str = "spiffe://cluster.local/ns/shop/sa/checkout";

@@ -2,8 +2,8 @@
 //! edge over mTLS as `spiffe://…/checkout` and a JWT whose `sub` is that very string are
 //! two callers: the same key from each runs twice, and each replays only its own answer.
 
-use keyflight_e2e::envoy_variants::{EnvoyEdit, JWT_PAYLOAD_METADATA_KEY};
 use keyflight_e2e::jwt::{ISSUER, Issuer};
+use keyflight_testkit::envoy_variants::{EnvoyEdit, JWT_PAYLOAD_METADATA_KEY};
 use std::path::Path;
 
 use keyflight_e2e::mtls::{self, ClientCert, Pki, TlsPost};

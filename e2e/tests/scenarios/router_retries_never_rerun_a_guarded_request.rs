@@ -9,8 +9,8 @@
 //! `router_retries: route` the route's policy applies, and the shipped one retries only
 //! failures where the request never reached the upstream (a refused connection).
 
-use keyflight_e2e::envoy_variants::EnvoyEdit;
 use keyflight_e2e::{Reply, Stack, StackOptions};
+use keyflight_testkit::envoy_variants::EnvoyEdit;
 use keyflight_testkit::process::free_port;
 use serde_json::json;
 

@@ -10,12 +10,12 @@
 
 use std::rc::Rc;
 
-use keyflight_e2e::binaries::Binaries;
 use keyflight_e2e::{Stack, StackOptions, raw_http};
 use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::store_call::StoreCall;
 use keyflight_filter::{identity, parse_plugin_config};
 use keyflight_protocol::Digest;
+use keyflight_testkit::binaries::Binaries;
 
 /// A request as sent: method, target, headers (repeats and padding kept), body.
 struct Sent {

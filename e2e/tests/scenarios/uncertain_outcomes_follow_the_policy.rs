@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use keyflight_e2e::envoy_variants::EnvoyEdit;
 use keyflight_e2e::{Reply, Stack, StackOptions};
+use keyflight_testkit::envoy_variants::EnvoyEdit;
 use serde_json::{Value, json};
 
 /// Envoy gives up on the upstream after this; the upstream takes longer.

@@ -28,17 +28,24 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    /// Locates every program, panicking with a how-to-build message for the first missing one.
+    /// Locates every program (the debug builds), panicking with a how-to-build message for
+    /// the first missing one.
     pub fn locate() -> Binaries {
+        Binaries::locate_profile("debug")
+    }
+
+    /// [`Binaries::locate`] with the lease-store and upstream of a cargo `profile`
+    /// (`debug` or `release`).
+    pub fn locate_profile(profile: &str) -> Binaries {
         let root = workspace_root();
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target"));
         let binaries = Binaries {
             lease_store: from_env("KEYFLIGHT_LEASE_STORE_BIN")
-                .unwrap_or_else(|| target.join("debug/lease-store")),
+                .unwrap_or_else(|| target.join(profile).join("lease-store")),
             upstream: from_env("KEYFLIGHT_UPSTREAM_BIN")
-                .unwrap_or_else(|| target.join("debug/demo-upstream")),
+                .unwrap_or_else(|| target.join(profile).join("demo-upstream")),
             wasm: from_env("KEYFLIGHT_WASM")
                 .unwrap_or_else(|| target.join("wasm32-wasip1/release/keyflight_filter_wasm.wasm")),
             envoy: from_env("KEYFLIGHT_ENVOY")
@@ -82,7 +89,7 @@ pub fn client() -> PathBuf {
     path
 }
 
-/// The workspace root (this crate lives in `<root>/tests`).
+/// The workspace root (this crate lives in `<root>/testkit`).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

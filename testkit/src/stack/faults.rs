@@ -1,0 +1,191 @@
+//! What a harness does to a running stack: kill, freeze and restart its parts, crash
+//! Postgres or fail its primary over, and push a new plugin configuration.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{READY_TIMEOUT, Stack, lds_path_of, upstream_command};
+use crate::database::Database;
+use crate::ha::HaCluster;
+use crate::lds;
+use crate::process::{Signal, eventually, wait_http_ok};
+
+/// How long a replicated Postgres may take to fail over or to get its standby back.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What [`Stack::crash_postgres`] did, for [`Stack::recover_postgres`].
+#[derive(Debug, Clone, Copy)]
+pub enum Crash {
+    /// The single node was stopped at once (`pg_ctl stop -m immediate`).
+    Single,
+    /// The primary's postmaster (node, pid) was killed; its Patroni agent restarts it.
+    Primary(usize, u32),
+    /// A replicated Postgres had no primary to crash.
+    NoPrimary,
+}
+
+impl Stack {
+    /// Kills lease-store `index` (`SIGKILL`) and reaps it: a crashed pod.
+    pub fn kill_store(&mut self, index: usize) {
+        self.stores[index].part.kill();
+    }
+
+    /// Starts lease-store `index` again on its port (killing it first if it runs) and waits
+    /// until it is ready: a pod restart.
+    pub async fn start_store(&mut self, index: usize) {
+        self.start_store_with(index, false).await;
+    }
+
+    /// Sends `signal` to lease-store `index` (`Stop` freezes it: a hung store, until `Cont`).
+    pub fn signal_store(&self, index: usize, signal: Signal) {
+        self.store(index).part.signal(signal);
+    }
+
+    /// Kills Envoy `index` (`SIGKILL`) and reaps it: a crashed proxy.
+    pub fn kill_envoy(&mut self, index: usize) {
+        self.envoys[index].part.kill();
+    }
+
+    /// Sends `signal` to Envoy `index` (`Kill` without reaping, so requests in flight
+    /// through a shared stack are cut off; `Stop` freezes it until `Cont`).
+    pub fn signal_envoy(&self, index: usize, signal: Signal) {
+        self.envoy(index).part.signal(signal);
+    }
+
+    /// Starts Envoy `index` again on the same ports and config, and waits until it is ready.
+    pub async fn start_envoy(&mut self, index: usize) {
+        let command = super::envoy_command(
+            &self.binaries,
+            &self.envoys[index].config,
+            &self.options.envoy_log_level,
+        );
+        self.envoys[index].part.spawn(command);
+        self.wait_envoy(index).await;
+    }
+
+    /// Sends `signal` to the upstream (`Kill`: requests it holds are cut off mid-answer).
+    pub fn signal_upstream(&self, signal: Signal) {
+        self.upstream.signal(signal);
+    }
+
+    /// Starts a fresh upstream on the same port (its counters start at zero) and waits
+    /// until it answers.
+    pub async fn restart_upstream(&mut self) {
+        self.upstream
+            .spawn(upstream_command(&self.binaries, self.upstream_port));
+        let ready = format!("http://127.0.0.1:{}/stats", self.upstream_port);
+        wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;
+    }
+
+    /// Crashes Postgres: `pg_ctl stop -m immediate` on a single node; on a replicated one,
+    /// `SIGKILL` to the primary's postmaster (its Patroni agent restarts it in place).
+    pub async fn crash_postgres(&self) -> Crash {
+        match &self.database {
+            Database::Single(postgres) => {
+                tokio::task::block_in_place(|| postgres.stop());
+                Crash::Single
+            }
+            Database::Replicated(ha) => match ha.leader().await {
+                Some(leader) => Crash::Primary(leader, ha.kill_postmaster(leader)),
+                None => Crash::NoPrimary,
+            },
+        }
+    }
+
+    /// Brings Postgres back after [`Stack::crash_postgres`] (crash recovery runs) and waits
+    /// until every running lease-store is ready again.
+    pub async fn recover_postgres(&self, crash: Crash) {
+        match (&self.database, crash) {
+            (Database::Single(postgres), _) => {
+                tokio::task::block_in_place(|| postgres.restart());
+            }
+            (Database::Replicated(ha), Crash::Primary(node, postmaster)) => {
+                ha.wait_for_postmaster_restart(node, postmaster, FAILOVER_TIMEOUT)
+                    .await;
+                // Healthy again means a synchronous standby again: Patroni promotes only
+                // a standby it had marked synchronous, so a primary that dies before the
+                // restarted pair re-registered one would have no node it may promote.
+                ha.wait_for_leader_and_sync_standby(FAILOVER_TIMEOUT).await;
+            }
+            (Database::Replicated(_), _) => {}
+        }
+        self.wait_stores_ready().await;
+    }
+
+    /// Kills the primary's node of a replicated Postgres and waits until the standby is
+    /// promoted and writable; returns the old primary and the failover window. `None` on a
+    /// single Postgres.
+    pub async fn fail_primary_node(&self) -> Option<(usize, Duration)> {
+        let Database::Replicated(ha) = &self.database else {
+            return None;
+        };
+        let failover = ha.fail_primary_node(FAILOVER_TIMEOUT).await;
+        Some((failover.old_leader, failover.window()))
+    }
+
+    /// Brings a dead node back as the new primary's synchronous standby (without one, a
+    /// second failover would have no node Patroni may promote), then waits for the stores.
+    pub async fn rejoin_node(&self, node: usize) {
+        if let Database::Replicated(ha) = &self.database {
+            ha.restart_node(node).await;
+            ha.wait_for_leader_and_sync_standby(FAILOVER_TIMEOUT).await;
+        }
+        self.wait_stores_ready().await;
+    }
+
+    /// The replicated database, for its own faults. Panics on a single-node stack.
+    pub fn ha(&self) -> &HaCluster {
+        match &self.database {
+            Database::Replicated(cluster) => cluster,
+            Database::Single(_) => {
+                panic!("not a replicated stack: use StackOptions::replicated_postgres")
+            }
+        }
+    }
+
+    /// Pushes a new plugin configuration to Envoy 0 of a [`super::StackOptions::reconfigurable`]
+    /// stack, as a control plane does: Envoy builds a new listener with it and drains the
+    /// old one. Returns once Envoy has accepted the update.
+    pub async fn reconfigure(&mut self, edit: impl FnOnce(&mut Value)) {
+        assert!(
+            self.options.listener_from_file,
+            "reconfigure needs StackOptions::reconfigurable"
+        );
+        edit(&mut self.options.plugin);
+        let rendered = self.render_envoy(0);
+        let lds_path = lds_path_of(&self.envoys[0].config);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        let admin = self.envoys[0].ports.admin;
+        let updates_before = lds_updates(admin).await;
+        lds::write_atomically(&lds_path, &split.listeners)
+            .unwrap_or_else(|e| panic!("write {}: {e}", lds_path.display()));
+        eventually("Envoy accepted the new listener", READY_TIMEOUT, || async {
+            lds_updates(admin).await > updates_before
+        })
+        .await;
+    }
+
+    async fn wait_stores_ready(&self) {
+        for store in &self.stores {
+            if store.part.pid().is_some() {
+                let ready = format!("http://127.0.0.1:{}/readyz", store.port);
+                wait_http_ok(&ready, READY_TIMEOUT, None).await;
+            }
+        }
+    }
+}
+
+/// Envoy's count of accepted listener updates (`listener_manager.lds.update_success`).
+async fn lds_updates(admin: u16) -> u64 {
+    const STAT: &str = "listener_manager.lds.update_success";
+    let url = format!("http://127.0.0.1:{admin}/stats?filter=^{STAT}$");
+    let text = match reqwest::get(&url).await {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{STAT}: ")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}

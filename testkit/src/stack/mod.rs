@@ -1,0 +1,439 @@
+//! The one stack launcher: Postgres (one node or a Patroni pair), lease-store replicas, the
+//! demo upstream and Envoys running the real `.wasm`, started on free (or the shipped)
+//! ports and stopped when the [`Stack`] drops (Envoys first).
+//!
+//! Everything that runs keyflight runs it through here: `make up` / `make demo` (the
+//! `keyflight-stack` binary), the end-to-end tests (`keyflight-e2e` wraps a [`Stack`] with
+//! its client helpers), `make chaos` and `make bench`. So a new part, replica or fault is
+//! added once.
+//!
+//! Envoy's configuration is rendered from the shipped `envoy/*.yaml` ([`crate::envoy_config`]):
+//! only ports, the wasm path and the plugin JSON are swapped, then the [`StackOptions`]'
+//! edits applied, so the file users run is the file every harness proves.
+//!
+//! Each part logs to one file under the stack's directory (`logs/<part>.log`, continued
+//! across restarts); [`Stack::describe`] says what runs where as JSON (what
+//! `keyflight-stack up` writes to `stack.json`). A stack without a directory of its own
+//! ([`StackOptions::run_dir`]) uses a temp dir, removed when it drops unless a panic (a
+//! failing test) is unwinding, in which case the paths are printed.
+//!
+//! This file holds the start-up and what a harness reads; `options.rs` what runs,
+//! `parts.rs` how each part is started, `faults.rs` what a harness does to a running stack,
+//! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks).
+
+mod extra;
+mod faults;
+mod options;
+mod parts;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::binaries::Binaries;
+use crate::database::Database;
+use crate::envoy_config::{self, Ports};
+use crate::envoy_variants::EnvoyEdit;
+use crate::ha::{HaCluster, HaOptions};
+use crate::lds;
+use crate::pg::{PgCluster, PgOptions};
+use crate::process::{free_port, wait_http_ok};
+
+pub use extra::{EnvoyStart, ExtraEnvoy, ExtraStore, envoy_alone};
+pub use faults::Crash;
+pub use options::{PortPlan, SHARED_AUTHORITY, StackOptions, VIA_HEADER, via_value};
+pub use parts::{ADMIN_TOKEN, envoy_command, lease_store_command, upstream_command};
+use parts::{Envoy, Part, Store};
+
+/// How long a part may take to answer its readiness probe.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running stack. Fields drop in declaration order: Envoys first, Postgres last.
+pub struct Stack {
+    envoys: Vec<Envoy>,
+    upstream: Part,
+    upstream_port: u16,
+    stores: Vec<Store>,
+    database: Database,
+    binaries: Binaries,
+    options: StackOptions,
+    dir: PathBuf,
+    /// The directory is the stack's own temp dir (removed on drop when nothing failed).
+    temporary: bool,
+}
+
+impl Stack {
+    /// Starts every part and waits until each answers its readiness probe; panics with the
+    /// failing part's log otherwise.
+    pub async fn start(options: StackOptions) -> Stack {
+        let binaries = options.binaries.clone().unwrap_or_else(Binaries::locate);
+        let (dir, temporary) = match &options.dir {
+            Some(dir) => (dir.clone(), false),
+            None => (unique_temp_dir(), true),
+        };
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("create {}: {e}", logs.display()));
+
+        let plan = PlanPorts::new(options.ports, options.replicas);
+        let mut envoys: Vec<Envoy> = (0..options.replicas)
+            .map(|index| Envoy {
+                ports: plan.envoy(index),
+                config: dir.join(format!("envoy-{index}.yaml")),
+                part: Part::new(&format!("envoy-{index}"), &logs),
+            })
+            .collect();
+        // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
+        // static, so it needs nothing else to be up.
+        for (index, envoy) in envoys.iter_mut().enumerate() {
+            write_envoy_config(&binaries, &options, index, &envoy.ports, &envoy.config);
+            envoy.part.spawn(envoy_command(
+                &binaries,
+                &envoy.config,
+                &options.envoy_log_level,
+            ));
+        }
+        let mut upstream = Part::new("demo-upstream", &logs);
+        upstream.spawn(upstream_command(&binaries, plan.upstream));
+
+        let database = start_database(&options).await;
+        let mut stack = Stack {
+            envoys,
+            upstream,
+            upstream_port: plan.upstream,
+            stores: plan
+                .lease_stores
+                .iter()
+                .enumerate()
+                .map(|(index, &port)| Store {
+                    port,
+                    part: Part::new(&format!("lease-store-{index}"), &logs),
+                })
+                .collect(),
+            database,
+            binaries,
+            options,
+            dir,
+            temporary,
+        };
+        // One replica migrates; the others start once the schema is in.
+        for index in 0..stack.stores.len() {
+            stack.start_store_with(index, index == 0).await;
+        }
+        stack.wait_healthy().await;
+        stack
+    }
+
+    /// Waits until every running part answers its readiness probe.
+    pub async fn wait_healthy(&mut self) {
+        let ready = format!("http://127.0.0.1:{}/stats", self.upstream_port);
+        wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;
+        for store in &mut self.stores {
+            let ready = format!("http://127.0.0.1:{}/readyz", store.port);
+            wait_http_ok(&ready, READY_TIMEOUT, store.part.child_mut()).await;
+        }
+        for index in 0..self.envoys.len() {
+            self.wait_envoy(index).await;
+        }
+    }
+
+    /// How many Envoy (and lease-store) replicas run.
+    pub fn replicas(&self) -> usize {
+        self.envoys.len()
+    }
+
+    /// Envoy `index`'s ports (listener, admin, the lease-stores and upstream it reaches).
+    pub fn envoy_ports(&self, index: usize) -> &Ports {
+        &self.envoy(index).ports
+    }
+
+    /// Lease-store `index`'s port.
+    pub fn store_port(&self, index: usize) -> u16 {
+        self.store(index).port
+    }
+
+    /// The demo upstream's port.
+    pub fn upstream_port(&self) -> u16 {
+        self.upstream_port
+    }
+
+    /// The database the lease-stores run on.
+    pub fn database(&self) -> &Database {
+        &self.database
+    }
+
+    /// The programs this stack runs.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// What this stack runs.
+    pub fn options(&self) -> &StackOptions {
+        &self.options
+    }
+
+    /// Where its configs and logs are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Envoy `index`'s log (every process of that Envoy, across restarts).
+    pub fn envoy_log_path(&self, index: usize) -> &Path {
+        self.envoy(index).part.log()
+    }
+
+    /// Lease-store `index`'s log.
+    pub fn store_log_path(&self, index: usize) -> &Path {
+        self.store(index).part.log()
+    }
+
+    /// The upstream's log.
+    pub fn upstream_log_path(&self) -> &Path {
+        self.upstream.log()
+    }
+
+    /// Everything Envoy `index` logged so far.
+    pub fn envoy_log(&self, index: usize) -> String {
+        std::fs::read_to_string(self.envoy_log_path(index)).unwrap_or_default()
+    }
+
+    /// Envoy `index`'s process id, while it runs.
+    pub fn envoy_pid(&self, index: usize) -> Option<u32> {
+        self.envoy(index).part.pid()
+    }
+
+    /// Lease-store `index`'s process id, while it runs.
+    pub fn store_pid(&self, index: usize) -> Option<u32> {
+        self.store(index).part.pid()
+    }
+
+    /// The upstream's process id, while it runs.
+    pub fn upstream_pid(&self) -> Option<u32> {
+        self.upstream.pid()
+    }
+
+    /// What runs where, as JSON: ports, process ids, logs, configs, the database URL and
+    /// the tokens (what `keyflight-stack up` writes to `stack.json`).
+    pub fn describe(&self) -> Value {
+        let envoys: Vec<Value> = self
+            .envoys
+            .iter()
+            .map(|envoy| {
+                json!({
+                    "listener": envoy.ports.listener,
+                    "admin": envoy.ports.admin,
+                    "pid": envoy.part.pid(),
+                    "log": envoy.part.log(),
+                    "config": envoy.config,
+                })
+            })
+            .collect();
+        let stores: Vec<Value> = self
+            .stores
+            .iter()
+            .map(|store| json!({"port": store.port, "pid": store.part.pid(), "log": store.part.log()}))
+            .collect();
+        json!({
+            "dir": self.dir,
+            "envoys": envoys,
+            "lease_stores": stores,
+            "upstream": {
+                "port": self.upstream_port,
+                "pid": self.upstream.pid(),
+                "log": self.upstream.log(),
+            },
+            "postgres": {
+                "url": self.database.url(),
+                "replicated": matches!(self.database, Database::Replicated(_)),
+            },
+            "tokens": {"filter": self.options.filter_token(), "admin": ADMIN_TOKEN},
+        })
+    }
+
+    fn envoy(&self, index: usize) -> &Envoy {
+        self.envoys.get(index).unwrap_or_else(|| {
+            panic!(
+                "there is no Envoy {index}: the stack runs {}",
+                self.envoys.len()
+            )
+        })
+    }
+
+    fn store(&self, index: usize) -> &Store {
+        self.stores.get(index).unwrap_or_else(|| {
+            panic!(
+                "there is no lease-store {index}: the stack runs {}",
+                self.stores.len()
+            )
+        })
+    }
+
+    async fn start_store_with(&mut self, index: usize, migrate: bool) {
+        let url = self.database.url();
+        let token = self.options.filter_token();
+        let mut command = lease_store_command(
+            &self.binaries,
+            &url,
+            self.store(index).port,
+            &token,
+            migrate,
+        );
+        command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
+        let store = &mut self.stores[index];
+        store.part.spawn(command);
+        let ready = format!("http://127.0.0.1:{}/readyz", store.port);
+        wait_http_ok(&ready, READY_TIMEOUT, store.part.child_mut()).await;
+    }
+
+    async fn wait_envoy(&mut self, index: usize) {
+        let envoy = &mut self.envoys[index];
+        let ready = format!("http://127.0.0.1:{}/ready", envoy.ports.admin);
+        wait_http_ok(&ready, READY_TIMEOUT, envoy.part.child_mut()).await;
+    }
+
+    /// Envoy `index`'s config rendered again from the options (after a plugin change).
+    fn render_envoy(&self, index: usize) -> String {
+        render_envoy_config(
+            &self.binaries,
+            &self.options,
+            index,
+            &self.envoy(index).ports,
+        )
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "keyflight stack: kept for inspection in {}",
+                self.dir.display()
+            );
+            for envoy in &self.envoys {
+                eprintln!(
+                    "--- {} tail ---\n{}",
+                    envoy.part.log().display(),
+                    envoy.part.log_tail()
+                );
+            }
+        } else if self.temporary {
+            // Best effort: a leftover temp dir harms nothing.
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The ports of a stack about to start.
+struct PlanPorts {
+    envoys: Vec<(u16, u16)>,
+    lease_stores: Vec<u16>,
+    upstream: u16,
+}
+
+impl PlanPorts {
+    fn new(plan: PortPlan, replicas: usize) -> PlanPorts {
+        match plan {
+            PortPlan::Free => PlanPorts {
+                envoys: (0..replicas).map(|_| (free_port(), free_port())).collect(),
+                lease_stores: (0..replicas).map(|_| free_port()).collect(),
+                upstream: free_port(),
+            },
+            PortPlan::Shipped => {
+                let first = envoy_config::shipped_ports();
+                let second = envoy_config::shipped_second_replica_ports();
+                PlanPorts {
+                    envoys: [
+                        (first.listener, first.admin),
+                        (second.listener, second.admin),
+                    ][..replicas]
+                        .to_vec(),
+                    lease_stores: second.lease_stores[..replicas].to_vec(),
+                    upstream: first.upstream,
+                }
+            }
+        }
+    }
+
+    fn envoy(&self, index: usize) -> Ports {
+        let (listener, admin) = self.envoys[index];
+        Ports {
+            listener,
+            admin,
+            lease_stores: self.lease_stores.clone(),
+            upstream: self.upstream,
+        }
+    }
+}
+
+async fn start_database(options: &StackOptions) -> Database {
+    if options.replicated {
+        return Database::Replicated(Box::new(HaCluster::start(HaOptions::default()).await));
+    }
+    let pg = PgOptions {
+        durable: options.durable,
+    };
+    let cluster = tokio::task::spawn_blocking(move || PgCluster::start_with(pg))
+        .await
+        .unwrap_or_else(|e| panic!("starting Postgres failed: {e}"));
+    Database::Single(cluster)
+}
+
+/// The shipped config for Envoy `index`: `envoy/demo.yaml` for one lease-store,
+/// `envoy/two-replicas.yaml` for two, with the wasm, the plugin JSON, the options' edits
+/// and (for a tagged stack) the [`VIA_HEADER`].
+fn render_envoy_config(
+    binaries: &Binaries,
+    options: &StackOptions,
+    index: usize,
+    ports: &Ports,
+) -> String {
+    let wasm = binaries.wasm.display().to_string();
+    let mut rendered = envoy_config::render_shipped(ports, &wasm, &options.plugin)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tag = options.tag_envoys.then(|| EnvoyEdit::AddRequestHeader {
+        name: VIA_HEADER.to_owned(),
+        value: via_value(index),
+    });
+    for edit in options.envoy_edits.iter().chain(&tag) {
+        rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
+    }
+    rendered
+}
+
+/// Writes Envoy `index`'s config to `path`; replica 0 of a reconfigurable stack gets its
+/// listener in an LDS file beside it ([`lds_path_of`]).
+fn write_envoy_config(
+    binaries: &Binaries,
+    options: &StackOptions,
+    index: usize,
+    ports: &Ports,
+    path: &Path,
+) {
+    let rendered = render_envoy_config(binaries, options, index, ports);
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
+    };
+    if options.listener_from_file && index == 0 {
+        let lds_path = lds_path_of(path);
+        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
+        write(&lds_path, &split.listeners);
+        write(path, &split.bootstrap);
+    } else {
+        write(path, &rendered);
+    }
+}
+
+/// Where the listener of the bootstrap at `config` lives when it is served from a file.
+fn lds_path_of(config: &Path) -> PathBuf {
+    config.with_extension("lds.json")
+}
+
+fn unique_temp_dir() -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "keyflight-stack-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ))
+}

@@ -1,0 +1,193 @@
+//! What a stack runs: [`StackOptions`] and its builder methods.
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::binaries::Binaries;
+use crate::envoy_config;
+use crate::envoy_variants::EnvoyEdit;
+
+/// The header each Envoy of a [`StackOptions::tag_envoys`] stack adds to what it forwards
+/// (the demo upstream logs it: `demo-upstream/src/executions.rs`).
+pub const VIA_HEADER: &str = "x-keyflight-via";
+
+/// The value of [`VIA_HEADER`] for Envoy `index`.
+pub fn via_value(index: usize) -> String {
+    format!("envoy-{index}")
+}
+
+/// The service name the replicas of a two-replica stack are reached by, as behind a load
+/// balancer: the authority is part of the scope (`docs/identity.md#the-scope`), so
+/// clients of a two-replica stack send it as `host`.
+pub const SHARED_AUTHORITY: &str = "payments.keyflight.test";
+
+/// Which ports the parts listen on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortPlan {
+    /// Free ports, chosen at start: any number of stacks side by side (tests, chaos, bench).
+    Free,
+    /// The ports the shipped `envoy/*.yaml` name (`make up`: Envoy on :10000, the
+    /// lease-store on :8480, the upstream on :8081, a second replica on :10001 / :8481).
+    Shipped,
+}
+
+/// What a stack runs: the plugin configuration every Envoy hands the filter, how many
+/// Envoy + lease-store replicas, the database, and edits of the Envoy config.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// The plugin JSON (`config.configuration` of the wasm filter).
+    pub plugin: Value,
+    pub(super) replicas: usize,
+    /// Applied in order to every rendered Envoy config.
+    pub(super) envoy_edits: Vec<EnvoyEdit>,
+    /// Extra environment of every lease-store (e.g. `KEYFLIGHT_MAX_BODY_BYTES`).
+    pub(super) store_env: Vec<(String, String)>,
+    /// Serve replica 0's listener from an LDS file, so a new plugin configuration can be
+    /// pushed while Envoy runs ([`super::Stack::reconfigure`]).
+    pub(super) listener_from_file: bool,
+    pub(super) replicated: bool,
+    pub(super) durable: bool,
+    pub(super) ports: PortPlan,
+    /// Where configs and logs go; `None`: a temp dir, removed when the stack drops
+    /// unless the thread is panicking.
+    pub(super) dir: Option<PathBuf>,
+    pub(super) tag_envoys: bool,
+    pub(super) envoy_log_level: String,
+    pub(super) binaries: Option<Binaries>,
+}
+
+impl Default for StackOptions {
+    /// The plugin configuration `envoy/demo.yaml` ships, one replica, a fast throwaway
+    /// Postgres, free ports.
+    fn default() -> Self {
+        let plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
+            .unwrap_or_else(|e| panic!("{e}"));
+        StackOptions {
+            plugin,
+            replicas: 1,
+            envoy_edits: Vec::new(),
+            store_env: Vec::new(),
+            listener_from_file: false,
+            replicated: false,
+            durable: false,
+            ports: PortPlan::Free,
+            dir: None,
+            tag_envoys: false,
+            envoy_log_level: "info".to_owned(),
+            binaries: None,
+        }
+    }
+}
+
+impl StackOptions {
+    /// Edits the first policy (the demo's `payments` policy).
+    pub fn policy(mut self, edit: impl FnOnce(&mut Map<String, Value>)) -> Self {
+        let policy = self.plugin["policies"][0]
+            .as_object_mut()
+            .unwrap_or_else(|| panic!("the plugin config has no policies[0] object"));
+        edit(policy);
+        self
+    }
+
+    /// Edits the whole plugin JSON.
+    pub fn plugin(mut self, edit: impl FnOnce(&mut Value)) -> Self {
+        edit(&mut self.plugin);
+        self
+    }
+
+    /// Runs the two-replica set-up: two Envoys and two lease-stores on the same Postgres, in
+    /// front of the same upstream; both Envoys run `envoy/two-replicas.yaml`, which reaches
+    /// both lease-stores.
+    pub fn two_replicas(self) -> Self {
+        self.replicas(2)
+    }
+
+    /// Runs `replicas` Envoys and as many lease-stores (the shipped configs have one or two).
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        assert!(
+            (1..=2).contains(&replicas),
+            "the shipped Envoy configs run one or two replicas, not {replicas}"
+        );
+        self.replicas = replicas;
+        self
+    }
+
+    /// Changes the Envoy config beyond the plugin JSON (see [`EnvoyEdit`]).
+    pub fn envoy(mut self, edit: EnvoyEdit) -> Self {
+        self.envoy_edits.push(edit);
+        self
+    }
+
+    /// Serves replica 0's listener from a file (LDS) instead of the bootstrap, so that a new
+    /// plugin configuration can be pushed while Envoy runs.
+    pub fn reconfigurable(mut self) -> Self {
+        self.listener_from_file = true;
+        self
+    }
+
+    /// Runs the database as a replicated Postgres that fails over (etcd + two Patroni nodes
+    /// in synchronous mode); the lease-store gets the multi-host URL with
+    /// `target_session_attrs=read-write`. Needs `make ha-prereqs`.
+    pub fn replicated_postgres(mut self) -> Self {
+        self.replicated = true;
+        self
+    }
+
+    /// Runs a single Postgres with production durability (`fsync` on): benchmarks and the
+    /// demo; tests default to a fast one.
+    pub fn durable_postgres(mut self) -> Self {
+        self.durable = true;
+        self
+    }
+
+    /// Sets an environment variable of every lease-store the stack starts.
+    pub fn store_env(mut self, name: &str, value: &str) -> Self {
+        self.store_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Listens on the ports [`PortPlan`] names.
+    pub fn ports(mut self, ports: PortPlan) -> Self {
+        self.ports = ports;
+        self
+    }
+
+    /// Keeps configs and logs (one per part, continued across restarts) under `dir`.
+    pub fn run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Each Envoy adds [`VIA_HEADER`]` = envoy-N` to what it forwards, so the upstream's
+    /// execution log says which Envoy dispatched each execution.
+    pub fn tag_envoys(mut self) -> Self {
+        self.tag_envoys = true;
+        self
+    }
+
+    /// Envoy's `--log-level` (`info` by default: the filter's lines are evidence).
+    pub fn envoy_log_level(mut self, level: &str) -> Self {
+        level.clone_into(&mut self.envoy_log_level);
+        self
+    }
+
+    /// Runs these programs instead of [`Binaries::locate`]'s.
+    pub fn binaries(mut self, binaries: Binaries) -> Self {
+        self.binaries = Some(binaries);
+        self
+    }
+
+    /// How many Envoy (and lease-store) replicas.
+    pub fn replica_count(&self) -> usize {
+        self.replicas
+    }
+
+    /// The token the filter presents to the lease-store, as the plugin JSON says.
+    pub fn filter_token(&self) -> String {
+        self.plugin["lease_store"]["token"]
+            .as_str()
+            .unwrap_or("e2e-filter-token")
+            .to_owned()
+    }
+}
