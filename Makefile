@@ -64,7 +64,8 @@ build:
 	$(CARGO) build --workspace --bins
 
 build-release:
-	$(CARGO) build --release -p keyflight-lease-store -p keyflight-demo-upstream -p keyflight-testkit --bin keyflight-stack
+	$(CARGO) build --release -p keyflight-lease-store -p keyflight-demo-upstream
+	$(CARGO) build --release -p keyflight-testkit --bin keyflight-stack
 
 lint: fmt-check clippy doc-links
 

@@ -57,12 +57,12 @@ impl Binaries {
         require(
             &binaries.lease_store,
             "KEYFLIGHT_LEASE_STORE_BIN",
-            "cargo build -p keyflight-lease-store",
+            &format!("cargo build{} -p keyflight-lease-store", profile_flag(profile)),
         );
         require(
             &binaries.upstream,
             "KEYFLIGHT_UPSTREAM_BIN",
-            "cargo build -p keyflight-demo-upstream",
+            &format!("cargo build{} -p keyflight-demo-upstream", profile_flag(profile)),
         );
         require(
             &binaries.wasm,
@@ -111,6 +111,15 @@ fn installed_envoy(root: &Path) -> Option<PathBuf> {
         .filter_map(Result::ok)
         .map(|entry| entry.path().join("site-packages/envoy/_bin/envoy"))
         .find(|candidate| candidate.is_file())
+}
+
+/// The cargo flag that builds into `target/{profile}`.
+fn profile_flag(profile: &str) -> String {
+    match profile {
+        "debug" => String::new(),
+        "release" => " --release".to_owned(),
+        other => format!(" --profile {other}"),
+    }
 }
 
 fn require(path: &Path, variable: &str, build: &str) {
