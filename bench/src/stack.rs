@@ -98,8 +98,12 @@ impl BenchStack {
         std::fs::write(&guarded_path, guarded_yaml)
             .map_err(BenchError::io(format!("write {}", guarded_path.display())))?;
 
-        let postgres =
-            tokio::task::spawn_blocking(|| PgCluster::start_with(PgOptions { durable: true }));
+        let postgres = tokio::task::spawn_blocking(|| {
+            PgCluster::start_with(PgOptions {
+                durable: true,
+                ..PgOptions::default()
+            })
+        });
         let mut guarded = spawn_envoy(&binaries, &guarded_path);
         let mut upstream = {
             let mut command = Command::new(&binaries.upstream);

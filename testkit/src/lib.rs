@@ -5,4 +5,5 @@ pub mod database;
 pub mod ha;
 mod os;
 pub mod pg;
+pub mod pki;
 pub mod process;
