@@ -8,165 +8,61 @@
 //! scenario takes to run.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::reply::Reply;
 
-/// A CA, a server certificate and named client certificates in one temp directory.
+/// A CA, a server certificate and named client certificates (`keyflight_testkit::pki`).
 #[derive(Debug)]
 pub struct Pki {
-    dir: PathBuf,
+    pki: keyflight_testkit::pki::Pki,
 }
 
 /// A client certificate and its key.
-#[derive(Debug, Clone)]
-pub struct ClientCert {
-    /// The certificate (PEM).
-    pub cert: PathBuf,
-    /// The private key (PEM).
-    pub key: PathBuf,
-}
+pub use keyflight_testkit::pki::CertFiles as ClientCert;
 
 impl Pki {
     /// Generates the CA, the server certificate (SAN `IP:127.0.0.1`) and one client
     /// certificate per SPIFFE id in `clients` (its URI SAN).
     pub fn generate(clients: &[&str]) -> Pki {
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keyflight-e2e-pki-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        let pki = Pki { dir };
-        openssl(
-            &pki.dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=keyflight-e2e-ca",
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign",
-            ],
-        );
+        let pki = keyflight_testkit::pki::Pki::new("keyflight-e2e-ca");
         pki.issue(
+            "server",
             "server",
             "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
         );
         for (index, spiffe_id) in clients.iter().enumerate() {
+            let name = format!("client{index}");
             pki.issue(
-                &format!("client{index}"),
+                &name,
+                &name,
                 &format!("subjectAltName=URI:{spiffe_id}\nextendedKeyUsage=clientAuth\n"),
             );
         }
-        pki
-    }
-
-    /// Signs a fresh P-256 key for `name` with the CA, with the given X.509v3 extensions.
-    fn issue(&self, name: &str, extensions: &str) {
-        let ext_file = format!("{name}.ext");
-        std::fs::write(self.dir.join(&ext_file), extensions)
-            .unwrap_or_else(|e| panic!("write {ext_file}: {e}"));
-        let (key, csr, pem) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-        );
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &format!("/CN={name}"),
-            ],
-        );
-        openssl(
-            &self.dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                &ext_file,
-                "-out",
-                &pem,
-            ],
-        );
+        Pki { pki }
     }
 
     /// The CA certificate.
     pub fn ca(&self) -> PathBuf {
-        self.dir.join("ca.pem")
+        self.pki.ca()
     }
 
     /// The server certificate.
     pub fn server_cert(&self) -> PathBuf {
-        self.dir.join("server.pem")
+        self.pki.file("server.pem")
     }
 
     /// The server key.
     pub fn server_key(&self) -> PathBuf {
-        self.dir.join("server.key")
+        self.pki.file("server.key")
     }
 
     /// The client certificate for the `index`th SPIFFE id given to [`Pki::generate`].
     pub fn client(&self, index: usize) -> ClientCert {
         ClientCert {
-            cert: self.dir.join(format!("client{index}.pem")),
-            key: self.dir.join(format!("client{index}.key")),
+            cert: self.pki.file(&format!("client{index}.pem")),
+            key: self.pki.file(&format!("client{index}.key")),
         }
     }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        // Best effort: leftover test certificates in the temp dir harm nothing.
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("run openssl (apt-get install openssl): {e}"));
-    assert!(
-        output.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// A request to send over TLS.

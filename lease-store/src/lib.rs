@@ -5,7 +5,8 @@
 //!
 //! - [`store`], [`longpoll`], [`cleanup`]: the Postgres layer (SQL next to the
 //!   Rust that runs it), the `LISTEN/NOTIFY` fan-out for waiting followers
-//!   (L4), and retention clean-up (L5).
+//!   (L4), and retention clean-up (L5); [`db`] turns the database URL into
+//!   connection settings and the TLS connector all of them connect with.
 //! - [`api`]: the HTTP API v1 (`docs/records.md#the-api`), one handler file per call family,
 //!   guarded by [`auth`] (L7), with every error mapped to problem+json by
 //!   the API's error type ([`api::error`]); [`metrics`] and [`openapi`] are
@@ -21,6 +22,7 @@ pub mod auth;
 pub mod cleanup;
 pub mod cli;
 pub mod config;
+pub mod db;
 pub mod logging;
 pub mod longpoll;
 pub mod metrics;

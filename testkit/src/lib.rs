@@ -17,6 +17,7 @@ pub mod lds;
 pub mod metrics;
 mod os;
 pub mod pg;
+pub mod pki;
 pub mod process;
 pub mod stack;
 pub mod yaml_lines;

@@ -20,6 +20,10 @@
 //! replies. [`PgCluster::thaw`] resumes them; `Drop` and the watchdog thaw a
 //! frozen cluster first, since a stopped server cannot be shut down.
 //!
+//! With [`PgOptions::tls`] the server takes TCP connections over TLS only (`ssl=on`, nothing
+//! but `hostssl` lines in `pg_hba.conf`), with a CA and certificates made at start
+//! ([`PgTls`]).
+//!
 //! Everything here is synchronous (`std::process`), so it works from plain
 //! tests, `#[tokio::test]` and a `OnceLock` alike.
 
@@ -27,8 +31,9 @@ use crate::os::{
     children_of, current_uid_is_root, process_state, send_signal, shell_words,
     spawn_watchdog_shell, unique_temp_dir,
 };
+use crate::pki::{CertFiles, Pki};
 use crate::process::free_port;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +52,85 @@ pub struct PgOptions {
     /// [`PgCluster::stop`] (a process crash) — tests that crash the database
     /// rely on that; only a machine crash could lose it.
     pub durable: bool,
+    /// `true`: TCP connections must use TLS ([`PgTls`]); unix-socket ones stay trusted.
+    pub tls: bool,
+}
+
+/// The certificates of a TLS cluster and the roles its `pg_hba.conf` authenticates
+/// specially. Every other role is trusted over TLS (and refused over cleartext TCP).
+#[derive(Debug)]
+pub struct PgTls {
+    pki: Pki,
+    stranger: Pki,
+    server: CertFiles,
+    client: CertFiles,
+}
+
+impl PgTls {
+    /// The role that logs in with a client certificate alone (`cert` method, which
+    /// implies `clientcert=verify-full`: the certificate's CN must be the role's name).
+    /// Tests create the role; [`PgTls::client`] is its certificate.
+    pub const CERT_USER: &'static str = "keyflight_cert";
+    /// The role that logs in with a SCRAM-SHA-256 password (so channel binding can be
+    /// required). Tests create the role with a password.
+    pub const SCRAM_USER: &'static str = "keyflight_scram";
+
+    /// Makes the CA, the server certificate (for `IP:127.0.0.1` only: `localhost` is a
+    /// wrong host name for it), a client certificate for [`PgTls::CERT_USER`], and an
+    /// unrelated CA, all under `dir`.
+    fn generate(dir: &Path) -> PgTls {
+        let pki = Pki::new_in(dir.join("ca"), "keyflight-test-postgres-ca");
+        let server = pki.issue(
+            "server",
+            "127.0.0.1",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        );
+        let client = pki.issue("client", PgTls::CERT_USER, "extendedKeyUsage=clientAuth\n");
+        let stranger = Pki::new_in(dir.join("stranger"), "keyflight-test-stranger-ca");
+        PgTls {
+            pki,
+            stranger,
+            server,
+            client,
+        }
+    }
+
+    /// The CA that signed the server's certificate (and the client's).
+    pub fn ca(&self) -> PathBuf {
+        self.pki.ca()
+    }
+
+    /// A CA that signed nothing this server presents.
+    pub fn other_ca(&self) -> PathBuf {
+        self.stranger.ca()
+    }
+
+    /// The client certificate of [`PgTls::CERT_USER`].
+    pub fn client(&self) -> &CertFiles {
+        &self.client
+    }
+
+    /// `pg_hba.conf`: sockets trusted; TCP over TLS only, by certificate, password or trust.
+    fn hba(&self) -> String {
+        format!(
+            "local all all trust\n\
+             hostssl all {cert} 127.0.0.1/32 cert\n\
+             hostssl all {scram} 127.0.0.1/32 scram-sha-256\n\
+             hostssl all all 127.0.0.1/32 trust\n",
+            cert = PgTls::CERT_USER,
+            scram = PgTls::SCRAM_USER,
+        )
+    }
+
+    /// The server settings that turn TLS on.
+    fn server_options(&self) -> String {
+        format!(
+            " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={}",
+            self.server.cert.display(),
+            self.server.key.display(),
+            self.pki.ca().display()
+        )
+    }
 }
 
 /// A running Postgres cluster owned by this test process.
@@ -55,6 +139,8 @@ pub struct PgCluster {
     port: u16,
     bin: PathBuf,
     options: PgOptions,
+    /// Boxed: most clusters have none, and `Database::Single` holds a cluster inline.
+    tls: Option<Box<PgTls>>,
     as_postgres_user: bool,
     watchdog: Mutex<Option<Child>>,
     frozen: AtomicBool,
@@ -80,6 +166,9 @@ impl PgCluster {
         );
         let dir = unique_temp_dir("pg");
         std::fs::create_dir_all(dir.join("sock")).expect("create the cluster directory");
+        let tls = options
+            .tls
+            .then(|| Box::new(PgTls::generate(&dir.join("tls"))));
         let as_postgres_user = current_uid_is_root();
         if as_postgres_user {
             run_checked(Command::new("chown").arg("-R").arg("postgres:").arg(&dir));
@@ -89,11 +178,17 @@ impl PgCluster {
             port: free_port(),
             bin,
             options,
+            tls,
             as_postgres_user,
             watchdog: Mutex::new(None),
             frozen: AtomicBool::new(false),
         };
         cluster.initdb();
+        if let Some(tls) = &cluster.tls {
+            let hba = cluster.data_dir().join("pg_hba.conf");
+            std::fs::write(&hba, tls.hba())
+                .unwrap_or_else(|e| panic!("write {}: {e}", hba.display()));
+        }
         cluster.pg_ctl_start();
         cluster.spawn_watchdog();
         cluster
@@ -102,6 +197,13 @@ impl PgCluster {
     /// A libpq-style URL for the `postgres` superuser on the `postgres` database.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The certificates of a cluster started with [`PgOptions::tls`]; panics otherwise.
+    pub fn tls(&self) -> &PgTls {
+        self.tls
+            .as_deref()
+            .expect("this cluster was started without PgOptions::tls")
     }
 
     /// The TCP port the cluster listens on (stable across [`PgCluster::restart`]).
@@ -212,6 +314,9 @@ impl PgCluster {
         );
         if !self.options.durable {
             server_options.push_str(" -c fsync=off -c full_page_writes=off");
+        }
+        if let Some(tls) = &self.tls {
+            server_options.push_str(&tls.server_options());
         }
         let mut cmd = self.server_command("pg_ctl");
         cmd.arg("-D")

@@ -31,9 +31,10 @@ use keyflight_protocol::Digest;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::config::TargetSessionAttrs;
-use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
+use tokio_postgres::{AsyncMessage, SimpleQueryMessage};
 
 use super::waiters::Waiters;
+use crate::db::{self, DatabaseUrlError};
 use crate::store::{per_host_connect_timeout, tune_tcp};
 
 /// The NOTIFY channel migration V1's trigger announces settled scopes on.
@@ -84,6 +85,9 @@ enum ListenError {
     /// The connection failed or was closed by the server.
     #[error(transparent)]
     Postgres(#[from] tokio_postgres::Error),
+    /// The URL or its certificate files cannot be used (read again at each reconnect).
+    #[error("database url: {0}")]
+    Url(#[from] DatabaseUrlError),
     /// The database did not answer in time (frozen host, lost network).
     #[error("{0} did not complete within {1:?}")]
     NoAnswer(&'static str, Duration),
@@ -111,7 +115,8 @@ async fn listen_once(
     waiters: &Waiters,
     backoff: &mut Duration,
 ) -> Result<(), ListenError> {
-    let mut config: tokio_postgres::Config = database_url.parse()?;
+    let database = db::parse(database_url)?;
+    let mut config = database.config;
     config.application_name("keyflight-lease-store-listen");
     tune_tcp(&mut config);
     if config.get_connect_timeout().is_none() {
@@ -120,7 +125,7 @@ async fn listen_once(
     let needs_primary = config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite;
     // `connect_timeout` covers the TCP connect only, not the startup handshake.
     let (client, mut connection) =
-        within(CONNECT_TIMEOUT, "connecting", config.connect(NoTls)).await?;
+        within(CONNECT_TIMEOUT, "connecting", config.connect(database.tls)).await?;
     // The connection must be polled for LISTEN to complete and for
     // notifications to arrive; forward what it yields to this task.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

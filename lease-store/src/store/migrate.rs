@@ -8,9 +8,8 @@
 
 use std::fmt;
 
-use tokio_postgres::NoTls;
-
 use super::StoreError;
+use crate::db;
 
 refinery::embed_migrations!("migrations");
 
@@ -50,7 +49,9 @@ impl fmt::Display for MigrationReport {
 
 /// Applies every embedded migration the database lacks.
 pub async fn migrate(database_url: &str) -> Result<MigrationReport, StoreError> {
-    let (mut client, connection) = tokio_postgres::connect(database_url, NoTls).await?;
+    let database = db::parse(database_url)?;
+    database.warn_if_unverified();
+    let (mut client, connection) = database.config.connect(database.tls).await?;
     let driver = tokio::spawn(connection);
     client
         .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))

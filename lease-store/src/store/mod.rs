@@ -62,8 +62,9 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimResponse;
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+
+use crate::db::{self, Database, DatabaseUrlError};
 
 pub use batch::{
     BatchKind, BatchLabel, BatchSettings, BatchSizeFamily, BatchSizes, BatchTotals,
@@ -175,10 +176,11 @@ impl Store {
     /// succeeds while the database is down (the service starts and `/readyz`
     /// reports not ready); only a malformed URL is an error.
     pub async fn connect(settings: &StoreSettings) -> Result<Store, StoreError> {
-        let pg_config = pg_config(&settings.database_url, settings.statement_timeout)?;
+        let database = pg_config(&settings.database_url, settings.statement_timeout)?;
+        database.warn_if_unverified();
         let manager = Manager::from_config(
-            pg_config,
-            NoTls,
+            database.config,
+            database.tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -326,14 +328,10 @@ pub(crate) fn per_host_connect_timeout(
     budget / u32::try_from(hosts).unwrap_or(u32::MAX)
 }
 
-/// Parses the URL and adds the settings every pooled connection needs.
-fn pg_config(
-    database_url: &str,
-    statement_timeout: Duration,
-) -> Result<tokio_postgres::Config, StoreError> {
-    let mut config: tokio_postgres::Config = database_url
-        .parse()
-        .map_err(|e| StoreError::Invalid(format!("database url: {e}")))?;
+/// Parses the URL (TLS included, `crate::db`) and adds the settings every pooled connection needs.
+fn pg_config(database_url: &str, statement_timeout: Duration) -> Result<Database, StoreError> {
+    let mut database = db::parse(database_url)?;
+    let config = &mut database.config;
     let timeout_option = format!("-c statement_timeout={}", statement_timeout.as_millis());
     let options = match config.get_options() {
         Some(existing) if !existing.is_empty() => format!("{existing} {timeout_option}"),
@@ -344,10 +342,17 @@ fn pg_config(
         config.application_name("keyflight-lease-store");
     }
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(per_host_connect_timeout(&config, statement_timeout));
+        config.connect_timeout(per_host_connect_timeout(config, statement_timeout));
     }
-    tune_tcp(&mut config);
-    Ok(config)
+    tune_tcp(config);
+    Ok(database)
+}
+
+/// A database URL that cannot be used is a setting to fix, not an outage.
+impl From<DatabaseUrlError> for StoreError {
+    fn from(e: DatabaseUrlError) -> Self {
+        StoreError::Invalid(format!("database url: {e}"))
+    }
 }
 
 /// Failing closed: data errors (class 22) and constraint violations (class

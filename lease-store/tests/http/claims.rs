@@ -59,58 +59,7 @@ async fn claim_finalize_then_claim_again_replays_the_recorded_response() {
 async fn a_long_poll_is_woken_by_a_finalize_on_another_replica() {
     let replica_1 = start_server(&[]).await;
     let replica_2 = start_server(&[]).await;
-    let scope = fresh_digest("cross-replica");
-    let fingerprint = fresh_digest("fp");
-
-    let won = replica_2.api.claim(&scope, &fingerprint, 0).await;
-    assert_eq!(won.outcome(), "won");
-    let claim_id = won.json["claim_id"].as_str().unwrap().to_owned();
-
-    let follower = tokio::spawn({
-        let api = replica_1.api.clone();
-        let (scope, fingerprint) = (scope.clone(), fingerprint.clone());
-        async move {
-            let answer = api.claim(&scope, &fingerprint, 30_000).await;
-            (answer, Instant::now())
-        }
-    });
-    // Replica 1 counts `follower_wait` just before the follower starts waiting.
-    replica_1
-        .api
-        .wait_counter("keyflight_store_events_total{event=\"follower_wait\"}", 1)
-        .await;
-    // …and /metrics shows it parked.
-    replica_1
-        .api
-        .wait_counter("keyflight_store_longpoll_waiting", 1)
-        .await;
-    assert!(
-        !follower.is_finished(),
-        "the follower must still be waiting"
-    );
-
-    let finalized_at = Instant::now();
-    let recorded = replica_2.api.finalize(&scope, &claim_id).await;
-    let (answer, answered_at) = tokio::time::timeout(Duration::from_secs(10), follower)
-        .await
-        .expect("the follower was never woken")
-        .unwrap();
-    let latency = answered_at.duration_since(finalized_at);
-    println!("follower woke {latency:?} after the finalize on the other replica");
-    assert_eq!(answer.outcome(), "completed");
-    assert_eq!(answer.json["response"], recorded);
-    assert!(
-        latency < Duration::from_secs(2),
-        "woken after {latency:?}: NOTIFY did not reach the other replica"
-    );
-    assert_eq!(
-        replica_1
-            .api
-            .counter("keyflight_store_longpoll_waiting")
-            .await,
-        0,
-        "no long-poll parked any more"
-    );
+    assert_long_poll_woken_across(&replica_1.api, &replica_2.api).await;
 }
 
 #[tokio::test]

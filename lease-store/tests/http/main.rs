@@ -17,3 +17,4 @@ mod openapi_conformance;
 mod recorded_headers;
 mod records;
 mod support;
+mod tls;

@@ -11,7 +11,7 @@
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
 use keyflight_testkit::pg::PgCluster;
@@ -52,8 +52,8 @@ pub fn migrate(url: &str) {
     );
 }
 
-/// A `lease-store serve` command on `port` with the test tokens, no inherited KEYFLIGHT_* settings.
-pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Command {
+/// `lease-store <subcommand>` on `database_url`, with no inherited KEYFLIGHT_* settings.
+pub fn bin_command(subcommand: &str, database_url: &str) -> Command {
     let mut command = Command::new(BIN);
     for (name, _) in std::env::vars() {
         if name.starts_with("KEYFLIGHT_") {
@@ -61,11 +61,18 @@ pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Comm
         }
     }
     command
-        .arg("serve")
+        .arg(subcommand)
+        .env("KEYFLIGHT_DATABASE_URL", database_url);
+    command
+}
+
+/// A `lease-store serve` command on `port` with the test tokens, no inherited KEYFLIGHT_* settings.
+pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Command {
+    let mut command = bin_command("serve", database_url);
+    command
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .args(extra_args)
-        .env("KEYFLIGHT_DATABASE_URL", database_url)
         .env("KEYFLIGHT_TOKEN", TOKEN)
         .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN)
         .env("RUST_LOG", "info");
@@ -275,6 +282,61 @@ impl Api {
         )
         .await;
     }
+}
+
+/// A follower long-polling on `follower_side` is woken, well before its 30 s budget, by a
+/// finalize on `winner_side`: only the `NOTIFY`, heard on `follower_side`'s `LISTEN`
+/// connection, explains that (L4).
+pub async fn assert_long_poll_woken_across(follower_side: &Api, winner_side: &Api) {
+    let scope = fresh_digest("cross-replica");
+    let fingerprint = fresh_digest("fp");
+
+    let won = winner_side.claim(&scope, &fingerprint, 0).await;
+    assert_eq!(won.outcome(), "won", "{}", won.text);
+    let claim_id = won.json["claim_id"].as_str().unwrap().to_owned();
+
+    let follower = tokio::spawn({
+        let api = follower_side.clone();
+        let (scope, fingerprint) = (scope.clone(), fingerprint.clone());
+        async move {
+            let answer = api.claim(&scope, &fingerprint, 30_000).await;
+            (answer, Instant::now())
+        }
+    });
+    // The follower's replica counts `follower_wait` just before the follower starts waiting.
+    follower_side
+        .wait_counter("keyflight_store_events_total{event=\"follower_wait\"}", 1)
+        .await;
+    // …and /metrics shows it parked.
+    follower_side
+        .wait_counter("keyflight_store_longpoll_waiting", 1)
+        .await;
+    assert!(
+        !follower.is_finished(),
+        "the follower must still be waiting"
+    );
+
+    let finalized_at = Instant::now();
+    let recorded = winner_side.finalize(&scope, &claim_id).await;
+    let (answer, answered_at) = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("the follower was never woken")
+        .unwrap();
+    let latency = answered_at.duration_since(finalized_at);
+    println!("follower woke {latency:?} after the finalize on the other replica");
+    assert_eq!(answer.outcome(), "completed");
+    assert_eq!(answer.json["response"], recorded);
+    assert!(
+        latency < Duration::from_secs(2),
+        "woken after {latency:?}: NOTIFY did not reach the other replica"
+    );
+    assert_eq!(
+        follower_side
+            .counter("keyflight_store_longpoll_waiting")
+            .await,
+        0,
+        "no long-poll parked any more"
+    );
 }
 
 /// The response the tests record.

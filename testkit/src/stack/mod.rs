@@ -372,6 +372,7 @@ async fn start_database(options: &StackOptions) -> Database {
     }
     let pg = PgOptions {
         durable: options.durable,
+        ..PgOptions::default()
     };
     let cluster = tokio::task::spawn_blocking(move || PgCluster::start_with(pg))
         .await
