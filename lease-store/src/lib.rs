@@ -21,6 +21,7 @@ pub mod auth;
 pub mod cleanup;
 pub mod cli;
 pub mod config;
+pub mod evidence;
 pub mod logging;
 pub mod longpoll;
 pub mod metrics;
