@@ -95,6 +95,7 @@ use keyflight_e2e::envoy_config;
 use keyflight_lease_store::config::parse_duration;
 use serde_json::{Value, json};
 
+use crate::checker::evidence::Evidence;
 use crate::history::{FaultKind, History};
 use crate::plan::Settings;
 use crate::stack::ChaosStack;
@@ -238,8 +239,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
     let verification_executions =
         verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
-    let handoffs = stack.handoffs();
+    let (store_logs, envoy_logs) = stack.logs();
     drop(stack);
+    let evidence = Evidence::read(&store_logs, &envoy_logs, run_start_unix_ms);
 
     let history = History {
         faults,
@@ -247,7 +249,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         executions,
         verifications,
         verification_executions,
-        handoffs,
+        evidence,
         replicated_postgres: cli.ha,
     };
     let report = checker::check(&history);

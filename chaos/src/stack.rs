@@ -25,8 +25,6 @@ use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::{ChildGuard, Signal, free_port, wait_http_ok};
 use serde_json::Value;
 
-use crate::history::{Handoff, handoffs_in_log};
-
 /// How long a part may take to answer its readiness probe.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -184,13 +182,15 @@ impl ChaosStack {
 
     async fn start_store_with(&mut self, index: usize, migrate: bool) {
         let store = &mut self.stores[index];
-        let command = lease_store_command(
+        let mut command = lease_store_command(
             &self.binaries,
             &self.postgres.url(),
             store.port,
             &self.token,
             migrate,
         );
+        // JSON lines: the evidence the checker reads (`checker/evidence.rs`).
+        command.env("KEYFLIGHT_LOG_FORMAT", "json");
         let mut child =
             ChildGuard::spawn_logged(&format!("lease-store-{index}"), command, &store.log);
         let ready = format!("http://127.0.0.1:{}/readyz", store.port);
@@ -302,22 +302,22 @@ impl ChaosStack {
         }
     }
 
-    /// The claims each Envoy handed to its record outbox after their first settle call
-    /// failed, from the Envoys' logs (every process of an Envoy writes to one log).
-    pub fn handoffs(&self) -> Vec<Handoff> {
-        self.envoys
-            .iter()
-            .enumerate()
-            .flat_map(|(index, envoy)| {
-                let log = std::fs::read_to_string(&envoy.log).unwrap_or_default();
-                handoffs_in_log(index, &log)
-            })
-            .collect()
+    /// Each lease-store's and each Envoy's log so far (every process of a part writes
+    /// to one log), for the evidence they hold (`checker/evidence.rs`).
+    pub fn logs(&self) -> (Vec<String>, Vec<String>) {
+        let read = |path: &PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+        (
+            self.stores.iter().map(|store| read(&store.log)).collect(),
+            self.envoys.iter().map(|envoy| read(&envoy.log)).collect(),
+        )
     }
 }
 
+/// Envoy logs its local time: in UTC, its evidence lines' times read like the stores'.
 fn spawn_envoy(binaries: &Binaries, envoy: &Envoy) -> ChildGuard {
-    ChildGuard::spawn_logged("envoy", envoy_command(binaries, &envoy.config), &envoy.log)
+    let mut command = envoy_command(binaries, &envoy.config);
+    command.env("TZ", "UTC");
+    ChildGuard::spawn_logged("envoy", command, &envoy.log)
 }
 
 /// Renders the shipped two-replica config for Envoy `index` with its [`VIA_HEADER`].
