@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::*;
-use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
+use keyflight_testkit::process::free_port;
 use serde_json::{Value, json};
 
 /// The `evidence` events in a JSON log, as their `fields` objects.
@@ -24,15 +24,7 @@ async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
     let port = free_port();
     let mut command = serve_command(&cluster().url(), port, &["--takeover-grace", "0s"]);
     command.env("KEYFLIGHT_LOG_FORMAT", "json");
-    let mut child = ChildGuard::spawn("lease-store", command);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_http_ok(
-        &format!("{base}/readyz"),
-        Duration::from_secs(30),
-        Some(&mut child),
-    )
-    .await;
-    let api = Api::new(base);
+    let Server { mut child, api } = start_command(command, port).await;
 
     // A fresh insert, finalized.
     let (scope, fingerprint, first) = api.win("evidence").await;
