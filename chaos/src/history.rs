@@ -1,5 +1,6 @@
 //! What a run recorded: every fault, every caller attempt and its answer, every execution the
-//! upstream logged, and the after-run replay checks. The checker (`checker.rs`) is a pure
+//! upstream logged, the after-run replay checks, and the evidence the lease-stores and
+//! Envoys logged. The checker (`checker.rs`) is a pure
 //! function of this; `target/chaos/<run>/history.json` is this, serialized, so a failure can
 //! be investigated (and the checker re-run on it) after the fact.
 //!
@@ -8,6 +9,8 @@
 //! upstream's wall-clock timestamps with the wall-clock time it noted at that start.
 
 use serde::{Deserialize, Serialize};
+
+use crate::checker::evidence::Evidence;
 
 /// Milliseconds since the run started (negative: before it).
 pub type Ms = i64;
@@ -135,6 +138,14 @@ impl Outcome {
         }
     }
 
+    /// The problem `code` of an answer that carried one.
+    pub fn problem_code(&self) -> Option<&str> {
+        match self {
+            Outcome::Answered { problem_code, .. } => problem_code.as_deref(),
+            Outcome::GaveUp | Outcome::ConnectionError { .. } => None,
+        }
+    }
+
     /// The label this outcome is counted under when it is not a success: the problem
     /// code, `http_<status>` for another non-2xx answer, `client_gave_up` or
     /// `connection_error`.
@@ -219,14 +230,17 @@ pub struct Execution {
     pub caller_request_id: Option<String>,
 }
 
-/// The after-run check of one key: its same-body request sent again once every fault was
-/// healed.
+/// The after-run check of one key: its request sent again once every fault was healed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verification {
     /// The key.
     pub key: String,
     /// Which Envoy was asked.
     pub envoy: usize,
+    /// It sent the conflict caller's other body (which must still get 409), not the
+    /// key's own.
+    #[serde(default)]
+    pub conflict: bool,
     /// What it answered (the last try, when it had to be retried).
     pub outcome: Outcome,
     /// How many tries it took (503 `journal_unavailable` and connection errors are retried).
@@ -242,43 +256,17 @@ pub struct History {
     pub attempts: Vec<Attempt>,
     /// The upstream's executions during the run (before the replay checks).
     pub executions: Vec<Execution>,
-    /// The replay checks, one per key whose caller got a successful answer.
+    /// The replay checks: every key's own request through each Envoy, then the other
+    /// body of each key whose conflict caller got 409.
     pub verifications: Vec<Verification>,
     /// Executions the replay checks themselves caused (a replay that ran the operation
     /// again: each is also a lost record).
     pub verification_executions: Vec<Execution>,
-    /// Claims an Envoy delivered the answer of while their record went to its outbox
-    /// (the first finalize or release failed), read from the Envoys' logs.
+    /// The facts the lease-stores and Envoys logged: won claims, settle calls
+    /// (`checker/evidence.rs`).
     #[serde(default)]
-    pub handoffs: Vec<Handoff>,
+    pub evidence: Evidence,
     /// The run's Postgres was a replicated Patroni pair (`--ha`).
     #[serde(default)]
     pub replicated_postgres: bool,
-}
-
-/// A claim whose first settle call failed: its answer was delivered and its record handed
-/// to the Envoy's record outbox. The filter logs `… fence N: finalize failed: …; delivering
-/// the response, the outbox keeps the lease and retries`; fences are unique per claim, so
-/// the line names the execution it belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Handoff {
-    /// Which Envoy (its log continues across restarts).
-    pub envoy: usize,
-    /// The claim's fence.
-    pub fence: u64,
-}
-
-/// Every hand-off line in Envoy `envoy`'s log.
-pub fn handoffs_in_log(envoy: usize, log: &str) -> Vec<Handoff> {
-    log.lines()
-        .filter(|line| line.contains("the outbox keeps the lease"))
-        .filter_map(|line| {
-            let (_, rest) = line.split_once(" fence ")?;
-            let (fence, _) = rest.split_once(':')?;
-            Some(Handoff {
-                envoy,
-                fence: fence.trim().parse().ok()?,
-            })
-        })
-        .collect()
 }

@@ -26,40 +26,19 @@
 //!    the same ports.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
 //!    upstream's execution log (each execution's key, fence, Envoy and caller attempt),
-//!    then sends every key whose caller got a successful answer once more through each
-//!    Envoy, to see that answer replay.
-//! 5. **Judges the history** (`checker.rs`, pure and unit-tested) and prints one table;
-//!    `target/chaos/<seed>-<time>/` gets `report.json` (every key's verdict and its
-//!    evidence), `history.json` (the plan, every attempt with its timing, Envoy and answer,
-//!    every execution, every fault, every replay check), the rendered Envoy configs and one
-//!    log per process (`logs/`). `target/chaos/latest` points at the newest run.
+//!    then sends every key once more through each Envoy (and the conflicting body of each
+//!    key whose conflict caller got 409), and reads the evidence lines of every lease-store
+//!    and Envoy log (`checker/evidence.rs`).
+//! 5. **Judges the history** (`checker/`, pure, with its own corpus of histories) and
+//!    prints one table; `target/chaos/<seed>-<time>/` gets `report.json` (every key's
+//!    verdict and its evidence), `history.json` (the plan, every attempt with its timing,
+//!    Envoy and answer, every execution, every fault, every replay check, the evidence),
+//!    the rendered Envoy configs and one log per process (`logs/`). `target/chaos/latest`
+//!    points at the newest run.
 //!
-//! # Reading the table
-//!
-//! Columns: requests and keys that ran while no fault was active, while a fault of each
-//! kind was (a request or key may count under several), and all of them. Rows:
-//!
-//! - **requests**, **keys**: how much ran.
-//! - **executed twice, explained**: keys the upstream ran more than once, every re-run
-//!   with the evidence of the documented at-least-once case: the earlier execution came
-//!   through an Envoy that was killed after that request was sent and before the re-run —
-//!   before its caller got an answer, or after it with that claim's outbox hand-off in its
-//!   log (the record was still waiting in the outbox) — and the re-run carries a higher fence.
-//! - **executed twice, UNEXPLAINED**: any other re-run. Must be 0.
-//! - **answer delivered, record died with its proxy**: explained keys of the second kind; the
-//!   delivered answer does not replay and the retry got a new one. Not a failure: it is the
-//!   documented case seen from the caller.
-//! - **divergent answers**: keys whose callers got two different successful answers, beyond
-//!   the row above. Must be 0.
-//! - **lost records**: keys with a delivered successful answer that no longer replays after
-//!   the run, beyond the row above. Must be 0.
-//! - **unverified**: keys whose replay check could not reach the store. Must be 0.
-//! - **error: CODE**: answers that were not a success, by problem `code` (`http_<status>`
-//!   without one), plus `client_gave_up` (an impatient caller's timeout) and
-//!   `connection_error` (refused or reset: a killed Envoy). These are expected under faults;
-//!   they show what the faults cost callers.
-//!
-//! The process exits 1 when any "must be 0" row is not, 0 otherwise.
+//! What the judge excuses and what each row of the table means is in `chaos/README.md`
+//! ("The evidence and the judge", "Reading the table"). The process exits 1 when any
+//! "must be 0" row is not, 0 otherwise.
 //!
 //! # Replaying a run
 //!
@@ -96,6 +75,7 @@ use keyflight_testkit::envoy_config;
 use keyflight_testkit::stack::Stack;
 use serde_json::{Value, json};
 
+use crate::checker::evidence::Evidence;
 use crate::history::{FaultKind, History};
 use crate::plan::Settings;
 use crate::workload::Clock;
@@ -238,8 +218,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
     let verification_executions =
         verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
-    let handoffs = stack::handoffs(&stack);
+    let (store_logs, envoy_logs) = stack::logs(&stack);
     drop(stack);
+    let evidence = Evidence::read(&store_logs, &envoy_logs, run_start_unix_ms);
 
     let history = History {
         faults,
@@ -247,7 +228,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         executions,
         verifications,
         verification_executions,
-        handoffs,
+        evidence,
         replicated_postgres: cli.ha,
     };
     let report = checker::check(&history);

@@ -20,11 +20,11 @@ pub fn table(report: &Report) -> String {
     let mut rows: Vec<(String, Vec<u64>)> = vec![
         row(report, "requests", |c| c.requests),
         row(report, "keys", |c| c.keys),
-        row(report, "executed twice, explained", |c| {
-            c.executed_twice_explained
+        row(report, "executed twice, excused", |c| {
+            c.executed_twice_excused
         }),
-        row(report, "executed twice, UNEXPLAINED", |c| {
-            c.executed_twice_unexplained
+        row(report, "executed twice, UNEXCUSED", |c| {
+            c.executed_twice_unexcused
         }),
         row(
             report,
@@ -33,6 +33,7 @@ pub fn table(report: &Report) -> String {
         ),
         row(report, "divergent answers", |c| c.divergent),
         row(report, "lost records", |c| c.lost_records),
+        row(report, "ran again after unknown", |c| c.ran_after_unknown),
         row(report, "unverified", |c| c.unverified),
     ];
     let codes: std::collections::BTreeSet<&String> = report
@@ -154,8 +155,13 @@ pub fn verdict(report: &Report) -> String {
     if report.failed() {
         let _ = writeln!(
             out,
-            "FAIL: {} unexplained re-run key(s), {} divergent, {} lost record(s), {} unverified",
-            total.executed_twice_unexplained, total.divergent, total.lost_records, total.unverified
+            "FAIL: {} unexcused re-run key(s), {} divergent, {} lost record(s), {} ran again \
+             after unknown, {} unverified",
+            total.executed_twice_unexcused,
+            total.divergent,
+            total.lost_records,
+            total.ran_after_unknown,
+            total.unverified
         );
         for key in report
             .keys
@@ -168,7 +174,8 @@ pub fn verdict(report: &Report) -> String {
     } else {
         let _ = writeln!(
             out,
-            "PASS: no unexplained re-run, no divergent answer, no lost record"
+            "PASS: no unexcused re-run, no divergent answer, no lost record, no unknown \
+             record ran again"
         );
     }
     out
@@ -178,7 +185,7 @@ pub fn verdict(report: &Report) -> String {
 fn describe(key: &KeyVerdict) -> String {
     let mut parts = Vec::new();
     for rerun in &key.reruns {
-        if let RerunVerdict::Unexplained { reason } = &rerun.verdict {
+        if let RerunVerdict::Unexcused { reason } = &rerun.verdict {
             parts.push(format!(
                 "execution {} re-ran {}: {reason}",
                 rerun.later, rerun.earlier
@@ -193,8 +200,14 @@ fn describe(key: &KeyVerdict) -> String {
     }
     if !key.lost.is_empty() {
         parts.push(format!(
-            "{} delivered answer(s) did not replay",
+            "{} check(s) did not answer as the record must",
             key.lost.len()
+        ));
+    }
+    if !key.ran_after_unknown.is_empty() {
+        parts.push(format!(
+            "execution(s) {:?} ran after a caller saw the record unknown",
+            key.ran_after_unknown
         ));
     }
     if key.unverified {

@@ -13,8 +13,6 @@ use std::path::Path;
 use keyflight_testkit::stack::{Stack, StackOptions};
 use serde_json::Value;
 
-use crate::history::{Handoff, handoffs_in_log};
-
 /// The launcher's options for a chaos run under `dir` with the plugin configuration
 /// `plugin` and `replicas` Envoy + lease-store replicas.
 pub fn options(
@@ -27,7 +25,9 @@ pub fn options(
         .plugin(|shipped| *shipped = plugin.clone())
         .replicas(replicas)
         .run_dir(dir)
-        .tag_envoys();
+        .tag_envoys()
+        // JSON lines: the evidence the checker reads (`checker/evidence.rs`).
+        .store_env("KEYFLIGHT_LOG_FORMAT", "json");
     if replicated_postgres {
         options.replicated_postgres()
     } else {
@@ -57,10 +57,16 @@ impl Endpoints {
     }
 }
 
-/// The claims each Envoy handed to its record outbox after their first settle call
-/// failed, from the Envoys' logs (every process of an Envoy writes to one log).
-pub fn handoffs(stack: &Stack) -> Vec<Handoff> {
-    (0..stack.replicas())
-        .flat_map(|index| handoffs_in_log(index, &stack.envoy_log(index)))
-        .collect()
+/// Each lease-store's and each Envoy's log so far (every process of a part writes to one
+/// log), for the evidence they hold (`checker/evidence.rs`).
+pub fn logs(stack: &Stack) -> (Vec<String>, Vec<String>) {
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    (
+        (0..stack.replicas())
+            .map(|index| read(stack.store_log_path(index)))
+            .collect(),
+        (0..stack.replicas())
+            .map(|index| stack.envoy_log(index))
+            .collect(),
+    )
 }

@@ -1,5 +1,8 @@
-//! After the run: reads the upstream's execution log, and sends each key whose caller got a
-//! successful answer once more through every Envoy, to see that the answer replays.
+//! After the run: reads the upstream's execution log, and sends every key's own request once
+//! more through every Envoy — to see a delivered answer (a 2xx or a recorded 4xx) replay, an
+//! `unknown` record still answer `operation_unknown` — then, for each key whose conflict
+//! caller got 409, the other body again, to see it still conflict. The checker judges what
+//! each key had to answer (`checker/judgement.rs`).
 //!
 //! A check that meets an unavailable store (503 `journal_unavailable`, no connection, no
 //! answer in time) is tried again, up to [`TRIES`] times; the checker reads a check that
@@ -90,25 +93,43 @@ fn parse_via(value: &str) -> Option<usize> {
     value.strip_prefix("envoy-")?.parse().ok()
 }
 
-/// Sends every key with a delivered success once more through each Envoy.
+/// Sends every key's own request once more through each Envoy, then the other body of
+/// every key whose conflict caller got 409 (after: on a key with no record, the other body
+/// would win and run).
 pub async fn replays(
     client: &reqwest::Client,
     endpoints: &Endpoints,
     keys: &[KeyPlan],
     attempts: &[Attempt],
 ) -> Vec<Verification> {
-    let answered: BTreeSet<&str> = attempts
+    let conflicted: BTreeSet<&str> = attempts
         .iter()
-        .filter(|attempt| attempt.role != Role::Conflict && attempt.outcome.success().is_some())
+        .filter(|attempt| {
+            attempt.role == Role::Conflict
+                && attempt.outcome.problem_code() == Some("idempotency_conflict")
+        })
         .map(|attempt| attempt.key.as_str())
         .collect();
-    let checks: Vec<(&KeyPlan, usize)> = keys
+    let envoys = endpoints.listeners.len();
+    let own = keys
         .iter()
-        .filter(|key| answered.contains(key.key.as_str()))
-        .flat_map(|key| (0..endpoints.listeners.len()).map(move |envoy| (key, envoy)))
-        .collect();
+        .flat_map(|key| (0..envoys).map(move |envoy| (key, envoy, false)));
+    let mut checks = run_checks(client, endpoints, own).await;
+    let other = keys
+        .iter()
+        .filter(|key| conflicted.contains(key.key.as_str()))
+        .flat_map(|key| (0..envoys).map(move |envoy| (key, envoy, true)));
+    checks.extend(run_checks(client, endpoints, other).await);
+    checks
+}
+
+async fn run_checks<'a>(
+    client: &reqwest::Client,
+    endpoints: &Endpoints,
+    checks: impl Iterator<Item = (&'a KeyPlan, usize, bool)>,
+) -> Vec<Verification> {
     futures_util::stream::iter(checks)
-        .map(|(key, envoy)| replay(client, endpoints, key, envoy))
+        .map(|(key, envoy, conflict)| replay(client, endpoints, key, envoy, conflict))
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await
@@ -119,15 +140,17 @@ async fn replay(
     endpoints: &Endpoints,
     key: &KeyPlan,
     envoy: usize,
+    conflict: bool,
 ) -> Verification {
     let mut tries = 0;
+    let kind = if conflict { "conflict" } else { "own" };
     loop {
         tries += 1;
         let request = Request {
-            id: format!("{}-verify-{envoy}-{tries}", key.key),
+            id: format!("{}-verify-{kind}-{envoy}-{tries}", key.key),
             key: key.key.clone(),
             path: key.path(),
-            body: body(key, 0),
+            body: body(key, u64::from(conflict)),
             envoy,
             timeout: Duration::from_millis(PATIENT_TIMEOUT_MS),
         };
@@ -136,6 +159,7 @@ async fn replay(
             return Verification {
                 key: key.key.clone(),
                 envoy,
+                conflict,
                 outcome,
                 tries,
             };

@@ -48,7 +48,7 @@ use uuid::Uuid;
 use delivery::{BACKOFF_BASE_MS, BACKOFF_CAP_MS};
 use delivery::{Step, backoff_ms, delivery_bytes, downgraded, next_step};
 
-use crate::log::LogLevel;
+use crate::log::{By, LogLevel, Settle, evidence};
 use crate::metrics::{EventKind, Gauge, Metric, OutboxEvent};
 use crate::store_call::{CallError, StoreCall};
 
@@ -70,6 +70,8 @@ pub struct Lease {
 pub struct Handoff {
     /// The claim the call settles.
     pub claim_id: Uuid,
+    /// That claim's fence: evidence lines name it.
+    pub fence: i64,
     /// The finalize or release to (re)send.
     pub call: StoreCall,
     /// How the stream's own attempt ended: `None` when it never saw an answer
@@ -153,6 +155,8 @@ pub(crate) struct HeldDelivery {
 #[derive(Debug)]
 struct Delivery {
     call: StoreCall,
+    /// The claim's fence, for the evidence lines.
+    fence: i64,
     /// Settle calls the outbox itself has dispatched so far.
     attempts: u32,
     next_attempt_ms: u64,
@@ -295,6 +299,7 @@ impl Outbox {
         let mut out = vec![outbox_count(OutboxEvent::TakenOver)];
         let Handoff {
             claim_id,
+            fence,
             mut call,
             last_error,
             budget,
@@ -313,7 +318,7 @@ impl Outbox {
                 return Vec::new();
             }
             Some(Step::GiveUp) => {
-                out.extend(self.give_up(claim_id, &call, "the store refused it"));
+                out.extend(self.give_up(claim_id, &call, fence, "the store refused it"));
                 return out;
             }
         }
@@ -334,7 +339,7 @@ impl Outbox {
                 }
                 _ => {
                     out.push(outbox_count(OutboxEvent::Full));
-                    out.extend(self.give_up(claim_id, &call, "the outbox is full"));
+                    out.extend(self.give_up(claim_id, &call, fence, "the outbox is full"));
                     return out;
                 }
             }
@@ -360,6 +365,7 @@ impl Outbox {
         }
         entry.delivery = Some(Delivery {
             call,
+            fence,
             attempts: 0,
             next_attempt_ms: now_ms.saturating_add(first_delay_ms),
             give_up_at_ms: now_ms.saturating_add(millis(budget)),
@@ -387,8 +393,8 @@ impl Outbox {
             .map(|(id, _)| *id)
             .collect();
         for claim_id in expired {
-            if let Some(call) = self.delivery_call(claim_id) {
-                out.extend(self.give_up(claim_id, &call, "its retry budget ran out"));
+            if let Some((call, fence)) = self.delivery_call(claim_id) {
+                out.extend(self.give_up(claim_id, &call, fence, "its retry budget ran out"));
             }
         }
         for (&claim_id, entry) in &mut self.entries {
@@ -428,26 +434,32 @@ impl Outbox {
         out
     }
 
-    fn delivery_call(&self, claim_id: Uuid) -> Option<StoreCall> {
+    fn delivery_call(&self, claim_id: Uuid) -> Option<(StoreCall, i64)> {
         self.entries
             .get(&claim_id)?
             .delivery
             .as_ref()
-            .map(|d| d.call.clone())
+            .map(|d| (d.call.clone(), d.fence))
     }
 
-    /// Stops renewing and delivering `claim_id` for good.
-    fn give_up(&mut self, claim_id: Uuid, call: &StoreCall, why: &str) -> Vec<OutboxAction> {
+    /// Stops renewing and delivering `claim_id` (of fence `fence`) for good.
+    fn give_up(
+        &mut self,
+        claim_id: Uuid,
+        call: &StoreCall,
+        fence: i64,
+        why: &str,
+    ) -> Vec<OutboxAction> {
         let mut out = self.remove(claim_id);
         out.push(outbox_count(OutboxEvent::GivenUp));
+        let note = format!(
+            "giving up on {} because {why}; its lease will expire and one same-body retry \
+             may run again",
+            call.name()
+        );
         out.push(log(
             LogLevel::Warn,
-            format!(
-                "scope {}: giving up on {} because {why}; its lease will expire and one \
-                 same-body retry may run again",
-                call.scope().to_hex(),
-                call.name()
-            ),
+            evidence(Settle::GivenUp, call, fence, By::Outbox, &note),
         ));
         out
     }

@@ -23,6 +23,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod evidence;
 pub mod logging;
 pub mod longpoll;
 pub mod metrics;

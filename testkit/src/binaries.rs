@@ -57,12 +57,18 @@ impl Binaries {
         require(
             &binaries.lease_store,
             "KEYFLIGHT_LEASE_STORE_BIN",
-            &format!("cargo build{} -p keyflight-lease-store", profile_flag(profile)),
+            &format!(
+                "cargo build{} -p keyflight-lease-store",
+                profile_flag(profile)
+            ),
         );
         require(
             &binaries.upstream,
             "KEYFLIGHT_UPSTREAM_BIN",
-            &format!("cargo build{} -p keyflight-demo-upstream", profile_flag(profile)),
+            &format!(
+                "cargo build{} -p keyflight-demo-upstream",
+                profile_flag(profile)
+            ),
         );
         require(
             &binaries.wasm,

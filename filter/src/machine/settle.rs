@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::response::{finalize_call, release_call};
 use super::{Action, LogLevel, Machine, State};
 use crate::config::{Policy, Uncertain};
+use crate::log::{By, Settle, evidence};
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::outbox::Handoff;
 use crate::store_call::{CallError, StoreCall};
@@ -35,6 +36,10 @@ impl Machine {
         };
         match result {
             Ok(()) => {
+                out.push(Action::Log {
+                    level: LogLevel::Info,
+                    message: evidence(Settle::Landed, &call, fence, By::Stream, "recorded"),
+                });
                 self.stop_renewal(out);
                 if let Some((key, entry)) = cache {
                     out.push(Action::WriteEdgeCache { key, entry });
@@ -47,24 +52,24 @@ impl Machine {
                 self.stop_renewal(out);
                 out.push(Action::Log {
                     level: LogLevel::Warn,
-                    message: format!(
-                        "{}: the lease was stolen; delivering the response unrecorded",
-                        call.name()
+                    message: evidence(
+                        Settle::LeaseLost,
+                        &call,
+                        fence,
+                        By::Stream,
+                        "the lease was stolen; delivering the response unrecorded",
                     ),
                 });
             }
             Err(error) => {
                 out.push(Action::Count(Metric::Event(error_event)));
-                out.push(Action::Log {
-                    level: LogLevel::Warn,
-                    message: format!(
-                        "scope {} fence {fence}: {} failed: {error}; delivering the response, \
-                         the outbox keeps the lease and retries",
-                        call.scope().to_hex(),
-                        call.name()
-                    ),
-                });
-                self.hand_off(out, &policy, claim_id, call, Some(error));
+                let note = format!(
+                    "{} failed: {error}; delivering the response, the outbox keeps the lease \
+                     and retries",
+                    call.name()
+                );
+                let owner = (claim_id, fence);
+                self.hand_off(out, &policy, owner, call, Some(error), &note);
             }
         }
         if held {
@@ -89,7 +94,9 @@ impl Machine {
                 self.count_outcome(out, outcome);
                 out.push(Action::Count(Metric::Event(EventKind::CallerGone)));
                 let call = release_call(&owned, release_as);
-                self.hand_off(out, &owned.policy, owned.claim_id, call, None);
+                let owner = (owned.claim_id, owned.fence);
+                let note = "the caller left while the upstream ran; the outbox releases the claim";
+                self.hand_off(out, &owned.policy, owner, call, None, note);
             }
             // The upstream answered a recordable status, and the caller left
             // before its whole body was read: the operation happened, but
@@ -109,7 +116,10 @@ impl Machine {
                     body: Vec::new(),
                 };
                 let call = finalize_call(&owned, response, false);
-                self.hand_off(out, &owned.policy, owned.claim_id, call, None);
+                let owner = (owned.claim_id, owned.fence);
+                let note = "the caller left while the answer was read; the outbox records it \
+                            as not replayable";
+                self.hand_off(out, &owned.policy, owner, call, None, note);
             }
             // The settle call was in flight: it is cancelled with the stream,
             // and may or may not have landed. The store takes a repeat.
@@ -117,25 +127,41 @@ impl Machine {
                 call,
                 policy,
                 claim_id,
+                fence,
                 ..
-            } => self.hand_off(out, &policy, claim_id, call, None),
+            } => {
+                let note = "the stream ended with its settle call in flight; the outbox resends it";
+                let owner = (claim_id, fence);
+                self.hand_off(out, &policy, owner, call, None, note);
+            }
             _ => self.stop_renewal(out),
         }
         self.state = State::Done;
     }
 
-    /// Passes the claim and its settle call to the outbox (F14).
+    /// Passes the claim `(claim_id, fence)` and its settle call to the
+    /// outbox (F14), and logs the hand-off as evidence with `note`: a
+    /// warning when the stream's own call failed.
     pub(super) fn hand_off(
         &mut self,
         out: &mut Vec<Action>,
         policy: &Policy,
-        claim_id: Uuid,
+        (claim_id, fence): (Uuid, i64),
         call: StoreCall,
         last_error: Option<CallError>,
+        note: &str,
     ) {
         self.renewing = None;
+        out.push(Action::Log {
+            level: match last_error {
+                Some(_) => LogLevel::Warn,
+                None => LogLevel::Info,
+            },
+            message: evidence(Settle::HandOff, &call, fence, By::Stream, note),
+        });
         out.push(Action::HandOff(Handoff {
             claim_id,
+            fence,
             call,
             last_error,
             budget: policy.record_retry_budget,

@@ -5,7 +5,10 @@
 use uuid::Uuid;
 
 use super::delivery::{Step, backoff_ms, delivery_bytes, next_step};
-use super::{CallId, CallKind, Entry, Outbox, OutboxAction, adjust, count, outbox_count, signed};
+use super::{
+    CallId, CallKind, Entry, Outbox, OutboxAction, adjust, count, log, outbox_count, signed,
+};
+use crate::log::{By, LogLevel, Settle, evidence};
 use crate::metrics::{EventKind, Gauge, OutboxEvent};
 use crate::store_call::CallError;
 
@@ -40,8 +43,16 @@ impl Outbox {
         };
         delivery.in_flight = false;
         let Err(error) = result else {
+            let landed = evidence(
+                Settle::Landed,
+                &delivery.call,
+                delivery.fence,
+                By::Outbox,
+                "recorded",
+            );
             let mut out = self.remove(claim_id);
             out.push(outbox_count(OutboxEvent::Delivered));
+            out.push(log(LogLevel::Info, landed));
             return out;
         };
         match next_step(&delivery.call, error) {
@@ -63,16 +74,25 @@ impl Outbox {
             }
             Step::Lost => {
                 let counted = entry.theft_counted;
+                let lost = evidence(
+                    Settle::LeaseLost,
+                    &delivery.call,
+                    delivery.fence,
+                    By::Outbox,
+                    "another claim owns the record; this one is not recorded",
+                );
                 let mut out = self.remove(claim_id);
                 out.push(outbox_count(OutboxEvent::Lost));
+                out.push(log(LogLevel::Warn, lost));
                 if !counted {
                     out.push(count(EventKind::LeaseStolen));
                 }
                 out
             }
             Step::GiveUp => {
-                let call = delivery.call.clone();
-                self.give_up(claim_id, &call, &format!("the store refused it ({error})"))
+                let (call, fence) = (delivery.call.clone(), delivery.fence);
+                let why = format!("the store refused it ({error})");
+                self.give_up(claim_id, &call, fence, &why)
             }
         }
     }

@@ -55,6 +55,7 @@ fn release(n: u128) -> StoreCall {
 fn handoff(n: u128, call: StoreCall, last_error: Option<CallError>) -> Handoff {
     Handoff {
         claim_id: claim(n),
+        fence: i64::try_from(n).unwrap_or(i64::MAX),
         call,
         last_error,
         budget: Duration::from_secs(60),
@@ -524,4 +525,58 @@ fn stop_never_drops_a_claim_the_outbox_owns() {
     outbox.hand_off(handoff(1, release(1), None), 0);
     outbox.stop(claim(1));
     assert_eq!(outbox.depth(), 1);
+}
+
+/// The evidence lines in `out`.
+fn evidence_lines(out: &[OutboxAction]) -> Vec<&str> {
+    out.iter()
+        .filter_map(|a| match a {
+            OutboxAction::Log { message, .. } if message.starts_with("evidence=") => {
+                Some(message.as_str())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_delivery_that_lands_a_loss_and_a_give_up_are_each_one_evidence_line_with_the_fence() {
+    let prefix = |event: &str, n: u128, call: &str| {
+        format!(
+            "evidence={event} scope={} fence={n} call={call} by=outbox | ",
+            scope(n).to_hex()
+        )
+    };
+    let mut outbox = Outbox::new(1 << 20);
+    outbox.start(lease(5), 0);
+    outbox.hand_off(handoff(5, finalize(5, b"{}"), None), 0);
+    assert!(settle_due(&mut outbox, 5, 0).is_some());
+    let landed = outbox.on_answer(settle(5), Ok(()), 1);
+    assert!(
+        matches!(&evidence_lines(&landed)[..], [line] if line.starts_with(&prefix("settle_landed", 5, "finalize"))),
+        "{landed:?}"
+    );
+
+    outbox.start(lease(8), 0);
+    outbox.hand_off(handoff(8, release(8), None), 0);
+    assert!(settle_due(&mut outbox, 8, 0).is_some());
+    let lost = outbox.on_answer(settle(8), Err(CallError::LeaseLost), 1);
+    let release_name = "release_unknown";
+    assert!(
+        matches!(&evidence_lines(&lost)[..], [line] if line.starts_with(&prefix("lease_lost", 8, release_name))),
+        "{lost:?}"
+    );
+
+    outbox.start(lease(9), 0);
+    outbox.hand_off(handoff(9, release(9), None), 0);
+    let given_up = outbox.on_tick(120 * SECOND);
+    assert!(
+        matches!(&evidence_lines(&given_up)[..], [line] if line.starts_with(&prefix("given_up", 9, release_name))),
+        "{given_up:?}"
+    );
+    // A retry that fails says nothing: only facts that settle the claim are evidence.
+    outbox.start(lease(4), 0);
+    outbox.hand_off(handoff(4, release(4), None), 0);
+    assert!(settle_due(&mut outbox, 4, 0).is_some());
+    assert!(evidence_lines(&outbox.on_answer(settle(4), Err(CallError::NoAnswer), 1)).is_empty());
 }

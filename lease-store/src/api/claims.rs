@@ -18,6 +18,7 @@ use keyflight_protocol::wire::{
 
 use super::{ApiJson, AppState, Scope, within};
 use crate::api::error::ApiError;
+use crate::evidence;
 use crate::longpoll;
 use crate::metrics::Event;
 
@@ -52,6 +53,7 @@ pub async fn claim(
         settled => settled,
     };
     state.metrics.claim_answered(&response);
+    evidence::claim_answered(&scope, &request, &response);
     Ok(Json(response))
 }
 

@@ -16,6 +16,7 @@ use keyflight_protocol::wire::{
 
 use super::{ApiJson, AppState, Scope, recordable, within};
 use crate::api::error::ApiError;
+use crate::evidence;
 use crate::metrics::{Event, Metrics};
 use crate::store::StoreError;
 
@@ -65,7 +66,12 @@ pub async fn finalize(
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
     recordable(&request.response)?;
+    let (claim_id, call) = (
+        request.claim_id,
+        evidence::finalize_call(request.replayable),
+    );
     let answer = state.store.finalize(&scope, request).await;
+    evidence::settled(&scope, claim_id, call, &answer);
     counted(&state.metrics, Event::Finalize, answer)
 }
 
@@ -91,6 +97,8 @@ pub async fn release(
         within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
     }
     let answer = state.store.release(&scope, &request).await;
+    let call = evidence::release_call(request.release_as);
+    evidence::settled(&scope, request.claim_id, call, &answer);
     counted(&state.metrics, Event::Release, answer)
 }
 

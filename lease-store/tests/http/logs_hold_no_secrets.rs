@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::support::*;
 use base64::Engine as _;
-use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
+use keyflight_testkit::process::{ChildGuard, free_port};
 use reqwest::Method;
 use serde_json::json;
 
@@ -28,15 +28,8 @@ async fn trace_server(format: &str) -> (ChildGuard, Api) {
     command
         .env("RUST_LOG", "trace")
         .env("KEYFLIGHT_LOG_FORMAT", format);
-    let mut child = ChildGuard::spawn("lease-store", command);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_http_ok(
-        &format!("{base}/readyz"),
-        Duration::from_secs(30),
-        Some(&mut child),
-    )
-    .await;
-    (child, Api::new(base))
+    let Server { child, api } = start_command(command, port).await;
+    (child, api)
 }
 
 /// A claim, carrying the raw key and principal as request headers (as a

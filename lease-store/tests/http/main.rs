@@ -10,6 +10,7 @@ mod cli;
 mod contract_ranges;
 mod database_down;
 mod epoch;
+mod evidence_lines;
 mod input;
 mod lifecycle;
 mod logs_hold_no_secrets;

@@ -95,7 +95,12 @@ pub async fn start_server(extra_args: &[&str]) -> Server {
 /// Starts `serve` on `database_url` and waits until `/readyz` answers 200.
 pub async fn start_server_on(database_url: &str, extra_args: &[&str]) -> Server {
     let port = free_port();
-    let mut child = ChildGuard::spawn("lease-store", serve_command(database_url, port, extra_args));
+    start_command(serve_command(database_url, port, extra_args), port).await
+}
+
+/// Runs `command` (a [`serve_command`] for `port`) and waits until `/readyz` answers 200.
+pub async fn start_command(command: Command, port: u16) -> Server {
+    let mut child = ChildGuard::spawn("lease-store", command);
     let base = format!("http://127.0.0.1:{port}");
     wait_http_ok(
         &format!("{base}/readyz"),

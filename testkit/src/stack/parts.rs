@@ -89,6 +89,8 @@ pub(super) struct Store {
 /// `--base-id`, so without it any number of Envoys coexist with no id to hand out.
 pub fn envoy_command(binaries: &Binaries, config: &Path, log_level: &str) -> Command {
     let mut command = Command::new(&binaries.envoy);
+    // Envoy logs its local time: in UTC its lines read like every other part's.
+    command.env("TZ", "UTC");
     command.arg("-c").arg(config).args([
         "--disable-hot-restart",
         "--concurrency",

@@ -367,6 +367,13 @@ fn single_call(out: &[Action]) -> StoreCall {
     }
 }
 
+/// `out` without its log lines (the evidence lines have their own tests).
+fn without_logs(out: Vec<Action>) -> Vec<Action> {
+    out.into_iter()
+        .filter(|a| !matches!(a, Action::Log { .. }))
+        .collect()
+}
+
 fn counts(out: &[Action]) -> Vec<Metric> {
     out.iter()
         .filter_map(|a| match a {

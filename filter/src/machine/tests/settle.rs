@@ -63,7 +63,7 @@ fn a_failed_settle_call_delivers_the_response_and_hands_the_claim_to_the_outbox(
         assert_eq!(out.last(), Some(&Action::ResumeResponse), "not held longer");
         assert!(
             out.iter().any(|a| matches!(a, Action::Log { message, .. }
-                if message.contains("fence 3:") && message.contains("outbox"))),
+                if message.starts_with("evidence=handoff ") && message.contains(" fence=3 "))),
             "the hand-off is logged with the fence the upstream saw: {out:?}"
         );
         assert_eq!(s.done(), vec![], "handed off once");
@@ -232,8 +232,51 @@ fn answers_nobody_waits_for_are_ignored() {
     assert_eq!(calls(&out).len(), 1);
     assert!(s.answer_token(claimed, Some(200), b"{}").is_empty());
     assert_eq!(
-        s.ack(),
+        without_logs(s.ack()),
         vec![Action::ResumeResponse],
         "the won request's response is still recorded and released"
+    );
+}
+
+/// The evidence lines in `out` (`filter/src/log.rs`).
+fn evidence_lines(out: &[Action]) -> Vec<&str> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Log { message, .. } if message.starts_with("evidence=") => {
+                Some(message.as_str())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_settle_the_stream_landed_and_a_caller_gone_hand_off_are_evidence_lines_with_the_fence() {
+    let (scope, _) = claim_of(config(), br#"{"amount": 10}"#);
+    let mut s = to_upstream(config());
+    s.respond(201, true);
+    let landed = s.ack();
+    let want = format!(
+        "evidence=settle_landed scope={} fence=3 call=finalize by=stream | ",
+        scope.to_hex()
+    );
+    assert!(
+        matches!(&evidence_lines(&landed)[..], [line] if line.starts_with(&want)),
+        "{landed:?}"
+    );
+    assert!(evidence_lines(&s.done()).is_empty(), "landed once");
+
+    let mut s = to_upstream(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"uncertain": "hold"}),
+    ));
+    let gone = s.done();
+    let want = format!(
+        "evidence=handoff scope={} fence=3 call=release_unknown by=stream | ",
+        scope.to_hex()
+    );
+    assert!(
+        matches!(&evidence_lines(&gone)[..], [line] if line.starts_with(&want)),
+        "{gone:?}"
     );
 }

@@ -1,0 +1,334 @@
+//! The facts the judge reasons from, read from the processes' own logs: which claim won
+//! each scope with which fence and *how* (the lease-store's `claim_won` lines), which
+//! settle calls the store applied or refused (its `settle` lines), and what each Envoy's
+//! filter did with its claims' settle calls — handed off to the outbox, landed (by the
+//! stream or the outbox), given up, lease lost (its `evidence=` lines). The formats are
+//! the components' own (`lease-store/src/evidence.rs`, `filter/src/log.rs`); this file
+//! only parses them and puts each fact on the run's clock.
+//!
+//! Every value that names a way of winning or settling is kept as the string logged: the
+//! set is open (a new claim outcome may appear), and the judge excuses only the values it
+//! knows ([`TAKEOVER`]), so an unknown one can never pass by accident.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::Ms;
+
+/// The `how` of a claim that took over an expired lease with the same fingerprint: the
+/// only way a second execution may win (`docs/guarantee.md#where-it-is-at-least-once`).
+pub const TAKEOVER: &str = "recovered_abandoned";
+
+/// A claim the lease-store committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimWon {
+    /// When the store logged it (after the commit).
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The scope digest.
+    pub scope: String,
+    /// The fingerprint digest.
+    pub fingerprint: String,
+    /// The claim id (fences the settle calls).
+    pub claim_id: String,
+    /// The fence (unique per claim).
+    pub fence: u64,
+    /// How it was won: `claimed` (a fresh insert), `recovered_abandoned`,
+    /// `recovered_ttl`, or a value this judge does not know.
+    pub how: String,
+}
+
+/// A settle call the lease-store answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreSettle {
+    /// When the store logged it.
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The scope digest.
+    pub scope: String,
+    /// The claim it settles.
+    pub claim_id: String,
+    /// `finalize`, `finalize_not_replayable`, `release_cooldown`, `release_unknown`,
+    /// `release_forget`.
+    pub call: String,
+    /// `applied`, `lease_lost` or `refused`.
+    pub outcome: String,
+}
+
+impl StoreSettle {
+    /// Whether the record was settled by it.
+    pub fn applied(&self) -> bool {
+        self.outcome == "applied"
+    }
+}
+
+/// What an Envoy's filter logged about one claim's settle call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxySettle {
+    /// When Envoy logged it.
+    pub at_ms: Ms,
+    /// Which Envoy (its log continues across restarts).
+    pub envoy: usize,
+    /// `handoff`, `settle_landed`, `given_up`, `lease_lost`.
+    pub event: String,
+    /// The scope digest.
+    pub scope: String,
+    /// The claim's fence.
+    pub fence: u64,
+    /// The settle call (as the store's lines name it).
+    pub call: String,
+    /// `stream` or `outbox`.
+    pub by: String,
+}
+
+/// Every fact read from the logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Won claims, from the lease-stores.
+    pub claims: Vec<ClaimWon>,
+    /// Settle calls the lease-stores answered.
+    pub store_settles: Vec<StoreSettle>,
+    /// Settle facts the Envoys logged.
+    pub proxy_settles: Vec<ProxySettle>,
+}
+
+impl Evidence {
+    /// The facts in the logs: `stores[i]` and `envoys[i]` are replica `i`'s log text;
+    /// `run_start_unix_ms` puts their wall-clock times on the run's clock.
+    pub fn read(stores: &[String], envoys: &[String], run_start_unix_ms: u64) -> Evidence {
+        let mut evidence = Evidence::default();
+        for (store, log) in stores.iter().enumerate() {
+            for line in log.lines() {
+                evidence.read_store_line(store, line, run_start_unix_ms);
+            }
+        }
+        for (envoy, log) in envoys.iter().enumerate() {
+            evidence.proxy_settles.extend(
+                log.lines()
+                    .filter_map(|line| proxy_settle(envoy, line, run_start_unix_ms)),
+            );
+        }
+        evidence
+    }
+
+    fn read_store_line(&mut self, store: usize, line: &str, run_start_unix_ms: u64) {
+        #[derive(Deserialize)]
+        struct Line {
+            timestamp: String,
+            target: String,
+            fields: BTreeMap<String, serde_json::Value>,
+        }
+        let Ok(line) = serde_json::from_str::<Line>(line) else {
+            return;
+        };
+        if line.target != "keyflight_lease_store::evidence" {
+            return;
+        }
+        let Some(at_ms) =
+            rfc3339_unix_ms(&line.timestamp).map(|t| on_run_clock(t, run_start_unix_ms))
+        else {
+            return;
+        };
+        let text = |name: &str| {
+            line.fields
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let fence = line.fields.get("fence").and_then(serde_json::Value::as_u64);
+        match text("evidence").as_deref() {
+            Some("claim_won") => {
+                if let (Some(scope), Some(fingerprint), Some(claim_id), Some(fence), Some(how)) = (
+                    text("scope"),
+                    text("fingerprint"),
+                    text("claim_id"),
+                    fence,
+                    text("how"),
+                ) {
+                    self.claims.push(ClaimWon {
+                        at_ms,
+                        store,
+                        scope,
+                        fingerprint,
+                        claim_id,
+                        fence,
+                        how,
+                    });
+                }
+            }
+            Some("settle") => {
+                if let (Some(scope), Some(claim_id), Some(call), Some(outcome)) = (
+                    text("scope"),
+                    text("claim_id"),
+                    text("call"),
+                    text("outcome"),
+                ) {
+                    self.store_settles.push(StoreSettle {
+                        at_ms,
+                        store,
+                        scope,
+                        claim_id,
+                        call,
+                        outcome,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The won claim with `fence`.
+    pub fn claim(&self, fence: u64) -> Option<&ClaimWon> {
+        self.claims.iter().find(|claim| claim.fence == fence)
+    }
+
+    /// The claims won in `scope` with a fence in `(after, up_to]`, by fence.
+    pub fn claims_between(&self, scope: &str, after: u64, up_to: u64) -> Vec<&ClaimWon> {
+        let mut claims: Vec<&ClaimWon> = self
+            .claims
+            .iter()
+            .filter(|claim| claim.scope == scope && after < claim.fence && claim.fence <= up_to)
+            .collect();
+        claims.sort_by_key(|claim| claim.fence);
+        claims
+    }
+
+    /// When a settle call of `claim` first landed: applied by a store, or reported landed
+    /// by a proxy; `None` when none did.
+    pub fn first_landed(&self, claim: &ClaimWon) -> Option<Ms> {
+        let by_store = self
+            .store_settles
+            .iter()
+            .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
+            .map(|settle| settle.at_ms);
+        let by_proxy = self
+            .proxy_settles
+            .iter()
+            .filter(|settle| settle.fence == claim.fence && settle.event == "settle_landed")
+            .map(|settle| settle.at_ms);
+        by_store.chain(by_proxy).min()
+    }
+
+    /// The first `event` Envoy `envoy` logged for `fence`.
+    pub fn proxy_event(&self, envoy: usize, fence: u64, event: &str) -> Option<&ProxySettle> {
+        self.proxy_settles
+            .iter()
+            .filter(|s| s.envoy == envoy && s.fence == fence && s.event == event)
+            .min_by_key(|s| s.at_ms)
+    }
+}
+
+/// One `evidence=` line of Envoy `envoy`'s log: `[date time.ms][thread][level][logger]
+/// … evidence=EVENT scope=… fence=N call=… by=… | note`.
+fn proxy_settle(envoy: usize, line: &str, run_start_unix_ms: u64) -> Option<ProxySettle> {
+    let (_, fields) = line.split_once("evidence=")?;
+    let (fields, _) = fields.split_once(" | ").unwrap_or((fields, ""));
+    let mut tokens = fields.split_whitespace();
+    let event = tokens.next()?.to_owned();
+    let fields: BTreeMap<&str, &str> = tokens.filter_map(|t| t.split_once('=')).collect();
+    let stamp = line.strip_prefix('[')?.get(..23)?;
+    let (date, time) = stamp.split_once(' ')?;
+    Some(ProxySettle {
+        at_ms: on_run_clock(unix_ms(date, time)?, run_start_unix_ms),
+        envoy,
+        event,
+        scope: (*fields.get("scope")?).to_owned(),
+        fence: fields.get("fence")?.parse().ok()?,
+        call: (*fields.get("call")?).to_owned(),
+        by: (*fields.get("by")?).to_owned(),
+    })
+}
+
+fn on_run_clock(unix_ms: i64, run_start_unix_ms: u64) -> Ms {
+    unix_ms - i64::try_from(run_start_unix_ms).unwrap_or(i64::MAX)
+}
+
+/// `2026-12-01T16:36:44.123456Z` → Unix milliseconds (UTC only, as the store logs).
+fn rfc3339_unix_ms(stamp: &str) -> Option<i64> {
+    let stamp = stamp.strip_suffix('Z')?;
+    let (date, time) = stamp.split_once('T')?;
+    unix_ms(date, time)
+}
+
+/// `YYYY-MM-DD` and `HH:MM:SS[.fraction]`, UTC, → Unix milliseconds. (Envoy logs its local
+/// time: the run starts Envoy with `TZ=UTC`.)
+fn unix_ms(date: &str, time: &str) -> Option<i64> {
+    let mut date = date.split('-').map(str::parse::<i64>);
+    let (year, month, day) = (date.next()?.ok()?, date.next()?.ok()?, date.next()?.ok()?);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut hms = hms.split(':').map(str::parse::<i64>);
+    let (hour, minute, second) = (hms.next()?.ok()?, hms.next()?.ok()?, hms.next()?.ok()?);
+    let millis: i64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_clock_stamps_become_unix_milliseconds() {
+        assert_eq!(unix_ms("1970-01-01", "00:00:00.000"), Some(0));
+        assert_eq!(
+            rfc3339_unix_ms("2026-12-01T16:36:44.123456Z"),
+            Some(1_796_143_004_123)
+        );
+        assert_eq!(unix_ms("2024-02-29", "23:59:59.9"), Some(1_709_251_199_900));
+    }
+
+    #[test]
+    fn a_store_line_and_an_envoy_line_are_read_on_the_runs_clock() {
+        let start = 1_796_143_004_000;
+        let store = r#"{"timestamp":"2026-12-01T16:36:44.123456Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won","scope":"ab","fingerprint":"cd","claim_id":"0190-x","fence":41,"how":"orphan_takeover","lease_ms":3000},"target":"keyflight_lease_store::evidence"}
+{"timestamp":"2026-12-01T16:36:44.200Z","level":"INFO","fields":{"message":"settle applied","evidence":"settle","scope":"ab","claim_id":"0190-x","call":"finalize","outcome":"applied"},"target":"keyflight_lease_store::evidence"}
+{"timestamp":"2026-12-01T16:36:44.300Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won"},"target":"keyflight_lease_store::api"}
+not json"#;
+        let envoy = "[2026-12-01 16:36:44.250][31638][info][wasm] wasm log keyflight keyflight: \
+                     evidence=settle_landed scope=ab fence=41 call=finalize by=outbox | recorded\n\
+                     [2026-12-01 16:36:44.260][31638][info][wasm] keyflight: scope ab: other";
+        let evidence = Evidence::read(
+            &[store.to_owned()],
+            &[String::new(), envoy.to_owned()],
+            start,
+        );
+        assert_eq!(
+            evidence.claims,
+            vec![ClaimWon {
+                at_ms: 123,
+                store: 0,
+                scope: "ab".into(),
+                fingerprint: "cd".into(),
+                claim_id: "0190-x".into(),
+                fence: 41,
+                how: "orphan_takeover".into(),
+            }],
+            "an unknown `how` is kept as logged"
+        );
+        assert_eq!(evidence.store_settles.len(), 1);
+        assert!(evidence.store_settles[0].applied());
+        assert_eq!(
+            evidence.proxy_settles,
+            vec![ProxySettle {
+                at_ms: 250,
+                envoy: 1,
+                event: "settle_landed".into(),
+                scope: "ab".into(),
+                fence: 41,
+                call: "finalize".into(),
+                by: "outbox".into(),
+            }]
+        );
+        assert_eq!(evidence.first_landed(&evidence.claims[0]), Some(200));
+    }
+}

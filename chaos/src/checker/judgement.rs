@@ -1,0 +1,492 @@
+//! The judgement of one key: its executions, its callers' answers and its after-run
+//! checks, held to the guarantee table (`docs/guarantee.md#where-it-is-at-least-once`)
+//! row by row, from the evidence (`evidence.rs`) rather than from time windows.
+//!
+//! A **re-run** (any execution after a key's first) is excused only when every
+//! condition of one row is shown (see [`judge_rerun`]); each of the other findings — a
+//! divergent answer, a record that does not replay, an `unknown` record that ran again —
+//! is judged on its own: a delivered answer is excused from replaying only when the very
+//! execution that produced it is the one a dead proxy's outbox lost.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::evidence::{ClaimWon, TAKEOVER};
+use super::report::key_faults;
+use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
+
+/// The rows of the guarantee table a re-run can be excused by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Row {
+    /// The winner's proxy died after dispatching upstream and before any settle landed.
+    ProxyDied {
+        /// The Envoy kill (fault id).
+        fault: usize,
+        /// Its caller already had its answer (the record was in the outbox).
+        answer_delivered: bool,
+    },
+    /// The winner's outbox gave the settle call up (its retry budget, a full outbox).
+    OutboxGaveUp,
+}
+
+/// How a re-run was judged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum RerunVerdict {
+    /// Every condition of `row` is shown.
+    Excused {
+        /// The row.
+        row: Row,
+        /// The Envoy the earlier execution came through.
+        envoy: usize,
+        /// The earlier execution's fence.
+        earlier_fence: u64,
+        /// The claim that took the earlier one's expired lease over.
+        takeover_fence: u64,
+        /// The re-run's fence.
+        later_fence: u64,
+    },
+    /// Not allowed by the guarantee.
+    Unexcused {
+        /// The condition that is not shown.
+        reason: String,
+    },
+}
+
+/// One execution of a key after its first, judged against the one before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rerun {
+    /// The earlier execution's number.
+    pub earlier: u64,
+    /// The re-run's execution number.
+    pub later: u64,
+    /// The judgement.
+    pub verdict: RerunVerdict,
+}
+
+/// What a key's record must still answer after the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "expected", rename_all = "snake_case")]
+pub enum Expected {
+    /// A delivered answer (a 2xx, or a recorded 4xx), status and body.
+    Answer {
+        /// Its status.
+        status: u16,
+        /// Its body.
+        body: String,
+    },
+    /// 409 `operation_unknown`: a caller saw the record `unknown`.
+    Unknown,
+    /// 409 `idempotency_conflict` for the other body.
+    Conflict,
+}
+
+/// An after-run check that did not get what the record must answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LostRecord {
+    /// The Envoy the check asked.
+    pub envoy: usize,
+    /// What it had to answer.
+    pub expected: Expected,
+    /// What came back instead.
+    pub replay: Outcome,
+}
+
+/// Everything the judge found about one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyVerdict {
+    /// The key.
+    pub key: String,
+    /// Its executions' numbers, in order.
+    pub executions: Vec<u64>,
+    /// Every execution after the first, judged.
+    pub reruns: Vec<Rerun>,
+    /// Delivered successful answers whose execution's record died with its proxy
+    /// (excused from replaying; the documented case seen from the caller).
+    pub died_with_proxy: Vec<(u16, String)>,
+    /// The distinct successful answers beyond those, when there was more than one.
+    pub divergent_answers: Vec<(u16, String)>,
+    /// Checks that did not answer what the record must.
+    pub lost: Vec<LostRecord>,
+    /// Executions that started after a caller saw the record `unknown`.
+    pub ran_after_unknown: Vec<u64>,
+    /// The after-run check could not be made for this key.
+    pub unverified: bool,
+    /// The faults active while its requests ran (fault ids).
+    pub faults: Vec<usize>,
+}
+
+impl KeyVerdict {
+    /// Executed more than once with a re-run the guarantee does not excuse.
+    pub fn unexcused(&self) -> bool {
+        self.reruns
+            .iter()
+            .any(|rerun| matches!(rerun.verdict, RerunVerdict::Unexcused { .. }))
+    }
+
+    /// Executed more than once, every re-run excused.
+    pub fn excused(&self) -> bool {
+        !self.reruns.is_empty() && !self.unexcused()
+    }
+
+    /// Anything that fails the run.
+    pub fn fails(&self) -> bool {
+        self.unexcused()
+            || !self.divergent_answers.is_empty()
+            || !self.lost.is_empty()
+            || !self.ran_after_unknown.is_empty()
+            || self.unverified
+    }
+}
+
+/// Statuses the filter records and replays besides 2xx (`docs/guarantee.md#what-a-caller-sees`).
+const RECORDED_4XX: [u16; 4] = [400, 404, 409, 422];
+
+/// What one key's judgement reads.
+pub struct KeyFacts<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// Its callers' attempts.
+    pub attempts: &'a [&'a Attempt],
+    /// Its executions, during the run and caused by the checks.
+    pub executions: Vec<&'a Execution>,
+}
+
+/// Judges one key.
+pub fn judge_key(
+    facts: KeyFacts<'_>,
+    history: &History,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+) -> KeyVerdict {
+    let KeyFacts {
+        key,
+        attempts,
+        mut executions,
+    } = facts;
+    executions.sort_by_key(|execution| execution.execution);
+    let reruns: Vec<Rerun> = executions
+        .windows(2)
+        .map(|pair| Rerun {
+            earlier: pair[0].execution,
+            later: pair[1].execution,
+            verdict: judge_rerun(pair[0], pair[1], attempts_by_id, history),
+        })
+        .collect();
+
+    // An answer is excused from replaying only when its own execution's record died
+    // with its proxy after the answer went out.
+    let lost_with_proxy: BTreeSet<&str> = reruns
+        .iter()
+        .filter(|rerun| {
+            matches!(
+                rerun.verdict,
+                RerunVerdict::Excused {
+                    row: Row::ProxyDied {
+                        answer_delivered: true,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+        .filter_map(|rerun| executions.iter().find(|e| e.execution == rerun.earlier))
+        .filter_map(|execution| execution.caller_request_id.as_deref())
+        .collect();
+    let own = |attempt: &&&Attempt| attempt.role != Role::Conflict;
+    let mut died_with_proxy = BTreeSet::new();
+    let mut delivered = BTreeSet::new();
+    for attempt in attempts.iter().filter(own) {
+        if let Some((status, body)) = attempt.outcome.success() {
+            let answer = (status, body.to_owned());
+            let fresh = matches!(
+                attempt.outcome,
+                Outcome::Answered {
+                    replayed: false,
+                    ..
+                }
+            );
+            if fresh && lost_with_proxy.contains(attempt.id.as_str()) {
+                died_with_proxy.insert(answer);
+            } else {
+                delivered.insert(answer);
+            }
+        }
+    }
+    delivered.retain(|answer| !died_with_proxy.contains(answer));
+    let divergent_answers = match delivered.len() {
+        0 | 1 => Vec::new(),
+        _ => delivered.iter().cloned().collect(),
+    };
+
+    let mut expected: Vec<(bool, Expected)> = delivered
+        .iter()
+        .map(|(status, body)| {
+            let (status, body) = (*status, body.clone());
+            (false, Expected::Answer { status, body })
+        })
+        .collect();
+    expected.extend(recorded_4xx(attempts));
+    let unknown_since = attempts
+        .iter()
+        .filter(own)
+        .filter(|attempt| attempt.outcome.problem_code() == Some("operation_unknown"))
+        .map(|attempt| attempt.end_ms)
+        .min();
+    if unknown_since.is_some() {
+        expected.push((false, Expected::Unknown));
+    }
+    let conflicted = attempts.iter().any(|attempt| {
+        attempt.role == Role::Conflict
+            && attempt.outcome.problem_code() == Some("idempotency_conflict")
+    });
+    if conflicted {
+        expected.push((true, Expected::Conflict));
+    }
+    let ran_after_unknown = unknown_since.map_or_else(Vec::new, |since| {
+        executions
+            .iter()
+            .filter(|execution| execution.at_ms > since)
+            .map(|execution| execution.execution)
+            .collect()
+    });
+
+    let checks: Vec<_> = history
+        .verifications
+        .iter()
+        .filter(|check| check.key == key)
+        .collect();
+    let unverified = expected.iter().any(|(conflict, _)| {
+        let mine: Vec<_> = checks.iter().filter(|c| c.conflict == *conflict).collect();
+        mine.is_empty() || mine.iter().any(|check| check.outcome.unavailable())
+    });
+    let lost = checks
+        .iter()
+        .filter(|check| !check.outcome.unavailable())
+        .flat_map(|check| {
+            expected
+                .iter()
+                .filter(|(conflict, _)| *conflict == check.conflict)
+                .filter(|(_, want)| !answers(&check.outcome, want))
+                .map(|(_, want)| LostRecord {
+                    envoy: check.envoy,
+                    expected: want.clone(),
+                    replay: check.outcome.clone(),
+                })
+        })
+        .collect();
+
+    KeyVerdict {
+        key: key.to_owned(),
+        executions: executions.iter().map(|e| e.execution).collect(),
+        reruns,
+        died_with_proxy: died_with_proxy.into_iter().collect(),
+        divergent_answers,
+        lost,
+        ran_after_unknown,
+        unverified,
+        faults: key_faults(attempts, &history.faults),
+    }
+}
+
+/// The recorded 4xx answers the key's own callers got from the upstream (not the
+/// filter's own problem answers).
+fn recorded_4xx(attempts: &[&Attempt]) -> Vec<(bool, Expected)> {
+    let answers: BTreeSet<(u16, String)> = attempts
+        .iter()
+        .filter(|attempt| attempt.role != Role::Conflict)
+        .filter_map(|attempt| match &attempt.outcome {
+            Outcome::Answered {
+                status,
+                body,
+                problem_code: None,
+                ..
+            } if RECORDED_4XX.contains(status) => Some((*status, body.clone())),
+            _ => None,
+        })
+        .collect();
+    answers
+        .into_iter()
+        .map(|(status, body)| (false, Expected::Answer { status, body }))
+        .collect()
+}
+
+/// Whether a check's `outcome` is what the record must answer.
+fn answers(outcome: &Outcome, want: &Expected) -> bool {
+    match (outcome, want) {
+        (Outcome::Answered { status, body, .. }, Expected::Answer { status: s, body: b }) => {
+            status == s && body == b
+        }
+        (Outcome::Answered { status: 409, .. }, Expected::Unknown) => {
+            outcome.problem_code() == Some("operation_unknown")
+        }
+        (Outcome::Answered { status: 409, .. }, Expected::Conflict) => {
+            outcome.problem_code() == Some("idempotency_conflict")
+        }
+        _ => false,
+    }
+}
+
+/// Judges execution `later` of a key against the execution just before it, `earlier`.
+/// Excused only when every condition of one row is shown:
+///
+/// 1. both carry a fence, the re-run's higher, and the same body;
+/// 2. the store logged both claims, in one scope, with the same fingerprint;
+/// 3. every claim of that scope after the earlier one, up to the re-run's, won by taking
+///    over an expired lease ([`TAKEOVER`]) — never a fresh insert (the record vanished),
+///    a reuse, or a way of winning this judge does not know;
+/// 4. no settle of the earlier claim landed (store or proxy) before the first takeover;
+/// 5. and the row's own event: the earlier execution's Envoy was killed after its claim
+///    was won and before both the takeover and any landed settle (if its caller had the
+///    answer by then, the hand-off to the outbox must be in its log) — or its outbox
+///    logged giving the claim up before the takeover.
+pub fn judge_rerun(
+    earlier: &Execution,
+    later: &Execution,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> RerunVerdict {
+    match excused(earlier, later, attempts_by_id, history) {
+        Ok(verdict) => verdict,
+        Err(reason) => RerunVerdict::Unexcused { reason },
+    }
+}
+
+fn excused(
+    earlier: &Execution,
+    later: &Execution,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> Result<RerunVerdict, String> {
+    let evidence = &history.evidence;
+    let (n, m) = (earlier.execution, later.execution);
+    let (Some(earlier_fence), Some(later_fence)) = (earlier.fence, later.fence) else {
+        return Err(format!("execution {n} or {m} carries no fence"));
+    };
+    if later_fence <= earlier_fence {
+        return Err(format!(
+            "the re-run's fence {later_fence} is not above the earlier {earlier_fence}"
+        ));
+    }
+    if earlier.body_sha256 != later.body_sha256 {
+        return Err(format!(
+            "the re-run sent another body ({} after {})",
+            later.body_sha256, earlier.body_sha256
+        ));
+    }
+    let claim = |fence: u64| {
+        evidence
+            .claim(fence)
+            .ok_or_else(|| format!("no lease-store logged the claim of fence {fence}"))
+    };
+    let (first, last) = (claim(earlier_fence)?, claim(later_fence)?);
+    if first.scope != last.scope || first.fingerprint != last.fingerprint {
+        return Err(format!(
+            "fences {earlier_fence} and {later_fence} were won for another scope or fingerprint"
+        ));
+    }
+    let between = evidence.claims_between(&first.scope, earlier_fence, later_fence);
+    let Some(takeover) = between.first().copied() else {
+        return Err(format!(
+            "no claim after fence {earlier_fence} in its scope was logged"
+        ));
+    };
+    if let Some(other) = between.iter().find(|claim| claim.how != TAKEOVER) {
+        return Err(format!(
+            "fence {} won by `{}`, not by taking over an expired lease",
+            other.fence, other.how
+        ));
+    }
+    let landed = evidence.first_landed(first);
+    if let Some(landed) = landed.filter(|at| *at <= takeover.at_ms) {
+        return Err(format!(
+            "a settle of fence {earlier_fence} landed at {landed} ms, before the takeover \
+             (fence {}) at {} ms",
+            takeover.fence, takeover.at_ms
+        ));
+    }
+    let Some(envoy) = earlier.via else {
+        return Err(format!(
+            "execution {n} does not say which Envoy forwarded it"
+        ));
+    };
+    let excused = |row: Row| RerunVerdict::Excused {
+        row,
+        envoy,
+        earlier_fence,
+        takeover_fence: takeover.fence,
+        later_fence,
+    };
+    if let Some(row) = proxy_died(
+        earlier,
+        envoy,
+        first,
+        takeover,
+        landed,
+        attempts_by_id,
+        history,
+    )? {
+        return Ok(excused(row));
+    }
+    let gave_up = evidence.proxy_event(envoy, earlier_fence, "given_up");
+    if gave_up.is_some_and(|given_up| given_up.at_ms < takeover.at_ms) {
+        return Ok(excused(Row::OutboxGaveUp));
+    }
+    Err(format!(
+        "envoy-{envoy}, which won fence {earlier_fence} at {} ms, was not killed before the \
+         takeover at {} ms{} and logged no give-up of it",
+        first.at_ms,
+        takeover.at_ms,
+        landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
+    ))
+}
+
+/// The dead-proxy row: `Ok(None)` when no kill fits, `Err` when one fits but the caller
+/// had its answer with no hand-off logged (the record should have been written).
+fn proxy_died(
+    earlier: &Execution,
+    envoy: usize,
+    claim: &ClaimWon,
+    takeover: &ClaimWon,
+    landed: Option<Ms>,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> Result<Option<Row>, String> {
+    let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
+    let Some(kill) = history.faults.iter().find(|fault| {
+        fault.kind == FaultKind::EnvoyKill
+            && fault.target == envoy
+            && claim.at_ms <= fault.start_ms
+            && fault.start_ms < before
+    }) else {
+        return Ok(None);
+    };
+    let answered = earlier
+        .caller_request_id
+        .as_deref()
+        .and_then(|id| attempts_by_id.get(id))
+        .and_then(|attempt| attempt.answered_at())
+        .filter(|answered| *answered <= kill.start_ms);
+    let Some(answered) = answered else {
+        return Ok(Some(Row::ProxyDied {
+            fault: kill.id,
+            answer_delivered: false,
+        }));
+    };
+    let handed_off = history
+        .evidence
+        .proxy_event(envoy, claim.fence, "handoff")
+        .is_some_and(|handoff| handoff.at_ms <= kill.start_ms);
+    if !handed_off {
+        return Err(format!(
+            "envoy-{envoy} was killed at {} ms, after its caller got the answer at {answered} \
+             ms, but logged no hand-off of fence {}: its record should have been written",
+            kill.start_ms, claim.fence
+        ));
+    }
+    Ok(Some(Row::ProxyDied {
+        fault: kill.id,
+        answer_delivered: true,
+    }))
+}

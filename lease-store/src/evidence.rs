@@ -1,0 +1,82 @@
+//! Evidence lines: one log event per fact a history checker (or an operator
+//! reconstructing what happened to one record) needs — which claim won a
+//! scope, with which fence, and *how* (a fresh insert, a takeover of an
+//! expired lease, the reuse of a record past its retention), and which settle
+//! calls the store applied or refused.
+//!
+//! They go through the store's one log (`logging.rs`: text, or JSON lines with
+//! `KEYFLIGHT_LOG_FORMAT=json`) under the target `keyflight_lease_store::evidence`,
+//! with stable field names: `evidence` (`claim_won` or `settle`), `scope` and
+//! `fingerprint` (digests), `claim_id` and `fence`, `how` (the wire's
+//! [`WonHow`] spelling; a reader must treat a value it does not know as a new
+//! way to win), `call` (`finalize`, `finalize_not_replayable`,
+//! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome`
+//! (`applied`, `lease_lost`, `refused`). A claim id is a fencing token, not a
+//! credential: every write also needs the bearer token, which is never logged
+//! (`docs/configuration.md#logs`). Answers other than a win, and settle
+//! calls the database never answered, are not facts about the record and are
+//! not logged here.
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, ReleaseAs, WonHow};
+use uuid::Uuid;
+
+use crate::store::StoreError;
+
+/// Logs a won claim.
+pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimResponse) {
+    if let ClaimResponse::Won {
+        claim_id,
+        fence,
+        how,
+        lease_ms,
+    } = response
+    {
+        tracing::info!(
+            evidence = "claim_won",
+            scope = %scope.to_hex(),
+            fingerprint = %request.fingerprint.to_hex(),
+            %claim_id,
+            fence,
+            how = WonHow::as_str(*how),
+            lease_ms,
+            "claim won"
+        );
+    }
+}
+
+/// The name a settle call goes by in evidence lines.
+pub fn finalize_call(replayable: bool) -> &'static str {
+    match replayable {
+        true => "finalize",
+        false => "finalize_not_replayable",
+    }
+}
+
+/// The name a release goes by in evidence lines.
+pub fn release_call(release_as: ReleaseAs) -> &'static str {
+    match release_as {
+        ReleaseAs::Cooldown => "release_cooldown",
+        ReleaseAs::Unknown => "release_unknown",
+        ReleaseAs::Forget => "release_forget",
+    }
+}
+
+/// Logs what became of a settle call `call` of claim `claim_id`: applied (a
+/// repeat of one that landed is applied again), `lease_lost`, or refused.
+pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T, StoreError>) {
+    let outcome = match answer {
+        Ok(_) => "applied",
+        Err(StoreError::LeaseLost) => "lease_lost",
+        Err(StoreError::Invalid(_) | StoreError::NotFound | StoreError::NotUnknown) => "refused",
+        Err(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => return,
+    };
+    tracing::info!(
+        evidence = "settle",
+        scope = %scope.to_hex(),
+        %claim_id,
+        call,
+        outcome,
+        "settle {outcome}"
+    );
+}

@@ -1,0 +1,131 @@
+//! The evidence lines (`lease-store/src/evidence.rs`): a won claim with its fence and how
+//! it was won, and each settle call applied or refused, as JSON lines a history checker
+//! parses (`chaos/src/checker/evidence.rs`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use crate::support::*;
+use keyflight_testkit::process::free_port;
+use serde_json::{Value, json};
+
+/// The `evidence` events in a JSON log, as their `fields` objects.
+fn evidence(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["target"] == "keyflight_lease_store::evidence")
+        .map(|line| line["fields"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &["--takeover-grace", "0s"]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server { mut child, api } = start_command(command, port).await;
+
+    // A fresh insert, finalized.
+    let (scope, fingerprint, first) = api.win("evidence").await;
+    api.finalize(&scope, &first).await;
+    // A short lease nobody settles, taken over once it ran out; the old winner's
+    // release then finds the lease lost.
+    let other = fresh_digest("evidence-abandoned");
+    let short = |api: &Api| {
+        let other = other.clone();
+        let fingerprint = fingerprint.clone();
+        let api = api.clone();
+        async move {
+            api.post(
+                &format!("/v1/claims/{other}"),
+                Some(TOKEN),
+                &json!({ "fingerprint": fingerprint, "lease_ms": 50 }),
+            )
+            .await
+        }
+    };
+    let abandoned = short(&api).await;
+    assert_eq!(abandoned.outcome(), "won", "{}", abandoned.text);
+    let taken = loop {
+        let answer = short(&api).await;
+        if answer.outcome() == "won" {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let late = api
+        .post(
+            &format!("/v1/claims/{other}/release"),
+            Some(TOKEN),
+            &json!({ "claim_id": abandoned.json["claim_id"], "as": "unknown" }),
+        )
+        .await;
+    late.assert_problem(409, "lease_lost");
+
+    child.signal(keyflight_testkit::process::Signal::Term);
+    child.wait_exit(Duration::from_secs(30));
+    let lines = evidence(&child.log());
+    let won: Vec<(&str, &str, i64, &str)> = lines
+        .iter()
+        .filter(|f| f["evidence"] == "claim_won")
+        .map(|f| {
+            (
+                f["scope"].as_str().unwrap(),
+                f["how"].as_str().unwrap(),
+                f["fence"].as_i64().unwrap(),
+                f["fingerprint"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let fence = |answer: &Value| answer["fence"].as_i64().unwrap();
+    let bare = |digest: &str| digest.trim_start_matches("sha256:").to_owned();
+    let (scope, other, fingerprint) = (bare(&scope), bare(&other), bare(&fingerprint));
+    let first_fence = lines
+        .iter()
+        .find(|f| f["evidence"] == "claim_won" && f["claim_id"] == first.as_str())
+        .map(|f| f["fence"].as_i64().unwrap())
+        .expect("the first claim is logged with its claim id");
+    assert_eq!(
+        won,
+        vec![
+            (scope.as_str(), "claimed", first_fence, fingerprint.as_str()),
+            (
+                other.as_str(),
+                "claimed",
+                fence(&abandoned.json),
+                fingerprint.as_str()
+            ),
+            (
+                other.as_str(),
+                "recovered_abandoned",
+                fence(&taken.json),
+                fingerprint.as_str()
+            ),
+        ],
+        "log at {}",
+        child.log_path().display()
+    );
+    let settles: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .filter(|f| f["evidence"] == "settle")
+        .map(|f| {
+            (
+                f["claim_id"].as_str().unwrap(),
+                f["call"].as_str().unwrap(),
+                f["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        settles,
+        vec![
+            (first.as_str(), "finalize", "applied"),
+            (
+                abandoned.json["claim_id"].as_str().unwrap(),
+                "release_unknown",
+                "lease_lost"
+            ),
+        ]
+    );
+}
