@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use keyflight_protocol::ScopeMode;
 use keyflight_protocol::authority::Authority;
+use keyflight_protocol::time::millis;
 
 use super::validate::{header_name, in_range, to_usize};
 use super::{
     ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
-    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, raw,
+    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, RENEW_RETRY_SLACK_MS, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
 
@@ -51,7 +52,12 @@ const TRANSPORT_HEADERS: &[&str] = &[
     "idempotency-fence",
 ];
 
-pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
+/// `store_timeout` is `lease_store.timeout_ms`: a renew may hang that long.
+pub(super) fn validate_policy(
+    at: &str,
+    p: raw::Policy,
+    store_timeout: Duration,
+) -> Result<Policy, ConfigError> {
     if p.name.trim().is_empty() {
         return Err(ConfigError::new(format!("{at}.name"), "must not be empty"));
     }
@@ -63,14 +69,7 @@ pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, Config
         1000,
         3_600_000,
     )?;
-    // At most half the lease, so one late or lost renewal never lets it lapse.
-    let renew_ms = in_range(
-        &format!("{at}.renew_interval_ms"),
-        p.renew_interval_ms,
-        lease_ms / 3,
-        100,
-        lease_ms / 2,
-    )?;
+    let renew_ms = renew_interval_ms(at, lease_ms, p.renew_interval_ms, millis(store_timeout))?;
     let follower_wait_ms = in_range(
         &format!("{at}.follower_wait_ms"),
         p.follower_wait_ms,
@@ -176,6 +175,43 @@ pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, Config
             3_600_000,
         )?),
     })
+}
+
+/// The renew interval: at most half the lease, so one late or lost renewal
+/// never lets it lapse, and short enough that a renew hanging for the whole
+/// call timeout can time out and be retried, the retry again given a whole
+/// timeout, before the lease runs out:
+/// `renew_interval_ms + 2 × lease_store.timeout_ms + RENEW_RETRY_SLACK_MS ≤
+/// lease_ms` (`docs/record-outbox.md#renewal`). The default is a third of the
+/// lease, shortened to fit when the timeout asks for it.
+fn renew_interval_ms(
+    at: &str,
+    lease_ms: u64,
+    asked: Option<u64>,
+    timeout_ms: u64,
+) -> Result<u64, ConfigError> {
+    let longest = lease_ms.saturating_sub(2 * timeout_ms + RENEW_RETRY_SLACK_MS);
+    let renew_ms = in_range(
+        &format!("{at}.renew_interval_ms"),
+        asked,
+        (lease_ms / 3).min(longest).max(100),
+        100,
+        lease_ms / 2,
+    )?;
+    if renew_ms > longest {
+        return Err(ConfigError::new(
+            format!("{at}.lease_ms"),
+            format!(
+                "must be at least renew_interval_ms + 2 × lease_store.timeout_ms + \
+                 {RENEW_RETRY_SLACK_MS} ms ({renew_ms} + 2 × {timeout_ms} + \
+                 {RENEW_RETRY_SLACK_MS} = {}), so a renew that hangs for the whole call \
+                 timeout can be retried before the lease runs out; lengthen lease_ms or \
+                 shorten renew_interval_ms or lease_store.timeout_ms",
+                renew_ms + 2 * timeout_ms + RENEW_RETRY_SLACK_MS
+            ),
+        ));
+    }
+    Ok(renew_ms)
 }
 
 fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigError> {
