@@ -306,6 +306,8 @@ pub struct Policy {
     pub router_retries: RouterRetries,
     /// Whether this policy's records use the edge replay cache (F9).
     pub edge_cache: bool,
+    /// The 3xx and 4xx answers released unrecorded, so a retry runs again (F6).
+    pub forget_statuses: BTreeSet<u16>,
     /// How long the outbox keeps resending a record it took over (F14).
     pub record_retry_budget: Duration,
 }

@@ -243,7 +243,7 @@ pub enum ReleaseAs {
     Cooldown,
     /// `unknown`: the outcome is uncertain and needs an operator (`uncertain: hold`).
     Unknown,
-    /// Delete the record: nothing was recorded (401/403/3xx).
+    /// Delete the record: nothing was recorded (a policy's `forget_statuses`).
     Forget,
 }
 

@@ -14,6 +14,7 @@ use super::{
     DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, RENEW_RETRY_SLACK_MS, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
+use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
 
 /// Headers that describe the transport, not the operation: they differ between
 /// a request and its retry, so they may never enter a fingerprint (K4).
@@ -167,6 +168,7 @@ pub(super) fn validate_policy(
         uncertain: p.uncertain.unwrap_or_default(),
         router_retries: p.router_retries.unwrap_or_default(),
         edge_cache: p.edge_cache.unwrap_or(true),
+        forget_statuses: forget_statuses(at, p.forget_statuses)?,
         record_retry_budget: Duration::from_millis(in_range(
             &format!("{at}.record_retry_budget_ms"),
             p.record_retry_budget_ms,
@@ -212,6 +214,31 @@ fn renew_interval_ms(
         ));
     }
     Ok(renew_ms)
+}
+
+/// `forget_statuses`: 3xx and 4xx answers that are not cooldown failures,
+/// no duplicates; absent, the status matrix's default (F6).
+fn forget_statuses(at: &str, list: Option<Vec<u16>>) -> Result<BTreeSet<u16>, ConfigError> {
+    let Some(list) = list else {
+        return Ok(default_forget_statuses());
+    };
+    let mut out = BTreeSet::new();
+    for (j, status) in list.into_iter().enumerate() {
+        let path = format!("{at}.forget_statuses[{j}]");
+        if !may_be_forgotten(status) {
+            return Err(ConfigError::new(
+                path,
+                format!(
+                    "{status} cannot be forgotten: only a 3xx or a 4xx other than 408 and 429 \
+                     (a 2xx is a completed operation, 408, 429 and 5xx cool down)"
+                ),
+            ));
+        }
+        if !out.insert(status) {
+            return Err(ConfigError::new(path, format!("duplicate status {status}")));
+        }
+    }
+    Ok(out)
 }
 
 fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigError> {

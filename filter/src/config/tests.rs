@@ -625,3 +625,39 @@ fn the_default_renew_interval_shrinks_so_a_hung_renew_can_be_retried() {
     let long = with_timeout(1000, json!({"lease_ms": 9000})).unwrap();
     assert_eq!(long.policies[0].renew_interval, Duration::from_secs(3));
 }
+
+#[test]
+fn the_forgotten_statuses_are_every_redirect_but_303_and_the_unnamed_4xx_by_default() {
+    let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
+    let forgotten = &config.policies[0].forget_statuses;
+    for status in [
+        300, 301, 302, 304, 307, 308, 401, 403, 405, 412, 413, 451, 499,
+    ] {
+        assert!(forgotten.contains(&status), "{status}");
+    }
+    for status in [200, 201, 303, 400, 404, 408, 409, 422, 429, 500] {
+        assert!(!forgotten.contains(&status), "{status}");
+    }
+    let listed = with(serde_json::json!({"forget_statuses": [302, 401]}), false).unwrap();
+    assert_eq!(
+        listed.policies[0].forget_statuses,
+        BTreeSet::from([302, 401])
+    );
+}
+
+#[test]
+fn only_a_3xx_or_4xx_that_is_not_a_failure_may_be_forgotten() {
+    use serde_json::json;
+    for (list, at) in [
+        (json!([200]), "policies[0].forget_statuses[0]"),
+        (json!([401, 201]), "policies[0].forget_statuses[1]"),
+        (json!([500]), "policies[0].forget_statuses[0]"),
+        (json!([408]), "policies[0].forget_statuses[0]"),
+        (json!([429]), "policies[0].forget_statuses[0]"),
+        (json!([302, 302]), "policies[0].forget_statuses[1]"),
+        (json!([99]), "policies[0].forget_statuses[0]"),
+    ] {
+        let err = policy_err(json!({ "forget_statuses": list }));
+        assert_eq!(err.path, at, "{list}: {err}");
+    }
+}

@@ -49,7 +49,7 @@ impl Machine {
                     headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
                     &owned.policy.replay_headers,
                 );
-                match classify(status, origin) {
+                match classify(status, origin, &owned.policy.forget_statuses) {
                     Disposition::Record if end_of_stream => {
                         let response = StoredResponse {
                             status,

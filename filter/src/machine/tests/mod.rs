@@ -206,6 +206,17 @@ impl Harness {
         origin: ResponseOrigin,
         end_of_stream: bool,
     ) -> Vec<Action> {
+        self.respond_with(status, origin, &[], end_of_stream)
+    }
+
+    /// `on_http_response_headers` for a response of `origin` that also carries `extra`.
+    fn respond_with(
+        &mut self,
+        status: u16,
+        origin: ResponseOrigin,
+        extra: &[(&str, &str)],
+        end_of_stream: bool,
+    ) -> Vec<Action> {
         self.host.response_headers = vec![
             h(":status", &status.to_string()),
             h("content-type", "application/json"),
@@ -213,6 +224,9 @@ impl Harness {
             h("content-length", "12"),
             h("etag", "\"v1\""),
         ];
+        self.host
+            .response_headers
+            .extend(extra.iter().map(|(n, v)| h(n, v)));
         let (details, flags): (&[u8], u64) = match origin {
             ResponseOrigin::Upstream => (b"via_upstream", 0),
             ResponseOrigin::Proxy => (b"response_timeout", 0),
