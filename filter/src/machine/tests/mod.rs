@@ -283,6 +283,21 @@ impl Harness {
         self.answer(Some(200), &serde_json::to_vec(response).unwrap())
     }
 
+    /// The claim in flight is answered with a replay of `response`, whose
+    /// record has `expires_in_ms` of its retention left (`None`: a store that
+    /// does not say).
+    fn replay_answer(
+        &mut self,
+        response: keyflight_protocol::wire::StoredResponse,
+        expires_in_ms: Option<u64>,
+    ) -> Vec<Action> {
+        let mut answer = serde_json::to_value(ClaimResponse::Completed { response }).unwrap();
+        if let Some(ms) = expires_in_ms {
+            answer["record_expires_in_ms"] = ms.into();
+        }
+        self.answer(Some(200), answer.to_string().as_bytes())
+    }
+
     /// The finalize or release in flight is acknowledged.
     fn ack(&mut self) -> Vec<Action> {
         self.answer(Some(200), b"{}")
