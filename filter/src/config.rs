@@ -306,6 +306,8 @@ pub struct Policy {
     pub router_retries: RouterRetries,
     /// Whether this policy's records use the edge replay cache (F9).
     pub edge_cache: bool,
+    /// The 3xx and 4xx answers released unrecorded, so a retry runs again (F6).
+    pub forget_statuses: BTreeSet<u16>,
     /// How long the outbox keeps resending a record it took over (F14).
     pub record_retry_budget: Duration,
 }
@@ -351,9 +353,22 @@ impl Config {
             .chain(self.edge_cache_in_use().map(|c| c.epoch_interval()))
             .min()
             .unwrap_or(Duration::from_secs(1));
-        shortest.clamp(Duration::from_millis(100), Duration::from_millis(250))
+        shortest.clamp(
+            Duration::from_millis(100),
+            Duration::from_millis(MAX_TICK_MS),
+        )
     }
 }
+
+/// The longest tick period: a call the outbox schedules goes out at most
+/// this late.
+const MAX_TICK_MS: u64 = 250;
+
+/// What a hung renew's retry waits beyond the call timeouts: the renew and
+/// its retry each go out on a tick (at most [`MAX_TICK_MS`] late), and the
+/// retry waits the outbox's first backoff (at most
+/// [`crate::outbox::BACKOFF_BASE_MS`]). `docs/record-outbox.md#renewal`.
+pub const RENEW_RETRY_SLACK_MS: u64 = 2 * MAX_TICK_MS + crate::outbox::BACKOFF_BASE_MS;
 
 /// One mebibyte.
 const MIB: u64 = 1024 * 1024;

@@ -34,10 +34,7 @@
 //!
 //! Decoding is total: short, corrupted or foreign bytes are a miss, never a panic.
 
-use std::time::Duration;
-
 use keyflight_protocol::Digest;
-use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::StoredResponse;
 
 /// Prefix of every slot key in shared data.
@@ -59,8 +56,10 @@ pub struct Entry {
     pub fingerprint: Digest,
     /// The operator epoch the writing stream knew (F9).
     pub epoch: u64,
-    /// How long the entry may be served.
-    pub ttl: Duration,
+    /// When it stops being served (ms since the Unix epoch, the host's
+    /// clock): never later than its record may be deleted
+    /// (`docs/stream-machine.md#the-edge-cache`).
+    pub expires_at_ms: u64,
     /// The recorded response.
     pub response: StoredResponse,
 }
@@ -85,14 +84,13 @@ impl Entry {
     /// Encodes the entry as stored at `now_ms`; `None` if a field does not
     /// fit its length prefix (never the case within the configured caps).
     pub fn encode_at(&self, now_ms: u64) -> Option<Vec<u8>> {
-        let ttl_ms = millis(self.ttl);
         let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.scope.0);
         out.extend_from_slice(&self.fingerprint.0);
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&now_ms.to_le_bytes());
-        out.extend_from_slice(&now_ms.saturating_add(ttl_ms).to_le_bytes());
+        out.extend_from_slice(&self.expires_at_ms.to_le_bytes());
         out.extend_from_slice(&self.response.status.to_le_bytes());
         let count = u16::try_from(self.response.headers.len()).ok()?;
         out.extend_from_slice(&count.to_le_bytes());
@@ -245,7 +243,7 @@ mod tests {
             scope: Digest([scope; 32]),
             fingerprint: Digest([fingerprint; 32]),
             epoch: 7,
-            ttl: Duration::from_secs(60),
+            expires_at_ms: 61_000,
             response: StoredResponse {
                 status: 201,
                 headers: vec![
@@ -388,7 +386,7 @@ mod tests {
                 scope: Digest([7; 32]),
                 fingerprint: Digest([8; 32]),
                 epoch: now,
-                ttl: Duration::from_millis(1),
+                expires_at_ms: now + 1,
                 response: StoredResponse { status, headers, body },
             };
             let bytes = e.encode_at(now).unwrap();

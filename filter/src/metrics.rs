@@ -28,7 +28,7 @@ pub enum Outcome {
     RejectedInvalid,
     /// The lease-store could not answer (`failure_mode: closed`).
     JournalUnavailable,
-    /// Won, but the answer was released unrecorded (401/403/3xx).
+    /// Won, but the answer was released unrecorded (a `forget_statuses` answer).
     NotRecorded,
     /// Refused: the recorded response is not replayable.
     NotReplayable,

@@ -44,13 +44,20 @@ use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::RenewRequest;
 use uuid::Uuid;
 
+pub(crate) use delivery::BACKOFF_BASE_MS;
 #[cfg(test)]
-use delivery::{BACKOFF_BASE_MS, BACKOFF_CAP_MS};
+use delivery::BACKOFF_CAP_MS;
 use delivery::{Step, backoff_ms, delivery_bytes, downgraded, next_step};
 
 use crate::log::{By, LogLevel, Settle, evidence};
 use crate::metrics::{EventKind, Gauge, Metric, OutboxEvent};
 use crate::store_call::{CallError, StoreCall};
+
+/// Renews of one claim that may be in flight at once. A renew stuck on a
+/// frozen or slow replica does not hold up the next one: an interval later a
+/// second goes out as a new call, which Envoy may route to another host
+/// (`docs/record-outbox.md#renewal`).
+const MAX_RENEWS_IN_FLIGHT: u8 = 2;
 
 /// A won claim to renew (the stream's `StartRenewal`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,7 +180,8 @@ struct Entry {
     lease: Duration,
     interval_ms: u64,
     next_renew_ms: u64,
-    renew_in_flight: bool,
+    /// Renews sent and not answered yet (at most [`MAX_RENEWS_IN_FLIGHT`]).
+    renews_in_flight: u8,
     /// Renews that failed in a row (no answer, 5xx): the next one comes on the
     /// delivery backoff, not a whole interval later.
     renew_failures: u32,
@@ -259,7 +267,7 @@ impl Outbox {
                 lease: lease.lease,
                 interval_ms,
                 next_renew_ms: now_ms.saturating_add(interval_ms),
-                renew_in_flight: false,
+                renews_in_flight: 0,
                 renew_failures: 0,
                 renew_lost: false,
                 theft_counted: false,
@@ -352,7 +360,7 @@ impl Outbox {
             lease: Duration::ZERO,
             interval_ms: u64::MAX,
             next_renew_ms: u64::MAX,
-            renew_in_flight: false,
+            renews_in_flight: 0,
             renew_failures: 0,
             renew_lost: true,
             theft_counted: false,
@@ -398,8 +406,11 @@ impl Outbox {
             }
         }
         for (&claim_id, entry) in &mut self.entries {
-            if !entry.renew_lost && !entry.renew_in_flight && entry.next_renew_ms <= now_ms {
-                entry.renew_in_flight = true;
+            if !entry.renew_lost
+                && entry.renews_in_flight < MAX_RENEWS_IN_FLIGHT
+                && entry.next_renew_ms <= now_ms
+            {
+                entry.renews_in_flight += 1;
                 entry.next_renew_ms = now_ms.saturating_add(entry.interval_ms);
                 out.push(OutboxAction::Dispatch {
                     id: CallId {

@@ -1,8 +1,10 @@
 //! F6: what an upstream answer turns the record into.
 //!
-//! Deterministic answers are recorded and replayed; answers that depend on
-//! revocable context (authz, redirects) are forgotten; transient failures leave
-//! a short cooldown. A 5xx or 408 that the proxy generated itself after the
+//! Deterministic answers are recorded and replayed; the 3xx and 4xx answers a
+//! policy's `forget_statuses` names (by default those that depend on revocable
+//! context — authz — or send the client elsewhere before anything ran —
+//! redirects other than 303) are forgotten; transient failures leave a short
+//! cooldown (`docs/stream-machine.md#response-side`). A 5xx or 408 that the proxy generated itself after the
 //! request may have reached the upstream (reset, route timeout, stream idle
 //! timeout) says nothing about whether the upstream acted, so it is *uncertain*
 //! and the policy's `uncertain` setting decides. An answer the proxy generated
@@ -30,6 +32,8 @@
 //! `upstream.request_attempt_count` (a `u64`, same byte order) tells the two
 //! apart: with at most one attempt, no earlier attempt can have reached the
 //! upstream, and `URX` says nothing.
+
+use std::collections::BTreeSet;
 
 /// Who produced the response the filter sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,18 +109,43 @@ pub enum Disposition {
     Uncertain,
 }
 
-/// Classifies a response (F6).
-///
-/// 4xx codes the matrix does not name (405, 412, 413, 423, …) are forgotten:
-/// they mean the upstream refused without acting, so running the retry again
-/// is safe, while recording a possibly transient refusal would not be.
-pub fn classify(status: u16, origin: ResponseOrigin) -> Disposition {
+/// The 4xx answers that are failures with a cooldown, never recorded or forgotten.
+const COOLDOWN_4XX: [u16; 2] = [408, 429];
+
+/// The 3xx and 4xx answers recorded when a policy names no `forget_statuses`:
+/// `303 See Other` is POST-redirect-GET's answer to an operation that
+/// completed; 400, 404, 409 and 422 are deterministic refusals the IETF
+/// idempotency-key draft expects replayed.
+const RECORDED_3XX_4XX: [u16; 5] = [303, 400, 404, 409, 422];
+
+/// Whether a policy may list `status` in `forget_statuses`: a 3xx or a 4xx
+/// that is not a cooldown failure. A 2xx is a completed operation and a 5xx a
+/// failure; neither is ever forgotten.
+pub fn may_be_forgotten(status: u16) -> bool {
+    (300..=499).contains(&status) && !COOLDOWN_4XX.contains(&status)
+}
+
+/// The default `forget_statuses`: every 3xx and 4xx that may be forgotten
+/// except 303, 400, 404, 409 and 422. A 302 or 307 may send the client to a
+/// login page, a 301 or 308 to where the resource moved, 401 and 403 depend
+/// on revocable authorization, and the other 4xx (405, 412, 413, 423, …) mean
+/// the upstream refused without acting, so running the retry again is safe
+/// while recording a possibly transient refusal would not be.
+pub fn default_forget_statuses() -> BTreeSet<u16> {
+    (300..=499)
+        .filter(|s| may_be_forgotten(*s) && !RECORDED_3XX_4XX.contains(s))
+        .collect()
+}
+
+/// Classifies a response (F6) for a policy that forgets `forget` (a set
+/// [`may_be_forgotten`] accepts).
+pub fn classify(status: u16, origin: ResponseOrigin, forget: &BTreeSet<u16>) -> Disposition {
     match (status, origin) {
         (408 | 500..=599, ResponseOrigin::Proxy) => Disposition::Uncertain,
         (408 | 429 | 500..=599, ResponseOrigin::ProxyNotSent) => Disposition::Cooldown,
         (_, ResponseOrigin::ProxyNotSent) => Disposition::Forget,
-        (200..=299 | 400 | 404 | 409 | 422, _) => Disposition::Record,
         (408 | 429 | 500..=599, _) => Disposition::Cooldown,
+        (200..=499, _) if !forget.contains(&status) => Disposition::Record,
         _ => Disposition::Forget,
     }
 }
@@ -141,7 +170,12 @@ mod tests {
             (403, Upstream, Forget),
             (301, Upstream, Forget),
             (302, Upstream, Forget),
+            (303, Upstream, Record),
             (304, Upstream, Forget),
+            (307, Upstream, Forget),
+            (308, Upstream, Forget),
+            (303, Proxy, Record),
+            (302, Proxy, Forget),
             (405, Upstream, Forget),
             (500, Upstream, Cooldown),
             (502, Upstream, Cooldown),
@@ -158,7 +192,12 @@ mod tests {
             (404, ProxyNotSent, Forget),
         ];
         for (status, origin, want) in table {
-            assert_eq!(classify(status, origin), want, "{status} {origin:?}");
+            let forget = default_forget_statuses();
+            assert_eq!(
+                classify(status, origin, &forget),
+                want,
+                "{status} {origin:?}"
+            );
         }
     }
 

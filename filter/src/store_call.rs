@@ -14,7 +14,7 @@ use std::time::Duration;
 use keyflight_protocol::Digest;
 use keyflight_protocol::ProblemCode;
 use keyflight_protocol::wire::{
-    ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
+    ClaimAnswer, ClaimRequest, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
 };
 use serde::Deserialize;
 
@@ -239,15 +239,33 @@ struct OutcomeOnly {
     outcome: String,
 }
 
-/// Reads a claim answer.
-pub fn parse_claim_answer(answer: &Answer) -> Result<ClaimResponse, CallError> {
+/// The one field of a claim answer beside its outcome (see [`ClaimAnswer`]).
+#[derive(Deserialize)]
+struct RecordExpiry {
+    #[serde(default)]
+    record_expires_in_ms: Option<u64>,
+}
+
+/// Reads a claim answer. A record's remaining retention that is absent or
+/// unreadable is `None`: the replay is then not cached, never cached longer.
+pub fn parse_claim_answer(answer: &Answer) -> Result<ClaimAnswer, CallError> {
     match answer.http()? {
-        (200, body) => serde_json::from_slice(body).map_err(|_| {
-            match serde_json::from_slice::<OutcomeOnly>(body) {
-                Ok(answer) if answer.outcome == "completed" => CallError::MalformedRecord,
-                _ => CallError::Malformed,
-            }
-        }),
+        (200, body) => {
+            let response =
+                serde_json::from_slice(body).map_err(|_| {
+                    match serde_json::from_slice::<OutcomeOnly>(body) {
+                        Ok(answer) if answer.outcome == "completed" => CallError::MalformedRecord,
+                        _ => CallError::Malformed,
+                    }
+                })?;
+            let record_expires_in_ms = serde_json::from_slice::<RecordExpiry>(body)
+                .ok()
+                .and_then(|e| e.record_expires_in_ms);
+            Ok(ClaimAnswer {
+                response,
+                record_expires_in_ms,
+            })
+        }
         (other, _) => Err(CallError::Status(other)),
     }
 }
@@ -282,7 +300,7 @@ pub fn parse_status(value: &[u8]) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
-    use keyflight_protocol::wire::WonHow;
+    use keyflight_protocol::wire::{ClaimResponse, WonHow};
 
     use super::*;
 
@@ -333,7 +351,7 @@ mod tests {
     fn claim_answers() {
         let won = br#"{"outcome":"won","claim_id":"00000000-0000-0000-0000-000000000000","fence":7,"how":"claimed","lease_ms":30000}"#;
         assert_eq!(
-            parse_claim_answer(&at(Some(200), won)),
+            parse_claim_answer(&at(Some(200), won)).map(|a| a.response),
             Ok(ClaimResponse::Won {
                 claim_id: uuid::Uuid::nil(),
                 fence: 7,
@@ -342,7 +360,7 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_claim_answer(&at(Some(200), br#"{"outcome":"conflict"}"#)),
+            parse_claim_answer(&at(Some(200), br#"{"outcome":"conflict"}"#)).map(|a| a.response),
             Ok(ClaimResponse::Conflict)
         );
         assert_eq!(parse_claim_answer(&at(None, b"")), Err(CallError::NoAnswer));
@@ -358,6 +376,17 @@ mod tests {
             parse_claim_answer(&at(Some(200), br#"{"outcome":"maybe"}"#)),
             Err(CallError::Malformed)
         );
+        // A replay with its record's remaining retention, and one from a
+        // store that does not send it (or sends something unreadable).
+        let replay = |extra: &str| {
+            let body = format!(
+                r#"{{"outcome":"completed","response":{{"status":201,"headers":[],"body_b64":""}}{extra}}}"#
+            );
+            parse_claim_answer(&at(Some(200), body.as_bytes())).map(|a| a.record_expires_in_ms)
+        };
+        assert_eq!(replay(r#","record_expires_in_ms":1500"#), Ok(Some(1500)));
+        assert_eq!(replay(""), Ok(None));
+        assert_eq!(replay(r#","record_expires_in_ms":-1"#), Ok(None));
         for unreadable in [
             br#"{"outcome":"completed","response":{"status":200,"headers":[],"body_b64":"***"}}"#
                 .as_slice(),

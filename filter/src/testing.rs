@@ -167,7 +167,7 @@ impl Host for FakeHost {
                 scope: slot.scope,
                 fingerprint: slot.fingerprint,
                 epoch: slot.epoch,
-                ttl: Duration::from_millis(slot.expires_at_ms - slot.stored_at_ms),
+                expires_at_ms: slot.expires_at_ms,
                 response: slot.response,
             },
         });

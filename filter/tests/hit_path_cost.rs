@@ -23,7 +23,7 @@
 
 use std::hint::black_box;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use keyflight_filter::config::Config;
 use keyflight_filter::edge_cache::{self, Entry};
@@ -107,7 +107,7 @@ fn slot() -> Vec<u8> {
         scope,
         fingerprint,
         epoch: EPOCH,
-        ttl: Duration::from_secs(60),
+        expires_at_ms: NOW_MS + 60_000,
         response: StoredResponse {
             status: 201,
             headers: vec![("content-type".into(), "application/json".into())],

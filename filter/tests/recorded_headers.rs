@@ -183,7 +183,7 @@ fn an_edge_cache_entry_with_bad_headers_replays_without_them() {
         scope,
         fingerprint,
         epoch: EPOCH,
-        ttl: std::time::Duration::from_secs(60),
+        expires_at_ms: NOW_MS + 60_000,
         response: StoredResponse {
             status: 201,
             headers: bad_and_good_headers(),

@@ -117,6 +117,26 @@ pub enum ClaimResponse {
     Unknown,
 }
 
+/// What `POST /v1/claims/{scope}` sends: the outcome, and for a `completed`
+/// one, how long the record has left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimAnswer {
+    /// The outcome (its fields at the top level, next to `outcome`).
+    #[serde(flatten)]
+    pub response: ClaimResponse,
+    /// `completed`: the record's retention left when the store read it, in
+    /// milliseconds, by the database's clock. An edge serves a cached replay no
+    /// longer than this from before it asked, so it never replays a record the
+    /// store may already have deleted or reused (F9). Absent (a store that
+    /// predates it, or an answer after a long-poll): the replay is not cached.
+    #[serde(
+        default,
+        deserialize_with = "integral::option_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub record_expires_in_ms: Option<u64>,
+}
+
 // The body is bytes here; on the wire it is the `body_b64` string (standard
 // base64 with padding), decoded once, when the JSON is read, so no caller
 // holds a body it still has to decode (or could fail to). (A plain comment:
@@ -243,7 +263,7 @@ pub enum ReleaseAs {
     Cooldown,
     /// `unknown`: the outcome is uncertain and needs an operator (`uncertain: hold`).
     Unknown,
-    /// Delete the record: nothing was recorded (401/403/3xx).
+    /// Delete the record: nothing was recorded (a policy's `forget_statuses`).
     Forget,
 }
 

@@ -13,9 +13,10 @@ use keyflight_testkit::process::Signal;
 use serde_json::json;
 
 const LEASE_MS: u64 = 3000;
-/// Six renewals per lease: one that hangs for the filter's whole call timeout (1 s) still
-/// leaves time for the next to land on the live replica within the lease.
-const RENEW_MS: u64 = 500;
+/// Seven renewals per lease, the longest interval the filter accepts with its 1 s call
+/// timeout: a renew that hangs for the whole timeout can be retried within the lease, and a
+/// renew does not wait for one still hanging (`docs/record-outbox.md#renewal`).
+const RENEW_MS: u64 = 400;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_lease_store_is_routed_around_and_the_winner_keeps_its_lease() {

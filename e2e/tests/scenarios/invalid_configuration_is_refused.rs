@@ -8,10 +8,10 @@ use keyflight_e2e::stack::{EnvoyStart, start_envoy_alone};
 use serde_json::json;
 
 /// Starts Envoy with the demo plugin config edited by `edit`, and asserts it refused to
-/// start with a log line that names `field`.
+/// start with a log line that names every one of `fields`.
 async fn assert_refused(
     edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
-    field: &str,
+    fields: &[&str],
 ) {
     let options = StackOptions::default().policy(edit);
     match start_envoy_alone(&options.plugin).await {
@@ -21,10 +21,12 @@ async fn assert_refused(
                 .lines()
                 .find(|line| line.contains("keyflight: invalid plugin configuration"))
                 .unwrap_or_else(|| panic!("no configuration error logged; log:\n{log}"));
-            assert!(
-                line.contains(field),
-                "the error line names `{field}`: {line}"
-            );
+            for field in fields {
+                assert!(
+                    line.contains(field),
+                    "the error line names `{field}`: {line}"
+                );
+            }
             assert!(
                 log.contains("Unable to create Wasm plugin keyflight"),
                 "log:\n{log}"
@@ -55,7 +57,7 @@ async fn a_lease_of_zero_is_refused_at_plugin_start() {
         |policy| {
             policy.insert("lease_ms".into(), json!(0));
         },
-        "policies[0].lease_ms",
+        &["policies[0].lease_ms"],
     )
     .await;
 }
@@ -66,7 +68,27 @@ async fn an_unknown_field_is_refused_at_plugin_start() {
         |policy| {
             policy.insert("lease_millis".into(), json!(30_000));
         },
-        "policies[0].lease_millis",
+        &["policies[0].lease_millis"],
+    )
+    .await;
+}
+
+/// Hole 2 of issue 19: with a 3 s lease renewed every second and a 1 s call timeout, a renew
+/// hung on a frozen replica times out 2 s into the lease, too late to be sure a retry lands:
+/// a follower on a healthy replica could take the live lease over. Such a configuration is
+/// refused (`docs/record-outbox.md#renewal`).
+#[tokio::test]
+async fn a_lease_too_short_for_a_renew_to_time_out_and_retry_is_refused_at_plugin_start() {
+    assert_refused(
+        |policy| {
+            policy.insert("lease_ms".into(), json!(3000));
+            policy.insert("renew_interval_ms".into(), json!(1000));
+        },
+        &[
+            "policies[0].lease_ms",
+            "renew_interval_ms",
+            "lease_store.timeout_ms",
+        ],
     )
     .await;
 }

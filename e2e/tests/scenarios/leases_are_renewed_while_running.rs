@@ -6,17 +6,24 @@
 use keyflight_e2e::{Stack, StackOptions};
 use serde_json::json;
 
-/// The shortest lease the filter accepts, renewed three times per lease.
-const LEASE_MS: u64 = 1000;
-const RENEW_MS: u64 = 333;
+/// A short lease, renewed more than six times per lease; with a 500 ms call timeout it is
+/// the shortest the filter accepts for this interval (`renew_interval_ms + 2 ×
+/// lease_store.timeout_ms + 600 ≤ lease_ms`, `docs/record-outbox.md#renewal`).
+const LEASE_MS: u64 = 2000;
+const RENEW_MS: u64 = 300;
+const CALL_TIMEOUT_MS: u64 = 500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_held_for_three_leases_keeps_its_lease_and_everyone_gets_its_answer() {
-    let stack = Stack::start(StackOptions::default().policy(|policy| {
-        policy.insert("lease_ms".into(), json!(LEASE_MS));
-        policy.insert("renew_interval_ms".into(), json!(RENEW_MS));
-        policy.insert("follower_wait_ms".into(), json!(20_000));
-    }))
+    let stack = Stack::start(
+        StackOptions::default()
+            .plugin(|plugin| plugin["lease_store"]["timeout_ms"] = json!(CALL_TIMEOUT_MS))
+            .policy(|policy| {
+                policy.insert("lease_ms".into(), json!(LEASE_MS));
+                policy.insert("renew_interval_ms".into(), json!(RENEW_MS));
+                policy.insert("follower_wait_ms".into(), json!(20_000));
+            }),
+    )
     .await;
     let body = json!({"amount": 333});
     let path = "/payments?hold=long";

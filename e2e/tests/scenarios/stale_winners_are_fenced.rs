@@ -13,10 +13,17 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_winner_paused_past_its_lease_is_fenced_and_the_new_owners_record_stands() {
-    let stack = Stack::start(StackOptions::default().two_replicas().policy(|policy| {
-        policy.insert("lease_ms".into(), json!(1000));
-        policy.insert("follower_wait_ms".into(), json!(20_000));
-    }))
+    // A short lease needs a short call timeout: a renew must be able to time out and be
+    // retried within it (`docs/record-outbox.md#renewal`).
+    let stack = Stack::start(
+        StackOptions::default()
+            .two_replicas()
+            .plugin(|plugin| plugin["lease_store"]["timeout_ms"] = json!(500))
+            .policy(|policy| {
+                policy.insert("lease_ms".into(), json!(2000));
+                policy.insert("follower_wait_ms".into(), json!(20_000));
+            }),
+    )
     .await;
     let body = json!({"amount": 12});
     let path = "/payments?hold=fence";

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use keyflight_protocol::ScopeMode;
 use keyflight_protocol::authority::Authority;
+use keyflight_protocol::time::millis;
 
 use super::validate::{header_name, in_range, to_usize};
 use super::{
     ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
-    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, raw,
+    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, RENEW_RETRY_SLACK_MS, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
+use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
 
 /// Headers that describe the transport, not the operation: they differ between
 /// a request and its retry, so they may never enter a fingerprint (K4).
@@ -51,7 +53,12 @@ const TRANSPORT_HEADERS: &[&str] = &[
     "idempotency-fence",
 ];
 
-pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, ConfigError> {
+/// `store_timeout` is `lease_store.timeout_ms`: a renew may hang that long.
+pub(super) fn validate_policy(
+    at: &str,
+    p: raw::Policy,
+    store_timeout: Duration,
+) -> Result<Policy, ConfigError> {
     if p.name.trim().is_empty() {
         return Err(ConfigError::new(format!("{at}.name"), "must not be empty"));
     }
@@ -63,14 +70,7 @@ pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, Config
         1000,
         3_600_000,
     )?;
-    // At most half the lease, so one late or lost renewal never lets it lapse.
-    let renew_ms = in_range(
-        &format!("{at}.renew_interval_ms"),
-        p.renew_interval_ms,
-        lease_ms / 3,
-        100,
-        lease_ms / 2,
-    )?;
+    let renew_ms = renew_interval_ms(at, lease_ms, p.renew_interval_ms, millis(store_timeout))?;
     let follower_wait_ms = in_range(
         &format!("{at}.follower_wait_ms"),
         p.follower_wait_ms,
@@ -168,6 +168,7 @@ pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, Config
         uncertain: p.uncertain.unwrap_or_default(),
         router_retries: p.router_retries.unwrap_or_default(),
         edge_cache: p.edge_cache.unwrap_or(true),
+        forget_statuses: forget_statuses(at, p.forget_statuses)?,
         record_retry_budget: Duration::from_millis(in_range(
             &format!("{at}.record_retry_budget_ms"),
             p.record_retry_budget_ms,
@@ -176,6 +177,68 @@ pub(super) fn validate_policy(at: &str, p: raw::Policy) -> Result<Policy, Config
             3_600_000,
         )?),
     })
+}
+
+/// The renew interval: at most half the lease, so one late or lost renewal
+/// never lets it lapse, and short enough that a renew hanging for the whole
+/// call timeout can time out and be retried, the retry again given a whole
+/// timeout, before the lease runs out:
+/// `renew_interval_ms + 2 × lease_store.timeout_ms + RENEW_RETRY_SLACK_MS ≤
+/// lease_ms` (`docs/record-outbox.md#renewal`). The default is a third of the
+/// lease, shortened to fit when the timeout asks for it.
+fn renew_interval_ms(
+    at: &str,
+    lease_ms: u64,
+    asked: Option<u64>,
+    timeout_ms: u64,
+) -> Result<u64, ConfigError> {
+    let longest = lease_ms.saturating_sub(2 * timeout_ms + RENEW_RETRY_SLACK_MS);
+    let renew_ms = in_range(
+        &format!("{at}.renew_interval_ms"),
+        asked,
+        (lease_ms / 3).min(longest).max(100),
+        100,
+        lease_ms / 2,
+    )?;
+    if renew_ms > longest {
+        return Err(ConfigError::new(
+            format!("{at}.lease_ms"),
+            format!(
+                "must be at least renew_interval_ms + 2 × lease_store.timeout_ms + \
+                 {RENEW_RETRY_SLACK_MS} ms ({renew_ms} + 2 × {timeout_ms} + \
+                 {RENEW_RETRY_SLACK_MS} = {}), so a renew that hangs for the whole call \
+                 timeout can be retried before the lease runs out; lengthen lease_ms or \
+                 shorten renew_interval_ms or lease_store.timeout_ms",
+                renew_ms + 2 * timeout_ms + RENEW_RETRY_SLACK_MS
+            ),
+        ));
+    }
+    Ok(renew_ms)
+}
+
+/// `forget_statuses`: 3xx and 4xx answers that are not cooldown failures,
+/// no duplicates; absent, the status matrix's default (F6).
+fn forget_statuses(at: &str, list: Option<Vec<u16>>) -> Result<BTreeSet<u16>, ConfigError> {
+    let Some(list) = list else {
+        return Ok(default_forget_statuses());
+    };
+    let mut out = BTreeSet::new();
+    for (j, status) in list.into_iter().enumerate() {
+        let path = format!("{at}.forget_statuses[{j}]");
+        if !may_be_forgotten(status) {
+            return Err(ConfigError::new(
+                path,
+                format!(
+                    "{status} cannot be forgotten: only a 3xx or a 4xx other than 408 and 429 \
+                     (a 2xx is a completed operation, 408, 429 and 5xx cool down)"
+                ),
+            ));
+        }
+        if !out.insert(status) {
+            return Err(ConfigError::new(path, format!("duplicate status {status}")));
+        }
+    }
+    Ok(out)
 }
 
 fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigError> {

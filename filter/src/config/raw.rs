@@ -101,6 +101,7 @@ pub(super) struct Policy {
     pub router_retries: Option<RouterRetries>,
     pub edge_cache: Option<bool>,
     pub record_retry_budget_ms: Option<u64>,
+    pub forget_statuses: Option<Vec<u16>>,
 }
 
 #[derive(Deserialize, Clone, Copy)]

@@ -413,9 +413,9 @@ fn not_json_is_refused() {
 
 #[test]
 fn tick_period_follows_the_shortest_renew_interval_up_to_a_quarter_second() {
-    let config = with(
-        serde_json::json!({"lease_ms": 1200, "renew_interval_ms": 400}),
-        false,
+    let config = with_timeout(
+        500,
+        serde_json::json!({"lease_ms": 2000, "renew_interval_ms": 400}),
     )
     .unwrap();
     assert_eq!(config.tick_period(), Duration::from_millis(100));
@@ -582,4 +582,82 @@ fn a_record_cap_the_store_would_refuse_is_a_configuration_error() {
 
     // The default cap fits the default limit.
     assert!(finalize_bytes(2 * 1024 * 1024) <= DEFAULT_STORE_MAX_BODY_BYTES);
+}
+
+/// Parses `MINIMAL` with `lease_store.timeout_ms` set and `policy` merged
+/// into its first policy.
+fn with_timeout(timeout_ms: u64, policy: serde_json::Value) -> Result<Config, ConfigError> {
+    let mut doc: serde_json::Value = serde_json::from_str(MINIMAL).unwrap();
+    doc["lease_store"]["timeout_ms"] = timeout_ms.into();
+    for (k, v) in policy.as_object().unwrap() {
+        doc["policies"][0][k] = v.clone();
+    }
+    parse_plugin_config(doc.to_string().as_bytes())
+}
+
+#[test]
+fn a_renew_that_hangs_must_leave_time_to_time_out_and_retry_within_the_lease() {
+    use serde_json::json;
+    // 400 + 2 × 1000 + 600 = 3000: the renew sent one interval after the
+    // last one may hang for the whole call timeout, and its retry still has a
+    // whole timeout to land before the lease runs out.
+    let fits = with_timeout(1000, json!({"lease_ms": 3000, "renew_interval_ms": 400})).unwrap();
+    assert_eq!(fits.policies[0].renew_interval, Duration::from_millis(400));
+    for (timeout_ms, policy) in [
+        (1000, json!({"lease_ms": 3000, "renew_interval_ms": 401})),
+        (1000, json!({"lease_ms": 3000, "renew_interval_ms": 1000})),
+        (1001, json!({"lease_ms": 3000, "renew_interval_ms": 400})),
+        (1000, json!({"lease_ms": 1000})),
+    ] {
+        let err = with_timeout(timeout_ms, policy.clone()).unwrap_err();
+        assert_eq!(err.path, "policies[0].lease_ms", "{policy}: {err}");
+        for field in ["renew_interval_ms", "lease_store.timeout_ms", "lease_ms"] {
+            assert!(err.message.contains(field), "{policy}: {err}");
+        }
+    }
+}
+
+#[test]
+fn the_default_renew_interval_shrinks_so_a_hung_renew_can_be_retried() {
+    use serde_json::json;
+    let short = with_timeout(1000, json!({"lease_ms": 3000})).unwrap();
+    assert_eq!(short.policies[0].renew_interval, Duration::from_millis(400));
+    let long = with_timeout(1000, json!({"lease_ms": 9000})).unwrap();
+    assert_eq!(long.policies[0].renew_interval, Duration::from_secs(3));
+}
+
+#[test]
+fn the_forgotten_statuses_are_every_redirect_but_303_and_the_unnamed_4xx_by_default() {
+    let config = parse_plugin_config(MINIMAL.as_bytes()).unwrap();
+    let forgotten = &config.policies[0].forget_statuses;
+    for status in [
+        300, 301, 302, 304, 307, 308, 401, 403, 405, 412, 413, 451, 499,
+    ] {
+        assert!(forgotten.contains(&status), "{status}");
+    }
+    for status in [200, 201, 303, 400, 404, 408, 409, 422, 429, 500] {
+        assert!(!forgotten.contains(&status), "{status}");
+    }
+    let listed = with(serde_json::json!({"forget_statuses": [302, 401]}), false).unwrap();
+    assert_eq!(
+        listed.policies[0].forget_statuses,
+        BTreeSet::from([302, 401])
+    );
+}
+
+#[test]
+fn only_a_3xx_or_4xx_that_is_not_a_failure_may_be_forgotten() {
+    use serde_json::json;
+    for (list, at) in [
+        (json!([200]), "policies[0].forget_statuses[0]"),
+        (json!([401, 201]), "policies[0].forget_statuses[1]"),
+        (json!([500]), "policies[0].forget_statuses[0]"),
+        (json!([408]), "policies[0].forget_statuses[0]"),
+        (json!([429]), "policies[0].forget_statuses[0]"),
+        (json!([302, 302]), "policies[0].forget_statuses[1]"),
+        (json!([99]), "policies[0].forget_statuses[0]"),
+    ] {
+        let err = policy_err(json!({ "forget_statuses": list }));
+        assert_eq!(err.path, at, "{list}: {err}");
+    }
 }

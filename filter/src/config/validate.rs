@@ -66,7 +66,7 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
                 format!("duplicate policy name {:?}", p.name),
             ));
         }
-        let policy = validate_policy(&at, p)?;
+        let policy = validate_policy(&at, p, lease_store.timeout)?;
         check_record_fits(&at, &policy, &lease_store)?;
         policies.push(Rc::new(policy));
     }

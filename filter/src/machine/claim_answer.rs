@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::problem::ProblemCode;
-use keyflight_protocol::wire::{ClaimResponse, StoredResponse, WonHow};
+use keyflight_protocol::time::millis;
+use keyflight_protocol::wire::{ClaimAnswer, ClaimResponse, StoredResponse, WonHow};
 
 use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, State};
 use crate::config::{FailureMode, Mode, Policy};
@@ -34,7 +35,7 @@ impl Machine {
     pub(super) fn claim_answered(
         &mut self,
         out: &mut Vec<Action>,
-        result: Result<ClaimResponse, CallError>,
+        result: Result<ClaimAnswer, CallError>,
     ) {
         let (policy, scope, fingerprint, accepted) = match std::mem::take(&mut self.state) {
             State::Claiming {
@@ -49,7 +50,10 @@ impl Machine {
                 return;
             }
         };
-        let answer = match result {
+        let ClaimAnswer {
+            response: answer,
+            record_expires_in_ms: record_life_ms,
+        } = match result {
             Ok(answer) => answer,
             Err(CallError::MalformedRecord) => return self.malformed_record(out, &policy, scope),
             Err(error) => return self.store_failed(out, &policy, scope, error),
@@ -100,7 +104,9 @@ impl Machine {
             }
             ClaimResponse::Completed { response } => {
                 // Followers and other proxies fill their edge cache too.
-                if let Some(cache) = self.cache_entry(&policy, scope, fingerprint, &response) {
+                if let Some(cache) =
+                    self.cache_entry(&policy, scope, fingerprint, &response, record_life_ms)
+                {
                     out.push(cache);
                 }
                 match replay(&policy, response, &accepted) {
@@ -187,16 +193,22 @@ impl Machine {
     }
 
     /// The edge-cache write for a completed record, if the cache is on for
-    /// `policy`, the entry fits `max_entry_bytes`, and the stream read the
-    /// cache under a known operator epoch.
+    /// `policy`, the entry fits `max_entry_bytes`, the stream read the cache
+    /// under a known operator epoch, and the record's retention is known to
+    /// last `record_life_ms` from that read (`None`: not known, not cached).
+    /// The entry is served until the TTL or that, whichever ends first, so no
+    /// edge replays a record the store may have deleted or reused
+    /// (`docs/stream-machine.md#the-edge-cache`).
     pub(super) fn cache_entry(
         &self,
         policy: &Policy,
         scope: Digest,
         fingerprint: Digest,
         response: &StoredResponse,
+        record_life_ms: Option<u64>,
     ) -> Option<Action> {
         let (cache, ttl) = self.config.edge_cache_for(policy)?;
+        let life_ms = millis(ttl).min(record_life_ms?);
         // Sized before the entry copies the response: most large records
         // never fit, and copying one just to drop it costs on every replay.
         if Entry::encoded_len_of(response) > cache.max_entry_bytes {
@@ -206,7 +218,7 @@ impl Machine {
             scope,
             fingerprint,
             epoch: self.cache_epoch?,
-            ttl,
+            expires_at_ms: self.cache_read_ms.saturating_add(life_ms),
             response: response.clone(),
         };
         Some(Action::WriteEdgeCache {

@@ -165,6 +165,9 @@ pub struct Machine {
     /// The operator epoch the edge-cache read was made under (F9): entries
     /// this stream writes carry it, so an erase after it invalidates them.
     cache_epoch: Option<u64>,
+    /// When that read was made (host clock, ms): before the claim, so before
+    /// the store read or created the record whose entry this stream may write.
+    cache_read_ms: u64,
 }
 
 impl Machine {
@@ -175,6 +178,7 @@ impl Machine {
             state: State::Start,
             renewing: None,
             cache_epoch: None,
+            cache_read_ms: 0,
         }
     }
 
@@ -210,6 +214,7 @@ impl Machine {
                 epoch,
             } => {
                 self.cache_epoch = epoch;
+                self.cache_read_ms = now_ms;
                 self.edge_cache_read(&mut out, slot.as_deref(), now_ms);
                 out.push(self.request_verdict());
             }

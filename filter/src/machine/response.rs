@@ -49,7 +49,7 @@ impl Machine {
                     headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
                     &owned.policy.replay_headers,
                 );
-                match classify(status, origin) {
+                match classify(status, origin, &owned.policy.forget_statuses) {
                     Disposition::Record if end_of_stream => {
                         let response = StoredResponse {
                             status,
@@ -194,11 +194,20 @@ impl Machine {
         };
         self.count_outcome(out, outcome);
         let cache = if replayable {
-            self.cache_entry(&owned.policy, owned.scope, owned.fingerprint, &response)
-                .and_then(|action| match action {
-                    Action::WriteEdgeCache { key, entry } => Some((key, entry)),
-                    _ => None,
-                })
+            // The store counts the record's retention from its claim, made
+            // after this stream read the cache.
+            let retention_ms = millis(owned.policy.retention);
+            self.cache_entry(
+                &owned.policy,
+                owned.scope,
+                owned.fingerprint,
+                &response,
+                Some(retention_ms),
+            )
+            .and_then(|action| match action {
+                Action::WriteEdgeCache { key, entry } => Some((key, entry)),
+                _ => None,
+            })
         } else {
             None
         };

@@ -110,7 +110,7 @@ impl Entry {
         result: Result<(), CallError>,
         now_ms: u64,
     ) -> Vec<OutboxAction> {
-        self.renew_in_flight = false;
+        self.renews_in_flight = self.renews_in_flight.saturating_sub(1);
         if result.is_ok() {
             self.renew_failures = 0;
         } else if !self.renew_lost && result != Err(CallError::LeaseLost) {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::store_call::{CallError, StoreCall};
 
 /// First retry delay after a failed settle call (before jitter).
-pub(super) const BACKOFF_BASE_MS: u64 = 100;
+pub(crate) const BACKOFF_BASE_MS: u64 = 100;
 
 /// Longest retry delay: once the store is back, a waiting record lands within
 /// about this long (plus one tick), well inside any lease a policy may set.

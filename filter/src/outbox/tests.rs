@@ -165,15 +165,46 @@ fn a_failed_renew_is_retried_on_the_backoff_not_a_whole_interval_later() {
 }
 
 #[test]
-fn no_second_renew_while_one_is_in_flight() {
+fn a_renew_stuck_past_the_interval_does_not_hold_up_the_next() {
+    // A renew hanging on a frozen replica must not keep the lease from being
+    // renewed through another one: one interval later, the next renew goes out
+    // as a new call (which Envoy may route to another host).
     let mut outbox = Outbox::new(1 << 20);
     outbox.start(lease(1), 0);
     assert_eq!(dispatched(&outbox.on_tick(10_000)).len(), 1);
-    assert!(dispatched(&outbox.on_tick(40_000)).is_empty());
+    assert!(dispatched(&outbox.on_tick(19_999)).is_empty());
     assert_eq!(
-        counted(&outbox.on_answer(renew(1), Err(CallError::NoAnswer), 40_000)),
+        dispatched(&outbox.on_tick(20_000)),
+        vec![(
+            renew(1),
+            StoreCall::Renew {
+                scope: scope(1),
+                request: RenewRequest {
+                    claim_id: claim(1),
+                    lease_ms: 30_000,
+                },
+            }
+        )],
+        "a second renew while the first still hangs"
+    );
+    // The second lands; the stuck one's late failure costs one early renew.
+    assert!(outbox.on_answer(renew(1), Ok(()), 20_050).is_empty());
+    assert_eq!(
+        counted(&outbox.on_answer(renew(1), Err(CallError::NoAnswer), 21_000)),
         vec![Metric::Event(EventKind::RenewError)]
     );
+    assert_eq!(dispatched(&outbox.on_tick(21_100)).len(), 1);
+}
+
+#[test]
+fn at_most_two_renews_of_a_claim_are_in_flight() {
+    let mut outbox = Outbox::new(1 << 20);
+    outbox.start(lease(1), 0);
+    assert_eq!(dispatched(&outbox.on_tick(10_000)).len(), 1);
+    assert_eq!(dispatched(&outbox.on_tick(20_000)).len(), 1);
+    assert!(dispatched(&outbox.on_tick(30_000)).is_empty());
+    assert!(dispatched(&outbox.on_tick(40_000)).is_empty());
+    outbox.on_answer(renew(1), Err(CallError::NoAnswer), 40_000);
     assert_eq!(dispatched(&outbox.on_tick(40_100)).len(), 1);
 }
 

@@ -7,13 +7,13 @@
 //! therefore cost exactly one statement, and a long-poll re-checks the record
 //! itself, so nothing that settles between the two steps is missed.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
-    ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
+    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
 };
 
 use super::{ApiJson, AppState, Scope, within};
@@ -36,7 +36,7 @@ pub async fn claim(
     State(state): State<AppState>,
     Scope(scope): Scope,
     ApiJson(mut request): ApiJson<ClaimRequest>,
-) -> Result<Json<ClaimResponse>, ApiError> {
+) -> Result<Json<ClaimAnswer>, ApiError> {
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {
@@ -45,6 +45,9 @@ pub async fn claim(
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);
     let first = state.store.claim(&scope, &request).await?;
+    let record_expires_in_ms = first
+        .record_expires_at
+        .map(|at| millis(at.saturating_duration_since(Instant::now())));
     let response = match first.response {
         ClaimResponse::InProgress { .. } if wait > 0 => {
             state.metrics.event(Event::FollowerWait);
@@ -54,7 +57,11 @@ pub async fn claim(
     };
     state.metrics.claim_answered(&response);
     evidence::claim_answered(&scope, &request, &response);
-    Ok(Json(response))
+    Ok(Json(ClaimAnswer {
+        record_expires_in_ms: record_expires_in_ms
+            .filter(|_| matches!(response, ClaimResponse::Completed { .. })),
+        response,
+    }))
 }
 
 /// The caller's wait, in milliseconds, no longer than the configured cap.

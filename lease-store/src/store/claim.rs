@@ -110,12 +110,15 @@ UNION ALL SELECT how, fence FROM steal"
 
 /// Reads what a lost claim lost to. `remaining_ms` is the time left on the
 /// lease (pending) or cooldown (failed), by the database's clock;
-/// `retention_over` says whether [`CLAIM_SQL`]'s `ttl` branch may reuse the row.
+/// `retention_over` says whether [`CLAIM_SQL`]'s `ttl` branch may reuse the row;
+/// `expires_in_ms` is the retention left (F9: an edge caches a replay no longer).
 pub(super) const READ_SQL: &str = "
 SELECT state, fingerprint, replayable, response_status, response_headers, response_body,
        GREATEST(0, ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000))::bigint
            AS remaining_ms,
-       expires_at < clock_timestamp() AS retention_over
+       expires_at < clock_timestamp() AS retention_over,
+       GREATEST(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
+           AS expires_in_ms
   FROM keyflight_records
  WHERE scope = $1";
 
@@ -136,6 +139,8 @@ pub struct RecordSnapshot {
     remaining_until: Option<Instant>,
     /// Past its retention: [`CLAIM_SQL`]'s `ttl` branch may reuse it.
     retention_over: bool,
+    /// When its retention runs out, by this process's clock.
+    expires_until: Option<Instant>,
 }
 
 /// The `state` column.
@@ -174,6 +179,10 @@ impl RecordSnapshot {
             retention_over: row
                 .try_get::<_, Option<bool>>("retention_over")?
                 .unwrap_or(false),
+            expires_until: row
+                .try_get::<_, Option<i64>>("expires_in_ms")?
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(|ms| Instant::now() + Duration::from_millis(ms)),
         })
     }
 
@@ -196,12 +205,16 @@ impl RecordSnapshot {
             return Ok(Some(answer(ClaimResponse::Conflict)));
         }
         Ok(match (self.state, remaining) {
-            (RecordState::Completed, _) => Some(answer(self.completed_response()?)),
+            (RecordState::Completed, _) => Some(ClaimAttempt {
+                record_expires_at: self.expires_until,
+                ..answer(self.completed_response()?)
+            }),
             (RecordState::Pending, Some(left)) => Some(ClaimAttempt {
                 response: ClaimResponse::InProgress {
                     retry_after_s: retry_after(left),
                 },
                 pending_until: self.remaining_until,
+                record_expires_at: None,
             }),
             (RecordState::Failed, Some(left)) => Some(answer(ClaimResponse::Cooldown {
                 retry_after_s: retry_after(left),
@@ -354,12 +367,14 @@ impl Store {
                             retry_after_s: retry_after(left),
                         },
                         pending_until: Some(until),
+                        record_expires_at: None,
                     });
                 }
             }
             Ok(ClaimAttempt {
                 response: ClaimResponse::InProgress { retry_after_s: 1 },
                 pending_until: None,
+                record_expires_at: None,
             })
         })
         .await
@@ -381,6 +396,7 @@ fn won_attempt(row: &Row, claim_id: Uuid, lease_ms: u64) -> Result<ClaimAttempt,
             lease_ms,
         },
         pending_until: None,
+        record_expires_at: None,
     })
 }
 
@@ -406,6 +422,7 @@ fn answer(response: ClaimResponse) -> ClaimAttempt {
     ClaimAttempt {
         response,
         pending_until: None,
+        record_expires_at: None,
     }
 }
 
@@ -422,6 +439,7 @@ mod tests {
             remaining_until: (remaining_ms > 0)
                 .then(|| Instant::now() + Duration::from_millis(remaining_ms)),
             retention_over,
+            expires_until: (!retention_over).then(|| Instant::now() + Duration::from_secs(60)),
         }
     }
 

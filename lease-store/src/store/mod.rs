@@ -151,6 +151,9 @@ pub struct ClaimAttempt {
     /// For a same-fingerprint `in_progress` answer: when the winner's lease
     /// runs out, so a long-poll waiter can wake then and steal an abandoned lease.
     pub pending_until: Option<Instant>,
+    /// For a `completed` answer: when the record's retention runs out, so the
+    /// API can tell an edge how long it may cache the replay (F9).
+    pub record_expires_at: Option<Instant>,
 }
 
 /// The lease-store's handle on Postgres. Cheap to clone (the pool is shared).

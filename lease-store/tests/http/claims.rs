@@ -75,3 +75,36 @@ async fn waits_are_capped_by_max_wait() {
         started.elapsed()
     );
 }
+
+/// F9, hole 4 of issue 19: a replay says how long its record has left (its retention,
+/// counted from the claim that created it), so an edge caches it no longer; no other outcome
+/// carries the field.
+#[tokio::test]
+async fn a_replay_carries_the_retention_its_record_has_left() {
+    let server = start_server(&[]).await;
+    let api = &server.api;
+    let scope = fresh_digest("expiry");
+    let path = format!("/v1/claims/{scope}");
+    let body = json!({ "fingerprint": fresh_digest("fp"), "lease_ms": 60_000, "retention_s": 30 });
+
+    let claimed_at = Instant::now();
+    let won = api.post(&path, Some(TOKEN), &body).await;
+    assert_eq!(won.outcome(), "won", "{}", won.text);
+    assert!(
+        won.json.get("record_expires_in_ms").is_none(),
+        "{}",
+        won.text
+    );
+    let claim_id = won.json["claim_id"].as_str().unwrap().to_owned();
+    api.finalize(&scope, &claim_id).await;
+
+    let replay = api.post(&path, Some(TOKEN), &body).await;
+    let elapsed = claimed_at.elapsed();
+    assert_eq!(replay.outcome(), "completed", "{}", replay.text);
+    let left = replay.json["record_expires_in_ms"].as_u64().unwrap();
+    assert!(left < 30_000, "{left}");
+    assert!(
+        u128::from(left) + elapsed.as_millis() >= 29_000,
+        "{left} + {elapsed:?}"
+    );
+}

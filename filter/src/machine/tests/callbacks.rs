@@ -19,7 +19,7 @@ fn a_reads_follow_up_runs_first_and_its_verdict_answers_the_callback() {
     let mut s = Harness::new(Rc::clone(&config));
     s.headers(keyed(), true);
     let response = StoredResponse::new(201, vec![], b"{}");
-    s.claim_answer(&ClaimResponse::Completed { response });
+    s.replay_answer(response, Some(60_000));
     let mut next = s.next_stream();
     let out = next.headers(keyed(), true);
     assert!(

@@ -4,7 +4,7 @@
 use keyflight_protocol::wire::StoredResponse;
 
 use super::*;
-use crate::edge_cache::{Entry, slot_key};
+use crate::edge_cache::{self, Entry, slot_key};
 use crate::metrics::Outcome;
 
 /// An encoded slot holding a 201 for `scope` and `fingerprint`.
@@ -13,7 +13,7 @@ fn slot_for(scope: Digest, fingerprint: Digest, stored_at_ms: u64) -> Vec<u8> {
         scope,
         fingerprint,
         epoch: EPOCH,
-        ttl: Duration::from_secs(60),
+        expires_at_ms: stored_at_ms + 60_000,
         response: StoredResponse {
             status: 201,
             headers: vec![
@@ -146,8 +146,8 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
         .unwrap();
     assert_eq!(written.0, key);
     assert_eq!(
-        written.1.ttl,
-        Duration::from_secs(5),
+        written.1.expires_at_ms,
+        NOW_MS + 5000,
         "TTL capped by retention"
     );
     assert_eq!(written.1.response.status, 201);
@@ -183,9 +183,7 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
     // A follower's completed answer: cached and replayed.
     let mut s = Harness::new(Rc::clone(&config));
     s.drive_to_claim(b"{}");
-    let out = s.claim_answer(&ClaimResponse::Completed {
-        response: StoredResponse::new(201, vec![], b"{}"),
-    });
+    let out = s.replay_answer(StoredResponse::new(201, vec![], b"{}"), Some(60_000));
     assert!(
         out.iter()
             .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
@@ -197,9 +195,10 @@ fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
 fn an_entry_over_max_entry_bytes_is_not_cached() {
     let mut s = Harness::new(cached(serde_json::json!({}), serde_json::json!({})));
     s.drive_to_claim(b"{}");
-    let out = s.claim_answer(&ClaimResponse::Completed {
-        response: StoredResponse::new(201, vec![], &[b'x'; 5000]),
-    });
+    let out = s.replay_answer(
+        StoredResponse::new(201, vec![], &[b'x'; 5000]),
+        Some(60_000),
+    );
     assert!(
         !out.iter()
             .any(|a| matches!(a, Action::WriteEdgeCache { .. }))
@@ -236,9 +235,7 @@ fn without_a_recent_operator_epoch_the_edge_cache_is_not_used() {
     let out = s.body(body);
     assert_eq!(calls(&out).len(), 1, "{out:?}");
     // …and what the claim returns is not cached either.
-    let out = s.claim_answer(&ClaimResponse::Completed {
-        response: StoredResponse::new(201, vec![], b"{}"),
-    });
+    let out = s.replay_answer(StoredResponse::new(201, vec![], b"{}"), Some(60_000));
     assert!(
         !out.iter()
             .any(|a| matches!(a, Action::WriteEdgeCache { .. })),
@@ -254,12 +251,74 @@ fn without_a_recent_operator_epoch_the_edge_cache_is_not_used() {
     let out = s.body(body);
     assert_eq!(calls(&out).len(), 1, "{out:?}");
     // …and what it writes carries the epoch it read under.
-    let out = s.claim_answer(&ClaimResponse::Completed {
-        response: StoredResponse::new(201, vec![], b"{}"),
-    });
+    let out = s.replay_answer(StoredResponse::new(201, vec![], b"{}"), Some(60_000));
     let written = out.iter().find_map(|a| match a {
         Action::WriteEdgeCache { entry, .. } => Some(entry.epoch),
         _ => None,
     });
     assert_eq!(written, Some(EPOCH + 1));
+}
+
+/// When the entry `out` writes stops being served, if it writes one.
+fn written_expiry(out: &[Action], now_ms: u64) -> Option<u64> {
+    out.iter().find_map(|a| match a {
+        Action::WriteEdgeCache { entry, .. } => {
+            Some(edge_cache::decode(&entry.encode_at(now_ms)?)?.expires_at_ms)
+        }
+        _ => None,
+    })
+}
+
+#[test]
+fn a_replay_is_cached_no_longer_than_its_record_lives() {
+    // Hole 4 of issue 19: the entry's lifetime counted from when it was
+    // cached, so a record with little retention left was replayed at the edge
+    // after the store had deleted or reused it.
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let mut s = Harness::new(Rc::clone(&config));
+    s.drive_to_claim(b"{}");
+    let read_at = s.host.now_ms;
+    s.host.now_ms += 300;
+    let out = s.replay_answer(StoredResponse::new(201, vec![], b"{}"), Some(2000));
+    assert_eq!(counts(&out), vec![Metric::Outcome(Outcome::Replay)]);
+    assert_eq!(
+        written_expiry(&out, s.host.now_ms),
+        Some(read_at + 2000),
+        "counted from before the store read the record, not from the write"
+    );
+    // A record with more retention left than the TTL: the TTL bounds it.
+    let mut s = Harness::new(Rc::clone(&config));
+    s.drive_to_claim(b"{}");
+    let read_at = s.host.now_ms;
+    let out = s.replay_answer(StoredResponse::new(201, vec![], b"{}"), Some(86_400_000));
+    assert_eq!(written_expiry(&out, s.host.now_ms), Some(read_at + 60_000));
+}
+
+#[test]
+fn a_replay_from_a_store_that_does_not_say_when_its_record_expires_is_not_cached() {
+    let config = cached(serde_json::json!({}), serde_json::json!({}));
+    let mut s = Harness::new(config);
+    s.drive_to_claim(b"{}");
+    let out = s.replay_answer(StoredResponse::new(201, vec![], b"{}"), None);
+    assert_eq!(
+        counts(&out),
+        vec![Metric::Outcome(Outcome::Replay)],
+        "still replayed"
+    );
+    assert_eq!(written_expiry(&out, s.host.now_ms), None);
+}
+
+#[test]
+fn the_winners_record_is_cached_no_longer_than_its_retention_from_the_claim() {
+    // The store counts a record's retention from its claim; an upstream that
+    // ran 4 s of a 5 s retention leaves 1 s to serve it.
+    let config = cached(serde_json::json!({}), serde_json::json!({"retention_s": 5}));
+    let mut s = Harness::new(config);
+    s.drive_to_claim(b"{}");
+    let read_at = s.host.now_ms;
+    s.claim_answer(&won(3));
+    s.host.now_ms += 4000;
+    s.respond(201, true);
+    let out = s.ack();
+    assert_eq!(written_expiry(&out, s.host.now_ms), Some(read_at + 5000));
 }

@@ -206,6 +206,17 @@ impl Harness {
         origin: ResponseOrigin,
         end_of_stream: bool,
     ) -> Vec<Action> {
+        self.respond_with(status, origin, &[], end_of_stream)
+    }
+
+    /// `on_http_response_headers` for a response of `origin` that also carries `extra`.
+    fn respond_with(
+        &mut self,
+        status: u16,
+        origin: ResponseOrigin,
+        extra: &[(&str, &str)],
+        end_of_stream: bool,
+    ) -> Vec<Action> {
         self.host.response_headers = vec![
             h(":status", &status.to_string()),
             h("content-type", "application/json"),
@@ -213,6 +224,9 @@ impl Harness {
             h("content-length", "12"),
             h("etag", "\"v1\""),
         ];
+        self.host
+            .response_headers
+            .extend(extra.iter().map(|(n, v)| h(n, v)));
         let (details, flags): (&[u8], u64) = match origin {
             ResponseOrigin::Upstream => (b"via_upstream", 0),
             ResponseOrigin::Proxy => (b"response_timeout", 0),
@@ -267,6 +281,21 @@ impl Harness {
     /// The claim in flight answers `response`.
     fn claim_answer(&mut self, response: &ClaimResponse) -> Vec<Action> {
         self.answer(Some(200), &serde_json::to_vec(response).unwrap())
+    }
+
+    /// The claim in flight is answered with a replay of `response`, whose
+    /// record has `expires_in_ms` of its retention left (`None`: a store that
+    /// does not say).
+    fn replay_answer(
+        &mut self,
+        response: keyflight_protocol::wire::StoredResponse,
+        expires_in_ms: Option<u64>,
+    ) -> Vec<Action> {
+        let mut answer = serde_json::to_value(ClaimResponse::Completed { response }).unwrap();
+        if let Some(ms) = expires_in_ms {
+            answer["record_expires_in_ms"] = ms.into();
+        }
+        self.answer(Some(200), answer.to_string().as_bytes())
     }
 
     /// The finalize or release in flight is acknowledged.

@@ -1,13 +1,63 @@
 //! The upstream's answer: the status matrix, buffering and holding a
 //! response to record, and one too large to keep.
 
-use keyflight_protocol::wire::ReleaseAs;
+use keyflight_protocol::wire::{ReleaseAs, StoredResponse};
 
 use super::*;
 use crate::identity;
 use crate::machine::{Event, Machine};
 use crate::metrics::Outcome;
 use crate::store_call::Answer;
+
+/// What a policy does with an upstream `status` carrying a `location`:
+/// the finalize's recorded response, or `None` for a forget release.
+fn recorded_redirect(policy: serde_json::Value, status: u16) -> Option<StoredResponse> {
+    let mut s = to_upstream(config_with(serde_json::json!({}), policy));
+    let out = s.respond_with(
+        status,
+        ResponseOrigin::Upstream,
+        &[("location", "/payments/p-1")],
+        true,
+    );
+    match single_call(&out) {
+        StoreCall::Finalize { request, .. } => Some(request.response),
+        StoreCall::Release { request, .. } => {
+            assert_eq!(request.release_as, ReleaseAs::Forget, "{status}");
+            None
+        }
+        other => panic!("{status}: unexpected call {other:?}"),
+    }
+}
+
+#[test]
+fn a_303_after_a_post_is_recorded_with_its_location_and_other_redirects_are_forgotten() {
+    // POST-redirect-GET: the 303 says the operation completed; a retry must
+    // replay it, `location` included, not run the payment again.
+    let recorded = recorded_redirect(serde_json::json!({}), 303).expect("303 is recorded");
+    assert_eq!(recorded.status, 303);
+    assert!(
+        recorded
+            .headers
+            .contains(&("location".to_owned(), "/payments/p-1".to_owned())),
+        "{recorded:?}"
+    );
+    // A 302 or 307 may be a redirect to a login page, a 301 or 308 a moved
+    // resource: nothing ran, so by default the retry runs.
+    for status in [301, 302, 307, 308] {
+        assert_eq!(recorded_redirect(serde_json::json!({}), status), None);
+    }
+}
+
+#[test]
+fn a_policy_names_the_statuses_it_forgets() {
+    let policy = serde_json::json!({"forget_statuses": [401, 303]});
+    assert_eq!(recorded_redirect(policy.clone(), 401), None);
+    assert_eq!(recorded_redirect(policy.clone(), 303), None);
+    for status in [302, 403, 405] {
+        let recorded = recorded_redirect(policy.clone(), status);
+        assert_eq!(recorded.map(|r| r.status), Some(status));
+    }
+}
 
 #[test]
 fn the_status_matrix_decides_what_is_recorded() {

@@ -166,6 +166,7 @@ impl Store {
                                     lease_ms,
                                 },
                                 pending_until: None,
+                                record_expires_at: None,
                             }));
                         }
                         None => item.run_singly(),
