@@ -110,6 +110,10 @@ pub struct StoreSettings {
     /// How long after start-up, and after the database answers again following a
     /// failure, no expired pending lease is taken over ([`TakeoverGrace`]).
     pub takeover_grace: Duration,
+    /// How long after a pending lease ran out its winner's outbox may still settle
+    /// it: retention cleanup deletes no `pending` row sooner
+    /// (`docs/records.md#retention-and-cleanup`).
+    pub settle_horizon: Duration,
     /// Group commit of claims and finalizes ([`BatchSettings::OFF`] runs each alone).
     pub batch: BatchSettings,
 }
@@ -162,6 +166,8 @@ pub struct Store {
     answer_timeout: Duration,
     /// Whether expired pending leases may be taken over now.
     grace: Arc<Mutex<TakeoverGrace>>,
+    /// [`StoreSettings::settle_horizon`].
+    settle_horizon: Duration,
     /// The group-commit queues; `None` when batching is off, and in the handle
     /// the batch workers themselves use (they run what they take alone or as a batch,
     /// never back through a queue).
@@ -201,6 +207,7 @@ impl Store {
                 settings.takeover_grace,
                 Instant::now(),
             ))),
+            settle_horizon: settings.settle_horizon,
             batch: None,
             batch_sizes: BatchSizes::default(),
         };
