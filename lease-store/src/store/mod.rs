@@ -51,6 +51,7 @@ mod claim;
 mod epoch;
 mod lease;
 mod migrate;
+mod probe;
 mod records;
 mod retention;
 mod takeover;
@@ -174,6 +175,9 @@ pub struct Store {
     batch: Option<Arc<batch::Queues>>,
     /// Sizes of the batches run, for `/metrics`.
     batch_sizes: BatchSizes,
+    /// The database probe that feeds the takeover grace; `None` in the handle the probe
+    /// and the batch workers use, so it stops with the last handle given out.
+    _probe: Option<Arc<probe::Probe>>,
 }
 
 impl Store {
@@ -210,12 +214,17 @@ impl Store {
             settle_horizon: settings.settle_horizon,
             batch: None,
             batch_sizes: BatchSizes::default(),
+            _probe: None,
         };
         // A queued call waits at most as long as a single call may: for a pooled
         // connection (the pool's wait timeout), then for the database's answer.
         let queue_bound = settings.statement_timeout.saturating_add(answer_timeout);
         let batch = batch::Queues::start(&single, &settings.batch, queue_bound);
-        Ok(Store { batch, ..single })
+        Ok(Store {
+            batch,
+            _probe: Some(probe::Probe::start(&single)),
+            ..single
+        })
     }
 
     /// Sizes of the claim and finalize batches this store ran (`/metrics`).

@@ -172,3 +172,36 @@ async fn after_a_database_outage_a_new_grace_starts() {
     );
     assert!(attempt.pending_until.unwrap() >= back);
 }
+
+/// Hole 6 of issue 19: a replica that made no database call while Postgres was down must
+/// still hold takeovers once it is back, or a retry takes the lease over before the live
+/// winner's outbox lands its record.
+#[tokio::test]
+async fn a_replica_idle_through_an_outage_still_holds_takeovers_after_it() {
+    let cluster = PgCluster::start();
+    migrate_blocking(&cluster.url());
+    let store = Store::connect(&with_grace(&cluster.url(), GRACE))
+        .await
+        .unwrap();
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("idle outage"), 1000);
+    // Past the start-up grace.
+    tokio::time::sleep(GRACE).await;
+    must_win(&store, &scope, &req).await;
+
+    cluster.stop();
+    // The outage outlasts the 1 s lease; nothing asks this store anything meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.restart();
+    let db = raw_client(&cluster.url()).await;
+    wait_for_lease_expiry(&db, &scope).await;
+    let back = Instant::now();
+
+    // One call, which must succeed: a failed one would itself start the grace.
+    let attempt = store.claim(&scope, &req).await.unwrap();
+    assert!(
+        matches!(attempt.response, ClaimResponse::InProgress { .. }),
+        "the lease was taken over right after the outage: {attempt:?}"
+    );
+    assert!(attempt.pending_until.unwrap() >= back);
+}
