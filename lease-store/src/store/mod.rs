@@ -51,6 +51,7 @@ mod claim;
 mod epoch;
 mod lease;
 mod migrate;
+mod orphan;
 mod probe;
 mod records;
 mod retention;
@@ -175,6 +176,8 @@ pub struct Store {
     batch: Option<Arc<batch::Queues>>,
     /// Sizes of the batches run, for `/metrics`.
     batch_sizes: BatchSizes,
+    /// Orphan claims released ([`orphan`]), for `/metrics`.
+    orphans_released: prometheus_client::metrics::counter::Counter,
     /// The database probe that feeds the takeover grace; `None` in the handle the probe
     /// and the batch workers use, so it stops with the last handle given out.
     _probe: Option<Arc<probe::Probe>>,
@@ -214,6 +217,7 @@ impl Store {
             settle_horizon: settings.settle_horizon,
             batch: None,
             batch_sizes: BatchSizes::default(),
+            orphans_released: prometheus_client::metrics::counter::Counter::default(),
             _probe: None,
         };
         // A queued call waits at most as long as a single call may: for a pooled

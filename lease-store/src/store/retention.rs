@@ -9,7 +9,7 @@
 //! For the same reason a replica in its takeover grace deletes no `pending` row
 //! at all, exactly as its claims take none over. A `pending` row with a live
 //! lease is kept whatever its age (its owner is still working), and `unknown`
-//! rows never expire: they wait for an operator (seed 004: an uncertain
+//! rows never expire: they wait for an operator (an uncertain
 //! outcome must not silently become "never ran") and are kept until resolved
 //! or erased. Deleting a `pending` row that a follower
 //! watches fires the `keyflight_settled` NOTIFY (the trigger of migrations V1
