@@ -134,19 +134,33 @@ async fn the_grace_never_delays_a_cooldown_or_a_fresh_claim() {
     );
 }
 
-#[tokio::test]
-async fn after_a_database_outage_a_new_grace_starts() {
+/// A cluster the test may stop, a store on it past its start-up grace, and a pending
+/// record won there with a 1 s lease (and the request that won it).
+async fn won_on_a_cluster_of_its_own(
+    label: &str,
+) -> (
+    PgCluster,
+    Store,
+    keyflight_protocol::Digest,
+    keyflight_protocol::wire::ClaimRequest,
+) {
     let cluster = PgCluster::start();
     migrate_blocking(&cluster.url());
-    let db = raw_client(&cluster.url()).await;
     let store = Store::connect(&with_grace(&cluster.url(), GRACE))
         .await
         .unwrap();
     let scope = fresh_scope();
-    let req = claim_req(fingerprint("outage"), 1000);
+    let req = claim_req(fingerprint(label), 1000);
     // Past the start-up grace.
     tokio::time::sleep(GRACE).await;
     must_win(&store, &scope, &req).await;
+    (cluster, store, scope, req)
+}
+
+#[tokio::test]
+async fn after_a_database_outage_a_new_grace_starts() {
+    let (cluster, store, scope, req) = won_on_a_cluster_of_its_own("outage").await;
+    let db = raw_client(&cluster.url()).await;
 
     drop(db);
     cluster.stop();
@@ -178,16 +192,7 @@ async fn after_a_database_outage_a_new_grace_starts() {
 /// winner's outbox lands its record.
 #[tokio::test]
 async fn a_replica_idle_through_an_outage_still_holds_takeovers_after_it() {
-    let cluster = PgCluster::start();
-    migrate_blocking(&cluster.url());
-    let store = Store::connect(&with_grace(&cluster.url(), GRACE))
-        .await
-        .unwrap();
-    let scope = fresh_scope();
-    let req = claim_req(fingerprint("idle outage"), 1000);
-    // Past the start-up grace.
-    tokio::time::sleep(GRACE).await;
-    must_win(&store, &scope, &req).await;
+    let (cluster, store, scope, req) = won_on_a_cluster_of_its_own("idle outage").await;
 
     cluster.stop();
     // The outage outlasts the 1 s lease; nothing asks this store anything meanwhile.
