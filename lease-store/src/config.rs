@@ -152,6 +152,11 @@ pub struct ServeArgs {
     /// record in its outbox, and resend it once the store answers (`0s` disables).
     #[arg(long, env = "KEYFLIGHT_TAKEOVER_GRACE", default_value = "5s", value_parser = parse_duration)]
     takeover_grace: Duration,
+    /// Retention clean-up deletes a `pending` record only once its lease ran out this
+    /// long ago: until then its winner's outbox may still deliver the record. Keep it
+    /// above the filter's longest `record_retry_budget_ms` plus the longest upstream run.
+    #[arg(long, env = "KEYFLIGHT_SETTLE_HORIZON", default_value = "1h", value_parser = parse_duration)]
+    settle_horizon: Duration,
     /// Upper bound on a claim's `wait_ms` (longer waits are shortened to this).
     #[arg(long, env = "KEYFLIGHT_MAX_WAIT", default_value = "30s", value_parser = parse_duration)]
     max_wait: Duration,
@@ -227,6 +232,11 @@ impl ServeArgs {
             "must be positive",
         )?;
         check(
+            self.settle_horizon >= self.takeover_grace,
+            "settle-horizon",
+            "must be at least --takeover-grace",
+        )?;
+        check(
             self.max_body_bytes > 0,
             "max-body-bytes",
             "must be positive",
@@ -260,6 +270,7 @@ impl ServeArgs {
                 default_cooldown: self.default_cooldown,
                 statement_timeout: self.statement_timeout,
                 takeover_grace: self.takeover_grace,
+                settle_horizon: self.settle_horizon,
                 batch: BatchSettings {
                     workers: self.batch_workers,
                     max_items: self.batch_max,

@@ -146,8 +146,9 @@ struct Inner {
 }
 
 impl Metrics {
-    /// Creates and registers every metric; `batch_sizes` is the store's.
-    pub fn new(batch_sizes: &BatchSizes) -> Self {
+    /// Creates and registers every metric; `batch_sizes` and `orphans_released` are the
+    /// store's.
+    pub fn new(batch_sizes: &BatchSizes, orphans_released: Counter) -> Self {
         let mut registry = Registry::default();
         let claims = Family::<OutcomeLabel, Counter>::default();
         let events = Family::<EventLabel, Counter>::default();
@@ -211,6 +212,11 @@ impl Metrics {
             "keyflight_store_batch_size",
             "Calls per group-commit batch, by kind (claim, finalize); 1 = ran alone",
             batch_sizes.family(),
+        );
+        registry.register(
+            "keyflight_store_orphans_released",
+            "Claims committed after their caller stopped waiting, released unanswered",
+            orphans_released,
         );
         let batch_queued = Family::<KindLabel, Gauge>::default();
         registry.register(
@@ -342,7 +348,7 @@ mod tests {
     #[test]
     fn exposition_names_the_counters() {
         let batch_sizes = BatchSizes::default();
-        let metrics = Metrics::new(&batch_sizes);
+        let metrics = Metrics::new(&batch_sizes, Counter::default());
         metrics.claim_answered(&ClaimResponse::Conflict);
         metrics.event(Event::FollowerWait);
         metrics.ttl_deleted(3);

@@ -41,7 +41,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let store = Store::connect(&config.store).await?;
     let shutdown = Shutdown::new();
-    let metrics = Metrics::new(store.batch_sizes());
+    let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());
     let (longpoll, listen_task) = LongPoll::start(&config.store.database_url, shutdown.subscribe());
     let cleanup = cleanup::spawn(
         store.clone(),

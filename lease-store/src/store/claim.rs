@@ -41,6 +41,7 @@ use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use super::batch::ClaimReply;
+use super::orphan::OrphanGuard;
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
 /// What the `ttl` and `steal` branches of [`CLAIM_SQL`] make of the row they
@@ -330,6 +331,7 @@ impl Store {
             let read = client.prepare_cached(READ_SQL).await?;
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
+                let guard = OrphanGuard::new(self, *scope, claim_id);
                 let won = client
                     .query_opt(
                         &claim,
@@ -343,6 +345,7 @@ impl Store {
                         ],
                     )
                     .await?;
+                guard.delivered();
                 if let Some(row) = won {
                     return won_attempt(&row, claim_id, lease_ms);
                 }

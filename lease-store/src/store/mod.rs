@@ -51,6 +51,8 @@ mod claim;
 mod epoch;
 mod lease;
 mod migrate;
+mod orphan;
+mod probe;
 mod records;
 mod retention;
 mod takeover;
@@ -111,6 +113,10 @@ pub struct StoreSettings {
     /// How long after start-up, and after the database answers again following a
     /// failure, no expired pending lease is taken over ([`TakeoverGrace`]).
     pub takeover_grace: Duration,
+    /// How long after a pending lease ran out its winner's outbox may still settle
+    /// it: retention cleanup deletes no `pending` row sooner
+    /// (`docs/records.md#retention-and-cleanup`).
+    pub settle_horizon: Duration,
     /// Group commit of claims and finalizes ([`BatchSettings::OFF`] runs each alone).
     pub batch: BatchSettings,
 }
@@ -166,12 +172,19 @@ pub struct Store {
     answer_timeout: Duration,
     /// Whether expired pending leases may be taken over now.
     grace: Arc<Mutex<TakeoverGrace>>,
+    /// [`StoreSettings::settle_horizon`].
+    settle_horizon: Duration,
     /// The group-commit queues; `None` when batching is off, and in the handle
     /// the batch workers themselves use (they run what they take alone or as a batch,
     /// never back through a queue).
     batch: Option<Arc<batch::Queues>>,
     /// Sizes of the batches run, for `/metrics`.
     batch_sizes: BatchSizes,
+    /// Orphan claims released ([`orphan`]), for `/metrics`.
+    orphans_released: prometheus_client::metrics::counter::Counter,
+    /// The database probe that feeds the takeover grace; `None` in the handle the probe
+    /// and the batch workers use, so it stops with the last handle given out.
+    _probe: Option<Arc<probe::Probe>>,
 }
 
 impl Store {
@@ -206,14 +219,21 @@ impl Store {
                 settings.takeover_grace,
                 Instant::now(),
             ))),
+            settle_horizon: settings.settle_horizon,
             batch: None,
             batch_sizes: BatchSizes::default(),
+            orphans_released: prometheus_client::metrics::counter::Counter::default(),
+            _probe: None,
         };
         // A queued call waits at most as long as a single call may: for a pooled
         // connection (the pool's wait timeout), then for the database's answer.
         let queue_bound = settings.statement_timeout.saturating_add(answer_timeout);
         let batch = batch::Queues::start(&single, &settings.batch, queue_bound);
-        Ok(Store { batch, ..single })
+        Ok(Store {
+            batch,
+            _probe: Some(probe::Probe::start(&single)),
+            ..single
+        })
     }
 
     /// Sizes of the claim and finalize batches this store ran (`/metrics`).

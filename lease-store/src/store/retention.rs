@@ -1,12 +1,17 @@
 //! L5: deleting records past their retention, one bounded batch at a time.
 //!
 //! What expires: `completed` and `failed` rows past retention, and `pending`
-//! rows past retention whose lease has also run out — a crashed winner whose
-//! key is never retried would otherwise leave its row forever. A `pending`
-//! row with a live lease is kept whatever its age (its owner is still
-//! working), and `unknown` rows never expire: they wait for an operator (seed
-//! 004: an uncertain outcome must not silently become "never ran") and are
-//! kept until resolved or erased. Deleting a `pending` row that a follower
+//! rows past retention whose lease ran out more than the *settle horizon* ago
+//! — a crashed winner whose key is never retried would otherwise leave its row
+//! forever. A `pending` row whose lease ran out more recently is kept: its
+//! winner may be alive, cut off by an outage, with the record in its outbox,
+//! and that record must find the row (`docs/records.md#retention-and-cleanup`).
+//! For the same reason a replica in its takeover grace deletes no `pending` row
+//! at all, exactly as its claims take none over. A `pending` row with a live
+//! lease is kept whatever its age (its owner is still working), and `unknown`
+//! rows never expire: they wait for an operator (an uncertain
+//! outcome must not silently become "never ran") and are kept until resolved
+//! or erased. Deleting a `pending` row that a follower
 //! watches fires the `keyflight_settled` NOTIFY (the trigger of migrations V1
 //! and V3), so a long-poll waiter wakes and claims the now-empty scope.
 //!
@@ -29,37 +34,48 @@
 //! overlapping batches, and an overlap deletes nothing twice. The predicate
 //! is covered by migration V2's partial index.
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, duration_millis};
 
-/// `$1` batch size. The inner SELECT compares with `now()` (the statement's
-/// start, stable), so `expires_at < now()` is a range scan of migration V2's
-/// partial index; `clock_timestamp()` is volatile and would force a full
-/// scan. The outer DELETE re-checks with `clock_timestamp()` on the row it is
-/// about to delete: that re-check is what the race argument above rests on.
-/// (A `pending` row always has a `lease_expires_at`: V1's CHECK.)
+/// `$1` batch size, `$2` the settle horizon in ms, `$3` whether `pending` rows
+/// may go at all (false during the takeover grace). The inner SELECT compares
+/// with `now()` (the statement's start, stable), so `expires_at < now()` is a
+/// range scan of migration V2's partial index; `clock_timestamp()` is volatile
+/// and would force a full scan. The outer DELETE re-checks with
+/// `clock_timestamp()` on the row it is about to delete: that re-check is what
+/// the race argument above rests on. (A `pending` row always has a
+/// `lease_expires_at`: V1's CHECK.)
 const DELETE_EXPIRED_SQL: &str = "
 DELETE FROM keyflight_records
  WHERE scope IN (SELECT scope FROM keyflight_records
                   WHERE expires_at < now()
                     AND state IN ('completed', 'failed', 'pending')
-                    AND (state <> 'pending' OR lease_expires_at < now())
+                    AND (state <> 'pending'
+                         OR ($3 AND lease_expires_at
+                                    < now() - $2::bigint * interval '1 millisecond'))
                   LIMIT $1)
    AND expires_at < clock_timestamp()
    AND state IN ('completed', 'failed', 'pending')
-   AND (state <> 'pending' OR lease_expires_at < clock_timestamp())";
+   AND (state <> 'pending'
+        OR ($3 AND lease_expires_at
+                   < clock_timestamp() - $2::bigint * interval '1 millisecond'))";
 
 impl Store {
-    /// Deletes up to `limit` expired records (terminal, or `pending` with a
-    /// lapsed lease, past retention); returns how many.
+    /// Deletes up to `limit` expired records (terminal, or `pending` whose
+    /// lease ran out more than the settle horizon ago, past retention); returns
+    /// how many.
     pub async fn delete_expired_batch(&self, limit: i64) -> Result<u64, StoreError> {
         if limit <= 0 {
             return Err(StoreError::Invalid(
                 "cleanup batch size must be positive".into(),
             ));
         }
+        let horizon_ms = duration_millis(self.settle_horizon);
+        let pending_may_go = self.takeovers_held_until().is_none();
         self.run(async |client| {
             let statement = client.prepare_cached(DELETE_EXPIRED_SQL).await?;
-            Ok(client.execute(&statement, &[&limit]).await?)
+            Ok(client
+                .execute(&statement, &[&limit, &horizon_ms, &pending_may_go])
+                .await?)
         })
         .await
     }

@@ -15,11 +15,19 @@
 //! over a few seconds later than it would otherwise be. Cooldowns (`failed` records)
 //! elapse as usual: their retry is the documented one.
 //!
-//! The grace is per replica and knows only what this replica saw. A winner cut off from
-//! every replica while they and Postgres stay healthy is not covered: its lease simply
-//! expires (the README's guarantee lists that case).
+//! The grace is per replica and knows only what this replica saw, so the replica makes
+//! sure it sees: a probe asks the database every [`super::probe::PROBE_INTERVAL`] whether
+//! or not any request does (`probe.rs`), and an answer that comes after more than
+//! [`MAX_SILENCE`] without one — this replica was frozen, starved, or its calls hung —
+//! starts a grace like an answer after a failure: what happened meanwhile is unknown. A
+//! winner cut off from every replica while they and Postgres stay healthy is not covered:
+//! its lease simply expires (the README's guarantee lists that case).
 
 use std::time::{Duration, Instant};
+
+/// The longest this replica may go without a database answer and still trust that it
+/// saw every outage: four probe intervals.
+pub const MAX_SILENCE: Duration = Duration::from_secs(2);
 
 /// Whether pending leases may be taken over now; fed with the outcome of every
 /// database call. Time is passed in, so the rules are plain unit tests.
@@ -30,6 +38,8 @@ pub struct TakeoverGrace {
     failing: bool,
     /// Takeovers resume at this instant.
     allowed_from: Instant,
+    /// When a database call last completed.
+    last_answer: Instant,
 }
 
 impl TakeoverGrace {
@@ -39,6 +49,7 @@ impl TakeoverGrace {
             grace,
             failing: false,
             allowed_from: now + grace,
+            last_answer: now,
         }
     }
 
@@ -47,11 +58,14 @@ impl TakeoverGrace {
         self.failing = true;
     }
 
-    /// A database call completed at `now`; the first one after failures starts a grace.
+    /// A database call completed at `now`; the first one after failures, or after a
+    /// silence longer than [`MAX_SILENCE`], starts a grace.
     pub fn answered(&mut self, now: Instant) {
-        if std::mem::take(&mut self.failing) {
+        let unwatched = now.saturating_duration_since(self.last_answer) > MAX_SILENCE;
+        if std::mem::take(&mut self.failing) || unwatched {
             self.allowed_from = self.allowed_from.max(now + self.grace);
         }
+        self.last_answer = self.last_answer.max(now);
     }
 
     /// When takeovers resume, or `None` if they are allowed at `now`.
@@ -78,12 +92,21 @@ mod tests {
         assert_eq!(grace.held_until(t0 + GRACE), None);
     }
 
+    /// Feeds `grace` a healthy answer every second from `from` up to `to`, as the probe does.
+    fn answers(grace: &mut TakeoverGrace, from: Instant, to: Instant) {
+        let mut at = from;
+        while at <= to {
+            grace.answered(at);
+            at += Duration::from_secs(1);
+        }
+    }
+
     #[test]
     fn answers_after_a_failure_start_a_new_grace_and_only_the_first_one_counts() {
         let t0 = Instant::now();
         let mut grace = TakeoverGrace::starting(GRACE, t0);
         let later = t0 + Duration::from_secs(60);
-        grace.answered(later);
+        answers(&mut grace, t0, later);
         assert_eq!(
             grace.held_until(later),
             None,
@@ -94,7 +117,7 @@ mod tests {
             grace.held_until(later).is_some(),
             "no takeovers while failing"
         );
-        let back = later + Duration::from_secs(40);
+        let back = later + Duration::from_secs(1);
         grace.answered(back);
         assert_eq!(grace.held_until(back), Some(back + GRACE));
         grace.answered(back + Duration::from_secs(1));
@@ -102,6 +125,26 @@ mod tests {
             grace.held_until(back + GRACE),
             None,
             "not extended by later answers"
+        );
+    }
+
+    #[test]
+    fn an_answer_after_a_silence_starts_a_grace_though_nothing_failed() {
+        let t0 = Instant::now();
+        let mut grace = TakeoverGrace::starting(GRACE, t0);
+        let quiet_from = t0 + Duration::from_secs(10);
+        answers(&mut grace, t0, quiet_from);
+        let back = quiet_from + MAX_SILENCE + Duration::from_millis(1);
+        assert_eq!(grace.held_until(back), None, "nothing seen yet");
+        grace.answered(back);
+        assert_eq!(grace.held_until(back), Some(back + GRACE));
+        answers(&mut grace, back, back + GRACE);
+        let on_time = back + GRACE + MAX_SILENCE;
+        grace.answered(on_time);
+        assert_eq!(
+            grace.held_until(on_time),
+            None,
+            "a silence of exactly the bound"
         );
     }
 

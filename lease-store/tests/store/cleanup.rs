@@ -6,7 +6,7 @@
 
 use crate::support::*;
 use keyflight_lease_store::cleanup::run_once;
-use keyflight_lease_store::store::Store;
+use keyflight_lease_store::store::{Store, StoreSettings};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ReleaseAs, ReleaseRequest, WonHow};
 use tokio::sync::Mutex;
@@ -22,6 +22,24 @@ async fn expired_completed(store: &Store, db: &tokio_postgres::Client, label: &s
     store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
     age_past_retention(db, &scope).await;
     scope
+}
+
+/// Moves the scope's lease end back past the test store's settle horizon: its
+/// winner's outbox has long given up.
+async fn age_lease_past_settle_horizon(db: &tokio_postgres::Client, scope: &Digest) {
+    let aged = db
+        .execute(
+            "UPDATE keyflight_records
+                SET lease_expires_at = clock_timestamp() - $2::bigint * interval '1 millisecond'
+              WHERE scope = $1",
+            &[
+                &scope.0.as_slice(),
+                &i64::try_from(2 * SETTLE_HORIZON.as_millis()).unwrap(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(aged, 1, "no record to age");
 }
 
 #[tokio::test]
@@ -85,7 +103,7 @@ async fn cleanup_deletes_an_abandoned_pending_row_past_retention_but_never_a_lea
 
     let abandoned = fresh_scope();
     must_win(&store, &abandoned, &claim_req(fingerprint("crashed"), 50)).await;
-    wait_for_lease_expiry(&db, &abandoned).await;
+    age_lease_past_settle_horizon(&db, &abandoned).await;
     age_past_retention(&db, &abandoned).await;
     let leased = fresh_scope();
     let (claim_id, _, _) =
@@ -99,6 +117,47 @@ async fn cleanup_deletes_an_abandoned_pending_row_past_retention_but_never_a_lea
     );
     let (state, _, owner) = row_state(&db, &leased).await.unwrap();
     assert_eq!((state.as_str(), owner), ("pending", Some(claim_id)));
+}
+
+/// Hole 1 of issue 19: a retention shorter than the run plus an outage. The lease ran out
+/// while the winner could not reach the store, and the row is past its retention; the
+/// winner's outbox still resends its finalize, which must find the row, or the next retry
+/// wins a fresh insert and runs again, uncounted.
+#[tokio::test]
+async fn cleanup_keeps_an_expired_pending_row_that_its_winner_may_still_settle() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = fresh_scope();
+    let (claim_id, _, _) = must_win(&store, &scope, &claim_req(fingerprint("outage"), 50)).await;
+    wait_for_lease_expiry(&db, &scope).await;
+    age_past_retention(&db, &scope).await;
+
+    run_once(&store, 100).await.unwrap();
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
+    let (state, _, owner) = row_state(&db, &scope).await.unwrap();
+    assert_eq!((state.as_str(), owner), ("completed", Some(claim_id)));
+}
+
+#[tokio::test]
+async fn a_replica_in_its_takeover_grace_deletes_no_pending_row() {
+    let _turn = CLEANUP.lock().await;
+    let db = raw_client(&cluster().url()).await;
+    let in_grace = Store::connect(&StoreSettings {
+        takeover_grace: std::time::Duration::from_secs(600),
+        ..settings(&cluster().url())
+    })
+    .await
+    .unwrap();
+    let scope = fresh_scope();
+    must_win(&in_grace, &scope, &claim_req(fingerprint("grace"), 50)).await;
+    age_lease_past_settle_horizon(&db, &scope).await;
+    age_past_retention(&db, &scope).await;
+
+    run_once(&in_grace, 100).await.unwrap();
+    assert!(row_state(&db, &scope).await.is_some());
+    run_once(&store().await, 100).await.unwrap();
+    assert!(row_state(&db, &scope).await.is_none());
 }
 
 #[tokio::test]

@@ -59,7 +59,11 @@ async fn a_frozen_database_is_unavailable_within_the_timeout_and_the_stuck_conne
         .await
         .unwrap();
     must_win(&store, &fresh_scope(), &claim_req(fingerprint("a"), 30_000)).await;
-    assert_eq!(store.pool_status().size, 1, "the pool keeps the connection");
+    // (The store's database probe may hold a second one.)
+    assert!(
+        store.pool_status().size >= 1,
+        "the pool keeps the connection"
+    );
 
     let thaw = Thaw(&cluster);
     cluster.freeze();
@@ -70,11 +74,13 @@ async fn a_frozen_database_is_unavailable_within_the_timeout_and_the_stuck_conne
         "{claimed:?}"
     );
     assert!(took < BOUND, "claim took {took:?}");
-    assert_eq!(
-        store.pool_status().size,
-        0,
-        "the connection that timed out must leave the pool"
-    );
+    // The probe's connection, stuck as well, leaves within its own answer bound.
+    eventually(
+        "the connections that timed out left the pool",
+        BOUND,
+        || async { store.pool_status().size == 0 },
+    )
+    .await;
     let (ready, took) = timed(store.readiness()).await;
     assert!(
         matches!(ready, Err(StoreError::Unavailable(_))),

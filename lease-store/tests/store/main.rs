@@ -12,6 +12,7 @@ mod dead_first_host;
 mod epoch;
 mod frozen;
 mod longpoll;
+mod orphans;
 mod read_only_node;
 mod records;
 mod repeats;

@@ -40,6 +40,9 @@ pub fn migrate_blocking(url: &str) {
     .unwrap();
 }
 
+/// How long after its lease ran out a test store's cleanup keeps a `pending` row.
+pub const SETTLE_HORIZON: Duration = Duration::from_secs(60);
+
 /// Settings for a test store on `url`.
 pub fn settings(url: &str) -> StoreSettings {
     StoreSettings {
@@ -49,6 +52,7 @@ pub fn settings(url: &str) -> StoreSettings {
         default_cooldown: Duration::from_millis(300),
         statement_timeout: Duration::from_secs(2),
         takeover_grace: Duration::ZERO,
+        settle_horizon: SETTLE_HORIZON,
         batch: BatchSettings::default(),
     }
 }

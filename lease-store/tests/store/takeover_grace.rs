@@ -134,19 +134,33 @@ async fn the_grace_never_delays_a_cooldown_or_a_fresh_claim() {
     );
 }
 
-#[tokio::test]
-async fn after_a_database_outage_a_new_grace_starts() {
+/// A cluster the test may stop, a store on it past its start-up grace, and a pending
+/// record won there with a 1 s lease (and the request that won it).
+async fn won_on_a_cluster_of_its_own(
+    label: &str,
+) -> (
+    PgCluster,
+    Store,
+    keyflight_protocol::Digest,
+    keyflight_protocol::wire::ClaimRequest,
+) {
     let cluster = PgCluster::start();
     migrate_blocking(&cluster.url());
-    let db = raw_client(&cluster.url()).await;
     let store = Store::connect(&with_grace(&cluster.url(), GRACE))
         .await
         .unwrap();
     let scope = fresh_scope();
-    let req = claim_req(fingerprint("outage"), 1000);
+    let req = claim_req(fingerprint(label), 1000);
     // Past the start-up grace.
     tokio::time::sleep(GRACE).await;
     must_win(&store, &scope, &req).await;
+    (cluster, store, scope, req)
+}
+
+#[tokio::test]
+async fn after_a_database_outage_a_new_grace_starts() {
+    let (cluster, store, scope, req) = won_on_a_cluster_of_its_own("outage").await;
+    let db = raw_client(&cluster.url()).await;
 
     drop(db);
     cluster.stop();
@@ -169,6 +183,30 @@ async fn after_a_database_outage_a_new_grace_starts() {
     assert!(
         matches!(attempt.response, ClaimResponse::InProgress { .. }),
         "{attempt:?}"
+    );
+    assert!(attempt.pending_until.unwrap() >= back);
+}
+
+/// Hole 6 of issue 19: a replica that made no database call while Postgres was down must
+/// still hold takeovers once it is back, or a retry takes the lease over before the live
+/// winner's outbox lands its record.
+#[tokio::test]
+async fn a_replica_idle_through_an_outage_still_holds_takeovers_after_it() {
+    let (cluster, store, scope, req) = won_on_a_cluster_of_its_own("idle outage").await;
+
+    cluster.stop();
+    // The outage outlasts the 1 s lease; nothing asks this store anything meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.restart();
+    let db = raw_client(&cluster.url()).await;
+    wait_for_lease_expiry(&db, &scope).await;
+    let back = Instant::now();
+
+    // One call, which must succeed: a failed one would itself start the grace.
+    let attempt = store.claim(&scope, &req).await.unwrap();
+    assert!(
+        matches!(attempt.response, ClaimResponse::InProgress { .. }),
+        "the lease was taken over right after the outage: {attempt:?}"
     );
     assert!(attempt.pending_until.unwrap() >= back);
 }

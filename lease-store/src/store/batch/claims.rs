@@ -17,7 +17,10 @@
 //! the store) runs its calls singly ([`super::run_singly_instead`]).
 //!
 //! The takeover grace does not apply: the batch only inserts fresh rows and
-//! never takes a lease over.
+//! never takes a lease over. A row it won for a caller that gave up meanwhile is
+//! an orphan, released at once (`store/orphan.rs`).
+
+use std::time::Instant;
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimResponse, WonHow};
@@ -79,8 +82,21 @@ impl Item for ClaimItem {
 }
 
 impl ClaimItem {
-    fn answer(self, answer: Result<ClaimAttempt, StoreError>) {
-        let _gone = self.reply.send(ClaimReply::Answered(answer));
+    /// Answers the caller; a claim won for a caller that already gave up is an orphan,
+    /// released at once (its statement committed: `store/orphan.rs`).
+    fn answer(self, store: &Store, answer: Result<ClaimAttempt, StoreError>) {
+        let won = match &answer {
+            Ok(ClaimAttempt {
+                response: ClaimResponse::Won { claim_id, .. },
+                ..
+            }) => Some(*claim_id),
+            _ => None,
+        };
+        if self.reply.send(ClaimReply::Answered(answer)).is_err()
+            && let Some(claim_id) = won
+        {
+            store.release_orphan(self.scope, claim_id, Instant::now());
+        }
     }
 }
 
@@ -108,7 +124,7 @@ impl Store {
             // Alone: exactly the single path, on this worker.
             for item in batch {
                 let answer = self.claim_single(&item.scope, &item.params).await;
-                item.answer(answer);
+                item.answer(self, answer);
             }
             return;
         }
@@ -158,16 +174,19 @@ impl Store {
                     match fence {
                         Some(fence) => {
                             let lease_ms = item.params.lease_ms;
-                            item.answer(Ok(ClaimAttempt {
-                                response: ClaimResponse::Won {
-                                    claim_id,
-                                    fence,
-                                    how: WonHow::Claimed,
-                                    lease_ms,
-                                },
-                                pending_until: None,
-                                record_expires_at: None,
-                            }));
+                            item.answer(
+                                self,
+                                Ok(ClaimAttempt {
+                                    response: ClaimResponse::Won {
+                                        claim_id,
+                                        fence,
+                                        how: WonHow::Claimed,
+                                        lease_ms,
+                                    },
+                                    pending_until: None,
+                                    record_expires_at: None,
+                                }),
+                            );
                         }
                         None => item.run_singly(),
                     }
@@ -176,7 +195,7 @@ impl Store {
             Ok(None) => batch.into_iter().for_each(Item::run_singly),
             Err(e) => batch
                 .into_iter()
-                .for_each(|item| item.answer(Err(e.clone()))),
+                .for_each(|item| item.answer(self, Err(e.clone()))),
         }
     }
 }

@@ -1,0 +1,146 @@
+//! Orphan claims: won in the database, never answered to their caller
+//! (`docs/records.md#orphan-claims`).
+//!
+//! A claim statement can commit after its caller stopped waiting: the HTTP call was
+//! dropped while the statement ran (the proxy timed out and reset it), the answer bound of
+//! [`Store::run`] fired while the database was still working on it (a frozen replica or
+//! database that resumed), or a group-commit batch finished after its callers gave up.
+//! Nobody then holds the claim's `claim_id` — it is only ever sent in the answer that was
+//! never delivered — so nobody renews or settles the lease: the key would answer
+//! `in_progress` for a whole lease, and its takeover would be counted `recovered_abandoned`,
+//! as if a winner had died after running the request.
+//!
+//! Each claim attempt is therefore guarded from the moment its statement is sent until its
+//! answer is handed back ([`OrphanGuard`]); a batch checks that its caller took the answer.
+//! A claim that was not delivered is released by its `claim_id`, the `forget` release's own
+//! fenced `DELETE`. That is safe whatever happened: no caller holds that id, and a row that
+//! carries another id (the claim lost, or was taken over since) matches nothing. Whether the
+//! statement committed may not be known yet, so the release retries until the statement is
+//! surely over (its answer bound), and through an outage for as long as an outbox would.
+
+use std::time::{Duration, Instant};
+
+use keyflight_protocol::Digest;
+use uuid::Uuid;
+
+use super::{Store, StoreError};
+
+/// The `forget` release's statement, returning the fence it released.
+/// `$1` scope, `$2` claim id.
+const RELEASE_ORPHAN_SQL: &str = "
+DELETE FROM keyflight_records
+ WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+RETURNING fence";
+
+/// How long a release keeps retrying while the database does not answer: the outbox's
+/// default budget (`docs/record-outbox.md#delivery`).
+const RELEASE_BUDGET: Duration = Duration::from_secs(120);
+/// First pause between release attempts; doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest pause between release attempts, the outbox's cap.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Guards one claim attempt: dropped before [`OrphanGuard::delivered`], it releases the
+/// claim in the background.
+pub(super) struct OrphanGuard {
+    store: Store,
+    scope: Digest,
+    claim_id: Uuid,
+    armed: bool,
+}
+
+impl OrphanGuard {
+    /// Guards the claim `claim_id` on `scope`, whose statement is about to be sent.
+    pub(super) fn new(store: &Store, scope: Digest, claim_id: Uuid) -> OrphanGuard {
+        OrphanGuard {
+            store: store.clone(),
+            scope,
+            claim_id,
+            armed: true,
+        }
+    }
+
+    /// The attempt's answer is in the caller's hands (or it lost: nothing to release).
+    pub(super) fn delivered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for OrphanGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            // Until the answer bound has passed, the statement may still commit.
+            let settled_by = Instant::now() + self.store.answer_timeout;
+            self.store
+                .release_orphan(self.scope, self.claim_id, settled_by);
+        }
+    }
+}
+
+impl Store {
+    /// Releases, in the background, a claim whose answer its caller never got; the
+    /// claim's statement is surely over (committed or not) by `settled_by`.
+    pub(super) fn release_orphan(&self, scope: Digest, claim_id: Uuid, settled_by: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move { store.release_until_done(scope, claim_id, settled_by).await });
+    }
+
+    async fn release_until_done(&self, scope: Digest, claim_id: Uuid, settled_by: Instant) {
+        let give_up_at = settled_by + RELEASE_BUDGET;
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            match self.release_orphan_once(&scope, claim_id).await {
+                Ok(Some(fence)) => {
+                    self.orphans_released.inc();
+                    tracing::info!(
+                        scope = %scope.to_hex(),
+                        fence,
+                        "released an orphan claim: committed after its caller stopped waiting"
+                    );
+                    return;
+                }
+                Ok(None) if Instant::now() >= settled_by => return,
+                Err(e) if Instant::now() >= give_up_at => {
+                    tracing::warn!(
+                        scope = %scope.to_hex(),
+                        error = %e,
+                        "could not release a possible orphan claim; its lease will expire"
+                    );
+                    return;
+                }
+                Ok(None) | Err(_) => {}
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One attempt: the fence released, or `None` when no pending row carries `claim_id`.
+    async fn release_orphan_once(
+        &self,
+        scope: &Digest,
+        claim_id: Uuid,
+    ) -> Result<Option<i64>, StoreError> {
+        self.run(async |client| {
+            let statement = client.prepare_cached(RELEASE_ORPHAN_SQL).await?;
+            let row = client
+                .query_opt(&statement, &[&scope.0.as_slice(), &claim_id])
+                .await?;
+            Ok(row.map(|row| row.try_get::<_, i64>(0)).transpose()?)
+        })
+        .await
+    }
+
+    /// Orphan claims this store released (`/metrics`).
+    pub fn orphans_released(&self) -> u64 {
+        self.orphans_released.get()
+    }
+
+    /// The counter behind [`Store::orphans_released`], for the metrics registry.
+    pub fn orphans_released_counter(&self) -> prometheus_client::metrics::counter::Counter {
+        self.orphans_released.clone()
+    }
+}
