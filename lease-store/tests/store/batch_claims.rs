@@ -312,11 +312,26 @@ async fn a_batch_that_deadlocks_runs_its_claims_singly_instead_of_failing_them()
     wait_for_lock_waits(&watcher, &app, 1).await;
     let cycle = {
         let other = Arc::clone(&other);
-        tokio::spawn(async move { insert_pending_row(&other, &first).await })
+        tokio::spawn(async move {
+            other
+                .execute(
+                    "INSERT INTO keyflight_records
+                         (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+                          created_at, retention, expires_at, updated_at)
+                     VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
+                             now() + interval '1 minute', now(), interval '1 hour',
+                             now() + interval '1 hour', now())
+                     ON CONFLICT (scope) DO NOTHING",
+                    &[&first.0.as_slice()],
+                )
+                .await
+        })
     };
-    // The batch is cancelled; the other transaction gets the first row; the two claims,
-    // now single, wait for it. It rolls back, and each claim wins its fresh scope.
-    cycle.await.unwrap();
+    // The batch is cancelled. Its first claim, now single, races the other transaction's
+    // insert for the first row (either may get it: the other's insert then does nothing);
+    // the second claim waits for the other transaction. It rolls back, and each claim wins
+    // its fresh scope.
+    cycle.await.unwrap().unwrap();
     other.batch_execute("ROLLBACK").await.unwrap();
     for claim in claims {
         match claim.await.unwrap() {
