@@ -24,13 +24,20 @@ CARGO ?= cargo
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
 	@echo "make test   - everything CI runs"
-	@echo "make up / make down - start / stop the demo stack in the background (make up REPLICAS=2: two Envoys on :10000/:10001, two lease-stores)"
-	@echo "make up HA=1 - the same on a replicated Postgres (etcd + two Patroni nodes, synchronous); make ha-kill-primary kills the primary's node"
+	@echo "make up / make down - start / stop the demo stack in the background (keyflight-stack; .run/stack.json says what runs where)"
+	@echo "                      REPLICAS=2: two Envoys (:10000, :10001) and two lease-stores; HA=1: a replicated Postgres (etcd + two Patroni nodes)"
+	@echo "make ha-kill-primary / ha-restart-nodes - with HA=1: kill the primary's node / bring killed nodes back"
+	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, judge the history (DURATION=10m, SEED=N, HA=1)"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
-	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, check the history (DURATION=10m, SEED=N to replay; table + target/chaos/)"
-	@echo "make chaos-short - the same in under 2 minutes"
 	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
+	@echo "inner loop (each is a part of make test):"
+	@echo "  make lint            fmt check, clippy (host and wasm32), doc links"
+	@echo "  make unit            unit and property tests, the lease-store against a throwaway Postgres (no root installs)"
+	@echo "  make e2e             end-to-end scenarios: real Envoy + .wasm + lease-store + Postgres"
+	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni and etcd when missing)"
+	@echo "  make protocol-wasm   the protocol vectors under Node (wasm)"
+	@echo "  make envoy-validate / validate-manifests / api-conformance / fuzz-smoke / chaos-short"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
 prereqs:

@@ -167,7 +167,7 @@ impl Machine {
 }
 
 impl Report {
-    /// The table as text (Markdown, so it pastes into the README as is).
+    /// The table as text (Markdown, so it pastes into `bench/README.md` as is).
     pub fn table(&self) -> String {
         let mut out = String::new();
         out.push_str(

@@ -1,5 +1,5 @@
 //! What the pure half of an edge-cache replay costs, step by step (the replay row, P2, of
-//! `make bench`: README.md, "Performance").
+//! `make bench`: `bench/README.md`).
 //!
 //! A replay served from the edge cache runs, per request: the request-headers
 //! decision (target normalization, policy match, key validation), the scope

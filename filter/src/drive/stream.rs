@@ -140,7 +140,7 @@ impl Stream {
             // Nothing is read yet: the machine asks for the head only for a
             // response it records, so a replay's own reply costs no reads.
             // Pausing here and in the body callbacks holds the whole response,
-            // headers included, until the record call's answer resumes it (F7,
+            // headers included, until the settle call's answer resumes it (F7,
             // `docs/envoy-facts.md#pausing-and-buffering`).
             Callback::ResponseHeaders { end_of_stream } => Event::ResponseHeaders { end_of_stream },
             Callback::ResponseBody {

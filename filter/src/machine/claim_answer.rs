@@ -27,7 +27,7 @@ impl Machine {
     pub(super) fn store_answered(&mut self, out: &mut Vec<Action>, answer: &Answer) {
         match self.state {
             State::Claiming { .. } => self.claim_answered(out, parse_claim_answer(answer)),
-            State::Recording { .. } => self.record_answered(out, parse_ack_answer(answer)),
+            State::Recording { .. } => self.settle_answered(out, parse_ack_answer(answer)),
             _ => {}
         }
     }

@@ -24,7 +24,7 @@
 //!
 //! The transitions live one seam per file: the request side up to the claim
 //! (`request.rs`), the claim's answer (`claim_answer.rs`), the response side
-//! up to the record call (`response.rs`), settling the claim or handing it
+//! up to the settle call (`response.rs`), settling the claim or handing it
 //! to the outbox (`settle.rs`), and the local replies (`replies.rs`). This
 //! file holds the states, the dispatch of events, and the verdicts.
 
@@ -146,7 +146,7 @@ enum State {
         held: bool,
         cache: Option<(String, Entry)>,
     },
-    /// The record call answered; the rest of the response flows.
+    /// The settle call answered; the rest of the response flows.
     Delivering,
     /// A local reply (error or replay) was sent: response callbacks are ours.
     Replied,

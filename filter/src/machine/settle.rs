@@ -1,4 +1,4 @@
-//! Settling the claim: the record call's answer, and a claim the stream
+//! Settling the claim: the settle call's answer, and a claim the stream
 //! cannot see settled handed to the worker's record outbox (F7, F14;
 //! `docs/record-outbox.md#hand-off`).
 
@@ -14,10 +14,10 @@ use crate::outbox::Handoff;
 use crate::store_call::{CallError, StoreCall};
 
 impl Machine {
-    /// F7: the record call answered; whatever it said, the caller gets its
+    /// F7: the settle call answered; whatever it said, the caller gets its
     /// response. A transient failure hands the call to the outbox (F14),
     /// which keeps the lease and resends it; the caller is not held longer.
-    pub(super) fn record_answered(&mut self, out: &mut Vec<Action>, result: Result<(), CallError>) {
+    pub(super) fn settle_answered(&mut self, out: &mut Vec<Action>, result: Result<(), CallError>) {
         let State::Recording {
             call,
             policy,

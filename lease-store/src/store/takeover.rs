@@ -21,7 +21,7 @@
 //! [`MAX_SILENCE`] without one — this replica was frozen, starved, or its calls hung —
 //! starts a grace like an answer after a failure: what happened meanwhile is unknown. A
 //! winner cut off from every replica while they and Postgres stay healthy is not covered:
-//! its lease simply expires (the README's guarantee lists that case).
+//! its lease simply expires (`docs/guarantee.md#where-it-is-at-least-once` lists that case).
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! Settling the claim: the record call's answer, and a claim the stream
+//! Settling the claim: the settle call's answer, and a claim the stream
 //! cannot see settled passing to the worker's record outbox (F14).
 
 use keyflight_protocol::wire::ReleaseAs;
