@@ -6,7 +6,7 @@
 use keyflight_filter::edge_cache;
 use keyflight_filter::store_call::{Answer, parse_ack_answer, parse_claim_answer, parse_status};
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::ClaimResponse;
+use keyflight_protocol::wire::ClaimAnswer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|body: &[u8]| {
@@ -17,17 +17,15 @@ fuzz_target!(|body: &[u8]| {
     });
     if let Ok(answer) = parse_claim_answer(&Answer::ok(body)) {
         let bytes = serde_json::to_vec(&answer).expect("wire types serialize");
-        let again: ClaimResponse = serde_json::from_slice(&bytes).expect("and parse back");
+        let again: ClaimAnswer = serde_json::from_slice(&bytes).expect("and parse back");
         assert_eq!(again, answer);
     }
-    if let Some(slot) = edge_cache::decode(body)
-        && slot.expires_at_ms >= slot.stored_at_ms
-    {
+    if let Some(slot) = edge_cache::decode(body) {
         let entry = edge_cache::Entry {
             scope: slot.scope,
             fingerprint: slot.fingerprint,
             epoch: slot.epoch,
-            ttl: std::time::Duration::from_millis(slot.expires_at_ms - slot.stored_at_ms),
+            expires_at_ms: slot.expires_at_ms,
             response: slot.response.clone(),
         };
         assert_eq!(entry.encode_at(slot.stored_at_ms).as_deref(), Some(body));
