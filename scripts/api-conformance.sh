@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the lease-store under schemathesis against its own /openapi.json (a real lease-store
-# on a throwaway Postgres; lease-store/tests/openapi_conformance.rs). Installs the pinned
+# on a throwaway Postgres; lease-store/tests/http/openapi_conformance.rs). Installs the pinned
 # schemathesis from PyPI into .tools/venv first, once. Bounded: 100 examples per operation
 # by default (under a minute); KEYFLIGHT_SCHEMATHESIS_EXAMPLES / _SEED override.
 set -euo pipefail
@@ -26,5 +26,5 @@ if ! "$cli" --version 2>/dev/null | grep -qx "schemathesis, version $SCHEMATHESI
 fi
 
 cd "$root"
-KEYFLIGHT_SCHEMATHESIS="$cli" cargo test -p keyflight-lease-store --test openapi_conformance \
+KEYFLIGHT_SCHEMATHESIS="$cli" cargo test -p keyflight-lease-store --test http openapi_conformance \
     -- --ignored --nocapture
