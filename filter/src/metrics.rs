@@ -101,11 +101,15 @@ pub enum EventKind {
     /// The caller went away before the winner's record was settled; the
     /// outbox settles it (F14).
     CallerGone,
+    /// A won claim's answer came too late to renew its lease in time: the
+    /// request was not forwarded and the claim is released
+    /// (`docs/stream-machine.md#the-claim`).
+    ClaimAnsweredLate,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -117,6 +121,7 @@ impl EventKind {
         EventKind::ReleaseError,
         EventKind::FailOpen,
         EventKind::CallerGone,
+        EventKind::ClaimAnsweredLate,
     ];
 
     /// The counter's name suffix.
@@ -133,6 +138,7 @@ impl EventKind {
             EventKind::ReleaseError => "release_error",
             EventKind::FailOpen => "fail_open",
             EventKind::CallerGone => "caller_gone",
+            EventKind::ClaimAnsweredLate => "claim_answered_late",
         }
     }
 }

@@ -70,6 +70,10 @@ pub struct Lease {
     pub lease: Duration,
     /// Renew period.
     pub interval: Duration,
+    /// How long before the stream heard of it the claim was sent: the store
+    /// started the lease no earlier than that, so the first renew is due one
+    /// interval after the send, not after the answer.
+    pub age: Duration,
 }
 
 /// A settle call the stream could not see through (the stream's `HandOff`).
@@ -257,16 +261,18 @@ impl Outbox {
         self.entries.len()
     }
 
-    /// A stream won `lease`: renew it every interval, first at `now_ms + interval`.
+    /// A stream won `lease`: renew it every interval, the first one interval
+    /// after the claim was sent (at once when that has passed).
     pub fn start(&mut self, lease: Lease, now_ms: u64) {
         let interval_ms = millis(lease.interval).max(1);
+        let first_renew_in_ms = interval_ms.saturating_sub(millis(lease.age));
         self.entries.insert(
             lease.claim_id,
             Entry {
                 scope: lease.scope,
                 lease: lease.lease,
                 interval_ms,
-                next_renew_ms: now_ms.saturating_add(interval_ms),
+                next_renew_ms: now_ms.saturating_add(first_renew_in_ms),
                 renews_in_flight: 0,
                 renew_failures: 0,
                 renew_lost: false,
@@ -354,8 +360,8 @@ impl Outbox {
         }
         let scope = call.scope();
         let entry = self.entries.entry(claim_id).or_insert_with(|| Entry {
-            // A hand-off without a registered lease (never expected): deliver
-            // it, but there is no lease length to renew with.
+            // A hand-off without a registered lease (the release of a claim
+            // answered too late to keep): deliver it; there is no lease to renew.
             scope,
             lease: Duration::ZERO,
             interval_ms: u64::MAX,

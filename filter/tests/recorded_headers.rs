@@ -107,7 +107,10 @@ fn machine_at_cache_read() -> Machine {
 
 /// The claim in flight answers `response`, as the lease-store sends it.
 fn answered(response: &ClaimResponse) -> Event {
-    Event::StoreAnswered(Answer::ok(serde_json::to_vec(response).unwrap()))
+    Event::StoreAnswered {
+        answer: Answer::ok(serde_json::to_vec(response).unwrap()),
+        elapsed_ms: 1,
+    }
 }
 
 fn reply(actions: &[Action]) -> &LocalReply {

@@ -78,8 +78,9 @@ pub struct Stream {
     /// `None` when the plugin has no valid configuration: the stream then
     /// passes everything through.
     run: Option<(Machine, Rc<Worker>)>,
-    /// The token of the store call in flight (one at a time).
-    call: Option<u32>,
+    /// The store call in flight (one at a time): its token and when it was
+    /// dispatched (the host's clock, ms).
+    call: Option<(u32, u64)>,
 }
 
 impl Stream {
@@ -227,10 +228,13 @@ impl Stream {
                     let callout = Callout::Call { call, timeout };
                     match host.dispatch(&worker.config.lease_store, &callout) {
                         Some(token) => {
-                            self.call = Some(token);
+                            self.call = Some((token, host.now_ms()));
                             None
                         }
-                        None => Some(Event::StoreAnswered(Answer::NotSent)),
+                        None => Some(Event::StoreAnswered {
+                            answer: Answer::NotSent,
+                            elapsed_ms: 0,
+                        }),
                     }
                 }
                 Action::Reply(reply) => {
@@ -276,12 +280,16 @@ impl Driver for Stream {
     /// Only the answer to this stream's call in flight is read; any other
     /// token is not ours.
     fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
-        if self.call != Some(answered.token) {
+        let Some((token, dispatched_ms)) = self.call else {
+            return;
+        };
+        if token != answered.token {
             return;
         }
         self.call = None;
         let answer = read_answer(host, answered);
-        self.drive(Event::StoreAnswered(answer), false, host);
+        let elapsed_ms = host.now_ms().saturating_sub(dispatched_ms);
+        self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
     }
 
     /// The stream ended (`on_log` or `on_done`, whichever comes first; the

@@ -7,7 +7,12 @@ use std::time::Duration;
 use keyflight_protocol::Digest;
 use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::time::millis;
-use keyflight_protocol::wire::{ClaimAnswer, ClaimResponse, StoredResponse, WonHow};
+use std::rc::Rc;
+
+use keyflight_protocol::wire::{
+    ClaimAnswer, ClaimResponse, ReleaseAs, ReleaseRequest, StoredResponse, WonHow,
+};
+use uuid::Uuid;
 
 use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, State};
 use crate::config::{FailureMode, Mode, Policy};
@@ -18,15 +23,22 @@ use crate::outbox::Lease;
 use crate::problem::problem_reply;
 use crate::replay::{Unreplayable, replay};
 use crate::router_retries;
-use crate::store_call::{Answer, CallError, parse_ack_answer, parse_claim_answer};
+use crate::store_call::{Answer, CallError, StoreCall, parse_ack_answer, parse_claim_answer};
 
 impl Machine {
     /// The store call in flight answered: the claim while `Claiming`, the
     /// finalize or release while `Recording`. In any other state no call is in
     /// flight and the answer is nobody's.
-    pub(super) fn store_answered(&mut self, out: &mut Vec<Action>, answer: &Answer) {
+    pub(super) fn store_answered(
+        &mut self,
+        out: &mut Vec<Action>,
+        answer: &Answer,
+        elapsed_ms: u64,
+    ) {
         match self.state {
-            State::Claiming { .. } => self.claim_answered(out, parse_claim_answer(answer)),
+            State::Claiming { .. } => {
+                self.claim_answered(out, parse_claim_answer(answer), elapsed_ms);
+            }
             State::Recording { .. } => self.settle_answered(out, parse_ack_answer(answer)),
             _ => {}
         }
@@ -36,6 +48,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         result: Result<ClaimAnswer, CallError>,
+        elapsed_ms: u64,
     ) {
         let (policy, scope, fingerprint, accepted) = match std::mem::take(&mut self.state) {
             State::Claiming {
@@ -67,11 +80,16 @@ impl Machine {
             } => {
                 out.push(Action::Count(Metric::Event(won_event(how))));
                 let lease = Duration::from_millis(lease_ms.max(1));
+                let age = Duration::from_millis(elapsed_ms);
+                if age > self.trusted_claim_age(lease) {
+                    return self.answered_too_late(out, &policy, scope, (claim_id, fence), age);
+                }
                 out.push(Action::StartRenewal(Lease {
                     scope,
                     claim_id,
                     lease: policy.lease,
                     interval: policy.renew_interval.min(lease / 2),
+                    age,
                 }));
                 self.renewing = Some(claim_id);
                 if self.config.mode == Mode::Enforce {
@@ -243,6 +261,12 @@ impl Machine {
                 scope.to_hex()
             ),
         });
+        self.claim_failed(out, policy);
+    }
+
+    /// The claim did not give this stream a lease it can use: the policy's
+    /// `failure_mode` says whether the request goes through unguarded (F2).
+    fn claim_failed(&mut self, out: &mut Vec<Action>, policy: &Policy) {
         match policy.failure_mode {
             FailureMode::Open => {
                 out.push(Action::Count(Metric::Event(EventKind::FailOpen)));
@@ -257,6 +281,56 @@ impl Machine {
                 Outcome::JournalUnavailable,
             ),
         }
+    }
+}
+
+impl Machine {
+    /// How old a won claim's answer may be for its lease to be kept: a renew
+    /// sent when it arrives, and its retry, must still land within the lease,
+    /// which the store started no earlier than the claim was sent
+    /// (`docs/stream-machine.md#the-claim`; the renew rule itself is
+    /// `docs/record-outbox.md#renewal`).
+    fn trusted_claim_age(&self, lease: Duration) -> Duration {
+        let renew_and_retry = self.config.lease_store.timeout * 2
+            + Duration::from_millis(crate::config::RENEW_RETRY_SLACK_MS);
+        lease.saturating_sub(renew_and_retry)
+    }
+
+    /// A won claim whose answer came too late to keep its lease (a store
+    /// frozen after it committed, a link that held the answer back): another
+    /// proxy may own the lease already, so the request is not forwarded. It
+    /// never ran, so the outbox releases the claim as `forget` (a retry may
+    /// claim at once), and the caller gets what a failed claim gets.
+    fn answered_too_late(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Rc<Policy>,
+        scope: Digest,
+        (claim_id, fence): (Uuid, i64),
+        age: Duration,
+    ) {
+        out.push(Action::Count(Metric::Event(EventKind::ClaimAnsweredLate)));
+        let release = StoreCall::Release {
+            scope,
+            request: ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Forget,
+                cooldown_ms: None,
+            },
+        };
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: the claim was answered {} ms after it was sent, too \
+                 late to keep its lease: the request is not forwarded",
+                policy.name,
+                scope.to_hex(),
+                millis(age)
+            ),
+        });
+        let note = "the outbox releases a claim answered too late to forward";
+        self.hand_off(out, policy, (claim_id, fence), release, None, note);
+        self.claim_failed(out, policy);
     }
 }
 

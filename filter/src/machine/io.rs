@@ -71,7 +71,13 @@ pub enum Event {
     /// The store call in flight (the claim, or the finalize or release)
     /// answered, or could not be sent. The machine knows which call that was
     /// and reads the answer itself.
-    StoreAnswered(Answer),
+    StoreAnswered {
+        /// What came back.
+        answer: Answer,
+        /// Milliseconds from dispatching the call to its answer, by the
+        /// host's clock (a claim's lease runs from before its answer).
+        elapsed_ms: u64,
+    },
     /// `on_http_response_headers`. Nothing is read yet: only a response this
     /// stream records needs its status, headers and origin, and the machine
     /// asks for them with [`Action::ReadResponseHeaders`]. A replay's own

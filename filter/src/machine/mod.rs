@@ -218,7 +218,9 @@ impl Machine {
                 self.edge_cache_read(&mut out, slot.as_deref(), now_ms);
                 out.push(self.request_verdict());
             }
-            Event::StoreAnswered(answer) => self.store_answered(&mut out, &answer),
+            Event::StoreAnswered { answer, elapsed_ms } => {
+                self.store_answered(&mut out, &answer, elapsed_ms);
+            }
             Event::ResponseHeaders { end_of_stream } => {
                 if matches!(self.state, State::Upstream(_)) {
                     // The follow-up event carries this callback's verdict.

@@ -23,6 +23,7 @@ fn lease(n: u128) -> Lease {
         claim_id: claim(n),
         lease: Duration::from_secs(30),
         interval: Duration::from_secs(10),
+        age: Duration::ZERO,
     }
 }
 

@@ -1,7 +1,7 @@
 //! What the claim's answer does: replay a completed record, refuse, or fail
 //! closed (or open) when the store cannot answer.
 
-use keyflight_protocol::wire::StoredResponse;
+use keyflight_protocol::wire::{ReleaseAs, StoredResponse};
 
 use super::*;
 use crate::config::StatusProfile;
@@ -252,4 +252,54 @@ fn store_failure_with_failure_mode_open_passes_unguarded() {
         ]
     );
     assert_eq!(s.respond(200, true), vec![Action::ContinueResponse]);
+}
+
+/// A won claim answered so late that a renew could no longer land before its lease runs
+/// out (a store frozen after it committed, a lossy link that held the answer back): the
+/// lease may be another proxy's by now, so the request must not go upstream. Nothing ran,
+/// so the claim is released as never run (`forget`), through the outbox, and the caller
+/// is told to retry (`docs/stream-machine.md#the-claim`).
+#[test]
+fn a_won_claim_answered_too_late_to_renew_in_time_is_released_not_forwarded() {
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    s.host.now_ms += 29_000;
+    let out = s.claim_answer(&won(7));
+    assert!(!out.contains(&Action::ResumeRequest), "{out:?}");
+    assert_eq!(reply(&out).status, 503);
+    assert!(
+        counts(&out).contains(&Metric::Event(EventKind::ClaimAnsweredLate)),
+        "{out:?}"
+    );
+    let delivery = s
+        .held()
+        .and_then(|held| held.delivery)
+        .expect("the outbox releases the claim");
+    assert!(
+        matches!(
+            delivery.call,
+            StoreCall::Release { ref request, .. }
+                if request.release_as == ReleaseAs::Forget && request.claim_id == CLAIM
+        ),
+        "{delivery:?}"
+    );
+}
+
+/// The lease runs from when the store committed the claim, which is after the proxy sent
+/// it: the first renew is due one interval after the claim was sent, not after its answer
+/// arrived, or a slow answer would eat into the slack the renew rule leaves.
+#[test]
+fn a_claim_answered_late_but_in_time_renews_one_interval_after_it_was_sent() {
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    s.host.now_ms += 4_000;
+    let out = s.claim_answer(&won(7));
+    assert!(out.contains(&Action::ResumeRequest), "{out:?}");
+    let mut outbox = s.worker.outbox();
+    assert!(outbox.on_tick(NOW_MS + 9_999).is_empty());
+    assert_eq!(
+        outbox.on_tick(NOW_MS + 10_000).len(),
+        1,
+        "the first renew is due"
+    );
 }

@@ -257,9 +257,10 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
         principal,
         end_of_stream: true,
     });
-    m.on(Event::StoreAnswered(Answer::ok(
-        serde_json::to_vec(&won(3)).unwrap(),
-    )));
+    m.on(Event::StoreAnswered {
+        answer: Answer::ok(serde_json::to_vec(&won(3)).unwrap()),
+        elapsed_ms: 1,
+    });
     m.on(Event::ResponseHeadersRead {
         status: 200,
         headers: vec![h(":status", "200")],
