@@ -101,11 +101,15 @@ pub enum EventKind {
     /// The caller went away before the winner's record was settled; the
     /// outbox settles it (F14).
     CallerGone,
+    /// The operator epoch question failed (refused by the host, no answer,
+    /// an error status such as an AuthorizationPolicy's 403): past
+    /// `edge_cache.max_staleness_ms` the edge cache is off (F9).
+    EpochFailed,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -117,6 +121,7 @@ impl EventKind {
         EventKind::ReleaseError,
         EventKind::FailOpen,
         EventKind::CallerGone,
+        EventKind::EpochFailed,
     ];
 
     /// The counter's name suffix.
@@ -133,6 +138,7 @@ impl EventKind {
             EventKind::ReleaseError => "release_error",
             EventKind::FailOpen => "fail_open",
             EventKind::CallerGone => "caller_gone",
+            EventKind::EpochFailed => "epoch_failed",
         }
     }
 }
