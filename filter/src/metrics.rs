@@ -105,11 +105,15 @@ pub enum EventKind {
     /// an error status such as an AuthorizationPolicy's 403): past
     /// `edge_cache.max_staleness_ms` the edge cache is off (F9).
     EpochFailed,
+    /// The request's `:method`, `:path` or `:authority` is not UTF-8
+    /// (`docs/identity.md#matching-policies`): refused when a policy could
+    /// guard it, else passed.
+    TargetUndecodable,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -122,6 +126,7 @@ impl EventKind {
         EventKind::FailOpen,
         EventKind::CallerGone,
         EventKind::EpochFailed,
+        EventKind::TargetUndecodable,
     ];
 
     /// The counter's name suffix.
@@ -139,6 +144,7 @@ impl EventKind {
             EventKind::FailOpen => "fail_open",
             EventKind::CallerGone => "caller_gone",
             EventKind::EpochFailed => "epoch_failed",
+            EventKind::TargetUndecodable => "target_undecodable",
         }
     }
 }

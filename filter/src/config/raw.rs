@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use super::{Anonymous, FailureMode, Mode, RouterRetries, StatusProfile, Uncertain};
+use super::{Anonymous, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,6 +76,7 @@ pub(super) struct Match {
     pub path_prefix: Option<String>,
     pub path_regex: Option<String>,
     pub authority: Option<String>,
+    pub path_case: Option<PathCase>,
 }
 
 #[derive(Deserialize)]
