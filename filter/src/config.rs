@@ -224,6 +224,10 @@ pub struct Identity {
     pub actor: Vec<Rc<PrincipalSource>>,
     /// Caller sources, tried in order when no actor is present.
     pub principal: Vec<Rc<PrincipalSource>>,
+    /// Names that never count as a principal, whichever source reads them:
+    /// a peer such as the ingress gateway, whose identity would put every
+    /// user behind it into one scope (`docs/identity.md#the-principal`).
+    pub not_principals: BTreeSet<String>,
 }
 
 /// Which requests a policy guards (F0).

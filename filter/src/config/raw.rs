@@ -52,6 +52,7 @@ pub(super) struct LeaseStore {
 pub(super) struct Identity {
     pub actor: Option<Vec<Source>>,
     pub principal: Option<Vec<Source>>,
+    pub not_principals: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

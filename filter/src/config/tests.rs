@@ -688,3 +688,21 @@ fn only_a_3xx_or_4xx_that_is_not_a_failure_may_be_forgotten() {
         assert_eq!(err.path, at, "{list}: {err}");
     }
 }
+
+#[test]
+fn not_principals_are_names_as_a_source_reads_them() {
+    let ok = with(
+        serde_json::json!({"identity": {"not_principals": ["spiffe://cluster.local/ns/gw/sa/gw"]}}),
+        true,
+    )
+    .unwrap();
+    assert!(
+        ok.identity
+            .not_principals
+            .contains("spiffe://cluster.local/ns/gw/sa/gw")
+    );
+    for bad in ["", " spiffe://x", "  "] {
+        let err = root_err(serde_json::json!({"identity": {"not_principals": ["ok", bad]}}));
+        assert_eq!(err.path, "identity.not_principals[1]", "{bad:?}");
+    }
+}

@@ -182,3 +182,48 @@ fn a_sidecar_that_falls_back_to_its_peer_requires_a_jwt_on_every_guarded_route()
     );
     assert!(open.is_empty(), "{}", open.join("\n"));
 }
+
+#[test]
+fn a_sidecar_that_falls_back_to_its_peer_never_takes_the_gateway_for_a_principal() {
+    let found = shipped();
+    let gateway_namespaces: Vec<String> = found
+        .iter()
+        .filter(|f| is_istio(f))
+        .filter_map(|f| f.object.as_ref())
+        .filter(|o| !is_sidecar(o))
+        .filter_map(|o| o.pointer("/metadata/namespace").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    assert!(!gateway_namespaces.is_empty(), "no shipped gateway filter");
+    let mut checked = 0;
+    for f in found.iter().filter(|f| is_istio(f)) {
+        if !f.object.as_ref().is_some_and(is_sidecar) {
+            continue;
+        }
+        let plugin: Value = serde_json::from_str(&f.json).expect("valid JSON");
+        let peer_fallback = plugin
+            .pointer("/identity/principal")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|s| s.get("property").is_some());
+        if !peer_fallback {
+            continue;
+        }
+        checked += 1;
+        let excluded = strings(plugin.pointer("/identity/not_principals")).unwrap_or_default();
+        for namespace in &gateway_namespaces {
+            let gateway = format!("spiffe://cluster.local/ns/{namespace}/");
+            assert!(
+                excluded.iter().any(|p| p.starts_with(&gateway)),
+                "{}: the gateway of {namespace} would be the principal of every user behind \
+                 it without a JWT; name it in identity.not_principals",
+                f.file.display()
+            );
+        }
+    }
+    assert!(
+        checked > 0,
+        "no sidecar configuration with a peer fallback found"
+    );
+}

@@ -129,3 +129,30 @@ fn body_over_the_cap_is_413() {
     let out = s.body(&[b'x'; 8]);
     assert_eq!(calls(&out).len(), 1);
 }
+
+#[test]
+fn a_request_whose_only_principal_is_a_not_principals_peer_is_401() {
+    let gateway = "spiffe://cluster.local/ns/istio-ingress/sa/istio-ingressgateway";
+    let config = config_with(
+        serde_json::json!({"identity": {
+            "principal": [
+                {"header": "x-user"},
+                {"property": ["connection", "uri_san_peer_certificate"]}
+            ],
+            "not_principals": [gateway]
+        }}),
+        serde_json::json!({}),
+    );
+    let mut s = Harness::new(Rc::clone(&config));
+    s.host.properties.insert(
+        vec!["connection".into(), "uri_san_peer_certificate".into()],
+        gateway.as_bytes().to_vec(),
+    );
+    let out = s.headers(
+        request("POST", "/payments", &[("idempotency-key", KEY)]),
+        true,
+    );
+    let r = reply(&out);
+    assert_eq!((r.status, code(r).as_str()), (401, "principal_required"));
+    assert!(calls(&out).is_empty());
+}
