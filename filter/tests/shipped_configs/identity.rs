@@ -36,21 +36,14 @@ fn jwt_metadata_keys(plugin: &Value) -> Vec<String> {
 
 /// Every shipped object of `kind` in `namespace`.
 pub(crate) fn shipped_of_kind(kind: &str, namespace: &str) -> Vec<Value> {
-    let root = workspace_root();
-    let mut out = Vec::new();
-    for dir in ["envoy", "deploy"] {
-        for path in files_under(&root.join(dir), &[".yaml", ".yml"]) {
-            let text = std::fs::read_to_string(&path).expect("readable file");
-            for doc in yaml_documents(&text, &path) {
-                if doc.get("kind").and_then(Value::as_str) == Some(kind)
-                    && doc.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
-                {
-                    out.push(doc);
-                }
-            }
-        }
-    }
-    out
+    shipped_objects()
+        .into_iter()
+        .map(|(_, doc)| doc)
+        .filter(|doc| {
+            doc.get("kind").and_then(Value::as_str) == Some(kind)
+                && doc.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
+        })
+        .collect()
 }
 
 /// Whether a policy's `selector.matchLabels` (none: the whole namespace) selects every
@@ -104,6 +97,16 @@ fn every_jwt_claim_source_has_a_request_authentication_for_its_issuer() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
+/// Whether a plugin configuration's principal sources end in a property (the mTLS peer).
+fn falls_back_to_its_peer(plugin: &Value) -> bool {
+    plugin
+        .pointer("/identity/principal")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|s| s.get("property").is_some())
+}
+
 /// Whether an EnvoyFilter runs its filter in sidecars (not a gateway).
 fn is_sidecar(filter: &Value) -> bool {
     filter
@@ -124,12 +127,7 @@ fn a_sidecar_that_falls_back_to_its_peer_requires_a_jwt_on_every_guarded_route()
     {
         let object = found.object.as_ref().expect("filtered");
         let plugin: Value = serde_json::from_str(&found.json).expect("valid JSON");
-        let peer_fallback = plugin
-            .pointer("/identity/principal")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .any(|s| s.get("property").is_some());
+        let peer_fallback = falls_back_to_its_peer(&plugin);
         if !is_sidecar(object) || !peer_fallback {
             continue;
         }
@@ -201,12 +199,7 @@ fn a_sidecar_that_falls_back_to_its_peer_never_takes_the_gateway_for_a_principal
             continue;
         }
         let plugin: Value = serde_json::from_str(&f.json).expect("valid JSON");
-        let peer_fallback = plugin
-            .pointer("/identity/principal")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .any(|s| s.get("property").is_some());
+        let peer_fallback = falls_back_to_its_peer(&plugin);
         if !peer_fallback {
             continue;
         }

@@ -26,24 +26,6 @@ fn sample_scope() -> String {
     "ab".repeat(32)
 }
 
-/// Every Kubernetes object shipped as YAML under `envoy/` and `deploy/`.
-fn shipped_objects() -> Vec<(PathBuf, Value)> {
-    let root = workspace_root();
-    let mut out = Vec::new();
-    for dir in ["envoy", "deploy"] {
-        for path in files_under(&root.join(dir), &[".yaml", ".yml"]) {
-            let text = std::fs::read_to_string(&path).expect("readable file");
-            let rel = path.strip_prefix(&root).expect("under the root").to_owned();
-            for doc in yaml_documents(&text, &rel) {
-                if doc.get("kind").is_some() {
-                    out.push((rel.clone(), doc));
-                }
-            }
-        }
-    }
-    out
-}
-
 fn kind_named<'a>(
     objects: &'a [(PathBuf, Value)],
     kind: &str,
