@@ -4,7 +4,9 @@
 //! raw form an attacker or a `curl --path-as-is` sends.
 //!
 //! One HTTP/1.1 request per connection (`connection: close`); the answer is read to the
-//! end and parsed into a [`Reply`] (a `content-length` or chunked body).
+//! end and parsed into a [`Reply`] (a `content-length` or chunked body). [`send_h2`] writes
+//! one HTTP/2 request (h2c, prior knowledge) the same way, for a `:path` that is not UTF-8:
+//! HTTP/1.1 cannot carry one past Envoy (`docs/envoy-facts.md#request-targets`).
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,20 +22,82 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Reply {
-    let mut request = format!("{method} {target} HTTP/1.1\r\n");
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        request.push_str("host: 127.0.0.1\r\n");
+    let headers: Vec<(&[u8], &[u8])> = headers
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .collect();
+    send_bytes(port, method.as_bytes(), target.as_bytes(), &headers, body).await
+}
+
+/// [`send`] with every part as bytes: a method, target or header that is not UTF-8.
+pub async fn send_bytes(
+    port: u16,
+    method: &[u8],
+    target: &[u8],
+    headers: &[(&[u8], &[u8])],
+    body: &[u8],
+) -> Reply {
+    let mut bytes = [method, b" ", target, b" HTTP/1.1\r\n"].concat();
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(b"host")) {
+        bytes.extend_from_slice(b"host: 127.0.0.1\r\n");
     }
     for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
+        bytes.extend_from_slice(&[*name, b": ", *value, b"\r\n"].concat());
     }
-    request.push_str(&format!(
-        "content-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    ));
-    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(
+        format!(
+            "content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
     bytes.extend_from_slice(body);
+    parse(&exchange(port, &bytes).await)
+}
 
+/// Writes `bytes` to `127.0.0.1:port` and reads until the peer closes.
+async fn exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"));
+    stream
+        .write_all(bytes)
+        .await
+        .unwrap_or_else(|e| panic!("write the request: {e}"));
+    let mut answer = Vec::new();
+    // A reset connection ends the answer like a close does.
+    let _ = stream.read_to_end(&mut answer).await;
+    answer
+}
+
+/// What came back on an HTTP/2 stream sent by [`send_h2`]: the answer's body (the
+/// headers stay HPACK-encoded and unread), or how the stream or connection ended.
+#[derive(Debug, Default)]
+pub struct H2Answer {
+    /// Whether a HEADERS frame answered the stream.
+    pub answered: bool,
+    /// The DATA frames' payloads, concatenated.
+    pub body: Vec<u8>,
+    /// The error code of a RST_STREAM or GOAWAY, if one came.
+    pub refused: Option<u32>,
+}
+
+/// One HTTP/2 request over cleartext with prior knowledge (h2c), every header written
+/// byte for byte as an HPACK literal (no Huffman, no indexing), so a `:path` that is not
+/// UTF-8 reaches Envoy as sent — no client library would send one. `headers` are the
+/// pseudo-headers first, then the rest; the request has no body. Reads until Envoy ends
+/// the stream, closes the connection, or one second of silence after an answer.
+pub async fn send_h2(port: u16, headers: &[(&[u8], &[u8])]) -> H2Answer {
+    let mut block = Vec::new();
+    for (name, value) in headers {
+        block.push(0x00);
+        hpack_string(&mut block, name);
+        hpack_string(&mut block, value);
+    }
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend(h2_frame(0x4, 0, 0, &[]));
+    // HEADERS with END_STREAM | END_HEADERS on stream 1.
+    bytes.extend(h2_frame(0x1, 0x5, 1, &block));
     let mut stream = TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"));
@@ -41,12 +105,82 @@ pub async fn send(
         .write_all(&bytes)
         .await
         .unwrap_or_else(|e| panic!("write the request: {e}"));
-    let mut answer = Vec::new();
-    stream
-        .read_to_end(&mut answer)
-        .await
-        .unwrap_or_else(|e| panic!("read the answer: {e}"));
-    parse(&answer)
+    let mut answer = H2Answer::default();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf));
+        let n = match read.await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => break,
+        };
+        raw.extend_from_slice(&buf[..n]);
+        let mut ended = false;
+        while raw.len() >= 9 {
+            let len = usize::from(raw[0]) << 16 | usize::from(raw[1]) << 8 | usize::from(raw[2]);
+            if raw.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (raw[3], raw[4]);
+            let stream_id = u32::from_be_bytes([raw[5], raw[6], raw[7], raw[8]]) & 0x7fff_ffff;
+            let payload = raw[9..9 + len].to_vec();
+            raw.drain(..9 + len);
+            match (kind, stream_id) {
+                (0x0, 1) => {
+                    answer.body.extend_from_slice(&payload);
+                    ended |= flags & 0x1 != 0;
+                }
+                (0x1, 1) => {
+                    answer.answered = true;
+                    ended |= flags & 0x1 != 0;
+                }
+                (0x3, 1) => {
+                    answer.refused = payload
+                        .get(..4)
+                        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                    ended = true;
+                }
+                (0x7, _) => {
+                    answer.refused = payload
+                        .get(4..8)
+                        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                    ended = true;
+                }
+                _ => {}
+            }
+        }
+        if ended {
+            break;
+        }
+    }
+    answer
+}
+
+/// An HPACK string literal, not Huffman-coded (RFC 7541 §5.2), with its 7-bit prefix
+/// length (§5.1).
+fn hpack_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut len = bytes.len();
+    if len < 127 {
+        out.push(len as u8);
+    } else {
+        out.push(127);
+        len -= 127;
+        while len >= 128 {
+            out.push((len % 128) as u8 | 0x80);
+            len /= 128;
+        }
+        out.push(len as u8);
+    }
+    out.extend_from_slice(bytes);
+}
+
+fn h2_frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len().to_be_bytes();
+    let mut frame = len[len.len() - 3..].to_vec();
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&stream_id.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
 }
 
 /// Parses one HTTP/1.1 answer.

@@ -76,6 +76,20 @@ pub enum Anonymous {
     Shared,
 }
 
+/// F0: whether a policy's path matching folds case
+/// (`docs/identity.md#matching-policies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathCase {
+    /// Every case of the path matches (default): Express, ASP.NET Core and
+    /// IIS route case-insensitively, so `/PAYMENTS` may run the handler.
+    #[default]
+    Insensitive,
+    /// Only the case as written matches: for an upstream known to route
+    /// case-sensitively, where `/PAYMENTS` is another resource.
+    Sensitive,
+}
+
 /// F2: what a guarded request does when the lease-store cannot answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -210,6 +224,10 @@ pub struct Identity {
     pub actor: Vec<Rc<PrincipalSource>>,
     /// Caller sources, tried in order when no actor is present.
     pub principal: Vec<Rc<PrincipalSource>>,
+    /// Names that never count as a principal, whichever source reads them:
+    /// a peer such as the ingress gateway, whose identity would put every
+    /// user behind it into one scope (`docs/identity.md#the-principal`).
+    pub not_principals: BTreeSet<String>,
 }
 
 /// Which requests a policy guards (F0).
@@ -217,18 +235,23 @@ pub struct Identity {
 /// Matching errs on the side of guarding: a policy matches when any reading
 /// of the request's path an upstream could route by matches
 /// ([`Target::match_paths`]: as normalized, percent-decoded, dot segments
-/// removed, slashes merged), methods compare case-insensitively, and an
+/// removed, slashes merged, `\` read as `/`), case-folded unless the policy
+/// says [`PathCase::Sensitive`]; methods compare case-insensitively, and an
 /// authority without a port matches its host on any port.
 #[derive(Debug, Clone)]
 pub struct Matcher {
     /// Uppercase methods.
     pub methods: Vec<String>,
-    /// Prefix of the path (the query is not matched).
+    /// Prefix of the path (the query is not matched), case-folded unless
+    /// `path_case` is [`PathCase::Sensitive`].
     pub path_prefix: String,
-    /// Optional regex over the path (use `^…$` to anchor).
+    /// Optional regex over the path (use `^…$` to anchor); built
+    /// case-insensitive unless `path_case` is [`PathCase::Sensitive`].
     pub path_regex: Option<regex_lite::Regex>,
     /// The authority; `None` matches any.
     pub authority: Option<AuthorityPattern>,
+    /// Whether the path matches in every case.
+    pub path_case: PathCase,
 }
 
 /// A policy's `match.authority`: a host, lower-case without a trailing dot,
@@ -244,15 +267,24 @@ pub struct AuthorityPattern {
 impl Matcher {
     /// Whether a request with this normalized target matches.
     pub fn matches(&self, target: &Target) -> bool {
-        if !self
-            .methods
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(&target.method))
+        self.matches_read(target, Unreadable::default())
+    }
+
+    /// Whether a request matches whose target is `target` as far as it could
+    /// be read: a part that was not UTF-8 matches any method or authority
+    /// (`docs/identity.md#matching-policies`).
+    pub fn matches_read(&self, target: &Target, unreadable: Unreadable) -> bool {
+        if !unreadable.method
+            && !self
+                .methods
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(&target.method))
         {
             return false;
         }
         let authority = &target.authority;
-        if let Some(pattern) = &self.authority
+        if !unreadable.authority
+            && let Some(pattern) = &self.authority
             && (pattern.host != authority.host()
                 || pattern
                     .port
@@ -261,10 +293,33 @@ impl Matcher {
             return false;
         }
         target.match_paths().iter().any(|path| {
+            let path = match self.path_case {
+                PathCase::Sensitive => path.clone(),
+                PathCase::Insensitive => fold_case(path),
+            };
             path.starts_with(&self.path_prefix)
-                && self.path_regex.as_ref().is_none_or(|re| re.is_match(path))
+                && self.path_regex.as_ref().is_none_or(|re| re.is_match(&path))
         })
     }
+}
+
+/// Which parts of a request's target were not UTF-8.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unreadable {
+    /// `:method`.
+    pub method: bool,
+    /// `:authority`.
+    pub authority: bool,
+}
+
+/// A path as every case-insensitive router compares it: upper-cased, then
+/// lower-cased, so both `K` (KELVIN SIGN, lower-case `k`) and `ſ` (LONG S,
+/// upper-case `S`) meet their ASCII letter, whichever way a router folds.
+pub fn fold_case(path: &str) -> String {
+    if path.is_ascii() {
+        return path.to_ascii_lowercase();
+    }
+    path.to_uppercase().to_lowercase()
 }
 
 /// One validated policy (F12).
@@ -316,6 +371,18 @@ impl Config {
     /// The first policy matching the request.
     pub fn match_policy(&self, target: &Target) -> Option<&Rc<Policy>> {
         self.policies.iter().find(|p| p.matcher.matches(target))
+    }
+
+    /// The first policy that could match a request whose target was read
+    /// only partly (see [`Matcher::matches_read`]).
+    pub fn match_policy_read(
+        &self,
+        target: &Target,
+        unreadable: Unreadable,
+    ) -> Option<&Rc<Policy>> {
+        self.policies
+            .iter()
+            .find(|p| p.matcher.matches_read(target, unreadable))
     }
 
     /// The edge cache to use for `policy`'s records and for how long, or

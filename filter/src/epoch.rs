@@ -25,6 +25,10 @@ use keyflight_protocol::time::millis;
 use crate::config::EdgeCache;
 use crate::store_call::CallError;
 
+/// At most one warning about failed epoch questions per worker per minute:
+/// a store outage must not flood the log; the counter stays exact.
+const WARN_INTERVAL_MS: u64 = 60_000;
+
 /// One worker's view of the operator epoch.
 #[derive(Debug, Clone)]
 pub struct EpochWatch {
@@ -36,6 +40,10 @@ pub struct EpochWatch {
     asked_at_ms: Option<u64>,
     /// When the next question is due.
     due_at_ms: u64,
+    /// When the last failure warning was logged.
+    warned_at_ms: Option<u64>,
+    /// Failures since the last warning.
+    failures_unwarned: u64,
 }
 
 impl EpochWatch {
@@ -47,6 +55,8 @@ impl EpochWatch {
             heard: None,
             asked_at_ms: None,
             due_at_ms: 0,
+            warned_at_ms: None,
+            failures_unwarned: 0,
         }
     }
 
@@ -81,6 +91,20 @@ impl EpochWatch {
         if let Some(at) = self.asked_at_ms.take() {
             self.due_at_ms = at;
         }
+    }
+
+    /// A question failed at `now_ms`: the number of failures to report in a
+    /// warning now, or `None` while the last warning is recent.
+    pub fn failed(&mut self, now_ms: u64) -> Option<u64> {
+        self.failures_unwarned = self.failures_unwarned.saturating_add(1);
+        let recent = self
+            .warned_at_ms
+            .is_some_and(|at| now_ms.saturating_sub(at) < WARN_INTERVAL_MS);
+        if recent {
+            return None;
+        }
+        self.warned_at_ms = Some(now_ms);
+        Some(std::mem::take(&mut self.failures_unwarned))
     }
 
     /// The epoch a stream may use the cache under at `now_ms`.
@@ -150,6 +174,16 @@ mod tests {
             w.due(2_100),
             "an unsent question is retried at the next tick"
         );
+    }
+
+    #[test]
+    fn failures_are_warned_about_once_a_minute_with_their_count() {
+        let mut w = watch();
+        assert_eq!(w.failed(0), Some(1));
+        assert_eq!(w.failed(1_000), None);
+        assert_eq!(w.failed(59_999), None);
+        assert_eq!(w.failed(60_000), Some(3));
+        assert_eq!(w.failed(60_001), None);
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //! the adapter supplies (`get_property` in Envoy, a map in tests), so this
 //! module stays pure.
 //!
+//! A name listed in `identity.not_principals` (a peer such as the ingress
+//! gateway) is read as absent and the search goes on: behind the gateway, a
+//! request with no user source left has no principal (401), never the
+//! gateway's scope.
+//!
 //! What Envoy 1.40 returns for properties (checked): a string leaf comes back
 //! as its raw UTF-8 bytes; a number as an 8-byte double, a boolean as one
 //! byte, an object or list as proxy-wasm's serialized pairs — and the whole
@@ -85,6 +90,7 @@ where
         };
         match read {
             Ok(None) => {}
+            Ok(Some(name)) if identity.not_principals.contains(&name) => {}
             Ok(Some(name)) => {
                 return Lookup::Found {
                     source: Rc::clone(source),
@@ -120,6 +126,7 @@ mod tests {
                 ])),
                 jwt("sub"),
             ],
+            ..Identity::default()
         }
     }
 
@@ -180,6 +187,35 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_named_in_not_principals_never_counts() {
+        const GATEWAY: &str = "spiffe://mesh/ns/istio-ingress/sa/gateway";
+        let mut identity = identity();
+        identity.not_principals = [GATEWAY.to_owned()].into();
+        let peer = |name: &'static str| {
+            move |path: &[&str]| {
+                (path == ["connection", "uri_san_peer_certificate"])
+                    .then(|| name.as_bytes().to_vec())
+            }
+        };
+        assert_eq!(
+            resolve(&identity, &[], peer(GATEWAY)),
+            Lookup::Absent,
+            "the gateway is no principal"
+        );
+        assert_eq!(
+            found(resolve(&identity, &[h("x-user", "alice")], peer(GATEWAY))),
+            Some(("header:x-user".into(), "alice".into()))
+        );
+        assert_eq!(
+            found(resolve(&identity, &[], peer("spiffe://mesh/ns/a/sa/b"))),
+            Some((
+                "property:connection.uri_san_peer_certificate".into(),
+                "spiffe://mesh/ns/a/sa/b".into()
+            ))
+        );
+    }
+
+    #[test]
     fn a_repeated_header_is_refused_never_its_first_value() {
         let headers = vec![h("x-user", "victim"), h("x-user", "attacker")];
         assert_eq!(
@@ -193,6 +229,7 @@ mod tests {
         let identity = Identity {
             actor: vec![jwt("act.sub")],
             principal: vec![jwt("sub")],
+            ..Identity::default()
         };
         assert_eq!(
             found(resolve(&identity, &[], jwt_metadata)),
@@ -214,6 +251,7 @@ mod tests {
             let identity = Identity {
                 actor: vec![jwt(claim)],
                 principal: vec![jwt("sub")],
+                ..Identity::default()
             };
             assert!(
                 matches!(
@@ -230,6 +268,7 @@ mod tests {
         let identity = Identity {
             actor: vec![],
             principal: vec![Rc::new(PrincipalSource::Property(vec!["x".into()]))],
+            ..Identity::default()
         };
         let number = |_: &[&str]| Some(5.0f64.to_le_bytes().to_vec());
         assert!(matches!(

@@ -105,11 +105,19 @@ pub enum EventKind {
     /// request was not forwarded and the claim is released
     /// (`docs/stream-machine.md#the-claim`).
     ClaimAnsweredLate,
+    /// The operator epoch question failed (refused by the host, no answer,
+    /// an error status such as an AuthorizationPolicy's 403): past
+    /// `edge_cache.max_staleness_ms` the edge cache is off (F9).
+    EpochFailed,
+    /// The request's `:method`, `:path` or `:authority` is not UTF-8
+    /// (`docs/identity.md#matching-policies`): refused when a policy could
+    /// guard it, else passed.
+    TargetUndecodable,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -122,6 +130,8 @@ impl EventKind {
         EventKind::FailOpen,
         EventKind::CallerGone,
         EventKind::ClaimAnsweredLate,
+        EventKind::EpochFailed,
+        EventKind::TargetUndecodable,
     ];
 
     /// The counter's name suffix.
@@ -139,6 +149,8 @@ impl EventKind {
             EventKind::FailOpen => "fail_open",
             EventKind::CallerGone => "caller_gone",
             EventKind::ClaimAnsweredLate => "claim_answered_late",
+            EventKind::EpochFailed => "epoch_failed",
+            EventKind::TargetUndecodable => "target_undecodable",
         }
     }
 }

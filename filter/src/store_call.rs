@@ -53,20 +53,83 @@ pub enum StoreCall {
     },
 }
 
-/// `GET /v1/epoch`: the operator epoch the edge cache is checked against
-/// (F9). Asked by each worker's root context, about no scope, so it is not a
-/// [`StoreCall`].
-pub const EPOCH_PATH: &str = "/v1/epoch";
+/// One kind of lease-store request the filter sends: its method and path
+/// pattern (`docs/records.md#the-api`). Every callout takes both from here,
+/// so [`StoreRoute::ALL`] is the filter's complete set of store calls: the
+/// shipped Istio AuthorizationPolicies must admit exactly these
+/// (`filter/tests/shipped_configs/store_calls.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreRoute {
+    /// `POST /v1/claims/{scope}`.
+    Claim,
+    /// `POST /v1/claims/{scope}/renew`.
+    Renew,
+    /// `POST /v1/claims/{scope}/finalize`.
+    Finalize,
+    /// `POST /v1/claims/{scope}/release`.
+    Release,
+    /// `GET /v1/epoch`: the operator epoch the edge cache is checked against
+    /// (F9). Asked by each worker's root context, about no scope.
+    Epoch,
+}
+
+impl StoreRoute {
+    /// Every request the filter sends to the lease-store.
+    pub const ALL: [StoreRoute; 5] = [
+        StoreRoute::Claim,
+        StoreRoute::Renew,
+        StoreRoute::Finalize,
+        StoreRoute::Release,
+        StoreRoute::Epoch,
+    ];
+
+    /// What stands for the scope digest (hex) in [`StoreRoute::pattern`].
+    pub const SCOPE: &str = "{scope}";
+
+    /// The HTTP method.
+    pub fn method(self) -> &'static str {
+        match self {
+            StoreRoute::Epoch => "GET",
+            StoreRoute::Claim | StoreRoute::Renew | StoreRoute::Finalize | StoreRoute::Release => {
+                "POST"
+            }
+        }
+    }
+
+    /// The path, with [`StoreRoute::SCOPE`] where the scope goes.
+    pub fn pattern(self) -> &'static str {
+        match self {
+            StoreRoute::Claim => "/v1/claims/{scope}",
+            StoreRoute::Renew => "/v1/claims/{scope}/renew",
+            StoreRoute::Finalize => "/v1/claims/{scope}/finalize",
+            StoreRoute::Release => "/v1/claims/{scope}/release",
+            StoreRoute::Epoch => "/v1/epoch",
+        }
+    }
+
+    /// The path of a request about `scope` (none for the epoch).
+    fn path(self, scope: Option<Digest>) -> String {
+        match scope {
+            Some(scope) => self.pattern().replace(Self::SCOPE, &scope.to_hex()),
+            None => self.pattern().to_owned(),
+        }
+    }
+}
 
 impl StoreCall {
+    /// Which request this is.
+    pub fn route(&self) -> StoreRoute {
+        match self {
+            StoreCall::Claim { .. } => StoreRoute::Claim,
+            StoreCall::Renew { .. } => StoreRoute::Renew,
+            StoreCall::Finalize { .. } => StoreRoute::Finalize,
+            StoreCall::Release { .. } => StoreRoute::Release,
+        }
+    }
+
     /// The request path.
     pub fn path(&self) -> String {
-        match self {
-            StoreCall::Claim { scope, .. } => format!("/v1/claims/{}", scope.to_hex()),
-            StoreCall::Renew { scope, .. } => format!("/v1/claims/{}/renew", scope.to_hex()),
-            StoreCall::Finalize { scope, .. } => format!("/v1/claims/{}/finalize", scope.to_hex()),
-            StoreCall::Release { scope, .. } => format!("/v1/claims/{}/release", scope.to_hex()),
-        }
+        self.route().path(Some(self.scope()))
     }
 
     /// The scope the call is about.
@@ -121,19 +184,24 @@ pub enum Callout {
 }
 
 impl Callout {
+    /// Which request this is.
+    pub fn route(&self) -> StoreRoute {
+        match self {
+            Callout::Call { call, .. } => call.route(),
+            Callout::Epoch { .. } => StoreRoute::Epoch,
+        }
+    }
+
     /// The HTTP method.
     pub fn method(&self) -> &'static str {
-        match self {
-            Callout::Call { .. } => "POST",
-            Callout::Epoch { .. } => "GET",
-        }
+        self.route().method()
     }
 
     /// The request path.
     pub fn path(&self) -> String {
         match self {
             Callout::Call { call, .. } => call.path(),
-            Callout::Epoch { .. } => EPOCH_PATH.to_owned(),
+            Callout::Epoch { .. } => self.route().path(None),
         }
     }
 

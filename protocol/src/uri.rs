@@ -23,7 +23,8 @@
 //!   `%XX` decoded once (so `%2F` is `/`), with dot segments removed (RFC 3986
 //!   §5.2.4), with runs of `/` merged, or both in either order. `//payments`,
 //!   `/x/../payments`, `/x/%2E%2E/payments`, `/x%2F..%2Fpayments` and
-//!   `/%70ayments` all match a `/payments` policy.
+//!   `/%70ayments` all match a `/payments` policy; so does every reading with
+//!   `\` (raw or `%5C`) read as `/`, as IIS and ASP.NET on Windows route.
 //!
 //! The query is split into `name=value` pairs on `&` and the first `=`, each side
 //! percent-normalized as above; `+` stays a literal `+` (form encoding is not
@@ -52,11 +53,19 @@ pub(crate) fn normalize(path_and_query: &str) -> (String, Vec<(String, String)>)
 /// resolves first as `/a/b`). Usually all of them are the same one path.
 pub(crate) fn match_paths(normalized_path: &str) -> Vec<String> {
     let mut out = vec![normalized_path.to_owned()];
-    if !normalized_path.contains(['%', '.']) && !normalized_path.contains("//") {
+    if !normalized_path.contains(['%', '.', '\\']) && !normalized_path.contains("//") {
         return out;
     }
     let decoded = String::from_utf8_lossy(&percent_decode(normalized_path.as_bytes())).into_owned();
-    for base in [normalized_path.to_owned(), decoded] {
+    let mut bases = vec![normalized_path.to_owned(), decoded];
+    // IIS and ASP.NET on Windows read `\` as `/`.
+    let backslashed: Vec<String> = bases
+        .iter()
+        .filter(|base| base.contains('\\'))
+        .map(|base| base.replace('\\', "/"))
+        .collect();
+    bases.extend(backslashed);
+    for base in bases {
         let resolved = remove_dot_segments(&base);
         let merged = merge_slashes(&base);
         let candidates = [
@@ -318,6 +327,14 @@ mod tests {
         // An encoded slash is also read as it is, by servers that do not decode it.
         let readings = match_paths("/x%2F..%2Fp");
         assert!(readings.contains(&"/x%2F..%2Fp".to_owned()), "{readings:?}");
+        // A backslash, raw or encoded, is also read as a slash.
+        for target in ["/x\\..\\payments", "/x%5C..%5Cpayments", "\\payments"] {
+            let readings = match_paths(&normalize(target).0);
+            assert!(
+                readings.iter().any(|p| p == "/payments"),
+                "{target}: {readings:?}"
+            );
+        }
         assert_eq!(match_paths("/a/b/"), vec!["/a/b/".to_owned()]);
         assert_eq!(match_paths(""), vec![String::new()]);
     }

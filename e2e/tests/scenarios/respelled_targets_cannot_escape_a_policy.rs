@@ -1,9 +1,10 @@
 //! F0: policies match on every reading of the path an upstream could route by, and on the
 //! normalized authority, so `require_key` (and guarding itself) cannot be bypassed by
 //! spelling the target differently: `//payments`, `/x/../payments`, `/x/%2e%2e/payments`,
-//! `/%70ayments`, an upper-case host, a trailing dot or a port. The requests are written
-//! byte for byte ([`keyflight_e2e::raw_http`]): an HTTP client library would resolve the
-//! dot segments before sending.
+//! `/%70ayments`, `/PAYMENTS`, `/x\..\payments`, an upper-case host, a trailing dot or a
+//! port; and a target that is not UTF-8 (over HTTP/2) never reaches the upstream
+//! unguarded. The requests are written byte for byte ([`keyflight_e2e::raw_http`]): an
+//! HTTP client library would resolve the dot segments before sending.
 
 use keyflight_e2e::{Reply, Stack, StackOptions, raw_http};
 use serde_json::json;
@@ -44,6 +45,13 @@ async fn respelled_paths_still_require_a_key() {
         "/%70ayments",
         "/./payments",
         "/x%2F..%2Fpayments",
+        // Express, ASP.NET Core and IIS route these to the /payments handler; Envoy
+        // forwards each byte for byte (docs/envoy-facts.md#request-targets).
+        "/PAYMENTS",
+        "/Payments/42",
+        "/%50ayments",
+        "/x/..\\PAYMENTS",
+        "/x%5C..%5Cpayments",
     ] {
         post(port, target, "127.0.0.1", None)
             .await
@@ -98,5 +106,58 @@ async fn respelled_authorities_still_match_the_policy_and_share_a_scope() {
         other_port.header("idempotent-replayed"),
         None,
         "another port, another scope: {other_port}"
+    );
+}
+
+#[tokio::test]
+async fn a_target_that_is_not_utf8_never_reaches_the_upstream_unguarded() {
+    let stack = Stack::start(require_key(None)).await;
+    let port = stack.listener_port(0);
+    let keyed: [(&[u8], &[u8]); 2] = [(b"idempotency-key", b"k"), (b"x-user", b"alice")];
+    // HTTP/1.1: Envoy's codec answers 400 itself, before any filter.
+    for (method, target, host) in [
+        (&b"POST"[..], &b"/payments/\xff"[..], &b"127.0.0.1"[..]),
+        (b"POST", b"/payments", b"api.\xffexample"),
+        (b"P\xffST", b"/payments", b"127.0.0.1"),
+    ] {
+        let mut headers = vec![(&b"host"[..], host)];
+        headers.extend(keyed);
+        let reply = raw_http::send_bytes(port, method, target, &headers, BODY).await;
+        assert_eq!(reply.status, 400, "{reply}");
+    }
+    // HTTP/2: Envoy forwards a `:path` that is not UTF-8 as it came; the filter refuses it.
+    for path in [&b"/payments/\xff"[..], b"/x\xff/../payments"] {
+        let mut headers: Vec<(&[u8], &[u8])> = vec![
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", path),
+            (b":authority", b"127.0.0.1"),
+        ];
+        headers.extend(keyed);
+        let answer = raw_http::send_h2(port, &headers).await;
+        let body = String::from_utf8_lossy(&answer.body);
+        assert!(
+            answer.answered && body.contains("\"code\":\"bad_request\""),
+            "{:?}: {answer:?} {body}",
+            String::from_utf8_lossy(path)
+        );
+    }
+    // A path no policy could guard passes: the filter only refuses what it cannot tell apart.
+    let headers: Vec<(&[u8], &[u8])> = vec![
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":path", b"/other/\xff"),
+        (b":authority", b"127.0.0.1"),
+    ];
+    let answer = raw_http::send_h2(port, &headers).await;
+    assert!(
+        answer.answered && !String::from_utf8_lossy(&answer.body).contains("bad_request"),
+        "{answer:?}"
+    );
+    assert_eq!(stack.upstream_executions().await, 0, "no payment ran");
+    assert_eq!(
+        stack.filter_counter("event.target_undecodable").await,
+        3,
+        "each HTTP/2 target the filter could not read is counted"
     );
 }

@@ -11,7 +11,8 @@ use keyflight_protocol::time::millis;
 use super::validate::{header_name, in_range, to_usize};
 use super::{
     ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
-    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, Policy, RENEW_RETRY_SLACK_MS, raw,
+    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, PathCase, Policy, RENEW_RETRY_SLACK_MS,
+    fold_case, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
 use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
@@ -247,7 +248,9 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
         path_prefix: None,
         path_regex: None,
         authority: None,
+        path_case: None,
     });
+    let path_case = m.path_case.unwrap_or_default();
     let methods = match m.methods {
         None => DEFAULT_METHODS.iter().map(|m| (*m).to_owned()).collect(),
         Some(list) if list.is_empty() => {
@@ -283,11 +286,20 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
             "must be a path: the query is not matched",
         ));
     }
+    let path_prefix = match path_case {
+        PathCase::Sensitive => path_prefix,
+        PathCase::Insensitive => fold_case(&path_prefix),
+    };
     let path_regex = match m.path_regex {
         None => None,
-        Some(re) => Some(regex_lite::Regex::new(&re).map_err(|e| {
-            ConfigError::new(format!("{at}.path_regex"), format!("invalid regex: {e}"))
-        })?),
+        Some(re) => Some(
+            regex_lite::RegexBuilder::new(&re)
+                .case_insensitive(path_case == PathCase::Insensitive)
+                .build()
+                .map_err(|e| {
+                    ConfigError::new(format!("{at}.path_regex"), format!("invalid regex: {e}"))
+                })?,
+        ),
     };
     let authority = match m.authority {
         None => None,
@@ -298,6 +310,7 @@ fn validate_match(at: &str, m: Option<raw::Match>) -> Result<Matcher, ConfigErro
         path_prefix,
         path_regex,
         authority,
+        path_case,
     })
 }
 

@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use super::{Anonymous, FailureMode, Mode, RouterRetries, StatusProfile, Uncertain};
+use super::{Anonymous, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +52,7 @@ pub(super) struct LeaseStore {
 pub(super) struct Identity {
     pub actor: Option<Vec<Source>>,
     pub principal: Option<Vec<Source>>,
+    pub not_principals: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +77,7 @@ pub(super) struct Match {
     pub path_prefix: Option<String>,
     pub path_regex: Option<String>,
     pub authority: Option<String>,
+    pub path_case: Option<PathCase>,
 }
 
 #[derive(Deserialize)]

@@ -183,6 +183,10 @@ fn respelled_targets_cannot_escape_a_policy() {
         "/pay%6Dents?x=1",
         "/x%2F..%2Fpayments",
         "/./payments/1",
+        "/PAYMENTS",
+        "/%50ayments",
+        "/x\\..\\Payments",
+        "/x%5c..%5cpayments",
     ] {
         assert!(
             m.matches(&Target::new("POST", path, "api.example.com", Some("https"))),
@@ -237,6 +241,29 @@ fn an_authority_with_a_port_matches_that_port_explicit_or_implied() {
     assert!(on("api.example.com:443", "http"));
     assert!(!on("api.example.com", "http"));
     assert!(!on("api.example.com:8443", "https"));
+}
+
+#[test]
+fn path_case_is_insensitive_unless_a_policy_says_sensitive() {
+    let target = |path: &str| Target::new("POST", path, "api.example.com", Some("https"));
+    let default = with(
+        serde_json::json!({"match": {"path_prefix": "/Payments"}}),
+        false,
+    )
+    .unwrap();
+    let m = &default.policies[0].matcher;
+    assert_eq!(m.path_case, PathCase::Insensitive);
+    assert!(m.matches(&target("/payments")) && m.matches(&target("/PAYMENTS")));
+    let sensitive = with(
+        serde_json::json!({"match": {"path_prefix": "/Payments", "path_case": "sensitive"}}),
+        false,
+    )
+    .unwrap();
+    let m = &sensitive.policies[0].matcher;
+    assert!(m.matches(&target("/Payments")) && m.matches(&target("/%50ayments")));
+    assert!(!m.matches(&target("/payments")) && !m.matches(&target("/PAYMENTS")));
+    let err = policy_err(serde_json::json!({"match": {"path_case": "upper"}}));
+    assert_eq!(err.path, "policies[0].match.path_case");
 }
 
 #[test]
@@ -659,5 +686,23 @@ fn only_a_3xx_or_4xx_that_is_not_a_failure_may_be_forgotten() {
     ] {
         let err = policy_err(json!({ "forget_statuses": list }));
         assert_eq!(err.path, at, "{list}: {err}");
+    }
+}
+
+#[test]
+fn not_principals_are_names_as_a_source_reads_them() {
+    let ok = with(
+        serde_json::json!({"identity": {"not_principals": ["spiffe://cluster.local/ns/gw/sa/gw"]}}),
+        true,
+    )
+    .unwrap();
+    assert!(
+        ok.identity
+            .not_principals
+            .contains("spiffe://cluster.local/ns/gw/sa/gw")
+    );
+    for bad in ["", " spiffe://x", "  "] {
+        let err = root_err(serde_json::json!({"identity": {"not_principals": ["ok", bad]}}));
+        assert_eq!(err.path, "identity.not_principals[1]", "{bad:?}");
     }
 }

@@ -37,6 +37,22 @@ pub fn parse_plugin_config(json: &[u8]) -> Result<Config, ConfigError> {
     validate(raw)
 }
 
+/// `identity.not_principals`: names as a source reads them (trimmed, so
+/// never blank).
+fn not_principals(names: Vec<String>) -> Result<BTreeSet<String>, ConfigError> {
+    let mut out = BTreeSet::new();
+    for (j, name) in names.into_iter().enumerate() {
+        if name.trim().is_empty() || name.trim() != name {
+            return Err(ConfigError::new(
+                format!("identity.not_principals[{j}]"),
+                "must be a principal name, not blank and without surrounding spaces",
+            ));
+        }
+        out.insert(name);
+    }
+    Ok(out)
+}
+
 fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
     let lease_store = validate_lease_store(raw.lease_store)?;
     let key_header = header_name(
@@ -48,6 +64,7 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
         Some(id) => Identity {
             actor: sources("identity.actor", id.actor.unwrap_or_default())?,
             principal: sources("identity.principal", id.principal.unwrap_or_default())?,
+            not_principals: not_principals(id.not_principals.unwrap_or_default())?,
         },
     };
     if raw.policies.is_empty() {

@@ -25,6 +25,7 @@ use uuid::Uuid;
 use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
 use crate::config::{Config, parse_plugin_config};
 use crate::epoch::EpochWatch;
+use crate::metrics::{EventKind, Metric};
 use crate::outbox::{CallId, Handoff, Lease, Outbox, OutboxAction};
 use crate::store_call::{CallError, Callout, StoreCall, parse_ack_answer, parse_epoch_answer};
 
@@ -128,6 +129,23 @@ fn perform(action: OutboxAction, host: &mut impl Host) -> Option<(CallId, StoreC
     None
 }
 
+/// Counts a failed epoch question, and warns about it at a bounded rate: an
+/// epoch that is never heard turns the edge cache off (F9), which is
+/// otherwise invisible (`docs/stream-machine.md#the-edge-cache`).
+fn epoch_failed(watch: &mut EpochWatch, error: CallError, host: &mut impl Host) {
+    host.count(Metric::Event(EventKind::EpochFailed));
+    if let Some(failures) = watch.failed(host.now_ms()) {
+        host.log(
+            LogLevel::Warn,
+            &format!(
+                "operator epoch question failed: {error} ({failures} failure(s) since the last \
+                 warning); the edge cache is off once the last epoch heard is older than \
+                 edge_cache.max_staleness_ms: the lease-store must admit GET /v1/epoch"
+            ),
+        );
+    }
+}
+
 /// The root context of one worker.
 #[derive(Debug, Default)]
 pub struct Root {
@@ -191,7 +209,10 @@ impl Root {
             };
             match host.dispatch(store, &callout) {
                 Some(token) => self.epoch_call = Some(token),
-                None => watch.not_sent(),
+                None => {
+                    watch.not_sent();
+                    epoch_failed(&mut watch, CallError::Dispatch, host);
+                }
             }
         }
         let actions = match worker.outbox.try_borrow_mut() {
@@ -246,7 +267,11 @@ impl Driver for Root {
             self.epoch_call = None;
             let answer = read_answer(host, answered);
             if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
-                watch.answered(parse_epoch_answer(&answer));
+                let result = parse_epoch_answer(&answer);
+                if let Err(error) = result {
+                    epoch_failed(&mut watch, error, host);
+                }
+                watch.answered(result);
             }
             return;
         }

@@ -17,11 +17,11 @@ use keyflight_protocol::wire::ClaimRequest;
 use keyflight_protocol::{RequestHead, Rules, Target};
 
 use super::{Action, FENCE_HEADER, Machine, Pending, Ready, State, Who};
-use crate::config::{Anonymous, Mode};
+use crate::config::{Anonymous, Mode, Unreadable};
 use crate::edge_cache::{self, Lookup};
 use crate::encoding::{self, Accepted};
 use crate::identity;
-use crate::metrics::Outcome;
+use crate::metrics::{EventKind, Metric, Outcome};
 use crate::problem::problem_reply;
 use crate::replay::{Unreplayable, replay};
 use crate::store_call::StoreCall;
@@ -47,7 +47,7 @@ impl Machine {
             });
         }
         let Some(target) = Target::from_headers(headers) else {
-            return;
+            return self.undecodable_target(out, headers);
         };
         let Some(policy) = self.config.match_policy(&target).cloned() else {
             return;
@@ -105,6 +105,37 @@ impl Machine {
             self.claim(out, pending, &[]);
         } else {
             self.state = State::BufferingRequest(pending);
+        }
+    }
+
+    /// A request whose `:method`, `:path` or `:authority` is not UTF-8 (or
+    /// missing) cannot be matched or scoped exactly: it is counted, and
+    /// refused when any policy could guard it as far as it can be read
+    /// (`docs/identity.md#matching-policies`).
+    fn undecodable_target(&mut self, out: &mut Vec<Action>, headers: &[(String, Vec<u8>)]) {
+        out.push(Action::Count(Metric::Event(EventKind::TargetUndecodable)));
+        let read = |name: &str| match headers.iter().find(|(n, _)| n == name) {
+            Some((_, value)) => (
+                String::from_utf8_lossy(value).into_owned(),
+                std::str::from_utf8(value).is_err(),
+            ),
+            None => (String::new(), true),
+        };
+        let (method, method_unreadable) = read(":method");
+        let (path, _) = read(":path");
+        let (authority, authority_unreadable) = read(":authority");
+        let scheme = headers
+            .iter()
+            .find(|(n, _)| n == ":scheme")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok());
+        let target = Target::new(&method, &path, &authority, scheme);
+        let unreadable = Unreadable {
+            method: method_unreadable,
+            authority: authority_unreadable,
+        };
+        if self.config.match_policy_read(&target, unreadable).is_some() {
+            let detail = "the request's method, path or authority is not UTF-8";
+            self.refuse_in_callback(out, ProblemCode::BadRequest, detail);
         }
     }
 

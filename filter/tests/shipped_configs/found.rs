@@ -181,14 +181,8 @@ pub(crate) fn collect_from_markdown(file: &Path, text: &str, out: &mut Vec<Found
 pub(crate) fn shipped() -> Vec<Found> {
     let root = workspace_root();
     let mut found = Vec::new();
-    for dir in ["envoy", "deploy"] {
-        for path in files_under(&root.join(dir), &[".yaml", ".yml"]) {
-            let text = std::fs::read_to_string(&path).expect("readable file");
-            let rel = path.strip_prefix(&root).expect("under the root").to_owned();
-            for doc in yaml_documents(&text, &rel) {
-                collect_from_document(&rel, &doc, &mut found);
-            }
-        }
+    for (rel, doc) in shipped_objects() {
+        collect_from_document(&rel, &doc, &mut found);
     }
     let mut docs = files_under(&root.join("envoy"), &[".md"]);
     docs.extend(files_under(&root.join("deploy"), &[".md"]));
@@ -199,6 +193,25 @@ pub(crate) fn shipped() -> Vec<Found> {
         collect_from_markdown(&rel, &text, &mut found);
     }
     found
+}
+
+/// Every YAML document shipped under `envoy/` and `deploy/` (Kubernetes objects and Envoy
+/// bootstraps), with its file relative to the workspace root.
+pub(crate) fn shipped_objects() -> Vec<(PathBuf, Value)> {
+    let root = workspace_root();
+    let mut out = Vec::new();
+    for dir in ["envoy", "deploy"] {
+        for path in files_under(&root.join(dir), &[".yaml", ".yml"]) {
+            let text = std::fs::read_to_string(&path).expect("readable file");
+            let rel = path.strip_prefix(&root).expect("under the root").to_owned();
+            out.extend(
+                yaml_documents(&text, &rel)
+                    .into_iter()
+                    .map(|doc| (rel.clone(), doc)),
+            );
+        }
+    }
+    out
 }
 
 pub(crate) fn is_istio(found: &Found) -> bool {

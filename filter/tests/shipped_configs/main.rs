@@ -23,7 +23,8 @@
 //! store through an Istio-named cluster, and each rollout stage's `keyflight.io/mode` label
 //! says the mode its plugin runs in (`acceptance.rs`); and a shipped guarded route retries
 //! only where the request never reached the upstream (`retries.rs`,
-//! `docs/envoy-facts.md#router-retries`). `found.rs` finds the configurations.
+//! `docs/envoy-facts.md#router-retries`); the shipped AuthorizationPolicies admit exactly the
+//! store calls the filter makes (`store_calls.rs`). `found.rs` finds the configurations.
 
 // An integration test is test code: its helpers may state expectations with these too.
 #![allow(
@@ -35,4 +36,7 @@
 
 mod acceptance;
 mod found;
+mod identity;
+mod istio_authz;
 mod retries;
+mod store_calls;

@@ -8,7 +8,7 @@ use keyflight_protocol::wire::{ClaimResponse, WonHow};
 use super::*;
 use crate::drive::stream::{Callback, Stream, Verdict};
 use crate::machine::Action;
-use crate::metrics::{Metric, OutboxEvent};
+use crate::metrics::{EventKind, Metric, OutboxEvent};
 use crate::testing::FakeHost;
 
 const NOW_MS: u64 = 1_000_000;
@@ -201,6 +201,50 @@ fn the_operator_epoch_is_asked_from_the_tick_and_heard_from_its_answer() {
     };
     answer(&mut root, &mut host, token, 200, br#"{"epoch":7}"#);
     assert_eq!(worker.cache_epoch(NOW_MS + 1), Some(7));
+}
+
+#[test]
+fn a_failed_epoch_question_is_counted_and_warned_about_at_a_bounded_rate() {
+    let mut root = Root::default();
+    let mut host = host(plugin(true));
+    root.configure(&mut host);
+    let fail = |root: &mut Root, host: &mut FakeHost| {
+        root.on_tick(host);
+        let Some((token, Callout::Epoch { .. })) = host.dispatched.last().cloned() else {
+            panic!("{:?}", host.dispatched)
+        };
+        host.take();
+        answer(root, host, token, 403, b"RBAC: access denied");
+        host.take()
+    };
+    let epoch_failed = Action::Count(Metric::Event(EventKind::EpochFailed));
+    let warned = |did: &[Action]| {
+        did.iter().any(|a| {
+            matches!(a, Action::Log { level: LogLevel::Warn, message }
+                if message.contains("operator epoch") && message.contains("HTTP 403"))
+        })
+    };
+    let first = fail(&mut root, &mut host);
+    assert!(first.contains(&epoch_failed), "{first:?}");
+    assert!(warned(&first), "the first failure is logged: {first:?}");
+    host.now_ms += 1_000;
+    let second = fail(&mut root, &mut host);
+    assert!(second.contains(&epoch_failed), "every failure is counted");
+    assert!(
+        !warned(&second),
+        "but not logged again within the minute: {second:?}"
+    );
+    host.now_ms += 60_000;
+    let later = fail(&mut root, &mut host);
+    assert!(
+        warned(&later),
+        "a minute later it is logged again: {later:?}"
+    );
+    // Refused dispatches count as failures too.
+    host.now_ms += 1_000;
+    host.refuse_dispatch = true;
+    root.on_tick(&mut host);
+    assert!(host.take().contains(&epoch_failed));
 }
 
 #[test]

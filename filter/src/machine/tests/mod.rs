@@ -15,6 +15,7 @@ mod refusals;
 mod response;
 mod robustness;
 mod settle;
+mod spelling;
 mod unguarded;
 
 use std::cell::RefCell;

@@ -55,9 +55,8 @@ fn require_key_refuses_a_request_without_one() {
     );
 }
 
-#[test]
-fn a_keyed_request_without_principal_is_401() {
-    let mut s = Harness::new(config());
+/// A keyed POST with no user source is refused 401 and claims nothing.
+fn assert_principal_required(s: &mut Harness) {
     let out = s.headers(
         request("POST", "/payments", &[("idempotency-key", KEY)]),
         true,
@@ -65,6 +64,12 @@ fn a_keyed_request_without_principal_is_401() {
     let r = reply(&out);
     assert_eq!((r.status, code(r).as_str()), (401, "principal_required"));
     assert!(calls(&out).is_empty());
+}
+
+#[test]
+fn a_keyed_request_without_principal_is_401() {
+    let mut s = Harness::new(config());
+    assert_principal_required(&mut s);
 }
 
 #[test]
@@ -128,4 +133,25 @@ fn body_over_the_cap_is_413() {
     s.headers(keyed(), false);
     let out = s.body(&[b'x'; 8]);
     assert_eq!(calls(&out).len(), 1);
+}
+
+#[test]
+fn a_request_whose_only_principal_is_a_not_principals_peer_is_401() {
+    let gateway = "spiffe://cluster.local/ns/istio-ingress/sa/istio-ingressgateway";
+    let config = config_with(
+        serde_json::json!({"identity": {
+            "principal": [
+                {"header": "x-user"},
+                {"property": ["connection", "uri_san_peer_certificate"]}
+            ],
+            "not_principals": [gateway]
+        }}),
+        serde_json::json!({}),
+    );
+    let mut s = Harness::new(config);
+    s.host.properties.insert(
+        vec!["connection".into(), "uri_san_peer_certificate".into()],
+        gateway.as_bytes().to_vec(),
+    );
+    assert_principal_required(&mut s);
 }

@@ -64,7 +64,19 @@ fn a_client_sent_fence_is_always_removed() {
 
 #[test]
 fn respelled_paths_are_guarded_like_the_policy_path() {
-    for path in ["//payments", "/x/../payments", "/%70ayments"] {
+    // Case and backslash respellings too: Express, ASP.NET Core and IIS route them to
+    // the /payments handler (`docs/identity.md#matching-policies`).
+    for path in [
+        "//payments",
+        "/x/../payments",
+        "/%70ayments",
+        "/PAYMENTS",
+        "/Payments/42",
+        "/%50ayments",
+        "/x/..\\PAYMENTS",
+        "/x%5C..%5Cpayments",
+        "/\u{212A}elvin/../payments",
+    ] {
         let mut s = Harness::new(config());
         let out = s.headers(request("POST", path, &[("x-user", "alice")]), true);
         // Guarded: a keyless request is counted as such, not passed silently.
