@@ -76,7 +76,7 @@ use keyflight_testkit::stack::Stack;
 use serde_json::{Value, json};
 
 use crate::checker::evidence::Evidence;
-use crate::history::{FaultKind, History};
+use crate::history::{FaultKind, History, PolicyFacts};
 use crate::plan::Settings;
 use crate::workload::Clock;
 
@@ -230,6 +230,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         verification_executions,
         evidence,
         replicated_postgres: cli.ha,
+        policy: policy_facts(&plugin),
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;
@@ -322,17 +323,51 @@ fn parse_fault_kinds(text: &str) -> Result<FaultKinds, String> {
     Ok(FaultKinds(kinds))
 }
 
-/// The shipped plugin configuration with the chaos policy: the demo's `payments` policy,
-/// `lease_ms: 3000`, `uncertain: hold` (see the module doc).
+/// The shipped plugin configuration with the chaos policies: the demo's `payments` policy
+/// with `lease_ms: 3000` and `uncertain: hold` (see the module doc), preceded by a copy
+/// named `payments-retry` for paths under [`plan::RETRY_PREFIX`] with `uncertain: retry`
+/// (first match wins), so the judge meets both settings' rows.
 fn plugin() -> Result<Value, String> {
     let mut plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
         .map_err(|e| e.to_string())?;
-    let policy = plugin["policies"][0]
-        .as_object_mut()
+    let policies = plugin["policies"]
+        .as_array_mut()
+        .ok_or("the shipped plugin configuration has no policies")?;
+    let hold = policies
+        .first_mut()
+        .and_then(Value::as_object_mut)
         .ok_or("the shipped plugin configuration has no policies[0]")?;
-    policy.insert("lease_ms".into(), json!(LEASE_MS));
-    policy.insert("uncertain".into(), json!("hold"));
+    hold.insert("lease_ms".into(), json!(LEASE_MS));
+    hold.insert("uncertain".into(), json!("hold"));
+    let mut retry = hold.clone();
+    retry.insert("name".into(), json!("payments-retry"));
+    retry.insert("uncertain".into(), json!("retry"));
+    retry.insert(
+        "match".into(),
+        json!({"methods": ["POST"], "path_prefix": plan::RETRY_PREFIX}),
+    );
+    policies.insert(0, Value::Object(retry));
     Ok(plugin)
+}
+
+/// What the judge needs to know of `plugin`'s policies (see [`plugin`]).
+fn policy_facts(plugin: &Value) -> PolicyFacts {
+    let hold = &plugin["policies"][1];
+    PolicyFacts {
+        failure_cooldown_ms: hold["failure_cooldown_ms"]
+            .as_u64()
+            .unwrap_or(PolicyFacts::default().failure_cooldown_ms),
+        forget_statuses: hold["forget_statuses"].as_array().map_or_else(
+            history::default_forget_statuses,
+            |statuses| {
+                statuses
+                    .iter()
+                    .filter_map(|s| s.as_u64().and_then(|s| u16::try_from(s).ok()))
+                    .collect()
+            },
+        ),
+        uncertain_retry_prefix: Some(plan::RETRY_PREFIX.to_owned()),
+    }
 }
 
 /// Points `out/latest` at `dir` (best effort: the run's path is printed anyway).

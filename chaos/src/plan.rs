@@ -32,6 +32,59 @@ pub const PATIENT_TIMEOUT_MS: u64 = 8000;
 /// The upstream delays a key may get (`?delay_ms=`), with their weights.
 const DELAYS_MS: [(u64, u32); 4] = [(0, 20), (200, 30), (800, 25), (1500, 25)];
 
+/// What the upstream is asked to answer for a key, with their weights: mostly the usual
+/// 201, and for some keys each other row of the status matrix
+/// (`docs/guarantee.md#every-answer-after-which-a-retry-runs-again`).
+const ANSWERS: [(UpstreamAnswer, u32); 7] = [
+    (UpstreamAnswer::Created, 70),
+    (UpstreamAnswer::SeeOther, 5),
+    (UpstreamAnswer::Found, 5),
+    (UpstreamAnswer::Unprocessable, 5),
+    (UpstreamAnswer::Unavailable, 5),
+    (UpstreamAnswer::Reset, 5),
+    (UpstreamAnswer::PastTheLease, 5),
+];
+
+/// The path prefix of the chaos plugin's second policy, `uncertain: retry` (the first,
+/// `/payments`, holds): a key's path says which one guards it.
+pub const RETRY_PREFIX: &str = "/payments/retry";
+
+/// What the upstream does with a key's requests, asked for in the request's query
+/// (`demo-upstream/src/app.rs`), so the path (and scope) says it and the upstream's
+/// execution log records what it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamAnswer {
+    /// 201 after the key's delay.
+    Created,
+    /// `303 See Other`: recorded and replayed.
+    SeeOther,
+    /// `302 Found`: forgotten by default, so every request runs again.
+    Found,
+    /// `422`: a recorded 4xx, replayed.
+    Unprocessable,
+    /// `503` from the upstream: a retryable failure, one re-run per cooldown.
+    Unavailable,
+    /// The first execution drops its connection without an answer (`?abort=`): an
+    /// uncertain outcome (`hold`: `unknown`; `retry`: one re-run after the cooldown).
+    Reset,
+    /// 201 after a delay longer than the lease: the lease is renewed, nothing runs twice.
+    PastTheLease,
+}
+
+impl UpstreamAnswer {
+    /// The `status=` the request asks for, when not 201.
+    fn status(self) -> Option<u16> {
+        match self {
+            UpstreamAnswer::SeeOther => Some(303),
+            UpstreamAnswer::Found => Some(302),
+            UpstreamAnswer::Unprocessable => Some(422),
+            UpstreamAnswer::Unavailable => Some(503),
+            UpstreamAnswer::Created | UpstreamAnswer::Reset | UpstreamAnswer::PastTheLease => None,
+        }
+    }
+}
+
 /// The fault kinds with their weights.
 const FAULT_WEIGHTS: [(FaultKind, u32); 5] = [
     (FaultKind::StoreKill, 35),
@@ -88,16 +141,35 @@ pub struct KeyPlan {
     pub delay_ms: u64,
     /// The amount in the body (unique per key; the conflict body adds one).
     pub amount: u64,
+    /// What the upstream answers.
+    pub answer: UpstreamAnswer,
+    /// Guarded by the `uncertain: retry` policy ([`RETRY_PREFIX`]) instead of `hold`.
+    pub uncertain_retry: bool,
     /// Its callers.
     pub callers: Vec<CallerPlan>,
 }
 
 impl KeyPlan {
-    /// The request path (`delay_ms` in the query when there is a delay).
+    /// The request path: the policy's prefix, and in the query the delay and what the
+    /// upstream is to answer.
     pub fn path(&self) -> String {
-        match self.delay_ms {
-            0 => "/payments".to_owned(),
-            delay => format!("/payments?delay_ms={delay}"),
+        let mut query = Vec::new();
+        if self.delay_ms > 0 {
+            query.push(format!("delay_ms={}", self.delay_ms));
+        }
+        if let Some(status) = self.answer.status() {
+            query.push(format!("status={status}"));
+        }
+        if self.answer == UpstreamAnswer::Reset {
+            query.push(format!("abort={}", self.key));
+        }
+        let prefix = match self.uncertain_retry {
+            true => RETRY_PREFIX,
+            false => "/payments",
+        };
+        match query.is_empty() {
+            true => prefix.to_owned(),
+            false => format!("{prefix}?{}", query.join("&")),
         }
     }
 }
@@ -148,7 +220,12 @@ fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
     while start_ms < settings.duration_ms {
         let index = keys.len();
         let key = format!("chaos-{index:05}");
-        let delay_ms = weighted(rng, &DELAYS_MS);
+        let answer = weighted(rng, &ANSWERS);
+        let uncertain_retry = rng.random_bool(0.3);
+        let delay_ms = match answer {
+            UpstreamAnswer::PastTheLease => settings.lease_ms + rng.random_range(500..1500),
+            _ => weighted(rng, &DELAYS_MS),
+        };
         let mut callers = Vec::new();
         let first = if rng.random_bool(0.2) { 3 } else { 2 };
         for n in 0..first {
@@ -199,6 +276,8 @@ fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
             start_ms,
             delay_ms,
             amount: 100 * (index as u64 + 1),
+            answer,
+            uncertain_retry,
             callers,
         });
         start_ms += rng.random_range(100..300);
@@ -321,6 +400,44 @@ mod tests {
         for kind in FaultKind::ALL {
             assert!(plan.faults.iter().any(|f| f.kind == kind), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_plan_asks_the_upstream_for_every_answer_under_both_policies() {
+        let plan = draw(1, &settings());
+        for (answer, _) in ANSWERS {
+            for retry in [false, true] {
+                assert!(
+                    plan.keys
+                        .iter()
+                        .any(|k| k.answer == answer && k.uncertain_retry == retry),
+                    "{answer:?} retry={retry}"
+                );
+            }
+        }
+        for key in &plan.keys {
+            if key.answer == UpstreamAnswer::PastTheLease {
+                assert!(key.delay_ms > settings().lease_ms, "{key:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_keys_path_asks_for_its_answer_under_its_policy() {
+        let mut key = draw(1, &settings()).keys[0].clone();
+        key.key = "k".to_owned();
+        key.delay_ms = 200;
+        key.uncertain_retry = false;
+        key.answer = UpstreamAnswer::Created;
+        assert_eq!(key.path(), "/payments?delay_ms=200");
+        key.answer = UpstreamAnswer::Unavailable;
+        assert_eq!(key.path(), "/payments?delay_ms=200&status=503");
+        key.delay_ms = 0;
+        key.uncertain_retry = true;
+        key.answer = UpstreamAnswer::Reset;
+        assert_eq!(key.path(), "/payments/retry?abort=k");
+        key.answer = UpstreamAnswer::Created;
+        assert_eq!(key.path(), "/payments/retry");
     }
 
     #[test]
