@@ -57,9 +57,10 @@ pub enum CooldownCause {
     CallerGaveUp,
 }
 
-/// How much earlier than the release's log line its cooldown may have started: the store
-/// logs a settle after its commit, and the commit starts the cooldown.
-pub const COOLDOWN_SLACK_MS: Ms = 250;
+/// How much earlier than its log line a release may have committed: a store logs a settle
+/// after its commit, which is what frees the record (a forget) or starts its cooldown, so
+/// a claim that needed the commit can be logged, by another store, a little before it.
+pub const SETTLE_LOG_SLACK_MS: Ms = 250;
 
 /// How a re-run was judged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -545,11 +546,12 @@ fn proxy_died(
 /// but the row's conditions are not all shown.
 ///
 /// - `release_forget`: the upstream answered the earlier execution a status the policy
-///   forgets, and `successor` inserted a fresh record (`claimed`) after the release.
+///   forgets, and `successor` inserted a fresh record (`claimed`) after the release
+///   ([`SETTLE_LOG_SLACK_MS`]).
 /// - `release_cooldown`: the upstream answered a `5xx`, `408` or `429`, or (under
 ///   `uncertain: retry` only) reset the connection or outlived its caller's patience; and
 ///   `successor` took the failed record over ([`TAKEOVER`]) no earlier than the cooldown
-///   after the release ([`COOLDOWN_SLACK_MS`]).
+///   after the release ([`SETTLE_LOG_SLACK_MS`]).
 fn settled_row(
     earlier: &Execution,
     claim: &ClaimWon,
@@ -578,7 +580,7 @@ fn settled_row(
                 shown(answered)
             ));
         };
-        if successor.how != "claimed" || successor.at_ms < release.at_ms {
+        if successor.how != "claimed" || successor.at_ms < release.at_ms - SETTLE_LOG_SLACK_MS {
             return Err(format!(
                 "fence {} won by `{}` at {} ms, not by a fresh insert after the forget of \
                  fence {fence} at {} ms",
@@ -609,7 +611,7 @@ fn settled_row(
         }
     };
     let cooldown = Ms::try_from(history.policy.failure_cooldown_ms).unwrap_or(Ms::MAX);
-    let cooled = release.at_ms.saturating_add(cooldown) - COOLDOWN_SLACK_MS;
+    let cooled = release.at_ms.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
     if successor.how != TAKEOVER || successor.at_ms < cooled {
         return Err(format!(
             "fence {} won by `{}` at {} ms, not by a takeover after the cooldown of fence \
