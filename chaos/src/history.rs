@@ -34,24 +34,30 @@ pub enum FaultKind {
     /// and postmaster killed), Patroni promotes the synchronous standby, and the dead node
     /// rejoins as the new standby.
     PrimaryNodeDeath,
+    /// A new plugin configuration pushed to Envoy 0 by LDS while claims are in flight (the
+    /// edge cache switched off, or on again): a new plugin instance replaces the old one,
+    /// which keeps delivering its outbox.
+    PluginPush,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
         FaultKind::EnvoyKill,
         FaultKind::PrimaryNodeDeath,
+        FaultKind::PluginPush,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 4] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 5] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
         FaultKind::EnvoyKill,
+        FaultKind::PluginPush,
     ];
 
     /// The name used in the table and the JSON.
@@ -62,6 +68,7 @@ impl FaultKind {
             FaultKind::PostgresCrash => "postgres crash",
             FaultKind::EnvoyKill => "envoy kill",
             FaultKind::PrimaryNodeDeath => "primary node death",
+            FaultKind::PluginPush => "plugin push",
         }
     }
 }

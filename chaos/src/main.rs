@@ -110,8 +110,8 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, primary-node-death (with --ha); `none` for a control
-    /// run. Default: every kind the database allows.
+    /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha); `none`
+    /// for a control run. Default: every kind the database allows.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
     /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
@@ -398,7 +398,8 @@ mod tests {
             Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
-        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death";
+        let all =
+            "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,plugin-push";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

@@ -86,14 +86,18 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 5] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 6] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
     (FaultKind::EnvoyKill, 25),
     // A failover and the old node's rejoin take 15–20 s: rarer, or the run is all failover.
     (FaultKind::PrimaryNodeDeath, 10),
+    (FaultKind::PluginPush, 10),
 ];
+
+/// How often a fault is drawn to overlap the next one (two faults at once).
+const OVERLAP_PROBABILITY: f64 = 0.2;
 
 /// What shapes a plan besides the seed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -185,6 +189,32 @@ pub struct FaultStep {
     pub target: usize,
     /// How long the part stays down or frozen before it is healed.
     pub hold_ms: u64,
+    /// The next step is injected while this one holds (after the next step's gap, or
+    /// half this hold, whichever is shorter), and both are healed together: two faults at
+    /// once. Only drawn when the two break different parts ([`FaultStep::part`]).
+    pub overlaps_next: bool,
+}
+
+/// The part of the stack a fault breaks: two faults at once must break different ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// A lease-store replica.
+    Store(usize),
+    /// An Envoy.
+    Envoy(usize),
+    /// The database.
+    Postgres,
+}
+
+impl FaultStep {
+    /// What it breaks.
+    pub fn part(&self) -> Part {
+        match self.kind {
+            FaultKind::StoreKill | FaultKind::StoreFreeze => Part::Store(self.target),
+            FaultKind::EnvoyKill | FaultKind::PluginPush => Part::Envoy(self.target),
+            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
+        }
+    }
 }
 
 /// The whole plan.
@@ -324,7 +354,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
     while planned_ms < settings.duration_ms {
         let kind = weighted(rng, &weights);
         let target = match kind {
-            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => 0,
+            // Only Envoy 0 of the stack takes its listener from LDS.
+            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath | FaultKind::PluginPush => 0,
             _ => rng.random_range(0..replicas),
         };
         let hold_ms = match kind {
@@ -336,15 +367,34 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::EnvoyKill => rng.random_range(100..600),
             // Time on one node after the promotion, before the dead node rejoins.
             FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
+            // The push is over once Envoy accepted it; the old plugin drains meanwhile.
+            FaultKind::PluginPush => rng.random_range(100..600),
         };
         let gap_ms = rng.random_range(200..1000);
         planned_ms += gap_ms + hold_ms;
-        faults.push(FaultStep {
+        let overlaps = rng.random_bool(OVERLAP_PROBABILITY);
+        let step = FaultStep {
             gap_ms,
             kind,
             target,
             hold_ms,
+            overlaps_next: false,
+        };
+        // An overlapping pair is two steps (never three at once) on two parts.
+        let count = faults.len();
+        let paired = count >= 2 && faults[count - 2].overlaps_next;
+        if let Some(previous) = faults.last_mut()
+            && (paired || previous.part() == step.part())
+        {
+            previous.overlaps_next = false;
+        }
+        faults.push(FaultStep {
+            overlaps_next: overlaps,
+            ..step
         });
+    }
+    if let Some(last) = faults.last_mut() {
+        last.overlaps_next = false;
     }
     faults
 }
@@ -400,6 +450,22 @@ mod tests {
         for kind in FaultKind::ALL {
             assert!(plan.faults.iter().any(|f| f.kind == kind), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn overlapping_faults_come_in_pairs_that_break_different_parts() {
+        let faults = draw(4, &settings()).faults;
+        assert!(
+            faults.iter().any(|f| f.overlaps_next),
+            "some faults overlap"
+        );
+        for (n, pair) in faults.windows(2).enumerate() {
+            if pair[0].overlaps_next {
+                assert_ne!(pair[0].part(), pair[1].part(), "{pair:?}");
+                assert!(!pair[1].overlaps_next, "three at once at step {n}");
+            }
+        }
+        assert!(faults.last().is_some_and(|f| !f.overlaps_next));
     }
 
     #[test]
