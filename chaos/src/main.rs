@@ -20,10 +20,12 @@
 //!    are done, and for a few keys a caller with another body that must get 409. Callers
 //!    retry what was not an answer (503, timeout, refused or reset connection).
 //! 3. **Runs the workload and the faults together** (`workload.rs`, `faults.rs`): one fault
-//!    at a time, randomly chosen and timed: a lease-store killed (SIGKILL) and restarted, a
-//!    lease-store frozen (SIGSTOP) past the filter's 1 s call timeout and resumed, Postgres
-//!    crashed (`pg_ctl stop -m immediate`) and restarted, an Envoy killed and restarted on
-//!    the same ports.
+//!    at a time (or two at once on different parts), randomly chosen and timed: a
+//!    lease-store killed (SIGKILL) and restarted, a lease-store frozen (SIGSTOP) past the
+//!    filter's 1 s call timeout and resumed, Postgres crashed (`pg_ctl stop -m immediate`)
+//!    and restarted, an Envoy killed and restarted on the same ports, a new plugin
+//!    configuration pushed to Envoy 0 by LDS. The upstream answers some keys with a 303,
+//!    302, 422 or 503, resets or runs past the lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
 //!    upstream's execution log (each execution's key, fence, Envoy and caller attempt),
 //!    then sends every key once more through each Envoy (and the conflicting body of each
@@ -50,7 +52,7 @@
 //! # Narrowing a run
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
-//! `postgres-crash`, `envoy-kill`; `none` for none) and `--no-give-up` keeps every caller
+//! `postgres-crash`, `envoy-kill`, `plugin-push`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.

@@ -53,8 +53,9 @@ pub enum CooldownCause {
     RetryableStatus(u16),
     /// The upstream dropped the connection without an answer, under `uncertain: retry`.
     UpstreamReset,
-    /// The caller gave up while the upstream ran, under `uncertain: retry`.
-    CallerGaveUp,
+    /// The caller got no answer (it gave up, or its connection was closed: a listener
+    /// drained by a configuration push) while the upstream ran, under `uncertain: retry`.
+    CallerGotNoAnswer,
 }
 
 /// How much earlier than its log line a release may have committed: a store logs a settle
@@ -549,7 +550,8 @@ fn proxy_died(
 ///   forgets, and `successor` inserted a fresh record (`claimed`) after the release
 ///   ([`SETTLE_LOG_SLACK_MS`]).
 /// - `release_cooldown`: the upstream answered a `5xx`, `408` or `429`, or (under
-///   `uncertain: retry` only) reset the connection or outlived its caller's patience; and
+///   `uncertain: retry` only) reset the connection, or its caller got no answer (gave up,
+///   or its connection was closed); and
 ///   `successor` took the failed record over ([`TAKEOVER`]) no earlier than the cooldown
 ///   after the release ([`SETTLE_LOG_SLACK_MS`]).
 fn settled_row(
@@ -590,15 +592,15 @@ fn settled_row(
         return Ok(Some(Row::Forgotten { status }));
     }
     let retry = history.policy.uncertain_retry(&earlier.path);
-    let gave_up = earlier
+    let no_answer = earlier
         .caller_request_id
         .as_deref()
         .and_then(|id| attempts_by_id.get(id))
-        .is_some_and(|attempt| attempt.outcome == Outcome::GaveUp);
+        .is_some_and(|attempt| attempt.answered_at().is_none());
     let cause = match answered {
         Some(status @ (408 | 429 | 500..=599)) => CooldownCause::RetryableStatus(status),
         _ if retry && earlier.reset => CooldownCause::UpstreamReset,
-        _ if retry && gave_up => CooldownCause::CallerGaveUp,
+        _ if retry && no_answer => CooldownCause::CallerGotNoAnswer,
         _ => {
             return Err(format!(
                 "fence {fence} was released as a failure, but the upstream answered {}{}",
