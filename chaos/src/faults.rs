@@ -1,5 +1,7 @@
-//! Applies the plan's fault schedule to the stack, one fault at a time, and records when each
-//! began and when the part was healthy again.
+//! Applies the plan's fault schedule to the stack and records when each fault began and
+//! when the part was healthy again. Faults come one after another, except a step drawn to
+//! overlap the next ([`FaultStep::overlaps_next`]): then both are injected, held, and
+//! healed (the later first), so two parts are broken at once.
 //!
 //! | kind | inject | heal |
 //! |---|---|---|
@@ -8,15 +10,18 @@
 //! | Postgres crash | `pg_ctl stop -m immediate` (replicated: SIGKILL to the primary's postmaster) | `pg_ctl start` (replicated: its Patroni agent restarts it), wait for every lease-store's `/readyz` |
 //! | Envoy kill | SIGKILL to an Envoy | start it again on its ports, wait for `/ready` |
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
+//! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
+
+mod plugin_push;
 
 use std::time::Duration;
 
 use keyflight_testkit::process::Signal;
-use keyflight_testkit::stack::Stack;
+use keyflight_testkit::stack::{Crash, Stack};
 
-use crate::history::{Fault, FaultKind};
+use crate::history::{Fault, FaultKind, Ms};
 use crate::plan::FaultStep;
 use crate::workload::Clock;
 
@@ -28,52 +33,99 @@ pub async fn run(
     duration_ms: u64,
 ) -> Vec<Fault> {
     let mut faults = Vec::new();
-    let deadline = i64::try_from(duration_ms).unwrap_or(i64::MAX);
-    for step in steps {
+    let deadline = Ms::try_from(duration_ms).unwrap_or(Ms::MAX);
+    let mut steps = steps.iter();
+    while let Some(step) = steps.next() {
         tokio::time::sleep(Duration::from_millis(step.gap_ms)).await;
         if clock.now_ms() >= deadline {
             break;
         }
-        let hold = Duration::from_millis(step.hold_ms);
-        let start_ms = clock.now_ms();
-        let mut failover_window_ms = None;
-        match step.kind {
-            FaultKind::StoreKill => {
-                stack.kill_store(step.target);
-                tokio::time::sleep(hold).await;
-                stack.start_store(step.target).await;
+        let first = inject(stack, step, clock).await;
+        let second = match step.overlaps_next.then(|| steps.next()).flatten() {
+            Some(next) => {
+                let gap = next.gap_ms.min(step.hold_ms / 2);
+                tokio::time::sleep(Duration::from_millis(gap)).await;
+                let second = inject(stack, next, clock).await;
+                let held = Duration::from_millis(step.hold_ms.saturating_sub(gap));
+                tokio::time::sleep(held.max(Duration::from_millis(next.hold_ms))).await;
+                Some(second)
             }
-            FaultKind::StoreFreeze => {
-                stack.signal_store(step.target, Signal::Stop);
-                tokio::time::sleep(hold).await;
-                stack.signal_store(step.target, Signal::Cont);
+            None => {
+                tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
+                None
             }
-            FaultKind::PostgresCrash => {
-                let crash = stack.crash_postgres().await;
-                tokio::time::sleep(hold).await;
-                stack.recover_postgres(crash).await;
-            }
-            FaultKind::PrimaryNodeDeath => {
-                if let Some((old_primary, window)) = stack.fail_primary_node().await {
-                    failover_window_ms = u64::try_from(window.as_millis()).ok();
-                    tokio::time::sleep(hold).await;
-                    stack.rejoin_node(old_primary).await;
-                }
-            }
-            FaultKind::EnvoyKill => {
-                stack.kill_envoy(step.target);
-                tokio::time::sleep(hold).await;
-                stack.start_envoy(step.target).await;
-            }
+        };
+        let mut healed = Vec::new();
+        for injected in second.into_iter().chain([first]) {
+            healed.push(heal(stack, injected, clock).await);
         }
-        faults.push(Fault {
-            id: faults.len(),
-            kind: step.kind,
-            target: step.target,
-            start_ms,
-            end_ms: clock.now_ms(),
-            failover_window_ms,
-        });
+        healed.sort_by_key(|fault| fault.start_ms);
+        for mut fault in healed {
+            fault.id = faults.len();
+            faults.push(fault);
+        }
     }
     faults
+}
+
+/// A fault injected and not healed yet.
+struct Injected {
+    fault: Fault,
+    crash: Option<Crash>,
+    old_primary: Option<usize>,
+}
+
+async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
+    let mut injected = Injected {
+        fault: Fault {
+            id: 0,
+            kind: step.kind,
+            target: step.target,
+            start_ms: clock.now_ms(),
+            end_ms: 0,
+            failover_window_ms: None,
+        },
+        crash: None,
+        old_primary: None,
+    };
+    match step.kind {
+        FaultKind::StoreKill => stack.kill_store(step.target),
+        FaultKind::StoreFreeze => stack.signal_store(step.target, Signal::Stop),
+        FaultKind::PostgresCrash => injected.crash = Some(stack.crash_postgres().await),
+        FaultKind::PrimaryNodeDeath => {
+            if let Some((old_primary, window)) = stack.fail_primary_node().await {
+                injected.fault.failover_window_ms = u64::try_from(window.as_millis()).ok();
+                injected.old_primary = Some(old_primary);
+            }
+        }
+        FaultKind::EnvoyKill => stack.kill_envoy(step.target),
+        FaultKind::PluginPush => plugin_push::push(stack).await,
+    }
+    injected
+}
+
+async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
+    let Injected {
+        mut fault,
+        crash,
+        old_primary,
+    } = injected;
+    match fault.kind {
+        FaultKind::StoreKill => stack.start_store(fault.target).await,
+        FaultKind::StoreFreeze => stack.signal_store(fault.target, Signal::Cont),
+        FaultKind::PostgresCrash => {
+            if let Some(crash) = crash {
+                stack.recover_postgres(crash).await;
+            }
+        }
+        FaultKind::PrimaryNodeDeath => {
+            if let Some(node) = old_primary {
+                stack.rejoin_node(node).await;
+            }
+        }
+        FaultKind::EnvoyKill => stack.start_envoy(fault.target).await,
+        FaultKind::PluginPush => {}
+    }
+    fault.end_ms = clock.now_ms();
+    fault
 }

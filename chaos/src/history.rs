@@ -34,24 +34,30 @@ pub enum FaultKind {
     /// and postmaster killed), Patroni promotes the synchronous standby, and the dead node
     /// rejoins as the new standby.
     PrimaryNodeDeath,
+    /// A new plugin configuration pushed to Envoy 0 by LDS while claims are in flight (the
+    /// edge cache switched off, or on again): a new plugin instance replaces the old one,
+    /// which keeps delivering its outbox.
+    PluginPush,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
         FaultKind::EnvoyKill,
         FaultKind::PrimaryNodeDeath,
+        FaultKind::PluginPush,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 4] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 5] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
         FaultKind::EnvoyKill,
+        FaultKind::PluginPush,
     ];
 
     /// The name used in the table and the JSON.
@@ -62,6 +68,7 @@ impl FaultKind {
             FaultKind::PostgresCrash => "postgres crash",
             FaultKind::EnvoyKill => "envoy kill",
             FaultKind::PrimaryNodeDeath => "primary node death",
+            FaultKind::PluginPush => "plugin push",
         }
     }
 }
@@ -228,6 +235,12 @@ pub struct Execution {
     pub via: Option<usize>,
     /// The caller attempt it came from (`x-caller-request-id`).
     pub caller_request_id: Option<String>,
+    /// The status the upstream answered it with (`None`: it reset, or never finished).
+    #[serde(default)]
+    pub answered: Option<u16>,
+    /// The upstream dropped the connection without an answer (an uncertain outcome).
+    #[serde(default)]
+    pub reset: bool,
 }
 
 /// The after-run check of one key: its request sent again once every fault was healed.
@@ -269,4 +282,49 @@ pub struct History {
     /// The run's Postgres was a replicated Patroni pair (`--ha`).
     #[serde(default)]
     pub replicated_postgres: bool,
+    /// What the run's plugin policies say about failures, forgotten statuses and
+    /// uncertain outcomes: what the judge's cooldown and forget rows hold a re-run to.
+    #[serde(default)]
+    pub policy: PolicyFacts,
+}
+
+/// The parts of the run's plugin configuration the judge's rows depend on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyFacts {
+    /// `failure_cooldown_ms` (every policy of the run has the same).
+    pub failure_cooldown_ms: u64,
+    /// The upstream statuses released unrecorded (`forget_statuses`).
+    pub forget_statuses: Vec<u16>,
+    /// Paths under this prefix are guarded by an `uncertain: retry` policy; every other
+    /// path by `uncertain: hold`.
+    pub uncertain_retry_prefix: Option<String>,
+}
+
+impl Default for PolicyFacts {
+    /// The filter's documented defaults (`filter/README.md#policy`) and `uncertain: hold`
+    /// everywhere (the runs before the retry policy existed).
+    fn default() -> Self {
+        PolicyFacts {
+            failure_cooldown_ms: 2000,
+            forget_statuses: default_forget_statuses(),
+            uncertain_retry_prefix: None,
+        }
+    }
+}
+
+impl PolicyFacts {
+    /// Whether `path` is guarded by `uncertain: retry`.
+    pub fn uncertain_retry(&self, path: &str) -> bool {
+        self.uncertain_retry_prefix
+            .as_deref()
+            .is_some_and(|prefix| path.starts_with(prefix))
+    }
+}
+
+/// The `forget_statuses` a policy has when it names none, as the guarantee lists them
+/// (`docs/guarantee.md#every-answer-after-which-a-retry-runs-again`): every 3xx but 303,
+/// every 4xx but 400, 404, 408, 409, 422 and 429.
+pub fn default_forget_statuses() -> Vec<u16> {
+    const KEPT: [u16; 7] = [303, 400, 404, 408, 409, 422, 429];
+    (300..500).filter(|status| !KEPT.contains(status)).collect()
 }

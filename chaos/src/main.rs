@@ -20,10 +20,12 @@
 //!    are done, and for a few keys a caller with another body that must get 409. Callers
 //!    retry what was not an answer (503, timeout, refused or reset connection).
 //! 3. **Runs the workload and the faults together** (`workload.rs`, `faults.rs`): one fault
-//!    at a time, randomly chosen and timed: a lease-store killed (SIGKILL) and restarted, a
-//!    lease-store frozen (SIGSTOP) past the filter's 1 s call timeout and resumed, Postgres
-//!    crashed (`pg_ctl stop -m immediate`) and restarted, an Envoy killed and restarted on
-//!    the same ports.
+//!    at a time (or two at once on different parts), randomly chosen and timed: a
+//!    lease-store killed (SIGKILL) and restarted, a lease-store frozen (SIGSTOP) past the
+//!    filter's 1 s call timeout and resumed, Postgres crashed (`pg_ctl stop -m immediate`)
+//!    and restarted, an Envoy killed and restarted on the same ports, a new plugin
+//!    configuration pushed to Envoy 0 by LDS. The upstream answers some keys with a 303,
+//!    302, 422 or 503, resets or runs past the lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
 //!    upstream's execution log (each execution's key, fence, Envoy and caller attempt),
 //!    then sends every key once more through each Envoy (and the conflicting body of each
@@ -50,7 +52,7 @@
 //! # Narrowing a run
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
-//! `postgres-crash`, `envoy-kill`; `none` for none) and `--no-give-up` keeps every caller
+//! `postgres-crash`, `envoy-kill`, `plugin-push`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -76,7 +78,7 @@ use keyflight_testkit::stack::Stack;
 use serde_json::{Value, json};
 
 use crate::checker::evidence::Evidence;
-use crate::history::{FaultKind, History};
+use crate::history::{FaultKind, History, PolicyFacts};
 use crate::plan::Settings;
 use crate::workload::Clock;
 
@@ -110,8 +112,8 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, primary-node-death (with --ha); `none` for a control
-    /// run. Default: every kind the database allows.
+    /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha); `none`
+    /// for a control run. Default: every kind the database allows.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
     /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
@@ -230,6 +232,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         verification_executions,
         evidence,
         replicated_postgres: cli.ha,
+        policy: policy_facts(&plugin),
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;
@@ -322,17 +325,51 @@ fn parse_fault_kinds(text: &str) -> Result<FaultKinds, String> {
     Ok(FaultKinds(kinds))
 }
 
-/// The shipped plugin configuration with the chaos policy: the demo's `payments` policy,
-/// `lease_ms: 3000`, `uncertain: hold` (see the module doc).
+/// The shipped plugin configuration with the chaos policies: the demo's `payments` policy
+/// with `lease_ms: 3000` and `uncertain: hold` (see the module doc), preceded by a copy
+/// named `payments-retry` for paths under [`plan::RETRY_PREFIX`] with `uncertain: retry`
+/// (first match wins), so the judge meets both settings' rows.
 fn plugin() -> Result<Value, String> {
     let mut plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
         .map_err(|e| e.to_string())?;
-    let policy = plugin["policies"][0]
-        .as_object_mut()
+    let policies = plugin["policies"]
+        .as_array_mut()
+        .ok_or("the shipped plugin configuration has no policies")?;
+    let hold = policies
+        .first_mut()
+        .and_then(Value::as_object_mut)
         .ok_or("the shipped plugin configuration has no policies[0]")?;
-    policy.insert("lease_ms".into(), json!(LEASE_MS));
-    policy.insert("uncertain".into(), json!("hold"));
+    hold.insert("lease_ms".into(), json!(LEASE_MS));
+    hold.insert("uncertain".into(), json!("hold"));
+    let mut retry = hold.clone();
+    retry.insert("name".into(), json!("payments-retry"));
+    retry.insert("uncertain".into(), json!("retry"));
+    retry.insert(
+        "match".into(),
+        json!({"methods": ["POST"], "path_prefix": plan::RETRY_PREFIX}),
+    );
+    policies.insert(0, Value::Object(retry));
     Ok(plugin)
+}
+
+/// What the judge needs to know of `plugin`'s policies (see [`plugin`]).
+fn policy_facts(plugin: &Value) -> PolicyFacts {
+    let hold = &plugin["policies"][1];
+    PolicyFacts {
+        failure_cooldown_ms: hold["failure_cooldown_ms"]
+            .as_u64()
+            .unwrap_or(PolicyFacts::default().failure_cooldown_ms),
+        forget_statuses: hold["forget_statuses"].as_array().map_or_else(
+            history::default_forget_statuses,
+            |statuses| {
+                statuses
+                    .iter()
+                    .filter_map(|s| s.as_u64().and_then(|s| u16::try_from(s).ok()))
+                    .collect()
+            },
+        ),
+        uncertain_retry_prefix: Some(plan::RETRY_PREFIX.to_owned()),
+    }
 }
 
 /// Points `out/latest` at `dir` (best effort: the run's path is printed anyway).
@@ -363,7 +400,8 @@ mod tests {
             Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
-        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death";
+        let all =
+            "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,plugin-push";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

@@ -32,15 +32,72 @@ pub const PATIENT_TIMEOUT_MS: u64 = 8000;
 /// The upstream delays a key may get (`?delay_ms=`), with their weights.
 const DELAYS_MS: [(u64, u32); 4] = [(0, 20), (200, 30), (800, 25), (1500, 25)];
 
+/// What the upstream is asked to answer for a key, with their weights: mostly the usual
+/// 201, and for some keys each other row of the status matrix
+/// (`docs/guarantee.md#every-answer-after-which-a-retry-runs-again`).
+const ANSWERS: [(UpstreamAnswer, u32); 7] = [
+    (UpstreamAnswer::Created, 70),
+    (UpstreamAnswer::SeeOther, 5),
+    (UpstreamAnswer::Found, 5),
+    (UpstreamAnswer::Unprocessable, 5),
+    (UpstreamAnswer::Unavailable, 5),
+    (UpstreamAnswer::Reset, 5),
+    (UpstreamAnswer::PastTheLease, 5),
+];
+
+/// The path prefix of the chaos plugin's second policy, `uncertain: retry` (the first,
+/// `/payments`, holds): a key's path says which one guards it.
+pub const RETRY_PREFIX: &str = "/payments/retry";
+
+/// What the upstream does with a key's requests, asked for in the request's query
+/// (`demo-upstream/src/app.rs`), so the path (and scope) says it and the upstream's
+/// execution log records what it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamAnswer {
+    /// 201 after the key's delay.
+    Created,
+    /// `303 See Other`: recorded and replayed.
+    SeeOther,
+    /// `302 Found`: forgotten by default, so every request runs again.
+    Found,
+    /// `422`: a recorded 4xx, replayed.
+    Unprocessable,
+    /// `503` from the upstream: a retryable failure, one re-run per cooldown.
+    Unavailable,
+    /// The first execution drops its connection without an answer (`?abort=`): an
+    /// uncertain outcome (`hold`: `unknown`; `retry`: one re-run after the cooldown).
+    Reset,
+    /// 201 after a delay longer than the lease: the lease is renewed, nothing runs twice.
+    PastTheLease,
+}
+
+impl UpstreamAnswer {
+    /// The `status=` the request asks for, when not 201.
+    fn status(self) -> Option<u16> {
+        match self {
+            UpstreamAnswer::SeeOther => Some(303),
+            UpstreamAnswer::Found => Some(302),
+            UpstreamAnswer::Unprocessable => Some(422),
+            UpstreamAnswer::Unavailable => Some(503),
+            UpstreamAnswer::Created | UpstreamAnswer::Reset | UpstreamAnswer::PastTheLease => None,
+        }
+    }
+}
+
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 5] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 6] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
     (FaultKind::EnvoyKill, 25),
     // A failover and the old node's rejoin take 15–20 s: rarer, or the run is all failover.
     (FaultKind::PrimaryNodeDeath, 10),
+    (FaultKind::PluginPush, 10),
 ];
+
+/// How often a fault is drawn to overlap the next one (two faults at once).
+const OVERLAP_PROBABILITY: f64 = 0.2;
 
 /// What shapes a plan besides the seed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,16 +145,35 @@ pub struct KeyPlan {
     pub delay_ms: u64,
     /// The amount in the body (unique per key; the conflict body adds one).
     pub amount: u64,
+    /// What the upstream answers.
+    pub answer: UpstreamAnswer,
+    /// Guarded by the `uncertain: retry` policy ([`RETRY_PREFIX`]) instead of `hold`.
+    pub uncertain_retry: bool,
     /// Its callers.
     pub callers: Vec<CallerPlan>,
 }
 
 impl KeyPlan {
-    /// The request path (`delay_ms` in the query when there is a delay).
+    /// The request path: the policy's prefix, and in the query the delay and what the
+    /// upstream is to answer.
     pub fn path(&self) -> String {
-        match self.delay_ms {
-            0 => "/payments".to_owned(),
-            delay => format!("/payments?delay_ms={delay}"),
+        let mut query = Vec::new();
+        if self.delay_ms > 0 {
+            query.push(format!("delay_ms={}", self.delay_ms));
+        }
+        if let Some(status) = self.answer.status() {
+            query.push(format!("status={status}"));
+        }
+        if self.answer == UpstreamAnswer::Reset {
+            query.push(format!("abort={}", self.key));
+        }
+        let prefix = match self.uncertain_retry {
+            true => RETRY_PREFIX,
+            false => "/payments",
+        };
+        match query.is_empty() {
+            true => prefix.to_owned(),
+            false => format!("{prefix}?{}", query.join("&")),
         }
     }
 }
@@ -113,6 +189,32 @@ pub struct FaultStep {
     pub target: usize,
     /// How long the part stays down or frozen before it is healed.
     pub hold_ms: u64,
+    /// The next step is injected while this one holds (after the next step's gap, or
+    /// half this hold, whichever is shorter), and both are healed together: two faults at
+    /// once. Only drawn when the two break different parts ([`FaultStep::part`]).
+    pub overlaps_next: bool,
+}
+
+/// The part of the stack a fault breaks: two faults at once must break different ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// A lease-store replica.
+    Store(usize),
+    /// An Envoy.
+    Envoy(usize),
+    /// The database.
+    Postgres,
+}
+
+impl FaultStep {
+    /// What it breaks.
+    pub fn part(&self) -> Part {
+        match self.kind {
+            FaultKind::StoreKill | FaultKind::StoreFreeze => Part::Store(self.target),
+            FaultKind::EnvoyKill | FaultKind::PluginPush => Part::Envoy(self.target),
+            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
+        }
+    }
 }
 
 /// The whole plan.
@@ -148,7 +250,12 @@ fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
     while start_ms < settings.duration_ms {
         let index = keys.len();
         let key = format!("chaos-{index:05}");
-        let delay_ms = weighted(rng, &DELAYS_MS);
+        let answer = weighted(rng, &ANSWERS);
+        let uncertain_retry = rng.random_bool(0.3);
+        let delay_ms = match answer {
+            UpstreamAnswer::PastTheLease => settings.lease_ms + rng.random_range(500..1500),
+            _ => weighted(rng, &DELAYS_MS),
+        };
         let mut callers = Vec::new();
         let first = if rng.random_bool(0.2) { 3 } else { 2 };
         for n in 0..first {
@@ -199,6 +306,8 @@ fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
             start_ms,
             delay_ms,
             amount: 100 * (index as u64 + 1),
+            answer,
+            uncertain_retry,
             callers,
         });
         start_ms += rng.random_range(100..300);
@@ -245,7 +354,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
     while planned_ms < settings.duration_ms {
         let kind = weighted(rng, &weights);
         let target = match kind {
-            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => 0,
+            // Only Envoy 0 of the stack takes its listener from LDS.
+            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath | FaultKind::PluginPush => 0,
             _ => rng.random_range(0..replicas),
         };
         let hold_ms = match kind {
@@ -257,15 +367,34 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::EnvoyKill => rng.random_range(100..600),
             // Time on one node after the promotion, before the dead node rejoins.
             FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
+            // The push is over once Envoy accepted it; the old plugin drains meanwhile.
+            FaultKind::PluginPush => rng.random_range(100..600),
         };
         let gap_ms = rng.random_range(200..1000);
         planned_ms += gap_ms + hold_ms;
-        faults.push(FaultStep {
+        let overlaps = rng.random_bool(OVERLAP_PROBABILITY);
+        let step = FaultStep {
             gap_ms,
             kind,
             target,
             hold_ms,
+            overlaps_next: false,
+        };
+        // An overlapping pair is two steps (never three at once) on two parts.
+        let count = faults.len();
+        let paired = count >= 2 && faults[count - 2].overlaps_next;
+        if let Some(previous) = faults.last_mut()
+            && (paired || previous.part() == step.part())
+        {
+            previous.overlaps_next = false;
+        }
+        faults.push(FaultStep {
+            overlaps_next: overlaps,
+            ..step
         });
+    }
+    if let Some(last) = faults.last_mut() {
+        last.overlaps_next = false;
     }
     faults
 }
@@ -321,6 +450,60 @@ mod tests {
         for kind in FaultKind::ALL {
             assert!(plan.faults.iter().any(|f| f.kind == kind), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn overlapping_faults_come_in_pairs_that_break_different_parts() {
+        let faults = draw(4, &settings()).faults;
+        assert!(
+            faults.iter().any(|f| f.overlaps_next),
+            "some faults overlap"
+        );
+        for (n, pair) in faults.windows(2).enumerate() {
+            if pair[0].overlaps_next {
+                assert_ne!(pair[0].part(), pair[1].part(), "{pair:?}");
+                assert!(!pair[1].overlaps_next, "three at once at step {n}");
+            }
+        }
+        assert!(faults.last().is_some_and(|f| !f.overlaps_next));
+    }
+
+    #[test]
+    fn a_plan_asks_the_upstream_for_every_answer_under_both_policies() {
+        let plan = draw(1, &settings());
+        for (answer, _) in ANSWERS {
+            for retry in [false, true] {
+                assert!(
+                    plan.keys
+                        .iter()
+                        .any(|k| k.answer == answer && k.uncertain_retry == retry),
+                    "{answer:?} retry={retry}"
+                );
+            }
+        }
+        for key in &plan.keys {
+            if key.answer == UpstreamAnswer::PastTheLease {
+                assert!(key.delay_ms > settings().lease_ms, "{key:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_keys_path_asks_for_its_answer_under_its_policy() {
+        let mut key = draw(1, &settings()).keys[0].clone();
+        key.key = "k".to_owned();
+        key.delay_ms = 200;
+        key.uncertain_retry = false;
+        key.answer = UpstreamAnswer::Created;
+        assert_eq!(key.path(), "/payments?delay_ms=200");
+        key.answer = UpstreamAnswer::Unavailable;
+        assert_eq!(key.path(), "/payments?delay_ms=200&status=503");
+        key.delay_ms = 0;
+        key.uncertain_retry = true;
+        key.answer = UpstreamAnswer::Reset;
+        assert_eq!(key.path(), "/payments/retry?abort=k");
+        key.answer = UpstreamAnswer::Created;
+        assert_eq!(key.path(), "/payments/retry");
     }
 
     #[test]

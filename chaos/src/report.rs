@@ -289,7 +289,7 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[0].contains(
-                "| no fault | store kill | store freeze | postgres crash | envoy kill | all |"
+                "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin push | all |"
             ),
             "{table}"
         );

@@ -26,6 +26,8 @@ pub fn options(
         .replicas(replicas)
         .run_dir(dir)
         .tag_envoys()
+        // Envoy 0's listener comes from an LDS file: the plugin-push fault.
+        .reconfigurable()
         // JSON lines: the evidence the checker reads (`checker/evidence.rs`).
         .store_env("KEYFLIGHT_LOG_FORMAT", "json");
     if replicated_postgres {

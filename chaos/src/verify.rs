@@ -39,6 +39,10 @@ struct LoggedExecution {
     body_sha256: String,
     via: Option<String>,
     caller_request_id: Option<String>,
+    #[serde(default)]
+    answered: Option<u16>,
+    #[serde(default)]
+    reset: bool,
 }
 
 /// The upstream's executions numbered above `after`, their times on the run's clock
@@ -85,6 +89,8 @@ fn convert(logged: LoggedExecution, run_start_unix_ms: u64) -> Execution {
         body_sha256: logged.body_sha256,
         via: logged.via.as_deref().and_then(parse_via),
         caller_request_id: logged.caller_request_id,
+        answered: logged.answered,
+        reset: logged.reset,
     }
 }
 

@@ -3,7 +3,7 @@
 //! Each key is one task, started at its planned time: its first callers run concurrently
 //! (one per Envoy in turn), then its late caller, then (when a first caller got a success)
 //! its conflict caller. A caller sends its attempts one after another until one is an answer
-//! it keeps (a 2xx, or a 4xx other than 429), up to [`crate::plan::MAX_ATTEMPTS`], and never
+//! it keeps (a 2xx, a 3xx, or a 4xx other than 429), up to [`crate::plan::MAX_ATTEMPTS`], and never
 //! starts one after the run's retry deadline. Between attempts it waits the answer's
 //! `Retry-After` (capped at [`MAX_RETRY_AFTER`]) or its planned backoff.
 //!
@@ -193,11 +193,12 @@ async fn run_caller(
     attempts
 }
 
-/// Whether a caller keeps this outcome (no retry): a 2xx, or a 4xx other than 429.
+/// Whether a caller keeps this outcome (no retry): a 2xx, a 3xx (a client would follow
+/// it), or a 4xx other than 429.
 fn keeps(outcome: &Outcome) -> bool {
     match outcome {
         Outcome::Answered { status, .. } => {
-            (200..300).contains(status) || ((400..500).contains(status) && *status != 429)
+            (200..400).contains(status) || ((400..500).contains(status) && *status != 429)
         }
         Outcome::GaveUp | Outcome::ConnectionError { .. } => false,
     }
@@ -303,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_caller_keeps_answers_and_retries_the_rest() {
-        for status in [200, 201, 400, 409, 422] {
+        for status in [200, 201, 302, 303, 400, 409, 422] {
             assert!(keeps(&answered(status)), "{status}");
         }
         for status in [429, 500, 503, 504] {

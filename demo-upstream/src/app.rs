@@ -21,7 +21,8 @@
 //! replay), the `idempotency-fence` it got and the `accept-encoding` it was asked for.
 //!
 //! Each execution's log entry (`GET /executions`) holds the idempotency key and fence it
-//! saw, the path, a digest of the body, and which proxy and caller request it came from, so
+//! saw, the path, a digest of the body, which proxy and caller request it came from, and
+//! what it answered (a status, or a reset), so
 //! a history checker (`keyflight-chaos`) can tell which operation ran twice and why.
 
 use std::time::Duration;
@@ -134,6 +135,7 @@ async fn pay(
             execution,
             "payment executed, connection aborted"
         );
+        state.executions.reset(execution);
         // Nobody reads this: the connection is gone.
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
@@ -185,6 +187,7 @@ async fn pay(
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &format!("gzip: {e}")),
         }
     }
+    state.executions.answered(execution, status.as_u16());
     response
 }
 

@@ -14,6 +14,13 @@
 //!   with `request_headers_to_add`) and `x-caller-request-id` (the caller's own id for the
 //!   attempt), when present.
 //!
+//! When the handler is done, its entry also says what it did: the status it answered
+//! (`answered`), or that it dropped the connection without an answer (`reset`, from
+//! `?abort=`). A history checker needs this to tell which row of the guarantee table a
+//! re-run falls under (a forgotten status, a retryable failure, an uncertain outcome):
+//! what the caller got may be a replay or a proxy's answer, what the upstream answered is
+//! only known here.
+//!
 //! The log lives in memory and is served as JSON lines by `GET /executions` (`?after=N`
 //! returns only entries with `execution > N`, so a reader can follow it). It grows with
 //! every payment: it is meant for demo and test runs, which last minutes, not for a
@@ -53,6 +60,10 @@ pub struct Execution {
     pub via: Option<String>,
     /// The [`CALLER_REQUEST_HEADER`], when present.
     pub caller_request_id: Option<String>,
+    /// The status the handler answered; `None` while it runs, or when it answered nothing.
+    pub answered: Option<u16>,
+    /// The handler dropped the connection without an answer (`?abort=`).
+    pub reset: bool,
 }
 
 impl Execution {
@@ -73,6 +84,8 @@ impl Execution {
             body_sha256: format!("sha256:{}", hex::encode(Sha256::digest(body))),
             via: text(VIA_HEADER),
             caller_request_id: text(CALLER_REQUEST_HEADER),
+            answered: None,
+            reset: false,
         }
     }
 }
@@ -87,6 +100,28 @@ impl ExecutionLog {
     /// Appends one execution.
     pub fn push(&self, execution: Execution) {
         self.lock().push(execution);
+    }
+
+    /// Notes that execution `execution` answered `status`.
+    pub fn answered(&self, execution: u64, status: u16) {
+        self.update(execution, |entry| entry.answered = Some(status));
+    }
+
+    /// Notes that execution `execution` dropped its connection without an answer.
+    pub fn reset(&self, execution: u64) {
+        self.update(execution, |entry| entry.reset = true);
+    }
+
+    fn update(&self, execution: u64, change: impl FnOnce(&mut Execution)) {
+        // The newest entries are the ones still running.
+        if let Some(entry) = self
+            .lock()
+            .iter_mut()
+            .rev()
+            .find(|entry| entry.execution == execution)
+        {
+            change(entry);
+        }
     }
 
     /// The entries with an execution number above `after`, as JSON lines.
@@ -141,6 +176,31 @@ mod tests {
             "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert!(entry.at_unix_ms > 0);
+        assert_eq!((entry.answered, entry.reset), (None, false));
+    }
+
+    #[test]
+    fn an_entry_says_what_its_handler_answered() {
+        let log = ExecutionLog::default();
+        for n in 1..=2 {
+            log.push(Execution::of_request(
+                n,
+                "/payments",
+                &HeaderMap::new(),
+                b"",
+            ));
+        }
+        log.answered(1, 503);
+        log.reset(2);
+        let lines: Vec<serde_json::Value> = log
+            .json_lines_after(0)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        assert_eq!(lines[0]["answered"], 503);
+        assert_eq!(lines[0]["reset"], false);
+        assert_eq!(lines[1]["answered"], serde_json::Value::Null);
+        assert_eq!(lines[1]["reset"], true);
     }
 
     #[test]

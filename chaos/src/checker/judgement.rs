@@ -29,7 +29,39 @@ pub enum Row {
     },
     /// The winner's outbox gave the settle call up (its retry budget, a full outbox).
     OutboxGaveUp,
+    /// The upstream answered a status the policy forgets; the record was released
+    /// (`release_forget`) and the re-run's claim inserted a fresh one after that.
+    Forgotten {
+        /// What the upstream answered the earlier execution.
+        status: u16,
+    },
+    /// The earlier execution failed retryably (the upstream answered a `5xx`, `408` or
+    /// `429`) or, under `uncertain: retry`, with an uncertain outcome; the record was
+    /// released as `release_cooldown` and the re-run took it over once the cooldown had
+    /// passed.
+    Cooldown {
+        /// Why the record cooled down.
+        cause: CooldownCause,
+    },
 }
+
+/// Why a record was released as a failure with a cooldown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CooldownCause {
+    /// The upstream answered this retryable status.
+    RetryableStatus(u16),
+    /// The upstream dropped the connection without an answer, under `uncertain: retry`.
+    UpstreamReset,
+    /// The caller got no answer (it gave up, or its connection was closed: a listener
+    /// drained by a configuration push) while the upstream ran, under `uncertain: retry`.
+    CallerGotNoAnswer,
+}
+
+/// How much earlier than its log line a release may have committed: a store logs a settle
+/// after its commit, which is what frees the record (a forget) or starts its cooldown, so
+/// a claim that needed the commit can be logged, by another store, a little before it.
+pub const SETTLE_LOG_SLACK_MS: Ms = 250;
 
 /// How a re-run was judged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -142,7 +174,7 @@ impl KeyVerdict {
 }
 
 /// Statuses the filter records and replays besides 2xx (`docs/guarantee.md#what-a-caller-sees`).
-const RECORDED_4XX: [u16; 4] = [400, 404, 409, 422];
+const RECORDED_NON_2XX: [u16; 5] = [303, 400, 404, 409, 422];
 
 /// What one key's judgement reads.
 pub struct KeyFacts<'a> {
@@ -227,7 +259,7 @@ pub fn judge_key(
             (false, Expected::Answer { status, body })
         })
         .collect();
-    expected.extend(recorded_4xx(attempts));
+    expected.extend(recorded_non_2xx(attempts));
     let unknown_since = attempts
         .iter()
         .filter(own)
@@ -290,9 +322,9 @@ pub fn judge_key(
     }
 }
 
-/// The recorded 4xx answers the key's own callers got from the upstream (not the
+/// The recorded 3xx and 4xx answers the key's own callers got from the upstream (not the
 /// filter's own problem answers).
-fn recorded_4xx(attempts: &[&Attempt]) -> Vec<(bool, Expected)> {
+fn recorded_non_2xx(attempts: &[&Attempt]) -> Vec<(bool, Expected)> {
     let answers: BTreeSet<(u16, String)> = attempts
         .iter()
         .filter(|attempt| attempt.role != Role::Conflict)
@@ -302,7 +334,7 @@ fn recorded_4xx(attempts: &[&Attempt]) -> Vec<(bool, Expected)> {
                 body,
                 problem_code: None,
                 ..
-            } if RECORDED_4XX.contains(status) => Some((*status, body.clone())),
+            } if RECORDED_NON_2XX.contains(status) => Some((*status, body.clone())),
             _ => None,
         })
         .collect();
@@ -333,14 +365,17 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///
 /// 1. both carry a fence, the re-run's higher, and the same body;
 /// 2. the store logged both claims, in one scope, with the same fingerprint;
-/// 3. every claim of that scope after the earlier one, up to the re-run's, won by taking
-///    over an expired lease ([`TAKEOVER`]) — never a fresh insert (the record vanished),
-///    a reuse, or a way of winning this judge does not know;
-/// 4. no settle of the earlier claim landed (store or proxy) before the first takeover;
-/// 5. and the row's own event: the earlier execution's Envoy was killed after its claim
-///    was won and before both the takeover and any landed settle (if its caller had the
-///    answer by then, the hand-off to the outbox must be in its log) — or its outbox
-///    logged giving the claim up before the takeover.
+/// 3. every claim of that scope after the earlier one's successor, up to the re-run's, won
+///    by taking over an expired lease ([`TAKEOVER`]) — never a fresh insert (the record
+///    vanished), a reuse, or a way of winning this judge does not know;
+/// 4. either the earlier claim was settled by a release that lets a retry run again
+///    ([`settled_row`]: the upstream's own answer or an uncertain outcome under
+///    `uncertain: retry` called for it, and the successor won only as that release
+///    allows), or: the successor took the lease over, no settle of the earlier claim landed
+///    (store or proxy) before it, and the row's own event is shown: the earlier
+///    execution's Envoy was killed after its claim was won and before both the takeover and
+///    any landed settle (if its caller had the answer by then, the hand-off to the outbox
+///    must be in its log) — or its outbox logged giving the claim up before the takeover.
 pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
@@ -392,10 +427,26 @@ fn excused(
             "no claim after fence {earlier_fence} in its scope was logged"
         ));
     };
-    if let Some(other) = between.iter().find(|claim| claim.how != TAKEOVER) {
+    if let Some(other) = between.iter().skip(1).find(|claim| claim.how != TAKEOVER) {
         return Err(format!(
             "fence {} won by `{}`, not by taking over an expired lease",
             other.fence, other.how
+        ));
+    }
+    if let Some(row) = settled_row(earlier, first, takeover, attempts_by_id, history)? {
+        let envoy = earlier.via.unwrap_or_default();
+        return Ok(RerunVerdict::Excused {
+            row,
+            envoy,
+            earlier_fence,
+            takeover_fence: takeover.fence,
+            later_fence,
+        });
+    }
+    if takeover.how != TAKEOVER {
+        return Err(format!(
+            "fence {} won by `{}`, not by taking over an expired lease",
+            takeover.fence, takeover.how
         ));
     }
     let landed = evidence.first_landed(first);
@@ -489,4 +540,86 @@ fn proxy_died(
         fault: kill.id,
         answer_delivered: true,
     }))
+}
+
+/// The rows in which the earlier claim was settled by a release that lets a retry run
+/// again: `Ok(None)` when no store applied such a release of `claim`; `Err` when one did
+/// but the row's conditions are not all shown.
+///
+/// - `release_forget`: the upstream answered the earlier execution a status the policy
+///   forgets, and `successor` inserted a fresh record (`claimed`) after the release
+///   ([`SETTLE_LOG_SLACK_MS`]).
+/// - `release_cooldown`: the upstream answered a `5xx`, `408` or `429`, or (under
+///   `uncertain: retry` only) reset the connection, or its caller got no answer (gave up,
+///   or its connection was closed); and
+///   `successor` took the failed record over ([`TAKEOVER`]) no earlier than the cooldown
+///   after the release ([`SETTLE_LOG_SLACK_MS`]).
+fn settled_row(
+    earlier: &Execution,
+    claim: &ClaimWon,
+    successor: &ClaimWon,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> Result<Option<Row>, String> {
+    let fence = claim.fence;
+    let Some(release) = history
+        .evidence
+        .store_settles
+        .iter()
+        .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
+        .filter(|settle| matches!(settle.call.as_str(), "release_forget" | "release_cooldown"))
+        .min_by_key(|settle| settle.at_ms)
+    else {
+        return Ok(None);
+    };
+    let answered = earlier.answered;
+    let shown = |status: Option<u16>| status.map_or("no status".to_owned(), |s| s.to_string());
+    if release.call == "release_forget" {
+        let Some(status) = answered.filter(|s| history.policy.forget_statuses.contains(s)) else {
+            return Err(format!(
+                "fence {fence} was released as forget, but the upstream answered {}, which \
+                 the policy records",
+                shown(answered)
+            ));
+        };
+        if successor.how != "claimed" || successor.at_ms < release.at_ms - SETTLE_LOG_SLACK_MS {
+            return Err(format!(
+                "fence {} won by `{}` at {} ms, not by a fresh insert after the forget of \
+                 fence {fence} at {} ms",
+                successor.fence, successor.how, successor.at_ms, release.at_ms
+            ));
+        }
+        return Ok(Some(Row::Forgotten { status }));
+    }
+    let retry = history.policy.uncertain_retry(&earlier.path);
+    let no_answer = earlier
+        .caller_request_id
+        .as_deref()
+        .and_then(|id| attempts_by_id.get(id))
+        .is_some_and(|attempt| attempt.answered_at().is_none());
+    let cause = match answered {
+        Some(status @ (408 | 429 | 500..=599)) => CooldownCause::RetryableStatus(status),
+        _ if retry && earlier.reset => CooldownCause::UpstreamReset,
+        _ if retry && no_answer => CooldownCause::CallerGotNoAnswer,
+        _ => {
+            return Err(format!(
+                "fence {fence} was released as a failure, but the upstream answered {}{}",
+                shown(answered),
+                match retry {
+                    true => " and its outcome was not uncertain",
+                    false => " under `uncertain: hold`",
+                }
+            ));
+        }
+    };
+    let cooldown = Ms::try_from(history.policy.failure_cooldown_ms).unwrap_or(Ms::MAX);
+    let cooled = release.at_ms.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
+    if successor.how != TAKEOVER || successor.at_ms < cooled {
+        return Err(format!(
+            "fence {} won by `{}` at {} ms, not by a takeover after the cooldown of fence \
+             {fence} released at {} ms",
+            successor.fence, successor.how, successor.at_ms, release.at_ms
+        ));
+    }
+    Ok(Some(Row::Cooldown { cause }))
 }
