@@ -8,8 +8,11 @@
 //! | Postgres crash | `pg_ctl stop -m immediate` (replicated: SIGKILL to the primary's postmaster) | `pg_ctl start` (replicated: its Patroni agent restarts it), wait for every lease-store's `/readyz` |
 //! | Envoy kill | SIGKILL to an Envoy | start it again on its ports, wait for `/ready` |
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
+//! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
+
+mod network;
 
 use std::time::Duration;
 
@@ -65,6 +68,10 @@ pub async fn run(
                 tokio::time::sleep(hold).await;
                 stack.start_envoy(step.target).await;
             }
+            FaultKind::ProxyPartition
+            | FaultKind::StoreDbPartition
+            | FaultKind::OneWayLoss
+            | FaultKind::SlowLink => network::inject(stack, step).await,
         }
         faults.push(Fault {
             id: faults.len(),

@@ -15,7 +15,7 @@ use crate::checker::evidence::Evidence;
 /// Milliseconds since the run started (negative: before it).
 pub type Ms = i64;
 
-/// The four kinds of fault a run injects.
+/// The kinds of fault a run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
@@ -34,11 +34,50 @@ pub enum FaultKind {
     /// and postmaster killed), Patroni promotes the synchronous standby, and the dead node
     /// rejoins as the new standby.
     PrimaryNodeDeath,
+    /// An Envoy cut off from every lease-store (nftables drops both ways in its network
+    /// namespace) while the stores and Postgres stay healthy; sometimes for longer than the
+    /// lease.
+    ProxyPartition,
+    /// A lease-store cut off from Postgres (nftables drops both ways in its namespace).
+    StoreDbPartition,
+    /// Every lease-store's answers to an Envoy lost (nftables drops inbound in its
+    /// namespace); its calls still arrive and are acted on.
+    OneWayLoss,
+    /// The links between an Envoy and every lease-store slowed (an `htb` class with a
+    /// `tbf` rate of a few hundred bytes a second each way) until calls outlast the
+    /// filter's call timeout.
+    SlowLink,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::StoreKill,
+        FaultKind::StoreFreeze,
+        FaultKind::PostgresCrash,
+        FaultKind::EnvoyKill,
+        FaultKind::PrimaryNodeDeath,
+        FaultKind::ProxyPartition,
+        FaultKind::StoreDbPartition,
+        FaultKind::OneWayLoss,
+        FaultKind::SlowLink,
+    ];
+
+    /// The kinds a run on a single Postgres can inject.
+    pub const SINGLE_POSTGRES: [FaultKind; 8] = [
+        FaultKind::StoreKill,
+        FaultKind::StoreFreeze,
+        FaultKind::PostgresCrash,
+        FaultKind::EnvoyKill,
+        FaultKind::ProxyPartition,
+        FaultKind::StoreDbPartition,
+        FaultKind::OneWayLoss,
+        FaultKind::SlowLink,
+    ];
+
+    /// The kinds a run on a replicated Postgres can inject (its parts share the host's
+    /// network: no link faults).
+    pub const REPLICATED_POSTGRES: [FaultKind; 5] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -46,12 +85,12 @@ impl FaultKind {
         FaultKind::PrimaryNodeDeath,
     ];
 
-    /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 4] = [
-        FaultKind::StoreKill,
-        FaultKind::StoreFreeze,
-        FaultKind::PostgresCrash,
-        FaultKind::EnvoyKill,
+    /// The kinds made by cutting links: they need the parts in network namespaces.
+    pub const NETWORK: [FaultKind; 4] = [
+        FaultKind::ProxyPartition,
+        FaultKind::StoreDbPartition,
+        FaultKind::OneWayLoss,
+        FaultKind::SlowLink,
     ];
 
     /// The name used in the table and the JSON.
@@ -62,6 +101,10 @@ impl FaultKind {
             FaultKind::PostgresCrash => "postgres crash",
             FaultKind::EnvoyKill => "envoy kill",
             FaultKind::PrimaryNodeDeath => "primary node death",
+            FaultKind::ProxyPartition => "proxy partition",
+            FaultKind::StoreDbPartition => "store db partition",
+            FaultKind::OneWayLoss => "one way loss",
+            FaultKind::SlowLink => "slow link",
         }
     }
 }
@@ -269,4 +312,7 @@ pub struct History {
     /// The run's Postgres was a replicated Patroni pair (`--ha`).
     #[serde(default)]
     pub replicated_postgres: bool,
+    /// The policy's `lease_ms` (the partition row needs it: a cut must outlast the lease).
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
 }

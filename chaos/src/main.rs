@@ -110,8 +110,10 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, primary-node-death (with --ha); `none` for a control
-    /// run. Default: every kind the database allows.
+    /// postgres-crash, envoy-kill, primary-node-death (with --ha), and the link faults
+    /// proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres only;
+    /// they run each Envoy and lease-store in its own network namespace, as root); `none`
+    /// for a control run. Default: every kind the database allows.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
     /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
@@ -159,11 +161,22 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let plugin = plugin()?;
     let fault_kinds = match &cli.faults {
         Some(kinds) => kinds.clone(),
-        None if cli.ha => FaultKinds(FaultKind::ALL.to_vec()),
+        None if cli.ha => FaultKinds(FaultKind::REPLICATED_POSTGRES.to_vec()),
         None => FaultKinds(FaultKind::SINGLE_POSTGRES.to_vec()),
     };
     if !cli.ha && fault_kinds.0.contains(&FaultKind::PrimaryNodeDeath) {
         return Err("primary-node-death needs a replicated Postgres: add --ha".to_owned());
+    }
+    let own_networks = fault_kinds
+        .0
+        .iter()
+        .any(|kind| FaultKind::NETWORK.contains(kind));
+    if cli.ha && own_networks {
+        return Err(
+            "the link faults run on a single Postgres only (the Patroni pair shares the \
+             host's network): drop --ha or the link faults"
+                .to_owned(),
+        );
     }
     let settings = Settings {
         duration_ms,
@@ -187,7 +200,8 @@ async fn run(cli: Cli) -> Result<bool, String> {
         dir.display()
     );
 
-    let mut stack = Stack::start(stack::options(&dir, &plugin, REPLICAS, cli.ha)).await;
+    let options = stack::options(&dir, &plugin, REPLICAS, cli.ha, own_networks);
+    let mut stack = Stack::start(options).await;
     let endpoints = stack::Endpoints::of(&stack);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -230,6 +244,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         verification_executions,
         evidence,
         replicated_postgres: cli.ha,
+        lease_ms: Some(LEASE_MS),
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;
@@ -363,7 +378,8 @@ mod tests {
             Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
-        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death";
+        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
+                   proxy-partition,store-db-partition,one-way-loss,slow-link";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))
