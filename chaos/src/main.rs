@@ -23,7 +23,9 @@
 //!    at a time, randomly chosen and timed: a lease-store killed (SIGKILL) and restarted, a
 //!    lease-store frozen (SIGSTOP) past the filter's 1 s call timeout and resumed, Postgres
 //!    crashed (`pg_ctl stop -m immediate`) and restarted, an Envoy killed and restarted on
-//!    the same ports.
+//!    the same ports, and the link faults (`faults/network.rs`: a proxy cut off from the
+//!    stores, a store cut off from Postgres, answers lost one way, a slow link), for which
+//!    each Envoy and lease-store runs in its own network namespace.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
 //!    upstream's execution log (each execution's key, fence, Envoy and caller attempt),
 //!    then sends every key once more through each Envoy (and the conflicting body of each
@@ -50,7 +52,8 @@
 //! # Narrowing a run
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
-//! `postgres-crash`, `envoy-kill`; `none` for none) and `--no-give-up` keeps every caller
+//! `postgres-crash`, `envoy-kill`, `proxy-partition`, `store-db-partition`, `one-way-loss`,
+//! `slow-link`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
