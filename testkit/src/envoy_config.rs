@@ -333,42 +333,31 @@ mod tests {
         );
     }
 
-    #[test]
-    fn both_lease_store_replicas_are_rendered_into_the_two_replica_config() {
+    /// `envoy/two-replicas.yaml` rendered with the demo plugin for `stores`.
+    fn two_replicas(stores: &[u16]) -> Result<String, RenderError> {
         let plugin = shipped_plugin_config(&shipped_demo_yaml()).expect("demo plugin JSON");
-        let two = render_from(
+        render_from(
             &shipped_second_replica_yaml(),
             &shipped_second_replica_ports(),
-            &ports(&[23, 25]),
+            &ports(stores),
             "/x.wasm",
             &plugin,
         )
-        .expect("two-replicas.yaml renders");
+    }
+
+    #[test]
+    fn both_lease_store_replicas_are_rendered_into_the_two_replica_config() {
+        let two = two_replicas(&[23, 25]).expect("two-replicas.yaml renders");
         for port in [23, 25] {
             assert!(two.contains(&format!("port_value: {port} ")), "{two}");
         }
-        let error = render_from(
-            &shipped_second_replica_yaml(),
-            &shipped_second_replica_ports(),
-            &ports(&[23]),
-            "/x.wasm",
-            &plugin,
-        )
-        .expect_err("one store for a two-store config is refused");
+        let error = two_replicas(&[23]).expect_err("one store for a two-store config is refused");
         assert!(error.0.contains("2 lease-store replica(s)"), "{error}");
     }
 
     #[test]
     fn each_socket_is_placed_on_its_address_once() {
-        let plugin = shipped_plugin_config(&shipped_demo_yaml()).expect("demo plugin JSON");
-        let two = render_from(
-            &shipped_second_replica_yaml(),
-            &shipped_second_replica_ports(),
-            &ports(&[23, 25]),
-            "/x.wasm",
-            &plugin,
-        )
-        .expect("two-replicas.yaml renders");
+        let two = two_replicas(&[23, 25]).expect("two-replicas.yaml renders");
         let ip: IpAddr = "10.213.0.12".parse().expect("an address");
         let placed = place(&two, 25, ip).expect("the second store's socket");
         assert!(

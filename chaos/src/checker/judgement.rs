@@ -493,23 +493,13 @@ fn proxy_died(
     }) else {
         return Ok(None);
     };
-    let answered = earlier
-        .caller_request_id
-        .as_deref()
-        .and_then(|id| attempts_by_id.get(id))
-        .and_then(|attempt| attempt.answered_at())
-        .filter(|answered| *answered <= kill.start_ms);
-    let Some(answered) = answered else {
+    let Some(answered) = answered_by(earlier, attempts_by_id, kill.start_ms) else {
         return Ok(Some(Row::ProxyDied {
             fault: kill.id,
             answer_delivered: false,
         }));
     };
-    let handed_off = history
-        .evidence
-        .proxy_event(envoy, claim.fence, "handoff")
-        .is_some_and(|handoff| handoff.at_ms <= kill.start_ms);
-    if !handed_off {
+    if !handed_off_by(history, envoy, claim.fence, kill.start_ms) {
         return Err(format!(
             "envoy-{envoy} was killed at {} ms, after its caller got the answer at {answered} \
              ms, but logged no hand-off of fence {}: its record should have been written",
@@ -520,4 +510,26 @@ fn proxy_died(
         fault: kill.id,
         answer_delivered: true,
     }))
+}
+
+/// When `execution`'s caller received its answer, if it did by `limit`.
+pub(super) fn answered_by(
+    execution: &Execution,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    limit: Ms,
+) -> Option<Ms> {
+    execution
+        .caller_request_id
+        .as_deref()
+        .and_then(|id| attempts_by_id.get(id))
+        .and_then(|attempt| attempt.answered_at())
+        .filter(|answered| *answered <= limit)
+}
+
+/// Whether Envoy `envoy` logged handing `fence`'s record to its outbox by `limit`.
+pub(super) fn handed_off_by(history: &History, envoy: usize, fence: u64, limit: Ms) -> bool {
+    history
+        .evidence
+        .proxy_event(envoy, fence, "handoff")
+        .is_some_and(|handoff| handoff.at_ms <= limit)
 }

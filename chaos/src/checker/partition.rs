@@ -17,7 +17,7 @@
 //!    and the record then lost to the takeover: its late settle gets `lease_lost`).
 
 use super::evidence::ClaimWon;
-use super::judgement::Row;
+use super::judgement::{Row, answered_by, handed_off_by};
 use crate::history::{Attempt, Execution, FaultKind, History, Ms};
 use std::collections::HashMap;
 
@@ -81,24 +81,13 @@ pub fn proxy_partitioned(
             takeover.at_ms
         ));
     }
-    let answered = earlier
-        .execution
-        .caller_request_id
-        .as_deref()
-        .and_then(|id| attempts_by_id.get(id))
-        .and_then(|attempt| attempt.answered_at())
-        .filter(|answered| *answered <= takeover.at_ms);
-    let Some(answered) = answered else {
+    let Some(answered) = answered_by(earlier.execution, attempts_by_id, takeover.at_ms) else {
         return Ok(Some(Row::ProxyPartitioned {
             fault: cut.id,
             answer_delivered: false,
         }));
     };
-    let handed_off = history
-        .evidence
-        .proxy_event(envoy, earlier.claim.fence, "handoff")
-        .is_some_and(|handoff| handoff.at_ms <= takeover.at_ms);
-    if !handed_off {
+    if !handed_off_by(history, envoy, earlier.claim.fence, takeover.at_ms) {
         return Err(format!(
             "envoy-{envoy}'s caller got the answer at {answered} ms, before the takeover at {} \
              ms, but the proxy logged no hand-off of fence {}: its record should have been written",
