@@ -16,7 +16,7 @@ export PG_BIN
 WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
-.PHONY: help prereqs ha-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
+.PHONY: help prereqs ha-prereqs net-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
         chaos chaos-short
@@ -53,6 +53,12 @@ prereqs:
 # installed when missing (as root), or one line saying how.
 ha-prereqs:
 	@scripts/ha-prereqs.sh
+
+# nftables (Debian package) for the network faults: parts in network namespaces whose links
+# are cut (testkit's net tests, the partition scenario, make chaos): installed when missing
+# (as root), or one line saying how. The faults themselves need root.
+net-prereqs:
+	@scripts/net-prereqs.sh
 
 rust-targets:
 	@installed=$$(rustup target list --installed); \
@@ -93,7 +99,7 @@ clippy: rust-targets
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 # Unit and property tests, and the lease-store against a throwaway Postgres; installs nothing.
-unit: prereqs
+unit: prereqs net-prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store
 	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http
 
@@ -114,7 +120,7 @@ envoy-validate: envoy wasm
 validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
-e2e: envoy wasm build
+e2e: net-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
 test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
@@ -163,11 +169,11 @@ bench: prereqs envoy wasm
 DURATION ?= 10m
 CHAOS_FLAGS ?=
 CHAOS_SEED = $(if $(SEED),--seed $(SEED))
-chaos: prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs)
+chaos: prereqs net-prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs)
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(if $(filter 1,$(HA)),--ha) $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # The short run (under 2 minutes in all), meant for make test.
-chaos-short: prereqs envoy wasm build
+chaos-short: prereqs net-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).

@@ -8,16 +8,4 @@ missing=()
 command -v patroni >/dev/null || missing+=(patroni)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v setpriv >/dev/null || missing+=(util-linux)
-((${#missing[@]} == 0)) && exit 0
-
-if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null; then
-    echo "patroni and etcd are needed (replicated-Postgres tests, make up HA=1): apt-get install -y patroni etcd-server" >&2
-    exit 1
-fi
-echo "installing ${missing[*]} with apt-get (replicated-Postgres tests, make up HA=1)" >&2
-export DEBIAN_FRONTEND=noninteractive
-# A fresh machine may have no package lists yet: update once, only if the first try fails.
-if ! apt-get install -y -q "${missing[@]}" >/dev/null 2>&1; then
-    apt-get update -q >/dev/null
-    apt-get install -y -q "${missing[@]}" >/dev/null
-fi
+exec "$(dirname "$0")/apt-install-missing.sh" "replicated-Postgres tests, make up HA=1" "${missing[@]}"

@@ -11,13 +11,16 @@
 //! | Envoy kill | SIGKILL to an Envoy | start it again on its ports, wait for `/ready` |
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
+//! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
+mod network;
 mod plugin_push;
 
 use std::time::Duration;
 
+use keyflight_testkit::net::CutId;
 use keyflight_testkit::process::Signal;
 use keyflight_testkit::stack::{Crash, Stack};
 
@@ -73,6 +76,7 @@ struct Injected {
     fault: Fault,
     crash: Option<Crash>,
     old_primary: Option<usize>,
+    cut: Option<CutId>,
 }
 
 async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
@@ -87,6 +91,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         },
         crash: None,
         old_primary: None,
+        cut: None,
     };
     match step.kind {
         FaultKind::StoreKill => stack.kill_store(step.target),
@@ -100,6 +105,10 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         }
         FaultKind::EnvoyKill => stack.kill_envoy(step.target),
         FaultKind::PluginPush => plugin_push::push(stack).await,
+        FaultKind::ProxyPartition
+        | FaultKind::StoreDbPartition
+        | FaultKind::OneWayLoss
+        | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
     }
     injected
 }
@@ -109,6 +118,7 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         mut fault,
         crash,
         old_primary,
+        cut,
     } = injected;
     match fault.kind {
         FaultKind::StoreKill => stack.start_store(fault.target).await,
@@ -125,6 +135,14 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         }
         FaultKind::EnvoyKill => stack.start_envoy(fault.target).await,
         FaultKind::PluginPush => {}
+        FaultKind::ProxyPartition
+        | FaultKind::StoreDbPartition
+        | FaultKind::OneWayLoss
+        | FaultKind::SlowLink => {
+            if let Some(cut) = cut {
+                stack.heal(cut);
+            }
+        }
     }
     fault.end_ms = clock.now_ms();
     fault

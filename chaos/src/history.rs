@@ -15,7 +15,7 @@ use crate::checker::evidence::Evidence;
 /// Milliseconds since the run started (negative: before it).
 pub type Ms = i64;
 
-/// The four kinds of fault a run injects.
+/// The kinds of fault a run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
@@ -38,11 +38,52 @@ pub enum FaultKind {
     /// edge cache switched off, or on again): a new plugin instance replaces the old one,
     /// which keeps delivering its outbox.
     PluginPush,
+    /// An Envoy cut off from every lease-store (nftables drops both ways in its network
+    /// namespace) while the stores and Postgres stay healthy; sometimes for longer than the
+    /// lease.
+    ProxyPartition,
+    /// A lease-store cut off from Postgres (nftables drops both ways in its namespace).
+    StoreDbPartition,
+    /// Every lease-store's answers to an Envoy lost (nftables drops inbound in its
+    /// namespace); its calls still arrive and are acted on.
+    OneWayLoss,
+    /// The links between an Envoy and every lease-store slowed (an `htb` class with a
+    /// `tbf` rate of a few hundred bytes a second each way) until calls outlast the
+    /// filter's call timeout.
+    SlowLink,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::StoreKill,
+        FaultKind::StoreFreeze,
+        FaultKind::PostgresCrash,
+        FaultKind::EnvoyKill,
+        FaultKind::PrimaryNodeDeath,
+        FaultKind::PluginPush,
+        FaultKind::ProxyPartition,
+        FaultKind::StoreDbPartition,
+        FaultKind::OneWayLoss,
+        FaultKind::SlowLink,
+    ];
+
+    /// The kinds a run on a single Postgres can inject.
+    pub const SINGLE_POSTGRES: [FaultKind; 9] = [
+        FaultKind::StoreKill,
+        FaultKind::StoreFreeze,
+        FaultKind::PostgresCrash,
+        FaultKind::EnvoyKill,
+        FaultKind::PluginPush,
+        FaultKind::ProxyPartition,
+        FaultKind::StoreDbPartition,
+        FaultKind::OneWayLoss,
+        FaultKind::SlowLink,
+    ];
+
+    /// The kinds a run on a replicated Postgres can inject (its parts share the host's
+    /// network: no link faults).
+    pub const REPLICATED_POSTGRES: [FaultKind; 6] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -51,13 +92,12 @@ impl FaultKind {
         FaultKind::PluginPush,
     ];
 
-    /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 5] = [
-        FaultKind::StoreKill,
-        FaultKind::StoreFreeze,
-        FaultKind::PostgresCrash,
-        FaultKind::EnvoyKill,
-        FaultKind::PluginPush,
+    /// The kinds made by cutting links: they need the parts in network namespaces.
+    pub const NETWORK: [FaultKind; 4] = [
+        FaultKind::ProxyPartition,
+        FaultKind::StoreDbPartition,
+        FaultKind::OneWayLoss,
+        FaultKind::SlowLink,
     ];
 
     /// The name used in the table and the JSON.
@@ -69,6 +109,10 @@ impl FaultKind {
             FaultKind::EnvoyKill => "envoy kill",
             FaultKind::PrimaryNodeDeath => "primary node death",
             FaultKind::PluginPush => "plugin push",
+            FaultKind::ProxyPartition => "proxy partition",
+            FaultKind::StoreDbPartition => "store db partition",
+            FaultKind::OneWayLoss => "one way loss",
+            FaultKind::SlowLink => "slow link",
         }
     }
 }
@@ -286,6 +330,9 @@ pub struct History {
     /// uncertain outcomes: what the judge's cooldown and forget rows hold a re-run to.
     #[serde(default)]
     pub policy: PolicyFacts,
+    /// The policy's `lease_ms` (the partition row needs it: a cut must outlast the lease).
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
 }
 
 /// The parts of the run's plugin configuration the judge's rows depend on.

@@ -24,8 +24,11 @@
 //!    lease-store killed (SIGKILL) and restarted, a lease-store frozen (SIGSTOP) past the
 //!    filter's 1 s call timeout and resumed, Postgres crashed (`pg_ctl stop -m immediate`)
 //!    and restarted, an Envoy killed and restarted on the same ports, a new plugin
-//!    configuration pushed to Envoy 0 by LDS. The upstream answers some keys with a 303,
-//!    302, 422 or 503, resets or runs past the lease, as each key's query asks.
+//!    configuration pushed to Envoy 0 by LDS, and the link faults (`faults/network.rs`: a
+//!    proxy cut off from the stores, a store cut off from Postgres, answers lost one way, a
+//!    slow link), for which each Envoy and lease-store runs in its own network namespace.
+//!    The upstream answers some keys with a 303, 302, 422 or 503, resets or runs past the
+//!    lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
 //!    upstream's execution log (each execution's key, fence, Envoy and caller attempt),
 //!    then sends every key once more through each Envoy (and the conflicting body of each
@@ -52,7 +55,8 @@
 //! # Narrowing a run
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
-//! `postgres-crash`, `envoy-kill`, `plugin-push`; `none` for none) and `--no-give-up` keeps every caller
+//! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
+//! `one-way-loss`, `slow-link`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -112,7 +116,9 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha); `none`
+    /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha), and the link
+    /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
+    /// only; they run each Envoy and lease-store in its own network namespace, as root); `none`
     /// for a control run. Default: every kind the database allows.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
@@ -161,11 +167,22 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let plugin = plugin()?;
     let fault_kinds = match &cli.faults {
         Some(kinds) => kinds.clone(),
-        None if cli.ha => FaultKinds(FaultKind::ALL.to_vec()),
+        None if cli.ha => FaultKinds(FaultKind::REPLICATED_POSTGRES.to_vec()),
         None => FaultKinds(FaultKind::SINGLE_POSTGRES.to_vec()),
     };
     if !cli.ha && fault_kinds.0.contains(&FaultKind::PrimaryNodeDeath) {
         return Err("primary-node-death needs a replicated Postgres: add --ha".to_owned());
+    }
+    let own_networks = fault_kinds
+        .0
+        .iter()
+        .any(|kind| FaultKind::NETWORK.contains(kind));
+    if cli.ha && own_networks {
+        return Err(
+            "the link faults run on a single Postgres only (the Patroni pair shares the \
+             host's network): drop --ha or the link faults"
+                .to_owned(),
+        );
     }
     let settings = Settings {
         duration_ms,
@@ -189,7 +206,8 @@ async fn run(cli: Cli) -> Result<bool, String> {
         dir.display()
     );
 
-    let mut stack = Stack::start(stack::options(&dir, &plugin, REPLICAS, cli.ha)).await;
+    let options = stack::options(&dir, &plugin, REPLICAS, cli.ha, own_networks);
+    let mut stack = Stack::start(options).await;
     let endpoints = stack::Endpoints::of(&stack);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -233,6 +251,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         evidence,
         replicated_postgres: cli.ha,
         policy: policy_facts(&plugin),
+        lease_ms: Some(LEASE_MS),
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;
@@ -400,8 +419,8 @@ mod tests {
             Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
-        let all =
-            "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,plugin-push";
+        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
+                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

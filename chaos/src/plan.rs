@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 6] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 10] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -94,6 +94,10 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 6] = [
     // A failover and the old node's rejoin take 15–20 s: rarer, or the run is all failover.
     (FaultKind::PrimaryNodeDeath, 10),
     (FaultKind::PluginPush, 10),
+    (FaultKind::ProxyPartition, 20),
+    (FaultKind::StoreDbPartition, 10),
+    (FaultKind::OneWayLoss, 10),
+    (FaultKind::SlowLink, 10),
 ];
 
 /// How often a fault is drawn to overlap the next one (two faults at once).
@@ -211,7 +215,12 @@ impl FaultStep {
     pub fn part(&self) -> Part {
         match self.kind {
             FaultKind::StoreKill | FaultKind::StoreFreeze => Part::Store(self.target),
-            FaultKind::EnvoyKill | FaultKind::PluginPush => Part::Envoy(self.target),
+            FaultKind::EnvoyKill
+            | FaultKind::PluginPush
+            | FaultKind::ProxyPartition
+            | FaultKind::OneWayLoss
+            | FaultKind::SlowLink => Part::Envoy(self.target),
+            FaultKind::StoreDbPartition => Part::Store(self.target),
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
     }
@@ -369,6 +378,13 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
             // The push is over once Envoy accepted it; the old plugin drains meanwhile.
             FaultKind::PluginPush => rng.random_range(100..600),
+            FaultKind::ProxyPartition => partition_hold(rng, settings),
+            FaultKind::StoreDbPartition => rng.random_range(300..3000),
+            // Past the call timeout, within the lease: a cut proxy whose lease runs out is
+            // the partition row, drawn as a proxy partition.
+            FaultKind::OneWayLoss | FaultKind::SlowLink => {
+                rng.random_range(settings.call_timeout_ms + 500..within_lease(settings))
+            }
         };
         let gap_ms = rng.random_range(200..1000);
         planned_ms += gap_ms + hold_ms;
@@ -380,16 +396,19 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             hold_ms,
             overlaps_next: false,
         };
-        // An overlapping pair is two steps (never three at once) on two parts.
+        // An overlapping pair is two steps (never three at once) on two parts. A link
+        // fault is never part of a pair: the partition row of the guarantee is judged on a
+        // cut with no other fault beside it (`checker/partition.rs`).
         let count = faults.len();
         let paired = count >= 2 && faults[count - 2].overlaps_next;
+        let links = FaultKind::NETWORK.contains(&step.kind);
         if let Some(previous) = faults.last_mut()
-            && (paired || previous.part() == step.part())
+            && (paired || links || previous.part() == step.part())
         {
             previous.overlaps_next = false;
         }
         faults.push(FaultStep {
-            overlaps_next: overlaps,
+            overlaps_next: overlaps && !links,
             ..step
         });
     }
@@ -397,6 +416,26 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
         last.overlaps_next = false;
     }
     faults
+}
+
+/// A proxy partition's hold: half of them end within the lease (the outbox lands the
+/// record once the link heals), half outlast it by up to 3 s (the lease runs out: the
+/// partition row of the guarantee, `docs/guarantee.md#where-it-is-at-least-once`).
+fn partition_hold(rng: &mut StdRng, settings: &Settings) -> u64 {
+    if rng.random_bool(0.5) {
+        rng.random_range(settings.call_timeout_ms + 200..within_lease(settings))
+    } else {
+        rng.random_range(settings.lease_ms + 500..settings.lease_ms + 3000)
+    }
+}
+
+/// The end of a hold meant to stay inside the lease (half a second short of it), and past
+/// the call timeout in any case.
+fn within_lease(settings: &Settings) -> u64 {
+    settings
+        .lease_ms
+        .saturating_sub(500)
+        .max(settings.call_timeout_ms + 800)
 }
 
 /// One of `choices`, drawn by weight.
@@ -435,7 +474,12 @@ mod tests {
 
     #[test]
     fn a_plan_has_every_kind_of_caller_and_fault() {
-        let plan = draw(1, &settings());
+        // Long enough for the rarer kinds among nine.
+        let long = Settings {
+            duration_ms: 180_000,
+            ..settings()
+        };
+        let plan = draw(1, &long);
         assert!(plan.keys.len() > 150, "{} keys", plan.keys.len());
         let callers: Vec<&CallerPlan> = plan.keys.iter().flat_map(|k| &k.callers).collect();
         for role in [Role::First, Role::Late, Role::Conflict] {
@@ -555,6 +599,20 @@ mod tests {
                 .iter()
                 .all(|f| f.kind == FaultKind::EnvoyKill)
         );
+    }
+
+    #[test]
+    fn proxy_partitions_end_both_within_and_past_the_lease() {
+        let holds: Vec<u64> = draw(11, &settings())
+            .faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::ProxyPartition)
+            .map(|f| f.hold_ms)
+            .collect();
+        let lease = settings().lease_ms;
+        assert!(holds.iter().any(|hold| *hold > lease + 400), "{holds:?}");
+        assert!(holds.iter().any(|hold| *hold < lease), "{holds:?}");
+        assert!(holds.iter().all(|hold| *hold > settings().call_timeout_ms));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub fn table(report: &Report) -> String {
         }),
         row(
             report,
-            "answer delivered, record died with its proxy",
+            "answer delivered, record lost with its proxy",
             |c| c.delivered_then_lost_with_proxy,
         ),
         row(report, "divergent answers", |c| c.divergent),
@@ -289,7 +289,8 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[0].contains(
-                "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin push | all |"
+                "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin \
+                 push | proxy partition | store db partition | one way loss | slow link | all |"
             ),
             "{table}"
         );

@@ -6,8 +6,11 @@
 //! parts log to one file each under the run's directory (`logs/`), continued across
 //! restarts and kept after the run, and each Envoy adds `x-keyflight-via: envoy-N` to the
 //! requests it forwards, so the upstream's execution log says which Envoy dispatched each
-//! execution. This module only says which options, and reads what the run needs back.
+//! execution. A run with network faults also puts each Envoy and lease-store in its own
+//! network namespace (the launcher's `own_networks`), so their links can be cut. This
+//! module only says which options, and reads what the run needs back.
 
+use std::net::SocketAddr;
 use std::path::Path;
 
 use keyflight_testkit::stack::{Stack, StackOptions};
@@ -20,6 +23,7 @@ pub fn options(
     plugin: &Value,
     replicas: usize,
     replicated_postgres: bool,
+    own_networks: bool,
 ) -> StackOptions {
     let options = StackOptions::default()
         .plugin(|shipped| *shipped = plugin.clone())
@@ -30,10 +34,10 @@ pub fn options(
         .reconfigurable()
         // JSON lines: the evidence the checker reads (`checker/evidence.rs`).
         .store_env("KEYFLIGHT_LOG_FORMAT", "json");
-    if replicated_postgres {
-        options.replicated_postgres()
-    } else {
-        options
+    match (replicated_postgres, own_networks) {
+        (true, _) => options.replicated_postgres(),
+        (false, true) => options.own_networks(),
+        (false, false) => options,
     }
 }
 
@@ -41,10 +45,10 @@ pub fn options(
 /// fault runner is changing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoints {
-    /// Each Envoy's listener port.
-    pub listeners: Vec<u16>,
-    /// The demo upstream's port.
-    pub upstream: u16,
+    /// Each Envoy's listener.
+    pub listeners: Vec<SocketAddr>,
+    /// The demo upstream.
+    pub upstream: SocketAddr,
 }
 
 impl Endpoints {
@@ -52,9 +56,11 @@ impl Endpoints {
     pub fn of(stack: &Stack) -> Endpoints {
         Endpoints {
             listeners: (0..stack.replicas())
-                .map(|index| stack.envoy_ports(index).listener)
+                .map(|index| {
+                    SocketAddr::new(stack.envoy_ip(index), stack.envoy_ports(index).listener)
+                })
                 .collect(),
-            upstream: stack.upstream_port(),
+            upstream: stack.upstream_address(),
         }
     }
 }

@@ -53,10 +53,7 @@ pub async fn executions(
     after: u64,
     run_start_unix_ms: u64,
 ) -> Result<Vec<Execution>, String> {
-    let url = format!(
-        "http://127.0.0.1:{}/executions?after={after}",
-        endpoints.upstream
-    );
+    let url = format!("http://{}/executions?after={after}", endpoints.upstream);
     let text = client
         .get(&url)
         .send()

@@ -210,7 +210,7 @@ pub async fn send(
     endpoints: &Endpoints,
     request: &Request,
 ) -> (Outcome, Option<Duration>) {
-    let Some(port) = endpoints.listeners.get(request.envoy) else {
+    let Some(listener) = endpoints.listeners.get(request.envoy) else {
         return (
             Outcome::ConnectionError {
                 error: format!("there is no Envoy {}", request.envoy),
@@ -218,7 +218,7 @@ pub async fn send(
             None,
         );
     };
-    let url = format!("http://127.0.0.1:{port}{}", request.path);
+    let url = format!("http://{listener}{}", request.path);
     let sent = client
         .post(&url)
         .timeout(request.timeout)

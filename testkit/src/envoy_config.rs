@@ -12,12 +12,18 @@
 //! Text substitution rather than a YAML round trip keeps the shipped comments and layout out
 //! of the question, and needs no YAML library.
 //!
+//! A stack whose parts run in network namespaces ([`crate::net`]) moves each socket off
+//! `127.0.0.1` afterwards ([`place`]): the same kind of edit, by its (now unique) port, also
+//! checked to apply exactly once.
+//!
 //! Both Envoys of the two-replica set-up render from `envoy/two-replicas.yaml`, which lists
 //! both lease-store replicas ([`render_from`], [`shipped_second_replica_ports`]); a unit test
 //! checks it differs from `demo.yaml` in its listener and admin ports and one more
 //! lease-store endpoint only. Scenarios that need another Envoy shape (jwt_authn, a TLS
 //! listener, a short route timeout) edit the rendered text further with
 //! [`crate::envoy_variants`].
+
+use std::net::IpAddr;
 
 use crate::yaml_lines::{indentation, replace_once};
 use serde_json::Value;
@@ -181,6 +187,17 @@ pub fn render_from(
     Ok(out.join("\n") + "\n")
 }
 
+/// Moves the socket on `port` (a listener, the admin interface or a cluster endpoint of a
+/// rendered config) from `127.0.0.1` to `ip`: for a part in its own network namespace.
+/// An error unless exactly one socket has that port.
+pub fn place(yaml: &str, port: u16, ip: IpAddr) -> Result<String, RenderError> {
+    replace_once(
+        yaml,
+        &format!("address: 127.0.0.1, port_value: {port} "),
+        &format!("address: {ip}, port_value: {port} "),
+    )
+}
+
 /// Where the plugin JSON block sits: its first line, how many lines, and their indentation.
 struct Block {
     first_line: usize,
@@ -316,29 +333,45 @@ mod tests {
         );
     }
 
-    #[test]
-    fn both_lease_store_replicas_are_rendered_into_the_two_replica_config() {
+    /// `envoy/two-replicas.yaml` rendered with the demo plugin for `stores`.
+    fn two_replicas(stores: &[u16]) -> Result<String, RenderError> {
         let plugin = shipped_plugin_config(&shipped_demo_yaml()).expect("demo plugin JSON");
-        let two = render_from(
+        render_from(
             &shipped_second_replica_yaml(),
             &shipped_second_replica_ports(),
-            &ports(&[23, 25]),
+            &ports(stores),
             "/x.wasm",
             &plugin,
         )
-        .expect("two-replicas.yaml renders");
+    }
+
+    #[test]
+    fn both_lease_store_replicas_are_rendered_into_the_two_replica_config() {
+        let two = two_replicas(&[23, 25]).expect("two-replicas.yaml renders");
         for port in [23, 25] {
             assert!(two.contains(&format!("port_value: {port} ")), "{two}");
         }
-        let error = render_from(
-            &shipped_second_replica_yaml(),
-            &shipped_second_replica_ports(),
-            &ports(&[23]),
-            "/x.wasm",
-            &plugin,
-        )
-        .expect_err("one store for a two-store config is refused");
+        let error = two_replicas(&[23]).expect_err("one store for a two-store config is refused");
         assert!(error.0.contains("2 lease-store replica(s)"), "{error}");
+    }
+
+    #[test]
+    fn each_socket_is_placed_on_its_address_once() {
+        let two = two_replicas(&[23, 25]).expect("two-replicas.yaml renders");
+        let ip: IpAddr = "10.213.0.12".parse().expect("an address");
+        let placed = place(&two, 25, ip).expect("the second store's socket");
+        assert!(
+            placed.contains("{ address: 10.213.0.12, port_value: 25 }"),
+            "{placed}"
+        );
+        assert_eq!(placed.matches("10.213.0.12").count(), 1, "{placed}");
+        let error = place(&placed, 25, ip).expect_err("placed already");
+        assert!(error.0.contains("found it 0 times"), "{error}");
+        let twice = format!("{two}{two}");
+        assert!(
+            place(&twice, 23, ip).is_err(),
+            "a port named twice is refused"
+        );
     }
 
     #[test]

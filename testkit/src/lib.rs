@@ -6,7 +6,8 @@
 //! `make chaos` and `make bench` all run it. Beneath it: throwaway Postgres clusters
 //! ([`pg`], [`ha`], [`database`]), supervised child processes ([`process`]), where the
 //! programs are ([`binaries`]), and the shipped Envoy configs rendered for a stack
-//! ([`envoy_config`], [`envoy_variants`], [`lds`]).
+//! ([`envoy_config`], [`envoy_variants`], [`lds`]), and network namespaces whose links can be
+//! cut ([`net`]).
 
 pub mod binaries;
 pub mod database;
@@ -15,6 +16,7 @@ pub mod envoy_variants;
 pub mod ha;
 pub mod lds;
 pub mod metrics;
+pub mod net;
 mod os;
 pub mod pg;
 pub mod pki;

@@ -33,6 +33,7 @@ use crate::os::{
 };
 use crate::pki::{CertFiles, Pki};
 use crate::process::free_port;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -54,6 +55,9 @@ pub struct PgOptions {
     pub durable: bool,
     /// `true`: TCP connections must use TLS ([`PgTls`]); unix-socket ones stay trusted.
     pub tls: bool,
+    /// Listen on this address too (beside `127.0.0.1`), trusting its `/24`: the host side of
+    /// a stack's network namespaces ([`crate::net::NetLab::host_side_ip`]).
+    pub also_listen: Option<Ipv4Addr>,
 }
 
 /// The certificates of a TLS cluster and the roles its `pg_hba.conf` authenticates
@@ -184,6 +188,9 @@ impl PgCluster {
             frozen: AtomicBool::new(false),
         };
         cluster.initdb();
+        if let Some(ip) = cluster.options.also_listen {
+            cluster.trust_subnet_of(ip);
+        }
         if let Some(tls) = &cluster.tls {
             let hba = cluster.data_dir().join("pg_hba.conf");
             std::fs::write(&hba, tls.hba())
@@ -196,7 +203,12 @@ impl PgCluster {
 
     /// A libpq-style URL for the `postgres` superuser on the `postgres` database.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.url_at(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
+    /// [`PgCluster::url`] through address `ip` (`127.0.0.1` or [`PgOptions::also_listen`]).
+    pub fn url_at(&self, ip: IpAddr) -> String {
+        format!("postgres://postgres@{ip}:{}/postgres", self.port)
     }
 
     /// The certificates of a cluster started with [`PgOptions::tls`]; panics otherwise.
@@ -306,9 +318,23 @@ impl PgCluster {
         run_checked(&mut cmd);
     }
 
+    /// Trusts TCP connections from `ip`'s `/24` (the namespaces of a stack's network lab).
+    fn trust_subnet_of(&self, ip: Ipv4Addr) {
+        let [a, b, c, _] = ip.octets();
+        let hba = self.data_dir().join("pg_hba.conf");
+        let mut text =
+            std::fs::read_to_string(&hba).unwrap_or_else(|e| panic!("read {}: {e}", hba.display()));
+        text.push_str(&format!("host all all {a}.{b}.{c}.0/24 trust\n"));
+        std::fs::write(&hba, text).unwrap_or_else(|e| panic!("write {}: {e}", hba.display()));
+    }
+
     fn pg_ctl_start(&self) {
+        let listen = match self.options.also_listen {
+            Some(ip) => format!("127.0.0.1,{ip}"),
+            None => "127.0.0.1".to_owned(),
+        };
         let mut server_options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
+            "-p {} -k {} -c listen_addresses={listen} -c max_connections=300",
             self.port,
             self.dir.join("sock").display()
         );

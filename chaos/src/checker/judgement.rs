@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::evidence::{ClaimWon, TAKEOVER};
+use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
 use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
 
@@ -43,6 +44,31 @@ pub enum Row {
         /// Why the record cooled down.
         cause: CooldownCause,
     },
+    /// The winner's proxy was cut off from every lease-store for longer than the lease
+    /// while the stores and Postgres were healthy (`partition.rs`).
+    ProxyPartitioned {
+        /// The proxy partition (fault id).
+        fault: usize,
+        /// Its caller already had its answer (the record was in the outbox).
+        answer_delivered: bool,
+    },
+}
+
+impl Row {
+    /// Whether the caller had the answer while the record waited in an outbox that then
+    /// lost it (the proxy died, or the takeover won while it was cut off).
+    fn answer_lost_with_proxy(self) -> bool {
+        matches!(
+            self,
+            Row::ProxyDied {
+                answer_delivered: true,
+                ..
+            } | Row::ProxyPartitioned {
+                answer_delivered: true,
+                ..
+            }
+        )
+    }
 }
 
 /// Why a record was released as a failure with a cooldown.
@@ -135,8 +161,9 @@ pub struct KeyVerdict {
     pub executions: Vec<u64>,
     /// Every execution after the first, judged.
     pub reruns: Vec<Rerun>,
-    /// Delivered successful answers whose execution's record died with its proxy
-    /// (excused from replaying; the documented case seen from the caller).
+    /// Delivered successful answers whose execution's record was lost with its proxy: it
+    /// died, or was cut off past its lease (excused from replaying; the documented case
+    /// seen from the caller).
     pub died_with_proxy: Vec<(u16, String)>,
     /// The distinct successful answers beyond those, when there was more than one.
     pub divergent_answers: Vec<(u16, String)>,
@@ -207,20 +234,14 @@ pub fn judge_key(
         })
         .collect();
 
-    // An answer is excused from replaying only when its own execution's record died
-    // with its proxy after the answer went out.
+    // An answer is excused from replaying only when its own execution's record was lost
+    // with its proxy (dead, or cut off past its lease) after the answer went out.
     let lost_with_proxy: BTreeSet<&str> = reruns
         .iter()
         .filter(|rerun| {
             matches!(
                 rerun.verdict,
-                RerunVerdict::Excused {
-                    row: Row::ProxyDied {
-                        answer_delivered: true,
-                        ..
-                    },
-                    ..
-                }
+                RerunVerdict::Excused { row, .. } if row.answer_lost_with_proxy()
             )
         })
         .filter_map(|rerun| executions.iter().find(|e| e.execution == rerun.earlier))
@@ -375,7 +396,9 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    (store or proxy) before it, and the row's own event is shown: the earlier
 ///    execution's Envoy was killed after its claim was won and before both the takeover and
 ///    any landed settle (if its caller had the answer by then, the hand-off to the outbox
-///    must be in its log) — or its outbox logged giving the claim up before the takeover.
+///    must be in its log) — or it was cut off from every lease-store for longer than the
+///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
+///    the claim up before the takeover.
 pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
@@ -480,13 +503,22 @@ fn excused(
     )? {
         return Ok(excused(row));
     }
+    let partitioned = Earlier {
+        execution: earlier,
+        envoy,
+        claim: first,
+        landed,
+    };
+    if let Some(row) = proxy_partitioned(&partitioned, takeover, attempts_by_id, history)? {
+        return Ok(excused(row));
+    }
     let gave_up = evidence.proxy_event(envoy, earlier_fence, "given_up");
     if gave_up.is_some_and(|given_up| given_up.at_ms < takeover.at_ms) {
         return Ok(excused(Row::OutboxGaveUp));
     }
     Err(format!(
-        "envoy-{envoy}, which won fence {earlier_fence} at {} ms, was not killed before the \
-         takeover at {} ms{} and logged no give-up of it",
+        "envoy-{envoy}, which won fence {earlier_fence} at {} ms, was neither killed nor cut \
+         off from the lease-stores before the takeover at {} ms{} and logged no give-up of it",
         first.at_ms,
         takeover.at_ms,
         landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
@@ -513,23 +545,13 @@ fn proxy_died(
     }) else {
         return Ok(None);
     };
-    let answered = earlier
-        .caller_request_id
-        .as_deref()
-        .and_then(|id| attempts_by_id.get(id))
-        .and_then(|attempt| attempt.answered_at())
-        .filter(|answered| *answered <= kill.start_ms);
-    let Some(answered) = answered else {
+    let Some(answered) = answered_by(earlier, attempts_by_id, kill.start_ms) else {
         return Ok(Some(Row::ProxyDied {
             fault: kill.id,
             answer_delivered: false,
         }));
     };
-    let handed_off = history
-        .evidence
-        .proxy_event(envoy, claim.fence, "handoff")
-        .is_some_and(|handoff| handoff.at_ms <= kill.start_ms);
-    if !handed_off {
+    if !handed_off_by(history, envoy, claim.fence, kill.start_ms) {
         return Err(format!(
             "envoy-{envoy} was killed at {} ms, after its caller got the answer at {answered} \
              ms, but logged no hand-off of fence {}: its record should have been written",
@@ -622,4 +644,26 @@ fn settled_row(
         ));
     }
     Ok(Some(Row::Cooldown { cause }))
+}
+
+/// When `execution`'s caller received its answer, if it did by `limit`.
+pub(super) fn answered_by(
+    execution: &Execution,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    limit: Ms,
+) -> Option<Ms> {
+    execution
+        .caller_request_id
+        .as_deref()
+        .and_then(|id| attempts_by_id.get(id))
+        .and_then(|attempt| attempt.answered_at())
+        .filter(|answered| *answered <= limit)
+}
+
+/// Whether Envoy `envoy` logged handing `fence`'s record to its outbox by `limit`.
+pub(super) fn handed_off_by(history: &History, envoy: usize, fence: u64, limit: Ms) -> bool {
+    history
+        .evidence
+        .proxy_event(envoy, fence, "handoff")
+        .is_some_and(|handoff| handoff.at_ms <= limit)
 }

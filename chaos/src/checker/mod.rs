@@ -11,6 +11,7 @@
 //!   a record that no longer answers as it must (a 2xx or a recorded 4xx that does not
 //!   replay, an `unknown` that is no longer `unknown`, a conflict that no longer
 //!   conflicts) and an `unknown` record that ran again are each judged on their own.
+//!   The partition row's own conditions are in `partition.rs`.
 //! - `report.rs`: the findings summed up per fault kind for the table.
 //!
 //! The judge's own tests are a corpus of small histories (`chaos/tests/corpus/`): one per
@@ -20,6 +21,7 @@
 
 pub mod evidence;
 pub mod judgement;
+mod partition;
 pub mod report;
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ impl Column {
     /// replicated Postgres.
     pub fn all(replicated_postgres: bool) -> Vec<Column> {
         let kinds: &[FaultKind] = if replicated_postgres {
-            &FaultKind::ALL
+            &FaultKind::REPLICATED_POSTGRES
         } else {
             &FaultKind::SINGLE_POSTGRES
         };
@@ -71,7 +71,8 @@ pub struct Counts {
     pub executed_twice_excused: u64,
     /// Keys executed more than once with at least one re-run no row excuses.
     pub executed_twice_unexcused: u64,
-    /// Keys with a delivered answer whose record died with its proxy's outbox (excused).
+    /// Keys with a delivered answer whose record was lost with its proxy's outbox: the
+    /// proxy died, or was cut off past its lease (excused).
     pub delivered_then_lost_with_proxy: u64,
     /// Keys whose callers got two different successful answers beyond those.
     pub divergent: u64,

@@ -97,7 +97,9 @@ fn without_the_kill_or_with_a_kill_outside_the_claims_life_nothing_is_excused() 
         let mut history = killed_winner();
         history.faults = faults;
         assert!(
-            reason(&history).contains("was not killed before the takeover"),
+            reason(&history).contains(
+                "was neither killed nor cut off from the lease-stores before the takeover"
+            ),
             "{why}"
         );
     }

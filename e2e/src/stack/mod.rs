@@ -82,6 +82,7 @@ impl Stack {
     pub fn post_via(&self, replica: usize, path: &str) -> Post<'_> {
         let post = Post {
             stack: self,
+            host: self.inner.envoy_ip(replica),
             listener: self.ports_of(replica).listener,
             path: path.to_owned(),
             headers: vec![
@@ -103,10 +104,15 @@ impl Stack {
         self.ports_of(replica).listener
     }
 
-    /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener, for clients other than
-    /// [`Stack::post`] (the `keyflight` client command).
+    /// `http://127.0.0.1:PORT{path}` on Envoy replica 0's listener (its own address in a
+    /// stack with its own networks), for clients other than [`Stack::post`] (the
+    /// `keyflight` client command).
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.ports_of(0).listener)
+        format!(
+            "http://{}:{}{path}",
+            self.inner.envoy_ip(0),
+            self.ports_of(0).listener
+        )
     }
 
     /// `https://127.0.0.1:PORT{path}` on Envoy replica `replica`'s listener, for clients
@@ -127,19 +133,13 @@ impl Stack {
 
     /// The upstream's `/stats`: `{"executions": N, "by_path": {...}}`.
     pub async fn upstream_stats(&self) -> Value {
-        self.get_json(&format!(
-            "http://127.0.0.1:{}/stats",
-            self.inner.upstream_port()
-        ))
-        .await
+        self.get_json(&format!("http://{}/stats", self.inner.upstream_address()))
+            .await
     }
 
     /// How many handlers wait at the upstream's gate `name`.
     pub async fn gate_waiting(&self, name: &str) -> u64 {
-        let url = format!(
-            "http://127.0.0.1:{}/gates/{name}",
-            self.inner.upstream_port()
-        );
+        let url = format!("http://{}/gates/{name}", self.inner.upstream_address());
         self.get_json(&url).await["waiting"]
             .as_u64()
             .unwrap_or_else(|| panic!("upstream gate status has no `waiting`"))
@@ -147,10 +147,7 @@ impl Stack {
 
     /// Opens the upstream's gate `name` for good.
     pub async fn open_gate(&self, name: &str) {
-        let url = format!(
-            "http://127.0.0.1:{}/gates/{name}/open",
-            self.inner.upstream_port()
-        );
+        let url = format!("http://{}/gates/{name}/open", self.inner.upstream_address());
         let response = self
             .client
             .post(&url)
@@ -181,7 +178,8 @@ impl Stack {
     /// One scrape of lease-store replica `replica`'s `/metrics`.
     pub async fn store_metrics_at(&self, replica: usize) -> StoreMetrics {
         let url = format!(
-            "http://127.0.0.1:{}/metrics",
+            "http://{}:{}/metrics",
+            self.inner.store_ip(replica),
             self.lease_store_port(replica)
         );
         StoreMetrics::parse(&self.get_text(&url).await)
@@ -218,7 +216,11 @@ impl Stack {
             .args(args)
             .env(
                 "KEYFLIGHT_URL",
-                format!("http://127.0.0.1:{}", self.inner.store_port(0)),
+                format!(
+                    "http://{}:{}",
+                    self.inner.store_ip(0),
+                    self.inner.store_port(0)
+                ),
             )
             .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
             .output()
@@ -251,7 +253,8 @@ impl Stack {
             .as_bytes(),
         );
         let url = format!(
-            "http://127.0.0.1:{}/v1/claims/{}",
+            "http://{}:{}/v1/claims/{}",
+            self.inner.store_ip(0),
             self.inner.store_port(0),
             scope.to_hex()
         );
@@ -294,7 +297,8 @@ impl Stack {
     /// [`Stack::envoy_stat`] of Envoy replica `replica`.
     pub async fn envoy_stat_at(&self, replica: usize, stat: &str) -> u64 {
         let url = format!(
-            "http://127.0.0.1:{}/stats?filter=^{stat}$",
+            "http://{}:{}/stats?filter=^{stat}$",
+            self.inner.envoy_ip(replica),
             self.ports_of(replica).admin
         );
         let text = self.get_text(&url).await;

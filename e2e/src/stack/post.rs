@@ -1,5 +1,6 @@
 //! A request through the stack's Envoy, built by [`Stack::post`].
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -10,6 +11,7 @@ use crate::reply::Reply;
 /// A request being built by [`Stack::post`].
 pub struct Post<'a> {
     pub(super) stack: &'a Stack,
+    pub(super) host: IpAddr,
     pub(super) listener: u16,
     pub(super) path: String,
     pub(super) headers: Vec<(String, String)>,
@@ -68,7 +70,7 @@ impl Post<'_> {
 
     /// Sends the request and reads the whole answer.
     pub async fn send(self) -> Reply {
-        let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
+        let url = format!("http://{}:{}{}", self.host, self.listener, self.path);
         self.try_send()
             .await
             .unwrap_or_else(|e| panic!("POST {url}: {e:?}"))
@@ -76,7 +78,7 @@ impl Post<'_> {
 
     /// Sends the request; an error when no complete answer came back (e.g. Envoy died).
     pub async fn try_send(self) -> Result<Reply, reqwest::Error> {
-        let url = format!("http://127.0.0.1:{}{}", self.listener, self.path);
+        let url = format!("http://{}:{}{}", self.host, self.listener, self.path);
         let mut request = self.stack.client.post(&url).body(self.body);
         if let Some(timeout) = self.timeout {
             request = request.timeout(timeout);

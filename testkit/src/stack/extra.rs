@@ -91,6 +91,11 @@ impl Stack {
         yaml: &str,
         ports: Ports,
     ) -> Result<ExtraEnvoy, String> {
+        assert!(
+            self.net.is_none(),
+            "an extra Envoy runs on the host side, which cannot reach the lease-stores of a \
+             stack with its own networks"
+        );
         let path = self.dir.join(format!("envoy-{name}.yaml"));
         std::fs::write(&path, yaml).map_err(|e| format!("write {}: {e}", path.display()))?;
         let command = envoy_command(&self.binaries, &path, &self.options.envoy_log_level);
@@ -140,7 +145,12 @@ pub async fn envoy_alone(plugin: &Value) -> EnvoyStart {
         std::process::id(),
         ports.admin
     ));
-    let rendered = super::render_envoy_config(&binaries, &options, 0, &ports);
+    let sites = super::Sites {
+        envoys: vec![super::Place::LOOPBACK],
+        stores: vec![super::Place::LOOPBACK],
+        host_side: super::Place::LOOPBACK.ip,
+    };
+    let rendered = super::render_envoy_config(&binaries, &options, 0, &ports, &sites);
     std::fs::write(&path, rendered).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     let mut envoy = ChildGuard::spawn("envoy", envoy_command(&binaries, &path, "info"));
     let outcome = match wait_envoy_ready(&mut envoy, ports.admin).await {

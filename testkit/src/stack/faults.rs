@@ -1,11 +1,12 @@
 //! What a harness does to a running stack: kill, freeze and restart its parts, crash
 //! Postgres or fail its primary over, and push a new plugin configuration.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{READY_TIMEOUT, Stack, lds_path_of, upstream_command};
+use super::{READY_TIMEOUT, Stack, lds_path_of, network, upstream_command_at};
 use crate::database::Database;
 use crate::ha::HaCluster;
 use crate::lds;
@@ -60,6 +61,7 @@ impl Stack {
             &self.envoys[index].config,
             &self.options.envoy_log_level,
         );
+        let command = network::inside(self.net.as_ref(), self.envoys[index].place, command);
         self.envoys[index].part.spawn(command);
         self.wait_envoy(index).await;
     }
@@ -73,8 +75,8 @@ impl Stack {
     /// until it answers.
     pub async fn restart_upstream(&mut self) {
         self.upstream
-            .spawn(upstream_command(&self.binaries, self.upstream_port));
-        let ready = format!("http://127.0.0.1:{}/stats", self.upstream_port);
+            .spawn(upstream_command_at(&self.binaries, self.upstream_address()));
+        let ready = format!("http://{}/stats", self.upstream_address());
         wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;
     }
 
@@ -156,7 +158,7 @@ impl Stack {
         let rendered = self.render_envoy(0);
         let lds_path = lds_path_of(&self.envoys[0].config);
         let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
-        let admin = self.envoys[0].ports.admin;
+        let admin = SocketAddr::new(self.envoys[0].place.ip, self.envoys[0].ports.admin);
         let updates_before = lds_updates(admin).await;
         lds::write_atomically(&lds_path, &split.listeners)
             .unwrap_or_else(|e| panic!("write {}: {e}", lds_path.display()));
@@ -169,7 +171,7 @@ impl Stack {
     async fn wait_stores_ready(&self) {
         for store in &self.stores {
             if store.part.pid().is_some() {
-                let ready = format!("http://127.0.0.1:{}/readyz", store.port);
+                let ready = format!("http://{}:{}/readyz", store.place.ip, store.port);
                 wait_http_ok(&ready, READY_TIMEOUT, None).await;
             }
         }
@@ -177,9 +179,9 @@ impl Stack {
 }
 
 /// Envoy's count of accepted listener updates (`listener_manager.lds.update_success`).
-async fn lds_updates(admin: u16) -> u64 {
+async fn lds_updates(admin: SocketAddr) -> u64 {
     const STAT: &str = "listener_manager.lds.update_success";
-    let url = format!("http://127.0.0.1:{admin}/stats?filter=^{STAT}$");
+    let url = format!("http://{admin}/stats?filter=^{STAT}$");
     let text = match reqwest::get(&url).await {
         Ok(response) => response.text().await.unwrap_or_default(),
         Err(_) => String::new(),

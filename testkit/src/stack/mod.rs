@@ -19,13 +19,17 @@
 //!
 //! This file holds the start-up and what a harness reads; `options.rs` what runs,
 //! `parts.rs` how each part is started, `faults.rs` what a harness does to a running stack,
-//! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks).
+//! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks),
+//! `network.rs` the stack whose parts run in network namespaces and the link faults it
+//! allows ([`StackOptions::own_networks`], [`Stack::cut`]).
 
 mod extra;
 mod faults;
+mod network;
 mod options;
 mod parts;
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -38,23 +42,28 @@ use crate::envoy_config::{self, Ports};
 use crate::envoy_variants::EnvoyEdit;
 use crate::ha::{HaCluster, HaOptions};
 use crate::lds;
+use crate::net::NetLab;
 use crate::pg::{PgCluster, PgOptions};
 use crate::process::{free_port, wait_http_ok};
 
 pub use extra::{EnvoyStart, ExtraEnvoy, ExtraStore, envoy_alone};
 pub use faults::Crash;
+pub use network::{NetFault, SLOW_LINK_BYTES_PER_S};
 pub use options::{PortPlan, SHARED_AUTHORITY, StackOptions, VIA_HEADER, via_value};
 pub use parts::{ADMIN_TOKEN, envoy_command, lease_store_command, upstream_command};
-use parts::{Envoy, Part, Store};
+use parts::{Envoy, Part, Place, Store, upstream_command_at};
 
 /// How long a part may take to answer its readiness probe.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A running stack. Fields drop in declaration order: Envoys first, Postgres last.
+/// A running stack. Fields drop in declaration order: Envoys first, Postgres, then the
+/// network namespaces last.
 pub struct Stack {
     envoys: Vec<Envoy>,
     upstream: Part,
     upstream_port: u16,
+    /// Where the upstream listens (and Postgres, on a stack with its own networks).
+    host_side: IpAddr,
     stores: Vec<Store>,
     database: Database,
     binaries: Binaries,
@@ -62,6 +71,8 @@ pub struct Stack {
     dir: PathBuf,
     /// The directory is the stack's own temp dir (removed on drop when nothing failed).
     temporary: bool,
+    /// The namespaces of a stack with [`StackOptions::own_networks`].
+    net: Option<NetLab>,
 }
 
 impl Stack {
@@ -77,8 +88,10 @@ impl Stack {
         std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("create {}: {e}", logs.display()));
 
         let plan = PlanPorts::new(options.ports, options.replicas);
+        let (net, places) = network::places(&options);
         let mut envoys: Vec<Envoy> = (0..options.replicas)
             .map(|index| Envoy {
+                place: places.envoys[index],
                 ports: plan.envoy(index),
                 config: dir.join(format!("envoy-{index}.yaml")),
                 part: Part::new(&format!("envoy-{index}"), &logs),
@@ -86,27 +99,43 @@ impl Stack {
             .collect();
         // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
         // static, so it needs nothing else to be up.
+        let sites = Sites {
+            envoys: places.envoys.clone(),
+            stores: places.stores.clone(),
+            host_side: places.host_side,
+        };
         for (index, envoy) in envoys.iter_mut().enumerate() {
-            write_envoy_config(&binaries, &options, index, &envoy.ports, &envoy.config);
-            envoy.part.spawn(envoy_command(
+            write_envoy_config(
                 &binaries,
+                &options,
+                index,
+                &envoy.ports,
+                &sites,
                 &envoy.config,
-                &options.envoy_log_level,
-            ));
+            );
+            let command = envoy_command(&binaries, &envoy.config, &options.envoy_log_level);
+            envoy
+                .part
+                .spawn(network::inside(net.as_ref(), envoy.place, command));
         }
         let mut upstream = Part::new("demo-upstream", &logs);
-        upstream.spawn(upstream_command(&binaries, plan.upstream));
+        upstream.spawn(upstream_command_at(
+            &binaries,
+            SocketAddr::new(places.host_side, plan.upstream),
+        ));
 
-        let database = start_database(&options).await;
+        let database = start_database(&options, net.as_ref()).await;
         let mut stack = Stack {
             envoys,
             upstream,
             upstream_port: plan.upstream,
+            host_side: places.host_side,
             stores: plan
                 .lease_stores
                 .iter()
                 .enumerate()
                 .map(|(index, &port)| Store {
+                    place: places.stores[index],
                     port,
                     part: Part::new(&format!("lease-store-{index}"), &logs),
                 })
@@ -116,6 +145,7 @@ impl Stack {
             options,
             dir,
             temporary,
+            net,
         };
         // One replica migrates; the others start once the schema is in.
         for index in 0..stack.stores.len() {
@@ -127,10 +157,10 @@ impl Stack {
 
     /// Waits until every running part answers its readiness probe.
     pub async fn wait_healthy(&mut self) {
-        let ready = format!("http://127.0.0.1:{}/stats", self.upstream_port);
+        let ready = format!("http://{}/stats", self.upstream_address());
         wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;
         for store in &mut self.stores {
-            let ready = format!("http://127.0.0.1:{}/readyz", store.port);
+            let ready = format!("http://{}:{}/readyz", store.place.ip, store.port);
             wait_http_ok(&ready, READY_TIMEOUT, store.part.child_mut()).await;
         }
         for index in 0..self.envoys.len() {
@@ -156,6 +186,22 @@ impl Stack {
     /// The demo upstream's port.
     pub fn upstream_port(&self) -> u16 {
         self.upstream_port
+    }
+
+    /// Envoy `index`'s address: its listener and admin interface are on it (`127.0.0.1`
+    /// unless the stack runs [`StackOptions::own_networks`]).
+    pub fn envoy_ip(&self, index: usize) -> IpAddr {
+        self.envoy(index).place.ip
+    }
+
+    /// Lease-store `index`'s address (see [`Stack::envoy_ip`]).
+    pub fn store_ip(&self, index: usize) -> IpAddr {
+        self.store(index).place.ip
+    }
+
+    /// Where the demo upstream listens.
+    pub fn upstream_address(&self) -> SocketAddr {
+        SocketAddr::new(self.host_side, self.upstream_port)
     }
 
     /// The database the lease-stores run on.
@@ -234,7 +280,7 @@ impl Stack {
             .iter()
             .map(|store| json!({"port": store.port, "pid": store.part.pid(), "log": store.part.log()}))
             .collect();
-        json!({
+        let mut described = json!({
             "dir": self.dir,
             "envoys": envoys,
             "lease_stores": stores,
@@ -248,7 +294,15 @@ impl Stack {
                 "replicated": matches!(self.database, Database::Replicated(_)),
             },
             "tokens": {"filter": self.options.filter_token(), "admin": ADMIN_TOKEN},
-        })
+        });
+        if self.net.is_some() {
+            described["addresses"] = json!({
+                "envoys": self.envoys.iter().map(|e| e.place.ip).collect::<Vec<_>>(),
+                "lease_stores": self.stores.iter().map(|s| s.place.ip).collect::<Vec<_>>(),
+                "host_side": self.host_side,
+            });
+        }
+        described
     }
 
     fn envoy(&self, index: usize) -> &Envoy {
@@ -270,25 +324,26 @@ impl Stack {
     }
 
     async fn start_store_with(&mut self, index: usize, migrate: bool) {
-        let url = self.database.url();
+        let place = self.store(index).place;
+        let url = network::database_url(&self.database, place, self.host_side);
         let token = self.options.filter_token();
-        let mut command = lease_store_command(
-            &self.binaries,
-            &url,
-            self.store(index).port,
-            &token,
-            migrate,
-        );
+        let port = self.store(index).port;
+        let mut command = lease_store_command(&self.binaries, &url, port, &token, migrate);
         command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
+        command.env(
+            "KEYFLIGHT_LISTEN",
+            SocketAddr::new(place.ip, port).to_string(),
+        );
+        let command = network::inside(self.net.as_ref(), place, command);
         let store = &mut self.stores[index];
         store.part.spawn(command);
-        let ready = format!("http://127.0.0.1:{}/readyz", store.port);
+        let ready = format!("http://{}:{}/readyz", place.ip, store.port);
         wait_http_ok(&ready, READY_TIMEOUT, store.part.child_mut()).await;
     }
 
     async fn wait_envoy(&mut self, index: usize) {
         let envoy = &mut self.envoys[index];
-        let ready = format!("http://127.0.0.1:{}/ready", envoy.ports.admin);
+        let ready = format!("http://{}:{}/ready", envoy.place.ip, envoy.ports.admin);
         wait_http_ok(&ready, READY_TIMEOUT, envoy.part.child_mut()).await;
     }
 
@@ -299,7 +354,17 @@ impl Stack {
             &self.options,
             index,
             &self.envoy(index).ports,
+            &self.sites(),
         )
+    }
+
+    /// Where every part of this stack runs.
+    fn sites(&self) -> Sites {
+        Sites {
+            envoys: self.envoys.iter().map(|e| e.place).collect(),
+            stores: self.stores.iter().map(|s| s.place).collect(),
+            host_side: self.host_side,
+        }
     }
 }
 
@@ -366,12 +431,13 @@ impl PlanPorts {
     }
 }
 
-async fn start_database(options: &StackOptions) -> Database {
+async fn start_database(options: &StackOptions, net: Option<&NetLab>) -> Database {
     if options.replicated {
         return Database::Replicated(Box::new(HaCluster::start(HaOptions::default()).await));
     }
     let pg = PgOptions {
         durable: options.durable,
+        also_listen: net.map(NetLab::host_side_ip),
         ..PgOptions::default()
     };
     let cluster = tokio::task::spawn_blocking(move || PgCluster::start_with(pg))
@@ -380,18 +446,31 @@ async fn start_database(options: &StackOptions) -> Database {
     Database::Single(cluster)
 }
 
+/// Where the parts of a stack run: every Envoy and lease-store, and the host side (the
+/// upstream, Postgres).
+struct Sites {
+    envoys: Vec<Place>,
+    stores: Vec<Place>,
+    host_side: IpAddr,
+}
+
 /// The shipped config for Envoy `index`: `envoy/demo.yaml` for one lease-store,
-/// `envoy/two-replicas.yaml` for two, with the wasm, the plugin JSON, the options' edits
-/// and (for a tagged stack) the [`VIA_HEADER`].
+/// `envoy/two-replicas.yaml` for two, with the wasm, the plugin JSON, each socket on its
+/// part's address (a stack with its own networks), the options' edits and (for a tagged
+/// stack) the [`VIA_HEADER`].
 fn render_envoy_config(
     binaries: &Binaries,
     options: &StackOptions,
     index: usize,
     ports: &Ports,
+    sites: &Sites,
 ) -> String {
     let wasm = binaries.wasm.display().to_string();
     let mut rendered = envoy_config::render_shipped(ports, &wasm, &options.plugin)
         .unwrap_or_else(|e| panic!("{e}"));
+    if options.own_networks {
+        rendered = network::place_sockets(&rendered, ports, index, sites);
+    }
     let tag = options.tag_envoys.then(|| EnvoyEdit::AddRequestHeader {
         name: VIA_HEADER.to_owned(),
         value: via_value(index),
@@ -409,9 +488,10 @@ fn write_envoy_config(
     options: &StackOptions,
     index: usize,
     ports: &Ports,
+    sites: &Sites,
     path: &Path,
 ) {
-    let rendered = render_envoy_config(binaries, options, index, ports);
+    let rendered = render_envoy_config(binaries, options, index, ports, sites);
     let write = |path: &Path, text: &str| {
         std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
     };

@@ -48,6 +48,8 @@ pub struct StackOptions {
     pub(super) listener_from_file: bool,
     pub(super) replicated: bool,
     pub(super) durable: bool,
+    /// Each Envoy and lease-store in its own network namespace ([`StackOptions::own_networks`]).
+    pub(super) own_networks: bool,
     pub(super) ports: PortPlan,
     /// Where configs and logs go; `None`: a temp dir, removed when the stack drops
     /// unless the thread is panicking.
@@ -71,6 +73,7 @@ impl Default for StackOptions {
             listener_from_file: false,
             replicated: false,
             durable: false,
+            own_networks: false,
             ports: PortPlan::Free,
             dir: None,
             tag_envoys: false,
@@ -138,6 +141,16 @@ impl StackOptions {
     /// demo; tests default to a fast one.
     pub fn durable_postgres(mut self) -> Self {
         self.durable = true;
+        self
+    }
+
+    /// Runs each Envoy and each lease-store in its own network namespace on a bridge
+    /// ([`crate::net::NetLab`]), Postgres and the upstream on the host side of it, so that
+    /// [`super::Stack::cut`] can partition, drop one way or slow the links between them.
+    /// Every part is then reached at its own address ([`super::Stack::envoy_ip`], …), not
+    /// `127.0.0.1`. Needs root and `nft` (`make net-prereqs`); a single Postgres only.
+    pub fn own_networks(mut self) -> Self {
+        self.own_networks = true;
         self
     }
 

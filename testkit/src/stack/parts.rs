@@ -2,6 +2,7 @@
 //! demo upstream, and [`Part`], a service that can be killed and started again on the same
 //! port with one log continued across restarts.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -70,8 +71,25 @@ impl Part {
     }
 }
 
-/// One Envoy: its ports, its rendered config and the process.
+/// Where a part runs: its address, and its network namespace in the stack's
+/// [`crate::net::NetLab`] (`None`: the host's, on `127.0.0.1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Place {
+    pub(super) ip: IpAddr,
+    pub(super) netns: Option<usize>,
+}
+
+impl Place {
+    /// The host's loopback, as the default stack runs every part.
+    pub(super) const LOOPBACK: Place = Place {
+        ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        netns: None,
+    };
+}
+
+/// One Envoy: where it runs, its ports, its rendered config and the process.
 pub(super) struct Envoy {
+    pub(super) place: Place,
     pub(super) ports: Ports,
     pub(super) config: PathBuf,
     pub(super) part: Part,
@@ -79,6 +97,7 @@ pub(super) struct Envoy {
 
 /// One lease-store replica.
 pub(super) struct Store {
+    pub(super) place: Place,
     pub(super) port: u16,
     pub(super) part: Part,
 }
@@ -109,8 +128,13 @@ pub fn envoy_command(binaries: &Binaries, config: &Path, log_level: &str) -> Com
 
 /// The command that runs the demo upstream on `127.0.0.1:port`.
 pub fn upstream_command(binaries: &Binaries, port: u16) -> Command {
+    upstream_command_at(binaries, SocketAddr::new(Place::LOOPBACK.ip, port))
+}
+
+/// The command that runs the demo upstream on `address`.
+pub(super) fn upstream_command_at(binaries: &Binaries, address: SocketAddr) -> Command {
     let mut command = Command::new(&binaries.upstream);
-    command.args(["--listen", &format!("127.0.0.1:{port}")]);
+    command.args(["--listen", &address.to_string()]);
     command
 }
 
