@@ -6,7 +6,8 @@
 //! `make chaos` and `make bench` all run it. Beneath it: throwaway Postgres clusters
 //! ([`pg`], [`ha`], [`database`]), supervised child processes ([`process`]), where the
 //! programs are ([`binaries`]), and the shipped Envoy configs rendered for a stack
-//! ([`envoy_config`], [`envoy_variants`], [`lds`]).
+//! ([`envoy_config`], [`envoy_variants`], [`lds`]), and a previous release built from git
+//! history for the upgrade tests ([`previous_release`]).
 
 pub mod binaries;
 pub mod database;
@@ -18,6 +19,7 @@ pub mod metrics;
 mod os;
 pub mod pg;
 pub mod pki;
+pub mod previous_release;
 pub mod process;
 pub mod stack;
 pub mod yaml_lines;

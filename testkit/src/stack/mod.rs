@@ -19,12 +19,14 @@
 //!
 //! This file holds the start-up and what a harness reads; `options.rs` what runs,
 //! `parts.rs` how each part is started, `faults.rs` what a harness does to a running stack,
-//! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks).
+//! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks),
+//! `versions.rs` parts that run other programs than the stack's (a rollout, a rollback).
 
 mod extra;
 mod faults;
 mod options;
 mod parts;
+mod versions;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +81,11 @@ impl Stack {
         let plan = PlanPorts::new(options.ports, options.replicas);
         let mut envoys: Vec<Envoy> = (0..options.replicas)
             .map(|index| Envoy {
+                binaries: options
+                    .envoy_binaries
+                    .get(&index)
+                    .cloned()
+                    .unwrap_or_else(|| binaries.clone()),
                 ports: plan.envoy(index),
                 config: dir.join(format!("envoy-{index}.yaml")),
                 part: Part::new(&format!("envoy-{index}"), &logs),
@@ -87,9 +94,15 @@ impl Stack {
         // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
         // static, so it needs nothing else to be up.
         for (index, envoy) in envoys.iter_mut().enumerate() {
-            write_envoy_config(&binaries, &options, index, &envoy.ports, &envoy.config);
+            write_envoy_config(
+                &envoy.binaries,
+                &options,
+                index,
+                &envoy.ports,
+                &envoy.config,
+            );
             envoy.part.spawn(envoy_command(
-                &binaries,
+                &envoy.binaries,
                 &envoy.config,
                 &options.envoy_log_level,
             ));
@@ -107,6 +120,11 @@ impl Stack {
                 .iter()
                 .enumerate()
                 .map(|(index, &port)| Store {
+                    binaries: options
+                        .store_binaries
+                        .get(&index)
+                        .cloned()
+                        .unwrap_or_else(|| binaries.clone()),
                     port,
                     part: Part::new(&format!("lease-store-{index}"), &logs),
                 })
@@ -273,7 +291,7 @@ impl Stack {
         let url = self.database.url();
         let token = self.options.filter_token();
         let mut command = lease_store_command(
-            &self.binaries,
+            &self.store(index).binaries,
             &url,
             self.store(index).port,
             &token,
@@ -295,7 +313,7 @@ impl Stack {
     /// Envoy `index`'s config rendered again from the options (after a plugin change).
     fn render_envoy(&self, index: usize) -> String {
         render_envoy_config(
-            &self.binaries,
+            &self.envoy(index).binaries,
             &self.options,
             index,
             &self.envoy(index).ports,
@@ -402,7 +420,7 @@ fn render_envoy_config(
     rendered
 }
 
-/// Writes Envoy `index`'s config to `path`; replica 0 of a reconfigurable stack gets its
+/// Writes Envoy `index`'s config to `path`; every Envoy of a reconfigurable stack gets its
 /// listener in an LDS file beside it ([`lds_path_of`]).
 fn write_envoy_config(
     binaries: &Binaries,
@@ -415,7 +433,7 @@ fn write_envoy_config(
     let write = |path: &Path, text: &str| {
         std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
     };
-    if options.listener_from_file && index == 0 {
+    if options.listener_from_file {
         let lds_path = lds_path_of(path);
         let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
         write(&lds_path, &split.listeners);

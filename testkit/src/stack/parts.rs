@@ -50,6 +50,15 @@ impl Part {
         }
     }
 
+    /// `SIGTERM`, and waits up to `timeout` for it to exit (panicking with its log if it
+    /// does not): a pod terminated by a rollout. Nothing when it is not running.
+    pub(super) fn terminate(&mut self, timeout: std::time::Duration) {
+        if let Some(mut child) = self.child.take() {
+            child.signal(Signal::Term);
+            child.wait_exit(timeout);
+        }
+    }
+
     pub(super) fn child_mut(&mut self) -> Option<&mut ChildGuard> {
         self.child.as_mut()
     }
@@ -72,6 +81,8 @@ impl Part {
 
 /// One Envoy: its ports, its rendered config and the process.
 pub(super) struct Envoy {
+    /// The Envoy binary and `.wasm` it runs (the stack's unless a test gave others).
+    pub(super) binaries: Binaries,
     pub(super) ports: Ports,
     pub(super) config: PathBuf,
     pub(super) part: Part,
@@ -79,6 +90,8 @@ pub(super) struct Envoy {
 
 /// One lease-store replica.
 pub(super) struct Store {
+    /// The lease-store binary it runs.
+    pub(super) binaries: Binaries,
     pub(super) port: u16,
     pub(super) part: Part,
 }
