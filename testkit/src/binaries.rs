@@ -6,6 +6,7 @@
 //! | demo upstream | `KEYFLIGHT_UPSTREAM_BIN` | `target/debug/demo-upstream` |
 //! | filter | `KEYFLIGHT_WASM` | `target/wasm32-wasip1/release/keyflight_filter_wasm.wasm` |
 //! | Envoy | `KEYFLIGHT_ENVOY` | where `scripts/envoy.sh` installs it (`.tools/venv/…/envoy/_bin/envoy`) |
+//! | the oldest supported Envoy ([`Binaries::with_oldest_envoy`]) | `KEYFLIGHT_ENVOY_OLDEST` | where `scripts/envoy.sh 1.36` installs it (`.tools/venv-1.36/…`) |
 //! | client command ([`client`]) | `KEYFLIGHT_CLIENT_BIN` | `target/debug/keyflight` |
 //!
 //! `CARGO_TARGET_DIR`, when set, replaces `target/`. A missing program fails the test with
@@ -49,7 +50,7 @@ impl Binaries {
             wasm: from_env("KEYFLIGHT_WASM")
                 .unwrap_or_else(|| target.join("wasm32-wasip1/release/keyflight_filter_wasm.wasm")),
             envoy: from_env("KEYFLIGHT_ENVOY")
-                .or_else(|| installed_envoy(&root))
+                .or_else(|| installed_envoy(&root, "venv"))
                 .unwrap_or_else(|| {
                     root.join(".tools/venv/lib/python3.*/site-packages/envoy/_bin/envoy")
                 }),
@@ -77,6 +78,22 @@ impl Binaries {
         );
         require(&binaries.envoy, "KEYFLIGHT_ENVOY", "scripts/envoy.sh");
         binaries
+    }
+}
+
+impl Binaries {
+    /// These programs with the oldest Envoy keyflight supports (1.36, Istio 1.28's) in
+    /// place of the default one, for the proxy-lifecycle facts checked on both
+    /// (`docs/envoy-facts.md`).
+    pub fn with_oldest_envoy(self) -> Binaries {
+        let root = workspace_root();
+        let envoy = from_env("KEYFLIGHT_ENVOY_OLDEST")
+            .or_else(|| installed_envoy(&root, "venv-1.36"))
+            .unwrap_or_else(|| {
+                root.join(".tools/venv-1.36/lib/python3.*/site-packages/envoy/_bin/envoy")
+            });
+        require(&envoy, "KEYFLIGHT_ENVOY_OLDEST", "scripts/envoy.sh 1.36");
+        Binaries { envoy, ..self }
     }
 }
 
@@ -109,9 +126,9 @@ fn from_env(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// The Envoy that `scripts/envoy.sh` installs: `.tools/venv/lib/python3.*/site-packages/envoy/_bin/envoy`.
-fn installed_envoy(root: &Path) -> Option<PathBuf> {
-    let lib = root.join(".tools/venv/lib");
+/// The Envoy that `scripts/envoy.sh` installs: `.tools/<venv>/lib/python3.*/site-packages/envoy/_bin/envoy`.
+fn installed_envoy(root: &Path, venv: &str) -> Option<PathBuf> {
+    let lib = root.join(".tools").join(venv).join("lib");
     std::fs::read_dir(lib)
         .ok()?
         .filter_map(Result::ok)

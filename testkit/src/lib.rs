@@ -6,8 +6,9 @@
 //! `make chaos` and `make bench` all run it. Beneath it: throwaway Postgres clusters
 //! ([`pg`], [`ha`], [`database`]), supervised child processes ([`process`]), where the
 //! programs are ([`binaries`]), and the shipped Envoy configs rendered for a stack
-//! ([`envoy_config`], [`envoy_variants`], [`lds`]), and network namespaces whose links can be
-//! cut ([`net`]).
+//! ([`envoy_config`], [`envoy_variants`], [`lds`]), network namespaces whose links can be
+//! cut ([`net`]), and a previous release built from git history for the upgrade tests
+//! ([`previous_release`]).
 
 pub mod binaries;
 pub mod database;
@@ -20,6 +21,7 @@ pub mod net;
 mod os;
 pub mod pg;
 pub mod pki;
+pub mod previous_release;
 pub mod process;
 pub mod stack;
 pub mod yaml_lines;

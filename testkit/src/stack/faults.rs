@@ -57,7 +57,7 @@ impl Stack {
     /// Starts Envoy `index` again on the same ports and config, and waits until it is ready.
     pub async fn start_envoy(&mut self, index: usize) {
         let command = super::envoy_command(
-            &self.binaries,
+            &self.envoys[index].binaries,
             &self.envoys[index].config,
             &self.options.envoy_log_level,
         );
@@ -150,15 +150,21 @@ impl Stack {
     /// stack, as a control plane does: Envoy builds a new listener with it and drains the
     /// old one. Returns once Envoy has accepted the update.
     pub async fn reconfigure(&mut self, edit: impl FnOnce(&mut Value)) {
+        edit(&mut self.options.plugin);
+        self.push_listener(0).await;
+    }
+
+    /// Writes Envoy `index`'s listener, rendered again from the options and its programs,
+    /// to its LDS file, and returns once Envoy has accepted the update.
+    pub(super) async fn push_listener(&mut self, index: usize) {
         assert!(
             self.options.listener_from_file,
-            "reconfigure needs StackOptions::reconfigurable"
+            "pushing a listener needs StackOptions::reconfigurable"
         );
-        edit(&mut self.options.plugin);
-        let rendered = self.render_envoy(0);
-        let lds_path = lds_path_of(&self.envoys[0].config);
+        let rendered = self.render_envoy(index);
+        let lds_path = lds_path_of(&self.envoys[index].config);
         let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
-        let admin = SocketAddr::new(self.envoys[0].place.ip, self.envoys[0].ports.admin);
+        let admin = SocketAddr::new(self.envoys[index].place.ip, self.envoys[index].ports.admin);
         let updates_before = lds_updates(admin).await;
         lds::write_atomically(&lds_path, &split.listeners)
             .unwrap_or_else(|e| panic!("write {}: {e}", lds_path.display()));

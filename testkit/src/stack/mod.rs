@@ -22,12 +22,14 @@
 //! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks),
 //! `network.rs` the stack whose parts run in network namespaces and the link faults it
 //! allows ([`StackOptions::own_networks`], [`Stack::cut`]).
+//! `versions.rs` parts that run other programs than the stack's (a rollout, a rollback).
 
 mod extra;
 mod faults;
 mod network;
 mod options;
 mod parts;
+mod versions;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -92,6 +94,11 @@ impl Stack {
         let mut envoys: Vec<Envoy> = (0..options.replicas)
             .map(|index| Envoy {
                 place: places.envoys[index],
+                binaries: options
+                    .envoy_binaries
+                    .get(&index)
+                    .cloned()
+                    .unwrap_or_else(|| binaries.clone()),
                 ports: plan.envoy(index),
                 config: dir.join(format!("envoy-{index}.yaml")),
                 part: Part::new(&format!("envoy-{index}"), &logs),
@@ -106,14 +113,14 @@ impl Stack {
         };
         for (index, envoy) in envoys.iter_mut().enumerate() {
             write_envoy_config(
-                &binaries,
+                &envoy.binaries,
                 &options,
                 index,
                 &envoy.ports,
                 &sites,
                 &envoy.config,
             );
-            let command = envoy_command(&binaries, &envoy.config, &options.envoy_log_level);
+            let command = envoy_command(&envoy.binaries, &envoy.config, &options.envoy_log_level);
             envoy
                 .part
                 .spawn(network::inside(net.as_ref(), envoy.place, command));
@@ -136,6 +143,11 @@ impl Stack {
                 .enumerate()
                 .map(|(index, &port)| Store {
                     place: places.stores[index],
+                    binaries: options
+                        .store_binaries
+                        .get(&index)
+                        .cloned()
+                        .unwrap_or_else(|| binaries.clone()),
                     port,
                     part: Part::new(&format!("lease-store-{index}"), &logs),
                 })
@@ -328,7 +340,8 @@ impl Stack {
         let url = network::database_url(&self.database, place, self.host_side);
         let token = self.options.filter_token();
         let port = self.store(index).port;
-        let mut command = lease_store_command(&self.binaries, &url, port, &token, migrate);
+        let mut command =
+            lease_store_command(&self.store(index).binaries, &url, port, &token, migrate);
         command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
         command.env(
             "KEYFLIGHT_LISTEN",
@@ -350,7 +363,7 @@ impl Stack {
     /// Envoy `index`'s config rendered again from the options (after a plugin change).
     fn render_envoy(&self, index: usize) -> String {
         render_envoy_config(
-            &self.binaries,
+            &self.envoy(index).binaries,
             &self.options,
             index,
             &self.envoy(index).ports,
@@ -481,7 +494,7 @@ fn render_envoy_config(
     rendered
 }
 
-/// Writes Envoy `index`'s config to `path`; replica 0 of a reconfigurable stack gets its
+/// Writes Envoy `index`'s config to `path`; every Envoy of a reconfigurable stack gets its
 /// listener in an LDS file beside it ([`lds_path_of`]).
 fn write_envoy_config(
     binaries: &Binaries,
@@ -495,7 +508,7 @@ fn write_envoy_config(
     let write = |path: &Path, text: &str| {
         std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
     };
-    if options.listener_from_file && index == 0 {
+    if options.listener_from_file {
         let lds_path = lds_path_of(path);
         let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
         write(&lds_path, &split.listeners);

@@ -1,5 +1,6 @@
 //! What a stack runs: [`StackOptions`] and its builder methods.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
@@ -43,8 +44,9 @@ pub struct StackOptions {
     pub(super) envoy_edits: Vec<EnvoyEdit>,
     /// Extra environment of every lease-store (e.g. `KEYFLIGHT_MAX_BODY_BYTES`).
     pub(super) store_env: Vec<(String, String)>,
-    /// Serve replica 0's listener from an LDS file, so a new plugin configuration can be
-    /// pushed while Envoy runs ([`super::Stack::reconfigure`]).
+    /// Serve every Envoy's listener from an LDS file, so a new plugin configuration or
+    /// module can be pushed while Envoy runs ([`super::Stack::reconfigure`],
+    /// [`super::Stack::upgrade_wasm`]).
     pub(super) listener_from_file: bool,
     pub(super) replicated: bool,
     pub(super) durable: bool,
@@ -57,6 +59,10 @@ pub struct StackOptions {
     pub(super) tag_envoys: bool,
     pub(super) envoy_log_level: String,
     pub(super) binaries: Option<Binaries>,
+    /// Programs of single Envoys, by index, instead of the stack's (a mixed-version mesh).
+    pub(super) envoy_binaries: BTreeMap<usize, Binaries>,
+    /// Programs of single lease-stores, by index, instead of the stack's.
+    pub(super) store_binaries: BTreeMap<usize, Binaries>,
 }
 
 impl Default for StackOptions {
@@ -79,6 +85,8 @@ impl Default for StackOptions {
             tag_envoys: false,
             envoy_log_level: "info".to_owned(),
             binaries: None,
+            envoy_binaries: BTreeMap::new(),
+            store_binaries: BTreeMap::new(),
         }
     }
 }
@@ -122,8 +130,8 @@ impl StackOptions {
         self
     }
 
-    /// Serves replica 0's listener from a file (LDS) instead of the bootstrap, so that a new
-    /// plugin configuration can be pushed while Envoy runs.
+    /// Serves every Envoy's listener from a file (LDS) instead of the bootstrap, so that a
+    /// new plugin configuration or module can be pushed while Envoy runs.
     pub fn reconfigurable(mut self) -> Self {
         self.listener_from_file = true;
         self
@@ -188,6 +196,20 @@ impl StackOptions {
     /// Runs these programs instead of [`Binaries::locate`]'s.
     pub fn binaries(mut self, binaries: Binaries) -> Self {
         self.binaries = Some(binaries);
+        self
+    }
+
+    /// Runs Envoy `index` with `binaries`' Envoy and `.wasm` (e.g. the previous release's,
+    /// [`crate::previous_release`]), the others with the stack's.
+    pub fn envoy_binaries(mut self, index: usize, binaries: Binaries) -> Self {
+        self.envoy_binaries.insert(index, binaries);
+        self
+    }
+
+    /// Runs lease-store `index` with `binaries`' lease-store, the others with the stack's.
+    /// Store 0 applies the migrations, so it should be the newest.
+    pub fn store_binaries(mut self, index: usize, binaries: Binaries) -> Self {
+        self.store_binaries.insert(index, binaries);
         self
     }
 

@@ -51,6 +51,15 @@ impl Part {
         }
     }
 
+    /// `SIGTERM`, and waits up to `timeout` for it to exit (panicking with its log if it
+    /// does not): a pod terminated by a rollout. Nothing when it is not running.
+    pub(super) fn terminate(&mut self, timeout: std::time::Duration) {
+        if let Some(mut child) = self.child.take() {
+            child.signal(Signal::Term);
+            child.wait_exit(timeout);
+        }
+    }
+
     pub(super) fn child_mut(&mut self) -> Option<&mut ChildGuard> {
         self.child.as_mut()
     }
@@ -90,6 +99,8 @@ impl Place {
 /// One Envoy: where it runs, its ports, its rendered config and the process.
 pub(super) struct Envoy {
     pub(super) place: Place,
+    /// The Envoy binary and `.wasm` it runs (the stack's unless a test gave others).
+    pub(super) binaries: Binaries,
     pub(super) ports: Ports,
     pub(super) config: PathBuf,
     pub(super) part: Part,
@@ -98,6 +109,8 @@ pub(super) struct Envoy {
 /// One lease-store replica.
 pub(super) struct Store {
     pub(super) place: Place,
+    /// The lease-store binary it runs.
+    pub(super) binaries: Binaries,
     pub(super) port: u16,
     pub(super) part: Part,
 }

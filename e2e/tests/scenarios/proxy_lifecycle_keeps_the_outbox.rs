@@ -1,0 +1,193 @@
+//! The proxy's own lifecycle and the record outbox (F14), on Envoy 1.40 and on the oldest
+//! supported Envoy, 1.36 (Istio 1.28's; `scripts/envoy.sh 1.36`): what these runs show is
+//! written in `docs/envoy-facts.md#a-retired-root-context-keeps-working` and
+//! `docs/envoy-facts.md#drain-and-shutdown`.
+//!
+//! Each scenario leaves an answer's record in the outbox (the lease-store is killed while
+//! the upstream runs, so the stream's finalize fails and the caller is answered anyway),
+//! then does one thing to the proxy, brings the store back and looks at the record.
+
+use std::time::{Duration, Instant};
+
+use keyflight_e2e::{Stack, StackOptions};
+use keyflight_testkit::binaries::Binaries;
+use keyflight_testkit::process::Signal;
+use serde_json::json;
+
+/// A short lease, so that a record the outbox lost would be taken over within the test.
+const LEASE_MS: u64 = 3000;
+
+/// What the filter logs when a retired plugin keeps its root context for its outbox, and
+/// when it lets go once the outbox is empty (`filter/src/drive/worker.rs`).
+const RETIRED_WITH_CLAIMS: &str = "plugin retired with claims in the record outbox";
+const RETIRED_SETTLED: &str = "record outbox settled; plugin retired";
+
+fn options(binaries: Binaries) -> StackOptions {
+    StackOptions::default()
+        .binaries(binaries)
+        .reconfigurable()
+        .policy(|policy| {
+            policy.insert("lease_ms".into(), json!(LEASE_MS));
+            policy.insert("renew_interval_ms".into(), json!(400));
+            policy.insert("follower_wait_ms".into(), json!(10_000));
+        })
+}
+
+fn oldest() -> Binaries {
+    Binaries::locate().with_oldest_envoy()
+}
+
+/// Answers `key` through Envoy 0 while the lease-store is down: the caller gets the
+/// upstream's 201 and the record waits in the outbox.
+async fn answer_into_the_outbox(stack: &mut Stack, key: &str) -> keyflight_e2e::reply::Reply {
+    let path = format!("/payments?hold={key}");
+    let caller = stack.post(&path).key(key).json(&json!({"key": key})).send();
+    let fault = async {
+        stack.wait_for_gate(key, 1).await;
+        stack.signal_lease_store(0, Signal::Kill);
+        stack.open_gate(key).await;
+    };
+    let (first, ()) = tokio::join!(caller, fault);
+    assert_eq!(first.status, 201, "{first}");
+    first
+}
+
+/// The state of `key`'s record in the database (`pending` while the outbox holds it).
+fn record_states(stack: &Stack) -> String {
+    stack.sql("SELECT string_agg(state, ',' ORDER BY created_at) FROM keyflight_records")
+}
+
+/// Waits until Envoy 0's log holds `needle` `count` times, at most `timeout`.
+async fn wait_logged(stack: &Stack, needle: &str, count: usize, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if stack.envoy_log().matches(needle).count() >= count {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A new module pushed (a release, or a rollback) while a record waits in the outbox:
+/// Envoy calls the old root context's `on_done`, which asks to stay, but destroys the old
+/// VM anyway once no plugin uses it (unlike a configuration push, which keeps the VM),
+/// so the record is lost: no renew or settle reaches the store again, the lease runs out
+/// and a same-body retry runs again, counted as `recovered_abandoned`
+/// (`docs/guarantee.md#where-it-is-at-least-once`).
+async fn a_module_change_drops_the_retired_outbox(binaries: Binaries) {
+    let mut stack = Stack::start(options(binaries)).await;
+    let rebuilt = stack.parts().rebuilt_wasm("upgrade");
+    answer_into_the_outbox(&mut stack, "upgraded").await;
+    stack.parts_mut().upgrade_wasm(0, &rebuilt).await;
+    assert!(
+        wait_logged(&stack, RETIRED_WITH_CLAIMS, 1, Duration::from_secs(10)).await,
+        "the old root context was told it is done, with the record in its outbox"
+    );
+    stack.restart_lease_store().await;
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 1000)).await;
+    assert!(
+        !stack.envoy_log().contains(RETIRED_SETTLED),
+        "the old VM never delivered"
+    );
+    assert_eq!(
+        record_states(&stack).trim(),
+        "pending",
+        "the record was never settled"
+    );
+    let retry = stack
+        .post("/payments?hold=upgraded")
+        .key("upgraded")
+        .json(&json!({"key": "upgraded"}))
+        .send();
+    let (retry, ()) = tokio::join!(retry, stack.open_gate("upgraded"));
+    assert_eq!(retry.status, 201, "{retry}");
+    assert_eq!(stack.upstream_executions().await, 2, "the retry ran again");
+    assert_eq!(stack.store_event_total("recovered_abandoned").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_change_drops_the_retired_outbox_on_envoy_1_40() {
+    a_module_change_drops_the_retired_outbox(Binaries::locate()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_change_drops_the_retired_outbox_on_envoy_1_36() {
+    a_module_change_drops_the_retired_outbox(oldest()).await;
+}
+
+/// `SIGTERM` ends Envoy at once, and a record still in its outbox goes with it (the
+/// first at-least-once row of `docs/guarantee.md`). `POST /drain_listeners?graceful`
+/// (what Istio's agent does before it sends `SIGTERM`) leaves the plugin alive: its outbox
+/// keeps renewing and delivers once the store is back.
+async fn sigterm_then_drain(binaries: Binaries) {
+    let mut stack = Stack::start(options(binaries)).await;
+    let admin = stack.parts().envoy_ports(0).admin;
+
+    answer_into_the_outbox(&mut stack, "terminated").await;
+    let stopped = Instant::now();
+    stack.parts().signal_envoy(0, Signal::Term);
+    assert!(wait_exited(&stack).await, "Envoy exits on SIGTERM");
+    eprintln!("Envoy exited {:?} after SIGTERM", stopped.elapsed());
+    assert!(
+        stack.envoy_log().contains(RETIRED_WITH_CLAIMS),
+        "the root context was told it is done, and asked to stay"
+    );
+    stack.restart_lease_store().await;
+    tokio::time::sleep(Duration::from_millis(LEASE_MS)).await;
+    assert_eq!(
+        record_states(&stack).trim(),
+        "pending",
+        "the outbox died with Envoy"
+    );
+    stack.parts_mut().start_envoy(0).await;
+
+    answer_into_the_outbox(&mut stack, "drained").await;
+    let drain = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{admin}/drain_listeners?graceful"))
+        .send()
+        .await
+        .expect("the admin answers");
+    assert!(drain.status().is_success(), "{drain:?}");
+    let listener = stack.parts().envoy_ports(0).listener;
+    stack
+        .eventually("the drained listener stopped accepting", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", listener))
+                .await
+                .is_err()
+        })
+        .await;
+    stack.restart_lease_store().await;
+    stack
+        .eventually(
+            "the drained proxy's outbox delivered the record",
+            || async { record_states(&stack).trim() == "pending,completed" },
+        )
+        .await;
+}
+
+/// Whether Envoy 0 stopped answering its admin port within ten seconds.
+async fn wait_exited(stack: &Stack) -> bool {
+    let admin = stack.parts().envoy_ports(0).admin;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if reqwest::get(format!("http://127.0.0.1:{admin}/ready"))
+            .await
+            .is_err()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_outbox_and_a_drain_keeps_it_on_envoy_1_40() {
+    sigterm_then_drain(Binaries::locate()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_outbox_and_a_drain_keeps_it_on_envoy_1_36() {
+    sigterm_then_drain(oldest()).await;
+}
