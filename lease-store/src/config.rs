@@ -163,6 +163,21 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (a finalize carries the response body).
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// A connection that has not sent a complete request head this long after it opened,
+    /// or after its previous answer, is closed (it also ends idle keep-alive connections).
+    #[arg(long, env = "KEYFLIGHT_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    header_read_timeout: Duration,
+    /// A call must be read and answered within this long, else 503 (a long-poll gets its
+    /// wait on top).
+    #[arg(long, env = "KEYFLIGHT_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// Connections served at once; one past it is closed as soon as it is accepted.
+    #[arg(long, env = "KEYFLIGHT_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// `/v1` calls running at once (a parked long-poll does not count); past it a call
+    /// is answered 503 with `Retry-After` at once.
+    #[arg(long, env = "KEYFLIGHT_MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
+    max_concurrent_requests: usize,
     /// How often retention clean-up runs.
     #[arg(long, env = "KEYFLIGHT_CLEANUP_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     cleanup_interval: Duration,
@@ -188,6 +203,20 @@ pub struct Tokens {
     pub admin: Option<Secret>,
 }
 
+/// How much of the replica one client, or all of them, may hold
+/// (`docs/configuration.md#limits`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Time for a connection to send a complete request head.
+    pub header_read_timeout: Duration,
+    /// Time to read and answer one call (a long-poll's wait comes on top).
+    pub request_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// `/v1` calls running at once.
+    pub max_concurrent_requests: usize,
+}
+
 /// Validated settings of `serve`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -203,6 +232,8 @@ pub struct ServeConfig {
     pub max_wait: Duration,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Slow-client and overload bounds of the listener.
+    pub limits: Limits,
     /// Retention clean-up schedule.
     pub cleanup: CleanupSettings,
 }
@@ -240,6 +271,26 @@ impl ServeArgs {
             self.max_body_bytes > 0,
             "max-body-bytes",
             "must be positive",
+        )?;
+        check(
+            !self.header_read_timeout.is_zero(),
+            "header-read-timeout",
+            "must be positive",
+        )?;
+        check(
+            !self.request_timeout.is_zero(),
+            "request-timeout",
+            "must be positive",
+        )?;
+        check(
+            self.max_connections > 0,
+            "max-connections",
+            "must be at least 1",
+        )?;
+        check(
+            self.max_concurrent_requests > 0,
+            "max-concurrent-requests",
+            "must be at least 1",
         )?;
         check(
             !self.cleanup_interval.is_zero(),
@@ -280,6 +331,12 @@ impl ServeArgs {
             migrate: self.migrate,
             max_wait: self.max_wait,
             max_body_bytes: self.max_body_bytes,
+            limits: Limits {
+                header_read_timeout: self.header_read_timeout,
+                request_timeout: self.request_timeout,
+                max_connections: self.max_connections,
+                max_concurrent_requests: self.max_concurrent_requests,
+            },
             cleanup: CleanupSettings {
                 interval: self.cleanup_interval,
                 batch_size: self.cleanup_batch,

@@ -28,5 +28,6 @@ pub mod logging;
 pub mod longpoll;
 pub mod metrics;
 pub mod openapi;
+pub mod server;
 pub mod shutdown;
 pub mod store;

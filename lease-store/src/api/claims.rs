@@ -9,13 +9,14 @@
 
 use std::time::{Duration, Instant};
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
     ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
 };
 
+use super::limits::Slot;
 use super::{ApiJson, AppState, Scope, within};
 use crate::api::error::ApiError;
 use crate::evidence;
@@ -35,6 +36,7 @@ use crate::metrics::Event;
 pub async fn claim(
     State(state): State<AppState>,
     Scope(scope): Scope,
+    slot: Option<Extension<Slot>>,
     ApiJson(mut request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimAnswer>, ApiError> {
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
@@ -51,6 +53,10 @@ pub async fn claim(
     let response = match first.response {
         ClaimResponse::InProgress { .. } if wait > 0 => {
             state.metrics.event(Event::FollowerWait);
+            // A parked long-poll holds no database connection; its caps are its own.
+            if let Some(Extension(slot)) = slot {
+                slot.release();
+            }
             longpoll::claim_with_wait(&state.store, &state.longpoll, &scope, &request).await?
         }
         settled => settled,

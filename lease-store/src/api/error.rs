@@ -45,6 +45,12 @@ pub enum ApiError {
     /// No route matches the path.
     #[error("no such endpoint")]
     NoRoute,
+    /// The replica is at a limit and turns the call away at once (503, `Retry-After`).
+    #[error("{0}")]
+    Overloaded(&'static str),
+    /// The call was not read and answered within `--request-timeout` (503).
+    #[error("the call was not read and answered within the lease-store's --request-timeout; retry")]
+    TimedOut,
     /// The path exists, but not with this method; the router adds `Allow`.
     #[error("{0} is not allowed on this endpoint; the Allow header lists the methods that are")]
     MethodNotAllowed(axum::http::Method),
@@ -68,6 +74,7 @@ impl ApiError {
             ApiError::Unauthorized => ProblemCode::Unauthorized,
             ApiError::Forbidden(_) => ProblemCode::Forbidden,
             ApiError::ReplayRiskNotAcknowledged => ProblemCode::ReplayRiskNotAcknowledged,
+            ApiError::Overloaded(_) | ApiError::TimedOut => ProblemCode::JournalUnavailable,
             ApiError::NoRoute => ProblemCode::NotFound,
             ApiError::MethodNotAllowed(_) => ProblemCode::MethodNotAllowed,
         }

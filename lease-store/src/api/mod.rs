@@ -23,6 +23,7 @@ pub mod epoch;
 pub mod error;
 pub mod health;
 pub mod lease;
+pub mod limits;
 pub mod records;
 
 use std::ops::RangeInclusive;
@@ -41,7 +42,9 @@ use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
 use crate::api::error::ApiError;
+use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
+use crate::config::Limits;
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
 use crate::store::Store;
@@ -59,14 +62,25 @@ pub struct AppState {
     pub max_wait: Duration,
 }
 
-/// Builds the full router: `/v1` behind auth, operability endpoints open.
-pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
-    let claims = Router::new()
+/// Builds the full router: `/v1` behind auth and the per-call limits
+/// ([`limits`]), operability endpoints open.
+pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
+    let long_poll = Router::new()
         .route("/v1/claims/{scope}", post(claims::claim))
+        .route_layer(middleware::from_fn_with_state(
+            limits.request_timeout.saturating_add(state.max_wait),
+            limits::deadline,
+        ));
+    let claims = Router::new()
         .route("/v1/claims/{scope}/renew", post(lease::renew))
         .route("/v1/claims/{scope}/finalize", post(lease::finalize))
         .route("/v1/claims/{scope}/release", post(lease::release))
         .route("/v1/epoch", get(epoch::epoch))
+        .route_layer(middleware::from_fn_with_state(
+            limits.request_timeout,
+            limits::deadline,
+        ))
+        .merge(long_poll)
         .route_layer(middleware::from_fn_with_state(
             auth.clone(),
             auth::require_filter,
@@ -78,7 +92,17 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
             get(records::show).delete(records::erase),
         )
         .route("/v1/records/{scope}/resolve", post(records::resolve))
+        .route_layer(middleware::from_fn_with_state(
+            limits.request_timeout,
+            limits::deadline,
+        ))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
+    let v1 = claims
+        .merge(records)
+        .route_layer(middleware::from_fn_with_state(
+            Concurrency::new(limits.max_concurrent_requests, state.metrics.clone()),
+            limits::shed_past_limit,
+        ));
     let operability = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -86,8 +110,7 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
         .route("/openapi.json", get(health::openapi));
     let metrics = state.metrics.clone();
     Router::new()
-        .merge(claims)
-        .merge(records)
+        .merge(v1)
         .merge(operability)
         // After the merges: it applies to the routes that exist when called.
         .method_not_allowed_fallback(wrong_method)

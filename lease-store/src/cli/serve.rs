@@ -23,6 +23,7 @@ use crate::cleanup;
 use crate::config::ServeArgs;
 use crate::longpoll::LongPoll;
 use crate::metrics::Metrics;
+use crate::server::{self, ConnectionLimits};
 use crate::shutdown::Shutdown;
 use crate::store::{self, Store};
 
@@ -42,6 +43,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let store = Store::connect(&config.store).await?;
     let shutdown = Shutdown::new();
     let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());
+    let served_metrics = metrics.clone();
     let (longpoll, listen_task) = LongPoll::start(&config.store.database_url, shutdown.subscribe());
     let cleanup = cleanup::spawn(
         store.clone(),
@@ -61,6 +63,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         },
         Auth::new(config.tokens),
         config.max_body_bytes,
+        config.limits,
     );
     let listener = TcpListener::bind(config.listen)
         .await
@@ -70,18 +73,32 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         })?;
     tracing::info!(listen = %config.listen, "lease-store serving");
     let mut stopping = shutdown.subscribe();
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.on_signal().await });
+    let server = server::serve(
+        listener,
+        app,
+        ConnectionLimits {
+            header_read_timeout: config.limits.header_read_timeout,
+            max_connections: config.limits.max_connections,
+        },
+        served_metrics,
+        shutdown.subscribe(),
+    );
+    let signals = async move {
+        shutdown.on_signal().await;
+        // Keep the sender alive: the drain below still watches it.
+        std::future::pending::<()>().await;
+    };
     let drain_limit = async move {
-        // The sender lives inside the server future, so this only fails once
-        // the server is gone; then there is nothing left to bound.
+        // The sender lives in `signals`, which never ends; should it be gone,
+        // nothing is left to bound.
         if stopping.wait_for(|stopping| *stopping).await.is_err() {
             std::future::pending::<()>().await;
         }
         tokio::time::sleep(DRAIN_LIMIT).await;
     };
     tokio::select! {
-        served = server => served.map_err(CliError::Serve)?,
+        () = server => {}
+        () = signals => {}
         () = drain_limit => tracing::warn!(
             limit_s = DRAIN_LIMIT.as_secs(),
             "requests still in flight after the drain limit; stopping anyway"

@@ -17,5 +17,6 @@ mod logs_hold_no_secrets;
 mod openapi_conformance;
 mod recorded_headers;
 mod records;
+mod slow_clients;
 mod support;
 mod tls;
