@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use keyflight_protocol::wire::MAX_RETENTION_S;
 
 use crate::cleanup::CleanupSettings;
 use crate::store::{BatchSettings, StoreSettings};
@@ -163,6 +164,21 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (a finalize carries the response body).
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Longest retention a claim may ask for (longer ones are refused with 400); at most
+    /// ten years, the longest a filter policy may ask for.
+    #[arg(long, env = "KEYFLIGHT_MAX_RETENTION", default_value = "3650d", value_parser = parse_duration)]
+    max_retention: Duration,
+    /// Largest response body a finalize or resolve may record, in bytes (larger: 413);
+    /// default: the largest a `--max-body-bytes` finalize can carry.
+    #[arg(long, env = "KEYFLIGHT_MAX_RECORD_BYTES")]
+    max_record_bytes: Option<usize>,
+    /// Request body bytes all calls may have in flight at once (declared sizes); a call
+    /// past it is answered 503 before its body is read.
+    #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 64 * 1024 * 1024)]
+    max_body_bytes_in_flight: usize,
+    /// The share of `--max-body-bytes-in-flight` one caller (one peer address) may hold.
+    #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
+    max_body_bytes_in_flight_per_caller: usize,
     /// A connection that has not sent a complete request head this long after it opened,
     /// or after its previous answer, is closed (it also ends idle keep-alive connections).
     #[arg(long, env = "KEYFLIGHT_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
@@ -215,6 +231,19 @@ pub struct Limits {
     pub max_connections: usize,
     /// `/v1` calls running at once.
     pub max_concurrent_requests: usize,
+    /// Request body bytes in flight, all callers together.
+    pub max_body_bytes_in_flight: usize,
+    /// Request body bytes in flight, one caller.
+    pub max_body_bytes_in_flight_per_caller: usize,
+}
+
+/// What a record may hold (`docs/configuration.md#limits`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordBounds {
+    /// Longest retention a claim may ask for, in seconds.
+    pub max_retention_s: u64,
+    /// Largest response body a record may hold, in bytes.
+    pub max_record_bytes: usize,
 }
 
 /// Validated settings of `serve`.
@@ -234,6 +263,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Slow-client and overload bounds of the listener.
     pub limits: Limits,
+    /// What a record may hold.
+    pub records: RecordBounds,
     /// Retention clean-up schedule.
     pub cleanup: CleanupSettings,
 }
@@ -271,6 +302,34 @@ impl ServeArgs {
             self.max_body_bytes > 0,
             "max-body-bytes",
             "must be positive",
+        )?;
+        check(
+            self.max_retention.as_secs() <= MAX_RETENTION_S,
+            "max-retention",
+            "must be at most 3650d (the longest a filter policy may ask for)",
+        )?;
+        check(
+            self.default_retention <= self.max_retention,
+            "default-retention",
+            "must be at most --max-retention",
+        )?;
+        let max_record_bytes = self
+            .max_record_bytes
+            .unwrap_or_else(|| largest_record(self.max_body_bytes));
+        check(
+            (1..=self.max_body_bytes).contains(&max_record_bytes),
+            "max-record-bytes",
+            "must be between 1 and --max-body-bytes",
+        )?;
+        check(
+            self.max_body_bytes_in_flight_per_caller >= self.max_body_bytes,
+            "max-body-bytes-in-flight-per-caller",
+            "must be at least --max-body-bytes",
+        )?;
+        check(
+            self.max_body_bytes_in_flight >= self.max_body_bytes_in_flight_per_caller,
+            "max-body-bytes-in-flight",
+            "must be at least --max-body-bytes-in-flight-per-caller",
         )?;
         check(
             !self.header_read_timeout.is_zero(),
@@ -336,6 +395,12 @@ impl ServeArgs {
                 request_timeout: self.request_timeout,
                 max_connections: self.max_connections,
                 max_concurrent_requests: self.max_concurrent_requests,
+                max_body_bytes_in_flight: self.max_body_bytes_in_flight,
+                max_body_bytes_in_flight_per_caller: self.max_body_bytes_in_flight_per_caller,
+            },
+            records: RecordBounds {
+                max_retention_s: self.max_retention.as_secs(),
+                max_record_bytes,
             },
             cleanup: CleanupSettings {
                 interval: self.cleanup_interval,
@@ -343,6 +408,14 @@ impl ServeArgs {
             },
         })
     }
+}
+
+/// The largest response body a finalize of `max_body_bytes` can carry: base64 takes 4 bytes
+/// for 3, and 64 KiB (a quarter of a smaller limit) stay for the JSON framing and the
+/// headers, as the filter's `finalize_bytes` assumes (`filter/src/config/validate.rs`).
+fn largest_record(max_body_bytes: usize) -> usize {
+    let framing = (64 * 1024).min(max_body_bytes / 4);
+    ((max_body_bytes - framing) / 4 * 3).max(1)
 }
 
 /// Largest `--batch-max` accepted: past a few hundred calls a batch only holds its row
@@ -424,6 +497,13 @@ mod tests {
         assert!(parse_duration("2 weeks").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn the_default_record_fits_a_finalize_of_the_body_limit() {
+        assert_eq!(largest_record(8 * 1024 * 1024), 6_242_304);
+        assert_eq!(largest_record(2048), 1152);
+        assert_eq!(largest_record(1), 1);
     }
 
     #[test]

@@ -89,6 +89,8 @@ pub enum Shed {
     Connections,
     /// A `/v1` call past `--max-concurrent-requests`, answered 503.
     Concurrency,
+    /// A call whose body would pass the body budget, answered 503 before it is read.
+    BodyBudget,
 }
 
 impl Shed {
@@ -96,6 +98,7 @@ impl Shed {
         match self {
             Shed::Connections => "connections",
             Shed::Concurrency => "concurrency",
+            Shed::BodyBudget => "body_budget",
         }
     }
 }

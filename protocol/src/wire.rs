@@ -13,8 +13,9 @@ use crate::Digest;
 /// far above any policy (the filter allows an hour), and small enough that
 /// lease arithmetic in the database can never overflow.
 pub const MAX_LEASE_MS: u64 = 86_400_000;
-/// The longest retention a claim may ask for (100 years, in seconds).
-pub const MAX_RETENTION_S: u64 = 3_153_600_000;
+/// The longest retention a claim may ask for (ten years, in seconds): the longest a
+/// filter policy may ask for; the store's `--max-retention` may lower it.
+pub const MAX_RETENTION_S: u64 = 315_360_000;
 /// The longest cooldown a release may ask for (one day, in milliseconds).
 pub const MAX_COOLDOWN_MS: u64 = 86_400_000;
 /// The longest long-poll a claim may ask for (one day, in milliseconds); the
@@ -50,7 +51,7 @@ pub struct ClaimRequest {
         deserialize_with = "integral::option_u64",
         skip_serializing_if = "Option::is_none"
     )]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3_153_600_000_u64))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 315_360_000_u64))]
     pub retention_s: Option<u64>,
 }
 

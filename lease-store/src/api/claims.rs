@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
-    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
+    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_WAIT_MS,
 };
 
 use super::limits::Slot;
@@ -42,7 +42,7 @@ pub async fn claim(
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {
-        within("retention_s", retention_s, 1..=MAX_RETENTION_S)?;
+        within("retention_s", retention_s, 1..=state.bounds.max_retention_s)?;
     }
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);

@@ -31,6 +31,9 @@ pub enum ApiError {
     /// The body exceeds the configured limit.
     #[error("the request body exceeds the lease-store's limit (--max-body-bytes)")]
     PayloadTooLarge,
+    /// A response to record is larger than `--max-record-bytes` (the value).
+    #[error("the response body exceeds the {0} bytes a record may hold (--max-record-bytes)")]
+    RecordTooLarge(usize),
     /// No bearer token, or not one this store knows.
     #[error("a valid bearer token is required")]
     Unauthorized,
@@ -70,7 +73,7 @@ impl ApiError {
                 StoreError::Invalid(_) => ProblemCode::BadRequest,
             },
             ApiError::BadRequest(_) => ProblemCode::BadRequest,
-            ApiError::PayloadTooLarge => ProblemCode::PayloadTooLarge,
+            ApiError::PayloadTooLarge | ApiError::RecordTooLarge(_) => ProblemCode::PayloadTooLarge,
             ApiError::Unauthorized => ProblemCode::Unauthorized,
             ApiError::Forbidden(_) => ProblemCode::Forbidden,
             ApiError::ReplayRiskNotAcknowledged => ProblemCode::ReplayRiskNotAcknowledged,

@@ -18,6 +18,7 @@
 //! axum's `Allow` header) answer problem+json too, through the router's two
 //! fallbacks.
 
+pub mod budget;
 pub mod claims;
 pub mod epoch;
 pub mod error;
@@ -41,10 +42,11 @@ use keyflight_protocol::wire::{RECORDED_STATUS, StoredResponse};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
+use crate::api::budget::BodyBudget;
 use crate::api::error::ApiError;
 use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
-use crate::config::Limits;
+use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
 use crate::store::Store;
@@ -60,6 +62,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Cap on a claim's `wait_ms`.
     pub max_wait: Duration,
+    /// What a record may hold.
+    pub bounds: RecordBounds,
 }
 
 /// Builds the full router: `/v1` behind auth and the per-call limits
@@ -97,8 +101,15 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
             limits::deadline,
         ))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
+    let budget = BodyBudget::new(
+        max_body_bytes,
+        limits.max_body_bytes_in_flight,
+        limits.max_body_bytes_in_flight_per_caller,
+        state.metrics.clone(),
+    );
     let v1 = claims
         .merge(records)
+        .route_layer(middleware::from_fn_with_state(budget, budget::reserve_body))
         .route_layer(middleware::from_fn_with_state(
             Concurrency::new(limits.max_concurrent_requests, state.metrics.clone()),
             limits::shed_past_limit,
@@ -177,6 +188,14 @@ pub fn recordable(response: &StoredResponse) -> Result<(), ApiError> {
     }
     headers::check_all(&response.headers)
         .map_err(|bad| ApiError::BadRequest(format!("response.{bad}")))
+}
+
+/// Refuses a response body larger than a record may hold (`--max-record-bytes`).
+pub fn fits_a_record(response: &StoredResponse, bounds: &RecordBounds) -> Result<(), ApiError> {
+    if response.body.len() > bounds.max_record_bytes {
+        return Err(ApiError::RecordTooLarge(bounds.max_record_bytes));
+    }
+    Ok(())
 }
 
 /// Refuses a number outside `range`, naming the field: a value the document

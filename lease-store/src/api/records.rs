@@ -14,7 +14,7 @@ use keyflight_protocol::wire::{
 };
 use serde::Deserialize;
 
-use super::{ApiJson, AppState, Scope, recordable};
+use super::{ApiJson, AppState, Scope, fits_a_record, recordable};
 use crate::api::error::ApiError;
 use crate::metrics::Event;
 
@@ -102,6 +102,7 @@ pub async fn resolve(
 ) -> Result<(), ApiError> {
     if let Some(response) = &request.response {
         recordable(response)?;
+        fits_a_record(response, &state.bounds)?;
     }
     state.store.resolve(&scope, &request).await?;
     state.metrics.event(Event::Resolve);

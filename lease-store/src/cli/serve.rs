@@ -60,6 +60,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
             longpoll,
             metrics,
             max_wait: config.max_wait,
+            bounds: config.records,
         },
         Auth::new(config.tokens),
         config.max_body_bytes,

@@ -15,6 +15,7 @@ mod input;
 mod lifecycle;
 mod logs_hold_no_secrets;
 mod openapi_conformance;
+mod record_bounds;
 mod recorded_headers;
 mod records;
 mod slow_clients;
