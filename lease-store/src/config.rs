@@ -19,6 +19,7 @@ use clap::Args;
 use keyflight_protocol::wire::MAX_RETENTION_S;
 
 use crate::cleanup::CleanupSettings;
+use crate::longpoll::WaiterCaps;
 use crate::store::{BatchSettings, StoreSettings};
 
 /// Why the settings cannot be used. Each message names the flag or variable at fault.
@@ -161,6 +162,14 @@ pub struct ServeArgs {
     /// Upper bound on a claim's `wait_ms` (longer waits are shortened to this).
     #[arg(long, env = "KEYFLIGHT_MAX_WAIT", default_value = "30s", value_parser = parse_duration)]
     max_wait: Duration,
+    /// Long-polls parked on one scope at once; past it a follower is answered
+    /// `in_progress` at once.
+    #[arg(long, env = "KEYFLIGHT_MAX_WAITERS_PER_SCOPE", default_value_t = crate::longpoll::DEFAULT_MAX_WAITERS_PER_SCOPE)]
+    max_waiters_per_scope: usize,
+    /// Long-polls parked in this replica at once; past it a follower is answered
+    /// `in_progress` at once.
+    #[arg(long, env = "KEYFLIGHT_MAX_WAITERS", default_value_t = crate::longpoll::DEFAULT_MAX_WAITERS)]
+    max_waiters: usize,
     /// Largest request body accepted, in bytes (a finalize carries the response body).
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -259,6 +268,8 @@ pub struct ServeConfig {
     pub migrate: bool,
     /// Cap on a claim's long-poll budget.
     pub max_wait: Duration,
+    /// Caps on parked long-polls.
+    pub waiters: WaiterCaps,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// Slow-client and overload bounds of the listener.
@@ -332,6 +343,16 @@ impl ServeArgs {
             "must be at least --max-body-bytes-in-flight-per-caller",
         )?;
         check(
+            self.max_waiters_per_scope > 0,
+            "max-waiters-per-scope",
+            "must be at least 1",
+        )?;
+        check(
+            self.max_waiters >= self.max_waiters_per_scope,
+            "max-waiters",
+            "must be at least --max-waiters-per-scope",
+        )?;
+        check(
             !self.header_read_timeout.is_zero(),
             "header-read-timeout",
             "must be positive",
@@ -389,6 +410,10 @@ impl ServeArgs {
             tokens: Tokens { filter, admin },
             migrate: self.migrate,
             max_wait: self.max_wait,
+            waiters: WaiterCaps {
+                per_scope: self.max_waiters_per_scope,
+                total: self.max_waiters,
+            },
             max_body_bytes: self.max_body_bytes,
             limits: Limits {
                 header_read_timeout: self.header_read_timeout,

@@ -91,6 +91,10 @@ pub enum Shed {
     Concurrency,
     /// A call whose body would pass the body budget, answered 503 before it is read.
     BodyBudget,
+    /// A long-poll past `--max-waiters-per-scope`, answered `in_progress` at once.
+    LongPollScope,
+    /// A long-poll past `--max-waiters`, answered `in_progress` at once.
+    LongPollTotal,
 }
 
 impl Shed {
@@ -99,6 +103,8 @@ impl Shed {
             Shed::Connections => "connections",
             Shed::Concurrency => "concurrency",
             Shed::BodyBudget => "body_budget",
+            Shed::LongPollScope => "longpoll_scope",
+            Shed::LongPollTotal => "longpoll_total",
         }
     }
 }

@@ -20,8 +20,8 @@ use super::limits::Slot;
 use super::{ApiJson, AppState, Scope, within};
 use crate::api::error::ApiError;
 use crate::evidence;
-use crate::longpoll;
-use crate::metrics::Event;
+use crate::longpoll::{self, Full};
+use crate::metrics::{Event, Shed};
 
 /// Claims the lease on `scope`, or answers its state; long-polls when `wait_ms > 0`.
 #[utoipa::path(
@@ -51,14 +51,24 @@ pub async fn claim(
         .record_expires_at
         .map(|at| millis(at.saturating_duration_since(Instant::now())));
     let response = match first.response {
-        ClaimResponse::InProgress { .. } if wait > 0 => {
-            state.metrics.event(Event::FollowerWait);
-            // A parked long-poll holds no database connection; its caps are its own.
-            if let Some(Extension(slot)) = slot {
-                slot.release();
+        ClaimResponse::InProgress { .. } if wait > 0 => match state.longpoll.subscribe(&scope) {
+            Ok(subscription) => {
+                state.metrics.event(Event::FollowerWait);
+                // A parked long-poll holds no database connection; its caps are its own.
+                if let Some(Extension(slot)) = slot {
+                    slot.release();
+                }
+                longpoll::wait_subscribed(&state.store, &state.longpoll, subscription, &request)
+                    .await?
             }
-            longpoll::claim_with_wait(&state.store, &state.longpoll, &scope, &request).await?
-        }
+            Err(full) => {
+                state.metrics.shed(match full {
+                    Full::Scope => Shed::LongPollScope,
+                    Full::Total => Shed::LongPollTotal,
+                });
+                first.response
+            }
+        },
         settled => settled,
     };
     state.metrics.claim_answered(&response);

@@ -44,7 +44,11 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let shutdown = Shutdown::new();
     let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());
     let served_metrics = metrics.clone();
-    let (longpoll, listen_task) = LongPoll::start(&config.store.database_url, shutdown.subscribe());
+    let (longpoll, listen_task) = LongPoll::start_capped(
+        &config.store.database_url,
+        config.waiters,
+        shutdown.subscribe(),
+    );
     let cleanup = cleanup::spawn(
         store.clone(),
         config.cleanup,

@@ -14,6 +14,7 @@ mod evidence_lines;
 mod input;
 mod lifecycle;
 mod logs_hold_no_secrets;
+mod longpoll_caps;
 mod openapi_conformance;
 mod record_bounds;
 mod recorded_headers;
