@@ -13,11 +13,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use keyflight_protocol::wire::MAX_RETENTION_S;
 
+use crate::admin_tokens::AdminTokens;
 use crate::cleanup::CleanupSettings;
 use crate::longpoll::WaiterCaps;
 use crate::store::{BatchSettings, StoreSettings};
@@ -52,9 +54,19 @@ pub enum ConfigError {
         /// The variable's name.
         name: &'static str,
     },
-    /// The admin token equals the filter token, so the filter could call admin endpoints.
-    #[error("KEYFLIGHT_ADMIN_TOKEN must differ from KEYFLIGHT_TOKEN")]
+    /// An admin token equals the filter token, so the filter could call admin endpoints.
+    #[error(
+        "every admin token (KEYFLIGHT_ADMIN_TOKEN, KEYFLIGHT_ADMIN_TOKENS_FILE) must differ from KEYFLIGHT_TOKEN"
+    )]
     AdminTokenReused,
+    /// The admin token file does not parse (the reason names the line, never a token).
+    #[error("admin token file {}: {reason}", path.display())]
+    AdminTokensFile {
+        /// The file given.
+        path: PathBuf,
+        /// What is wrong, by line.
+        reason: String,
+    },
     /// A tunable is out of range.
     #[error("invalid --{flag}: {reason}")]
     Invalid {
@@ -133,6 +145,15 @@ pub struct ServeArgs {
     token_file: Option<PathBuf>,
     #[command(flatten)]
     admin: AdminTokenArgs,
+    /// Operators' named admin tokens, one `name:token` per line, re-read when the file
+    /// changes; the name is who the audit says erased or resolved a record.
+    #[arg(long, env = "KEYFLIGHT_ADMIN_TOKENS_FILE")]
+    admin_tokens_file: Option<PathBuf>,
+    /// Address the admin API (`/v1/records…`) listens on, apart from the data plane;
+    /// loopback by default, so operators reach it from inside the pod (`kubectl exec`,
+    /// `port-forward`). Not bound when no admin token is configured.
+    #[arg(long, env = "KEYFLIGHT_ADMIN_LISTEN", default_value = "127.0.0.1:9480")]
+    admin_listen: SocketAddr,
     /// Run pending migrations before serving (default: a separate `migrate` job does it).
     #[arg(long, env = "KEYFLIGHT_MIGRATE")]
     migrate: bool,
@@ -219,13 +240,13 @@ pub struct ServeArgs {
     batch_max: usize,
 }
 
-/// Who may call what (L7): the filter's token and the optional admin token.
+/// Who may call what (L7): the filter's token and the operators' named tokens.
 #[derive(Debug, Clone)]
 pub struct Tokens {
     /// Token for `/v1/claims…`.
     pub filter: Secret,
-    /// Token for `/v1/records…`; `None` disables the admin API.
-    pub admin: Option<Secret>,
+    /// Operators' tokens for `/v1/records…`; empty disables the admin API.
+    pub admin: Arc<AdminTokens>,
 }
 
 /// How much of the replica one client, or all of them, may hold
@@ -260,6 +281,8 @@ pub struct RecordBounds {
 pub struct ServeConfig {
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// Address the admin API listens on.
+    pub admin_listen: SocketAddr,
     /// Database and statement settings.
     pub store: StoreSettings,
     /// Bearer tokens.
@@ -289,8 +312,8 @@ impl ServeArgs {
             self.token_file.as_deref(),
         )?
         .ok_or(ConfigError::MissingToken)?;
-        let admin = self.admin.resolve()?;
-        if admin.as_ref() == Some(&filter) {
+        let admin = AdminTokens::load(self.admin.resolve()?, self.admin_tokens_file)?;
+        if admin.contains(&filter) {
             return Err(ConfigError::AdminTokenReused);
         }
         check(self.pool_size > 0, "pool-size", "must be at least 1")?;
@@ -394,6 +417,7 @@ impl ServeArgs {
         )?;
         Ok(ServeConfig {
             listen: self.listen,
+            admin_listen: self.admin_listen,
             store: StoreSettings {
                 database_url: self.database.database_url,
                 pool_size: self.pool_size,
@@ -407,7 +431,10 @@ impl ServeArgs {
                     max_items: self.batch_max,
                 },
             },
-            tokens: Tokens { filter, admin },
+            tokens: Tokens {
+                filter,
+                admin: Arc::new(admin),
+            },
             migrate: self.migrate,
             max_wait: self.max_wait,
             waiters: WaiterCaps {

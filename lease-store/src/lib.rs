@@ -17,6 +17,7 @@
 //!   print bodies or headers, whatever `RUST_LOG` says (L7).
 //! - [`cli`]: the subcommands (`serve`, `migrate`, `records …`, `fingerprint`).
 
+pub mod admin_tokens;
 pub mod api;
 pub mod auth;
 pub mod cleanup;

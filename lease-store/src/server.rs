@@ -62,17 +62,18 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             // An error means the sender is gone, so no one could stop us later: stop now.
             _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             metrics.shed(Shed::Connections);

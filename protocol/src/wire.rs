@@ -21,6 +21,8 @@ pub const MAX_COOLDOWN_MS: u64 = 86_400_000;
 /// The longest long-poll a claim may ask for (one day, in milliseconds); the
 /// store waits no longer than its own `--max-wait` anyway.
 pub const MAX_WAIT_MS: u64 = 86_400_000;
+/// The longest reason an operator may give for an erase or a resolve, in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
 /// Recorded status codes are final HTTP status codes (RFC 9110 §15).
 pub const RECORDED_STATUS: std::ops::RangeInclusive<u16> = 100..=599;
 
@@ -392,6 +394,13 @@ pub struct ResolveRequest {
     /// For `as: completed`: the response retries should get.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<StoredResponse>,
+    /// Why the operator resolves it (1 to [`MAX_REASON_CHARS`] characters, no control
+    /// characters); kept in the store's audit.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 1000, pattern = r"^[^\x00-\x1f\x7f]+$")
+    )]
+    pub reason: String,
 }
 
 /// JSON has one number type, and to JSON Schema (hence to the OpenAPI

@@ -217,8 +217,8 @@ impl Stack {
             .arg("records")
             .args(args)
             .env(
-                "KEYFLIGHT_URL",
-                format!("http://127.0.0.1:{}", self.inner.store_port(0)),
+                "KEYFLIGHT_ADMIN_URL",
+                format!("http://127.0.0.1:{}", self.inner.store_admin_port(0)),
             )
             .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
             .output()

@@ -38,7 +38,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use keyflight_protocol::Digest;
 use keyflight_protocol::headers;
-use keyflight_protocol::wire::{RECORDED_STATUS, StoredResponse};
+use keyflight_protocol::wire::{MAX_REASON_CHARS, RECORDED_STATUS, StoredResponse};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
@@ -66,8 +66,8 @@ pub struct AppState {
     pub bounds: RecordBounds,
 }
 
-/// Builds the full router: `/v1` behind auth and the per-call limits
-/// ([`limits`]), operability endpoints open.
+/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter token
+/// and the per-call limits ([`limits`]), operability endpoints open.
 pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
     let long_poll = Router::new()
         .route("/v1/claims/{scope}", post(claims::claim))
@@ -85,10 +85,22 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
             limits::deadline,
         ))
         .merge(long_poll)
-        .route_layer(middleware::from_fn_with_state(
-            auth.clone(),
-            auth::require_filter,
-        ));
+        .route_layer(middleware::from_fn_with_state(auth, auth::require_filter));
+    let operability = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(health::openapi));
+    finish(
+        limited(claims, &state, max_body_bytes, limits).merge(operability),
+        state,
+        max_body_bytes,
+    )
+}
+
+/// Builds the admin router, served on its own listener (`docs/records.md#operators`):
+/// `/v1/records…` behind the operators' tokens and the same per-call limits.
+pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
     let records = Router::new()
         .route("/v1/records", get(records::list))
         .route(
@@ -101,28 +113,39 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
             limits::deadline,
         ))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
+    finish(
+        limited(records, &state, max_body_bytes, limits),
+        state,
+        max_body_bytes,
+    )
+}
+
+/// Adds the body budget and the concurrency cap to `/v1` routes.
+fn limited(
+    routes: Router<AppState>,
+    state: &AppState,
+    max_body_bytes: usize,
+    limits: Limits,
+) -> Router<AppState> {
     let budget = BodyBudget::new(
         max_body_bytes,
         limits.max_body_bytes_in_flight,
         limits.max_body_bytes_in_flight_per_caller,
         state.metrics.clone(),
     );
-    let v1 = claims
-        .merge(records)
+    routes
         .route_layer(middleware::from_fn_with_state(budget, budget::reserve_body))
         .route_layer(middleware::from_fn_with_state(
             Concurrency::new(limits.max_concurrent_requests, state.metrics.clone()),
             limits::shed_past_limit,
-        ));
-    let operability = Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/openapi.json", get(health::openapi));
+        ))
+}
+
+/// The layers every listener's routes share: problem+json fallbacks, the body
+/// size limit, request metrics and tracing.
+fn finish(routes: Router<AppState>, state: AppState, max_body_bytes: usize) -> Router {
     let metrics = state.metrics.clone();
-    Router::new()
-        .merge(v1)
-        .merge(operability)
+    routes
         // After the merges: it applies to the routes that exist when called.
         .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
@@ -196,6 +219,21 @@ pub fn fits_a_record(response: &StoredResponse, bounds: &RecordBounds) -> Result
         return Err(ApiError::RecordTooLarge(bounds.max_record_bytes));
     }
     Ok(())
+}
+
+/// Refuses a missing, empty, overlong or control-character reason: it is kept in the
+/// audit and logged.
+pub fn operator_reason(reason: Option<&str>) -> Result<&str, ApiError> {
+    let reason = reason.unwrap_or_default();
+    if reason.trim().is_empty()
+        || reason.chars().count() > MAX_REASON_CHARS
+        || reason.chars().any(char::is_control)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "reason is required: 1 to {MAX_REASON_CHARS} characters, no control characters"
+        )));
+    }
+    Ok(reason)
 }
 
 /// Refuses a number outside `range`, naming the field: a value the document

@@ -33,6 +33,12 @@ use super::CliError;
 /// Kubernetes' default 30 s grace period, so the exit is ours, not a SIGKILL).
 const DRAIN_LIMIT: Duration = Duration::from_secs(20);
 
+async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, CliError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| CliError::Bind { addr, source })
+}
+
 /// Serves until SIGTERM or SIGINT, then drains (for at most [`DRAIN_LIMIT`]) and returns.
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let config = args.into_config()?;
@@ -42,6 +48,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let store = Store::connect(&config.store).await?;
     let shutdown = Shutdown::new();
+    let shutdown_rx_for_data = shutdown.subscribe();
     let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());
     let served_metrics = metrics.clone();
     let (longpoll, listen_task) = LongPoll::start_capped(
@@ -58,36 +65,57 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         },
         shutdown.subscribe(),
     );
-    let app = api::router(
-        AppState {
-            store,
-            longpoll,
-            metrics,
-            max_wait: config.max_wait,
-            bounds: config.records,
-        },
-        Auth::new(config.tokens),
-        config.max_body_bytes,
-        config.limits,
-    );
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| CliError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let state = AppState {
+        store,
+        longpoll,
+        metrics,
+        max_wait: config.max_wait,
+        bounds: config.records,
+    };
+    let admin_open = !config.tokens.admin.is_empty();
+    let auth = Auth::new(config.tokens);
+    let connections = ConnectionLimits {
+        header_read_timeout: config.limits.header_read_timeout,
+        max_connections: config.limits.max_connections,
+    };
+    let admin = if admin_open {
+        let app = api::admin_router(
+            state.clone(),
+            auth.clone(),
+            config.max_body_bytes,
+            config.limits,
+        );
+        let listener = bind(config.admin_listen).await?;
+        tracing::info!(listen = %config.admin_listen, "admin API serving");
+        Some(tokio::spawn(server::serve(
+            listener,
+            app,
+            connections,
+            served_metrics.clone(),
+            shutdown.subscribe(),
+        )))
+    } else {
+        None
+    };
+    let app = api::router(state, auth, config.max_body_bytes, config.limits);
+    let listener = bind(config.listen).await?;
     tracing::info!(listen = %config.listen, "lease-store serving");
     let mut stopping = shutdown.subscribe();
-    let server = server::serve(
-        listener,
-        app,
-        ConnectionLimits {
-            header_read_timeout: config.limits.header_read_timeout,
-            max_connections: config.limits.max_connections,
-        },
-        served_metrics,
-        shutdown.subscribe(),
-    );
+    let server = async move {
+        server::serve(
+            listener,
+            app,
+            connections,
+            served_metrics,
+            shutdown_rx_for_data,
+        )
+        .await;
+        if let Some(admin) = admin
+            && let Err(e) = admin.await
+        {
+            tracing::error!(error = %e, "admin listener ended abnormally");
+        }
+    };
     let signals = async move {
         shutdown.on_signal().await;
         // Keep the sender alive: the drain below still watches it.

@@ -77,6 +77,7 @@ pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use lease::FINALIZE_SQL;
+pub use records::response_digest;
 
 /// How much longer than `statement_timeout` a call waits for the database's
 /// answer before giving up on the connection. The server cancels a slow

@@ -121,7 +121,13 @@ async fn large_finalizes_past_the_body_budget_are_shed_before_they_are_read() {
         .unwrap();
 
     // One caller's budget holds one 1.5 MiB body; its second one is shed at once.
-    let mut held = vec![large_finalize_head(store, [127, 0, 0, 1], 3 * MIB / 2).await];
+    let mut first = large_finalize_head(store, [127, 0, 0, 1], 3 * MIB / 2).await;
+    assert_eq!(
+        answer_within(&mut first, Duration::from_millis(500)).await,
+        None,
+        "a finalize within the budget is read, not shed"
+    );
+    let mut held = vec![first];
     let mut shed = large_finalize_head(store, [127, 0, 0, 1], 3 * MIB / 2).await;
     let answer = answer_within(&mut shed, Duration::from_secs(5))
         .await

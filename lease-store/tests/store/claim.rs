@@ -352,8 +352,9 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
     let resolve = keyflight_protocol::wire::ResolveRequest {
         resolve_as: keyflight_protocol::wire::ResolveAs::Completed,
         response: Some(sample_response()),
+        reason: "test".into(),
     };
-    store.resolve(&scope, &resolve).await.unwrap();
+    store.resolve(&scope, &resolve, "operator").await.unwrap();
     assert_eq!(
         store.claim(&scope, &req).await.unwrap().response,
         ClaimResponse::Completed {
@@ -361,7 +362,7 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
         }
     );
     assert!(matches!(
-        store.resolve(&scope, &resolve).await,
+        store.resolve(&scope, &resolve, "operator").await,
         Err(StoreError::NotUnknown)
     ));
 }

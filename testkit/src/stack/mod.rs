@@ -105,9 +105,11 @@ impl Stack {
             stores: plan
                 .lease_stores
                 .iter()
+                .zip(&plan.lease_store_admins)
                 .enumerate()
-                .map(|(index, &port)| Store {
+                .map(|(index, (&port, &admin_port))| Store {
                     port,
+                    admin_port,
                     part: Part::new(&format!("lease-store-{index}"), &logs),
                 })
                 .collect(),
@@ -151,6 +153,11 @@ impl Stack {
     /// Lease-store `index`'s port.
     pub fn store_port(&self, index: usize) -> u16 {
         self.store(index).port
+    }
+
+    /// Lease-store `index`'s admin port (`/v1/records…`, the operator CLI's).
+    pub fn store_admin_port(&self, index: usize) -> u16 {
+        self.store(index).admin_port
     }
 
     /// The demo upstream's port.
@@ -275,7 +282,7 @@ impl Stack {
         let mut command = lease_store_command(
             &self.binaries,
             &url,
-            self.store(index).port,
+            (self.store(index).port, self.store(index).admin_port),
             &token,
             migrate,
         );
@@ -328,8 +335,13 @@ impl Drop for Stack {
 struct PlanPorts {
     envoys: Vec<(u16, u16)>,
     lease_stores: Vec<u16>,
+    lease_store_admins: Vec<u16>,
     upstream: u16,
 }
+
+/// The shipped stack's first lease-store admin port (`lease-store serve`'s default); a
+/// second replica takes the next.
+const SHIPPED_STORE_ADMIN_PORT: u16 = 9480;
 
 impl PlanPorts {
     fn new(plan: PortPlan, replicas: usize) -> PlanPorts {
@@ -337,6 +349,7 @@ impl PlanPorts {
             PortPlan::Free => PlanPorts {
                 envoys: (0..replicas).map(|_| (free_port(), free_port())).collect(),
                 lease_stores: (0..replicas).map(|_| free_port()).collect(),
+                lease_store_admins: (0..replicas).map(|_| free_port()).collect(),
                 upstream: free_port(),
             },
             PortPlan::Shipped => {
@@ -349,6 +362,7 @@ impl PlanPorts {
                     ][..replicas]
                         .to_vec(),
                     lease_stores: second.lease_stores[..replicas].to_vec(),
+                    lease_store_admins: (SHIPPED_STORE_ADMIN_PORT..).take(replicas).collect(),
                     upstream: first.upstream,
                 }
             }
