@@ -9,8 +9,9 @@
 //! the metrics middleware count errors by code without re-parsing bodies.
 //!
 //! Store failures keep their cause out of the answer: `journal_unavailable`
-//! says the database cannot be reached, and the underlying error goes to the
-//! log, not to the caller.
+//! says the database cannot be reached, a value the database refused is a
+//! generic `bad_request`, and the database's own text (which names tables,
+//! constraints and values) goes to the log, not to the caller.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -70,7 +71,7 @@ impl ApiError {
                 StoreError::LeaseLost => ProblemCode::LeaseLost,
                 StoreError::NotFound => ProblemCode::NotFound,
                 StoreError::NotUnknown => ProblemCode::NotUnknown,
-                StoreError::Invalid(_) => ProblemCode::BadRequest,
+                StoreError::Invalid(_) | StoreError::Rejected(_) => ProblemCode::BadRequest,
             },
             ApiError::BadRequest(_) => ProblemCode::BadRequest,
             ApiError::PayloadTooLarge | ApiError::RecordTooLarge(_) => ProblemCode::PayloadTooLarge,
@@ -97,6 +98,9 @@ impl ApiError {
                 "only a record in the `unknown` state can be resolved".to_owned()
             }
             ApiError::Store(StoreError::Invalid(reason)) => reason.clone(),
+            ApiError::Store(StoreError::Rejected(_)) => {
+                "the database refused a value of this request".to_owned()
+            }
             other => other.to_string(),
         }
     }
@@ -123,6 +127,9 @@ impl IntoResponse for ApiError {
         if let ApiError::Store(StoreError::Unavailable(cause) | StoreError::ReadOnly(cause)) = &self
         {
             tracing::warn!(%cause, "database unavailable");
+        }
+        if let ApiError::Store(StoreError::Rejected(cause)) = &self {
+            tracing::warn!(%cause, "the database refused a request value");
         }
         problem_response(self.code(), self.detail())
     }

@@ -9,6 +9,7 @@ mod claims;
 mod cli;
 mod contract_ranges;
 mod database_down;
+mod database_errors;
 mod epoch;
 mod evidence_lines;
 mod input;

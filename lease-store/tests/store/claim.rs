@@ -195,7 +195,7 @@ async fn finalize_rejects_an_invalid_status_and_keeps_the_lease() {
     bad.response.status = 99;
     assert!(matches!(
         store.finalize(&scope, bad).await,
-        Err(StoreError::Invalid(_))
+        Err(StoreError::Rejected(_))
     ));
     store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
 }
