@@ -209,7 +209,10 @@ async fn out_of_range_lease_is_invalid() {
             .claim(&scope, &claim_req(fingerprint("range"), lease_ms))
             .await;
         assert!(
-            matches!(answer, Err(StoreError::Invalid(_))),
+            matches!(
+                answer,
+                Err(StoreError::Invalid(_) | StoreError::Rejected(_))
+            ),
             "lease_ms {lease_ms}: {answer:?}"
         );
     }
