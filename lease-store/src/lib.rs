@@ -25,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod evidence;
+pub mod log_limit;
 pub mod logging;
 pub mod longpoll;
 pub mod metrics;

@@ -18,6 +18,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, ProblemCode, retry_after_s};
 
+use crate::log_limit::{self, Kind};
 use crate::store::StoreError;
 
 /// An API call's failure.
@@ -124,12 +125,16 @@ impl From<QueryRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Rate-limited: an outage fails every call alike (the metrics count each one).
         if let ApiError::Store(StoreError::Unavailable(cause) | StoreError::ReadOnly(cause)) = &self
+            && let Some(suppressed) = log_limit::global().admit(Kind::DatabaseUnavailable)
         {
-            tracing::warn!(%cause, "database unavailable");
+            tracing::warn!(%cause, suppressed, "database unavailable");
         }
-        if let ApiError::Store(StoreError::Rejected(cause)) = &self {
-            tracing::warn!(%cause, "the database refused a request value");
+        if let ApiError::Store(StoreError::Rejected(cause)) = &self
+            && let Some(suppressed) = log_limit::global().admit(Kind::DatabaseRefused)
+        {
+            tracing::warn!(%cause, suppressed, "the database refused a request value");
         }
         problem_response(self.code(), self.detail())
     }

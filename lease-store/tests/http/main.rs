@@ -17,6 +17,7 @@ mod lifecycle;
 mod logs_hold_no_secrets;
 mod longpoll_caps;
 mod openapi_conformance;
+mod outage_logs;
 mod record_bounds;
 mod recorded_headers;
 mod records;
