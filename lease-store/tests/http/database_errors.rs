@@ -4,7 +4,7 @@
 use keyflight_testkit::pg::PgCluster;
 use serde_json::json;
 
-use crate::support::{TOKEN, migrate, start_server_on};
+use crate::support::{migrate, start_server_on};
 
 #[tokio::test]
 async fn postgres_error_text_goes_to_the_log_not_to_the_caller() {
@@ -19,14 +19,10 @@ async fn postgres_error_text_goes_to_the_log_not_to_the_caller() {
     let (scope, _, claim_id) = server.api.win("db-error").await;
     let answer = server
         .api
-        .post(
-            &format!("/v1/claims/{scope}/finalize"),
-            Some(TOKEN),
-            &json!({
-                "claim_id": claim_id,
-                "replayable": true,
-                "response": { "status": 287, "headers": [], "body_b64": "" },
-            }),
+        .try_finalize(
+            &scope,
+            &claim_id,
+            &json!({ "status": 287, "headers": [], "body_b64": "" }),
         )
         .await;
     let detail = answer.assert_problem(400, "bad_request");

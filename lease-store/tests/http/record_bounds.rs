@@ -59,14 +59,10 @@ async fn a_record_past_the_maximum_size_is_refused() {
     let (scope, _fingerprint, claim_id) = api.win("big-record").await;
     let body = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 1001]);
     let answer = api
-        .post(
-            &format!("/v1/claims/{scope}/finalize"),
-            Some(TOKEN),
-            &json!({
-                "claim_id": claim_id,
-                "replayable": true,
-                "response": { "status": 200, "headers": [], "body_b64": body },
-            }),
+        .try_finalize(
+            &scope,
+            &claim_id,
+            &json!({ "status": 200, "headers": [], "body_b64": body }),
         )
         .await;
     let detail = answer.assert_problem(413, "payload_too_large");

@@ -271,14 +271,18 @@ impl Api {
 
     /// Finalizes with `response` (a wire `StoredResponse` as JSON), replayable; asserts 200.
     pub async fn finalize_with(&self, scope: &str, claim_id: &str, response: &Value) {
-        let answer = self
-            .post(
-                &format!("/v1/claims/{scope}/finalize"),
-                Some(TOKEN),
-                &json!({ "claim_id": claim_id, "response": response, "replayable": true }),
-            )
-            .await;
+        let answer = self.try_finalize(scope, claim_id, response).await;
         assert_eq!(answer.status, 200, "finalize failed: {}", answer.text);
+    }
+
+    /// Finalizes with `response`, replayable, and returns whatever the store answered.
+    pub async fn try_finalize(&self, scope: &str, claim_id: &str, response: &Value) -> Answer {
+        self.post(
+            &format!("/v1/claims/{scope}/finalize"),
+            Some(TOKEN),
+            &json!({ "claim_id": claim_id, "response": response, "replayable": true }),
+        )
+        .await
     }
 
     /// The value of a counter line in `/metrics` (0 when absent).
