@@ -1,7 +1,9 @@
 //! L7: bearer tokens for `/v1`.
 //!
-//! Two roles, two tokens: the edge filter's token opens `/v1/claims…` and
-//! `/v1/epoch`, the admin token opens `/v1/records…`. Each token opens only its own family —
+//! Two roles: the edge filter's token opens `/v1/claims…` and `/v1/epoch` on the
+//! data-plane listener, an operator's named token ([`crate::admin_tokens`]) opens
+//! `/v1/records…` on the admin listener, and the operator's name rides along with
+//! the request ([`Operator`]) into the audit. Each token opens only its own family —
 //! the admin token cannot claim, so an operator's credential never doubles as
 //! a data-path credential and each can be rotated on its own. A token the
 //! store knows but that belongs to the other family gets 403 `forbidden`;
@@ -40,20 +42,22 @@ impl Auth {
         Auth(Arc::new(tokens))
     }
 
-    /// Decides whether the request's bearer token may act as `required`.
-    pub fn check(&self, headers: &HeaderMap, required: Role) -> Result<(), ApiError> {
+    /// Decides whether the request's bearer token may act as `required`; for an
+    /// operator, says which one.
+    pub fn check(&self, headers: &HeaderMap, required: Role) -> Result<Option<Operator>, ApiError> {
         let presented = bearer_token(headers).ok_or(ApiError::Unauthorized)?;
         let is_filter = matches(presented, &self.0.filter);
-        let is_admin = self.0.admin.as_ref().is_some_and(|t| matches(presented, t));
-        match (required, is_filter, is_admin) {
-            (Role::Filter, true, _) | (Role::Admin, _, true) => Ok(()),
-            (Role::Filter, false, true) => Err(ApiError::Forbidden(
+        let operator = self.0.admin.who(presented);
+        match (required, is_filter, operator) {
+            (Role::Filter, true, _) => Ok(None),
+            (Role::Admin, _, Some(name)) => Ok(Some(Operator(name))),
+            (Role::Filter, false, Some(_)) => Err(ApiError::Forbidden(
                 "the admin token cannot call the claim API; use the filter token",
             )),
-            (Role::Admin, true, false) => Err(ApiError::Forbidden(
+            (Role::Admin, true, None) => Err(ApiError::Forbidden(
                 "the records API needs the admin token, not the filter token",
             )),
-            (_, false, false) => Err(ApiError::Unauthorized),
+            (_, false, None) => Err(ApiError::Unauthorized),
         }
     }
 }
@@ -68,12 +72,21 @@ pub async fn require_admin(State(auth): State<Auth>, request: Request, next: Nex
     guard(&auth, Role::Admin, request, next).await
 }
 
-async fn guard(auth: &Auth, role: Role, request: Request, next: Next) -> Response {
+async fn guard(auth: &Auth, role: Role, mut request: Request, next: Next) -> Response {
     match auth.check(request.headers(), role) {
-        Ok(()) => next.run(request).await,
+        Ok(operator) => {
+            if let Some(operator) = operator {
+                request.extensions_mut().insert(operator);
+            }
+            next.run(request).await
+        }
         Err(err) => err.into_response(),
     }
 }
+
+/// The operator an admin call was authenticated as: the name of their token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator(pub String);
 
 /// The token of an `authorization: Bearer <token>` header (scheme case-insensitive).
 fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
@@ -91,11 +104,14 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+    use crate::admin_tokens::AdminTokens;
 
     fn auth() -> Auth {
         Auth::new(Tokens {
             filter: Secret::new("filter-token"),
-            admin: Some(Secret::new("admin-token")),
+            admin: Arc::new(
+                AdminTokens::load(Some(Secret::new("admin-token")), None).expect("no file"),
+            ),
         })
     }
 
@@ -115,9 +131,11 @@ mod tests {
             auth.check(&with_auth("Bearer filter-token"), Role::Filter)
                 .is_ok()
         );
-        assert!(
+        assert_eq!(
             auth.check(&with_auth("bearer admin-token"), Role::Admin)
-                .is_ok()
+                .ok()
+                .flatten(),
+            Some(Operator("admin".into()))
         );
         assert!(matches!(
             auth.check(&with_auth("Bearer filter-token"), Role::Admin),
@@ -151,7 +169,7 @@ mod tests {
     fn without_an_admin_token_the_admin_api_is_closed() {
         let auth = Auth::new(Tokens {
             filter: Secret::new("filter-token"),
-            admin: None,
+            admin: Arc::new(AdminTokens::load(None, None).expect("no file")),
         });
         assert!(
             auth.check(&with_auth("Bearer filter-token"), Role::Admin)

@@ -13,11 +13,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use keyflight_protocol::wire::MAX_RETENTION_S;
 
+use crate::admin_tokens::AdminTokens;
 use crate::cleanup::CleanupSettings;
+use crate::longpoll::WaiterCaps;
 use crate::store::{BatchSettings, StoreSettings};
 
 /// Why the settings cannot be used. Each message names the flag or variable at fault.
@@ -50,9 +54,19 @@ pub enum ConfigError {
         /// The variable's name.
         name: &'static str,
     },
-    /// The admin token equals the filter token, so the filter could call admin endpoints.
-    #[error("KEYFLIGHT_ADMIN_TOKEN must differ from KEYFLIGHT_TOKEN")]
+    /// An admin token equals the filter token, so the filter could call admin endpoints.
+    #[error(
+        "every admin token (KEYFLIGHT_ADMIN_TOKEN, KEYFLIGHT_ADMIN_TOKENS_FILE) must differ from KEYFLIGHT_TOKEN"
+    )]
     AdminTokenReused,
+    /// The admin token file does not parse (the reason names the line, never a token).
+    #[error("admin token file {}: {reason}", path.display())]
+    AdminTokensFile {
+        /// The file given.
+        path: PathBuf,
+        /// What is wrong, by line.
+        reason: String,
+    },
     /// A tunable is out of range.
     #[error("invalid --{flag}: {reason}")]
     Invalid {
@@ -131,6 +145,15 @@ pub struct ServeArgs {
     token_file: Option<PathBuf>,
     #[command(flatten)]
     admin: AdminTokenArgs,
+    /// Operators' named admin tokens, one `name:token` per line, re-read when the file
+    /// changes; the name is who the audit says erased or resolved a record.
+    #[arg(long, env = "KEYFLIGHT_ADMIN_TOKENS_FILE")]
+    admin_tokens_file: Option<PathBuf>,
+    /// Address the admin API (`/v1/records…`) listens on, apart from the data plane;
+    /// loopback by default, so operators reach it from inside the pod (`kubectl exec`,
+    /// `port-forward`). Not bound when no admin token is configured.
+    #[arg(long, env = "KEYFLIGHT_ADMIN_LISTEN", default_value = "127.0.0.1:9480")]
+    admin_listen: SocketAddr,
     /// Run pending migrations before serving (default: a separate `migrate` job does it).
     #[arg(long, env = "KEYFLIGHT_MIGRATE")]
     migrate: bool,
@@ -160,9 +183,47 @@ pub struct ServeArgs {
     /// Upper bound on a claim's `wait_ms` (longer waits are shortened to this).
     #[arg(long, env = "KEYFLIGHT_MAX_WAIT", default_value = "30s", value_parser = parse_duration)]
     max_wait: Duration,
+    /// Long-polls parked on one scope at once; past it a follower is answered
+    /// `in_progress` at once.
+    #[arg(long, env = "KEYFLIGHT_MAX_WAITERS_PER_SCOPE", default_value_t = crate::longpoll::DEFAULT_MAX_WAITERS_PER_SCOPE)]
+    max_waiters_per_scope: usize,
+    /// Long-polls parked in this replica at once; past it a follower is answered
+    /// `in_progress` at once.
+    #[arg(long, env = "KEYFLIGHT_MAX_WAITERS", default_value_t = crate::longpoll::DEFAULT_MAX_WAITERS)]
+    max_waiters: usize,
     /// Largest request body accepted, in bytes (a finalize carries the response body).
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Longest retention a claim may ask for (longer ones are refused with 400); at most
+    /// ten years, the longest a filter policy may ask for.
+    #[arg(long, env = "KEYFLIGHT_MAX_RETENTION", default_value = "3650d", value_parser = parse_duration)]
+    max_retention: Duration,
+    /// Largest response body a finalize or resolve may record, in bytes (larger: 413);
+    /// default: the largest a `--max-body-bytes` finalize can carry.
+    #[arg(long, env = "KEYFLIGHT_MAX_RECORD_BYTES")]
+    max_record_bytes: Option<usize>,
+    /// Request body bytes all calls may have in flight at once (declared sizes); a call
+    /// past it is answered 503 before its body is read.
+    #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 64 * 1024 * 1024)]
+    max_body_bytes_in_flight: usize,
+    /// The share of `--max-body-bytes-in-flight` one caller (one peer address) may hold.
+    #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
+    max_body_bytes_in_flight_per_caller: usize,
+    /// A connection that has not sent a complete request head this long after it opened,
+    /// or after its previous answer, is closed (it also ends idle keep-alive connections).
+    #[arg(long, env = "KEYFLIGHT_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    header_read_timeout: Duration,
+    /// A call must be read and answered within this long, else 503 (a long-poll gets its
+    /// wait on top).
+    #[arg(long, env = "KEYFLIGHT_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// Connections served at once; one past it is closed as soon as it is accepted.
+    #[arg(long, env = "KEYFLIGHT_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// `/v1` calls running at once (a parked long-poll does not count); past it a call
+    /// is answered 503 with `Retry-After` at once.
+    #[arg(long, env = "KEYFLIGHT_MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
+    max_concurrent_requests: usize,
     /// How often retention clean-up runs.
     #[arg(long, env = "KEYFLIGHT_CLEANUP_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     cleanup_interval: Duration,
@@ -179,13 +240,40 @@ pub struct ServeArgs {
     batch_max: usize,
 }
 
-/// Who may call what (L7): the filter's token and the optional admin token.
+/// Who may call what (L7): the filter's token and the operators' named tokens.
 #[derive(Debug, Clone)]
 pub struct Tokens {
     /// Token for `/v1/claims…`.
     pub filter: Secret,
-    /// Token for `/v1/records…`; `None` disables the admin API.
-    pub admin: Option<Secret>,
+    /// Operators' tokens for `/v1/records…`; empty disables the admin API.
+    pub admin: Arc<AdminTokens>,
+}
+
+/// How much of the replica one client, or all of them, may hold
+/// (`docs/configuration.md#limits`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Time for a connection to send a complete request head.
+    pub header_read_timeout: Duration,
+    /// Time to read and answer one call (a long-poll's wait comes on top).
+    pub request_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// `/v1` calls running at once.
+    pub max_concurrent_requests: usize,
+    /// Request body bytes in flight, all callers together.
+    pub max_body_bytes_in_flight: usize,
+    /// Request body bytes in flight, one caller.
+    pub max_body_bytes_in_flight_per_caller: usize,
+}
+
+/// What a record may hold (`docs/configuration.md#limits`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordBounds {
+    /// Longest retention a claim may ask for, in seconds.
+    pub max_retention_s: u64,
+    /// Largest response body a record may hold, in bytes.
+    pub max_record_bytes: usize,
 }
 
 /// Validated settings of `serve`.
@@ -193,6 +281,8 @@ pub struct Tokens {
 pub struct ServeConfig {
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// Address the admin API listens on.
+    pub admin_listen: SocketAddr,
     /// Database and statement settings.
     pub store: StoreSettings,
     /// Bearer tokens.
@@ -201,8 +291,14 @@ pub struct ServeConfig {
     pub migrate: bool,
     /// Cap on a claim's long-poll budget.
     pub max_wait: Duration,
+    /// Caps on parked long-polls.
+    pub waiters: WaiterCaps,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Slow-client and overload bounds of the listener.
+    pub limits: Limits,
+    /// What a record may hold.
+    pub records: RecordBounds,
     /// Retention clean-up schedule.
     pub cleanup: CleanupSettings,
 }
@@ -216,8 +312,8 @@ impl ServeArgs {
             self.token_file.as_deref(),
         )?
         .ok_or(ConfigError::MissingToken)?;
-        let admin = self.admin.resolve()?;
-        if admin.as_ref() == Some(&filter) {
+        let admin = AdminTokens::load(self.admin.resolve()?, self.admin_tokens_file)?;
+        if admin.contains(&filter) {
             return Err(ConfigError::AdminTokenReused);
         }
         check(self.pool_size > 0, "pool-size", "must be at least 1")?;
@@ -242,6 +338,64 @@ impl ServeArgs {
             "must be positive",
         )?;
         check(
+            self.max_retention.as_secs() <= MAX_RETENTION_S,
+            "max-retention",
+            "must be at most 3650d (the longest a filter policy may ask for)",
+        )?;
+        check(
+            self.default_retention <= self.max_retention,
+            "default-retention",
+            "must be at most --max-retention",
+        )?;
+        let max_record_bytes = self
+            .max_record_bytes
+            .unwrap_or_else(|| largest_record(self.max_body_bytes));
+        check(
+            (1..=self.max_body_bytes).contains(&max_record_bytes),
+            "max-record-bytes",
+            "must be between 1 and --max-body-bytes",
+        )?;
+        check(
+            self.max_body_bytes_in_flight_per_caller >= self.max_body_bytes,
+            "max-body-bytes-in-flight-per-caller",
+            "must be at least --max-body-bytes",
+        )?;
+        check(
+            self.max_body_bytes_in_flight >= self.max_body_bytes_in_flight_per_caller,
+            "max-body-bytes-in-flight",
+            "must be at least --max-body-bytes-in-flight-per-caller",
+        )?;
+        check(
+            self.max_waiters_per_scope > 0,
+            "max-waiters-per-scope",
+            "must be at least 1",
+        )?;
+        check(
+            self.max_waiters >= self.max_waiters_per_scope,
+            "max-waiters",
+            "must be at least --max-waiters-per-scope",
+        )?;
+        check(
+            !self.header_read_timeout.is_zero(),
+            "header-read-timeout",
+            "must be positive",
+        )?;
+        check(
+            !self.request_timeout.is_zero(),
+            "request-timeout",
+            "must be positive",
+        )?;
+        check(
+            self.max_connections > 0,
+            "max-connections",
+            "must be at least 1",
+        )?;
+        check(
+            self.max_concurrent_requests > 0,
+            "max-concurrent-requests",
+            "must be at least 1",
+        )?;
+        check(
             !self.cleanup_interval.is_zero(),
             "cleanup-interval",
             "must be positive",
@@ -263,6 +417,7 @@ impl ServeArgs {
         )?;
         Ok(ServeConfig {
             listen: self.listen,
+            admin_listen: self.admin_listen,
             store: StoreSettings {
                 database_url: self.database.database_url,
                 pool_size: self.pool_size,
@@ -276,16 +431,43 @@ impl ServeArgs {
                     max_items: self.batch_max,
                 },
             },
-            tokens: Tokens { filter, admin },
+            tokens: Tokens {
+                filter,
+                admin: Arc::new(admin),
+            },
             migrate: self.migrate,
             max_wait: self.max_wait,
+            waiters: WaiterCaps {
+                per_scope: self.max_waiters_per_scope,
+                total: self.max_waiters,
+            },
             max_body_bytes: self.max_body_bytes,
+            limits: Limits {
+                header_read_timeout: self.header_read_timeout,
+                request_timeout: self.request_timeout,
+                max_connections: self.max_connections,
+                max_concurrent_requests: self.max_concurrent_requests,
+                max_body_bytes_in_flight: self.max_body_bytes_in_flight,
+                max_body_bytes_in_flight_per_caller: self.max_body_bytes_in_flight_per_caller,
+            },
+            records: RecordBounds {
+                max_retention_s: self.max_retention.as_secs(),
+                max_record_bytes,
+            },
             cleanup: CleanupSettings {
                 interval: self.cleanup_interval,
                 batch_size: self.cleanup_batch,
             },
         })
     }
+}
+
+/// The largest response body a finalize of `max_body_bytes` can carry: base64 takes 4 bytes
+/// for 3, and 64 KiB (a quarter of a smaller limit) stay for the JSON framing and the
+/// headers, as the filter's `finalize_bytes` assumes (`filter/src/config/validate.rs`).
+fn largest_record(max_body_bytes: usize) -> usize {
+    let framing = (64 * 1024).min(max_body_bytes / 4);
+    ((max_body_bytes - framing) / 4 * 3).max(1)
 }
 
 /// Largest `--batch-max` accepted: past a few hundred calls a batch only holds its row
@@ -367,6 +549,13 @@ mod tests {
         assert!(parse_duration("2 weeks").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn the_default_record_fits_a_finalize_of_the_body_limit() {
+        assert_eq!(largest_record(8 * 1024 * 1024), 6_242_304);
+        assert_eq!(largest_record(2048), 1152);
+        assert_eq!(largest_record(1), 1);
     }
 
     #[test]

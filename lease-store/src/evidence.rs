@@ -68,7 +68,12 @@ pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T,
     let outcome = match answer {
         Ok(_) => "applied",
         Err(StoreError::LeaseLost) => "lease_lost",
-        Err(StoreError::Invalid(_) | StoreError::NotFound | StoreError::NotUnknown) => "refused",
+        Err(
+            StoreError::Invalid(_)
+            | StoreError::Rejected(_)
+            | StoreError::NotFound
+            | StoreError::NotUnknown,
+        ) => "refused",
         Err(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => return,
     };
     tracing::info!(

@@ -17,6 +17,7 @@
 //!   print bodies or headers, whatever `RUST_LOG` says (L7).
 //! - [`cli`]: the subcommands (`serve`, `migrate`, `records …`, `fingerprint`).
 
+pub mod admin_tokens;
 pub mod api;
 pub mod auth;
 pub mod cleanup;
@@ -24,9 +25,11 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod evidence;
+pub mod log_limit;
 pub mod logging;
 pub mod longpoll;
 pub mod metrics;
 pub mod openapi;
+pub mod server;
 pub mod shutdown;
 pub mod store;

@@ -81,6 +81,39 @@ impl Event {
     }
 }
 
+/// Why the store turned work away at once instead of queueing it
+/// (`docs/configuration.md#limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// A connection past `--max-connections`, closed when accepted.
+    Connections,
+    /// A `/v1` call past `--max-concurrent-requests`, answered 503.
+    Concurrency,
+    /// A call whose body would pass the body budget, answered 503 before it is read.
+    BodyBudget,
+    /// A long-poll past `--max-waiters-per-scope`, answered `in_progress` at once.
+    LongPollScope,
+    /// A long-poll past `--max-waiters`, answered `in_progress` at once.
+    LongPollTotal,
+}
+
+impl Shed {
+    fn as_str(self) -> &'static str {
+        match self {
+            Shed::Connections => "connections",
+            Shed::Concurrency => "concurrency",
+            Shed::BodyBudget => "body_budget",
+            Shed::LongPollScope => "longpoll_scope",
+            Shed::LongPollTotal => "longpoll_total",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
@@ -143,6 +176,7 @@ struct Inner {
     pool_waiting: Gauge,
     longpoll_waiting: Gauge,
     batch_queued: Family<KindLabel, Gauge>,
+    shed: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -224,6 +258,12 @@ impl Metrics {
             "Calls waiting for a group-commit worker, by kind",
             batch_queued.clone(),
         );
+        let shed = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "keyflight_store_shed",
+            "Connections and calls turned away at once by a limit, by reason",
+            shed.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             claims,
@@ -236,6 +276,7 @@ impl Metrics {
             pool_waiting,
             longpoll_waiting,
             batch_queued,
+            shed,
         }))
     }
 
@@ -268,6 +309,16 @@ impl Metrics {
             .events
             .get_or_create(&EventLabel {
                 event: event.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts a connection or call turned away by a limit.
+    pub fn shed(&self, reason: Shed) {
+        self.0
+            .shed
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
             })
             .inc();
     }
@@ -352,6 +403,7 @@ mod tests {
         metrics.claim_answered(&ClaimResponse::Conflict);
         metrics.event(Event::FollowerWait);
         metrics.ttl_deleted(3);
+        metrics.shed(Shed::Concurrency);
         metrics.error(ProblemCode::LeaseLost);
         metrics.observe("/v1/claims/{scope}", Duration::from_millis(2));
         let text = metrics.render(
@@ -370,6 +422,7 @@ mod tests {
             "keyflight_store_claims_total{outcome=\"conflict\"} 1",
             "keyflight_store_events_total{event=\"follower_wait\"} 1",
             "keyflight_store_ttl_deletes_total 3",
+            "keyflight_store_shed_total{reason=\"concurrency\"} 1",
             "keyflight_store_errors_total{code=\"lease_lost\"} 1",
             "keyflight_store_request_duration_seconds_count{route=\"/v1/claims/{scope}\"} 1",
             "keyflight_store_pool_size 4",

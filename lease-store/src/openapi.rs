@@ -36,7 +36,7 @@ use crate::api;
 #[openapi(
     info(
         title = "keyflight lease-store",
-        description = "Claims, renews and finalizes idempotency leases (keyflight API v1). Errors are RFC 9457 problem details with a stable `code`."
+        description = "Claims, renews and finalizes idempotency leases (keyflight API v1). Errors are RFC 9457 problem details with a stable `code`. The records API (`/v1/records…`) is served on the admin listener (`--admin-listen`), not on the data plane's."
     ),
     paths(
         api::claims::claim,

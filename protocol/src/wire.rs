@@ -13,13 +13,16 @@ use crate::Digest;
 /// far above any policy (the filter allows an hour), and small enough that
 /// lease arithmetic in the database can never overflow.
 pub const MAX_LEASE_MS: u64 = 86_400_000;
-/// The longest retention a claim may ask for (100 years, in seconds).
-pub const MAX_RETENTION_S: u64 = 3_153_600_000;
+/// The longest retention a claim may ask for (ten years, in seconds): the longest a
+/// filter policy may ask for; the store's `--max-retention` may lower it.
+pub const MAX_RETENTION_S: u64 = 315_360_000;
 /// The longest cooldown a release may ask for (one day, in milliseconds).
 pub const MAX_COOLDOWN_MS: u64 = 86_400_000;
 /// The longest long-poll a claim may ask for (one day, in milliseconds); the
 /// store waits no longer than its own `--max-wait` anyway.
 pub const MAX_WAIT_MS: u64 = 86_400_000;
+/// The longest reason an operator may give for an erase or a resolve, in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
 /// Recorded status codes are final HTTP status codes (RFC 9110 §15).
 pub const RECORDED_STATUS: std::ops::RangeInclusive<u16> = 100..=599;
 
@@ -50,7 +53,7 @@ pub struct ClaimRequest {
         deserialize_with = "integral::option_u64",
         skip_serializing_if = "Option::is_none"
     )]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3_153_600_000_u64))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 315_360_000_u64))]
     pub retention_s: Option<u64>,
 }
 
@@ -391,6 +394,13 @@ pub struct ResolveRequest {
     /// For `as: completed`: the response retries should get.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<StoredResponse>,
+    /// Why the operator resolves it (1 to [`MAX_REASON_CHARS`] characters, no control
+    /// characters); kept in the store's audit.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 1000, pattern = r"^[^\x00-\x1f\x7f]+$")
+    )]
+    pub reason: String,
 }
 
 /// JSON has one number type, and to JSON Schema (hence to the OpenAPI

@@ -215,11 +215,11 @@ impl Stack {
             .arg("records")
             .args(args)
             .env(
-                "KEYFLIGHT_URL",
+                "KEYFLIGHT_ADMIN_URL",
                 format!(
                     "http://{}:{}",
                     self.inner.store_ip(0),
-                    self.inner.store_port(0)
+                    self.inner.store_admin_port(0)
                 ),
             )
             .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)

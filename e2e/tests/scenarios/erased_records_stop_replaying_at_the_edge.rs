@@ -57,7 +57,13 @@ async fn an_erased_record_is_not_replayed_from_the_edge_beyond_max_staleness() {
         .unwrap_or_else(|| panic!("no completed record listed:\n{listed}"))
         .to_owned();
     stack
-        .records_cli(&["erase", &scope, "--i-understand-replay-risk"])
+        .records_cli(&[
+            "erase",
+            &scope,
+            "--i-understand-replay-risk",
+            "--reason",
+            "e2e: erased to check edge staleness",
+        ])
         .await;
     // After the CLI returned the erase has committed: whatever is served later than
     // MAX_STALENESS from here is served later than that from the erase.

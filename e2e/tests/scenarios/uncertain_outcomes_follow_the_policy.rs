@@ -145,6 +145,8 @@ async fn under_uncertain_hold_a_timeout_is_unknown_until_an_operator_resolves_it
             "content-type: application/json",
             "--body-file",
             &answer.display().to_string(),
+            "--reason",
+            "e2e: the payment settled",
         ])
         .await;
     let _ = std::fs::remove_file(&answer);

@@ -9,18 +9,19 @@
 
 use std::time::{Duration, Instant};
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
-    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_RETENTION_S, MAX_WAIT_MS,
+    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_WAIT_MS,
 };
 
+use super::limits::Slot;
 use super::{ApiJson, AppState, Scope, within};
 use crate::api::error::ApiError;
 use crate::evidence;
-use crate::longpoll;
-use crate::metrics::Event;
+use crate::longpoll::{self, Full};
+use crate::metrics::{Event, Shed};
 
 /// Claims the lease on `scope`, or answers its state; long-polls when `wait_ms > 0`.
 #[utoipa::path(
@@ -35,12 +36,13 @@ use crate::metrics::Event;
 pub async fn claim(
     State(state): State<AppState>,
     Scope(scope): Scope,
+    slot: Option<Extension<Slot>>,
     ApiJson(mut request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimAnswer>, ApiError> {
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {
-        within("retention_s", retention_s, 1..=MAX_RETENTION_S)?;
+        within("retention_s", retention_s, 1..=state.bounds.max_retention_s)?;
     }
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);
@@ -49,10 +51,24 @@ pub async fn claim(
         .record_expires_at
         .map(|at| millis(at.saturating_duration_since(Instant::now())));
     let response = match first.response {
-        ClaimResponse::InProgress { .. } if wait > 0 => {
-            state.metrics.event(Event::FollowerWait);
-            longpoll::claim_with_wait(&state.store, &state.longpoll, &scope, &request).await?
-        }
+        ClaimResponse::InProgress { .. } if wait > 0 => match state.longpoll.subscribe(&scope) {
+            Ok(subscription) => {
+                state.metrics.event(Event::FollowerWait);
+                // A parked long-poll holds no database connection; its caps are its own.
+                if let Some(Extension(slot)) = slot {
+                    slot.release();
+                }
+                longpoll::wait_subscribed(&state.store, &state.longpoll, subscription, &request)
+                    .await?
+            }
+            Err(full) => {
+                state.metrics.shed(match full {
+                    Full::Scope => Shed::LongPollScope,
+                    Full::Total => Shed::LongPollTotal,
+                });
+                first.response
+            }
+        },
         settled => settled,
     };
     state.metrics.claim_answered(&response);

@@ -9,14 +9,16 @@
 //! the metrics middleware count errors by code without re-parsing bodies.
 //!
 //! Store failures keep their cause out of the answer: `journal_unavailable`
-//! says the database cannot be reached, and the underlying error goes to the
-//! log, not to the caller.
+//! says the database cannot be reached, a value the database refused is a
+//! generic `bad_request`, and the database's own text (which names tables,
+//! constraints and values) goes to the log, not to the caller.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, ProblemCode, retry_after_s};
 
+use crate::log_limit::{self, Kind};
 use crate::store::StoreError;
 
 /// An API call's failure.
@@ -31,6 +33,9 @@ pub enum ApiError {
     /// The body exceeds the configured limit.
     #[error("the request body exceeds the lease-store's limit (--max-body-bytes)")]
     PayloadTooLarge,
+    /// A response to record is larger than `--max-record-bytes` (the value).
+    #[error("the response body exceeds the {0} bytes a record may hold (--max-record-bytes)")]
+    RecordTooLarge(usize),
     /// No bearer token, or not one this store knows.
     #[error("a valid bearer token is required")]
     Unauthorized,
@@ -45,6 +50,12 @@ pub enum ApiError {
     /// No route matches the path.
     #[error("no such endpoint")]
     NoRoute,
+    /// The replica is at a limit and turns the call away at once (503, `Retry-After`).
+    #[error("{0}")]
+    Overloaded(&'static str),
+    /// The call was not read and answered within `--request-timeout` (503).
+    #[error("the call was not read and answered within the lease-store's --request-timeout; retry")]
+    TimedOut,
     /// The path exists, but not with this method; the router adds `Allow`.
     #[error("{0} is not allowed on this endpoint; the Allow header lists the methods that are")]
     MethodNotAllowed(axum::http::Method),
@@ -61,13 +72,14 @@ impl ApiError {
                 StoreError::LeaseLost => ProblemCode::LeaseLost,
                 StoreError::NotFound => ProblemCode::NotFound,
                 StoreError::NotUnknown => ProblemCode::NotUnknown,
-                StoreError::Invalid(_) => ProblemCode::BadRequest,
+                StoreError::Invalid(_) | StoreError::Rejected(_) => ProblemCode::BadRequest,
             },
             ApiError::BadRequest(_) => ProblemCode::BadRequest,
-            ApiError::PayloadTooLarge => ProblemCode::PayloadTooLarge,
+            ApiError::PayloadTooLarge | ApiError::RecordTooLarge(_) => ProblemCode::PayloadTooLarge,
             ApiError::Unauthorized => ProblemCode::Unauthorized,
             ApiError::Forbidden(_) => ProblemCode::Forbidden,
             ApiError::ReplayRiskNotAcknowledged => ProblemCode::ReplayRiskNotAcknowledged,
+            ApiError::Overloaded(_) | ApiError::TimedOut => ProblemCode::JournalUnavailable,
             ApiError::NoRoute => ProblemCode::NotFound,
             ApiError::MethodNotAllowed(_) => ProblemCode::MethodNotAllowed,
         }
@@ -87,6 +99,9 @@ impl ApiError {
                 "only a record in the `unknown` state can be resolved".to_owned()
             }
             ApiError::Store(StoreError::Invalid(reason)) => reason.clone(),
+            ApiError::Store(StoreError::Rejected(_)) => {
+                "the database refused a value of this request".to_owned()
+            }
             other => other.to_string(),
         }
     }
@@ -110,9 +125,16 @@ impl From<QueryRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Rate-limited: an outage fails every call alike (the metrics count each one).
         if let ApiError::Store(StoreError::Unavailable(cause) | StoreError::ReadOnly(cause)) = &self
+            && let Some(suppressed) = log_limit::global().admit(Kind::DatabaseUnavailable)
         {
-            tracing::warn!(%cause, "database unavailable");
+            tracing::warn!(%cause, suppressed, "database unavailable");
+        }
+        if let ApiError::Store(StoreError::Rejected(cause)) = &self
+            && let Some(suppressed) = log_limit::global().admit(Kind::DatabaseRefused)
+        {
+            tracing::warn!(%cause, suppressed, "the database refused a request value");
         }
         problem_response(self.code(), self.detail())
     }

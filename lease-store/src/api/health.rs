@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::problem_response;
+use crate::log_limit::{self, Kind};
 use crate::metrics::{self, BatchQueued, PoolStatus};
 use crate::openapi;
 use crate::store::BatchKind;
@@ -36,7 +37,9 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     match state.store.readiness().await {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(cause) => {
-            tracing::warn!(%cause, "not ready");
+            if let Some(suppressed) = log_limit::global().admit(Kind::NotReady) {
+                tracing::warn!(%cause, suppressed, "not ready");
+            }
             problem_response(
                 ProblemCode::JournalUnavailable,
                 "not ready: the database is unreachable or its migrations are not current",

@@ -14,7 +14,7 @@ use keyflight_protocol::wire::{
     FinalizeRequest, MAX_COOLDOWN_MS, MAX_LEASE_MS, ReleaseRequest, RenewRequest, RenewResponse,
 };
 
-use super::{ApiJson, AppState, Scope, recordable, within};
+use super::{ApiJson, AppState, Scope, fits_a_record, recordable, within};
 use crate::api::error::ApiError;
 use crate::evidence;
 use crate::metrics::{Event, Metrics};
@@ -57,6 +57,7 @@ pub async fn renew(
         (status = 200, description = "Response recorded (or this claim already recorded it: a repeat is a success)"),
         (status = 400, description = "`bad_request`: malformed body, or a header that may not be recorded (not an RFC 9110 token, a control character in the value, a never-stored name); the detail names `response.headers[i]`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`lease_lost`: another claim owns the record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload_too_large`: the body exceeds --max-body-bytes, or the response body --max-record-bytes", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -66,6 +67,7 @@ pub async fn finalize(
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
     recordable(&request.response)?;
+    fits_a_record(&request.response, &state.bounds)?;
     let (claim_id, call) = (
         request.claim_id,
         evidence::finalize_call(request.replayable),

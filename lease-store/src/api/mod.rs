@@ -18,11 +18,13 @@
 //! axum's `Allow` header) answer problem+json too, through the router's two
 //! fallbacks.
 
+pub mod budget;
 pub mod claims;
 pub mod epoch;
 pub mod error;
 pub mod health;
 pub mod lease;
+pub mod limits;
 pub mod records;
 
 use std::ops::RangeInclusive;
@@ -36,12 +38,15 @@ use axum::middleware;
 use axum::routing::{get, post};
 use keyflight_protocol::Digest;
 use keyflight_protocol::headers;
-use keyflight_protocol::wire::{RECORDED_STATUS, StoredResponse};
+use keyflight_protocol::wire::{MAX_REASON_CHARS, RECORDED_STATUS, StoredResponse};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
+use crate::api::budget::BodyBudget;
 use crate::api::error::ApiError;
+use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
+use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
 use crate::store::Store;
@@ -57,20 +62,45 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Cap on a claim's `wait_ms`.
     pub max_wait: Duration,
+    /// What a record may hold.
+    pub bounds: RecordBounds,
 }
 
-/// Builds the full router: `/v1` behind auth, operability endpoints open.
-pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
-    let claims = Router::new()
+/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter token
+/// and the per-call limits ([`limits`]), operability endpoints open.
+pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
+    let long_poll = Router::new()
         .route("/v1/claims/{scope}", post(claims::claim))
+        .route_layer(middleware::from_fn_with_state(
+            limits.request_timeout.saturating_add(state.max_wait),
+            limits::deadline,
+        ));
+    let claims = Router::new()
         .route("/v1/claims/{scope}/renew", post(lease::renew))
         .route("/v1/claims/{scope}/finalize", post(lease::finalize))
         .route("/v1/claims/{scope}/release", post(lease::release))
         .route("/v1/epoch", get(epoch::epoch))
         .route_layer(middleware::from_fn_with_state(
-            auth.clone(),
-            auth::require_filter,
-        ));
+            limits.request_timeout,
+            limits::deadline,
+        ))
+        .merge(long_poll)
+        .route_layer(middleware::from_fn_with_state(auth, auth::require_filter));
+    let operability = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(health::openapi));
+    finish(
+        limited(claims, &state, max_body_bytes, limits).merge(operability),
+        state,
+        max_body_bytes,
+    )
+}
+
+/// Builds the admin router, served on its own listener (`docs/records.md#operators`):
+/// `/v1/records…` behind the operators' tokens and the same per-call limits.
+pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
     let records = Router::new()
         .route("/v1/records", get(records::list))
         .route(
@@ -78,17 +108,44 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize) -> Router {
             get(records::show).delete(records::erase),
         )
         .route("/v1/records/{scope}/resolve", post(records::resolve))
+        .route_layer(middleware::from_fn_with_state(
+            limits.request_timeout,
+            limits::deadline,
+        ))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
-    let operability = Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/openapi.json", get(health::openapi));
+    finish(
+        limited(records, &state, max_body_bytes, limits),
+        state,
+        max_body_bytes,
+    )
+}
+
+/// Adds the body budget and the concurrency cap to `/v1` routes.
+fn limited(
+    routes: Router<AppState>,
+    state: &AppState,
+    max_body_bytes: usize,
+    limits: Limits,
+) -> Router<AppState> {
+    let budget = BodyBudget::new(
+        max_body_bytes,
+        limits.max_body_bytes_in_flight,
+        limits.max_body_bytes_in_flight_per_caller,
+        state.metrics.clone(),
+    );
+    routes
+        .route_layer(middleware::from_fn_with_state(budget, budget::reserve_body))
+        .route_layer(middleware::from_fn_with_state(
+            Concurrency::new(limits.max_concurrent_requests, state.metrics.clone()),
+            limits::shed_past_limit,
+        ))
+}
+
+/// The layers every listener's routes share: problem+json fallbacks, the body
+/// size limit, request metrics and tracing.
+fn finish(routes: Router<AppState>, state: AppState, max_body_bytes: usize) -> Router {
     let metrics = state.metrics.clone();
-    Router::new()
-        .merge(claims)
-        .merge(records)
-        .merge(operability)
+    routes
         // After the merges: it applies to the routes that exist when called.
         .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
@@ -154,6 +211,29 @@ pub fn recordable(response: &StoredResponse) -> Result<(), ApiError> {
     }
     headers::check_all(&response.headers)
         .map_err(|bad| ApiError::BadRequest(format!("response.{bad}")))
+}
+
+/// Refuses a response body larger than a record may hold (`--max-record-bytes`).
+pub fn fits_a_record(response: &StoredResponse, bounds: &RecordBounds) -> Result<(), ApiError> {
+    if response.body.len() > bounds.max_record_bytes {
+        return Err(ApiError::RecordTooLarge(bounds.max_record_bytes));
+    }
+    Ok(())
+}
+
+/// Refuses a missing, empty, overlong or control-character reason: it is kept in the
+/// audit and logged.
+pub fn operator_reason(reason: Option<&str>) -> Result<&str, ApiError> {
+    let reason = reason.unwrap_or_default();
+    if reason.trim().is_empty()
+        || reason.chars().count() > MAX_REASON_CHARS
+        || reason.chars().any(char::is_control)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "reason is required: 1 to {MAX_REASON_CHARS} characters, no control characters"
+        )));
+    }
+    Ok(reason)
 }
 
 /// Refuses a number outside `range`, naming the field: a value the document

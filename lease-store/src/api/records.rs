@@ -1,21 +1,25 @@
 //! The operator API (L6): list, show, resolve and erase records.
 //!
-//! Behind the admin token (see [`crate::auth`]). Erasure is the dangerous
-//! one: a retry of an erased scope runs the operation again, so the call must
-//! carry `keyflight-ack-replay-risk: true` and every erasure is logged at WARN
-//! (with the scope digest only — never a key or principal, which the store
-//! does not have anyway).
+//! On the admin listener, behind an operator's named token (see [`crate::auth`]).
+//! Erasure is the dangerous one: a retry of an erased scope runs the operation
+//! again, so the call must carry `keyflight-ack-replay-risk: true`. Erase and
+//! resolve must give a `reason`, and each writes a row of the operator audit
+//! (who, why, which scope, and the digest of a response the operator authored)
+//! in the same statement as the change, and a log line with the operator's name
+//! and the scope digest only — never a key or principal, which the store does not
+//! have anyway.
 
-use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
+use axum::{Extension, Json};
 use keyflight_protocol::wire::{
     ACK_REPLAY_RISK_HEADER, RecordDetail, RecordList, RecordState, ResolveRequest,
 };
 use serde::Deserialize;
 
-use super::{ApiJson, AppState, Scope, recordable};
+use super::{ApiJson, AppState, Scope, fits_a_record, operator_reason, recordable};
 use crate::api::error::ApiError;
+use crate::auth::Operator;
 use crate::metrics::Event;
 
 /// Records listed when the caller does not say.
@@ -33,6 +37,17 @@ pub struct ListQuery {
     /// At most this many records (1–1000, default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+}
+
+/// Query of `DELETE /v1/records/{scope}`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EraseQuery {
+    /// Why the operator erases the record (1–1000 characters, no control characters); kept
+    /// in the audit.
+    #[param(min_length = 1, max_length = 1000, pattern = r"^[^\x00-\x1f\x7f]+$")]
+    reason: Option<String>,
 }
 
 /// Lists records, newest first, without bodies.
@@ -98,14 +113,17 @@ pub async fn show(
 pub async fn resolve(
     State(state): State<AppState>,
     Scope(scope): Scope,
+    Extension(Operator(operator)): Extension<Operator>,
     ApiJson(request): ApiJson<ResolveRequest>,
 ) -> Result<(), ApiError> {
+    operator_reason(Some(&request.reason))?;
     if let Some(response) = &request.response {
         recordable(response)?;
+        fits_a_record(response, &state.bounds)?;
     }
-    state.store.resolve(&scope, &request).await?;
+    state.store.resolve(&scope, &request, &operator).await?;
     state.metrics.event(Event::Resolve);
-    tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, "record resolved by an operator");
+    tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, %operator, reason = %request.reason, "record resolved by an operator");
     Ok(())
 }
 
@@ -117,10 +135,11 @@ pub async fn resolve(
     params(
         ("scope" = String, Path, description = "Scope digest, 64 lowercase hex"),
         ("keyflight-ack-replay-risk" = String, Header, description = "Must be `true`: the caller accepts that a retry will run the operation again"),
+        EraseQuery,
     ),
     responses(
         (status = 200, description = "Erased"),
-        (status = 400, description = "`replay_risk_not_acknowledged`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "`replay_risk_not_acknowledged`, or `bad_request`: no usable `reason`", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -128,6 +147,8 @@ pub async fn resolve(
 pub async fn erase(
     State(state): State<AppState>,
     Scope(scope): Scope,
+    Extension(Operator(operator)): Extension<Operator>,
+    query: Result<Query<EraseQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<(), ApiError> {
     let acknowledged = headers
@@ -136,8 +157,10 @@ pub async fn erase(
     if !acknowledged {
         return Err(ApiError::ReplayRiskNotAcknowledged);
     }
-    state.store.erase(&scope).await?;
+    let Query(query) = query?;
+    let reason = operator_reason(query.reason.as_deref())?;
+    state.store.erase(&scope, &operator, reason).await?;
     state.metrics.event(Event::Erase);
-    tracing::warn!(scope = %scope.to_hex(), "record erased by an operator: a retry with its key will run again");
+    tracing::warn!(scope = %scope.to_hex(), %operator, %reason, "record erased by an operator: a retry with its key will run again");
     Ok(())
 }

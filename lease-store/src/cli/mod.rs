@@ -58,9 +58,6 @@ pub enum CliError {
         /// Why.
         source: std::io::Error,
     },
-    /// The server stopped with an I/O error.
-    #[error("server failed: {0}")]
-    Serve(std::io::Error),
     /// A `records` call failed.
     #[error(transparent)]
     Records(#[from] records::RecordsError),

@@ -23,8 +23,12 @@ use crate::config::{AdminTokenArgs, ConfigError};
 /// Flags of `lease-store records`.
 #[derive(Debug, Args)]
 pub struct RecordsArgs {
-    /// Base URL of a running lease-store.
-    #[arg(long, env = "KEYFLIGHT_URL", default_value = "http://127.0.0.1:8480")]
+    /// Base URL of a running lease-store's admin listener (`serve --admin-listen`).
+    #[arg(
+        long,
+        env = "KEYFLIGHT_ADMIN_URL",
+        default_value = "http://127.0.0.1:9480"
+    )]
     url: String,
     #[command(flatten)]
     admin: AdminTokenArgs,
@@ -69,6 +73,9 @@ enum RecordsCommand {
         /// A header of that response, `name: value` (repeatable).
         #[arg(long = "header", requires = "status")]
         headers: Vec<String>,
+        /// Why (a ticket, an incident): kept in the store's audit with your name.
+        #[arg(long)]
+        reason: String,
     },
     /// Erase a record: a retry with its key will run the operation again.
     Erase {
@@ -77,6 +84,9 @@ enum RecordsCommand {
         /// Confirms you accept that the operation may run twice.
         #[arg(long)]
         i_understand_replay_risk: bool,
+        /// Why (a ticket, an incident): kept in the store's audit with your name.
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -181,9 +191,10 @@ pub async fn run(args: RecordsArgs) -> Result<(), RecordsError> {
             status,
             body_file,
             headers,
+            reason,
         } => {
             let scope = parse_scope(&scope)?;
-            let request = resolve_request(resolve_as, status, body_file, &headers)?;
+            let request = resolve_request(resolve_as, status, body_file, &headers, reason)?;
             client
                 .call_empty(
                     Method::POST,
@@ -196,6 +207,7 @@ pub async fn run(args: RecordsArgs) -> Result<(), RecordsError> {
         RecordsCommand::Erase {
             scope,
             i_understand_replay_risk,
+            reason,
         } => {
             if !i_understand_replay_risk {
                 return Err(RecordsError::Input(
@@ -208,7 +220,11 @@ pub async fn run(args: RecordsArgs) -> Result<(), RecordsError> {
             client
                 .call_empty(
                     Method::DELETE,
-                    &format!("/v1/records/{}", scope.to_hex()),
+                    &format!(
+                        "/v1/records/{}?reason={}",
+                        scope.to_hex(),
+                        percent_encoded(&reason)
+                    ),
                     |r| r.header(ACK_REPLAY_RISK_HEADER, "true"),
                 )
                 .await?;
@@ -280,6 +296,7 @@ fn resolve_request(
     status: Option<u16>,
     body_file: Option<PathBuf>,
     headers: &[String],
+    reason: String,
 ) -> Result<ResolveRequest, RecordsError> {
     let resolve_as = match resolve_as {
         ResolveArg::Completed => ResolveAs::Completed,
@@ -309,7 +326,20 @@ fn resolve_request(
     Ok(ResolveRequest {
         resolve_as,
         response,
+        reason,
     })
+}
+
+/// `text` as a query value: every byte but RFC 3986's unreserved ones percent-encoded.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Parses `name: value` into a lowercase name and a trimmed value.
@@ -397,6 +427,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reasons_are_percent_encoded() {
+        assert_eq!(
+            percent_encoded("INC-42 done/ok é"),
+            "INC-42%20done%2Fok%20%C3%A9"
+        );
+    }
+
+    #[test]
     fn headers_parse_as_lowercase_name_and_trimmed_value() {
         assert_eq!(
             parse_header("Content-Type:  application/json "),
@@ -416,9 +454,15 @@ mod tests {
 
     #[test]
     fn failed_resolutions_carry_no_response() {
-        assert!(resolve_request(ResolveArg::Failed, Some(200), None, &[]).is_err());
-        let request = resolve_request(ResolveArg::Completed, Some(201), None, &["etag: v1".into()])
-            .expect("valid");
+        assert!(resolve_request(ResolveArg::Failed, Some(200), None, &[], "r".into()).is_err());
+        let request = resolve_request(
+            ResolveArg::Completed,
+            Some(201),
+            None,
+            &["etag: v1".into()],
+            "r".into(),
+        )
+        .expect("valid");
         let response = request.response.expect("has a response");
         assert_eq!(response.status, 201);
         assert_eq!(response.headers, vec![("etag".into(), "v1".into())]);

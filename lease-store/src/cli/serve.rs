@@ -23,6 +23,7 @@ use crate::cleanup;
 use crate::config::ServeArgs;
 use crate::longpoll::LongPoll;
 use crate::metrics::Metrics;
+use crate::server::{self, ConnectionLimits};
 use crate::shutdown::Shutdown;
 use crate::store::{self, Store};
 
@@ -31,6 +32,12 @@ use super::CliError;
 /// The longest graceful shutdown waits for in-flight requests (below
 /// Kubernetes' default 30 s grace period, so the exit is ours, not a SIGKILL).
 const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+
+async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, CliError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| CliError::Bind { addr, source })
+}
 
 /// Serves until SIGTERM or SIGINT, then drains (for at most [`DRAIN_LIMIT`]) and returns.
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
@@ -41,8 +48,14 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let store = Store::connect(&config.store).await?;
     let shutdown = Shutdown::new();
+    let shutdown_rx_for_data = shutdown.subscribe();
     let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());
-    let (longpoll, listen_task) = LongPoll::start(&config.store.database_url, shutdown.subscribe());
+    let served_metrics = metrics.clone();
+    let (longpoll, listen_task) = LongPoll::start_capped(
+        &config.store.database_url,
+        config.waiters,
+        shutdown.subscribe(),
+    );
     let cleanup = cleanup::spawn(
         store.clone(),
         config.cleanup,
@@ -52,36 +65,73 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         },
         shutdown.subscribe(),
     );
-    let app = api::router(
-        AppState {
-            store,
-            longpoll,
-            metrics,
-            max_wait: config.max_wait,
-        },
-        Auth::new(config.tokens),
-        config.max_body_bytes,
-    );
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| CliError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let state = AppState {
+        store,
+        longpoll,
+        metrics,
+        max_wait: config.max_wait,
+        bounds: config.records,
+    };
+    let admin_open = !config.tokens.admin.is_empty();
+    let auth = Auth::new(config.tokens);
+    let connections = ConnectionLimits {
+        header_read_timeout: config.limits.header_read_timeout,
+        max_connections: config.limits.max_connections,
+    };
+    let admin = if admin_open {
+        let app = api::admin_router(
+            state.clone(),
+            auth.clone(),
+            config.max_body_bytes,
+            config.limits,
+        );
+        let listener = bind(config.admin_listen).await?;
+        tracing::info!(listen = %config.admin_listen, "admin API serving");
+        Some(tokio::spawn(server::serve(
+            listener,
+            app,
+            connections,
+            served_metrics.clone(),
+            shutdown.subscribe(),
+        )))
+    } else {
+        None
+    };
+    let app = api::router(state, auth, config.max_body_bytes, config.limits);
+    let listener = bind(config.listen).await?;
     tracing::info!(listen = %config.listen, "lease-store serving");
     let mut stopping = shutdown.subscribe();
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.on_signal().await });
+    let server = async move {
+        server::serve(
+            listener,
+            app,
+            connections,
+            served_metrics,
+            shutdown_rx_for_data,
+        )
+        .await;
+        if let Some(admin) = admin
+            && let Err(e) = admin.await
+        {
+            tracing::error!(error = %e, "admin listener ended abnormally");
+        }
+    };
+    let signals = async move {
+        shutdown.on_signal().await;
+        // Keep the sender alive: the drain below still watches it.
+        std::future::pending::<()>().await;
+    };
     let drain_limit = async move {
-        // The sender lives inside the server future, so this only fails once
-        // the server is gone; then there is nothing left to bound.
+        // The sender lives in `signals`, which never ends; should it be gone,
+        // nothing is left to bound.
         if stopping.wait_for(|stopping| *stopping).await.is_err() {
             std::future::pending::<()>().await;
         }
         tokio::time::sleep(DRAIN_LIMIT).await;
     };
     tokio::select! {
-        served = server => served.map_err(CliError::Serve)?,
+        () = server => {}
+        () = signals => {}
         () = drain_limit => tracing::warn!(
             limit_s = DRAIN_LIMIT.as_secs(),
             "requests still in flight after the drain limit; stopping anyway"

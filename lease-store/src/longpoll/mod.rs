@@ -33,8 +33,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use listener::CHANNEL;
-pub use wait::claim_with_wait;
-use waiters::{Subscription, Waiters};
+pub use wait::{claim_with_wait, wait_subscribed};
+use waiters::Waiters;
+pub use waiters::{
+    DEFAULT_MAX_WAITERS, DEFAULT_MAX_WAITERS_PER_SCOPE, Full, Subscription, WaiterCaps,
+};
 
 /// The process-wide fan-out of settle notifications. Cheap to clone.
 #[derive(Clone)]
@@ -44,15 +47,25 @@ pub struct LongPoll {
 }
 
 impl LongPoll {
-    /// Starts the process's single LISTEN connection (reconnecting with
-    /// backoff if it drops; while disconnected, waiters fall back to their
-    /// deadlines) and returns the fan-out handle with the listener task's
-    /// handle. The listener stops when `shutdown` turns `true`.
+    /// [`LongPoll::start_capped`] with the default caps.
     pub fn start(
         database_url: &str,
         shutdown: watch::Receiver<bool>,
     ) -> (LongPoll, JoinHandle<()>) {
-        let waiters = Arc::new(Waiters::default());
+        Self::start_capped(database_url, WaiterCaps::default(), shutdown)
+    }
+
+    /// Starts the process's single LISTEN connection (reconnecting with
+    /// backoff if it drops; while disconnected, waiters fall back to their
+    /// deadlines) and returns the fan-out handle with the listener task's
+    /// handle. At most `caps` long-polls wait at once. The listener stops when
+    /// `shutdown` turns `true`.
+    pub fn start_capped(
+        database_url: &str,
+        caps: WaiterCaps,
+        shutdown: watch::Receiver<bool>,
+    ) -> (LongPoll, JoinHandle<()>) {
+        let waiters = Arc::new(Waiters::new(caps));
         let listener = tokio::spawn(listener::listen(
             database_url.to_owned(),
             Arc::clone(&waiters),
@@ -81,9 +94,10 @@ impl LongPoll {
         }
     }
 
-    /// Registers interest in `scope`; the subscription is notified when the
-    /// scope settles, and unregisters itself on drop.
-    fn subscribe(&self, scope: &Digest) -> Subscription {
+    /// Takes a waiter's place on `scope`, or says which cap is reached; the
+    /// subscription is notified when the scope settles, and gives its place
+    /// back on drop.
+    pub fn subscribe(&self, scope: &Digest) -> Result<Subscription, Full> {
         self.waiters.subscribe(*scope)
     }
 }

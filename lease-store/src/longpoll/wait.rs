@@ -3,7 +3,7 @@
 //!
 //! [`claim_with_wait`] subscribes BEFORE it checks the record and keeps that
 //! subscription until it returns, so a settle committed between a check and
-//! the wait is not lost (the `Notify` keeps the permit). Every check marks the
+//! the wait is not lost (the scope's generation channel remembers the wake). Every check marks the
 //! record watched before reading it ([`Store::watch_and_read`]), so the
 //! settle it waits for is announced. It holds no pooled connection while it
 //! waits, and it also wakes when the winner's lease runs out, so an abandoned
@@ -40,27 +40,42 @@ enum Wake {
 }
 
 /// Waits for the outcome of `scope` when a same-fingerprint claim is
-/// `in_progress` and `wait_ms > 0`: re-checks the record (claiming it if it
-/// may be winnable) first, then each time the record is notified, its lease
-/// expires, the budget runs out, or shutdown — holding no pool connection
-/// while parked. Returns the final answer: `in_progress` with
-/// `retry_after_s` on timeout or shutdown. The answers are exactly those of
-/// [`Store::claim`].
+/// `in_progress` and `wait_ms > 0`: [`wait_subscribed`] with a place taken on
+/// `scope`, or, when the long-poll caps are reached, the claim's answer at once.
 pub async fn claim_with_wait(
     store: &Store,
     longpoll: &LongPoll,
     scope: &Digest,
     req: &ClaimRequest,
 ) -> Result<ClaimResponse, StoreError> {
+    if req.wait_ms.unwrap_or(0) > 0
+        && let Ok(subscription) = longpoll.subscribe(scope)
+    {
+        return wait_subscribed(store, longpoll, subscription, req).await;
+    }
+    Ok(store.claim(scope, req).await?.response)
+}
+
+/// The long-poll on the subscription's scope: re-checks the record (claiming
+/// it if it may be winnable) first, then each time the record is notified,
+/// its lease expires, the budget runs out, or shutdown — holding no pool
+/// connection while parked. Returns the final answer: `in_progress` with
+/// `retry_after_s` on timeout or shutdown. The answers are exactly those of
+/// [`Store::claim`]. The subscription is taken before the first check and
+/// kept for the whole wait: a settle that commits after it was taken wakes
+/// the waiter, even if it lands between a check and the wait.
+pub async fn wait_subscribed(
+    store: &Store,
+    longpoll: &LongPoll,
+    mut subscription: Subscription,
+    req: &ClaimRequest,
+) -> Result<ClaimResponse, StoreError> {
     let budget = Duration::from_millis(req.wait_ms.unwrap_or(0));
     if budget.is_zero() {
-        return Ok(store.claim(scope, req).await?.response);
+        return Ok(store.claim(&subscription.scope, req).await?.response);
     }
     let deadline = Instant::now() + budget;
     let mut shutdown = longpoll.shutdown.clone();
-    // Subscribe first, and for the whole wait: a settle that commits after
-    // this point wakes us, even if it lands between a check and the wait.
-    let subscription = longpoll.subscribe(scope);
     let mut wake = Wake::Own;
     loop {
         let attempt = recheck(store, &longpoll.waiters, &subscription, req, wake).await?;

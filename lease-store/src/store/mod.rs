@@ -77,6 +77,7 @@ pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use lease::FINALIZE_SQL;
+pub use records::response_digest;
 
 /// How much longer than `statement_timeout` a call waits for the database's
 /// answer before giving up on the connection. The server cancels a slow
@@ -144,9 +145,14 @@ pub enum StoreError {
     /// Only an `unknown` record can be resolved (HTTP 409 `not_unknown`).
     #[error("the record is not in state unknown")]
     NotUnknown,
-    /// A request value the database would reject (HTTP 400).
+    /// A request value the database would reject (HTTP 400); the text is the store's own,
+    /// safe to show the caller.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The database refused a request value (SQLSTATE class 22 or 23, HTTP 400). The text
+    /// is the database's, which names tables, constraints and values: for the log only.
+    #[error("the database refused a request value: {0}")]
+    Rejected(String),
 }
 
 /// The outcome of one claim attempt.
@@ -390,7 +396,7 @@ impl From<tokio_postgres::Error> for StoreError {
             return if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
                 StoreError::ReadOnly(message)
             } else if code.code().starts_with("22") || code.code().starts_with("23") {
-                StoreError::Invalid(message)
+                StoreError::Rejected(message)
             } else {
                 StoreError::Unavailable(message)
             };

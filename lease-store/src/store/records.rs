@@ -9,11 +9,14 @@
 //! replay, or without one: completed, not replayable) or to `failed` with its
 //! cooldown already over, so the next same-fingerprint claim runs again.
 //! Erase deletes a record in any state; the API layer demands the replay-risk
-//! acknowledgment and logs it.
+//! acknowledgment and logs it. Erase and resolve each write their row of the
+//! operator audit (migration V5: actor, reason, scope, action, and the digest of
+//! a response the operator authored) in the same statement, so neither commits
+//! without it.
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
-    RecordDetail, RecordList, RecordState, RecordSummary, ResolveAs, ResolveRequest,
+    RecordDetail, RecordList, RecordState, RecordSummary, ResolveAs, ResolveRequest, StoredResponse,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
@@ -49,7 +52,8 @@ const GET_SQL: &str = concat!(
     ", response_headers, response_body FROM keyflight_records WHERE scope = $1"
 );
 
-/// `$1` scope, `$2` status, `$3` headers, `$4` body (NULLs: not replayable).
+/// `$1` scope, `$2` status, `$3` headers, `$4` body (NULLs: not replayable),
+/// `$5` actor, `$6` reason, `$7` the response's digest.
 /// `state_before` reads the statement's snapshot, i.e. the state before the
 /// update, so one statement tells "resolved", "not unknown" and "not found" apart.
 const RESOLVE_COMPLETED_SQL: &str = "
@@ -59,12 +63,16 @@ WITH resolved AS (
            response_status = $2::integer, response_headers = $3::jsonb, response_body = $4::bytea,
            replayable = $4::bytea IS NOT NULL, updated_at = clock_timestamp()
      WHERE scope = $1 AND state = 'unknown'
-    RETURNING 1
+    RETURNING scope
+), audited AS (
+    INSERT INTO keyflight_operator_audit (actor, action, scope, reason, response_sha256)
+    SELECT $5::text, 'resolve_completed', scope, $6::text, $7::bytea FROM resolved
 )
 SELECT (SELECT count(*) FROM resolved) AS resolved,
        (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
 
-/// `$1` scope. The cooldown ends now, so the next same-fingerprint claim steals.
+/// `$1` scope, `$2` actor, `$3` reason. The cooldown ends now, so the next
+/// same-fingerprint claim steals.
 const RESOLVE_FAILED_SQL: &str = "
 WITH resolved AS (
     UPDATE keyflight_records
@@ -72,13 +80,23 @@ WITH resolved AS (
            response_status = NULL, response_headers = NULL, response_body = NULL,
            updated_at = clock_timestamp()
      WHERE scope = $1 AND state = 'unknown'
-    RETURNING 1
+    RETURNING scope
+), audited AS (
+    INSERT INTO keyflight_operator_audit (actor, action, scope, reason)
+    SELECT $2::text, 'resolve_failed', scope, $3::text FROM resolved
 )
 SELECT (SELECT count(*) FROM resolved) AS resolved,
        (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
 
-/// `$1` scope.
-const ERASE_SQL: &str = "DELETE FROM keyflight_records WHERE scope = $1";
+/// `$1` scope, `$2` actor, `$3` reason.
+const ERASE_SQL: &str = "
+WITH erased AS (
+    DELETE FROM keyflight_records WHERE scope = $1 RETURNING scope
+), audited AS (
+    INSERT INTO keyflight_operator_audit (actor, action, scope, reason)
+    SELECT $2::text, 'erase', scope, $3::text FROM erased
+)
+SELECT count(*) AS erased FROM erased";
 
 impl Store {
     /// Up to `limit` records, newest first, optionally only those in `state`.
@@ -117,8 +135,13 @@ impl Store {
         .await
     }
 
-    /// Settles an `unknown` record as an operator decided.
-    pub async fn resolve(&self, scope: &Digest, req: &ResolveRequest) -> Result<(), StoreError> {
+    /// Settles an `unknown` record as the operator `actor` decided, with its audit row.
+    pub async fn resolve(
+        &self,
+        scope: &Digest,
+        req: &ResolveRequest,
+        actor: &str,
+    ) -> Result<(), StoreError> {
         self.run(async |client| {
             let row = match req.resolve_as {
                 ResolveAs::Completed => {
@@ -130,14 +153,28 @@ impl Store {
                         ),
                         None => (None, None, None),
                     };
+                    let authored = req.response.as_ref().map(response_digest);
                     let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;
                     client
-                        .query_one(&statement, &[&scope.0.as_slice(), &status, &headers, &body])
+                        .query_one(
+                            &statement,
+                            &[
+                                &scope.0.as_slice(),
+                                &status,
+                                &headers,
+                                &body,
+                                &actor,
+                                &req.reason,
+                                &authored.as_ref().map(|d| d.0.as_slice()),
+                            ],
+                        )
                         .await?
                 }
                 ResolveAs::Failed => {
                     let statement = client.prepare_cached(RESOLVE_FAILED_SQL).await?;
-                    client.query_one(&statement, &[&scope.0.as_slice()]).await?
+                    client
+                        .query_one(&statement, &[&scope.0.as_slice(), &actor, &req.reason])
+                        .await?
                 }
             };
             let resolved: i64 = row.try_get("resolved")?;
@@ -151,18 +188,29 @@ impl Store {
         .await
     }
 
-    /// Deletes a record in any state. The next claim on the scope runs the
-    /// request again: the caller must have acknowledged that risk.
-    pub async fn erase(&self, scope: &Digest) -> Result<(), StoreError> {
+    /// Deletes a record in any state, with the audit row of `actor` and `reason`. The
+    /// next claim on the scope runs the request again: the caller must have
+    /// acknowledged that risk.
+    pub async fn erase(&self, scope: &Digest, actor: &str, reason: &str) -> Result<(), StoreError> {
         self.run(async |client| {
             let statement = client.prepare_cached(ERASE_SQL).await?;
-            match client.execute(&statement, &[&scope.0.as_slice()]).await? {
+            let row = client
+                .query_one(&statement, &[&scope.0.as_slice(), &actor, &reason])
+                .await?;
+            match row.try_get::<_, i64>("erased")? {
                 0 => Err(StoreError::NotFound),
                 _ => Ok(()),
             }
         })
         .await
     }
+}
+
+/// The digest the audit keeps of a response an operator authored: SHA-256 of the
+/// response as the API's JSON (`status`, `headers`, `body_b64`), so an operator can
+/// check it against the request they sent.
+pub fn response_digest(response: &StoredResponse) -> Digest {
+    Digest::of(&serde_json::to_vec(response).unwrap_or_default())
 }
 
 /// A row's summary columns.

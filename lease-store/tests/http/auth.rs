@@ -25,16 +25,16 @@ async fn claims_without_or_with_a_wrong_token_are_unauthorized() {
 async fn the_admin_api_needs_the_admin_token() {
     let server = start_server(&[]).await;
     server
-        .api
+        .admin
         .get("/v1/records", Some(TOKEN))
         .await
         .assert_problem(403, "forbidden");
     server
-        .api
+        .admin
         .get("/v1/records", None)
         .await
         .assert_problem(401, "unauthorized");
-    let answer = server.api.get("/v1/records", Some(ADMIN)).await;
+    let answer = server.admin.get("/v1/records", Some(ADMIN)).await;
     assert_eq!(answer.status, 200, "{}", answer.text);
     assert!(answer.json["records"].is_array());
 }
@@ -57,6 +57,7 @@ async fn the_admin_token_cannot_claim() {
 async fn operability_endpoints_need_no_token_and_metrics_count_traffic() {
     let server = start_server(&[]).await;
     let api = &server.api;
+    let admin = &server.admin;
     for path in ["/healthz", "/readyz", "/openapi.json", "/metrics"] {
         let answer = api.get(path, None).await;
         assert_eq!(answer.status, 200, "{path}: {}", answer.text);
@@ -70,7 +71,7 @@ async fn operability_endpoints_need_no_token_and_metrics_count_traffic() {
         api.claim(&scope, &fingerprint, 0).await.outcome(),
         "completed"
     );
-    api.get("/v1/records", None).await;
+    admin.get("/v1/records", None).await;
 
     let metrics = api.get("/metrics", None).await;
     assert!(

@@ -11,7 +11,7 @@ fn records(server: &Server, args: &[&str]) -> Output {
     Command::new(BIN)
         .arg("records")
         .args(args)
-        .env("KEYFLIGHT_URL", &server.api.base)
+        .env("KEYFLIGHT_ADMIN_URL", &server.admin.base)
         .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN)
         .env_remove("KEYFLIGHT_ADMIN_TOKEN_FILE")
         .output()
@@ -48,13 +48,26 @@ async fn records_commands_show_list_and_erase_through_the_admin_api() {
         serde_json::from_str(&stdout(&records(&server, &["show", &scope, "--json"]))).unwrap();
     assert_eq!(json["scope"], scope.as_str());
 
-    let refused = records(&server, &["erase", &scope]);
+    let refused = records(&server, &["erase", &scope, "--reason", "INC-9"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--i-understand-replay-risk"));
+    let no_reason = records(&server, &["erase", &scope, "--i-understand-replay-risk"]);
+    assert!(!no_reason.status.success());
+    assert!(String::from_utf8_lossy(&no_reason.stderr).contains("--reason"));
     stdout(&records(
         &server,
-        &["erase", &scope, "--i-understand-replay-risk"],
+        &[
+            "erase",
+            &scope,
+            "--i-understand-replay-risk",
+            "--reason",
+            "INC-9 duplicate charge",
+        ],
     ));
+    assert!(
+        server.child.log().contains("INC-9 duplicate charge"),
+        "the reason reached the store"
+    );
     let gone = records(&server, &["show", &scope]);
     assert!(!gone.status.success());
     let error = String::from_utf8_lossy(&gone.stderr);

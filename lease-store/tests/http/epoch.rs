@@ -10,6 +10,7 @@ use reqwest::Method;
 async fn the_filter_reads_the_epoch_and_an_erase_moves_it() {
     let server = start_server(&[]).await;
     let api = &server.api;
+    let admin = &server.admin;
     api.get("/v1/epoch", None)
         .await
         .assert_problem(401, "unauthorized");
@@ -22,10 +23,10 @@ async fn the_filter_reads_the_epoch_and_an_erase_moves_it() {
 
     let (scope, _, claim_id) = api.win("epoch").await;
     api.finalize(&scope, &claim_id).await;
-    let erased = api
+    let erased = admin
         .send(
             Method::DELETE,
-            &format!("/v1/records/{scope}"),
+            &format!("/v1/records/{scope}?reason=epoch-test"),
             Some(ADMIN),
             |r| r.header("keyflight-ack-replay-risk", "true"),
         )

@@ -24,7 +24,7 @@ async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
     let port = free_port();
     let mut command = serve_command(&cluster().url(), port, &["--takeover-grace", "0s"]);
     command.env("KEYFLIGHT_LOG_FORMAT", "json");
-    let Server { mut child, api } = start_command(command, port).await;
+    let Server { mut child, api, .. } = start_command(command, port).await;
 
     // A fresh insert, finalized.
     let (scope, fingerprint, first) = api.win("evidence").await;

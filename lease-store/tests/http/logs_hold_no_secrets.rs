@@ -22,20 +22,20 @@ const PRINCIPAL: &str = "principal-secret-e01b";
 const QUOTED_INPUT: &str = "quoted-input-secret-66f0";
 
 /// Starts `serve` with `RUST_LOG=trace` and the given log format.
-async fn trace_server(format: &str) -> (ChildGuard, Api) {
+async fn trace_server(format: &str) -> (ChildGuard, Api, Api) {
     let port = free_port();
     let mut command = serve_command(&cluster().url(), port, &[]);
     command
         .env("RUST_LOG", "trace")
         .env("KEYFLIGHT_LOG_FORMAT", format);
-    let Server { child, api } = start_command(command, port).await;
-    (child, api)
+    let Server { child, api, admin } = start_command(command, port).await;
+    (child, api, admin)
 }
 
 /// A claim, carrying the raw key and principal as request headers (as a
 /// careless caller might), a long-poll follower, a finalize, a replay, an
 /// operator read and malformed calls.
-async fn drive_a_cycle(api: &Api) {
+async fn drive_a_cycle(api: &Api, admin: &Api) {
     let body_b64 = base64::engine::general_purpose::STANDARD.encode(BODY);
     let scope = fresh_digest("logs");
     let fingerprint = fresh_digest("logs-fp");
@@ -74,7 +74,9 @@ async fn drive_a_cycle(api: &Api) {
 
     let replay = api.claim(&scope, &fingerprint, 0).await;
     assert_eq!(replay.json["response"]["body_b64"], body_b64.as_str());
-    let shown = api.get(&format!("/v1/records/{scope}"), Some(ADMIN)).await;
+    let shown = admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await;
     assert_eq!(shown.json["response"]["body_b64"], body_b64.as_str());
 
     // Parse errors quote what they could not parse: the caller sees it in the
@@ -102,7 +104,7 @@ async fn drive_a_cycle(api: &Api) {
         bad.text
     );
     // A wrong token is refused; the token it carried must not be logged either.
-    let refused = api
+    let refused = admin
         .get(
             &format!("/v1/records/{scope}"),
             Some("wrong-token-secret-0c3d"),
@@ -141,8 +143,8 @@ fn hex_of(bytes: &[u8]) -> String {
 #[tokio::test]
 async fn trace_logs_hold_no_body_header_key_principal_or_token() {
     for format in ["text", "json"] {
-        let (mut child, api) = trace_server(format).await;
-        drive_a_cycle(&api).await;
+        let (mut child, api, admin) = trace_server(format).await;
+        drive_a_cycle(&api, &admin).await;
         child.signal(keyflight_testkit::process::Signal::Term);
         child.wait_exit(Duration::from_secs(30));
         let log = child.log();

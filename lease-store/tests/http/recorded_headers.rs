@@ -44,6 +44,7 @@ fn response_with(headers: &Value) -> Value {
 async fn finalize_refuses_headers_that_may_not_be_recorded() {
     let server = start_server(&[]).await;
     let api = &server.api;
+    let admin = &server.admin;
     let (scope, fingerprint, claim_id) = api.win("bad-headers").await;
     let finalize = format!("/v1/claims/{scope}/finalize");
 
@@ -64,7 +65,9 @@ async fn finalize_refuses_headers_that_may_not_be_recorded() {
     }
 
     // Nothing was recorded: the record is still pending and a follower is told so.
-    let shown = api.get(&format!("/v1/records/{scope}"), Some(ADMIN)).await;
+    let shown = admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await;
     assert_eq!(shown.json["state"], "pending", "{}", shown.text);
     assert_eq!(
         api.claim(&scope, &fingerprint, 0).await.outcome(),
@@ -91,6 +94,7 @@ async fn finalize_refuses_headers_that_may_not_be_recorded() {
 async fn resolve_refuses_headers_that_may_not_be_recorded() {
     let server = start_server(&[]).await;
     let api = &server.api;
+    let admin = &server.admin;
     let (scope, _fingerprint, claim_id) = api.win("bad-headers-resolve").await;
     let release = api
         .post(
@@ -103,8 +107,8 @@ async fn resolve_refuses_headers_that_may_not_be_recorded() {
     let resolve = format!("/v1/records/{scope}/resolve");
 
     for (headers, index) in bad_header_lists() {
-        let body = json!({ "as": "completed", "response": response_with(&headers) });
-        let detail = api
+        let body = json!({ "as": "completed", "response": response_with(&headers), "reason": "r" });
+        let detail = admin
             .post(&resolve, Some(ADMIN), &body)
             .await
             .assert_problem(400, "bad_request");
@@ -113,15 +117,17 @@ async fn resolve_refuses_headers_that_may_not_be_recorded() {
             "detail `{detail}` names response.headers[{index}] for {headers}"
         );
     }
-    let shown = api.get(&format!("/v1/records/{scope}"), Some(ADMIN)).await;
+    let shown = admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await;
     assert_eq!(shown.json["state"], "unknown", "{}", shown.text);
 
     let good = json!([["content-type", "application/json"]]);
-    let answer = api
+    let answer = admin
         .post(
             &resolve,
             Some(ADMIN),
-            &json!({ "as": "completed", "response": response_with(&good) }),
+            &json!({ "as": "completed", "response": response_with(&good), "reason": "r" }),
         )
         .await;
     assert_eq!(answer.status, 200, "{}", answer.text);

@@ -66,25 +66,32 @@ pub fn bin_command(subcommand: &str, database_url: &str) -> Command {
     command
 }
 
-/// A `lease-store serve` command on `port` with the test tokens, no inherited KEYFLIGHT_* settings.
+/// A `lease-store serve` command on `port` with the test tokens, no inherited KEYFLIGHT_*
+/// settings, and its admin listener on a free port of its own (`KEYFLIGHT_ADMIN_LISTEN`).
 pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Command {
     let mut command = bin_command("serve", database_url);
     command
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .args(extra_args)
+        .env(
+            "KEYFLIGHT_ADMIN_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
         .env("KEYFLIGHT_TOKEN", TOKEN)
         .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN)
         .env("RUST_LOG", "info");
     command
 }
 
-/// A running `lease-store serve` and a client for it.
+/// A running `lease-store serve` and a client for each of its listeners.
 pub struct Server {
     /// The process (killed on drop).
     pub child: ChildGuard,
-    /// Its API.
+    /// Its data-plane API.
     pub api: Api,
+    /// Its admin API (`/v1/records…`, on its own listener).
+    pub admin: Api,
 }
 
 /// Starts `serve` on the binary's cluster and waits until `/readyz` answers 200.
@@ -100,6 +107,12 @@ pub async fn start_server_on(database_url: &str, extra_args: &[&str]) -> Server 
 
 /// Runs `command` (a [`serve_command`] for `port`) and waits until `/readyz` answers 200.
 pub async fn start_command(command: Command, port: u16) -> Server {
+    let admin_listen = command
+        .get_envs()
+        .find_map(|(name, value)| (name == "KEYFLIGHT_ADMIN_LISTEN").then_some(value?))
+        .and_then(|value| value.to_str())
+        .expect("a serve_command names its admin listener")
+        .to_owned();
     let mut child = ChildGuard::spawn("lease-store", command);
     let base = format!("http://127.0.0.1:{port}");
     wait_http_ok(
@@ -111,6 +124,7 @@ pub async fn start_command(command: Command, port: u16) -> Server {
     Server {
         child,
         api: Api::new(base),
+        admin: Api::new(format!("http://{admin_listen}")),
     }
 }
 
@@ -257,14 +271,18 @@ impl Api {
 
     /// Finalizes with `response` (a wire `StoredResponse` as JSON), replayable; asserts 200.
     pub async fn finalize_with(&self, scope: &str, claim_id: &str, response: &Value) {
-        let answer = self
-            .post(
-                &format!("/v1/claims/{scope}/finalize"),
-                Some(TOKEN),
-                &json!({ "claim_id": claim_id, "response": response, "replayable": true }),
-            )
-            .await;
+        let answer = self.try_finalize(scope, claim_id, response).await;
         assert_eq!(answer.status, 200, "finalize failed: {}", answer.text);
+    }
+
+    /// Finalizes with `response`, replayable, and returns whatever the store answered.
+    pub async fn try_finalize(&self, scope: &str, claim_id: &str, response: &Value) -> Answer {
+        self.post(
+            &format!("/v1/claims/{scope}/finalize"),
+            Some(TOKEN),
+            &json!({ "claim_id": claim_id, "response": response, "replayable": true }),
+        )
+        .await
     }
 
     /// The value of a counter line in `/metrics` (0 when absent).

@@ -195,7 +195,7 @@ async fn finalize_rejects_an_invalid_status_and_keeps_the_lease() {
     bad.response.status = 99;
     assert!(matches!(
         store.finalize(&scope, bad).await,
-        Err(StoreError::Invalid(_))
+        Err(StoreError::Rejected(_))
     ));
     store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
 }
@@ -209,7 +209,10 @@ async fn out_of_range_lease_is_invalid() {
             .claim(&scope, &claim_req(fingerprint("range"), lease_ms))
             .await;
         assert!(
-            matches!(answer, Err(StoreError::Invalid(_))),
+            matches!(
+                answer,
+                Err(StoreError::Invalid(_) | StoreError::Rejected(_))
+            ),
             "lease_ms {lease_ms}: {answer:?}"
         );
     }
@@ -352,8 +355,9 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
     let resolve = keyflight_protocol::wire::ResolveRequest {
         resolve_as: keyflight_protocol::wire::ResolveAs::Completed,
         response: Some(sample_response()),
+        reason: "test".into(),
     };
-    store.resolve(&scope, &resolve).await.unwrap();
+    store.resolve(&scope, &resolve, "operator").await.unwrap();
     assert_eq!(
         store.claim(&scope, &req).await.unwrap().response,
         ClaimResponse::Completed {
@@ -361,7 +365,7 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
         }
     );
     assert!(matches!(
-        store.resolve(&scope, &resolve).await,
+        store.resolve(&scope, &resolve, "operator").await,
         Err(StoreError::NotUnknown)
     ));
 }

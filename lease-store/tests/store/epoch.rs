@@ -54,18 +54,20 @@ async fn erase_resolve_and_reclaim_bump_the_epoch_and_nothing_else_does() {
             &ResolveRequest {
                 resolve_as: ResolveAs::Completed,
                 response: Some(sample_response()),
+                reason: "test".into(),
             },
+            "operator",
         )
         .await
         .unwrap();
     assert_eq!(store.epoch().await.unwrap(), start + 1, "resolve");
-    store.erase(&completed).await.unwrap();
+    store.erase(&completed, "operator", "test").await.unwrap();
     assert_eq!(store.epoch().await.unwrap(), start + 2, "erase");
 
     // Erasing a pending record does not (no edge caches one)…
     let pending = fresh_scope();
     must_win(&store, &pending, &claim_req(fingerprint("p"), 10_000)).await;
-    store.erase(&pending).await.unwrap();
+    store.erase(&pending, "operator", "test").await.unwrap();
     assert_eq!(
         store.epoch().await.unwrap(),
         start + 2,

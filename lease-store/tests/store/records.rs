@@ -86,7 +86,9 @@ async fn resolve_failed_lets_the_same_request_run_again() {
             &ResolveRequest {
                 resolve_as: ResolveAs::Failed,
                 response: None,
+                reason: "test".into(),
             },
+            "operator",
         )
         .await
         .unwrap();
@@ -110,7 +112,9 @@ async fn resolve_completed_without_a_response_is_not_replayable() {
             &ResolveRequest {
                 resolve_as: ResolveAs::Completed,
                 response: None,
+                reason: "test".into(),
             },
+            "operator",
         )
         .await
         .unwrap();
@@ -135,13 +139,14 @@ async fn resolve_refuses_records_that_are_not_unknown_or_missing() {
     let resolve = ResolveRequest {
         resolve_as: ResolveAs::Failed,
         response: None,
+        reason: "test".into(),
     };
     assert!(matches!(
-        store.resolve(&scope, &resolve).await,
+        store.resolve(&scope, &resolve, "operator").await,
         Err(StoreError::NotUnknown)
     ));
     assert!(matches!(
-        store.resolve(&fresh_scope(), &resolve).await,
+        store.resolve(&fresh_scope(), &resolve, "operator").await,
         Err(StoreError::NotFound)
     ));
 }
@@ -152,9 +157,9 @@ async fn erase_deletes_a_record_in_any_state() {
     let scope = fresh_scope();
     let req = claim_req(fingerprint("erased"), 10_000);
     must_win(&store, &scope, &req).await;
-    store.erase(&scope).await.unwrap();
+    store.erase(&scope, "operator", "test").await.unwrap();
     assert!(matches!(
-        store.erase(&scope).await,
+        store.erase(&scope, "operator", "test").await,
         Err(StoreError::NotFound)
     ));
     let (_, _, how) = must_win(&store, &scope, &req).await;

@@ -265,15 +265,17 @@ fn resolve() {
         ResolveRequest {
             resolve_as: ResolveAs::Completed,
             response: Some(response()),
+            reason: "ticket 42".into(),
         },
-        json!({"as": "completed", "response": response_json()}),
+        json!({"as": "completed", "response": response_json(), "reason": "ticket 42"}),
     );
     pins(
         ResolveRequest {
             resolve_as: ResolveAs::Failed,
             response: None,
+            reason: "refunded".into(),
         },
-        json!({"as": "failed"}),
+        json!({"as": "failed", "reason": "refunded"}),
     );
     assert_eq!(ACK_REPLAY_RISK_HEADER, "keyflight-ack-replay-risk");
 }

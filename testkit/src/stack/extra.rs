@@ -115,8 +115,13 @@ impl Stack {
     pub async fn start_extra_store(&self, name: &str, env: &[(String, String)]) -> ExtraStore {
         let port = free_port();
         let token = self.options.filter_token();
-        let mut command =
-            lease_store_command(&self.binaries, &self.database.url(), port, &token, false);
+        let mut command = lease_store_command(
+            &self.binaries,
+            &self.database.url(),
+            (port, free_port()),
+            &token,
+            false,
+        );
         command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
         command.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child = ChildGuard::spawn(&format!("lease-store-{name}"), command);

@@ -140,8 +140,9 @@ impl Stack {
             stores: plan
                 .lease_stores
                 .iter()
+                .zip(&plan.lease_store_admins)
                 .enumerate()
-                .map(|(index, &port)| Store {
+                .map(|(index, (&port, &admin_port))| Store {
                     place: places.stores[index],
                     binaries: options
                         .store_binaries
@@ -149,6 +150,7 @@ impl Stack {
                         .cloned()
                         .unwrap_or_else(|| binaries.clone()),
                     port,
+                    admin_port,
                     part: Part::new(&format!("lease-store-{index}"), &logs),
                 })
                 .collect(),
@@ -193,6 +195,11 @@ impl Stack {
     /// Lease-store `index`'s port.
     pub fn store_port(&self, index: usize) -> u16 {
         self.store(index).port
+    }
+
+    /// Lease-store `index`'s admin port (`/v1/records…`, the operator CLI's).
+    pub fn store_admin_port(&self, index: usize) -> u16 {
+        self.store(index).admin_port
     }
 
     /// The demo upstream's port.
@@ -340,12 +347,23 @@ impl Stack {
         let url = network::database_url(&self.database, place, self.host_side);
         let token = self.options.filter_token();
         let port = self.store(index).port;
-        let mut command =
-            lease_store_command(&self.store(index).binaries, &url, port, &token, migrate);
+        let admin_port = self.store(index).admin_port;
+        let mut command = lease_store_command(
+            &self.store(index).binaries,
+            &url,
+            (port, admin_port),
+            &token,
+            migrate,
+        );
         command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
+        // Both listeners on the store's own address (loopback unless it has a namespace).
         command.env(
             "KEYFLIGHT_LISTEN",
             SocketAddr::new(place.ip, port).to_string(),
+        );
+        command.env(
+            "KEYFLIGHT_ADMIN_LISTEN",
+            SocketAddr::new(place.ip, admin_port).to_string(),
         );
         let command = network::inside(self.net.as_ref(), place, command);
         let store = &mut self.stores[index];
@@ -406,8 +424,13 @@ impl Drop for Stack {
 struct PlanPorts {
     envoys: Vec<(u16, u16)>,
     lease_stores: Vec<u16>,
+    lease_store_admins: Vec<u16>,
     upstream: u16,
 }
+
+/// The shipped stack's first lease-store admin port (`lease-store serve`'s default); a
+/// second replica takes the next.
+const SHIPPED_STORE_ADMIN_PORT: u16 = 9480;
 
 impl PlanPorts {
     fn new(plan: PortPlan, replicas: usize) -> PlanPorts {
@@ -415,6 +438,7 @@ impl PlanPorts {
             PortPlan::Free => PlanPorts {
                 envoys: (0..replicas).map(|_| (free_port(), free_port())).collect(),
                 lease_stores: (0..replicas).map(|_| free_port()).collect(),
+                lease_store_admins: (0..replicas).map(|_| free_port()).collect(),
                 upstream: free_port(),
             },
             PortPlan::Shipped => {
@@ -427,6 +451,7 @@ impl PlanPorts {
                     ][..replicas]
                         .to_vec(),
                     lease_stores: second.lease_stores[..replicas].to_vec(),
+                    lease_store_admins: (SHIPPED_STORE_ADMIN_PORT..).take(replicas).collect(),
                     upstream: first.upstream,
                 }
             }

@@ -112,6 +112,8 @@ pub(super) struct Store {
     /// The lease-store binary it runs.
     pub(super) binaries: Binaries,
     pub(super) port: u16,
+    /// Its admin listener (`/v1/records…`), apart from the data plane.
+    pub(super) admin_port: u16,
     pub(super) part: Part,
 }
 
@@ -152,11 +154,12 @@ pub(super) fn upstream_command_at(binaries: &Binaries, address: SocketAddr) -> C
 }
 
 /// The command that runs a lease-store on `127.0.0.1:port` over `database_url`, accepting
-/// the filter's `token` (and [`ADMIN_TOKEN`]); `migrate` applies the migrations first.
+/// the filter's `token`, with its admin API (and [`ADMIN_TOKEN`]) on `127.0.0.1:admin_port`;
+/// `migrate` applies the migrations first.
 pub fn lease_store_command(
     binaries: &Binaries,
     database_url: &str,
-    port: u16,
+    (port, admin_port): (u16, u16),
     token: &str,
     migrate: bool,
 ) -> Command {
@@ -168,6 +171,7 @@ pub fn lease_store_command(
     command
         .env("KEYFLIGHT_DATABASE_URL", database_url)
         .env("KEYFLIGHT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEYFLIGHT_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
         .env("KEYFLIGHT_TOKEN", token)
         .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
     command

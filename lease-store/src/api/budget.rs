@@ -1,0 +1,163 @@
+//! The request-body budget (`docs/configuration.md#limits`): how many body bytes may be in
+//! flight at once, overall and per caller, so a burst of large finalizes is shed instead of
+//! buffered until the replica runs out of memory.
+//!
+//! A call reserves its declared size (`content-length`; a body without one reserves
+//! `--max-body-bytes`, the most it could be) before its body is read, and gives it back when
+//! it is answered. A call that does not fit is answered 503 with `Retry-After` at once,
+//! before a byte of its body is read. The caller is the peer address: with one proxy per
+//! node that keeps one node's burst from taking every other node's share. Behind the store's
+//! own sidecar every call comes from the sidecar, and the per-caller share is the overall
+//! budget until callers are told apart by identity.
+//!
+//! The reservation counts the bytes on the wire; decoding a finalize holds about twice that
+//! (the JSON text, then the decoded body), which the sizing in `docs/configuration.md`
+//! allows for.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::api::error::ApiError;
+use crate::metrics::{Metrics, Shed};
+
+/// The body bytes in flight, and the bounds on them.
+#[derive(Clone)]
+pub struct BodyBudget(Arc<Inner>);
+
+struct Inner {
+    max_body: usize,
+    max_total: usize,
+    max_per_caller: usize,
+    in_flight: Mutex<InFlight>,
+    metrics: Metrics,
+}
+
+#[derive(Default)]
+struct InFlight {
+    total: usize,
+    by_caller: HashMap<IpAddr, usize>,
+}
+
+/// Bytes reserved for one call, given back on drop.
+struct Reservation {
+    budget: Arc<Inner>,
+    caller: IpAddr,
+    bytes: usize,
+}
+
+impl BodyBudget {
+    /// A budget of `max_total` bytes, `max_per_caller` of them for one caller; a body of
+    /// unknown length counts as `max_body`.
+    pub fn new(max_body: usize, max_total: usize, max_per_caller: usize, metrics: Metrics) -> Self {
+        BodyBudget(Arc::new(Inner {
+            max_body,
+            max_total,
+            max_per_caller,
+            in_flight: Mutex::default(),
+            metrics,
+        }))
+    }
+
+    /// Reserves `bytes` for `caller`, or `None` when that would pass either bound.
+    fn reserve(&self, caller: IpAddr, bytes: usize) -> Option<Reservation> {
+        let mut in_flight = self.0.lock();
+        let held = in_flight.by_caller.get(&caller).copied().unwrap_or(0);
+        if in_flight.total + bytes > self.0.max_total || held + bytes > self.0.max_per_caller {
+            return None;
+        }
+        in_flight.total += bytes;
+        in_flight.by_caller.insert(caller, held + bytes);
+        Some(Reservation {
+            budget: Arc::clone(&self.0),
+            caller,
+            bytes,
+        })
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, InFlight> {
+        // Each edit is a pair of additions or subtractions done together; a poisoned lock
+        // still holds consistent counts.
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut in_flight = self.budget.lock();
+        in_flight.total -= self.bytes;
+        if let Some(held) = in_flight.by_caller.get_mut(&self.caller) {
+            *held -= self.bytes;
+            if *held == 0 {
+                in_flight.by_caller.remove(&self.caller);
+            }
+        }
+    }
+}
+
+/// Middleware: reserves the call's body before it is read; sheds it when it does not fit.
+pub async fn reserve_body(
+    State(budget): State<BodyBudget>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let bytes = match declared {
+        Some(0) => return next.run(request).await,
+        Some(n) if n > budget.0.max_body => return ApiError::PayloadTooLarge.into_response(),
+        Some(n) => n,
+        None => budget.0.max_body,
+    };
+    let caller = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+    let Some(reservation) = budget.reserve(caller, bytes) else {
+        budget.0.metrics.shed(Shed::BodyBudget);
+        return ApiError::Overloaded(
+            "the lease-store replica's request-body budget is spent (--max-body-bytes-in-flight, per caller --max-body-bytes-in-flight-per-caller); retry shortly",
+        )
+        .into_response();
+    };
+    let response = next.run(request).await;
+    drop(reservation);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::metrics::counter::Counter;
+
+    use super::*;
+    use crate::store::BatchSizes;
+
+    #[test]
+    fn reservations_respect_both_bounds_and_are_given_back() {
+        let budget = BodyBudget::new(
+            10,
+            30,
+            20,
+            Metrics::new(&BatchSizes::default(), Counter::default()),
+        );
+        let a = IpAddr::from([10, 0, 0, 1]);
+        let b = IpAddr::from([10, 0, 0, 2]);
+        let first = budget.reserve(a, 10).expect("fits");
+        let second = budget.reserve(a, 10).expect("fits the caller's share");
+        assert!(budget.reserve(a, 1).is_none(), "past the caller's share");
+        let third = budget.reserve(b, 10).expect("another caller's share");
+        assert!(budget.reserve(b, 1).is_none(), "past the overall budget");
+        drop((first, second, third));
+        assert!(budget.0.lock().by_caller.is_empty());
+        assert_eq!(budget.0.lock().total, 0);
+    }
+}
