@@ -17,7 +17,7 @@ WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs ha-prereqs net-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
-        unit test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
+        unit test-net test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
         chaos chaos-short
 
@@ -36,6 +36,7 @@ help:
 	@echo "  make unit            unit and property tests, the lease-store against a throwaway Postgres (no root installs)"
 	@echo "  make e2e             end-to-end scenarios: real Envoy + .wasm + lease-store + Postgres"
 	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni and etcd when missing)"
+	@echo "  make test-net        the network-namespace lab of the link faults (root; installs nftables when missing)"
 	@echo "  make protocol-wasm   the protocol vectors under Node (wasm)"
 	@echo "  make envoy-validate / validate-manifests / api-conformance / fuzz-smoke / chaos-short"
 
@@ -101,9 +102,15 @@ clippy: rust-targets
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 # Unit and property tests, and the lease-store against a throwaway Postgres; installs nothing.
-unit: prereqs net-prereqs
-	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store
+unit: prereqs
+	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit
+	$(CARGO) test -p keyflight-testkit --lib --bins
 	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http
+
+# The network-namespace lab the link faults use: real cuts, one-way loss and slow links
+# (as root; installs nftables when missing).
+test-net: net-prereqs
+	$(CARGO) test -p keyflight-testkit --test net
 
 # The replicated-Postgres tests (etcd + two Patroni nodes): the lease-store following a
 # failover, and a failover under a guarded request end to end.
@@ -125,7 +132,7 @@ validate-manifests: envoy wasm
 e2e: net-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
+test: prereqs lint unit test-net protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).
