@@ -125,8 +125,8 @@ fn a_slow_link_delays_an_answer_past_a_call_timeout() {
     let lab = lab();
     let port = serve(lab.host_side_ip());
     let url = format!("http://{}:{port}/", lab.host_side_ip());
-    let fast = fetch(&lab, &url, Duration::from_secs(2)).expect("reachable");
-    assert!(fast < Duration::from_millis(500), "{fast:?} before");
+    // Unshaped, the answer comes back (how fast depends on the machine's load: no bound).
+    let fast = fetch(&lab, &url, Duration::from_secs(5)).expect("reachable");
 
     let cut = lab
         .apply(
@@ -137,15 +137,15 @@ fn a_slow_link_delays_an_answer_past_a_call_timeout() {
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
+    // The rate bounds it from below: the answer cannot arrive sooner than its bytes pass.
     let slow = fetch(&lab, &url, Duration::from_secs(20)).expect("slow, not cut");
     assert!(
-        slow > Duration::from_millis(1500),
-        "{ANSWER_BYTES} bytes at 1000 B/s took only {slow:?}"
+        slow > Duration::from_millis(1500) && slow > fast,
+        "{ANSWER_BYTES} bytes at 1000 B/s took only {slow:?} ({fast:?} unshaped)"
     );
 
     lab.heal(cut).unwrap_or_else(|e| panic!("{e}"));
-    let healed = fetch(&lab, &url, Duration::from_secs(2)).expect("healed");
-    assert!(healed < Duration::from_millis(500), "{healed:?} after");
+    fetch(&lab, &url, Duration::from_secs(5)).expect("healed");
 }
 
 #[test]
