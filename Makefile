@@ -19,7 +19,7 @@ CARGO ?= cargo
 .PHONY: help prereqs ha-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
-        chaos chaos-short
+        chaos chaos-short model-check model
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -37,6 +37,8 @@ help:
 	@echo "  make e2e             end-to-end scenarios: real Envoy + .wasm + lease-store + Postgres"
 	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni and etcd when missing)"
 	@echo "  make protocol-wasm   the protocol vectors under Node (wasm)"
+	@echo "  make model-check     the protocol model: bounded check, mutations, pinned SQL (docs/model.md)"
+	@echo "  make model           a deeper model check, printing states, depth and properties"
 	@echo "  make envoy-validate / validate-manifests / api-conformance / fuzz-smoke / chaos-short"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
@@ -94,7 +96,7 @@ clippy: rust-targets
 
 # Unit and property tests, and the lease-store against a throwaway Postgres; installs nothing.
 unit: prereqs
-	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store
+	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-model
 	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http
 
 # The replicated-Postgres tests (etcd + two Patroni nodes): the lease-store following a
@@ -117,7 +119,16 @@ validate-manifests: envoy wasm
 e2e: envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
-test: prereqs lint unit protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
+# The protocol model over the real filter code (docs/model.md): the bounded check, every
+# mutation caught, the mirrored SQL pinned; optimized (profile `model`), about a minute.
+model-check:
+	$(CARGO) test --profile model -p keyflight-model
+
+# A deeper check: prints states explored, depth reached and every property's verdict.
+model:
+	$(CARGO) run --profile model -p keyflight-model --bin model-check -- --deep
+
+test: prereqs lint unit model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).

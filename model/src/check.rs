@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use stateright::{Checker, Model, Path};
+use stateright::{Checker, HasDiscoveries, Model, Path};
 
 use crate::world::{From, Request, Step, Wire, World};
 use crate::{PROPERTIES, Params, Protocol};
@@ -23,11 +23,22 @@ pub struct Report {
     pub unreached: Vec<&'static str>,
 }
 
-/// Explores every state of `params` breadth first on `threads` threads.
-pub fn check(params: Params, threads: usize) -> Report {
+/// Explores every state of `params` breadth first on `threads` threads; with
+/// `first_violation`, stops at the first violated property (a mutation's check).
+pub fn check(params: Params, threads: usize, first_violation: bool) -> Report {
     let model = Protocol { params };
     let names: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
-    let checker = model.checker().threads(threads).spawn_bfs().join();
+    let finish = if first_violation {
+        HasDiscoveries::AnyFailures
+    } else {
+        HasDiscoveries::All
+    };
+    let checker = model
+        .checker()
+        .threads(threads)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
     let discoveries = checker.discoveries();
     let always: Vec<&'static str> = PROPERTIES.iter().map(|(name, _)| *name).collect();
     Report {

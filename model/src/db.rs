@@ -345,3 +345,65 @@ impl Db {
 fn secs(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
 }
+
+/// Every statement this file mirrors: (source file under `lease-store/src/store/`,
+/// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
+/// them; a statement that changes fails it until this mirror is checked and the
+/// digest updated (`docs/model.md#keeping-the-mirror-honest`).
+pub const MIRRORED: [(&str, &str, &str); 11] = [
+    (
+        "claim.rs",
+        "reopened_row",
+        "581d6cb34740cf73a7a752a6c456e010c1275c549b9a9b87882164c279805243",
+    ),
+    (
+        "claim.rs",
+        "CLAIM_SQL",
+        "adb774cd9db24cd2a5de5ddd1669f54aad8bb40861e9cafb17c40d87d3063e0b",
+    ),
+    (
+        "claim.rs",
+        "READ_SQL",
+        "9e011b4e0d804f8f0048b4fb3c1020b762aa72499e4c16f198434141a187bdab",
+    ),
+    (
+        "lease.rs",
+        "RENEW_SQL",
+        "810d3ffda7171e9c7e5f158add36e037e883adedf05bb2f20d2cf9b6476bf2fb",
+    ),
+    (
+        "lease.rs",
+        "FINALIZE_SQL",
+        "be7d9d07a690ea2c1983e24a870705405dfaae933620935b2110aede3f929a49",
+    ),
+    (
+        "lease.rs",
+        "RELEASE_COOLDOWN_SQL",
+        "cc08e6c21e216f2ff8f36b832d52e3a900f1ee9d55d1fd3ae7cfcfd43f6583d1",
+    ),
+    (
+        "lease.rs",
+        "RELEASE_UNKNOWN_SQL",
+        "fa4cc754f3c213b04938ff7affcdcefd59e52f5f54414cea88f2196403191336",
+    ),
+    (
+        "lease.rs",
+        "RELEASE_FORGET_SQL",
+        "07d3f789c0dbca4a70f0b9cd6f1a859e8d122793946f75cecb7c6bf91f14aa56",
+    ),
+    (
+        "lease.rs",
+        "OWNER_SQL",
+        "9fec2eb2afc7921fd8f272cb261b718faee3b5405913dbcc6fa3960a9560da9e",
+    ),
+    (
+        "retention.rs",
+        "DELETE_EXPIRED_SQL",
+        "ee077c60b1e0d1059a1505f01625f496ab0acd70efef5c86d9487c3fb6b87b0c",
+    ),
+    (
+        "orphan.rs",
+        "RELEASE_ORPHAN_SQL",
+        "a78cbf5199471c1ead5d288e4f3d0f742e0ccf6b813d62f803ad3a9150492418",
+    ),
+];

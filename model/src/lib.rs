@@ -111,8 +111,8 @@ impl Params {
         Params {
             proxies: 2,
             replicas: 2,
-            clients: vec![ClientSpec { op: 0, attempts: 3 }],
-            horizon_ticks: 12,
+            clients: vec![ClientSpec { op: 0, attempts: 2 }],
+            horizon_ticks: 10,
             faults: 1,
             upstream_ticks: 2,
             grace_ms: 3000,
@@ -131,16 +131,15 @@ impl Params {
         }
     }
 
-    /// The deeper check of `make model`: two faults per history and a second client
-    /// with another body for the same key.
+    /// The deeper check of `make model`: three attempts, a second client with
+    /// another body for the same key, a longer horizon.
     pub fn deep() -> Params {
         Params {
             clients: vec![
                 ClientSpec { op: 0, attempts: 3 },
                 ClientSpec { op: 1, attempts: 1 },
             ],
-            horizon_ticks: 14,
-            faults: 2,
+            horizon_ticks: 11,
             ..Params::bounded()
         }
     }

@@ -423,11 +423,12 @@ impl World {
     fn may_tick(&self, params: &Params) -> bool {
         let next = self.now + TICK_MS;
         let some_replica = self.replicas.iter().any(|r| !r.frozen);
+        // A request is served (or, once reset, dropped) within its tick unless a
+        // fault delays it or no replica can take it: lateness is a fault, counted.
         let request_due = self.net.iter().any(|r| {
-            r.waiter == Waiter::Proxy
-                && !r.served
+            !r.served
                 && !r.delayed
-                && r.deadline <= next
+                && (r.deadline <= next || r.waiter != Waiter::Proxy)
                 && some_replica
         });
         let upstream_due = self.proxies.iter().flat_map(|p| &p.streams).any(|s| {
@@ -565,6 +566,7 @@ impl World {
             if !request.served {
                 self.net.push(Request {
                     waiter: Waiter::Reset,
+                    delayed: true,
                     ..request.clone()
                 });
             }

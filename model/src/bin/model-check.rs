@@ -37,6 +37,10 @@ fn main() -> ExitCode {
             "--horizon" => {
                 params.horizon_ticks = args.next().and_then(|n| n.parse().ok()).unwrap_or(12)
             }
+            "--proxies" => params.proxies = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
+            "--conflicting-client" => params
+                .clients
+                .push(keyflight_model::ClientSpec { op: 1, attempts: 1 }),
             "--faults" => params.faults = args.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--threads" => threads = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
             "--mutation" => match args.next().as_deref().and_then(mutation) {
@@ -55,7 +59,7 @@ fn main() -> ExitCode {
         }
     }
     let started = Instant::now();
-    let report = check(params.clone(), threads);
+    let report = check(params.clone(), threads, params.mutation.is_some());
     println!(
         "states explored: {} ({} distinct), depth reached: {}, in {:.1} s",
         report.states,
@@ -91,6 +95,14 @@ fn main() -> ExitCode {
     for (name, path) in &report.violations {
         println!("counterexample for \"{name}\":");
         print!("{}", trace(&params, name, path));
+    }
+    if params.mutation.is_some() {
+        // A mutation must be caught.
+        return if report.violations.is_empty() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
     }
     if report.violations.is_empty() && report.unreached.is_empty() {
         ExitCode::SUCCESS
