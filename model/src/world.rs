@@ -865,20 +865,7 @@ impl World {
             }
         }
         self.net.sort();
-        // The stream is gone: only what it hands to the outbox matters now.
-        for effect in effects {
-            match effect {
-                Effect::StopRenewal(claim) => self.proxies[p].outbox.0.stop(claim),
-                Effect::HandOff(handoff) => {
-                    let actions = self.proxies[p].outbox.0.hand_off(handoff, self.now);
-                    self.outbox_actions(params, proxy, actions);
-                }
-                Effect::LeaseLost(claim) => {
-                    let actions = self.proxies[p].outbox.0.lease_lost(claim);
-                    self.outbox_actions(params, proxy, actions);
-                }
-                _ => {}
-            }
-        }
+        // The stream is gone: what it asks now is the outbox's (a hand-off).
+        self.effects(params, proxy, client, effects);
     }
 }
