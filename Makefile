@@ -19,7 +19,7 @@ CARGO ?= cargo
 .PHONY: help prereqs ha-prereqs net-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit test-net test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
-        chaos chaos-short
+        chaos chaos-short model-check model
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -38,6 +38,8 @@ help:
 	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni and etcd when missing)"
 	@echo "  make test-net        the network-namespace lab of the link faults (root; installs nftables when missing)"
 	@echo "  make protocol-wasm   the protocol vectors under Node (wasm)"
+	@echo "  make model-check     the protocol model: bounded check, mutations, pinned SQL (docs/model.md)"
+	@echo "  make model           a deeper model check, printing states, depth and properties"
 	@echo "  make envoy-validate / validate-manifests / api-conformance / fuzz-smoke / chaos-short"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
@@ -103,7 +105,7 @@ clippy: rust-targets
 
 # Unit and property tests, and the lease-store against a throwaway Postgres; installs nothing.
 unit: prereqs
-	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit
+	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit --exclude keyflight-model
 	$(CARGO) test -p keyflight-testkit --lib --bins
 	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http
 
@@ -132,7 +134,16 @@ validate-manifests: envoy wasm
 e2e: net-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
-test: prereqs lint unit test-net protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
+# The protocol model over the real filter code (docs/model.md): the bounded check, every
+# mutation caught, the mirrored SQL pinned; optimized (profile `model`), about a minute.
+model-check:
+	$(CARGO) test --profile model -p keyflight-model
+
+# A deeper check: prints states explored, depth reached and every property's verdict.
+model:
+	$(CARGO) run --profile model -p keyflight-model --bin model-check -- --deep
+
+test: prereqs lint unit test-net model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).

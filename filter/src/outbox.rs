@@ -163,7 +163,7 @@ pub(crate) struct HeldDelivery {
 }
 
 /// A settle call the outbox delivers.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Delivery {
     call: StoreCall,
     /// The claim's fence, for the evidence lines.
@@ -178,7 +178,7 @@ struct Delivery {
 }
 
 /// One won claim of this worker.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Entry {
     scope: Digest,
     lease: Duration,
@@ -200,12 +200,16 @@ struct Entry {
 }
 
 /// The outbox of one worker: every claim it won and has not settled yet.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Outbox {
     entries: BTreeMap<Uuid, Entry>,
     /// Bytes held by deliveries.
     bytes: usize,
     max_bytes: usize,
+    /// The model checker's mutation (`docs/model.md#mutations`): a transient
+    /// settle failure drops the delivery silently.
+    #[cfg(feature = "mutation-hooks")]
+    drop_on_transient: bool,
 }
 
 impl Outbox {
@@ -215,7 +219,17 @@ impl Outbox {
             entries: BTreeMap::new(),
             bytes: 0,
             max_bytes,
+            #[cfg(feature = "mutation-hooks")]
+            drop_on_transient: false,
         }
+    }
+
+    /// Breaks this outbox on purpose for the model checker's mutation test
+    /// (`docs/model.md#mutations`): from now on a settle call that fails for a
+    /// transient reason is dropped without a trace instead of being resent.
+    #[cfg(feature = "mutation-hooks")]
+    pub fn mutate_drop_on_transient_error(&mut self) {
+        self.drop_on_transient = true;
     }
 
     /// Changes the byte bound (a reconfiguration); deliveries already held stay.

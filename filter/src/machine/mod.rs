@@ -54,7 +54,7 @@ use crate::store_call::StoreCall;
 pub const FENCE_HEADER: &str = "idempotency-fence";
 
 /// A guarded request whose claim has not been made yet.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Pending {
     policy: Rc<Policy>,
     /// Everything of the head the scope and fingerprint depend on.
@@ -66,7 +66,7 @@ struct Pending {
 }
 
 /// The principal a request is for, owned until its scope is computed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Who {
     Named {
         source: Rc<PrincipalSource>,
@@ -85,7 +85,7 @@ impl Who {
 }
 
 /// A claim this stream won.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Owned {
     policy: Rc<Policy>,
     scope: Digest,
@@ -97,7 +97,7 @@ struct Owned {
 }
 
 /// A claim ready to be made: what the edge-cache lookup needs, and the call.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Ready {
     policy: Rc<Policy>,
     scope: Digest,
@@ -107,7 +107,7 @@ struct Ready {
     timeout: Duration,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 enum State {
     /// Nothing seen yet.
     #[default]
@@ -155,7 +155,7 @@ enum State {
 }
 
 /// The state machine of one HTTP stream.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Machine {
     config: Rc<Config>,
     state: State,

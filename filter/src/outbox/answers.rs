@@ -56,6 +56,8 @@ impl Outbox {
             return out;
         };
         match next_step(&delivery.call, error) {
+            #[cfg(feature = "mutation-hooks")]
+            Step::Retry if self.drop_on_transient => self.remove(claim_id),
             Step::Retry => {
                 let attempt = delivery.attempts.saturating_add(1);
                 delivery.next_attempt_ms = now_ms.saturating_add(backoff_ms(claim_id, attempt));

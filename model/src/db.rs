@@ -1,0 +1,409 @@
+//! The database: one `keyflight_records` row (the model has one key) whose every
+//! transition mirrors one statement of the lease-store, predicate by predicate
+//! (`docs/model.md#what-each-action-stands-for`). Times are milliseconds of the
+//! model's clock, which plays `clock_timestamp()` (and `now()`: a statement is
+//! one atomic step here).
+//!
+//! The statements' text is pinned next to this file (`tests/sql_pinned.rs`): a
+//! statement that changes without this mirror fails that test.
+
+use keyflight_protocol::Digest;
+
+use crate::ghost::{Displaced, Ghost};
+use crate::{Mutation, Params};
+
+/// The `state` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RowState {
+    /// A claim owns the record.
+    Pending,
+    /// The answer is recorded.
+    Completed,
+    /// A cooldown runs.
+    Failed,
+    /// Waits for an operator.
+    Unknown,
+}
+
+/// A recorded response (`response_status`, `response_headers`, `response_body`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Recorded {
+    /// Status.
+    pub status: u16,
+    /// Headers.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+/// The one row.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Row {
+    /// `state`.
+    pub state: RowState,
+    /// `fingerprint`.
+    pub fingerprint: Digest,
+    /// `claim_id` (the model's claim ids are small numbers).
+    pub claim_id: u16,
+    /// `fence`.
+    pub fence: u16,
+    /// `lease_expires_at` (NULL: `None`).
+    pub lease_expires_at: Option<u64>,
+    /// `expires_at` (`created_at + retention`).
+    pub expires_at: u64,
+    /// The response, `None` while there is none.
+    pub response: Option<Recorded>,
+    /// `replayable`.
+    pub replayable: bool,
+}
+
+/// How a claim won (`ins`, `ttl`, `steal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum How {
+    /// `ins`: `claimed`.
+    Claimed,
+    /// `ttl`: `recovered_ttl`.
+    RecoveredTtl,
+    /// `steal`: `recovered_abandoned`.
+    RecoveredAbandoned,
+}
+
+/// What a settle call writes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Settle {
+    /// `FINALIZE_SQL`.
+    Finalize {
+        /// The response.
+        response: Recorded,
+        /// `replayable`.
+        replayable: bool,
+    },
+    /// `RELEASE_COOLDOWN_SQL`.
+    Cooldown {
+        /// Cooldown ms.
+        cooldown_ms: u64,
+    },
+    /// `RELEASE_UNKNOWN_SQL`.
+    Unknown,
+    /// `RELEASE_FORGET_SQL`.
+    Forget,
+}
+
+/// What a lost claim is told (`RecordSnapshot::answer_for`, and the grace's `in_progress`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// `completed` with its response (`None`: not replayable) and retention left.
+    Completed(Option<Recorded>, u64),
+    /// Another fingerprint.
+    Conflict,
+    /// Running, or held by the grace, or the claim loop ran out.
+    InProgress(u64),
+    /// `failed`, cooldown left.
+    Cooldown(u64),
+    /// `unknown`.
+    Unknown,
+}
+
+/// The database.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Db {
+    /// Postgres answers (a restart is `false` until it is back).
+    pub up: bool,
+    /// The row, if any.
+    pub row: Option<Row>,
+    /// `keyflight_fence_seq`.
+    pub fence_seq: u16,
+}
+
+/// A claim's bound parameters (`$2`, `$4`…`$6` of `CLAIM_SQL`; `$3`, the claim id, is
+/// the fence the claim wins: unique per won claim, as a UUIDv7 is).
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimArgs {
+    /// `$2`.
+    pub fingerprint: Digest,
+    /// `$4`.
+    pub lease_ms: u64,
+    /// `$5`.
+    pub retention_ms: u64,
+    /// `$6`: no takeover grace holds on the serving replica.
+    pub may_take_over: bool,
+}
+
+impl Db {
+    /// `Store::claim_single`: `CLAIM_SQL`, and when it lost, `READ_SQL` and
+    /// `answer_for` (the retry loop re-runs a statement that would match the same
+    /// nothing, so its end, `in_progress`, is taken at once).
+    pub fn claim(
+        &mut self,
+        now: u64,
+        args: ClaimArgs,
+        params: &Params,
+        ghost: &mut Ghost,
+        op: u8,
+    ) -> Result<(How, u16), Lost> {
+        if let Some(won) = self.claim_sql(now, args, params) {
+            let (how, fence) = won.0;
+            ghost.claimed(fence, op, how, now, won.1, args.fingerprint);
+            return Ok((how, fence));
+        }
+        let Some(row) = &self.row else {
+            return Err(Lost::InProgress(1));
+        };
+        let remaining = row.lease_expires_at.map_or(0, |at| at.saturating_sub(now));
+        let live_lease = row.state == RowState::Pending && remaining > 0;
+        let retention_over = row.expires_at < now;
+        let answer = if retention_over && row.state != RowState::Unknown && !live_lease {
+            None
+        } else if row.fingerprint != args.fingerprint {
+            Some(Lost::Conflict)
+        } else {
+            match (row.state, remaining) {
+                (RowState::Completed, _) => Some(Lost::Completed(
+                    row.replayable.then(|| row.response.clone()).flatten(),
+                    row.expires_at.saturating_sub(now),
+                )),
+                (RowState::Pending, left) if left > 0 => Some(Lost::InProgress(secs(left))),
+                (RowState::Failed, left) if left > 0 => Some(Lost::Cooldown(secs(left))),
+                (RowState::Unknown, _) => Some(Lost::Unknown),
+                _ => None,
+            }
+        };
+        Err(answer.unwrap_or(Lost::InProgress(1)))
+    }
+
+    /// `CLAIM_SQL`: `ins`, else `ttl`, else `steal`. Returns how it won and the
+    /// fence, with the row it displaced (evidence for the judge's rules).
+    fn claim_sql(
+        &mut self,
+        now: u64,
+        a: ClaimArgs,
+        params: &Params,
+    ) -> Option<((How, u16), Option<Displaced>)> {
+        let reopened = |fence: u16| Row {
+            state: RowState::Pending,
+            fingerprint: a.fingerprint,
+            claim_id: fence,
+            fence,
+            lease_expires_at: Some(now + a.lease_ms),
+            expires_at: now + a.retention_ms,
+            response: None,
+            replayable: true,
+        };
+        let may_take_over =
+            a.may_take_over || params.mutation == Some(Mutation::TakeoverIgnoresGrace);
+        let Some(r) = &self.row else {
+            // ins: INSERT … ON CONFLICT (scope) DO NOTHING
+            let fence = self.next_fence();
+            self.row = Some(reopened(fence));
+            return Some(((How::Claimed, fence), None));
+        };
+        let expired = |at: Option<u64>| at.is_some_and(|at| at < now);
+        // ttl: expires_at < now AND (completed/failed OR pending, lease ran out, $6)
+        let ttl = r.expires_at < now
+            && (matches!(r.state, RowState::Completed | RowState::Failed)
+                || (r.state == RowState::Pending && expired(r.lease_expires_at) && may_take_over));
+        // steal: expires_at >= now AND (failed OR pending AND $6) AND lease ran out AND same fingerprint
+        let same_fingerprint = r.fingerprint == a.fingerprint
+            || params.mutation == Some(Mutation::StealIgnoresFingerprint);
+        let steal = !ttl
+            && r.expires_at >= now
+            && (r.state == RowState::Failed || (r.state == RowState::Pending && may_take_over))
+            && expired(r.lease_expires_at)
+            && same_fingerprint;
+        let how = if ttl {
+            How::RecoveredTtl
+        } else if steal {
+            How::RecoveredAbandoned
+        } else {
+            return None;
+        };
+        let displaced = Displaced::of(r, now);
+        let fence = self.next_fence();
+        self.row = Some(reopened(fence));
+        Some(((how, fence), Some(displaced)))
+    }
+
+    fn next_fence(&mut self) -> u16 {
+        self.fence_seq += 1;
+        self.fence_seq
+    }
+
+    /// `RENEW_SQL`: `WHERE claim_id = $2 AND state = 'pending'`; no row is `lease_lost`.
+    pub fn renew(&mut self, now: u64, claim_id: u16, lease_ms: u64) -> bool {
+        match &mut self.row {
+            Some(r) if r.claim_id == claim_id && r.state == RowState::Pending => {
+                r.lease_expires_at = Some(now + lease_ms);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `FINALIZE_SQL` / `RELEASE_*_SQL`, then `OWNER_SQL` when the fenced write
+    /// matched nothing (`lease.rs`'s `settled`): `true` is a 200, `false` is 409
+    /// `lease_lost`.
+    pub fn settle(
+        &mut self,
+        now: u64,
+        claim_id: u16,
+        settle: &Settle,
+        params: &Params,
+        ghost: &mut Ghost,
+    ) -> bool {
+        let fenced = |r: &Row| {
+            r.state == RowState::Pending
+                && (r.claim_id == claim_id
+                    || (params.mutation == Some(Mutation::FinalizeUnfenced)
+                        && matches!(settle, Settle::Finalize { .. })))
+        };
+        if let Some(r) = self.row.as_mut().filter(|r| fenced(r)) {
+            ghost.settle_landed(claim_id, r, now);
+            match settle {
+                Settle::Finalize {
+                    response,
+                    replayable,
+                } => {
+                    r.state = RowState::Completed;
+                    r.lease_expires_at = None;
+                    r.response = Some(response.clone());
+                    r.replayable = *replayable;
+                }
+                Settle::Cooldown { cooldown_ms } => {
+                    r.state = RowState::Failed;
+                    r.lease_expires_at = Some(now + cooldown_ms);
+                }
+                Settle::Unknown => {
+                    ghost.unknown.push((r.fingerprint, now));
+                    r.state = RowState::Unknown;
+                    r.lease_expires_at = None;
+                }
+                Settle::Forget => {
+                    ghost.deleted(Displaced::of(r, now));
+                    self.row = None;
+                }
+            }
+            return true;
+        }
+        // OWNER_SQL and `Settled::already_done`.
+        match (&self.row, settle) {
+            (None, Settle::Forget) => true,
+            (Some(_), Settle::Forget) | (None, _) => false,
+            (Some(r), settle) => {
+                r.claim_id == claim_id
+                    && r.state
+                        == match settle {
+                            Settle::Finalize { .. } => RowState::Completed,
+                            Settle::Cooldown { .. } => RowState::Failed,
+                            Settle::Unknown | Settle::Forget => RowState::Unknown,
+                        }
+            }
+        }
+    }
+
+    /// `RELEASE_ORPHAN_SQL`: the `forget` release's fenced `DELETE`.
+    pub fn release_orphan(&mut self, now: u64, claim_id: u16, ghost: &mut Ghost) {
+        if let Some(r) = self
+            .row
+            .as_ref()
+            .filter(|r| r.claim_id == claim_id && r.state == RowState::Pending)
+        {
+            ghost.deleted(Displaced::of(r, now));
+            self.row = None;
+        }
+    }
+
+    /// Whether `DELETE_EXPIRED_SQL` would delete the row now (`$3`: pending rows may go,
+    /// false in the takeover grace).
+    pub fn expired(&self, now: u64, pending_may_go: bool, params: &Params) -> bool {
+        let Some(r) = &self.row else { return false };
+        let pending_ok = if params.mutation == Some(Mutation::CleanupDeletesLivePending) {
+            true
+        } else {
+            pending_may_go
+                && r.lease_expires_at
+                    .is_some_and(|at| at + params.settle_horizon_ms < now)
+        };
+        r.expires_at < now
+            && matches!(
+                r.state,
+                RowState::Completed | RowState::Failed | RowState::Pending
+            )
+            && (r.state != RowState::Pending || pending_ok)
+    }
+
+    /// `DELETE_EXPIRED_SQL`.
+    pub fn cleanup(&mut self, now: u64, pending_may_go: bool, params: &Params, ghost: &mut Ghost) {
+        if self.expired(now, pending_may_go, params)
+            && let Some(r) = self.row.take()
+        {
+            ghost.deleted(Displaced::of(&r, now));
+        }
+    }
+}
+
+/// Whole seconds to wait (`retry_after_s`: at least one).
+fn secs(ms: u64) -> u64 {
+    ms.div_ceil(1000).max(1)
+}
+
+/// Every statement this file mirrors: (source file under `lease-store/src/store/`,
+/// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
+/// them; a statement that changes fails it until this mirror is checked and the
+/// digest updated (`docs/model.md#keeping-the-mirror-honest`).
+pub const MIRRORED: [(&str, &str, &str); 11] = [
+    (
+        "claim.rs",
+        "reopened_row",
+        "581d6cb34740cf73a7a752a6c456e010c1275c549b9a9b87882164c279805243",
+    ),
+    (
+        "claim.rs",
+        "CLAIM_SQL",
+        "adb774cd9db24cd2a5de5ddd1669f54aad8bb40861e9cafb17c40d87d3063e0b",
+    ),
+    (
+        "claim.rs",
+        "READ_SQL",
+        "9e011b4e0d804f8f0048b4fb3c1020b762aa72499e4c16f198434141a187bdab",
+    ),
+    (
+        "lease.rs",
+        "RENEW_SQL",
+        "810d3ffda7171e9c7e5f158add36e037e883adedf05bb2f20d2cf9b6476bf2fb",
+    ),
+    (
+        "lease.rs",
+        "FINALIZE_SQL",
+        "be7d9d07a690ea2c1983e24a870705405dfaae933620935b2110aede3f929a49",
+    ),
+    (
+        "lease.rs",
+        "RELEASE_COOLDOWN_SQL",
+        "cc08e6c21e216f2ff8f36b832d52e3a900f1ee9d55d1fd3ae7cfcfd43f6583d1",
+    ),
+    (
+        "lease.rs",
+        "RELEASE_UNKNOWN_SQL",
+        "fa4cc754f3c213b04938ff7affcdcefd59e52f5f54414cea88f2196403191336",
+    ),
+    (
+        "lease.rs",
+        "RELEASE_FORGET_SQL",
+        "07d3f789c0dbca4a70f0b9cd6f1a859e8d122793946f75cecb7c6bf91f14aa56",
+    ),
+    (
+        "lease.rs",
+        "OWNER_SQL",
+        "9fec2eb2afc7921fd8f272cb261b718faee3b5405913dbcc6fa3960a9560da9e",
+    ),
+    (
+        "retention.rs",
+        "DELETE_EXPIRED_SQL",
+        "ee077c60b1e0d1059a1505f01625f496ab0acd70efef5c86d9487c3fb6b87b0c",
+    ),
+    (
+        "orphan.rs",
+        "RELEASE_ORPHAN_SQL",
+        "a78cbf5199471c1ead5d288e4f3d0f742e0ccf6b813d62f803ad3a9150492418",
+    ),
+];

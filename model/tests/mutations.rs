@@ -1,0 +1,90 @@
+//! The model has teeth: each deliberate bug yields a counterexample, and the
+//! unbroken protocol none (`docs/model.md#mutations`).
+
+use keyflight_model::check::{check, trace};
+use keyflight_model::{ClientSpec, Mutation, Params};
+
+/// Checks `params` with `mutation` and asserts `property` is violated.
+fn caught(params: Params, mutation: Mutation, property: &str) {
+    let params = params.mutated(mutation);
+    let report = check(params.clone(), 2, true);
+    let found: Vec<&str> = report.violations.iter().map(|(name, _)| *name).collect();
+    assert!(
+        found.contains(&property),
+        "{mutation:?} was not caught as \"{property}\" (found {found:?}, {} states)",
+        report.unique
+    );
+    for (name, path) in &report.violations {
+        assert!(!trace(&params, name, path).is_empty());
+    }
+}
+
+const ONE_RUN: &str = "one execution per operation, beyond the excused";
+
+fn short(horizon_ticks: u64) -> Params {
+    Params {
+        horizon_ticks,
+        ..Params::bounded()
+    }
+}
+
+#[test]
+fn the_unbroken_protocol_holds_every_property_and_reaches_every_example() {
+    let report = check(Params::bounded(), 2, false);
+    let violated: Vec<&str> = report.violations.iter().map(|(name, _)| *name).collect();
+    assert!(violated.is_empty(), "violated: {violated:?}");
+    assert!(
+        report.unreached.is_empty(),
+        "unreached: {:?}",
+        report.unreached
+    );
+}
+
+#[test]
+fn a_takeover_that_ignores_the_grace_is_caught() {
+    caught(short(8), Mutation::TakeoverIgnoresGrace, ONE_RUN);
+}
+
+#[test]
+fn a_cleanup_that_deletes_a_live_pending_row_is_caught() {
+    caught(short(8), Mutation::CleanupDeletesLivePending, ONE_RUN);
+}
+
+#[test]
+fn a_finalize_not_fenced_by_claim_id_is_caught() {
+    caught(
+        short(8),
+        Mutation::FinalizeUnfenced,
+        "a stale fence never settles",
+    );
+}
+
+#[test]
+fn a_steal_that_ignores_the_fingerprint_is_caught() {
+    let params = Params {
+        clients: vec![
+            ClientSpec { op: 0, attempts: 1 },
+            ClientSpec { op: 1, attempts: 1 },
+        ],
+        ..short(8)
+    };
+    caught(
+        params,
+        Mutation::StealIgnoresFingerprint,
+        "another request's record is never taken within its retention",
+    );
+}
+
+#[test]
+fn an_outbox_that_drops_a_record_on_a_transient_error_is_caught() {
+    caught(short(8), Mutation::OutboxDropsOnTransientError, ONE_RUN);
+}
+
+#[test]
+fn a_renew_timeout_past_the_lease_slack_is_caught() {
+    let params = Params {
+        proxies: 1,
+        ..short(7)
+    };
+    caught(params, Mutation::RenewTimeoutPastSlack, ONE_RUN);
+}
