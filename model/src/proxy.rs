@@ -92,8 +92,9 @@ pub enum Fed {
     BodyChunk(u8),
     /// The body read.
     BodyComplete(u8),
-    /// The store call answered (`None`: no answer — a timeout, a reset).
-    Answer(Option<u16>, Vec<u8>),
+    /// The store call answered (`None`: no answer — a timeout, a reset), this many ms
+    /// after it was sent.
+    Answer(Option<u16>, Vec<u8>, u64),
     /// `on_http_response_headers`.
     ResponseHeaders,
     /// The response head read: the upstream's 201.
@@ -145,10 +146,13 @@ impl Fed {
             Fed::BodyComplete(op) => Event::RequestBodyComplete {
                 body: request_body(*op),
             },
-            Fed::Answer(status, body) => Event::StoreAnswered(Answer::Received {
-                status: *status,
-                body: body.clone(),
-            }),
+            Fed::Answer(status, body, elapsed_ms) => Event::StoreAnswered {
+                answer: Answer::Received {
+                    status: *status,
+                    body: body.clone(),
+                },
+                elapsed_ms: *elapsed_ms,
+            },
             Fed::ResponseHeaders => Event::ResponseHeaders {
                 end_of_stream: false,
             },

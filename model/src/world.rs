@@ -702,7 +702,8 @@ impl World {
                 else {
                     return;
                 };
-                let effects = s.feed(&params.filter, Fed::Answer(status, body));
+                let elapsed_ms = self.now.saturating_sub(request.sent_at);
+                let effects = s.feed(&params.filter, Fed::Answer(status, body, elapsed_ms));
                 self.effects(params, proxy, client, effects);
             }
             From::Outbox { claim, renew } => {
