@@ -197,3 +197,13 @@ impl Host for FakeHost {
         self.finished = true;
     }
 }
+
+/// The counters a batch of actions increments, in order.
+pub fn counts(out: &[Action]) -> Vec<Metric> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Count(m) => Some(*m),
+            _ => None,
+        })
+        .collect()
+}

@@ -312,20 +312,7 @@ async fn a_batch_that_deadlocks_runs_its_claims_singly_instead_of_failing_them()
     wait_for_lock_waits(&watcher, &app, 1).await;
     let cycle = {
         let other = Arc::clone(&other);
-        tokio::spawn(async move {
-            other
-                .execute(
-                    "INSERT INTO keyflight_records
-                         (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-                          created_at, retention, expires_at, updated_at)
-                     VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
-                             now() + interval '1 minute', now(), interval '1 hour',
-                             now() + interval '1 hour', now())
-                     ON CONFLICT (scope) DO NOTHING",
-                    &[&first.0.as_slice()],
-                )
-                .await
-        })
+        tokio::spawn(async move { insert_pending_row_unless_present(&other, &first).await })
     };
     // The batch is cancelled. Its first claim, now single, races the other transaction's
     // insert for the first row (either may get it: the other's insert then does nothing);

@@ -231,21 +231,30 @@ pub async fn wait_for_queued(
     .await;
 }
 
+/// A pending row for `scope`, as a claim's insert writes it.
+const INSERT_PENDING_ROW: &str = "INSERT INTO keyflight_records
+     (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+      created_at, retention, expires_at, updated_at)
+ VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
+         now() + interval '1 minute', now(), interval '1 hour',
+         now() + interval '1 hour', now())";
+
 /// Inserts a live `pending` row on `scope` through `client` (inside whatever
 /// transaction it has open: uncommitted, the row makes every claim of the scope wait).
 pub async fn insert_pending_row(client: &tokio_postgres::Client, scope: &Digest) {
     client
-        .execute(
-            "INSERT INTO keyflight_records
-                 (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-                  created_at, retention, expires_at, updated_at)
-             VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
-                     now() + interval '1 minute', now(), interval '1 hour',
-                     now() + interval '1 hour', now())",
-            &[&scope.0.as_slice()],
-        )
+        .execute(INSERT_PENDING_ROW, &[&scope.0.as_slice()])
         .await
         .unwrap();
+}
+
+/// [`insert_pending_row`] unless `scope` has a row already (then nothing).
+pub async fn insert_pending_row_unless_present(
+    client: &tokio_postgres::Client,
+    scope: &Digest,
+) -> Result<u64, tokio_postgres::Error> {
+    let sql = format!("{INSERT_PENDING_ROW} ON CONFLICT (scope) DO NOTHING");
+    client.execute(&sql, &[&scope.0.as_slice()]).await
 }
 
 /// `pg_stat_database.deadlocks` of the test database.

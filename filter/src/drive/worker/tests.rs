@@ -9,7 +9,7 @@ use super::*;
 use crate::drive::stream::{Callback, Stream, Verdict};
 use crate::machine::Action;
 use crate::metrics::{EventKind, Metric, OutboxEvent};
-use crate::testing::FakeHost;
+use crate::testing::{FakeHost, counts};
 
 const NOW_MS: u64 = 1_000_000;
 
@@ -81,15 +81,6 @@ fn hand_off_one(root: &Root, host: &mut FakeHost) {
     stream.on_call_answer(answered, host);
     stream.on_done(host);
     host.take();
-}
-
-fn counts(out: &[Action]) -> Vec<Metric> {
-    out.iter()
-        .filter_map(|a| match a {
-            Action::Count(m) => Some(*m),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

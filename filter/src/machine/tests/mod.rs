@@ -36,7 +36,7 @@ use crate::outbox::{Held, Outbox};
 use crate::problem::LocalReply;
 use crate::status_matrix::ResponseOrigin;
 use crate::store_call::{CallError, StoreCall};
-use crate::testing::FakeHost;
+use crate::testing::{FakeHost, counts};
 
 const KEY: &str = "order-42";
 
@@ -401,15 +401,6 @@ fn single_call(out: &[Action]) -> StoreCall {
 fn without_logs(out: Vec<Action>) -> Vec<Action> {
     out.into_iter()
         .filter(|a| !matches!(a, Action::Log { .. }))
-        .collect()
-}
-
-fn counts(out: &[Action]) -> Vec<Metric> {
-    out.iter()
-        .filter_map(|a| match a {
-            Action::Count(m) => Some(*m),
-            _ => None,
-        })
         .collect()
 }
 
