@@ -398,7 +398,11 @@ pub struct ResolveRequest {
     /// characters); kept in the store's audit.
     #[cfg_attr(
         feature = "openapi",
-        schema(min_length = 1, max_length = 1000, pattern = r"^[^\x00-\x1f\x7f]+$")
+        schema(
+            min_length = 1,
+            max_length = 1000,
+            pattern = r"^[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+        )
     )]
     pub reason: String,
 }

@@ -221,16 +221,19 @@ pub fn fits_a_record(response: &StoredResponse, bounds: &RecordBounds) -> Result
     Ok(())
 }
 
-/// Refuses a missing, empty, overlong or control-character reason: it is kept in the
-/// audit and logged.
+/// Refuses a missing, empty, overlong or control-character reason, or one that starts with
+/// white space: it is kept in the audit and logged. (The OpenAPI document says the same as
+/// a pattern: `api/records.rs`, `ResolveRequest`.)
 pub fn operator_reason(reason: Option<&str>) -> Result<&str, ApiError> {
     let reason = reason.unwrap_or_default();
-    if reason.trim().is_empty()
+    if reason.is_empty()
+        || reason.starts_with(char::is_whitespace)
         || reason.chars().count() > MAX_REASON_CHARS
         || reason.chars().any(char::is_control)
     {
         return Err(ApiError::BadRequest(format!(
-            "reason is required: 1 to {MAX_REASON_CHARS} characters, no control characters"
+            "reason is required: 1 to {MAX_REASON_CHARS} characters, no control characters, \
+             not starting with white space"
         )));
     }
     Ok(reason)

@@ -46,7 +46,12 @@ pub struct ListQuery {
 pub struct EraseQuery {
     /// Why the operator erases the record (1–1000 characters, no control characters); kept
     /// in the audit.
-    #[param(min_length = 1, max_length = 1000, pattern = r"^[^\x00-\x1f\x7f]+$")]
+    #[param(
+        required = true,
+        min_length = 1,
+        max_length = 1000,
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     reason: Option<String>,
 }
 
