@@ -307,11 +307,19 @@ struct OutcomeOnly {
     outcome: String,
 }
 
-/// The one field of a claim answer beside its outcome (see [`ClaimAnswer`]).
+/// The fields of a claim answer beside its outcome (see [`ClaimAnswer`]), each read
+/// on its own: an unreadable one is absent, never a reason to refuse the outcome.
 #[derive(Deserialize)]
 struct RecordExpiry {
     #[serde(default)]
     record_expires_in_ms: Option<u64>,
+}
+
+/// See [`RecordExpiry`].
+#[derive(Deserialize)]
+struct ClaimedAfter {
+    #[serde(default)]
+    claimed_after_ms: Option<u64>,
 }
 
 /// Reads a claim answer. A record's remaining retention that is absent or
@@ -329,9 +337,13 @@ pub fn parse_claim_answer(answer: &Answer) -> Result<ClaimAnswer, CallError> {
             let record_expires_in_ms = serde_json::from_slice::<RecordExpiry>(body)
                 .ok()
                 .and_then(|e| e.record_expires_in_ms);
+            let claimed_after_ms = serde_json::from_slice::<ClaimedAfter>(body)
+                .ok()
+                .and_then(|c| c.claimed_after_ms);
             Ok(ClaimAnswer {
                 response,
                 record_expires_in_ms,
+                claimed_after_ms,
             })
         }
         (other, _) => Err(CallError::Status(other)),

@@ -283,6 +283,7 @@ fn claim_answer(
     let answer = ClaimAnswer {
         response,
         record_expires_in_ms,
+        claimed_after_ms: None,
     };
     (Some(200), serde_json::to_vec(&answer).unwrap_or_default())
 }

@@ -138,6 +138,17 @@ pub struct ClaimAnswer {
         skip_serializing_if = "Option::is_none"
     )]
     pub record_expires_in_ms: Option<u64>,
+    /// `won`: milliseconds from the store receiving the claim to the claim's statement
+    /// returning (its commit came no later), by the store's clock. The proxy subtracts it
+    /// from the call's round trip to bound how old the lease is when the answer arrives
+    /// (`docs/stream-machine.md#the-claim`). Absent (a store that predates it): the whole
+    /// round trip counts.
+    #[serde(
+        default,
+        deserialize_with = "integral::option_u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub claimed_after_ms: Option<u64>,
 }
 
 // The body is bytes here; on the wire it is the `body_b64` string (standard

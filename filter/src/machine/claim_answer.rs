@@ -66,6 +66,7 @@ impl Machine {
         let ClaimAnswer {
             response: answer,
             record_expires_in_ms: record_life_ms,
+            claimed_after_ms,
         } = match result {
             Ok(answer) => answer,
             Err(CallError::MalformedRecord) => return self.malformed_record(out, &policy, scope),
@@ -80,7 +81,10 @@ impl Machine {
             } => {
                 out.push(Action::Count(Metric::Event(won_event(how))));
                 let lease = Duration::from_millis(lease_ms.max(1));
-                let age = Duration::from_millis(elapsed_ms);
+                // The lease started at the commit: the round trip minus the store's
+                // time before it bounds the lease's age from above.
+                let age =
+                    Duration::from_millis(elapsed_ms.saturating_sub(claimed_after_ms.unwrap_or(0)));
                 if age > self.trusted_claim_age(lease) {
                     return self.answered_too_late(out, &policy, scope, (claim_id, fence), age);
                 }

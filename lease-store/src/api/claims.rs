@@ -39,6 +39,7 @@ pub async fn claim(
     slot: Option<Extension<Slot>>,
     ApiJson(mut request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimAnswer>, ApiError> {
+    let received = Instant::now();
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {
@@ -71,11 +72,15 @@ pub async fn claim(
         },
         settled => settled,
     };
+    // Taken before anything else: the commit came no later than this.
+    let claimed_after_ms =
+        matches!(response, ClaimResponse::Won { .. }).then(|| millis(received.elapsed()));
     state.metrics.claim_answered(&response);
     evidence::claim_answered(&scope, &request, &response);
     Ok(Json(ClaimAnswer {
         record_expires_in_ms: record_expires_in_ms
             .filter(|_| matches!(response, ClaimResponse::Completed { .. })),
+        claimed_after_ms,
         response,
     }))
 }

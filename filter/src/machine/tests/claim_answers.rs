@@ -303,3 +303,17 @@ fn a_claim_answered_late_but_in_time_renews_one_interval_after_it_was_sent() {
         "the first renew is due"
     );
 }
+
+/// A store slow before it committed (a queue, a long-poll that ended in a takeover) is not
+/// a late lease: it says how long it took up to the commit, and only the rest of the round
+/// trip counts against the lease.
+#[test]
+fn a_won_claim_slow_only_before_its_commit_is_forwarded() {
+    let mut s = Harness::new(config());
+    s.drive_to_claim(b"{}");
+    s.host.now_ms += 29_000;
+    let mut answer = serde_json::to_value(won(7)).unwrap();
+    answer["claimed_after_ms"] = serde_json::json!(28_900);
+    let out = s.answer(Some(200), &serde_json::to_vec(&answer).unwrap());
+    assert!(out.contains(&Action::ResumeRequest), "{out:?}");
+}
