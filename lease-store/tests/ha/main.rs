@@ -136,7 +136,8 @@ async fn claims_fail_closed_during_a_failover_and_succeed_on_the_new_primary_wit
     );
     // Nothing acknowledged was lost: synchronous replication had every claim on the standby.
     for (scope, fence) in &acknowledged {
-        let record = api
+        let record = server
+            .admin
             .get(&format!("/v1/records/{scope}"), Some(http_support::ADMIN))
             .await;
         assert_eq!(
