@@ -253,11 +253,6 @@ impl Stack {
         self.store(index).part.log()
     }
 
-    /// The upstream's log.
-    pub fn upstream_log_path(&self) -> &Path {
-        self.upstream.log()
-    }
-
     /// Everything Envoy `index` logged so far.
     pub fn envoy_log(&self, index: usize) -> String {
         std::fs::read_to_string(self.envoy_log_path(index)).unwrap_or_default()

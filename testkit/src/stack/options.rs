@@ -213,11 +213,6 @@ impl StackOptions {
         self
     }
 
-    /// How many Envoy (and lease-store) replicas.
-    pub fn replica_count(&self) -> usize {
-        self.replicas
-    }
-
     /// The token the filter presents to the lease-store, as the plugin JSON says.
     pub fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
