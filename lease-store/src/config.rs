@@ -1,7 +1,7 @@
 //! Settings for `serve` and `migrate`, parsed once at start-up (`docs/records.md#the-api`).
 //!
 //! Flags and environment variables are declared here with clap (`ServeArgs`,
-//! `DatabaseArgs`, `SecretArgs`), then turned into validated types
+//! `MigrateArgs`, `DatabaseArgs`, `AdminTokenArgs`), then turned into validated types
 //! ([`ServeConfig`], [`Secret`]) before anything starts: a missing token, a
 //! token file that cannot be read or an admin token equal to the filter's
 //! fails the process with one clear line, and the request path never
@@ -107,6 +107,19 @@ pub struct DatabaseArgs {
     pub database_url: String,
 }
 
+/// Flags and environment of `lease-store migrate`.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// The schema owner's database URL.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// After migrating, give this role exactly what `serve` needs and nothing more (no DDL,
+    /// no writes to the migration history or the epoch, the audit append-only), revoking
+    /// anything broader; run as the schema owner, with the runtime role's name.
+    #[arg(long, env = "KEYFLIGHT_GRANT_RUNTIME", value_name = "ROLE")]
+    pub grant_runtime: Option<String>,
+}
+
 /// The admin token, inline or as a file (`records …`, and part of `serve`).
 #[derive(Debug, Clone, Args)]
 pub struct AdminTokenArgs {
@@ -157,6 +170,11 @@ pub struct ServeArgs {
     /// Run pending migrations before serving (default: a separate `migrate` job does it).
     #[arg(long, env = "KEYFLIGHT_MIGRATE")]
     migrate: bool,
+    /// Refuse to start when the database role can do more than serving needs (owns the
+    /// schema, may create objects, may change the migration history, the epoch or the
+    /// audit); without it such a role only gets a warning at start.
+    #[arg(long, env = "KEYFLIGHT_REQUIRE_LEAST_PRIVILEGE")]
+    require_least_privilege: bool,
     /// Postgres connections per replica.
     #[arg(long, env = "KEYFLIGHT_POOL_SIZE", default_value_t = 16)]
     pool_size: usize,
@@ -289,6 +307,8 @@ pub struct ServeConfig {
     pub tokens: Tokens,
     /// Run migrations before serving.
     pub migrate: bool,
+    /// Refuse to start as a role that can do more than serving needs.
+    pub require_least_privilege: bool,
     /// Cap on a claim's long-poll budget.
     pub max_wait: Duration,
     /// Caps on parked long-polls.
@@ -316,6 +336,12 @@ impl ServeArgs {
         if admin.contains(&filter) {
             return Err(ConfigError::AdminTokenReused);
         }
+        check(
+            !(self.migrate && self.require_least_privilege),
+            "migrate",
+            "migrating needs the schema owner, which --require-least-privilege refuses: \
+             run `lease-store migrate` as the owner instead",
+        )?;
         check(self.pool_size > 0, "pool-size", "must be at least 1")?;
         check(
             !self.statement_timeout.is_zero(),
@@ -436,6 +462,7 @@ impl ServeArgs {
                 admin: Arc::new(admin),
             },
             migrate: self.migrate,
+            require_least_privilege: self.require_least_privilege,
             max_wait: self.max_wait,
             waiters: WaiterCaps {
                 per_scope: self.max_waiters_per_scope,

@@ -1,17 +1,25 @@
-//! `lease-store migrate`: apply pending migrations and print the report.
+//! `lease-store migrate`: apply pending migrations, grant the runtime role, print the report.
 //!
 //! Rolling deploys run this as a one-off job before new replicas start, so
 //! `serve` does not migrate by default (`serve --migrate` does, for demos and
-//! single-replica setups). Migrations are forward-only (L3).
+//! single-replica setups). Migrations are forward-only (L3). The job runs as the schema
+//! owner; with `--grant-runtime ROLE` it then gives the role `serve` runs as exactly the
+//! rights this release's statements need (`docs/threat-model.md#the-database-roles`), every
+//! release again, so a release that uses a new object brings its grant.
 
-use crate::config::DatabaseArgs;
+use crate::config::MigrateArgs;
 use crate::store;
 
 use super::CliError;
 
-/// Runs the migrations and prints what was applied.
-pub async fn run(args: DatabaseArgs) -> Result<(), CliError> {
-    let report = store::migrate(&args.database_url).await?;
+/// Runs the migrations, then the grants, and prints what was done.
+pub async fn run(args: MigrateArgs) -> Result<(), CliError> {
+    let url = &args.database.database_url;
+    let report = store::migrate(url).await?;
     println!("{report}");
+    if let Some(role) = &args.grant_runtime {
+        store::grant_runtime(url, role).await?;
+        println!("granted the runtime role {role} what serving needs, and nothing more");
+    }
     Ok(())
 }

@@ -16,7 +16,7 @@ pub mod serve;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, DatabaseArgs, ServeArgs};
+use crate::config::{ConfigError, MigrateArgs, ServeArgs};
 use crate::store::StoreError;
 
 /// keyflight lease-store: idempotency leases over Postgres.
@@ -33,8 +33,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API v1.
     Serve(ServeArgs),
-    /// Apply pending schema migrations, print what was done, and exit.
-    Migrate(DatabaseArgs),
+    /// Apply pending schema migrations (and grant the runtime role), print what was done, and exit.
+    Migrate(MigrateArgs),
     /// Inspect, resolve or erase records through a running store's admin API.
     Records(records::RecordsArgs),
     /// Print a request's canonical form and fingerprint (and optionally its scope).
@@ -58,6 +58,13 @@ pub enum CliError {
         /// Why.
         source: std::io::Error,
     },
+    /// `serve --require-least-privilege` runs as a role that can do more than serving needs.
+    #[error(
+        "the database role can do more than serving needs ({}); serve as the runtime role \
+         granted by `lease-store migrate --grant-runtime` (docs/threat-model.md#the-database-roles)",
+        .0.join("; ")
+    )]
+    Privileged(Vec<String>),
     /// A `records` call failed.
     #[error(transparent)]
     Records(#[from] records::RecordsError),

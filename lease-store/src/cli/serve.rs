@@ -3,8 +3,8 @@
 //! Start-up order matters: settings are validated first (a missing token
 //! stops the process before it touches anything), then optional migrations,
 //! then the pool (which connects lazily, so a database that is down at start
-//! only makes `/readyz` fail), the `LISTEN` fan-out and clean-up, and finally
-//! the listener. Shutdown runs the other way: stop accepting, let long-polls
+//! only makes `/readyz` fail), the check of the database role's rights, the
+//! `LISTEN` fan-out and clean-up, and finally the listener. Shutdown runs the other way: stop accepting, let long-polls
 //! answer, drain requests, then wait for clean-up and the `LISTEN`
 //! connection's task to stop.
 //!
@@ -39,6 +39,35 @@ async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, CliError> {
         .map_err(|source| CliError::Bind { addr, source })
 }
 
+/// Checks once, before serving, that the database role cannot change the schema, its
+/// history, the epoch or the audit (`docs/threat-model.md#the-database-roles`). By default an
+/// over-privileged role (the owner, a superuser: demos, `--migrate`) is a warning, and a
+/// database that cannot be asked yet is too (the pool connects lazily and `/readyz` reports
+/// it). With `require` both stop the process: the check must pass before anything is served.
+async fn check_role(store: &Store, require: bool) -> Result<(), CliError> {
+    match store.excess_privileges().await {
+        Ok(excess) if excess.is_empty() => {
+            tracing::info!("the database role has the runtime role's rights and no more");
+            Ok(())
+        }
+        Ok(excess) if require => Err(CliError::Privileged(excess)),
+        Ok(excess) => {
+            tracing::warn!(
+                excess = %excess.join("; "),
+                "the database role can do more than serving needs: serve as a runtime role \
+                 granted by `lease-store migrate --grant-runtime` \
+                 (docs/threat-model.md#the-database-roles)"
+            );
+            Ok(())
+        }
+        Err(e) if require => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not check the database role's privileges");
+            Ok(())
+        }
+    }
+}
+
 /// Serves until SIGTERM or SIGINT, then drains (for at most [`DRAIN_LIMIT`]) and returns.
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let config = args.into_config()?;
@@ -47,6 +76,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         tracing::info!(%report, "migrations applied");
     }
     let store = Store::connect(&config.store).await?;
+    check_role(&store, config.require_least_privilege).await?;
     let shutdown = Shutdown::new();
     let shutdown_rx_for_data = shutdown.subscribe();
     let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());

@@ -14,7 +14,7 @@ use crate::db;
 refinery::embed_migrations!("migrations");
 
 /// refinery's bookkeeping table (its default name).
-const HISTORY_TABLE: &str = "refinery_schema_history";
+pub(super) const HISTORY_TABLE: &str = "refinery_schema_history";
 
 /// How long `migrate` waits for any lock before giving up (each file also sets
 /// `SET LOCAL lock_timeout`); a migration must never stall live claims.
@@ -49,18 +49,39 @@ impl fmt::Display for MigrationReport {
 
 /// Applies every embedded migration the database lacks.
 pub async fn migrate(database_url: &str) -> Result<MigrationReport, StoreError> {
-    let database = db::parse(database_url)?;
-    database.warn_if_unverified();
-    let (mut client, connection) = database.config.connect(database.tls).await?;
-    let driver = tokio::spawn(connection);
-    client
-        .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
-        .await?;
+    let (mut client, driver) = owner_connection(database_url).await?;
     let result = run_with_retries(&mut client).await;
     drop(client);
     // The connection task ends once the client is gone; its result adds nothing.
     let _ = driver.await;
     result
+}
+
+/// Gives `role` exactly the rights serving needs on the migrated schema, as the role of
+/// `database_url` (the owner that ran the migrations): `migrate --grant-runtime`
+/// ([`super::privilege`]).
+pub async fn grant_runtime(database_url: &str, role: &str) -> Result<(), StoreError> {
+    let (client, driver) = owner_connection(database_url).await?;
+    let result = super::privilege::grant_runtime(&client, role).await;
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+/// One connection of the schema owner, with [`LOCK_TIMEOUT`] set; the task that drives it
+/// ends once the client is dropped.
+async fn owner_connection(
+    database_url: &str,
+) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>), StoreError>
+{
+    let database = db::parse(database_url)?;
+    database.warn_if_unverified();
+    let (client, connection) = database.config.connect(database.tls).await?;
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
+        .await?;
+    Ok((client, driver))
 }
 
 /// Runs the migrations, retrying when another process is migrating too.

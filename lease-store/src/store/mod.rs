@@ -5,8 +5,9 @@
 //! claim), `lease` (L2, renew/finalize/release fenced by `claim_id`),
 //! `watch` (L4, a long-poll follower's mark-then-read), `records` (L6, the
 //! operator's list/get/resolve/erase), `epoch` (F9, the operator epoch edges
-//! check their cache against), `retention` (L5, the cleanup DELETE) and
-//! `migrate` (L3), and `batch`, which runs claims and finalizes that are
+//! check their cache against), `retention` (L5, the cleanup DELETE),
+//! `migrate` (L3), `privilege` (the runtime role's grants and the start-up check of the
+//! role the store runs as), and `batch`, which runs claims and finalizes that are
 //! already queued together as one statement (group commit,
 //! `docs/group-commit.md`).
 //! This module holds what they share: the connection pool, the settings and
@@ -52,6 +53,7 @@ mod epoch;
 mod lease;
 mod migrate;
 mod orphan;
+mod privilege;
 mod probe;
 mod records;
 mod retention;
@@ -72,7 +74,7 @@ pub use batch::{
     BatchKind, BatchLabel, BatchSettings, BatchSizeFamily, BatchSizes, BatchTotals,
     DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS, MAX_BATCH_BYTES,
 };
-pub use migrate::{MigrationReport, migrate};
+pub use migrate::{MigrationReport, grant_runtime, migrate};
 pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};

@@ -1,0 +1,290 @@
+//! Least privilege for the database roles (`docs/threat-model.md#the-database-roles`): what the
+//! runtime role may do, granted by `lease-store migrate --grant-runtime ROLE` and checked by
+//! `serve` at start.
+//!
+//! [`RUNTIME_GRANTS`] is the one list of what serving needs. [`grant_runtime`] makes a role's
+//! rights on those objects exactly that list: it revokes everything first, so a role set up
+//! with broader grants (an older install, default privileges) loses what it never needed, all
+//! in one transaction, so a replica serving meanwhile never sees the role without a right it
+//! uses. The same list, turned around, is what [`Store::excess_privileges`] looks for: every
+//! privilege on those objects the list does not give, ownership of them, the right to create
+//! objects, and the role attributes that imply all of that.
+//!
+//! Rolling deploys: each release's migration Job re-grants, so a release that needs a new
+//! right on a new object brings it; a right one release stops using is removed from the list
+//! only in the release after, when no replica of the older one serves any more
+//! (`lease-store/migrations/README.md`, rule 7).
+
+use super::{Store, StoreError};
+
+/// A kind of object the runtime role is granted rights on; its name is the SQL keyword.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// A table.
+    Table,
+    /// A sequence.
+    Sequence,
+}
+
+impl ObjectKind {
+    /// The keyword in `GRANT … ON <kind> …`, and the kind [`EXCESS_PRIVILEGES_SQL`] reads.
+    fn keyword(self) -> &'static str {
+        match self {
+            ObjectKind::Table => "TABLE",
+            ObjectKind::Sequence => "SEQUENCE",
+        }
+    }
+
+    /// Every privilege Postgres knows on this kind of object.
+    fn every_privilege(self) -> &'static [&'static str] {
+        match self {
+            ObjectKind::Table => &[
+                "SELECT",
+                "INSERT",
+                "UPDATE",
+                "DELETE",
+                "TRUNCATE",
+                "REFERENCES",
+                "TRIGGER",
+            ],
+            ObjectKind::Sequence => &["USAGE", "SELECT", "UPDATE"],
+        }
+    }
+}
+
+/// One object the runtime role uses, and the only rights it gets on it.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeGrant {
+    /// What it is.
+    pub kind: ObjectKind,
+    /// Its name, unqualified: found through the role's `search_path`, as the statements find it.
+    pub object: &'static str,
+    /// The rights serving needs on it.
+    pub privileges: &'static [&'static str],
+}
+
+/// What serving needs, object by object; nothing else is granted.
+///
+/// - the records: claims insert and update, settle calls update or delete, erase and
+///   retention cleanup delete, every read selects;
+/// - the fence sequence: `nextval` only (`USAGE`), never `setval` (`UPDATE`), which could
+///   hand a fence out twice;
+/// - the operator epoch: read by `GET /v1/epoch`; it moves only through the owner's
+///   trigger function (migration V6);
+/// - the operator audit: erase and resolve append to it; it is never changed;
+/// - refinery's history: `/readyz` reads the schema's version.
+///
+/// `LISTEN` and the trigger's `NOTIFY` need no grant.
+pub const RUNTIME_GRANTS: &[RuntimeGrant] = &[
+    RuntimeGrant {
+        kind: ObjectKind::Table,
+        object: "keyflight_records",
+        privileges: &["SELECT", "INSERT", "UPDATE", "DELETE"],
+    },
+    RuntimeGrant {
+        kind: ObjectKind::Sequence,
+        object: "keyflight_fence_seq",
+        privileges: &["USAGE"],
+    },
+    RuntimeGrant {
+        kind: ObjectKind::Table,
+        object: "keyflight_operator_epoch",
+        privileges: &["SELECT"],
+    },
+    RuntimeGrant {
+        kind: ObjectKind::Table,
+        object: "keyflight_operator_audit",
+        privileges: &["SELECT", "INSERT"],
+    },
+    RuntimeGrant {
+        kind: ObjectKind::Table,
+        object: super::migrate::HISTORY_TABLE,
+        privileges: &["SELECT"],
+    },
+];
+
+/// The schema that holds the records, so the runtime role can name the objects in it.
+const SCHEMA_SQL: &str =
+    "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'keyflight_records'::regclass";
+
+/// What the current role can do beyond [`RUNTIME_GRANTS`], one finding per row.
+/// `$1` every granted object's name; `$2`, `$3`, `$4` the (object, kind, privilege) triples
+/// the role must not have ([`forbidden`]). A superuser is reported as that alone; a role that
+/// may act as an object's owner (owns it, or is a member of its owner) is reported as that,
+/// not privilege by privilege. `CREATEROLE` counts as owning: such a role can make itself a
+/// member of the owner.
+const EXCESS_PRIVILEGES_SQL: &str = "
+WITH me AS (
+    SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = current_user
+), objects AS (
+    SELECT o.name, c.relowner, c.relnamespace
+      FROM unnest($1::text[]) AS o(name)
+      JOIN pg_class c ON c.oid = to_regclass(o.name)
+)
+SELECT 'is a superuser' AS finding FROM me WHERE rolsuper
+UNION ALL
+SELECT 'may create roles, so may make itself the owner''s member' FROM me
+ WHERE rolcreaterole AND NOT rolsuper
+UNION ALL
+SELECT format('may act as the owner of %s (%s)', name, pg_get_userbyid(relowner))
+  FROM objects
+ WHERE NOT (SELECT rolsuper FROM me) AND pg_has_role(relowner, 'MEMBER')
+UNION ALL
+SELECT format('may CREATE in schema %s', n.nspname)
+  FROM pg_namespace n
+ WHERE n.oid IN (SELECT relnamespace FROM objects)
+   AND NOT (SELECT rolsuper FROM me) AND has_schema_privilege(n.oid, 'CREATE')
+UNION ALL
+SELECT format('may CREATE in database %s', current_database())
+ WHERE NOT (SELECT rolsuper FROM me) AND has_database_privilege(current_database(), 'CREATE')
+UNION ALL
+SELECT format('may %s %s', f.privilege, f.name)
+  FROM unnest($2::text[], $3::text[], $4::text[]) AS f(name, kind, privilege)
+  JOIN objects o ON o.name = f.name
+ WHERE NOT pg_has_role(o.relowner, 'MEMBER')
+   AND CASE f.kind
+           WHEN 'SEQUENCE' THEN has_sequence_privilege(to_regclass(f.name), f.privilege)
+           ELSE has_table_privilege(to_regclass(f.name), f.privilege)
+       END";
+
+/// Every (object, kind, privilege) on [`RUNTIME_GRANTS`]' objects that the list does not give.
+fn forbidden() -> Vec<(&'static str, &'static str, &'static str)> {
+    RUNTIME_GRANTS
+        .iter()
+        .flat_map(|grant| {
+            grant
+                .kind
+                .every_privilege()
+                .iter()
+                .filter(|privilege| !grant.privileges.contains(privilege))
+                .map(|privilege| (grant.object, grant.kind.keyword(), *privilege))
+        })
+        .collect()
+}
+
+/// The statements that give `role` exactly [`RUNTIME_GRANTS`] in `schema`. `role` and `schema`
+/// are quoted identifiers ([`quote_identifier`]). Default privileges the running role (the
+/// owner) set for `role` are revoked too: an object a later migration creates gets its rights
+/// from this list, never from a default.
+fn grant_statements(role: &str, schema: &str) -> String {
+    let mut sql = String::from("BEGIN;\n");
+    sql.push_str(&format!("GRANT USAGE ON SCHEMA {schema} TO {role};\n"));
+    for grant in RUNTIME_GRANTS {
+        let kind = grant.kind.keyword();
+        let object = grant.object;
+        sql.push_str(&format!("REVOKE ALL ON {kind} {object} FROM {role};\n"));
+        sql.push_str(&format!(
+            "GRANT {} ON {kind} {object} TO {role};\n",
+            grant.privileges.join(", ")
+        ));
+    }
+    for kind in ["TABLES", "SEQUENCES"] {
+        sql.push_str(&format!(
+            "ALTER DEFAULT PRIVILEGES REVOKE ALL ON {kind} FROM {role};\n\
+             ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} REVOKE ALL ON {kind} FROM {role};\n"
+        ));
+    }
+    sql.push_str("COMMIT;");
+    sql
+}
+
+/// `name` as a quoted SQL identifier (`"…"`, inner quotes doubled), so any role name,
+/// including one with capitals or spaces, names exactly that role and nothing else.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Gives `role` exactly [`RUNTIME_GRANTS`] (plus `USAGE` on the records' schema), as the role
+/// `client` is connected as, which must own the objects (it ran the migrations).
+pub(super) async fn grant_runtime(
+    client: &tokio_postgres::Client,
+    role: &str,
+) -> Result<(), StoreError> {
+    if role.is_empty() || role.contains('\0') {
+        return Err(StoreError::Invalid(
+            "--grant-runtime needs a role name".into(),
+        ));
+    }
+    let me: String = client.query_one("SELECT current_user", &[]).await?.try_get(0)?;
+    if me == role {
+        return Err(StoreError::Invalid(format!(
+            "--grant-runtime {role}: that is the role running the migrations; the runtime role \
+             must be another one"
+        )));
+    }
+    let schema: String = client.query_one(SCHEMA_SQL, &[]).await?.try_get(0)?;
+    // regnamespace::text is already quoted where it must be.
+    client
+        .batch_execute(&grant_statements(&quote_identifier(role), &schema))
+        .await
+        .map_err(|e| match e.as_db_error() {
+            // A role that does not exist, or objects the migrating role does not own: a
+            // setting to fix, named as such rather than as an outage.
+            Some(db) => StoreError::Invalid(format!(
+                "--grant-runtime {role}: {}: {}",
+                db.code().code(),
+                db.message()
+            )),
+            None => StoreError::from(e),
+        })
+}
+
+impl Store {
+    /// What this store's role can do beyond serving ([`RUNTIME_GRANTS`]): empty for a runtime
+    /// role granted by `migrate --grant-runtime`; for the owner, a superuser or a role with
+    /// broader grants, one line per excess right.
+    pub async fn excess_privileges(&self) -> Result<Vec<String>, StoreError> {
+        let objects: Vec<&str> = RUNTIME_GRANTS.iter().map(|grant| grant.object).collect();
+        let forbidden = forbidden();
+        let names: Vec<&str> = forbidden.iter().map(|f| f.0).collect();
+        let kinds: Vec<&str> = forbidden.iter().map(|f| f.1).collect();
+        let privileges: Vec<&str> = forbidden.iter().map(|f| f.2).collect();
+        self.run(async |client| {
+            let rows = client
+                .query(EXCESS_PRIVILEGES_SQL, &[&objects, &names, &kinds, &privileges])
+                .await?;
+            rows.iter()
+                .map(|row| Ok(row.try_get::<_, String>("finding")?))
+                .collect()
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_role_may_never_change_history_the_epoch_or_the_audit() {
+        let forbidden = forbidden();
+        for must_not in [
+            ("refinery_schema_history", "INSERT"),
+            ("refinery_schema_history", "UPDATE"),
+            ("refinery_schema_history", "DELETE"),
+            ("keyflight_operator_epoch", "UPDATE"),
+            ("keyflight_operator_audit", "UPDATE"),
+            ("keyflight_operator_audit", "DELETE"),
+            ("keyflight_operator_audit", "TRUNCATE"),
+            ("keyflight_records", "TRUNCATE"),
+            ("keyflight_records", "TRIGGER"),
+            ("keyflight_fence_seq", "UPDATE"),
+        ] {
+            assert!(
+                forbidden
+                    .iter()
+                    .any(|(object, _, privilege)| (*object, *privilege) == must_not),
+                "{must_not:?} is not checked"
+            );
+        }
+    }
+
+    #[test]
+    fn a_role_name_is_one_quoted_identifier() {
+        assert_eq!(quote_identifier("keyflight_app"), "\"keyflight_app\"");
+        assert_eq!(
+            quote_identifier("a\"; DROP TABLE x; --"),
+            "\"a\"\"; DROP TABLE x; --\""
+        );
+    }
+}
