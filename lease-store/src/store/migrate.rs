@@ -72,8 +72,13 @@ pub async fn grant_runtime(database_url: &str, role: &str) -> Result<(), StoreEr
 /// ends once the client is dropped.
 async fn owner_connection(
     database_url: &str,
-) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>), StoreError>
-{
+) -> Result<
+    (
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+    ),
+    StoreError,
+> {
     let database = db::parse(database_url)?;
     database.warn_if_unverified();
     let (client, connection) = database.config.connect(database.tls).await?;

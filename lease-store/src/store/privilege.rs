@@ -104,8 +104,7 @@ pub const RUNTIME_GRANTS: &[RuntimeGrant] = &[
 ];
 
 /// The schema that holds the records, so the runtime role can name the objects in it.
-const SCHEMA_SQL: &str =
-    "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'keyflight_records'::regclass";
+const SCHEMA_SQL: &str = "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'keyflight_records'::regclass";
 
 /// What the current role can do beyond [`RUNTIME_GRANTS`], one finding per row.
 /// `$1` every granted object's name; `$2`, `$3`, `$4` the (object, kind, privilege) triples
@@ -205,7 +204,10 @@ pub(super) async fn grant_runtime(
             "--grant-runtime needs a role name".into(),
         ));
     }
-    let me: String = client.query_one("SELECT current_user", &[]).await?.try_get(0)?;
+    let me: String = client
+        .query_one("SELECT current_user", &[])
+        .await?
+        .try_get(0)?;
     if me == role {
         return Err(StoreError::Invalid(format!(
             "--grant-runtime {role}: that is the role running the migrations; the runtime role \
@@ -241,7 +243,10 @@ impl Store {
         let privileges: Vec<&str> = forbidden.iter().map(|f| f.2).collect();
         self.run(async |client| {
             let rows = client
-                .query(EXCESS_PRIVILEGES_SQL, &[&objects, &names, &kinds, &privileges])
+                .query(
+                    EXCESS_PRIVILEGES_SQL,
+                    &[&objects, &names, &kinds, &privileges],
+                )
                 .await?;
             rows.iter()
                 .map(|row| Ok(row.try_get::<_, String>("finding")?))

@@ -11,6 +11,7 @@ mod cleanup;
 mod dead_first_host;
 mod epoch;
 mod frozen;
+mod least_privilege;
 mod longpoll;
 mod orphans;
 mod read_only_node;
