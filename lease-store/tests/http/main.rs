@@ -13,6 +13,7 @@ mod database_errors;
 mod epoch;
 mod evidence_lines;
 mod input;
+mod least_privilege;
 mod lifecycle;
 mod logs_hold_no_secrets;
 mod longpoll_caps;

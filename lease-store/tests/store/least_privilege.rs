@@ -259,7 +259,11 @@ async fn the_runtime_role_serves_every_call() {
 async fn the_runtime_role_cannot_rewrite_the_migration_history() {
     let split = RoleSplit::new().await;
     let db = raw_client(&split.runtime_url()).await;
-    refused(&db, "UPDATE refinery_schema_history SET checksum = '0' WHERE version = 1").await;
+    refused(
+        &db,
+        "UPDATE refinery_schema_history SET checksum = '0' WHERE version = 1",
+    )
+    .await;
     refused(&db, "DELETE FROM refinery_schema_history").await;
     refused(
         &db,
