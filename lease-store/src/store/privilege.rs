@@ -146,6 +146,30 @@ SELECT format('may %s %s', f.privilege, f.name)
            ELSE has_table_privilege(to_regclass(f.name), f.privilege)
        END";
 
+/// The rights of [`RUNTIME_GRANTS`] that role `$1` lacks after granting, one per row: a role
+/// that does not own an object gets only a warning from `GRANT`, not an error. `$2`, `$3`,
+/// `$4` the (object, kind, privilege) triples of the list ([`granted`]).
+const MISSING_GRANTS_SQL: &str = "
+SELECT format('%s on %s', g.privilege, g.name) AS missing
+  FROM unnest($2::text[], $3::text[], $4::text[]) AS g(name, kind, privilege)
+ WHERE NOT COALESCE(CASE g.kind
+           WHEN 'SEQUENCE' THEN has_sequence_privilege($1::text, to_regclass(g.name), g.privilege)
+           ELSE has_table_privilege($1::text, to_regclass(g.name), g.privilege)
+       END, false)";
+
+/// Every (object, kind, privilege) that [`RUNTIME_GRANTS`] gives.
+fn granted() -> Vec<(&'static str, &'static str, &'static str)> {
+    RUNTIME_GRANTS
+        .iter()
+        .flat_map(|grant| {
+            grant
+                .privileges
+                .iter()
+                .map(|privilege| (grant.object, grant.kind.keyword(), *privilege))
+        })
+        .collect()
+}
+
 /// Every (object, kind, privilege) on [`RUNTIME_GRANTS`]' objects that the list does not give.
 fn forbidden() -> Vec<(&'static str, &'static str, &'static str)> {
     RUNTIME_GRANTS
@@ -220,15 +244,53 @@ pub(super) async fn grant_runtime(
         .batch_execute(&grant_statements(&quote_identifier(role), &schema))
         .await
         .map_err(|e| match e.as_db_error() {
-            // A role that does not exist, or objects the migrating role does not own: a
-            // setting to fix, named as such rather than as an outage.
+            // A role that does not exist: a setting to fix, named as such, not as an outage.
             Some(db) => StoreError::Invalid(format!(
                 "--grant-runtime {role}: {}: {}",
                 db.code().code(),
                 db.message()
             )),
             None => StoreError::from(e),
-        })
+        })?;
+    let missing = query_triples(client, MISSING_GRANTS_SQL, Some(role), &granted()).await?;
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "--grant-runtime {role}: could not grant {}: run migrate as the role that owns \
+             keyflight's objects",
+            missing.join(", ")
+        )))
+    }
+}
+
+/// Runs `sql` with the triples as `$2`, `$3`, `$4`, and as `$1` the role when given, else
+/// [`RUNTIME_GRANTS`]' object names; collects its one text column.
+async fn query_triples(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    role: Option<&str>,
+    triples: &[(&str, &str, &str)],
+) -> Result<Vec<String>, StoreError> {
+    let objects: Vec<&str> = RUNTIME_GRANTS.iter().map(|grant| grant.object).collect();
+    let names: Vec<&str> = triples.iter().map(|t| t.0).collect();
+    let kinds: Vec<&str> = triples.iter().map(|t| t.1).collect();
+    let privileges: Vec<&str> = triples.iter().map(|t| t.2).collect();
+    let rows = match role {
+        Some(role) => {
+            client
+                .query(sql, &[&role, &names, &kinds, &privileges])
+                .await?
+        }
+        None => {
+            client
+                .query(sql, &[&objects, &names, &kinds, &privileges])
+                .await?
+        }
+    };
+    rows.iter()
+        .map(|row| Ok(row.try_get::<_, String>(0)?))
+        .collect()
 }
 
 impl Store {
@@ -236,21 +298,9 @@ impl Store {
     /// role granted by `migrate --grant-runtime`; for the owner, a superuser or a role with
     /// broader grants, one line per excess right.
     pub async fn excess_privileges(&self) -> Result<Vec<String>, StoreError> {
-        let objects: Vec<&str> = RUNTIME_GRANTS.iter().map(|grant| grant.object).collect();
         let forbidden = forbidden();
-        let names: Vec<&str> = forbidden.iter().map(|f| f.0).collect();
-        let kinds: Vec<&str> = forbidden.iter().map(|f| f.1).collect();
-        let privileges: Vec<&str> = forbidden.iter().map(|f| f.2).collect();
         self.run(async |client| {
-            let rows = client
-                .query(
-                    EXCESS_PRIVILEGES_SQL,
-                    &[&objects, &names, &kinds, &privileges],
-                )
-                .await?;
-            rows.iter()
-                .map(|row| Ok(row.try_get::<_, String>("finding")?))
-                .collect()
+            query_triples(client, EXCESS_PRIVILEGES_SQL, None, &forbidden).await
         })
         .await
     }

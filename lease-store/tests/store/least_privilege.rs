@@ -444,3 +444,42 @@ async fn granting_refuses_the_owner_itself_and_an_unknown_role() {
         "{to_nobody:?}"
     );
 }
+
+#[tokio::test]
+async fn granting_fails_loudly_when_the_owner_does_not_own_the_objects() {
+    let split = RoleSplit::new().await;
+    // A second schema, migrated by the superuser, in the owner role's search_path.
+    let other = "keyflight_elsewhere";
+    let superuser = raw_client(&split.url_as("postgres")).await;
+    superuser
+        .batch_execute(&format!(
+            "CREATE SCHEMA {other};
+             GRANT USAGE ON SCHEMA {other} TO {owner};
+             ALTER ROLE {owner} IN DATABASE {db} SET search_path = {other};",
+            owner = split.owner,
+            db = split.database,
+        ))
+        .await
+        .unwrap();
+    let in_other = format!(
+        "{}&options=-c%20search_path%3D{other}",
+        split.url_as("postgres")
+    );
+    migrate(&in_other).await.unwrap();
+    // Rights without the grant option: GRANT then warns and grants nothing, no error.
+    superuser
+        .batch_execute(&format!(
+            "GRANT ALL ON ALL TABLES IN SCHEMA {other} TO {owner};
+             GRANT ALL ON ALL SEQUENCES IN SCHEMA {other} TO {owner};",
+            owner = split.owner,
+        ))
+        .await
+        .unwrap();
+    let refused = grant_runtime(&split.owner_url(), &split.runtime).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e
+            .to_string()
+            .contains("could not grant SELECT on keyflight_records")),
+        "{refused:?}"
+    );
+}
