@@ -6,7 +6,7 @@
 //! rights on those objects exactly that list: it revokes everything first, so a role set up
 //! with broader grants (an older install, default privileges) loses what it never needed, all
 //! in one transaction, so a replica serving meanwhile never sees the role without a right it
-//! uses. The same list, turned around, is what [`Store::excess_privileges`] looks for: every
+//! uses; then it checks that the role holds every right of the list. The same list, turned around, is what [`Store::excess_privileges`] looks for: every
 //! privilege on those objects the list does not give, ownership of them, the right to create
 //! objects, and the role attributes that imply all of that.
 //!
@@ -146,8 +146,9 @@ SELECT format('may %s %s', f.privilege, f.name)
            ELSE has_table_privilege(to_regclass(f.name), f.privilege)
        END";
 
-/// The rights of [`RUNTIME_GRANTS`] that role `$1` lacks after granting, one per row: a role
-/// that does not own an object gets only a warning from `GRANT`, not an error. `$2`, `$3`,
+/// The rights of [`RUNTIME_GRANTS`] that role `$1` lacks after granting, one per row: a
+/// granting role that has rights on an object but does not own it (nor holds the grant
+/// option) gets only a warning from `GRANT`, not an error. `$2`, `$3`,
 /// `$4` the (object, kind, privilege) triples of the list ([`granted`]).
 const MISSING_GRANTS_SQL: &str = "
 SELECT format('%s on %s', g.privilege, g.name) AS missing
