@@ -46,6 +46,7 @@ use crate::api::budget::BodyBudget;
 use crate::api::error::ApiError;
 use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
+use crate::caller::Caller;
 use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
@@ -85,7 +86,10 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
             limits::deadline,
         ))
         .merge(long_poll)
-        .route_layer(middleware::from_fn_with_state(auth, auth::require_filter));
+        .route_layer(middleware::from_fn_with_state(
+            (auth, state.metrics.clone()),
+            auth::require_filter,
+        ));
     let operability = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -179,6 +183,26 @@ impl<S: Send + Sync> FromRequestParts<S> for Scope {
         Digest::from_hex(&raw)
             .map(Scope)
             .map_err(|e| ApiError::BadRequest(format!("scope in path: {e}")))
+    }
+}
+
+/// The record a data-plane call reaches: the `{scope}` path segment in the caller's
+/// namespace (`docs/configuration.md#caller-identity`). Without a [`Caller`] (a route
+/// outside the filter's auth) nothing is reachable.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordScope(pub Digest);
+
+impl<S: Send + Sync> FromRequestParts<S> for RecordScope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or(ApiError::Unauthorized)?;
+        let Scope(scope) = Scope::from_request_parts(parts, state).await?;
+        Ok(RecordScope(caller.record_scope(&scope)))
     }
 }
 
