@@ -213,7 +213,9 @@ impl StackOptions {
         self
     }
 
-    /// The token the filter presents to the lease-store, as the plugin JSON says.
+    /// The token the filter presents to the lease-store: every Envoy gets it in its
+    /// environment, and the stores accept it; a plugin JSON with the deprecated inline
+    /// `lease_store.token` names it instead.
     pub fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
             .as_str()
