@@ -12,6 +12,7 @@ use crate::envoy_variants::EnvoyEdit;
 /// The lease-store token of every stack (`make up` included, so `keyflight-bench cycle
 /// --token demo-filter-token` reaches its store): a demo value, never a real one.
 pub const DEMO_STORE_TOKEN: &str = "demo-filter-token";
+
 /// The header each Envoy of a [`StackOptions::tag_envoys`] stack adds to what it forwards
 /// (the demo upstream logs it: `demo-upstream/src/executions.rs`).
 pub const VIA_HEADER: &str = "x-keyflight-via";
