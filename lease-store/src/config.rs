@@ -239,7 +239,8 @@ pub struct ServeArgs {
     /// past it is answered 503 before its body is read.
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 64 * 1024 * 1024)]
     max_body_bytes_in_flight: usize,
-    /// The share of `--max-body-bytes-in-flight` one caller (one peer address) may hold.
+    /// The share of `--max-body-bytes-in-flight` one caller (one workload under
+    /// `--trust-xfcc`, else one peer address) may hold.
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
     max_body_bytes_in_flight_per_caller: usize,
     /// A connection that has not sent a complete request head this long after it opened,

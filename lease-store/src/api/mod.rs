@@ -67,8 +67,9 @@ pub struct AppState {
     pub bounds: RecordBounds,
 }
 
-/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter token
-/// and the per-call limits ([`limits`]), operability endpoints open.
+/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter's
+/// credentials ([`crate::auth`]) and the per-call limits ([`limits`]), operability
+/// endpoints open.
 pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
     let long_poll = Router::new()
         .route("/v1/claims/{scope}", post(claims::claim))
@@ -85,21 +86,18 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
             limits.request_timeout,
             limits::deadline,
         ))
-        .merge(long_poll)
-        .route_layer(middleware::from_fn_with_state(
-            (auth, state.metrics.clone()),
-            auth::require_filter,
-        ));
+        .merge(long_poll);
+    // Outermost: a call is refused before it takes a slot or budget, and the budget
+    // charges the workload it names (`crate::api::budget`).
+    let claims = limited(claims, &state, max_body_bytes, limits).route_layer(
+        middleware::from_fn_with_state((auth, state.metrics.clone()), auth::require_filter),
+    );
     let operability = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(health::openapi));
-    finish(
-        limited(claims, &state, max_body_bytes, limits).merge(operability),
-        state,
-        max_body_bytes,
-    )
+    finish(claims.merge(operability), state, max_body_bytes)
 }
 
 /// Builds the admin router, served on its own listener (`docs/records.md#operators`):

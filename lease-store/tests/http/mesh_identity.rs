@@ -236,3 +236,73 @@ async fn trust_xfcc_needs_an_allowlist() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--workload"), "{stderr}");
 }
+
+/// Sends, from loopback (the sidecar's side), the head of a finalize by `id` declaring a
+/// `length` byte body, and no body: the body budget decides before the body arrives.
+async fn finalize_head_as(store: &str, id: &str, length: usize) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt as _;
+    let mut stream = tokio::net::TcpStream::connect(store).await.unwrap();
+    let head = format!(
+        "POST /v1/claims/{}/finalize HTTP/1.1\r\nhost: store\r\nx-forwarded-client-cert: {}\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n",
+        fresh_digest("budget"),
+        xfcc(id)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Whether the store answered `stream` (and how) before `wait` ran out.
+async fn answered(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) -> Option<String> {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(wait, stream.read(&mut buf)).await {
+        Ok(Ok(n)) => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn workloads_behind_the_one_sidecar_have_a_body_budget_each() {
+    const MIB: usize = 1024 * 1024;
+    let port = keyflight_testkit::process::free_port();
+    let (max, total, per_caller) = (2 * MIB, 4 * MIB, 2 * MIB);
+    let mut command = serve_command(
+        &cluster().url(),
+        port,
+        &[
+            "--trust-xfcc",
+            "--workload",
+            CHECKOUT,
+            "--workload",
+            CART,
+            "--max-body-bytes",
+            &max.to_string(),
+            "--max-body-bytes-in-flight",
+            &total.to_string(),
+            "--max-body-bytes-in-flight-per-caller",
+            &per_caller.to_string(),
+        ],
+    );
+    command.env_remove("KEYFLIGHT_TOKEN");
+    let server = start_command(command, port).await;
+    let store = server.api.base.trim_start_matches("http://").to_owned();
+    let short = std::time::Duration::from_millis(500);
+
+    // Every call comes from the same (sidecar) address; CHECKOUT spends its own share…
+    let mut held = finalize_head_as(&store, CHECKOUT, 3 * MIB / 2).await;
+    assert_eq!(answered(&mut held, short).await, None, "read, not shed");
+    let mut shed = finalize_head_as(&store, CHECKOUT, 3 * MIB / 2).await;
+    let answer = answered(&mut shed, std::time::Duration::from_secs(5))
+        .await
+        .expect("past CHECKOUT's share: answered at once");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // …and CART, from the same address, still has its own.
+    let mut other = finalize_head_as(&store, CART, 3 * MIB / 2).await;
+    assert_eq!(
+        answered(&mut other, short).await,
+        None,
+        "CART's finalize is read: the share is the workload's, not the address's"
+    );
+    drop((held, other));
+}
