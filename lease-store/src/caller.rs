@@ -237,6 +237,19 @@ mod tests {
     }
 
     #[test]
+    fn the_headers_envoy_writes_name_the_client() {
+        // Written by Envoy 1.40 (`APPEND_FORWARD`, `set_current_client_cert_details` subject,
+        // uri, dns) for a client certificate with one URI SAN: alone, and appended to the
+        // client's own forged header (`docs/envoy-facts.md#forwarded-client-certificates`).
+        let by = "By=spiffe://cluster.local/ns/keyflight/sa/lease-store;\
+                  Hash=51aab55fc378f834b39699eb2947f8e1ce4f99c1addc4721565478983470d737;\
+                  Subject=\"CN=cli\";URI=spiffe://cluster.local/ns/payments/sa/checkout";
+        assert_eq!(last_element_uri(by), Some(A));
+        let appended = format!("URI=spiffe://forged/one;By=x,{by}");
+        assert_eq!(last_element_uri(&appended), Some(A));
+    }
+
+    #[test]
     fn malformed_or_ambiguous_headers_name_no_one() {
         for bad in [
             "",
