@@ -74,6 +74,12 @@ impl Host for HostCalls<'_> {
         log(log_level(level), message);
     }
 
+    /// WASI's `environ_get`: Envoy hands the VM the variables its `vm_config` lists
+    /// (`docs/envoy-facts.md#the-vm-environment`).
+    fn environment(&mut self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
     fn count(&mut self, metric: Metric) {
         if let Some(&id) = self.counters.ids.get(&metric) {
             let _ = hostcalls::increment_metric(id, 1);

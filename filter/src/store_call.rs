@@ -217,13 +217,16 @@ impl Callout {
     /// `:authority` (`docs/envoy-facts.md#callouts`); the bearer token is the
     /// filter's (`docs/records.md#the-api`).
     pub fn headers(&self, store: &LeaseStore) -> Vec<(&'static str, String)> {
-        vec![
+        let mut headers = vec![
             (":method", self.method().to_owned()),
             (":path", self.path()),
             (":authority", store.authority.clone()),
-            ("authorization", format!("Bearer {}", store.token)),
             ("content-type", "application/json".to_owned()),
-        ]
+        ];
+        if let Some(token) = &store.token {
+            headers.push(("authorization", format!("Bearer {token}")));
+        }
+        headers
     }
 
     /// How long the host waits, never zero: a zero timeout would mean none
@@ -533,7 +536,8 @@ mod tests {
         let store = LeaseStore {
             cluster: "ls".into(),
             authority: "lease-store:8080".into(),
-            token: "t0k".into(),
+            token: Some("t0k".into()),
+            token_env: crate::config::DEFAULT_TOKEN_ENV.into(),
             timeout: Duration::from_millis(1000),
             max_body_bytes: 1 << 20,
         };
@@ -546,9 +550,20 @@ mod tests {
                 (":method", "GET".to_owned()),
                 (":path", "/v1/epoch".to_owned()),
                 (":authority", "lease-store:8080".to_owned()),
-                ("authorization", "Bearer t0k".to_owned()),
                 ("content-type", "application/json".to_owned()),
+                ("authorization", "Bearer t0k".to_owned()),
             ]
+        );
+        let mesh = LeaseStore {
+            token: None,
+            ..store.clone()
+        };
+        assert!(
+            epoch
+                .headers(&mesh)
+                .iter()
+                .all(|(name, _)| *name != "authorization"),
+            "without a token, no authorization header"
         );
         assert_eq!(epoch.body(), None);
         assert_eq!(

@@ -37,6 +37,8 @@ pub struct FakeHost {
     pub call_body: Vec<u8>,
     /// The plugin configuration `on_configure` reads.
     pub plugin_configuration: Vec<u8>,
+    /// The VM's environment variables.
+    pub environment: BTreeMap<String, String>,
     /// Shared data (the edge cache's slots).
     pub shared: BTreeMap<String, Vec<u8>>,
     /// Refuse every dispatch (no healthy lease-store host, an unknown cluster).
@@ -81,6 +83,10 @@ impl FakeHost {
 impl Host for FakeHost {
     fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    fn environment(&mut self, name: &str) -> Option<String> {
+        self.environment.get(name).cloned()
     }
 
     fn log(&mut self, level: LogLevel, message: &str) {

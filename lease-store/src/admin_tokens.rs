@@ -108,7 +108,7 @@ fn matches(presented: &[u8], expected: &Secret) -> bool {
 }
 
 /// The file's modification time and size, what a change is recognised by.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+pub(crate) fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
 }

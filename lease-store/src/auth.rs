@@ -1,29 +1,43 @@
-//! L7: bearer tokens for `/v1`.
+//! L7: who may call `/v1`.
 //!
-//! Two roles: the edge filter's token opens `/v1/claims…` and `/v1/epoch` on the
-//! data-plane listener, an operator's named token ([`crate::admin_tokens`]) opens
-//! `/v1/records…` on the admin listener, and the operator's name rides along with
-//! the request ([`Operator`]) into the audit. Each token opens only its own family —
-//! the admin token cannot claim, so an operator's credential never doubles as
-//! a data-path credential and each can be rotated on its own. A token the
-//! store knows but that belongs to the other family gets 403 `forbidden`;
-//! anything else gets 401 `unauthorized` with `WWW-Authenticate: Bearer`.
+//! Two roles: the edge filter opens `/v1/claims…` and `/v1/epoch` on the data-plane
+//! listener, an operator's named token ([`crate::admin_tokens`]) opens `/v1/records…` on
+//! the admin listener, and the operator's name rides along with the request
+//! ([`Operator`]) into the audit. Each credential opens only its own family — the admin
+//! token cannot claim, so an operator's credential never doubles as a data-path
+//! credential and each can be rotated on its own. A token the store knows but that
+//! belongs to the other family gets 403 `forbidden`; anything else gets 401
+//! `unauthorized` with `WWW-Authenticate: Bearer`.
+//!
+//! The filter has up to two credentials, and every one configured must hold: a bearer
+//! token of the token set ([`crate::token_set`]), and, under `--trust-xfcc`, its mesh
+//! identity ([`crate::caller`]), which must be on the allowlist. The call then carries its
+//! [`Caller`], which decides the records it reaches, and runs inside a `caller` span naming
+//! the workload, so its log lines are attributed; the metrics count calls and refusals per
+//! workload, labelled only with allowlisted ids (everything else is `other`).
 //!
 //! Tokens are compared in constant time (`subtle`) so a timing side channel
 //! does not reveal how much of a guess was right. Tokens are never logged.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
+use tracing::Instrument as _;
 
 use crate::api::error::ApiError;
-use crate::config::{Secret, Tokens};
+use crate::caller::{Caller, Refused};
+use crate::config::Tokens;
+use crate::log_limit::{self, Kind};
+use crate::metrics::Metrics;
 
-/// Which token an endpoint family requires.
+/// The header the store's sidecar puts the verified client certificate in.
+const XFCC: &str = "x-forwarded-client-cert";
+
+/// Which credential an endpoint family requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// The edge filter: `/v1/claims…`, `/v1/epoch`.
@@ -32,52 +46,126 @@ pub enum Role {
     Admin,
 }
 
-/// The configured tokens, shared by the auth middleware.
+/// The configured credentials, shared by the auth middleware.
 #[derive(Debug, Clone)]
 pub struct Auth(Arc<Tokens>);
 
+/// A data-plane call turned away: the answer, and the workload label and reason it is
+/// counted under.
+#[derive(Debug)]
+pub struct Refusal {
+    /// What the caller is told.
+    pub error: ApiError,
+    /// The metrics label of the caller (an allowlisted id, `bearer` or `other`).
+    pub workload: String,
+    /// Why, as a metrics label.
+    pub reason: &'static str,
+}
+
 impl Auth {
-    /// Wraps the validated tokens.
+    /// Wraps the validated credentials.
     pub fn new(tokens: Tokens) -> Self {
         Auth(Arc::new(tokens))
     }
 
-    /// Decides whether the request's bearer token may act as `required`; for an
-    /// operator, says which one.
-    pub fn check(&self, headers: &HeaderMap, required: Role) -> Result<Option<Operator>, ApiError> {
+    /// The data-plane caller of a call from `peer` with `headers`: every configured
+    /// credential must hold.
+    pub fn caller(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<Caller, Refusal> {
+        let caller = match &self.0.mesh {
+            Some(mesh) => {
+                let xfcc: Vec<&[u8]> = headers
+                    .get_all(XFCC)
+                    .iter()
+                    .map(|value| value.as_bytes())
+                    .collect();
+                match mesh.identify(peer, &xfcc) {
+                    Ok(id) => Caller::Workload(id),
+                    Err((refused, id)) => {
+                        if refused == Refused::NotAllowed
+                            && let Some(suppressed) = log_limit::global().admit(Kind::CallerRefused)
+                        {
+                            tracing::warn!(workload = ?id, suppressed, "a workload not on the allowlist (--workload) called the data plane");
+                        }
+                        return Err(Refusal {
+                            error: ApiError::NoMeshIdentity(refused),
+                            workload: mesh.label(id).to_owned(),
+                            reason: refused.as_str(),
+                        });
+                    }
+                }
+            }
+            None => Caller::Bearer,
+        };
+        if let Some(tokens) = &self.0.filter {
+            let refused = |error| Refusal {
+                error,
+                workload: caller.label().to_owned(),
+                reason: "token",
+            };
+            let presented = bearer_token(headers).ok_or_else(|| refused(ApiError::Unauthorized))?;
+            if !tokens.contains(presented) {
+                return Err(refused(match self.0.admin.who(presented) {
+                    Some(_) => ApiError::Forbidden(
+                        "the admin token cannot call the claim API; use the filter token",
+                    ),
+                    None => ApiError::Unauthorized,
+                }));
+            }
+        }
+        Ok(caller)
+    }
+
+    /// The operator whose named token the request presents.
+    pub fn operator(&self, headers: &HeaderMap) -> Result<Operator, ApiError> {
         let presented = bearer_token(headers).ok_or(ApiError::Unauthorized)?;
-        let is_filter = matches(presented, &self.0.filter);
-        let operator = self.0.admin.who(presented);
-        match (required, is_filter, operator) {
-            (Role::Filter, true, _) => Ok(None),
-            (Role::Admin, _, Some(name)) => Ok(Some(Operator(name))),
-            (Role::Filter, false, Some(_)) => Err(ApiError::Forbidden(
-                "the admin token cannot call the claim API; use the filter token",
-            )),
-            (Role::Admin, true, None) => Err(ApiError::Forbidden(
-                "the records API needs the admin token, not the filter token",
-            )),
-            (_, false, None) => Err(ApiError::Unauthorized),
+        if let Some(name) = self.0.admin.who(presented) {
+            return Ok(Operator(name));
+        }
+        let is_filter = self
+            .0
+            .filter
+            .as_ref()
+            .is_some_and(|tokens| tokens.contains(presented));
+        Err(match is_filter {
+            true => {
+                ApiError::Forbidden("the records API needs the admin token, not the filter token")
+            }
+            false => ApiError::Unauthorized,
+        })
+    }
+}
+
+/// Middleware for `/v1/claims…` and `/v1/epoch`: puts the [`Caller`] in the request and
+/// runs the call in its `caller` span.
+pub async fn require_filter(
+    State((auth, metrics)): State<(Auth, Metrics)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
+    match auth.caller(request.headers(), peer) {
+        Ok(caller) => {
+            let workload = caller.label().to_owned();
+            metrics.caller_call(&workload);
+            request.extensions_mut().insert(caller);
+            let span = tracing::info_span!("caller", %workload);
+            next.run(request).instrument(span).await
+        }
+        Err(refusal) => {
+            metrics.caller_refused(&refusal.workload, refusal.reason);
+            refusal.error.into_response()
         }
     }
 }
 
-/// Middleware for `/v1/claims…`.
-pub async fn require_filter(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    guard(&auth, Role::Filter, request, next).await
-}
-
 /// Middleware for `/v1/records…`.
-pub async fn require_admin(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    guard(&auth, Role::Admin, request, next).await
-}
-
-async fn guard(auth: &Auth, role: Role, mut request: Request, next: Next) -> Response {
-    match auth.check(request.headers(), role) {
+pub async fn require_admin(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+    match auth.operator(request.headers()) {
         Ok(operator) => {
-            if let Some(operator) = operator {
-                request.extensions_mut().insert(operator);
-            }
+            request.extensions_mut().insert(operator);
             next.run(request).await
         }
         Err(err) => err.into_response(),
@@ -95,24 +183,35 @@ fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
     (scheme.eq_ignore_ascii_case(b"bearer ") && !token.is_empty()).then_some(token)
 }
 
-fn matches(presented: &[u8], expected: &Secret) -> bool {
-    presented.ct_eq(expected.expose().as_bytes()).into()
-}
-
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
     use crate::admin_tokens::AdminTokens;
+    use crate::caller::MeshIdentity;
+    use crate::config::Secret;
+    use crate::token_set::TokenSet;
 
-    fn auth() -> Auth {
+    const CHECKOUT: &str = "spiffe://cluster.local/ns/payments/sa/checkout";
+
+    fn auth_with(filter: Option<&str>, mesh: bool) -> Auth {
         Auth::new(Tokens {
-            filter: Secret::new("filter-token"),
+            filter: filter.map(|t| Arc::new(TokenSet::inline(Secret::new(t)))),
+            mesh: mesh.then(|| {
+                Arc::new(MeshIdentity {
+                    trusted_peers: vec!["127.0.0.0/8".parse().expect("a CIDR")],
+                    allowed: vec![CHECKOUT.into()],
+                })
+            }),
             admin: Arc::new(
                 AdminTokens::load(Some(Secret::new("admin-token")), None).expect("no file"),
             ),
         })
+    }
+
+    fn auth() -> Auth {
+        auth_with(Some("filter-token"), false)
     }
 
     fn with_auth(value: &str) -> HeaderMap {
@@ -124,26 +223,36 @@ mod tests {
         headers
     }
 
+    fn with_xfcc(headers: &mut HeaderMap, uri: &str) {
+        headers.append(
+            XFCC,
+            HeaderValue::from_str(&format!("Hash=00;URI={uri}")).expect("valid header"),
+        );
+    }
+
+    const SIDECAR: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 6)));
+
     #[test]
     fn each_token_opens_only_its_family() {
         let auth = auth();
-        assert!(
-            auth.check(&with_auth("Bearer filter-token"), Role::Filter)
-                .is_ok()
+        assert_eq!(
+            auth.caller(&with_auth("Bearer filter-token"), None).ok(),
+            Some(Caller::Bearer)
         );
         assert_eq!(
-            auth.check(&with_auth("bearer admin-token"), Role::Admin)
-                .ok()
-                .flatten(),
+            auth.operator(&with_auth("bearer admin-token")).ok(),
             Some(Operator("admin".into()))
         );
         assert!(matches!(
-            auth.check(&with_auth("Bearer filter-token"), Role::Admin),
+            auth.operator(&with_auth("Bearer filter-token")),
             Err(ApiError::Forbidden(_))
         ));
         assert!(matches!(
-            auth.check(&with_auth("Bearer admin-token"), Role::Filter),
-            Err(ApiError::Forbidden(_))
+            auth.caller(&with_auth("Bearer admin-token"), None),
+            Err(Refusal {
+                error: ApiError::Forbidden(_),
+                ..
+            })
         ));
     }
 
@@ -159,8 +268,12 @@ mod tests {
             with_auth("Bearer filter-toke"),
         ] {
             assert!(matches!(
-                auth.check(&headers, Role::Filter),
-                Err(ApiError::Unauthorized)
+                auth.caller(&headers, None),
+                Err(Refusal {
+                    error: ApiError::Unauthorized,
+                    reason: "token",
+                    ..
+                })
             ));
         }
     }
@@ -168,16 +281,59 @@ mod tests {
     #[test]
     fn without_an_admin_token_the_admin_api_is_closed() {
         let auth = Auth::new(Tokens {
-            filter: Secret::new("filter-token"),
+            filter: Some(Arc::new(TokenSet::inline(Secret::new("filter-token")))),
+            mesh: None,
             admin: Arc::new(AdminTokens::load(None, None).expect("no file")),
         });
-        assert!(
-            auth.check(&with_auth("Bearer filter-token"), Role::Admin)
-                .is_err()
-        );
+        assert!(auth.operator(&with_auth("Bearer filter-token")).is_err());
         assert!(matches!(
-            auth.check(&with_auth("Bearer "), Role::Admin),
+            auth.operator(&with_auth("Bearer ")),
             Err(ApiError::Unauthorized)
         ));
+    }
+
+    #[test]
+    fn under_the_mesh_the_sidecars_identity_names_the_caller() {
+        let auth = auth_with(None, true);
+        let mut headers = HeaderMap::new();
+        with_xfcc(&mut headers, CHECKOUT);
+        assert_eq!(
+            auth.caller(&headers, SIDECAR).ok(),
+            Some(Caller::Workload(CHECKOUT.into()))
+        );
+        let refused = auth
+            .caller(&headers, Some(IpAddr::from([10, 1, 2, 3])))
+            .expect_err("XFCC from another hop is not believed");
+        assert_eq!(
+            (refused.reason, refused.workload.as_str()),
+            ("untrusted_peer", "other")
+        );
+        let mut stranger = HeaderMap::new();
+        with_xfcc(&mut stranger, "spiffe://cluster.local/ns/x/sa/y");
+        let refused = auth.caller(&stranger, SIDECAR).expect_err("not listed");
+        assert_eq!(
+            (refused.reason, refused.workload.as_str()),
+            ("not_allowed", "other")
+        );
+        assert!(matches!(
+            refused.error,
+            ApiError::NoMeshIdentity(Refused::NotAllowed)
+        ));
+    }
+
+    #[test]
+    fn with_both_credentials_configured_both_must_hold() {
+        let auth = auth_with(Some("filter-token"), true);
+        let mut headers = with_auth("Bearer filter-token");
+        assert!(auth.caller(&headers, SIDECAR).is_err(), "no identity");
+        with_xfcc(&mut headers, CHECKOUT);
+        assert!(auth.caller(&headers, SIDECAR).is_ok());
+        let mut no_token = HeaderMap::new();
+        with_xfcc(&mut no_token, CHECKOUT);
+        let refused = auth.caller(&no_token, SIDECAR).expect_err("no token");
+        assert_eq!(
+            (refused.reason, refused.workload.as_str()),
+            ("token", CHECKOUT)
+        );
     }
 }

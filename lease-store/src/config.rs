@@ -9,7 +9,10 @@
 //!
 //! Every token can be given inline (`KEYFLIGHT_TOKEN`) or as a file
 //! (`KEYFLIGHT_TOKEN_FILE`, the shape Kubernetes secrets mount as); giving
-//! both is an error rather than a silent precedence rule.
+//! both is an error rather than a silent precedence rule. The filter's token file is a
+//! set, reloaded when it changes ([`crate::token_set`]); the mesh identity
+//! (`--trust-xfcc`, [`crate::caller`]) is the other caller credential, and each one
+//! configured is required.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,21 +20,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use ipnet::IpNet;
 use keyflight_protocol::wire::MAX_RETENTION_S;
 
 use crate::admin_tokens::AdminTokens;
+use crate::caller::MeshIdentity;
 use crate::cleanup::CleanupSettings;
 use crate::longpoll::WaiterCaps;
 use crate::store::{BatchSettings, StoreSettings};
+use crate::token_set::TokenSet;
 
 /// Why the settings cannot be used. Each message names the flag or variable at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// `serve` was started without a filter token.
+    /// `serve` was started with no way to authenticate the filter.
     #[error(
-        "no token configured: set KEYFLIGHT_TOKEN or KEYFLIGHT_TOKEN_FILE (or --token / --token-file)"
+        "no caller credential configured: set KEYFLIGHT_TOKEN or KEYFLIGHT_TOKEN_FILE (or --token / --token-file), or --trust-xfcc with --workload"
     )]
     MissingToken,
+    /// The filter token file does not parse (the reason names the line, never a token).
+    #[error("token file {}: {reason}", path.display())]
+    TokenFile {
+        /// The file given.
+        path: PathBuf,
+        /// What is wrong, by line.
+        reason: String,
+    },
     /// Both the inline and the file form of a secret were given.
     #[error("{name} is set both inline and as a file; set only one")]
     SecretGivenTwice {
@@ -153,9 +167,28 @@ pub struct ServeArgs {
     /// Bearer token the edge filter uses for `/v1/claims…` (prefer the env var or a file).
     #[arg(long, env = "KEYFLIGHT_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// File holding the filter token (a trailing newline is ignored).
+    /// File holding the filter tokens, one per line (current and next during a
+    /// rotation), re-read when it changes.
     #[arg(long, env = "KEYFLIGHT_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// Authenticate data-plane callers by the SPIFFE id their mesh proxy puts in
+    /// `x-forwarded-client-cert`, believed only from `--xfcc-trusted-peers`; only
+    /// `--workload`s may call, and each reaches only its own records.
+    #[arg(long, env = "KEYFLIGHT_TRUST_XFCC")]
+    trust_xfcc: bool,
+    /// Peer addresses (CIDRs, comma-separated) whose `x-forwarded-client-cert` is
+    /// believed: the store's own sidecar, which connects from loopback.
+    #[arg(
+        long,
+        env = "KEYFLIGHT_XFCC_TRUSTED_PEERS",
+        value_delimiter = ',',
+        default_value = "127.0.0.0/8,::1/128"
+    )]
+    xfcc_trusted_peers: Vec<IpNet>,
+    /// A SPIFFE id allowed to call the data plane under `--trust-xfcc` (repeatable;
+    /// the variable takes a comma-separated list).
+    #[arg(long = "workload", env = "KEYFLIGHT_WORKLOADS", value_delimiter = ',')]
+    workloads: Vec<String>,
     #[command(flatten)]
     admin: AdminTokenArgs,
     /// Operators' named admin tokens, one `name:token` per line, re-read when the file
@@ -224,7 +257,8 @@ pub struct ServeArgs {
     /// past it is answered 503 before its body is read.
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 64 * 1024 * 1024)]
     max_body_bytes_in_flight: usize,
-    /// The share of `--max-body-bytes-in-flight` one caller (one peer address) may hold.
+    /// The share of `--max-body-bytes-in-flight` one caller (one workload under
+    /// `--trust-xfcc`, else one peer address) may hold.
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
     max_body_bytes_in_flight_per_caller: usize,
     /// A connection that has not sent a complete request head this long after it opened,
@@ -258,11 +292,13 @@ pub struct ServeArgs {
     batch_max: usize,
 }
 
-/// Who may call what (L7): the filter's token and the operators' named tokens.
+/// Who may call what (L7): the filter's credentials and the operators' named tokens.
 #[derive(Debug, Clone)]
 pub struct Tokens {
-    /// Token for `/v1/claims…`.
-    pub filter: Secret,
+    /// Tokens for `/v1/claims…`, when a bearer token is required there.
+    pub filter: Option<Arc<TokenSet>>,
+    /// The callers' mesh identity, when the store trusts its sidecar's XFCC.
+    pub mesh: Option<Arc<MeshIdentity>>,
     /// Operators' tokens for `/v1/records…`; empty disables the admin API.
     pub admin: Arc<AdminTokens>,
 }
@@ -326,14 +362,31 @@ pub struct ServeConfig {
 impl ServeArgs {
     /// Validates the flags into a [`ServeConfig`], reading token files.
     pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
-        let filter = resolve_secret(
-            "KEYFLIGHT_TOKEN",
-            self.token.as_deref(),
-            self.token_file.as_deref(),
-        )?
-        .ok_or(ConfigError::MissingToken)?;
+        let filter = match (self.token, self.token_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::SecretGivenTwice {
+                    name: "KEYFLIGHT_TOKEN",
+                });
+            }
+            (Some(inline), None) => Some(TokenSet::inline(
+                resolve_secret("KEYFLIGHT_TOKEN", Some(&inline), None)?
+                    .ok_or(ConfigError::MissingToken)?,
+            )),
+            (None, Some(path)) => Some(TokenSet::from_file(path)?),
+            (None, None) => None,
+        };
+        let mesh = self
+            .trust_xfcc
+            .then(|| mesh_identity(self.xfcc_trusted_peers, self.workloads))
+            .transpose()?;
+        if filter.is_none() && mesh.is_none() {
+            return Err(ConfigError::MissingToken);
+        }
         let admin = AdminTokens::load(self.admin.resolve()?, self.admin_tokens_file)?;
-        if admin.contains(&filter) {
+        if filter
+            .as_ref()
+            .is_some_and(|set| set.overlaps(|token| admin.contains(token)))
+        {
             return Err(ConfigError::AdminTokenReused);
         }
         check(
@@ -458,7 +511,8 @@ impl ServeArgs {
                 },
             },
             tokens: Tokens {
-                filter,
+                filter: filter.map(Arc::new),
+                mesh: mesh.map(Arc::new),
                 admin: Arc::new(admin),
             },
             migrate: self.migrate,
@@ -496,6 +550,50 @@ fn largest_record(max_body_bytes: usize) -> usize {
     let framing = (64 * 1024).min(max_body_bytes / 4);
     ((max_body_bytes - framing) / 4 * 3).max(1)
 }
+
+/// The mesh identity settings of `--trust-xfcc`: at least one trusted peer and one
+/// workload, each workload a `spiffe://` id listed once.
+fn mesh_identity(
+    trusted_peers: Vec<IpNet>,
+    workloads: Vec<String>,
+) -> Result<MeshIdentity, ConfigError> {
+    check(
+        !trusted_peers.is_empty(),
+        "xfcc-trusted-peers",
+        "must name the store's own sidecar",
+    )?;
+    check(
+        !workloads.is_empty(),
+        "workload",
+        "--trust-xfcc needs at least one allowed SPIFFE id",
+    )?;
+    let mut allowed: Vec<Arc<str>> = Vec::new();
+    for id in workloads {
+        let id = id.trim();
+        check(
+            id.starts_with("spiffe://")
+                && id.len() <= MAX_SPIFFE_ID_BYTES
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !b",;\"\\".contains(&b)),
+            "workload",
+            "must be a SPIFFE id (spiffe://trust-domain/path, visible ASCII, no `,;\"\\`)",
+        )?;
+        check(
+            !allowed.iter().any(|a| **a == *id),
+            "workload",
+            "lists a SPIFFE id twice",
+        )?;
+        allowed.push(id.into());
+    }
+    Ok(MeshIdentity {
+        trusted_peers,
+        allowed,
+    })
+}
+
+/// Longest SPIFFE id accepted (the SPIFFE standard's limit).
+const MAX_SPIFFE_ID_BYTES: usize = 2048;
 
 /// Largest `--batch-max` accepted: past a few hundred calls a batch only holds its row
 /// locks longer.

@@ -8,7 +8,8 @@
 //!   (L4), and retention clean-up (L5); [`db`] turns the database URL into
 //!   connection settings and the TLS connector all of them connect with.
 //! - [`api`]: the HTTP API v1 (`docs/records.md#the-api`), one handler file per call family,
-//!   guarded by [`auth`] (L7), with every error mapped to problem+json by
+//!   guarded by [`auth`] (L7: [`token_set`] for bearer tokens, [`caller`] for the mesh
+//!   identity that namespaces each workload's records), with every error mapped to problem+json by
 //!   the API's error type ([`api::error`]); [`metrics`] and [`openapi`] are
 //!   the operability endpoints (L8).
 //! - [`config`] parses flags and environment into validated settings once, at
@@ -20,6 +21,7 @@
 pub mod admin_tokens;
 pub mod api;
 pub mod auth;
+pub mod caller;
 pub mod cleanup;
 pub mod cli;
 pub mod config;
@@ -33,3 +35,4 @@ pub mod openapi;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod token_set;

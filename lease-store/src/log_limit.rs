@@ -22,9 +22,11 @@ pub enum Kind {
     DatabaseRefused,
     /// A readiness probe failed.
     NotReady,
+    /// A workload not on the allowlist called the data plane.
+    CallerRefused,
 }
 
-const KINDS: usize = 3;
+const KINDS: usize = 4;
 
 impl Kind {
     fn index(self) -> usize {
@@ -32,6 +34,7 @@ impl Kind {
             Kind::DatabaseUnavailable => 0,
             Kind::DatabaseRefused => 1,
             Kind::NotReady => 2,
+            Kind::CallerRefused => 3,
         }
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Label values are `&'static str` taken from the protocol's enums, so a
 //! metric can never grow an unbounded label set from request data; the route
-//! label is axum's matched route template (`/v1/claims/{scope}`), not the URI.
+//! label is axum's matched route template (`/v1/claims/{scope}`), not the URI,
+//! and the workload label is an allowlisted SPIFFE id, `bearer` or `other`
+//! ([`crate::caller`]), never an id the allowlist does not hold.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,6 +137,17 @@ struct RouteLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkloadLabel {
+    workload: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabel {
+    workload: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
 }
@@ -177,6 +190,8 @@ struct Inner {
     longpoll_waiting: Gauge,
     batch_queued: Family<KindLabel, Gauge>,
     shed: Family<ReasonLabel, Counter>,
+    caller_calls: Family<WorkloadLabel, Counter>,
+    caller_refused: Family<RefusedLabel, Counter>,
 }
 
 impl Metrics {
@@ -264,6 +279,18 @@ impl Metrics {
             "Connections and calls turned away at once by a limit, by reason",
             shed.clone(),
         );
+        let caller_calls = Family::<WorkloadLabel, Counter>::default();
+        registry.register(
+            "keyflight_store_caller_calls",
+            "Data-plane calls let in, by workload (allowlisted SPIFFE id, or bearer)",
+            caller_calls.clone(),
+        );
+        let caller_refused = Family::<RefusedLabel, Counter>::default();
+        registry.register(
+            "keyflight_store_caller_refused",
+            "Data-plane calls refused by authentication, by workload (allowlisted id, bearer or other) and reason",
+            caller_refused.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             claims,
@@ -277,7 +304,30 @@ impl Metrics {
             longpoll_waiting,
             batch_queued,
             shed,
+            caller_calls,
+            caller_refused,
         }))
+    }
+
+    /// Counts a data-plane call let in for `workload` (a bounded label, [`crate::caller`]).
+    pub fn caller_call(&self, workload: &str) {
+        self.0
+            .caller_calls
+            .get_or_create(&WorkloadLabel {
+                workload: workload.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a data-plane call refused for `reason`.
+    pub fn caller_refused(&self, workload: &str, reason: &'static str) {
+        self.0
+            .caller_refused
+            .get_or_create(&RefusedLabel {
+                workload: workload.to_owned(),
+                reason,
+            })
+            .inc();
     }
 
     /// Counts a claim's answer, and the winning event if it won.
@@ -404,6 +454,8 @@ mod tests {
         metrics.event(Event::FollowerWait);
         metrics.ttl_deleted(3);
         metrics.shed(Shed::Concurrency);
+        metrics.caller_call("spiffe://td/ns/a/sa/b");
+        metrics.caller_refused("other", "not_allowed");
         metrics.error(ProblemCode::LeaseLost);
         metrics.observe("/v1/claims/{scope}", Duration::from_millis(2));
         let text = metrics.render(
@@ -423,6 +475,8 @@ mod tests {
             "keyflight_store_events_total{event=\"follower_wait\"} 1",
             "keyflight_store_ttl_deletes_total 3",
             "keyflight_store_shed_total{reason=\"concurrency\"} 1",
+            "keyflight_store_caller_calls_total{workload=\"spiffe://td/ns/a/sa/b\"} 1",
+            "keyflight_store_caller_refused_total{workload=\"other\",reason=\"not_allowed\"} 1",
             "keyflight_store_errors_total{code=\"lease_lost\"} 1",
             "keyflight_store_request_duration_seconds_count{route=\"/v1/claims/{scope}\"} 1",
             "keyflight_store_pool_size 4",

@@ -37,6 +37,7 @@ mod rollout_modes_never_block;
 mod router_retries_never_rerun_a_guarded_request;
 mod stale_winners_are_fenced;
 mod store_down_never_dispatches;
+mod store_token_stays_out_of_config_dump;
 mod the_cli_agrees_with_the_filter;
 mod two_replicas_run_once;
 mod uncertain_outcomes_follow_the_policy;

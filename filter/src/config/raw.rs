@@ -42,7 +42,8 @@ pub(super) struct EdgeCache {
 pub(super) struct LeaseStore {
     pub cluster: String,
     pub authority: Option<String>,
-    pub token: String,
+    pub token: Option<String>,
+    pub token_env: Option<String>,
     pub timeout_ms: Option<u64>,
     pub max_body_bytes: Option<u64>,
 }

@@ -9,12 +9,13 @@ use std::time::Duration;
 use keyflight_protocol::PrincipalSource;
 use keyflight_protocol::wire::base64_len;
 
+use super::is_token_text;
 use super::policy::validate_policy;
 use super::{
     Config, ConfigError, DEFAULT_EDGE_CACHE_MAX_BYTES, DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES,
     DEFAULT_EDGE_CACHE_MAX_STALENESS_MS, DEFAULT_EDGE_CACHE_TTL_S, DEFAULT_KEY_HEADER,
-    DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_STORE_MAX_BODY_BYTES, EdgeCache, Identity, LeaseStore, MIB,
-    Outbox, Policy, raw,
+    DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_STORE_MAX_BODY_BYTES, DEFAULT_TOKEN_ENV, EdgeCache, Identity,
+    LeaseStore, MIB, Outbox, Policy, raw,
 };
 
 /// Upper bound on the number of slots (shared-data keys) the cache uses.
@@ -202,10 +203,21 @@ fn validate_lease_store(raw: raw::LeaseStore) -> Result<LeaseStore, ConfigError>
             "must be a non-empty host[:port]",
         ));
     }
-    if raw.token.is_empty() || !raw.token.bytes().all(|b| b.is_ascii_graphic()) {
+    if let Some(token) = &raw.token
+        && !is_token_text(token)
+    {
         return Err(ConfigError::new(
             "lease_store.token",
             "must be non-empty visible ASCII",
+        ));
+    }
+    let token_env = raw
+        .token_env
+        .unwrap_or_else(|| DEFAULT_TOKEN_ENV.to_owned());
+    if token_env.is_empty() || !token_env.bytes().all(|b| b.is_ascii_graphic() && b != b'=') {
+        return Err(ConfigError::new(
+            "lease_store.token_env",
+            "must name an environment variable (visible ASCII, no `=`)",
         ));
     }
     let timeout_ms = in_range("lease_store.timeout_ms", raw.timeout_ms, 1000, 1, 60_000)?;
@@ -220,6 +232,7 @@ fn validate_lease_store(raw: raw::LeaseStore) -> Result<LeaseStore, ConfigError>
         cluster: raw.cluster,
         authority,
         token: raw.token,
+        token_env,
         timeout: Duration::from_millis(timeout_ms),
         max_body_bytes,
     })

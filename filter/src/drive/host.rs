@@ -60,6 +60,9 @@ pub trait Host {
     fn header(&mut self, map: HeaderMap, name: &str) -> Option<Vec<u8>>;
     /// Bytes `0..size` of a buffer (empty if unavailable).
     fn buffer(&mut self, buffer: Buffer, size: usize) -> Vec<u8>;
+    /// A variable of the VM's environment (Envoy's `vm_config.environment_variables`),
+    /// `None` when unset or not UTF-8.
+    fn environment(&mut self, name: &str) -> Option<String>;
     /// An Envoy property, `None` when absent or unreadable.
     fn property(&mut self, path: &[&str]) -> Option<Vec<u8>>;
     /// Sets (`Some`) or removes (`None`) a request header.

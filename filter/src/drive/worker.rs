@@ -23,7 +23,7 @@ use std::rc::Rc;
 use uuid::Uuid;
 
 use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
-use crate::config::{Config, parse_plugin_config};
+use crate::config::{Config, TokenSource, parse_plugin_config};
 use crate::epoch::EpochWatch;
 use crate::metrics::{EventKind, Metric};
 use crate::outbox::{CallId, Handoff, Lease, Outbox, OutboxAction};
@@ -146,6 +146,36 @@ fn epoch_failed(watch: &mut EpochWatch, error: CallError, host: &mut impl Host) 
     }
 }
 
+/// Says where the lease-store token came from; an inline one is deprecated, because every
+/// `config_dump` prints the plugin configuration (`docs/configuration.md#caller-identity`).
+fn log_token_source(host: &mut impl Host, source: TokenSource, token_env: &str) {
+    let (level, message) = match source {
+        TokenSource::Environment => return,
+        TokenSource::EnvironmentInlineIgnored => (
+            LogLevel::Warn,
+            format!(
+                "lease_store.token is ignored: the VM environment sets {token_env}; remove the \
+                 inline token, which config_dump prints"
+            ),
+        ),
+        TokenSource::Inline => (
+            LogLevel::Warn,
+            format!(
+                "lease_store.token is deprecated: config_dump prints it; deliver the token in \
+                 the VM environment ({token_env}, vm_config.environment_variables.host_env_keys)"
+            ),
+        ),
+        TokenSource::None => (
+            LogLevel::Info,
+            format!(
+                "no lease-store token ({token_env} is not in the VM environment): callouts \
+                 carry none, so the lease-store must authenticate the mesh identity"
+            ),
+        ),
+    };
+    host.log(level, &message);
+}
+
 /// The root context of one worker.
 #[derive(Debug, Default)]
 pub struct Root {
@@ -165,7 +195,13 @@ impl Root {
     /// is logged, naming the field, and refused: the plugin does not start.
     pub fn configure(&mut self, host: &mut impl Host) -> bool {
         let json = host.buffer(Buffer::PluginConfiguration, usize::MAX);
-        match parse_plugin_config(&json) {
+        let parsed = parse_plugin_config(&json).and_then(|mut config| {
+            let env = host.environment(&config.lease_store.token_env);
+            let source = config.lease_store.take_token_from(env)?;
+            log_token_source(host, source, &config.lease_store.token_env);
+            Ok(config)
+        });
+        match parsed {
             Ok(config) => {
                 host.set_tick_period(config.tick_period());
                 let outbox = Rc::clone(

@@ -40,3 +40,4 @@ mod identity;
 mod istio_authz;
 mod retries;
 mod store_calls;
+mod workload_allowlist;

@@ -5,10 +5,11 @@
 //! A call reserves its declared size (`content-length`; a body without one reserves
 //! `--max-body-bytes`, the most it could be) before its body is read, and gives it back when
 //! it is answered. A call that does not fit is answered 503 with `Retry-After` at once,
-//! before a byte of its body is read. The caller is the peer address: with one proxy per
-//! node that keeps one node's burst from taking every other node's share. Behind the store's
-//! own sidecar every call comes from the sidecar, and the per-caller share is the overall
-//! budget until callers are told apart by identity.
+//! before a byte of its body is read. The caller is the workload when the store knows its
+//! mesh identity (`docs/configuration.md#caller-identity`: behind the store's own sidecar
+//! every call comes from the sidecar's address, so the address would make all workloads one
+//! caller), else the peer address: with one proxy per node that keeps one node's burst from
+//! taking every other node's share.
 //!
 //! The reservation counts the bytes on the wire; decoding a finalize holds about twice that
 //! (the JSON text, then the decoded body), which the sizing in `docs/configuration.md`
@@ -24,6 +25,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::error::ApiError;
+use crate::caller::Caller;
 use crate::metrics::{Metrics, Shed};
 
 /// The body bytes in flight, and the bounds on them.
@@ -41,13 +43,22 @@ struct Inner {
 #[derive(Default)]
 struct InFlight {
     total: usize,
-    by_caller: HashMap<IpAddr, usize>,
+    by_caller: HashMap<Charged, usize>,
+}
+
+/// Whose share a call is charged to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Charged {
+    /// An allowlisted workload, by its SPIFFE id.
+    Workload(Arc<str>),
+    /// A caller without a mesh identity, by its peer address.
+    Peer(IpAddr),
 }
 
 /// Bytes reserved for one call, given back on drop.
 struct Reservation {
     budget: Arc<Inner>,
-    caller: IpAddr,
+    caller: Charged,
     bytes: usize,
 }
 
@@ -65,14 +76,14 @@ impl BodyBudget {
     }
 
     /// Reserves `bytes` for `caller`, or `None` when that would pass either bound.
-    fn reserve(&self, caller: IpAddr, bytes: usize) -> Option<Reservation> {
+    fn reserve(&self, caller: Charged, bytes: usize) -> Option<Reservation> {
         let mut in_flight = self.0.lock();
         let held = in_flight.by_caller.get(&caller).copied().unwrap_or(0);
         if in_flight.total + bytes > self.0.max_total || held + bytes > self.0.max_per_caller {
             return None;
         }
         in_flight.total += bytes;
-        in_flight.by_caller.insert(caller, held + bytes);
+        in_flight.by_caller.insert(caller.clone(), held + bytes);
         Some(Reservation {
             budget: Arc::clone(&self.0),
             caller,
@@ -118,10 +129,15 @@ pub async fn reserve_body(
         Some(n) => n,
         None => budget.0.max_body,
     };
-    let caller = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+    let caller = match request.extensions().get::<Caller>() {
+        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
+        _ => Charged::Peer(
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
+        ),
+    };
     let Some(reservation) = budget.reserve(caller, bytes) else {
         budget.0.metrics.shed(Shed::BodyBudget);
         return ApiError::Overloaded(
@@ -149,15 +165,37 @@ mod tests {
             20,
             Metrics::new(&BatchSizes::default(), Counter::default()),
         );
-        let a = IpAddr::from([10, 0, 0, 1]);
-        let b = IpAddr::from([10, 0, 0, 2]);
-        let first = budget.reserve(a, 10).expect("fits");
-        let second = budget.reserve(a, 10).expect("fits the caller's share");
+        let a = Charged::Peer(IpAddr::from([10, 0, 0, 1]));
+        let b = Charged::Peer(IpAddr::from([10, 0, 0, 2]));
+        let first = budget.reserve(a.clone(), 10).expect("fits");
+        let second = budget
+            .reserve(a.clone(), 10)
+            .expect("fits the caller's share");
         assert!(budget.reserve(a, 1).is_none(), "past the caller's share");
-        let third = budget.reserve(b, 10).expect("another caller's share");
+        let third = budget
+            .reserve(b.clone(), 10)
+            .expect("another caller's share");
         assert!(budget.reserve(b, 1).is_none(), "past the overall budget");
         drop((first, second, third));
         assert!(budget.0.lock().by_caller.is_empty());
         assert_eq!(budget.0.lock().total, 0);
+    }
+
+    #[test]
+    fn workloads_behind_one_sidecar_have_a_share_each() {
+        let budget = BodyBudget::new(
+            10,
+            30,
+            10,
+            Metrics::new(&BatchSizes::default(), Counter::default()),
+        );
+        let checkout = Charged::Workload("spiffe://td/ns/a/sa/checkout".into());
+        let cart = Charged::Workload("spiffe://td/ns/b/sa/cart".into());
+        let held = budget.reserve(checkout.clone(), 10).expect("fits");
+        assert!(budget.reserve(checkout, 1).is_none(), "its share is spent");
+        let other = budget
+            .reserve(cart, 10)
+            .expect("the other workload's own share");
+        drop((held, other));
     }
 }

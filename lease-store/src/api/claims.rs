@@ -17,7 +17,7 @@ use keyflight_protocol::wire::{
 };
 
 use super::limits::Slot;
-use super::{ApiJson, AppState, Scope, within};
+use super::{ApiJson, AppState, RecordScope, within};
 use crate::api::error::ApiError;
 use crate::evidence;
 use crate::longpoll::{self, Full};
@@ -35,7 +35,7 @@ use crate::metrics::{Event, Shed};
 )]
 pub async fn claim(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    RecordScope(scope): RecordScope,
     slot: Option<Extension<Slot>>,
     ApiJson(mut request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimAnswer>, ApiError> {

@@ -18,6 +18,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, ProblemCode, retry_after_s};
 
+use crate::caller::Refused;
 use crate::log_limit::{self, Kind};
 use crate::store::StoreError;
 
@@ -39,6 +40,9 @@ pub enum ApiError {
     /// No bearer token, or not one this store knows.
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// A data-plane call without a usable, allowlisted mesh identity (`--trust-xfcc`).
+    #[error("{}", .0.detail())]
+    NoMeshIdentity(Refused),
     /// A known token that may not call this endpoint.
     #[error("{0}")]
     Forbidden(&'static str),
@@ -77,6 +81,8 @@ impl ApiError {
             ApiError::BadRequest(_) => ProblemCode::BadRequest,
             ApiError::PayloadTooLarge | ApiError::RecordTooLarge(_) => ProblemCode::PayloadTooLarge,
             ApiError::Unauthorized => ProblemCode::Unauthorized,
+            ApiError::NoMeshIdentity(Refused::NotAllowed) => ProblemCode::Forbidden,
+            ApiError::NoMeshIdentity(_) => ProblemCode::Unauthorized,
             ApiError::Forbidden(_) => ProblemCode::Forbidden,
             ApiError::ReplayRiskNotAcknowledged => ProblemCode::ReplayRiskNotAcknowledged,
             ApiError::Overloaded(_) | ApiError::TimedOut => ProblemCode::JournalUnavailable,

@@ -14,7 +14,7 @@ use keyflight_protocol::wire::{
     FinalizeRequest, MAX_COOLDOWN_MS, MAX_LEASE_MS, ReleaseRequest, RenewRequest, RenewResponse,
 };
 
-use super::{ApiJson, AppState, Scope, fits_a_record, recordable, within};
+use super::{ApiJson, AppState, RecordScope, fits_a_record, recordable, within};
 use crate::api::error::ApiError;
 use crate::evidence;
 use crate::metrics::{Event, Metrics};
@@ -35,7 +35,7 @@ use crate::store::StoreError;
 )]
 pub async fn renew(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    RecordScope(scope): RecordScope,
     ApiJson(request): ApiJson<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
@@ -63,7 +63,7 @@ pub async fn renew(
 )]
 pub async fn finalize(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    RecordScope(scope): RecordScope,
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
     recordable(&request.response)?;
@@ -92,7 +92,7 @@ pub async fn finalize(
 )]
 pub async fn release(
     State(state): State<AppState>,
-    Scope(scope): Scope,
+    RecordScope(scope): RecordScope,
     ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> Result<(), ApiError> {
     if let Some(cooldown_ms) = request.cooldown_ms {

@@ -46,6 +46,7 @@ use crate::api::budget::BodyBudget;
 use crate::api::error::ApiError;
 use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
+use crate::caller::Caller;
 use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
@@ -66,8 +67,9 @@ pub struct AppState {
     pub bounds: RecordBounds,
 }
 
-/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter token
-/// and the per-call limits ([`limits`]), operability endpoints open.
+/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter's
+/// credentials ([`crate::auth`]) and the per-call limits ([`limits`]), operability
+/// endpoints open.
 pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
     let long_poll = Router::new()
         .route("/v1/claims/{scope}", post(claims::claim))
@@ -84,18 +86,18 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
             limits.request_timeout,
             limits::deadline,
         ))
-        .merge(long_poll)
-        .route_layer(middleware::from_fn_with_state(auth, auth::require_filter));
+        .merge(long_poll);
+    // Outermost: a call is refused before it takes a slot or budget, and the budget
+    // charges the workload it names (`crate::api::budget`).
+    let claims = limited(claims, &state, max_body_bytes, limits).route_layer(
+        middleware::from_fn_with_state((auth, state.metrics.clone()), auth::require_filter),
+    );
     let operability = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(health::openapi));
-    finish(
-        limited(claims, &state, max_body_bytes, limits).merge(operability),
-        state,
-        max_body_bytes,
-    )
+    finish(claims.merge(operability), state, max_body_bytes)
 }
 
 /// Builds the admin router, served on its own listener (`docs/records.md#operators`):
@@ -179,6 +181,26 @@ impl<S: Send + Sync> FromRequestParts<S> for Scope {
         Digest::from_hex(&raw)
             .map(Scope)
             .map_err(|e| ApiError::BadRequest(format!("scope in path: {e}")))
+    }
+}
+
+/// The record a data-plane call reaches: the `{scope}` path segment in the caller's
+/// namespace (`docs/configuration.md#caller-identity`). Without a [`Caller`] (a route
+/// outside the filter's auth) nothing is reachable.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordScope(pub Digest);
+
+impl<S: Send + Sync> FromRequestParts<S> for RecordScope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or(ApiError::Unauthorized)?;
+        let Scope(scope) = Scope::from_request_parts(parts, state).await?;
+        Ok(RecordScope(caller.record_scope(&scope)))
     }
 }
 

@@ -26,6 +26,7 @@ use keyflight_protocol::{
 };
 
 use super::records::parse_header;
+use crate::caller::record_scope;
 
 /// Flags of `lease-store fingerprint`.
 #[derive(Debug, Args)]
@@ -84,6 +85,10 @@ struct ScopeArgs {
     /// The policy's scope mode.
     #[arg(long, value_enum, default_value_t = ScopeModeArg::Route)]
     scope_mode: ScopeModeArg,
+    /// The SPIFFE id of the proxy that claimed (a store under `--trust-xfcc`): its record
+    /// is found under the record scope, in that workload's namespace.
+    #[arg(long)]
+    workload: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -106,6 +111,7 @@ struct Described {
     body: Vec<u8>,
     principal: Option<(PrincipalSource, String)>,
     mode: ScopeMode,
+    workload: Option<String>,
 }
 
 /// Prints the explanation (and scope) of the described request.
@@ -178,6 +184,7 @@ fn describe(args: &FingerprintArgs) -> Result<Described, FingerprintError> {
             ScopeModeArg::Route => ScopeMode::Route,
             ScopeModeArg::Service => ScopeMode::Service,
         },
+        workload: args.scope.workload.clone(),
     })
 }
 
@@ -266,11 +273,19 @@ fn render(described: &Described, identified: &Identified) -> String {
         };
         let _ = writeln!(out, "{:<18}{who}", "principal:");
         let _ = writeln!(out, "{:<18}{scope}", "scope:");
+        let record = match &described.workload {
+            Some(workload) => {
+                let record = record_scope(workload, &scope);
+                let _ = writeln!(out, "{:<18}{record} (of {workload})", "record scope:");
+                record
+            }
+            None => scope,
+        };
         let _ = writeln!(
             out,
             "{:<18}lease-store records show {}",
             "find it with:",
-            scope.to_hex()
+            record.to_hex()
         );
     }
     out

@@ -104,6 +104,8 @@ fn fingerprint_prints_the_filters_fingerprint_and_the_scope() {
             "API.example.com:443",
             "--scheme",
             "https",
+            "--workload",
+            "spiffe://cluster.local/ns/payments/sa/checkout",
         ])
         .output()
         .unwrap();
@@ -143,8 +145,18 @@ fn fingerprint_prints_the_filters_fingerprint_and_the_scope() {
         )),
         "{text}"
     );
+    let scope = expected.scope.unwrap();
     assert!(
-        text.contains(&format!("scope:            {}", expected.scope.unwrap())),
+        text.contains(&format!("scope:            {scope}")),
+        "{text}"
+    );
+    // Under --trust-xfcc the record is the claiming workload's (`mesh_identity.rs`).
+    let record = keyflight_lease_store::caller::record_scope(
+        "spiffe://cluster.local/ns/payments/sa/checkout",
+        &scope,
+    );
+    assert!(
+        text.contains(&format!("lease-store records show {}", record.to_hex())),
         "{text}"
     );
     assert!(

@@ -25,7 +25,7 @@ fn serve_expecting_exit(tokens: &[(&str, &str)]) -> (std::process::ExitStatus, S
 fn serve_refuses_to_start_without_a_token() {
     let (status, log) = serve_expecting_exit(&[]);
     assert!(!status.success());
-    assert!(log.contains("no token configured"), "{log}");
+    assert!(log.contains("no caller credential configured"), "{log}");
     assert_eq!(log.trim().lines().count(), 1, "one clear line: {log}");
 }
 
@@ -46,7 +46,7 @@ fn serve_reads_tokens_from_files() {
     let (status, log) = serve_expecting_exit(&[("KEYFLIGHT_TOKEN_FILE", path.to_str().unwrap())]);
     std::fs::remove_file(&path).unwrap();
     assert!(!status.success());
-    assert!(log.contains("KEYFLIGHT_TOKEN is empty"), "{log}");
+    assert!(log.contains("no token in the file"), "{log}");
 }
 
 #[tokio::test]

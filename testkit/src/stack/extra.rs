@@ -98,7 +98,12 @@ impl Stack {
         );
         let path = self.dir.join(format!("envoy-{name}.yaml"));
         std::fs::write(&path, yaml).map_err(|e| format!("write {}: {e}", path.display()))?;
-        let command = envoy_command(&self.binaries, &path, &self.options.envoy_log_level);
+        let command = envoy_command(
+            &self.binaries,
+            &path,
+            &self.options.envoy_log_level,
+            &self.options.filter_token(),
+        );
         let mut child = ChildGuard::spawn(&format!("envoy-{name}"), command);
         match wait_envoy_ready(&mut child, ports.admin).await {
             Ok(()) => Ok(ExtraEnvoy { child, ports }),
@@ -157,7 +162,10 @@ pub async fn envoy_alone(plugin: &Value) -> EnvoyStart {
     };
     let rendered = super::render_envoy_config(&binaries, &options, 0, &ports, &sites);
     std::fs::write(&path, rendered).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    let mut envoy = ChildGuard::spawn("envoy", envoy_command(&binaries, &path, "info"));
+    let mut envoy = ChildGuard::spawn(
+        "envoy",
+        envoy_command(&binaries, &path, "info", &options.filter_token()),
+    );
     let outcome = match wait_envoy_ready(&mut envoy, ports.admin).await {
         Ok(()) => EnvoyStart::Ready { log: envoy.log() },
         Err(status) => EnvoyStart::Exited {

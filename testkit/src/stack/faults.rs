@@ -60,6 +60,7 @@ impl Stack {
             &self.envoys[index].binaries,
             &self.envoys[index].config,
             &self.options.envoy_log_level,
+            &self.options.filter_token(),
         );
         let command = network::inside(self.net.as_ref(), self.envoys[index].place, command);
         self.envoys[index].part.spawn(command);

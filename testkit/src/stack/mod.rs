@@ -120,7 +120,12 @@ impl Stack {
                 &sites,
                 &envoy.config,
             );
-            let command = envoy_command(&envoy.binaries, &envoy.config, &options.envoy_log_level);
+            let command = envoy_command(
+                &envoy.binaries,
+                &envoy.config,
+                &options.envoy_log_level,
+                &options.filter_token(),
+            );
             envoy
                 .part
                 .spawn(network::inside(net.as_ref(), envoy.place, command));

@@ -9,6 +9,10 @@ use crate::binaries::Binaries;
 use crate::envoy_config;
 use crate::envoy_variants::EnvoyEdit;
 
+/// The lease-store token of every stack (`make up` included, so `keyflight-bench cycle
+/// --token demo-filter-token` reaches its store): a demo value, never a real one.
+pub const DEMO_STORE_TOKEN: &str = "demo-filter-token";
+
 /// The header each Envoy of a [`StackOptions::tag_envoys`] stack adds to what it forwards
 /// (the demo upstream logs it: `demo-upstream/src/executions.rs`).
 pub const VIA_HEADER: &str = "x-keyflight-via";
@@ -213,11 +217,14 @@ impl StackOptions {
         self
     }
 
-    /// The token the filter presents to the lease-store, as the plugin JSON says.
+    /// The token the filter presents to the lease-store ([`DEMO_STORE_TOKEN`] unless the
+    /// plugin JSON says otherwise): every Envoy gets it in its
+    /// environment, and the stores accept it; a plugin JSON with the deprecated inline
+    /// `lease_store.token` names it instead.
     pub fn filter_token(&self) -> String {
         self.plugin["lease_store"]["token"]
             .as_str()
-            .unwrap_or("e2e-filter-token")
+            .unwrap_or(DEMO_STORE_TOKEN)
             .to_owned()
     }
 }

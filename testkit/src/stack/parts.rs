@@ -117,12 +117,20 @@ pub(super) struct Store {
     pub(super) part: Part,
 }
 
-/// The command that runs Envoy on the rendered `config`, as every stack runs it.
+/// The command that runs Envoy on the rendered `config`, as every stack runs it, with the
+/// lease-store token in its environment (`KEYFLIGHT_STORE_TOKEN`, which the shipped configs
+/// pass to the filter's VM: `docs/configuration.md#caller-identity`).
 ///
 /// `--disable-hot-restart`: hot restart is what needs a shared-memory region per
 /// `--base-id`, so without it any number of Envoys coexist with no id to hand out.
-pub fn envoy_command(binaries: &Binaries, config: &Path, log_level: &str) -> Command {
+pub fn envoy_command(
+    binaries: &Binaries,
+    config: &Path,
+    log_level: &str,
+    store_token: &str,
+) -> Command {
     let mut command = Command::new(&binaries.envoy);
+    command.env("KEYFLIGHT_STORE_TOKEN", store_token);
     // Envoy logs its local time: in UTC its lines read like every other part's.
     command.env("TZ", "UTC");
     command.arg("-c").arg(config).args([

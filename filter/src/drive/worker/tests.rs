@@ -109,6 +109,61 @@ fn an_invalid_configuration_is_refused_naming_the_field() {
 }
 
 #[test]
+fn the_store_token_comes_from_the_vm_environment_and_inline_is_deprecated() {
+    let configured = |inline: Option<&str>, env: Option<&str>| {
+        let mut doc: serde_json::Value = serde_json::from_slice(&plugin(false)).unwrap();
+        match inline {
+            Some(token) => doc["lease_store"]["token"] = token.into(),
+            None => {
+                doc["lease_store"].as_object_mut().unwrap().remove("token");
+            }
+        }
+        let mut host = host(doc.to_string().into_bytes());
+        if let Some(value) = env {
+            host.environment
+                .insert(crate::config::DEFAULT_TOKEN_ENV.into(), value.into());
+        }
+        let mut root = Root::default();
+        let started = root.configure(&mut host);
+        let token = root
+            .worker()
+            .and_then(|w| w.config.lease_store.token.clone());
+        let warned = host.did.iter().find_map(|a| match a {
+            Action::Log { level, message } if *level != LogLevel::Error => {
+                Some((*level, message.clone()))
+            }
+            _ => None,
+        });
+        (started, token, warned)
+    };
+    let (started, token, note) = configured(None, Some("from-env"));
+    assert!(started);
+    assert_eq!(token.as_deref(), Some("from-env"));
+    assert_eq!(note, None, "the secure set-up says nothing");
+
+    let (_, token, note) = configured(Some("inline"), None);
+    assert_eq!(token.as_deref(), Some("inline"), "still works");
+    let (level, message) = note.unwrap();
+    assert_eq!(level, LogLevel::Warn);
+    assert!(message.contains("deprecated"), "{message}");
+
+    let (_, token, note) = configured(Some("inline"), Some("from-env"));
+    assert_eq!(token.as_deref(), Some("from-env"), "the environment wins");
+    assert!(note.unwrap().1.contains("ignored"));
+
+    let (started, token, note) = configured(None, None);
+    assert!(started);
+    assert_eq!(token, None, "no token: the mesh identity is the credential");
+    assert_eq!(note.unwrap().0, LogLevel::Info);
+
+    let (started, _, _) = configured(None, Some("two words"));
+    assert!(
+        !started,
+        "a token that is not visible ASCII fails the start"
+    );
+}
+
+#[test]
 fn a_reconfigured_plugin_keeps_its_outbox() {
     let mut root = Root::default();
     let mut host = host(plugin(false));
