@@ -442,6 +442,7 @@ impl Outbox {
                         request: RenewRequest {
                             claim_id,
                             lease_ms: millis(entry.lease),
+                            previous_scope: None,
                         },
                     },
                 });

@@ -320,6 +320,7 @@ impl Machine {
                 claim_id,
                 release_as: ReleaseAs::Forget,
                 cooldown_ms: None,
+                previous_scope: None,
             },
         };
         out.push(Action::Log {

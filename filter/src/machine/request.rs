@@ -196,6 +196,7 @@ impl Machine {
                     lease_ms: millis(policy.lease),
                     wait_ms: (wait_ms > 0).then_some(wait_ms),
                     retention_s: Some(policy.retention.as_secs()),
+                    previous: None,
                 },
             },
             // A long-poll may legitimately take the whole follower wait (F5).

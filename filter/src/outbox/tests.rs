@@ -38,6 +38,7 @@ fn finalize(n: u128, body: &[u8]) -> StoreCall {
                 body,
             ),
             replayable: true,
+            previous_scope: None,
         },
     }
 }
@@ -49,6 +50,7 @@ fn release(n: u128) -> StoreCall {
             claim_id: claim(n),
             release_as: ReleaseAs::Unknown,
             cooldown_ms: None,
+            previous_scope: None,
         },
     }
 }
@@ -183,6 +185,7 @@ fn a_renew_stuck_past_the_interval_does_not_hold_up_the_next() {
                 request: RenewRequest {
                     claim_id: claim(1),
                     lease_ms: 30_000,
+                    previous_scope: None,
                 },
             }
         )],

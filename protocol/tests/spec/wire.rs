@@ -49,6 +49,7 @@ fn claim_request() {
             lease_ms: 30_000,
             wait_ms: Some(5_000),
             retention_s: Some(86_400),
+            previous: None,
         },
         json!({"fingerprint": HEX, "lease_ms": 30000, "wait_ms": 5000, "retention_s": 86400}),
     );
@@ -58,6 +59,7 @@ fn claim_request() {
             lease_ms: 1,
             wait_ms: None,
             retention_s: None,
+            previous: None,
         },
         json!({"fingerprint": HEX, "lease_ms": 1}),
     );
@@ -169,6 +171,7 @@ fn renew_finalize_release() {
         RenewRequest {
             claim_id: claim_id(),
             lease_ms: 10,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "lease_ms": 10}),
     );
@@ -178,6 +181,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             response: response(),
             replayable: true,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "response": response_json(), "replayable": true}),
     );
@@ -186,6 +190,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             release_as: ReleaseAs::Cooldown,
             cooldown_ms: Some(2000),
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "as": "cooldown", "cooldown_ms": 2000}),
     );
@@ -194,6 +199,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             release_as: ReleaseAs::Unknown,
             cooldown_ms: None,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "as": "unknown"}),
     );
@@ -202,6 +208,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             release_as: ReleaseAs::Forget,
             cooldown_ms: None,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "as": "forget"}),
     );
