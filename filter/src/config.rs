@@ -20,6 +20,7 @@ pub use keyflight_protocol::problem::StatusProfile;
 use keyflight_protocol::{PrincipalSource, ScopeMode, Target};
 use serde::Deserialize;
 
+pub use crate::recipe::PreviousRecipe;
 pub use validate::{finalize_bytes, parse_plugin_config};
 
 /// Default key header (K1).
@@ -333,6 +334,9 @@ pub struct Policy {
     pub require_key: bool,
     /// Route or service scope (K3).
     pub scope: ScopeMode,
+    /// The recipe the policy computed identities with before its last change, claimed
+    /// together with the current one (`docs/stream-machine.md#recipe-transitions`).
+    pub previous: Option<PreviousRecipe>,
     /// Requests without a principal.
     pub anonymous: Anonymous,
     /// Lease granted to a winner.

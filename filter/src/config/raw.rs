@@ -104,6 +104,13 @@ pub(super) struct Policy {
     pub edge_cache: Option<bool>,
     pub record_retry_budget_ms: Option<u64>,
     pub forget_statuses: Option<Vec<u16>>,
+    pub previous: Option<Previous>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Previous {
+    pub scope: Option<Scope>,
 }
 
 #[derive(Deserialize, Clone, Copy)]

@@ -50,19 +50,21 @@ impl Machine {
         result: Result<ClaimAnswer, CallError>,
         elapsed_ms: u64,
     ) {
-        let (policy, scope, fingerprint, accepted) = match std::mem::take(&mut self.state) {
-            State::Claiming {
-                policy,
-                scope,
-                fingerprint,
-                accepted,
-            } => (policy, scope, fingerprint, accepted),
-            // An answer nobody waits for (the stream ended or replied): ignore it.
-            other => {
-                self.state = other;
-                return;
-            }
-        };
+        let (policy, scope, previous_scope, fingerprint, accepted) =
+            match std::mem::take(&mut self.state) {
+                State::Claiming {
+                    policy,
+                    scope,
+                    previous_scope,
+                    fingerprint,
+                    accepted,
+                } => (policy, scope, previous_scope, fingerprint, accepted),
+                // An answer nobody waits for (the stream ended or replied): ignore it.
+                other => {
+                    self.state = other;
+                    return;
+                }
+            };
         let ClaimAnswer {
             response: answer,
             record_expires_in_ms: record_life_ms,
@@ -86,10 +88,17 @@ impl Machine {
                 let age =
                     Duration::from_millis(elapsed_ms.saturating_sub(claimed_after_ms.unwrap_or(0)));
                 if age > self.trusted_claim_age(lease) {
-                    return self.answered_too_late(out, &policy, scope, (claim_id, fence), age);
+                    return self.answered_too_late(
+                        out,
+                        &policy,
+                        (scope, previous_scope),
+                        (claim_id, fence),
+                        age,
+                    );
                 }
                 out.push(Action::StartRenewal(Lease {
                     scope,
+                    previous_scope,
                     claim_id,
                     lease: policy.lease,
                     interval: policy.renew_interval.min(lease / 2),
@@ -119,6 +128,7 @@ impl Machine {
                 self.state = State::Upstream(Owned {
                     policy,
                     scope,
+                    previous_scope,
                     fingerprint,
                     claim_id,
                     fence,
@@ -309,7 +319,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         policy: &Rc<Policy>,
-        scope: Digest,
+        (scope, previous_scope): (Digest, Option<Digest>),
         (claim_id, fence): (Uuid, i64),
         age: Duration,
     ) {
@@ -320,7 +330,7 @@ impl Machine {
                 claim_id,
                 release_as: ReleaseAs::Forget,
                 cooldown_ms: None,
-                previous_scope: None,
+                previous_scope,
             },
         };
         out.push(Action::Log {

@@ -89,6 +89,8 @@ impl Who {
 struct Owned {
     policy: Rc<Policy>,
     scope: Digest,
+    /// The previous recipe's scope the claim also holds (`docs/stream-machine.md#recipe-transitions`).
+    previous_scope: Option<Digest>,
     fingerprint: Digest,
     claim_id: Uuid,
     /// The claim's fence: logged with a hand-off, so an operator (or a
@@ -101,6 +103,7 @@ struct Owned {
 struct Ready {
     policy: Rc<Policy>,
     scope: Digest,
+    previous_scope: Option<Digest>,
     fingerprint: Digest,
     accepted: Accepted,
     call: StoreCall,
@@ -122,6 +125,7 @@ enum State {
     Claiming {
         policy: Rc<Policy>,
         scope: Digest,
+        previous_scope: Option<Digest>,
         fingerprint: Digest,
         accepted: Accepted,
     },

@@ -13,7 +13,7 @@ use std::time::Duration;
 use keyflight_protocol::headers::values;
 use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::time::millis;
-use keyflight_protocol::wire::ClaimRequest;
+use keyflight_protocol::wire::{ClaimRequest, PreviousIdentity};
 use keyflight_protocol::{RequestHead, Rules, Target};
 
 use super::{Action, FENCE_HEADER, Machine, Pending, Ready, State, Who};
@@ -23,6 +23,7 @@ use crate::encoding::{self, Accepted};
 use crate::identity;
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::problem::problem_reply;
+use crate::recipe;
 use crate::replay::{Unreplayable, replay};
 use crate::store_call::StoreCall;
 
@@ -182,6 +183,9 @@ impl Machine {
         let Some(scope) = identified.scope else {
             return;
         };
+        let previous_scope = policy.previous.as_ref().and_then(|previous| {
+            recipe::previous_scope(&pending.head, pending.principal.principal(), previous)
+        });
         // F11: dry_run never holds a request up, so it never long-polls.
         let follower_wait = match self.config.mode {
             Mode::Enforce => policy.follower_wait,
@@ -196,12 +200,13 @@ impl Machine {
                     lease_ms: millis(policy.lease),
                     wait_ms: (wait_ms > 0).then_some(wait_ms),
                     retention_s: Some(policy.retention.as_secs()),
-                    previous: None,
+                    previous: previous_scope.map(|scope| PreviousIdentity { scope, fingerprint }),
                 },
             },
             // A long-poll may legitimately take the whole follower wait (F5).
             timeout: self.config.lease_store.timeout + follower_wait,
             scope,
+            previous_scope,
             fingerprint,
             accepted: pending.accepted,
             policy,
@@ -227,6 +232,7 @@ impl Machine {
         self.state = State::Claiming {
             policy: ready.policy,
             scope: ready.scope,
+            previous_scope: ready.previous_scope,
             fingerprint: ready.fingerprint,
             accepted: ready.accepted,
         };

@@ -19,6 +19,7 @@ fn scope(n: u128) -> Digest {
 
 fn lease(n: u128) -> Lease {
     Lease {
+        previous_scope: None,
         scope: scope(n),
         claim_id: claim(n),
         lease: Duration::from_secs(30),
