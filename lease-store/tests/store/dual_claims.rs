@@ -5,14 +5,18 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::support::*;
+use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::Store;
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
     ClaimRequest, ClaimResponse, PreviousIdentity, ReleaseAs, ReleaseRequest, RenewRequest,
 };
+use keyflight_testkit::process::eventually;
 use tokio::sync::Barrier;
+use tokio::sync::watch;
 
 /// The same request under the new recipe (`new`) and the previous one (`old`).
 struct Recipes {
@@ -258,5 +262,50 @@ async fn one_scope_under_two_fingerprints_is_one_record() {
     assert_eq!(
         store.claim(&scope, &dual).await.unwrap().response,
         ClaimResponse::Conflict
+    );
+}
+
+/// A dual claim that meets the request running under the old recipe's scope (an old
+/// proxy won it) long-polls on both scopes, and the old proxy's finalize wakes it at once,
+/// long before the winner's lease would end.
+#[tokio::test]
+async fn a_dual_follower_is_woken_by_a_settle_under_the_old_scope() {
+    let (_shutdown, shutdown_rx) = watch::channel(false);
+    let (longpoll, _listener) = LongPoll::start(&cluster().url(), shutdown_rx);
+    let settle = Duration::from_secs(10);
+    eventually("the LISTEN connection is up", settle, || async {
+        longpoll.listening()
+    })
+    .await;
+    let store = store().await;
+    let recipes = Recipes::fresh("follower");
+    let (old_scope, old_req) = recipes.old_only();
+    let (claim_id, _, _) = must_win(&store, &old_scope, &old_req).await;
+    let (scope, mut req) = recipes.dual();
+    req.wait_ms = Some(30_000);
+    let follower = {
+        let (store, longpoll) = (store.clone(), longpoll.clone());
+        tokio::spawn(async move { claim_with_wait(&store, &longpoll, &scope, &req).await })
+    };
+    eventually("the dual follower parked", settle, || async {
+        longpoll.waiting() == 1
+    })
+    .await;
+    let finalized_at = Instant::now();
+    store
+        .finalize(&old_scope, finalize_ok(claim_id))
+        .await
+        .unwrap();
+    let answer = follower.await.unwrap().unwrap();
+    assert_eq!(
+        answer,
+        ClaimResponse::Completed {
+            response: sample_response()
+        }
+    );
+    assert!(
+        finalized_at.elapsed() < Duration::from_secs(5),
+        "woken by the settle, not by the 30 s lease: {:?}",
+        finalized_at.elapsed()
     );
 }
