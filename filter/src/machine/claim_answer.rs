@@ -72,6 +72,9 @@ impl Machine {
         } = match result {
             Ok(answer) => answer,
             Err(CallError::MalformedRecord) => return self.malformed_record(out, &policy, scope),
+            Err(CallError::Status(400)) if previous_scope.is_some() => {
+                return self.previous_recipe_refused(out, &policy, scope);
+            }
             Err(error) => return self.store_failed(out, &policy, scope, error),
         };
         match answer {
@@ -276,6 +279,29 @@ impl Machine {
             ),
         });
         self.claim_failed(out, policy);
+    }
+
+    /// A store that predates recipe transitions refuses a claim naming the previous recipe
+    /// (an unknown field). Claiming one scope would break the promise to proxies on the other
+    /// recipe, and passing the request unguarded would too, so it is refused whatever the
+    /// policy's `failure_mode` (`docs/operations.md#upgrades`: the store rolls out first).
+    fn previous_recipe_refused(&mut self, out: &mut Vec<Action>, policy: &Policy, scope: Digest) {
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: the lease-store refused a claim naming the policy's \
+                 previous recipe (400): it predates recipe transitions; roll the lease-store \
+                 out before a filter whose policy names a previous recipe",
+                policy.name,
+                scope.to_hex()
+            ),
+        });
+        self.refuse_held_request(
+            out,
+            ProblemCode::JournalUnavailable,
+            None,
+            Outcome::JournalUnavailable,
+        );
     }
 
     /// The claim did not give this stream a lease it can use: the policy's

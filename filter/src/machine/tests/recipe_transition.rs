@@ -98,3 +98,40 @@ fn a_previous_recipe_that_is_the_current_one_is_refused() {
         "{error}"
     );
 }
+
+/// A store that predates recipe transitions refuses the claim (its request type denies
+/// unknown fields): the request is refused, never passed unguarded, even under
+/// `failure_mode: open`.
+#[test]
+fn a_store_that_refuses_the_dual_claim_fails_closed_whatever_the_failure_mode() {
+    let config = config_with(
+        serde_json::json!({}),
+        serde_json::json!({"scope": "service", "previous": {"scope": "route"},
+                           "failure_mode": "open"}),
+    );
+    let mut s = Harness::new(config);
+    s.drive_to_claim(br#"{"amount": 10}"#);
+    let out = s.answer(
+        Some(400),
+        br#"{"type":"about:blank","title":"unknown field `previous`"}"#,
+    );
+    assert_eq!(reply(&out).status, 503, "{out:?}");
+    assert!(
+        !out.contains(&Action::ResumeRequest),
+        "never forwarded: {out:?}"
+    );
+    assert!(
+        out.iter().any(|a| matches!(a, Action::Log { message, .. }
+            if message.contains("previous recipe"))),
+        "the log says why: {out:?}"
+    );
+
+    // Without a previous recipe, a 400 follows the failure mode as before.
+    let mut s = Harness::new(config_with(
+        serde_json::json!({}),
+        serde_json::json!({"failure_mode": "open"}),
+    ));
+    s.drive_to_claim(br#"{"amount": 10}"#);
+    let out = s.answer(Some(400), b"{}");
+    assert!(out.contains(&Action::ResumeRequest), "{out:?}");
+}
