@@ -7,8 +7,12 @@
 //! one rolled back to it, find the request under their own scope. The fingerprint does not
 //! depend on anything a previous recipe can name yet, so it is the same under both.
 
+use std::fmt;
+
 use keyflight_protocol::scope::{self, ScopeInput, ScopeMode};
 use keyflight_protocol::{Digest, Principal, RequestHead};
+
+use crate::config::{Anonymous, Config, Identity, Policy};
 
 /// What a policy computed identities with before its last change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +35,158 @@ pub fn previous_scope(
             mode: previous.scope,
         })
     })
+}
+
+/// What a configuration change does to one policy's identities (`lease-store recipe-diff`,
+/// `docs/operations.md#upgrades`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyChange {
+    /// The policy's name (policies are matched by name).
+    pub policy: String,
+    /// What changes, in words; empty when nothing does.
+    pub changes: Vec<String>,
+    /// Whether the change is safe for keyed retries that cross it.
+    pub verdict: Verdict,
+}
+
+/// Whether a keyed retry that crosses the change keeps its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing that enters the scope or the fingerprint changes.
+    Unchanged,
+    /// The scope changes and the new configuration names the old recipe as its previous one.
+    Transition,
+    /// A new policy, or one that goes away: no record changes identity.
+    AddedOrRemoved,
+    /// Identities change with no previous recipe that covers it: a retry crossing the
+    /// change runs again (a new scope) or gets 409 (a new fingerprint).
+    Unsafe,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Unchanged => "unchanged",
+            Verdict::Transition => "safe: the previous recipe is named",
+            Verdict::AddedOrRemoved => "no existing identity changes",
+            Verdict::Unsafe => "UNSAFE: retries that cross the change run again or get 409",
+        })
+    }
+}
+
+/// What changing the plugin configuration from `old` to `new` does to each policy's
+/// identities. Works in either direction: a rollback is `diff(new, old)`.
+pub fn diff(old: &Config, new: &Config) -> Vec<PolicyChange> {
+    let identity = identity_changes(&old.identity, &new.identity);
+    let mut out: Vec<PolicyChange> = new
+        .policies
+        .iter()
+        .map(|policy| {
+            match old
+                .policies
+                .iter()
+                .find(|before| before.name == policy.name)
+            {
+                Some(before) => policy_change(before, policy, &identity),
+                None => PolicyChange {
+                    policy: policy.name.clone(),
+                    changes: vec!["new policy".to_owned()],
+                    verdict: Verdict::AddedOrRemoved,
+                },
+            }
+        })
+        .collect();
+    out.extend(
+        old.policies
+            .iter()
+            .filter(|before| !new.policies.iter().any(|p| p.name == before.name))
+            .map(|before| PolicyChange {
+                policy: before.name.clone(),
+                changes: vec!["policy removed: its requests are no longer guarded by it".into()],
+                verdict: Verdict::AddedOrRemoved,
+            }),
+    );
+    out
+}
+
+/// Changes of the principal sources, which enter every policy's scope.
+fn identity_changes(old: &Identity, new: &Identity) -> Vec<String> {
+    let describe = |sources: &[std::rc::Rc<keyflight_protocol::PrincipalSource>]| {
+        sources.iter().map(|s| s.describe()).collect::<Vec<_>>()
+    };
+    let mut changes = Vec::new();
+    for (what, before, after) in [
+        ("identity.actor", describe(&old.actor), describe(&new.actor)),
+        (
+            "identity.principal",
+            describe(&old.principal),
+            describe(&new.principal),
+        ),
+    ] {
+        if before != after {
+            changes.push(format!(
+                "{what}: {before:?} -> {after:?} (the scope changes)"
+            ));
+        }
+    }
+    if old.not_principals != new.not_principals {
+        changes.push(format!(
+            "identity.not_principals: {:?} -> {:?} (the scope changes for requests those names \
+             reach)",
+            old.not_principals, new.not_principals
+        ));
+    }
+    changes
+}
+
+fn policy_change(old: &Policy, new: &Policy, identity: &[String]) -> PolicyChange {
+    let mut changes = identity.to_vec();
+    let mut covered = identity.is_empty();
+    if old.scope != new.scope {
+        changes.push(format!(
+            "scope: {} -> {}",
+            mode_name(old.scope),
+            mode_name(new.scope)
+        ));
+        covered = covered && new.previous == Some(PreviousRecipe { scope: old.scope });
+    } else if new.previous.is_some() && new.previous != old.previous {
+        changes.push(
+            "previous names a recipe the old configuration did not use: it covers nothing"
+                .to_owned(),
+        );
+    }
+    if old.fingerprint_headers != new.fingerprint_headers {
+        changes.push(format!(
+            "fingerprint_headers: {:?} -> {:?} (the fingerprint changes; no previous recipe can \
+             name it yet)",
+            old.fingerprint_headers, new.fingerprint_headers
+        ));
+        covered = false;
+    }
+    if old.anonymous != new.anonymous && new.anonymous == Anonymous::Shared {
+        changes.push("anonymous: reject -> shared (requests refused before now run)".to_owned());
+    }
+    let verdict = if changes.is_empty() {
+        Verdict::Unchanged
+    } else if !covered {
+        Verdict::Unsafe
+    } else if old.scope != new.scope {
+        Verdict::Transition
+    } else {
+        Verdict::Unchanged
+    };
+    PolicyChange {
+        policy: new.name.clone(),
+        changes,
+        verdict,
+    }
+}
+
+fn mode_name(mode: ScopeMode) -> &'static str {
+    match mode {
+        ScopeMode::Route => "route",
+        ScopeMode::Service => "service",
+    }
 }
 
 #[cfg(test)]
@@ -57,6 +213,79 @@ mod tests {
             fingerprint_headers: &[],
         };
         RequestHead::read(target, &headers, &rules).unwrap()
+    }
+
+    fn config(identity: &str, policy: &str) -> Config {
+        let doc = format!(
+            r#"{{"lease_store": {{"cluster": "ls", "token": "t"}},
+                "identity": {identity},
+                "policies": [{{"name": "payments", "match": {{"path_prefix": "/p"}} {policy}}}]}}"#
+        );
+        crate::config::parse_plugin_config(doc.as_bytes()).unwrap()
+    }
+
+    const USER: &str = r#"{"principal": [{"header": "x-user"}]}"#;
+
+    fn verdict(old: &Config, new: &Config) -> Verdict {
+        let changes = diff(old, new);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        changes[0].verdict
+    }
+
+    #[test]
+    fn a_scope_change_is_safe_only_with_the_old_recipe_named() {
+        let route = config(USER, "");
+        let service = config(USER, r#", "scope": "service""#);
+        let transition = config(
+            USER,
+            r#", "scope": "service", "previous": {"scope": "route"}"#,
+        );
+        let rollback = config(
+            USER,
+            r#", "scope": "route", "previous": {"scope": "service"}"#,
+        );
+        assert_eq!(verdict(&route, &route), Verdict::Unchanged);
+        assert_eq!(verdict(&route, &service), Verdict::Unsafe);
+        assert_eq!(verdict(&route, &transition), Verdict::Transition);
+        // Rolling back to the bare old configuration leaves the new records behind.
+        assert_eq!(verdict(&transition, &route), Verdict::Unsafe);
+        assert_eq!(verdict(&transition, &rollback), Verdict::Transition);
+        // Dropping `previous` after the transition changes no identity.
+        assert_eq!(verdict(&transition, &service), Verdict::Unchanged);
+    }
+
+    #[test]
+    fn principal_sources_and_fingerprint_headers_are_reported_unsafe() {
+        let user = config(USER, "");
+        let jwt = config(r#"{"principal": [{"header": "x-subject"}]}"#, "");
+        let diffed = diff(&user, &jwt);
+        assert_eq!(diffed[0].verdict, Verdict::Unsafe);
+        assert!(
+            diffed[0].changes[0].starts_with("identity.principal"),
+            "{diffed:?}"
+        );
+        let headers = config(USER, r#", "fingerprint_headers": ["if-match"]"#);
+        assert_eq!(verdict(&user, &headers), Verdict::Unsafe);
+    }
+
+    #[test]
+    fn added_and_removed_policies_are_listed() {
+        let one = config(USER, "");
+        let doc = r#"{"lease_store": {"cluster": "ls", "token": "t"},
+            "identity": {"principal": [{"header": "x-user"}]},
+            "policies": [{"name": "refunds", "match": {"path_prefix": "/r"}}]}"#;
+        let other = crate::config::parse_plugin_config(doc.as_bytes()).unwrap();
+        let verdicts: Vec<_> = diff(&one, &other)
+            .into_iter()
+            .map(|c| (c.policy, c.verdict))
+            .collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                ("refunds".to_owned(), Verdict::AddedOrRemoved),
+                ("payments".to_owned(), Verdict::AddedOrRemoved)
+            ]
+        );
     }
 
     fn scope_under(head: &RequestHead, principal: Principal<'_>, mode: ScopeMode) -> Digest {
