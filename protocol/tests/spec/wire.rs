@@ -65,6 +65,66 @@ fn claim_request() {
     );
 }
 
+/// A claim across a recipe change (`docs/records.md#claims-across-a-recipe-change`) and the
+/// settles that follow it name the previous recipe's scope.
+#[test]
+fn dual_claim_and_its_settles() {
+    const OTHER: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let other = Digest::from_hex(OTHER).expect("valid digest");
+    pins(
+        ClaimRequest {
+            fingerprint: digest(),
+            lease_ms: 1,
+            wait_ms: None,
+            retention_s: None,
+            previous: Some(PreviousIdentity {
+                scope: other,
+                fingerprint: digest(),
+            }),
+        },
+        json!({"fingerprint": HEX, "lease_ms": 1,
+               "previous": {"scope": OTHER, "fingerprint": HEX}}),
+    );
+    pins(
+        RenewRequest {
+            claim_id: claim_id(),
+            lease_ms: 10,
+            previous_scope: Some(other),
+        },
+        json!({"claim_id": CLAIM_ID, "lease_ms": 10, "previous_scope": OTHER}),
+    );
+    pins(
+        FinalizeRequest {
+            claim_id: claim_id(),
+            response: response(),
+            replayable: true,
+            previous_scope: Some(other),
+        },
+        json!({"claim_id": CLAIM_ID, "response": response_json(), "replayable": true,
+               "previous_scope": OTHER}),
+    );
+    pins(
+        ReleaseRequest {
+            claim_id: claim_id(),
+            release_as: ReleaseAs::Forget,
+            cooldown_ms: None,
+            previous_scope: Some(other),
+        },
+        json!({"claim_id": CLAIM_ID, "as": "forget", "previous_scope": OTHER}),
+    );
+    // The previous identity is whole or refused: a store never claims half of it.
+    for bad in [
+        json!({"fingerprint": HEX, "lease_ms": 1, "previous": {"scope": OTHER}}),
+        json!({"fingerprint": HEX, "lease_ms": 1,
+               "previous": {"scope": OTHER, "fingerprint": HEX, "extra": 1}}),
+    ] {
+        assert!(
+            serde_json::from_value::<ClaimRequest>(bad.clone()).is_err(),
+            "{bad}"
+        );
+    }
+}
+
 #[test]
 fn claim_request_rejects_bad_input() {
     let upper = HEX.to_uppercase();
