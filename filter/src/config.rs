@@ -229,6 +229,19 @@ pub struct Identity {
     /// a peer such as the ingress gateway, whose identity would put every
     /// user behind it into one scope (`docs/identity.md#the-principal`).
     pub not_principals: BTreeSet<String>,
+    /// The sources before the last change, while proxies may still run them: every claim
+    /// also carries the request's scope under them
+    /// (`docs/stream-machine.md#recipe-transitions`). Never itself has a previous.
+    pub previous: Option<Box<Identity>>,
+}
+
+impl Identity {
+    /// Whether `other` reads principals exactly as this does (its `previous` aside).
+    pub fn same_sources(&self, other: &Identity) -> bool {
+        self.actor == other.actor
+            && self.principal == other.principal
+            && self.not_principals == other.not_principals
+    }
 }
 
 /// Which requests a policy guards (F0).

@@ -21,20 +21,23 @@ pub struct PreviousRecipe {
     pub scope: ScopeMode,
 }
 
-/// The request's scope under `previous`, when it has a key.
+/// The request's scope under the previous recipe (`mode` and `principal` as a proxy on
+/// it reads them; `None`: no principal it would accept, or no transition), when it differs
+/// from `current`.
 pub fn previous_scope(
     head: &RequestHead,
-    principal: Principal<'_>,
-    previous: &PreviousRecipe,
+    current: Digest,
+    mode: ScopeMode,
+    principal: Option<Principal<'_>>,
 ) -> Option<Digest> {
-    head.key.as_ref().map(|key| {
-        scope::scope(&ScopeInput {
-            principal,
-            target: &head.target,
-            key,
-            mode: previous.scope,
-        })
-    })
+    let key = head.key.as_ref()?;
+    let previous = scope::scope(&ScopeInput {
+        principal: principal?,
+        target: &head.target,
+        key,
+        mode,
+    });
+    (previous != current).then_some(previous)
 }
 
 /// What a configuration change does to one policy's identities (`lease-store recipe-diff`,
@@ -77,7 +80,14 @@ impl fmt::Display for Verdict {
 /// What changing the plugin configuration from `old` to `new` does to each policy's
 /// identities. Works in either direction: a rollback is `diff(new, old)`.
 pub fn diff(old: &Config, new: &Config) -> Vec<PolicyChange> {
-    let identity = identity_changes(&old.identity, &new.identity);
+    let identity = IdentityChange {
+        changes: identity_changes(&old.identity, &new.identity),
+        covered: new
+            .identity
+            .previous
+            .as_deref()
+            .is_some_and(|previous| previous.same_sources(&old.identity)),
+    };
     let mut out: Vec<PolicyChange> = new
         .policies
         .iter()
@@ -139,9 +149,15 @@ fn identity_changes(old: &Identity, new: &Identity) -> Vec<String> {
     changes
 }
 
-fn policy_change(old: &Policy, new: &Policy, identity: &[String]) -> PolicyChange {
-    let mut changes = identity.to_vec();
-    let mut covered = identity.is_empty();
+/// What changes in the principal sources, and whether `identity.previous` names the old ones.
+struct IdentityChange {
+    changes: Vec<String>,
+    covered: bool,
+}
+
+fn policy_change(old: &Policy, new: &Policy, identity: &IdentityChange) -> PolicyChange {
+    let mut changes = identity.changes.clone();
+    let mut covered = identity.changes.is_empty() || identity.covered;
     if old.scope != new.scope {
         changes.push(format!(
             "scope: {} -> {}",
@@ -170,7 +186,7 @@ fn policy_change(old: &Policy, new: &Policy, identity: &[String]) -> PolicyChang
         Verdict::Unchanged
     } else if !covered {
         Verdict::Unsafe
-    } else if old.scope != new.scope {
+    } else if old.scope != new.scope || !identity.changes.is_empty() {
         Verdict::Transition
     } else {
         Verdict::Unchanged
@@ -264,6 +280,13 @@ mod tests {
             diffed[0].changes[0].starts_with("identity.principal"),
             "{diffed:?}"
         );
+        let named = config(
+            r#"{"principal": [{"header": "x-subject"}],
+                "previous": {"principal": [{"header": "x-user"}]}}"#,
+            "",
+        );
+        assert_eq!(verdict(&user, &named), Verdict::Transition);
+        assert_eq!(verdict(&named, &user), Verdict::Unsafe, "a bare rollback");
         let headers = config(USER, r#", "fingerprint_headers": ["if-match"]"#);
         assert_eq!(verdict(&user, &headers), Verdict::Unsafe);
     }
@@ -310,9 +333,13 @@ mod tests {
             } else {
                 (ScopeMode::Route, ScopeMode::Service)
             };
-            let previous = previous_scope(&head, principal, &PreviousRecipe { scope: before });
+            let current = scope_under(&head, principal, now);
+            let previous = previous_scope(&head, current, before, Some(principal));
             prop_assert_eq!(previous, Some(scope_under(&head, principal, before)));
-            prop_assert_ne!(previous, Some(scope_under(&head, principal, now)));
+            prop_assert_ne!(previous, Some(current));
+            // No change of recipe, no previous scope.
+            prop_assert_eq!(previous_scope(&head, current, now, Some(principal)), None);
+            prop_assert_eq!(previous_scope(&head, current, before, None), None);
         }
     }
 }

@@ -53,6 +53,15 @@ pub(super) struct Identity {
     pub actor: Option<Vec<Source>>,
     pub principal: Option<Vec<Source>>,
     pub not_principals: Option<Vec<String>>,
+    pub previous: Option<PreviousIdentity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PreviousIdentity {
+    pub actor: Option<Vec<Source>>,
+    pub principal: Option<Vec<Source>>,
+    pub not_principals: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

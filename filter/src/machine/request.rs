@@ -32,7 +32,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         headers: &[(String, Vec<u8>)],
-        principal: identity::Lookup,
+        (principal, previous_principal): (identity::Lookup, Option<identity::Lookup>),
         end_of_stream: bool,
     ) {
         if !matches!(self.state, State::Start) {
@@ -89,6 +89,14 @@ impl Machine {
                 return self.refuse_in_callback(out, ProblemCode::PrincipalRequired, detail);
             }
         };
+        let previous_principal =
+            previous_principal.map(|lookup| match (lookup, policy.anonymous) {
+                (identity::Lookup::Found { source, name }, _) => Some(Who::Named { source, name }),
+                (identity::Lookup::Absent, Anonymous::Shared) => Some(Who::AnonymousShared),
+                // A proxy on the previous sources refused this request: it made no record.
+                (identity::Lookup::Absent, Anonymous::Reject)
+                | (identity::Lookup::Refused(_), _) => None,
+            });
         let declared_length =
             first_text(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
         if declared_length.is_some_and(|n| n > policy.max_request_body_bytes as u64) {
@@ -100,6 +108,7 @@ impl Machine {
             policy,
             head,
             principal,
+            previous_principal,
             buffered: 0,
         };
         if end_of_stream {
@@ -183,9 +192,16 @@ impl Machine {
         let Some(scope) = identified.scope else {
             return;
         };
-        let previous_scope = policy.previous.as_ref().and_then(|previous| {
-            recipe::previous_scope(&pending.head, pending.principal.principal(), previous)
-        });
+        let previous_scope = recipe::previous_scope(
+            &pending.head,
+            scope,
+            policy.previous.as_ref().map_or(policy.scope, |p| p.scope),
+            match &pending.previous_principal {
+                None if policy.previous.is_none() => None,
+                None => Some(pending.principal.principal()),
+                Some(who) => who.as_ref().map(Who::principal),
+            },
+        );
         // F11: dry_run never holds a request up, so it never long-polls.
         let follower_wait = match self.config.mode {
             Mode::Enforce => policy.follower_wait,

@@ -135,3 +135,50 @@ fn a_store_that_refuses_the_dual_claim_fails_closed_whatever_the_failure_mode() 
     let out = s.answer(Some(400), b"{}");
     assert!(out.contains(&Action::ResumeRequest), "{out:?}");
 }
+
+/// `identity.previous`: a change of principal sources claims under the sources before it
+/// too; a request those sources would refuse has no previous scope.
+#[test]
+fn a_change_of_principal_sources_claims_under_the_previous_sources_too() {
+    let config = config_with(
+        serde_json::json!({"identity": {
+            "principal": [{"header": "x-subject"}],
+            "previous": {"principal": [{"header": "x-user"}]}
+        }}),
+        serde_json::json!({}),
+    );
+    let mut s = Harness::new(Rc::clone(&config));
+    let mut headers = keyed();
+    headers.push(h("x-subject", "alice-subject"));
+    let out = s.headers(headers, false);
+    assert_eq!(out, vec![Action::PauseRequest]);
+    let out = s.body(br#"{"amount": 10}"#);
+    let Some(StoreCall::Claim {
+        scope,
+        request: claim,
+    }) = calls(&out).first().map(|c| (*c).clone())
+    else {
+        panic!("{out:?}")
+    };
+    // The previous scope is the one a proxy reading x-user (alice) computes: the default
+    // test config's route scope for alice.
+    assert_eq!(
+        claim.previous.map(|p| p.scope),
+        Some(scope_under(ScopeMode::Route))
+    );
+    assert_ne!(scope, scope_under(ScopeMode::Route));
+
+    // No x-user: a proxy on the previous sources refused it (401), so nothing to claim there.
+    let mut s = Harness::new(config);
+    let headers = request(
+        "POST",
+        "/payments",
+        &[("idempotency-key", KEY), ("x-subject", "alice-subject")],
+    );
+    s.headers(headers, false);
+    let out = s.body(br#"{"amount": 10}"#);
+    let Some(StoreCall::Claim { request, .. }) = calls(&out).first().map(|c| (*c).clone()) else {
+        panic!("{out:?}")
+    };
+    assert_eq!(request.previous, None);
+}
