@@ -7,9 +7,9 @@
 //! [`BOTH_HELD_SQL`] check, `COMMIT`), so both rows are won under one `claim_id` or neither
 //! is: the check fails the transaction unless both claims won, and the `COMMIT` then rolls
 //! it back. Every statement is sent before the first answer is awaited, so a caller that
-//! goes away cannot leave a transaction open on a pooled connection. Two dual claimers
-//! lock the two rows in the same (byte) order, so they never deadlock; a single-scope
-//! claimer locks one row.
+//! goes away cannot leave a transaction open on a pooled connection. Rows are locked in
+//! byte order of their scopes, the order group commit locks in too (`batch/claims.rs`), so
+//! dual claimers and batches never deadlock; a single-scope claimer locks one row.
 //!
 //! A claim that did not win both reads both records and answers from whichever decides
 //! ([`decide`]): another fingerprint under either recipe is a conflict, a completed record
