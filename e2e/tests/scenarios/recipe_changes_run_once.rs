@@ -3,8 +3,9 @@
 //! (`scope: route`) and one on the new (`scope: service`) naming the old as its `previous`;
 //! a keyed retry that crosses them runs once in both directions (same body replays, another
 //! body is a 409, a follower on the other recipe waits). A rollback to the old recipe that
-//! names the new one as previous finds what the new recipe alone recorded. And a store of
-//! the previous release refuses the dual claim, so the request fails closed.
+//! names the new one as previous finds what the new recipe alone recorded. A change of
+//! principal sources crosses the same way (`identity.previous`). And a store of the
+//! previous release refuses the dual claim, so the request fails closed.
 
 use keyflight_e2e::{Stack, StackOptions};
 use keyflight_testkit::previous_release::previous_release;
@@ -147,4 +148,56 @@ async fn an_old_store_refuses_a_dual_claim_and_the_request_fails_closed() {
     let problem: Value = refused.assert_problem(503, "journal_unavailable");
     assert!(problem.is_object());
     assert_eq!(stack.upstream_executions().await, 0, "never forwarded");
+}
+
+/// A change of principal sources (`identity.previous`): Envoy 0 moves from `x-user` to
+/// `x-caller` and names `x-user` as its previous sources; Envoy 1 still reads `x-user`. A
+/// client that sends both (the new authn filter next to the old one) is one caller to both
+/// proxies: its keyed retries cross them and run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_across_a_change_of_principal_sources_runs_once() {
+    let mut stack = Stack::start(options()).await;
+    let changes_before = stack.envoy_stat("listener_manager.listener_modified").await;
+    stack
+        .reconfigure(|plugin| {
+            plugin["identity"] = json!({
+                "principal": [{"header": "x-caller"}],
+                "previous": {"principal": [{"header": "x-user"}]}
+            });
+        })
+        .await;
+    stack
+        .eventually("the old listener drained and was removed", || async {
+            stack.envoy_stat("listener_manager.listener_modified").await > changes_before
+                && stack
+                    .envoy_stat("listener_manager.total_listeners_draining")
+                    .await
+                    == 0
+        })
+        .await;
+    let body = json!({"amount": 3});
+    for (first, then) in [(OLD_RECIPE, CHANGING), (CHANGING, OLD_RECIPE)] {
+        let key = format!("sources-{first}-to-{then}");
+        let send = |via: usize, body: &Value| {
+            stack
+                .post_via(via, "/payments")
+                .key(&key)
+                .header("x-caller", "caller-of-alice")
+                .json(body)
+                .send()
+        };
+        let answered = send(first, &body).await;
+        assert_eq!(answered.status, 201, "{answered}");
+        let again = send(then, &body).await;
+        again.assert_replayed();
+        assert_eq!(again.body, answered.body);
+        send(then, &json!({"amount": 999}))
+            .await
+            .assert_problem(409, "idempotency_conflict");
+    }
+    assert_eq!(
+        stack.upstream_executions().await,
+        2,
+        "one execution per key"
+    );
 }
