@@ -203,6 +203,7 @@ impl StoreCycle {
             lease_ms: self.lease_ms,
             wait_ms: None,
             retention_s: None,
+            previous: None,
         };
         let answer = self
             .post(connection, &format!("/v1/claims/{scope}"), &claim)
@@ -221,6 +222,7 @@ impl StoreCycle {
             claim_id,
             response: self.response.clone(),
             replayable: true,
+            previous_scope: None,
         };
         let answer = self
             .post(

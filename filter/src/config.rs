@@ -20,6 +20,7 @@ pub use keyflight_protocol::problem::StatusProfile;
 use keyflight_protocol::{PrincipalSource, ScopeMode, Target};
 use serde::Deserialize;
 
+pub use crate::recipe::PreviousRecipe;
 pub use validate::{finalize_bytes, parse_plugin_config};
 
 /// Default key header (K1).
@@ -282,6 +283,19 @@ pub struct Identity {
     /// a peer such as the ingress gateway, whose identity would put every
     /// user behind it into one scope (`docs/identity.md#the-principal`).
     pub not_principals: BTreeSet<String>,
+    /// The sources before the last change, while proxies may still run them: every claim
+    /// also carries the request's scope under them
+    /// (`docs/stream-machine.md#recipe-transitions`). Never itself has a previous.
+    pub previous: Option<Box<Identity>>,
+}
+
+impl Identity {
+    /// Whether `other` reads principals exactly as this does (its `previous` aside).
+    pub fn same_sources(&self, other: &Identity) -> bool {
+        self.actor == other.actor
+            && self.principal == other.principal
+            && self.not_principals == other.not_principals
+    }
 }
 
 /// Which requests a policy guards (F0).
@@ -387,6 +401,9 @@ pub struct Policy {
     pub require_key: bool,
     /// Route or service scope (K3).
     pub scope: ScopeMode,
+    /// The recipe the policy computed identities with before its last change, claimed
+    /// together with the current one (`docs/stream-machine.md#recipe-transitions`).
+    pub previous: Option<PreviousRecipe>,
     /// Requests without a principal.
     pub anonymous: Anonymous,
     /// Lease granted to a winner.

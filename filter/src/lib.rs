@@ -26,6 +26,7 @@ pub mod machine;
 pub mod metrics;
 pub mod outbox;
 pub mod problem;
+pub mod recipe;
 pub mod recorded_headers;
 pub mod replay;
 pub mod router_retries;

@@ -64,6 +64,8 @@ const MAX_RENEWS_IN_FLIGHT: u8 = 2;
 pub struct Lease {
     /// The scope digest.
     pub scope: Digest,
+    /// The previous recipe's scope a dual claim also holds: renewed with it.
+    pub previous_scope: Option<Digest>,
     /// The claim, which fences every call.
     pub claim_id: Uuid,
     /// Lease length asked for on each renew.
@@ -181,6 +183,7 @@ struct Delivery {
 #[derive(Debug, Clone)]
 struct Entry {
     scope: Digest,
+    previous_scope: Option<Digest>,
     lease: Duration,
     interval_ms: u64,
     next_renew_ms: u64,
@@ -284,6 +287,7 @@ impl Outbox {
             lease.claim_id,
             Entry {
                 scope: lease.scope,
+                previous_scope: lease.previous_scope,
                 lease: lease.lease,
                 interval_ms,
                 next_renew_ms: now_ms.saturating_add(first_renew_in_ms),
@@ -377,6 +381,7 @@ impl Outbox {
             // A hand-off without a registered lease (the release of a claim
             // answered too late to keep): deliver it; there is no lease to renew.
             scope,
+            previous_scope: None,
             lease: Duration::ZERO,
             interval_ms: u64::MAX,
             next_renew_ms: u64::MAX,
@@ -442,6 +447,7 @@ impl Outbox {
                         request: RenewRequest {
                             claim_id,
                             lease_ms: millis(entry.lease),
+                            previous_scope: entry.previous_scope,
                         },
                     },
                 });

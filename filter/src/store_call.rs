@@ -408,6 +408,7 @@ mod tests {
                 lease_ms: 30_000,
                 wait_ms: Some(5000),
                 retention_s: Some(86_400),
+                previous: None,
             },
         };
         assert_eq!(claim.path(), format!("/v1/claims/{hex}"));
@@ -422,6 +423,7 @@ mod tests {
                 claim_id: uuid::Uuid::nil(),
                 release_as: keyflight_protocol::wire::ReleaseAs::Cooldown,
                 cooldown_ms: Some(2000),
+                previous_scope: None,
             },
         };
         assert_eq!(release.path(), format!("/v1/claims/{hex}/release"));
@@ -578,6 +580,7 @@ mod tests {
                     claim_id: uuid::Uuid::nil(),
                     release_as: keyflight_protocol::wire::ReleaseAs::Forget,
                     cooldown_ms: None,
+                    previous_scope: None,
                 },
             },
             timeout: Duration::from_millis(250),

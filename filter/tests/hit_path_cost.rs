@@ -127,6 +127,7 @@ fn replay_once(config: &Rc<Config>, slot: &[u8]) -> u16 {
             source: Rc::new(PrincipalSource::Header("x-user".into())),
             name: "alice".to_owned(),
         },
+        previous_principal: None,
         end_of_stream: false,
     });
     machine.on(Event::RequestBodyChunk {

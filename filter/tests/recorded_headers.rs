@@ -87,6 +87,7 @@ fn machine_at_cache_read() -> Machine {
             source: std::rc::Rc::new(PrincipalSource::Header("x-user".into())),
             name: "alice".to_owned(),
         },
+        previous_principal: None,
         end_of_stream: false,
     });
     machine.on(Event::RequestBodyChunk {

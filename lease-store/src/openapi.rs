@@ -21,8 +21,8 @@ use keyflight_protocol::headers;
 use keyflight_protocol::problem::{Problem, ProblemCode};
 use keyflight_protocol::wire::{
     ACK_REPLAY_RISK_HEADER, ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest,
-    RecordDetail, RecordList, RecordState, RecordSummary, ReleaseAs, ReleaseRequest, RenewRequest,
-    RenewResponse, ResolveAs, ResolveRequest, StoredResponse, WonHow,
+    PreviousIdentity, RecordDetail, RecordList, RecordState, RecordSummary, ReleaseAs,
+    ReleaseRequest, RenewRequest, RenewResponse, ResolveAs, ResolveRequest, StoredResponse, WonHow,
 };
 use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -54,7 +54,7 @@ use crate::api;
         api::health::openapi,
     ),
     components(schemas(
-        ClaimRequest, ClaimResponse, WonHow, StoredResponse, RenewRequest, RenewResponse, EpochResponse,
+        ClaimRequest, PreviousIdentity, ClaimResponse, WonHow, StoredResponse, RenewRequest, RenewResponse, EpochResponse,
         FinalizeRequest, ReleaseRequest, ReleaseAs, RecordState, RecordSummary, RecordList,
         RecordDetail, ResolveRequest, ResolveAs, Problem, ProblemCode,
     )),

@@ -136,6 +136,7 @@ impl Fed {
                 Event::RequestHeaders {
                     headers,
                     principal,
+                    previous_principal: None,
                     end_of_stream: false,
                 }
             }

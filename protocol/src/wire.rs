@@ -55,6 +55,23 @@ pub struct ClaimRequest {
     )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 315_360_000_u64))]
     pub retention_s: Option<u64>,
+    /// During a recipe transition: the same request's identity under the policy's
+    /// previous recipe, claimed together with this one
+    /// (`docs/records.md#claims-across-a-recipe-change`). A store that predates it refuses
+    /// the claim (unknown field) rather than claim one scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<PreviousIdentity>,
+}
+
+/// A request's scope and fingerprint under the previous recipe of its policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PreviousIdentity {
+    /// The scope digest under the previous recipe.
+    pub scope: Digest,
+    /// The fingerprint under the previous recipe.
+    pub fingerprint: Digest,
 }
 
 /// How a winner got its lease (an event counter in F13 and L8).
@@ -232,6 +249,10 @@ pub struct RenewRequest {
     #[serde(deserialize_with = "integral::u64")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
     pub lease_ms: u64,
+    /// The previous recipe's scope a dual claim also holds: settled with this one, in
+    /// one transaction (`docs/records.md#claims-across-a-recipe-change`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_scope: Option<Digest>,
 }
 
 /// Answer to a successful renew.
@@ -266,6 +287,10 @@ pub struct FinalizeRequest {
     pub response: StoredResponse,
     /// `false` for a success too large to keep (F6): completed, not replayable.
     pub replayable: bool,
+    /// The previous recipe's scope a dual claim also holds: settled with this one, in
+    /// one transaction (`docs/records.md#claims-across-a-recipe-change`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_scope: Option<Digest>,
 }
 
 /// What a release turns the record into (F6).
@@ -300,6 +325,10 @@ pub struct ReleaseRequest {
     )]
     #[cfg_attr(feature = "openapi", schema(maximum = 86_400_000))]
     pub cooldown_ms: Option<u64>,
+    /// The previous recipe's scope a dual claim also holds: settled with this one, in
+    /// one transaction (`docs/records.md#claims-across-a-recipe-change`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_scope: Option<Digest>,
 }
 
 /// The state of a record (L3).

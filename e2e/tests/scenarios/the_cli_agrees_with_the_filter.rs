@@ -83,6 +83,7 @@ fn machine_digests(sent: &Sent) -> (Digest, Digest) {
     machine.on(Event::RequestHeaders {
         headers,
         principal,
+        previous_principal: None,
         end_of_stream: false,
     });
     machine.on(Event::RequestBodyChunk {

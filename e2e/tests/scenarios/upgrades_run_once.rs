@@ -44,7 +44,7 @@ fn inline_token(options: StackOptions) -> StackOptions {
 /// waits and gets the winner's answer. Then a keyed request answered through `from` and
 /// retried through `to`: the same body replays and another body is a 409. The upstream
 /// runs once per operation.
-async fn a_retry_crossing(stack: &Stack, from: usize, to: usize, key: &str) {
+pub(crate) async fn a_retry_crossing(stack: &Stack, from: usize, to: usize, key: &str) {
     let executions_before = stack.upstream_executions().await;
     let body = json!({"amount": 100, "key": key});
     let held = format!("{key}-held");

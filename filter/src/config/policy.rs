@@ -11,8 +11,8 @@ use keyflight_protocol::time::millis;
 use super::validate::{header_name, in_range, to_usize};
 use super::{
     ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
-    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, PathCase, Policy, RENEW_RETRY_SLACK_MS,
-    fold_case, raw,
+    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, PathCase, Policy, PreviousRecipe,
+    RENEW_RETRY_SLACK_MS, fold_case, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
 use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
@@ -147,14 +147,35 @@ pub(super) fn validate_policy(
             out
         }
     };
+    let scope = match p.scope {
+        None | Some(raw::Scope::Route) => ScopeMode::Route,
+        Some(raw::Scope::Service) => ScopeMode::Service,
+    };
+    let previous = match p.previous {
+        None => None,
+        Some(previous) => {
+            let recipe = PreviousRecipe {
+                scope: match previous.scope {
+                    None => scope,
+                    Some(raw::Scope::Route) => ScopeMode::Route,
+                    Some(raw::Scope::Service) => ScopeMode::Service,
+                },
+            };
+            if recipe.scope == scope {
+                return Err(ConfigError::new(
+                    format!("{at}.previous"),
+                    "names the current recipe: a previous recipe must differ from it",
+                ));
+            }
+            Some(recipe)
+        }
+    };
     Ok(Policy {
         name: p.name,
         matcher,
         require_key: p.require_key.unwrap_or(false),
-        scope: match p.scope {
-            None | Some(raw::Scope::Route) => ScopeMode::Route,
-            Some(raw::Scope::Service) => ScopeMode::Service,
-        },
+        scope,
+        previous,
         anonymous: p.anonymous.unwrap_or_default(),
         lease: Duration::from_millis(lease_ms),
         renew_interval: Duration::from_millis(renew_ms),

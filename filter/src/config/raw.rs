@@ -54,6 +54,15 @@ pub(super) struct Identity {
     pub actor: Option<Vec<Source>>,
     pub principal: Option<Vec<Source>>,
     pub not_principals: Option<Vec<String>>,
+    pub previous: Option<PreviousIdentity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PreviousIdentity {
+    pub actor: Option<Vec<Source>>,
+    pub principal: Option<Vec<Source>>,
+    pub not_principals: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +114,13 @@ pub(super) struct Policy {
     pub edge_cache: Option<bool>,
     pub record_retry_budget_ms: Option<u64>,
     pub forget_statuses: Option<Vec<u16>>,
+    pub previous: Option<Previous>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Previous {
+    pub scope: Option<Scope>,
 }
 
 #[derive(Deserialize, Clone, Copy)]

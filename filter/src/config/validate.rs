@@ -62,11 +62,40 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
     )?;
     let identity = match raw.identity {
         None => Identity::default(),
-        Some(id) => Identity {
-            actor: sources("identity.actor", id.actor.unwrap_or_default())?,
-            principal: sources("identity.principal", id.principal.unwrap_or_default())?,
-            not_principals: not_principals(id.not_principals.unwrap_or_default())?,
-        },
+        Some(id) => {
+            let previous = match id.previous {
+                None => None,
+                Some(previous) => Some(Box::new(Identity {
+                    actor: sources(
+                        "identity.previous.actor",
+                        previous.actor.unwrap_or_default(),
+                    )?,
+                    principal: sources(
+                        "identity.previous.principal",
+                        previous.principal.unwrap_or_default(),
+                    )?,
+                    not_principals: not_principals(previous.not_principals.unwrap_or_default())?,
+                    previous: None,
+                })),
+            };
+            let identity = Identity {
+                actor: sources("identity.actor", id.actor.unwrap_or_default())?,
+                principal: sources("identity.principal", id.principal.unwrap_or_default())?,
+                not_principals: not_principals(id.not_principals.unwrap_or_default())?,
+                previous,
+            };
+            if identity
+                .previous
+                .as_deref()
+                .is_some_and(|previous| previous.same_sources(&identity))
+            {
+                return Err(ConfigError::new(
+                    "identity.previous",
+                    "names the current sources: a previous recipe must differ from it",
+                ));
+            }
+            identity
+        }
     };
     if raw.policies.is_empty() {
         return Err(ConfigError::new(

@@ -121,12 +121,15 @@ impl Stream {
                 // of a repeated header, and after the resume the request's
                 // headers are gone (`docs/envoy-facts.md#headers`).
                 let headers = host.headers(HeaderMap::Request);
-                let principal = identity::resolve(&worker.config.identity, &headers, |path| {
-                    host.property(path)
+                let identity = &worker.config.identity;
+                let principal = identity::resolve(identity, &headers, |path| host.property(path));
+                let previous_principal = identity.previous.as_deref().map(|previous| {
+                    identity::resolve(previous, &headers, |path| host.property(path))
                 });
                 Event::RequestHeaders {
                     headers,
                     principal,
+                    previous_principal,
                     end_of_stream,
                 }
             }

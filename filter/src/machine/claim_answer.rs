@@ -50,19 +50,21 @@ impl Machine {
         result: Result<ClaimAnswer, CallError>,
         elapsed_ms: u64,
     ) {
-        let (policy, scope, fingerprint, accepted) = match std::mem::take(&mut self.state) {
-            State::Claiming {
-                policy,
-                scope,
-                fingerprint,
-                accepted,
-            } => (policy, scope, fingerprint, accepted),
-            // An answer nobody waits for (the stream ended or replied): ignore it.
-            other => {
-                self.state = other;
-                return;
-            }
-        };
+        let (policy, scope, previous_scope, fingerprint, accepted) =
+            match std::mem::take(&mut self.state) {
+                State::Claiming {
+                    policy,
+                    scope,
+                    previous_scope,
+                    fingerprint,
+                    accepted,
+                } => (policy, scope, previous_scope, fingerprint, accepted),
+                // An answer nobody waits for (the stream ended or replied): ignore it.
+                other => {
+                    self.state = other;
+                    return;
+                }
+            };
         let ClaimAnswer {
             response: answer,
             record_expires_in_ms: record_life_ms,
@@ -70,6 +72,9 @@ impl Machine {
         } = match result {
             Ok(answer) => answer,
             Err(CallError::MalformedRecord) => return self.malformed_record(out, &policy, scope),
+            Err(CallError::Status(400)) if previous_scope.is_some() => {
+                return self.previous_recipe_refused(out, &policy, scope);
+            }
             Err(error) => return self.store_failed(out, &policy, scope, error),
         };
         match answer {
@@ -86,10 +91,17 @@ impl Machine {
                 let age =
                     Duration::from_millis(elapsed_ms.saturating_sub(claimed_after_ms.unwrap_or(0)));
                 if age > self.trusted_claim_age(lease) {
-                    return self.answered_too_late(out, &policy, scope, (claim_id, fence), age);
+                    return self.answered_too_late(
+                        out,
+                        &policy,
+                        (scope, previous_scope),
+                        (claim_id, fence),
+                        age,
+                    );
                 }
                 out.push(Action::StartRenewal(Lease {
                     scope,
+                    previous_scope,
                     claim_id,
                     lease: policy.lease,
                     interval: policy.renew_interval.min(lease / 2),
@@ -119,6 +131,7 @@ impl Machine {
                 self.state = State::Upstream(Owned {
                     policy,
                     scope,
+                    previous_scope,
                     fingerprint,
                     claim_id,
                     fence,
@@ -268,6 +281,29 @@ impl Machine {
         self.claim_failed(out, policy);
     }
 
+    /// A store that predates recipe transitions refuses a claim naming the previous recipe
+    /// (an unknown field). Claiming one scope would break the promise to proxies on the other
+    /// recipe, and passing the request unguarded would too, so it is refused whatever the
+    /// policy's `failure_mode` (`docs/operations.md#upgrades`: the store rolls out first).
+    fn previous_recipe_refused(&mut self, out: &mut Vec<Action>, policy: &Policy, scope: Digest) {
+        out.push(Action::Log {
+            level: LogLevel::Warn,
+            message: format!(
+                "policy {}: scope {}: the lease-store refused a claim naming the policy's \
+                 previous recipe (400): it predates recipe transitions; roll the lease-store \
+                 out before a filter whose policy names a previous recipe",
+                policy.name,
+                scope.to_hex()
+            ),
+        });
+        self.refuse_held_request(
+            out,
+            ProblemCode::JournalUnavailable,
+            None,
+            Outcome::JournalUnavailable,
+        );
+    }
+
     /// The claim did not give this stream a lease it can use: the policy's
     /// `failure_mode` says whether the request goes through unguarded (F2).
     fn claim_failed(&mut self, out: &mut Vec<Action>, policy: &Policy) {
@@ -309,7 +345,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         policy: &Rc<Policy>,
-        scope: Digest,
+        (scope, previous_scope): (Digest, Option<Digest>),
         (claim_id, fence): (Uuid, i64),
         age: Duration,
     ) {
@@ -320,6 +356,7 @@ impl Machine {
                 claim_id,
                 release_as: ReleaseAs::Forget,
                 cooldown_ms: None,
+                previous_scope,
             },
         };
         out.push(Action::Log {

@@ -39,6 +39,9 @@ pub enum Event {
         headers: Vec<(String, Vec<u8>)>,
         /// What the configured principal sources say.
         principal: Lookup,
+        /// What `identity.previous` says, while it is configured
+        /// (`docs/stream-machine.md#recipe-transitions`).
+        previous_principal: Option<Lookup>,
         /// The request has no body.
         end_of_stream: bool,
     },

@@ -60,6 +60,10 @@ struct Pending {
     /// Everything of the head the scope and fingerprint depend on.
     head: RequestHead,
     principal: Who,
+    /// The principal under `identity.previous`: `None` when it is not configured (the
+    /// previous recipe reads the same principal), `Some(None)` when the previous sources
+    /// name none a proxy on them would accept (no record can exist under them).
+    previous_principal: Option<Option<Who>>,
     /// What the client accepts, for a replay (F8).
     accepted: Accepted,
     buffered: usize,
@@ -89,6 +93,8 @@ impl Who {
 struct Owned {
     policy: Rc<Policy>,
     scope: Digest,
+    /// The previous recipe's scope the claim also holds (`docs/stream-machine.md#recipe-transitions`).
+    previous_scope: Option<Digest>,
     fingerprint: Digest,
     claim_id: Uuid,
     /// The claim's fence: logged with a hand-off, so an operator (or a
@@ -101,6 +107,7 @@ struct Owned {
 struct Ready {
     policy: Rc<Policy>,
     scope: Digest,
+    previous_scope: Option<Digest>,
     fingerprint: Digest,
     accepted: Accepted,
     call: StoreCall,
@@ -122,6 +129,7 @@ enum State {
     Claiming {
         policy: Rc<Policy>,
         scope: Digest,
+        previous_scope: Option<Digest>,
         fingerprint: Digest,
         accepted: Accepted,
     },
@@ -189,9 +197,15 @@ impl Machine {
             Event::RequestHeaders {
                 headers,
                 principal,
+                previous_principal,
                 end_of_stream,
             } => {
-                self.request_headers(&mut out, &headers, principal, end_of_stream);
+                self.request_headers(
+                    &mut out,
+                    &headers,
+                    (principal, previous_principal),
+                    end_of_stream,
+                );
                 out.push(self.request_verdict());
             }
             Event::RequestBodyChunk {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use keyflight_protocol::headers::values;
 use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::time::millis;
-use keyflight_protocol::wire::ClaimRequest;
+use keyflight_protocol::wire::{ClaimRequest, PreviousIdentity};
 use keyflight_protocol::{RequestHead, Rules, Target};
 
 use super::{Action, FENCE_HEADER, Machine, Pending, Ready, State, Who};
@@ -23,6 +23,7 @@ use crate::encoding::{self, Accepted};
 use crate::identity;
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::problem::problem_reply;
+use crate::recipe;
 use crate::replay::{Unreplayable, replay};
 use crate::store_call::StoreCall;
 
@@ -31,7 +32,7 @@ impl Machine {
         &mut self,
         out: &mut Vec<Action>,
         headers: &[(String, Vec<u8>)],
-        principal: identity::Lookup,
+        (principal, previous_principal): (identity::Lookup, Option<identity::Lookup>),
         end_of_stream: bool,
     ) {
         if !matches!(self.state, State::Start) {
@@ -88,6 +89,14 @@ impl Machine {
                 return self.refuse_in_callback(out, ProblemCode::PrincipalRequired, detail);
             }
         };
+        let previous_principal =
+            previous_principal.map(|lookup| match (lookup, policy.anonymous) {
+                (identity::Lookup::Found { source, name }, _) => Some(Who::Named { source, name }),
+                (identity::Lookup::Absent, Anonymous::Shared) => Some(Who::AnonymousShared),
+                // A proxy on the previous sources refused this request: it made no record.
+                (identity::Lookup::Absent, Anonymous::Reject)
+                | (identity::Lookup::Refused(_), _) => None,
+            });
         let declared_length =
             first_text(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
         if declared_length.is_some_and(|n| n > policy.max_request_body_bytes as u64) {
@@ -99,6 +108,7 @@ impl Machine {
             policy,
             head,
             principal,
+            previous_principal,
             buffered: 0,
         };
         if end_of_stream {
@@ -182,6 +192,16 @@ impl Machine {
         let Some(scope) = identified.scope else {
             return;
         };
+        let previous_scope = recipe::previous_scope(
+            &pending.head,
+            scope,
+            policy.previous.as_ref().map_or(policy.scope, |p| p.scope),
+            match &pending.previous_principal {
+                None if policy.previous.is_none() => None,
+                None => Some(pending.principal.principal()),
+                Some(who) => who.as_ref().map(Who::principal),
+            },
+        );
         // F11: dry_run never holds a request up, so it never long-polls.
         let follower_wait = match self.config.mode {
             Mode::Enforce => policy.follower_wait,
@@ -196,11 +216,13 @@ impl Machine {
                     lease_ms: millis(policy.lease),
                     wait_ms: (wait_ms > 0).then_some(wait_ms),
                     retention_s: Some(policy.retention.as_secs()),
+                    previous: previous_scope.map(|scope| PreviousIdentity { scope, fingerprint }),
                 },
             },
             // A long-poll may legitimately take the whole follower wait (F5).
             timeout: self.config.lease_store.timeout + follower_wait,
             scope,
+            previous_scope,
             fingerprint,
             accepted: pending.accepted,
             policy,
@@ -226,6 +248,7 @@ impl Machine {
         self.state = State::Claiming {
             policy: ready.policy,
             scope: ready.scope,
+            previous_scope: ready.previous_scope,
             fingerprint: ready.fingerprint,
             accepted: ready.accepted,
         };

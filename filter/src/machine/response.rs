@@ -265,6 +265,7 @@ pub(super) fn finalize_call(
             claim_id: owned.claim_id,
             response,
             replayable,
+            previous_scope: owned.previous_scope,
         },
     }
 }
@@ -279,6 +280,7 @@ pub(super) fn release_call(owned: &Owned, release_as: ReleaseAs) -> StoreCall {
             claim_id: owned.claim_id,
             release_as,
             cooldown_ms,
+            previous_scope: owned.previous_scope,
         },
     }
 }

@@ -70,6 +70,7 @@ pub(super) fn downgraded(call: &StoreCall) -> Option<StoreCall> {
             claim_id: request.claim_id,
             response: lesser,
             replayable: false,
+            previous_scope: request.previous_scope,
         },
     })
 }

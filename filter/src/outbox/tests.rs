@@ -19,6 +19,7 @@ fn scope(n: u128) -> Digest {
 
 fn lease(n: u128) -> Lease {
     Lease {
+        previous_scope: None,
         scope: scope(n),
         claim_id: claim(n),
         lease: Duration::from_secs(30),
@@ -38,6 +39,7 @@ fn finalize(n: u128, body: &[u8]) -> StoreCall {
                 body,
             ),
             replayable: true,
+            previous_scope: None,
         },
     }
 }
@@ -49,6 +51,7 @@ fn release(n: u128) -> StoreCall {
             claim_id: claim(n),
             release_as: ReleaseAs::Unknown,
             cooldown_ms: None,
+            previous_scope: None,
         },
     }
 }
@@ -183,6 +186,7 @@ fn a_renew_stuck_past_the_interval_does_not_hold_up_the_next() {
                 request: RenewRequest {
                     claim_id: claim(1),
                     lease_ms: 30_000,
+                    previous_scope: None,
                 },
             }
         )],

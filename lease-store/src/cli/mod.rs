@@ -1,16 +1,18 @@
-//! The `lease-store` command line: one binary, four jobs (`docs/records.md#the-api`,
+//! The `lease-store` command line: one binary, five jobs (`docs/records.md#the-api`,
 //! `docs/records.md#operators`).
 //!
 //! - `serve` runs the HTTP API ([`serve`]),
 //! - `migrate` applies the schema migrations and exits ([`migrate`]),
 //! - `records …` is the operator's client for the admin API ([`records`]),
-//! - `fingerprint` explains a request's fingerprint and scope (K5, [`fingerprint`]).
+//! - `fingerprint` explains a request's fingerprint and scope (K5, [`fingerprint`]),
+//! - `recipe-diff` says what a plugin configuration change does to identities ([`recipe_diff`]).
 //!
 //! Each subcommand returns a [`CliError`]; `main` prints it as one line and
 //! exits non-zero, so scripts and operators get a clear, greppable failure.
 
 pub mod fingerprint;
 pub mod migrate;
+pub mod recipe_diff;
 pub mod records;
 pub mod serve;
 
@@ -39,6 +41,8 @@ pub enum Command {
     Records(records::RecordsArgs),
     /// Print a request's canonical form and fingerprint (and optionally its scope).
     Fingerprint(fingerprint::FingerprintArgs),
+    /// Print what a plugin configuration change does to identities; fail when it is unsafe.
+    RecipeDiff(recipe_diff::RecipeDiffArgs),
 }
 
 /// Why a subcommand failed.
@@ -71,6 +75,9 @@ pub enum CliError {
     /// `fingerprint` input is unusable.
     #[error(transparent)]
     Fingerprint(#[from] fingerprint::FingerprintError),
+    /// `recipe-diff` found an unsafe change, or could not read a configuration.
+    #[error(transparent)]
+    RecipeDiff(#[from] recipe_diff::RecipeDiffError),
 }
 
 /// Runs the chosen subcommand.
@@ -80,5 +87,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate(args) => migrate::run(args).await,
         Command::Records(args) => Ok(records::run(args).await?),
         Command::Fingerprint(args) => Ok(fingerprint::run(args)?),
+        Command::RecipeDiff(args) => Ok(recipe_diff::run(args)?),
     }
 }

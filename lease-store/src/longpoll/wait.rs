@@ -77,8 +77,19 @@ pub async fn wait_subscribed(
     let deadline = Instant::now() + budget;
     let mut shutdown = longpoll.shutdown.clone();
     let mut wake = Wake::Own;
+    // A dual claim (`store/dual.rs`) also waits on the previous recipe's scope: the request
+    // may run under either. Past the caps it waits on its own scope and its timers only.
+    let mut previous = req
+        .previous
+        .filter(|previous| previous.scope != subscription.scope)
+        .and_then(|previous| longpoll.subscribe(&previous.scope).ok());
     loop {
-        let attempt = recheck(store, &longpoll.waiters, &subscription, req, wake).await?;
+        let attempt = match &previous {
+            None => recheck(store, &longpoll.waiters, &subscription, req, wake).await?,
+            Some(other) => {
+                recheck_dual(store, &longpoll.waiters, [&subscription, other], req).await?
+            }
+        };
         if !matches!(attempt.response, ClaimResponse::InProgress { .. })
             || Instant::now() >= deadline
             || *shutdown.borrow()
@@ -90,8 +101,15 @@ pub async fn wait_subscribed(
             .map(Instant::from_std)
             .map_or(deadline, |lease_end| lease_end.min(deadline));
         let _parked = Parked::new(&longpoll.waiters.parked);
+        let previous_notified = async {
+            match previous.as_mut() {
+                Some(other) => other.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         wake = tokio::select! {
             () = subscription.notified() => Wake::Notified,
+            () = previous_notified => Wake::Notified,
             () = tokio::time::sleep_until(wake_at) => Wake::Own,
             // A dropped sender disables this branch instead of ending every wait.
             Ok(()) = shutdown.changed() => {
@@ -102,6 +120,22 @@ pub async fn wait_subscribed(
             }
         };
     }
+}
+
+/// One check of a dual claim's two records: both are marked watched (so a settle of
+/// either is announced), then the dual claim itself reads both and answers.
+async fn recheck_dual(
+    store: &Store,
+    waiters: &Waiters,
+    subscriptions: [&Subscription; 2],
+    req: &ClaimRequest,
+) -> Result<ClaimAttempt, StoreError> {
+    for subscription in subscriptions {
+        waiters.reads.fetch_add(1, Ordering::Relaxed);
+        store.watch_and_read(&subscription.scope).await?;
+    }
+    waiters.claims.fetch_add(1, Ordering::Relaxed);
+    store.claim(&subscriptions[0].scope, req).await
 }
 
 /// One check of the record: the read (shared after a notification, own

@@ -126,7 +126,7 @@ SELECT state, fingerprint, replayable, response_status, response_headers, respon
 /// How many times a claim re-runs when the record changes between the claim
 /// and the read. Each re-run needs a concurrent transition, so a handful is
 /// plenty; past it the caller is told to come back shortly.
-const MAX_ATTEMPTS: usize = 4;
+pub(super) const MAX_ATTEMPTS: usize = 4;
 
 /// A record as [`READ_SQL`] saw it: everything needed to answer any claimant
 /// of the scope, whatever its fingerprint. Owned, so one read can be shared.
@@ -226,7 +226,7 @@ impl RecordSnapshot {
     }
 
     /// Whether the record is `pending` (its lease live or not).
-    fn is_pending(&self) -> bool {
+    pub(super) fn is_pending(&self) -> bool {
         self.state == RecordState::Pending
     }
 
@@ -268,13 +268,17 @@ impl Store {
     /// With group commit on, the claim first goes through a batch
     /// (`batch/claims.rs`): a fresh scope may be won there, together with
     /// other claims queued at the same moment; any other outcome comes from
-    /// the single path below, as without batching.
+    /// the single path below, as without batching. A claim that names the previous
+    /// recipe's identity is never batched (`dual.rs`).
     pub async fn claim(
         &self,
         scope: &Digest,
         req: &ClaimRequest,
     ) -> Result<ClaimAttempt, StoreError> {
         let params = self.claim_params(req)?;
+        if let Some(previous) = &req.previous {
+            return self.claim_dual(scope, &params, previous).await;
+        }
         if let Some(queues) = &self.batch {
             match queues.claim(*scope, params).await {
                 ClaimReply::Answered(answer) => return answer,
@@ -364,14 +368,7 @@ impl Store {
                 if let Some(until) = held_until
                     && record.is_pending()
                 {
-                    let left = until.saturating_duration_since(Instant::now());
-                    return Ok(ClaimAttempt {
-                        response: ClaimResponse::InProgress {
-                            retry_after_s: retry_after(left),
-                        },
-                        pending_until: Some(until),
-                        record_expires_at: None,
-                    });
+                    return Ok(held_in_progress(until));
                 }
             }
             Ok(ClaimAttempt {
@@ -384,7 +381,23 @@ impl Store {
     }
 }
 
-fn won_attempt(row: &Row, claim_id: Uuid, lease_ms: u64) -> Result<ClaimAttempt, StoreError> {
+/// `in_progress` until the takeover grace ends at `until`, when a waiter claims again.
+pub(super) fn held_in_progress(until: Instant) -> ClaimAttempt {
+    let left = until.saturating_duration_since(Instant::now());
+    ClaimAttempt {
+        response: ClaimResponse::InProgress {
+            retry_after_s: retry_after(left),
+        },
+        pending_until: Some(until),
+        record_expires_at: None,
+    }
+}
+
+pub(super) fn won_attempt(
+    row: &Row,
+    claim_id: Uuid,
+    lease_ms: u64,
+) -> Result<ClaimAttempt, StoreError> {
     let how: &str = row.try_get("how")?;
     let how = match how {
         "claimed" => WonHow::Claimed,

@@ -21,6 +21,9 @@
 //! write, so it sees a concurrent duplicate that committed while the write
 //! waited for the row lock.
 //!
+//! A settle that names `previous_scope` (a dual claim, `dual.rs`) runs its statement on
+//! both records in one transaction; its answer is the current scope's.
+//!
 //! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger, see
 //! migrations V1 and V3) when a follower watches the record, which wakes
 //! long-poll waiters on every replica (L4); an unwatched record settles
@@ -30,12 +33,14 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
     FinalizeRequest, ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse,
 };
-use tokio_postgres::types::Json;
+use tokio_postgres::Statement;
+use tokio_postgres::types::{Json, ToSql};
 use uuid::Uuid;
 
 use deadpool_postgres::Object;
 
 use super::batch::FinalizeReply;
+use super::dual::settle_both;
 use super::{Store, StoreError, duration_millis, millis_param};
 
 /// `$1` scope, `$2` claim id, `$3` lease ms.
@@ -132,10 +137,8 @@ impl Store {
         let lease_ms = millis_param("lease_ms", req.lease_ms)?;
         self.run(async |client| {
             let statement = client.prepare_cached(RENEW_SQL).await?;
-            let rows = client
-                .execute(&statement, &[&scope.0.as_slice(), &req.claim_id, &lease_ms])
-                .await?;
-            owned(rows)
+            let rest: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &lease_ms];
+            owned(write(client, &statement, scope, req.previous_scope, &rest).await?)
         })
         .await?;
         Ok(RenewResponse {
@@ -151,18 +154,21 @@ impl Store {
     pub async fn finalize(&self, scope: &Digest, req: FinalizeRequest) -> Result<(), StoreError> {
         let claim_id = req.claim_id;
         let req = match &self.batch {
-            Some(queues) => match queues.finalize(*scope, req).await {
-                FinalizeReply::Answered(answer) => return answer,
-                FinalizeReply::NotOwned => {
-                    return self
-                        .run(async |client| {
-                            settled(client, scope, claim_id, 0, Settled::Completed).await
-                        })
-                        .await;
+            // Two records settle in one transaction of their own (`dual.rs`).
+            Some(queues) if req.previous_scope.is_none() => {
+                match queues.finalize(*scope, req).await {
+                    FinalizeReply::Answered(answer) => return answer,
+                    FinalizeReply::NotOwned => {
+                        return self
+                            .run(async |client| {
+                                settled(client, scope, claim_id, 0, Settled::Completed).await
+                            })
+                            .await;
+                    }
+                    FinalizeReply::RunSingly(req) => req,
                 }
-                FinalizeReply::RunSingly(req) => req,
-            },
-            None => req,
+            }
+            _ => req,
         };
         self.finalize_single(scope, &req).await
     }
@@ -178,19 +184,9 @@ impl Store {
         let headers = Json(&req.response.headers);
         self.run(async |client| {
             let statement = client.prepare_cached(FINALIZE_SQL).await?;
-            let rows = client
-                .execute(
-                    &statement,
-                    &[
-                        &scope.0.as_slice(),
-                        &req.claim_id,
-                        &status,
-                        &headers,
-                        body,
-                        &req.replayable,
-                    ],
-                )
-                .await?;
+            let rest: [&(dyn ToSql + Sync); 5] =
+                [&req.claim_id, &status, &headers, body, &req.replayable];
+            let rows = write(client, &statement, scope, req.previous_scope, &rest).await?;
             settled(client, scope, req.claim_id, rows, Settled::Completed).await
         })
         .await
@@ -204,33 +200,40 @@ impl Store {
             None => duration_millis(self.default_cooldown),
         };
         self.run(async |client| {
-            let rows = match req.release_as {
-                ReleaseAs::Cooldown => {
-                    let statement = client.prepare_cached(RELEASE_COOLDOWN_SQL).await?;
-                    client
-                        .execute(
-                            &statement,
-                            &[&scope.0.as_slice(), &req.claim_id, &cooldown_ms],
-                        )
-                        .await?
-                }
-                ReleaseAs::Unknown => {
-                    let statement = client.prepare_cached(RELEASE_UNKNOWN_SQL).await?;
-                    client
-                        .execute(&statement, &[&scope.0.as_slice(), &req.claim_id])
-                        .await?
-                }
-                ReleaseAs::Forget => {
-                    let statement = client.prepare_cached(RELEASE_FORGET_SQL).await?;
-                    client
-                        .execute(&statement, &[&scope.0.as_slice(), &req.claim_id])
-                        .await?
-                }
+            let with_cooldown: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &cooldown_ms];
+            let (sql, rest) = match req.release_as {
+                ReleaseAs::Cooldown => (RELEASE_COOLDOWN_SQL, &with_cooldown[..]),
+                ReleaseAs::Unknown => (RELEASE_UNKNOWN_SQL, &with_cooldown[..1]),
+                ReleaseAs::Forget => (RELEASE_FORGET_SQL, &with_cooldown[..1]),
             };
+            let statement = client.prepare_cached(sql).await?;
+            let rows = write(client, &statement, scope, req.previous_scope, rest).await?;
             let expected = Settled::of_release(req.release_as);
             settled(client, scope, req.claim_id, rows, expected).await
         })
         .await
+    }
+}
+
+/// Runs a fenced write on `scope` (`$1`) with `rest` (`$2`…), and on the previous
+/// recipe's scope of a dual claim in the same transaction; the rows changed on `scope`.
+async fn write(
+    client: &Object,
+    statement: &Statement,
+    scope: &Digest,
+    previous_scope: Option<Digest>,
+    rest: &[&(dyn ToSql + Sync)],
+) -> Result<u64, StoreError> {
+    match previous_scope {
+        Some(previous) if previous != *scope => {
+            settle_both(client, statement, scope, &previous, rest).await
+        }
+        _ => {
+            let scope = scope.0.as_slice();
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope];
+            params.extend_from_slice(rest);
+            Ok(client.execute(statement, &params).await?)
+        }
     }
 }
 

@@ -49,6 +49,7 @@
 
 mod batch;
 mod claim;
+mod dual;
 mod epoch;
 mod lease;
 mod migrate;
@@ -78,6 +79,7 @@ pub use migrate::{MigrationReport, grant_runtime, migrate};
 pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
+pub use dual::BOTH_HELD_SQL;
 pub use lease::FINALIZE_SQL;
 pub use records::response_digest;
 

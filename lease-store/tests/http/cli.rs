@@ -177,3 +177,55 @@ fn fingerprint_prints_the_filters_fingerprint_and_the_scope() {
         "transport headers never count: {text}"
     );
 }
+
+/// `lease-store recipe-diff` reads two plugin configurations and says what the change does
+/// to identities: non-zero for a scope change with no previous recipe, zero with one.
+#[test]
+fn recipe_diff_fails_an_identity_change_without_a_previous_recipe() {
+    let dir = std::env::temp_dir().join(format!("recipe-diff-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, policy: &str| {
+        let path = dir.join(name);
+        let doc = format!(
+            r#"{{"lease_store": {{"cluster": "ls", "token": "t"}},
+                "identity": {{"principal": [{{"header": "x-user"}}]}},
+                "policies": [{{"name": "payments", "match": {{"path_prefix": "/p"}} {policy}}}]}}"#
+        );
+        std::fs::write(&path, doc).unwrap();
+        path
+    };
+    let route = write("route.json", "");
+    let service = write("service.json", r#", "scope": "service""#);
+    let transition = write(
+        "transition.json",
+        r#", "scope": "service", "previous": {"scope": "route"}"#,
+    );
+    let diff = |old: &std::path::Path, new: &std::path::Path| {
+        Command::new(BIN)
+            .args(["recipe-diff", "--old"])
+            .arg(old)
+            .arg("--new")
+            .arg(new)
+            .output()
+            .unwrap()
+    };
+    let unsafe_change = diff(&route, &service);
+    assert!(!unsafe_change.status.success());
+    let report = String::from_utf8_lossy(&unsafe_change.stdout);
+    assert!(
+        report.contains("policy payments: UNSAFE") && report.contains("scope: route -> service"),
+        "{report}"
+    );
+    let safe = stdout(&diff(&route, &transition));
+    assert!(
+        safe.contains("policy payments: safe: the previous recipe is named"),
+        "{safe}"
+    );
+    // A rollback to the bare old configuration strands the new records.
+    assert!(!diff(&transition, &route).status.success());
+    let broken = write("broken.json", r#", "scope": "sideways""#);
+    let refused = diff(&route, &broken);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("broken.json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -204,6 +204,7 @@ async fn records_in_every_state(store: &Store) -> Vec<(Digest, ClaimRequest, Cla
             claim_id,
             release_as,
             cooldown_ms: Some(60_000),
+            previous_scope: None,
         };
         store.release(&scope, &release).await.unwrap();
         cases.push((scope, same.clone(), answer));

@@ -200,6 +200,7 @@ async fn large_bodies_share_a_batch_only_within_the_byte_budget_and_are_recorded
                 claim_id: *claim_id,
                 response: StoredResponse::new(200, Vec::new(), body),
                 replayable: true,
+                previous_scope: None,
             };
             spawn_finalize(&store, *scope, request)
         })

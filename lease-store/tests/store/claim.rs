@@ -60,6 +60,7 @@ async fn expired_lease_with_same_fingerprint_is_recovered_with_a_higher_fence_an
     let renew = RenewRequest {
         claim_id: old_claim,
         lease_ms: 10_000,
+        previous_scope: None,
     };
     assert!(matches!(
         store.renew(&scope, &renew).await,
@@ -178,6 +179,7 @@ async fn finalized_unreplayable_response_answers_not_replayable() {
         claim_id,
         response: StoredResponse::new(200, vec![], b""),
         replayable: false,
+        previous_scope: None,
     };
     store.finalize(&scope, finalize).await.unwrap();
     assert_eq!(
@@ -231,6 +233,7 @@ async fn renew_extends_the_lease_of_its_owner() {
             &RenewRequest {
                 claim_id,
                 lease_ms: 60_000,
+                previous_scope: None,
             },
         )
         .await
@@ -267,6 +270,7 @@ async fn release_cooldown_answers_cooldown_until_it_elapses_then_the_same_reques
                 claim_id,
                 release_as: ReleaseAs::Cooldown,
                 cooldown_ms: Some(400),
+                previous_scope: None,
             },
         )
         .await
@@ -304,6 +308,7 @@ async fn release_cooldown_without_a_duration_uses_the_default() {
                 claim_id,
                 release_as: ReleaseAs::Cooldown,
                 cooldown_ms: None,
+                previous_scope: None,
             },
         )
         .await
@@ -334,6 +339,7 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
         claim_id,
         release_as: ReleaseAs::Unknown,
         cooldown_ms: None,
+        previous_scope: None,
     };
     store.release(&scope, &release).await.unwrap();
     // A repeat by the same claim (the outbox resending an unanswered call) is a success.
@@ -384,6 +390,7 @@ async fn release_forget_lets_the_next_claim_start_fresh() {
                 claim_id,
                 release_as: ReleaseAs::Forget,
                 cooldown_ms: None,
+                previous_scope: None,
             },
         )
         .await

@@ -77,6 +77,7 @@ async fn cleanup_keeps_pending_unknown_and_unexpired_rows() {
                 claim_id,
                 release_as: ReleaseAs::Unknown,
                 cooldown_ms: None,
+                previous_scope: None,
             },
         )
         .await
@@ -182,6 +183,7 @@ async fn cleanup_deletes_expired_terminal_rows_in_batches_and_counts_them() {
                 claim_id,
                 release_as: ReleaseAs::Cooldown,
                 cooldown_ms: Some(60_000),
+                previous_scope: None,
             },
         )
         .await

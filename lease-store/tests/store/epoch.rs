@@ -18,6 +18,7 @@ async fn erase_resolve_and_reclaim_bump_the_epoch_and_nothing_else_does() {
         claim_id,
         release_as,
         cooldown_ms: None,
+        previous_scope: None,
     };
 
     // The data path never moves it: finalize, forget, unknown, cooldown.

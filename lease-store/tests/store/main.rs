@@ -9,6 +9,7 @@ mod batch_finalizes;
 mod claim;
 mod cleanup;
 mod dead_first_host;
+mod dual_claims;
 mod epoch;
 mod frozen;
 mod least_privilege;

@@ -19,6 +19,7 @@ async fn unknown_record(store: &Store, scope: &Digest, label: &str) {
                 claim_id,
                 release_as: ReleaseAs::Unknown,
                 cooldown_ms: None,
+                previous_scope: None,
             },
         )
         .await

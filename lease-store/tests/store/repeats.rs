@@ -16,6 +16,7 @@ fn release(claim_id: uuid::Uuid, release_as: ReleaseAs) -> ReleaseRequest {
         claim_id,
         release_as,
         cooldown_ms: Some(60_000),
+        previous_scope: None,
     }
 }
 

@@ -79,6 +79,7 @@ pub fn claim_req(fingerprint: Digest, lease_ms: u64) -> ClaimRequest {
         lease_ms,
         wait_ms: None,
         retention_s: None,
+        previous: None,
     }
 }
 
@@ -105,6 +106,7 @@ pub fn finalize_ok(claim_id: Uuid) -> FinalizeRequest {
         claim_id,
         response: sample_response(),
         replayable: true,
+        previous_scope: None,
     }
 }
 

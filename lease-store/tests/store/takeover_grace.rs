@@ -111,6 +111,7 @@ async fn the_grace_never_delays_a_cooldown_or_a_fresh_claim() {
                 claim_id,
                 release_as: keyflight_protocol::wire::ReleaseAs::Cooldown,
                 cooldown_ms: Some(1),
+                previous_scope: None,
             },
         )
         .await

@@ -80,7 +80,8 @@ async fn a_database_crash_is_unavailable_promptly_and_everything_recovers_after_
                 &scope,
                 &RenewRequest {
                     claim_id,
-                    lease_ms: 30_000
+                    lease_ms: 30_000,
+                    previous_scope: None,
                 }
             )
             .await,

@@ -49,6 +49,7 @@ fn claim_request() {
             lease_ms: 30_000,
             wait_ms: Some(5_000),
             retention_s: Some(86_400),
+            previous: None,
         },
         json!({"fingerprint": HEX, "lease_ms": 30000, "wait_ms": 5000, "retention_s": 86400}),
     );
@@ -58,9 +59,70 @@ fn claim_request() {
             lease_ms: 1,
             wait_ms: None,
             retention_s: None,
+            previous: None,
         },
         json!({"fingerprint": HEX, "lease_ms": 1}),
     );
+}
+
+/// A claim across a recipe change (`docs/records.md#claims-across-a-recipe-change`) and the
+/// settles that follow it name the previous recipe's scope.
+#[test]
+fn dual_claim_and_its_settles() {
+    const OTHER: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let other = Digest::from_hex(OTHER).expect("valid digest");
+    pins(
+        ClaimRequest {
+            fingerprint: digest(),
+            lease_ms: 1,
+            wait_ms: None,
+            retention_s: None,
+            previous: Some(PreviousIdentity {
+                scope: other,
+                fingerprint: digest(),
+            }),
+        },
+        json!({"fingerprint": HEX, "lease_ms": 1,
+               "previous": {"scope": OTHER, "fingerprint": HEX}}),
+    );
+    pins(
+        RenewRequest {
+            claim_id: claim_id(),
+            lease_ms: 10,
+            previous_scope: Some(other),
+        },
+        json!({"claim_id": CLAIM_ID, "lease_ms": 10, "previous_scope": OTHER}),
+    );
+    pins(
+        FinalizeRequest {
+            claim_id: claim_id(),
+            response: response(),
+            replayable: true,
+            previous_scope: Some(other),
+        },
+        json!({"claim_id": CLAIM_ID, "response": response_json(), "replayable": true,
+               "previous_scope": OTHER}),
+    );
+    pins(
+        ReleaseRequest {
+            claim_id: claim_id(),
+            release_as: ReleaseAs::Forget,
+            cooldown_ms: None,
+            previous_scope: Some(other),
+        },
+        json!({"claim_id": CLAIM_ID, "as": "forget", "previous_scope": OTHER}),
+    );
+    // The previous identity is whole or refused: a store never claims half of it.
+    for bad in [
+        json!({"fingerprint": HEX, "lease_ms": 1, "previous": {"scope": OTHER}}),
+        json!({"fingerprint": HEX, "lease_ms": 1,
+               "previous": {"scope": OTHER, "fingerprint": HEX, "extra": 1}}),
+    ] {
+        assert!(
+            serde_json::from_value::<ClaimRequest>(bad.clone()).is_err(),
+            "{bad}"
+        );
+    }
 }
 
 #[test]
@@ -169,6 +231,7 @@ fn renew_finalize_release() {
         RenewRequest {
             claim_id: claim_id(),
             lease_ms: 10,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "lease_ms": 10}),
     );
@@ -178,6 +241,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             response: response(),
             replayable: true,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "response": response_json(), "replayable": true}),
     );
@@ -186,6 +250,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             release_as: ReleaseAs::Cooldown,
             cooldown_ms: Some(2000),
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "as": "cooldown", "cooldown_ms": 2000}),
     );
@@ -194,6 +259,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             release_as: ReleaseAs::Unknown,
             cooldown_ms: None,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "as": "unknown"}),
     );
@@ -202,6 +268,7 @@ fn renew_finalize_release() {
             claim_id: claim_id(),
             release_as: ReleaseAs::Forget,
             cooldown_ms: None,
+            previous_scope: None,
         },
         json!({"claim_id": CLAIM_ID, "as": "forget"}),
     );

@@ -11,6 +11,7 @@ mod claim;
 mod claim_answers;
 mod dry_run;
 mod edge_cache;
+mod recipe_transition;
 mod refusals;
 mod response;
 mod robustness;

@@ -255,6 +255,7 @@ fn a_response_over_the_cap_is_completed_not_replayable_and_streamed() {
     m.on(Event::RequestHeaders {
         headers: keyed(),
         principal,
+        previous_principal: None,
         end_of_stream: true,
     });
     m.on(Event::StoreAnswered {
