@@ -35,11 +35,15 @@ use crate::metrics::{Event, Shed};
 )]
 pub async fn claim(
     State(state): State<AppState>,
-    RecordScope(scope): RecordScope,
+    record: RecordScope,
     slot: Option<Extension<Slot>>,
     ApiJson(mut request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimAnswer>, ApiError> {
     let received = Instant::now();
+    let scope = record.scope;
+    if let Some(previous) = request.previous.as_mut() {
+        previous.scope = record.also(&previous.scope);
+    }
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {

@@ -35,9 +35,13 @@ use crate::store::StoreError;
 )]
 pub async fn renew(
     State(state): State<AppState>,
-    RecordScope(scope): RecordScope,
-    ApiJson(request): ApiJson<RenewRequest>,
+    record: RecordScope,
+    ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
+    let scope = record.scope;
+    request.previous_scope = request
+        .previous_scope
+        .map(|previous| record.also(&previous));
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     let answer = state.store.renew(&scope, &request).await;
     counted(&state.metrics, Event::Renew, answer).map(Json)
@@ -63,9 +67,13 @@ pub async fn renew(
 )]
 pub async fn finalize(
     State(state): State<AppState>,
-    RecordScope(scope): RecordScope,
-    ApiJson(request): ApiJson<FinalizeRequest>,
+    record: RecordScope,
+    ApiJson(mut request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
+    let scope = record.scope;
+    request.previous_scope = request
+        .previous_scope
+        .map(|previous| record.also(&previous));
     recordable(&request.response)?;
     fits_a_record(&request.response, &state.bounds)?;
     let (claim_id, call) = (
@@ -92,9 +100,13 @@ pub async fn finalize(
 )]
 pub async fn release(
     State(state): State<AppState>,
-    RecordScope(scope): RecordScope,
-    ApiJson(request): ApiJson<ReleaseRequest>,
+    record: RecordScope,
+    ApiJson(mut request): ApiJson<ReleaseRequest>,
 ) -> Result<(), ApiError> {
+    let scope = record.scope;
+    request.previous_scope = request
+        .previous_scope
+        .map(|previous| record.also(&previous));
     if let Some(cooldown_ms) = request.cooldown_ms {
         within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
     }

@@ -187,8 +187,21 @@ impl<S: Send + Sync> FromRequestParts<S> for Scope {
 /// The record a data-plane call reaches: the `{scope}` path segment in the caller's
 /// namespace (`docs/configuration.md#caller-identity`). Without a [`Caller`] (a route
 /// outside the filter's auth) nothing is reachable.
-#[derive(Debug, Clone, Copy)]
-pub struct RecordScope(pub Digest);
+#[derive(Debug, Clone)]
+pub struct RecordScope {
+    /// The record the path names.
+    pub scope: Digest,
+    /// Whose namespace it is in: every other scope the call names (a dual claim's previous
+    /// scope) is read in the same one, through [`RecordScope::also`].
+    caller: Caller,
+}
+
+impl RecordScope {
+    /// The record of another scope the same call names, in the caller's namespace.
+    pub fn also(&self, scope: &Digest) -> Digest {
+        self.caller.record_scope(scope)
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for RecordScope {
     type Rejection = ApiError;
@@ -200,7 +213,10 @@ impl<S: Send + Sync> FromRequestParts<S> for RecordScope {
             .cloned()
             .ok_or(ApiError::Unauthorized)?;
         let Scope(scope) = Scope::from_request_parts(parts, state).await?;
-        Ok(RecordScope(caller.record_scope(&scope)))
+        Ok(RecordScope {
+            scope: caller.record_scope(&scope),
+            caller,
+        })
     }
 }
 

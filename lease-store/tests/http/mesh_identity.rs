@@ -306,3 +306,35 @@ async fn workloads_behind_the_one_sidecar_have_a_body_budget_each() {
     );
     drop((held, other));
 }
+
+/// A dual claim across a recipe change (`docs/records.md#claims-across-a-recipe-change`)
+/// names its previous scope in the body: that scope is the caller's too, so the proxy still
+/// on the old recipe — the same workload — finds the record, and another workload naming the
+/// same digest does not.
+#[tokio::test]
+async fn a_dual_claims_previous_scope_is_in_the_callers_namespace() {
+    let server = mesh_store("127.0.0.0/8,::1/128").await;
+    let api = &server.api;
+    let (new_scope, old_scope) = (fresh_digest("new-recipe"), fresh_digest("old-recipe"));
+    let (new_fp, old_fp) = (fresh_digest("new-fp"), fresh_digest("old-fp"));
+
+    let won = post_as(
+        api,
+        CHECKOUT,
+        &format!("/v1/claims/{new_scope}"),
+        &json!({
+            "fingerprint": new_fp, "lease_ms": 60_000, "wait_ms": 0,
+            "previous": { "scope": old_scope, "fingerprint": old_fp },
+        }),
+    )
+    .await;
+    assert_eq!(won.outcome(), "won", "{}", won.text);
+
+    // The same workload's proxy on the old recipe follows the dual claim.
+    let old_proxy = claim_as(api, CHECKOUT, &old_scope, &old_fp, 0).await;
+    assert_eq!(old_proxy.outcome(), "in_progress", "{}", old_proxy.text);
+
+    // Another workload naming the old scope reaches a record of its own.
+    let other = claim_as(api, CART, &old_scope, &old_fp, 0).await;
+    assert_eq!(other.outcome(), "won", "{}", other.text);
+}
