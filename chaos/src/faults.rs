@@ -12,9 +12,11 @@
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
+//! | envoy drain, wasm upgrade | a graceful drain, a module push (`faults/lifecycle.rs`) | `SIGTERM` and a restart; the old VMs seen destroyed |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
+mod lifecycle;
 mod network;
 mod plugin_push;
 
@@ -77,6 +79,7 @@ struct Injected {
     crash: Option<Crash>,
     old_primary: Option<usize>,
     cut: Option<CutId>,
+    lifecycle: Option<lifecycle::Pending>,
 }
 
 async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
@@ -88,10 +91,12 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             start_ms: clock.now_ms(),
             end_ms: 0,
             failover_window_ms: None,
+            proxy_gone_ms: None,
         },
         crash: None,
         old_primary: None,
         cut: None,
+        lifecycle: None,
     };
     match step.kind {
         FaultKind::StoreKill => stack.kill_store(step.target),
@@ -109,6 +114,9 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
+        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade => {
+            injected.lifecycle = Some(lifecycle::inject(stack, step.kind, step.target).await);
+        }
     }
     injected
 }
@@ -119,6 +127,7 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         crash,
         old_primary,
         cut,
+        lifecycle,
     } = injected;
     match fault.kind {
         FaultKind::StoreKill => stack.start_store(fault.target).await,
@@ -141,6 +150,11 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         | FaultKind::SlowLink => {
             if let Some(cut) = cut {
                 stack.heal(cut);
+            }
+        }
+        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade => {
+            if let Some(pending) = lifecycle {
+                fault.proxy_gone_ms = lifecycle::heal(stack, &fault, pending, clock).await;
             }
         }
     }

@@ -51,11 +51,18 @@ pub enum FaultKind {
     /// `tbf` rate of a few hundred bytes a second each way) until calls outlast the
     /// filter's call timeout.
     SlowLink,
+    /// An Envoy drained as a pod's termination drains it (`POST /drain_listeners?graceful`,
+    /// held a while), then `SIGTERM`, then started again on the same ports
+    /// (`faults/lifecycle.rs`).
+    EnvoyDrain,
+    /// Envoy 0's Wasm module replaced by LDS (a new build, then back to the original: an
+    /// upgrade and a rollback): a new VM, the old one retired and destroyed.
+    WasmUpgrade,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -66,10 +73,12 @@ impl FaultKind {
         FaultKind::StoreDbPartition,
         FaultKind::OneWayLoss,
         FaultKind::SlowLink,
+        FaultKind::EnvoyDrain,
+        FaultKind::WasmUpgrade,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 9] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 11] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -79,17 +88,21 @@ impl FaultKind {
         FaultKind::StoreDbPartition,
         FaultKind::OneWayLoss,
         FaultKind::SlowLink,
+        FaultKind::EnvoyDrain,
+        FaultKind::WasmUpgrade,
     ];
 
     /// The kinds a run on a replicated Postgres can inject (its parts share the host's
     /// network: no link faults).
-    pub const REPLICATED_POSTGRES: [FaultKind; 6] = [
+    pub const REPLICATED_POSTGRES: [FaultKind; 8] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
         FaultKind::EnvoyKill,
         FaultKind::PrimaryNodeDeath,
         FaultKind::PluginPush,
+        FaultKind::EnvoyDrain,
+        FaultKind::WasmUpgrade,
     ];
 
     /// The kinds made by cutting links: they need the parts in network namespaces.
@@ -113,6 +126,8 @@ impl FaultKind {
             FaultKind::StoreDbPartition => "store db partition",
             FaultKind::OneWayLoss => "one way loss",
             FaultKind::SlowLink => "slow link",
+            FaultKind::EnvoyDrain => "envoy drain",
+            FaultKind::WasmUpgrade => "wasm upgrade",
         }
     }
 }
@@ -134,6 +149,11 @@ pub struct Fault {
     /// multi-host URL accepted again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_window_ms: Option<u64>,
+    /// A proxy-lifecycle fault's moment the old Envoy process or Wasm VM was gone with its
+    /// outbox (`faults/lifecycle.rs`): the `SIGTERM` of a drain, the moment a module push's
+    /// old VMs were seen destroyed. `None` when it was not seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_gone_ms: Option<Ms>,
 }
 
 impl Fault {

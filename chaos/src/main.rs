@@ -56,7 +56,7 @@
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
-//! `one-way-loss`, `slow-link`; `none` for none) and `--no-give-up` keeps every caller
+//! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -116,7 +116,8 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha), and the link
+    /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, primary-node-death
+    /// (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
     /// only; they run each Envoy and lease-store in its own network namespace, as root); `none`
     /// for a control run. Default: every kind the database allows.
@@ -420,7 +421,8 @@ mod tests {
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
-                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link";
+                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
+                   wasm-upgrade";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 10] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 12] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -98,6 +98,8 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 10] = [
     (FaultKind::StoreDbPartition, 10),
     (FaultKind::OneWayLoss, 10),
     (FaultKind::SlowLink, 10),
+    (FaultKind::EnvoyDrain, 15),
+    (FaultKind::WasmUpgrade, 10),
 ];
 
 /// How often a fault is drawn to overlap the next one (two faults at once).
@@ -219,7 +221,9 @@ impl FaultStep {
             | FaultKind::PluginPush
             | FaultKind::ProxyPartition
             | FaultKind::OneWayLoss
-            | FaultKind::SlowLink => Part::Envoy(self.target),
+            | FaultKind::SlowLink
+            | FaultKind::EnvoyDrain
+            | FaultKind::WasmUpgrade => Part::Envoy(self.target),
             FaultKind::StoreDbPartition => Part::Store(self.target),
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
@@ -364,7 +368,10 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
         let kind = weighted(rng, &weights);
         let target = match kind {
             // Only Envoy 0 of the stack takes its listener from LDS.
-            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath | FaultKind::PluginPush => 0,
+            FaultKind::PostgresCrash
+            | FaultKind::PrimaryNodeDeath
+            | FaultKind::PluginPush
+            | FaultKind::WasmUpgrade => 0,
             _ => rng.random_range(0..replicas),
         };
         let hold_ms = match kind {
@@ -378,6 +385,10 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
             // The push is over once Envoy accepted it; the old plugin drains meanwhile.
             FaultKind::PluginPush => rng.random_range(100..600),
+            // A termination drain: past the longest upstream delay for some, not others.
+            FaultKind::EnvoyDrain => rng.random_range(300..2500),
+            // The heal waits until the old VMs are gone (after the 1 s listener drain).
+            FaultKind::WasmUpgrade => rng.random_range(100..600),
             FaultKind::ProxyPartition => partition_hold(rng, settings),
             FaultKind::StoreDbPartition => rng.random_range(300..3000),
             // Past the call timeout, within the lease: a cut proxy whose lease runs out is
@@ -474,9 +485,9 @@ mod tests {
 
     #[test]
     fn a_plan_has_every_kind_of_caller_and_fault() {
-        // Long enough for the rarer kinds among nine.
+        // Long enough for the rarer kinds among twelve.
         let long = Settings {
-            duration_ms: 180_000,
+            duration_ms: 300_000,
             ..settings()
         };
         let plan = draw(1, &long);

@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::evidence::{ClaimWon, TAKEOVER};
+use super::lifecycle::{process_ended, vm_retired};
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
 use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
@@ -23,7 +24,15 @@ use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
 pub enum Row {
     /// The winner's proxy died after dispatching upstream and before any settle landed.
     ProxyDied {
-        /// The Envoy kill (fault id).
+        /// The Envoy kill or drain (fault id; `lifecycle.rs`).
+        fault: usize,
+        /// Its caller already had its answer (the record was in the outbox).
+        answer_delivered: bool,
+    },
+    /// The winner's outbox held the settle call when its root context was retired, and a
+    /// push of another module destroyed that VM before any settle landed (`lifecycle.rs`).
+    VmRetired {
+        /// The module push (fault id).
         fault: usize,
         /// Its caller already had its answer (the record was in the outbox).
         answer_delivered: bool,
@@ -64,6 +73,9 @@ impl Row {
                 answer_delivered: true,
                 ..
             } | Row::ProxyPartitioned {
+                answer_delivered: true,
+                ..
+            } | Row::VmRetired {
                 answer_delivered: true,
                 ..
             }
@@ -394,9 +406,11 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    `uncertain: retry` called for it, and the successor won only as that release
 ///    allows), or: the successor took the lease over, no settle of the earlier claim landed
 ///    (store or proxy) before it, and the row's own event is shown: the earlier
-///    execution's Envoy was killed after its claim was won and before both the takeover and
-///    any landed settle (if its caller had the answer by then, the hand-off to the outbox
-///    must be in its log) — or it was cut off from every lease-store for longer than the
+///    execution's Envoy was killed (or drained and sent `SIGTERM`) after its claim was won
+///    and before both the takeover and any landed settle (if its caller had the answer by
+///    then, the hand-off to the outbox must be in its log) — or it retired a root context
+///    with that claim's settle call in its outbox and a module push then destroyed that VM
+///    before the takeover and any landed settle (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
 ///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
 ///    the claim up before the takeover.
 pub fn judge_rerun(
@@ -503,6 +517,17 @@ fn excused(
     )? {
         return Ok(excused(row));
     }
+    if let Some(row) = vm_retired(
+        earlier,
+        envoy,
+        first,
+        takeover,
+        landed,
+        attempts_by_id,
+        history,
+    )? {
+        return Ok(excused(row));
+    }
     let partitioned = Earlier {
         execution: earlier,
         envoy,
@@ -525,7 +550,7 @@ fn excused(
     ))
 }
 
-/// The dead-proxy row: `Ok(None)` when no kill fits, `Err` when one fits but the caller
+/// The dead-proxy row: `Ok(None)` when no kill or drain's `SIGTERM` fits, `Err` when one fits but the caller
 /// had its answer with no hand-off logged (the record should have been written).
 fn proxy_died(
     earlier: &Execution,
@@ -537,25 +562,27 @@ fn proxy_died(
     history: &History,
 ) -> Result<Option<Row>, String> {
     let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
-    let Some(kill) = history.faults.iter().find(|fault| {
-        fault.kind == FaultKind::EnvoyKill
-            && fault.target == envoy
-            && claim.at_ms <= fault.start_ms
-            && fault.start_ms < before
-    }) else {
+    let Some((kill, ended)) = history
+        .faults
+        .iter()
+        .filter(|fault| fault.target == envoy)
+        .filter_map(|fault| Some((fault, process_ended(fault)?)))
+        .find(|(_, ended)| claim.at_ms <= *ended && *ended < before)
+    else {
         return Ok(None);
     };
-    let Some(answered) = answered_by(earlier, attempts_by_id, kill.start_ms) else {
+    let Some(answered) = answered_by(earlier, attempts_by_id, ended) else {
         return Ok(Some(Row::ProxyDied {
             fault: kill.id,
             answer_delivered: false,
         }));
     };
-    if !handed_off_by(history, envoy, claim.fence, kill.start_ms) {
+    if !handed_off_by(history, envoy, claim.fence, ended) {
         return Err(format!(
-            "envoy-{envoy} was killed at {} ms, after its caller got the answer at {answered} \
-             ms, but logged no hand-off of fence {}: its record should have been written",
-            kill.start_ms, claim.fence
+            "envoy-{envoy} was killed at {ended} ms, after its caller got the answer at \
+             {answered} ms, but logged no hand-off of fence {}: its record should have been \
+             written",
+            claim.fence
         ));
     }
     Ok(Some(Row::ProxyDied {

@@ -26,6 +26,7 @@
 
 mod extra;
 mod faults;
+mod lifecycle;
 mod network;
 mod options;
 mod parts;

@@ -1,0 +1,59 @@
+//! A proxy's lifecycle as a platform drives it: a pod's termination (a graceful drain,
+//! then `SIGTERM`) and the count of Wasm VMs that tells when a module push has destroyed
+//! the old VM (`docs/envoy-facts.md#drain-and-shutdown`,
+//! `docs/envoy-facts.md#a-retired-root-context-keeps-working`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::Stack;
+
+/// How long a terminated Envoy may take to exit (it exits at once on `SIGTERM`).
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Stack {
+    /// Starts a graceful drain of every listener of Envoy `index`
+    /// (`POST /drain_listeners?graceful`), as Istio's agent does for
+    /// `terminationDrainDuration` before it sends `SIGTERM`: the listeners keep serving
+    /// while connections are told to close, and the plugin and its outbox keep running.
+    pub async fn drain_envoy(&self, index: usize) {
+        let url = format!(
+            "http://{}/drain_listeners?graceful",
+            self.envoy_admin(index)
+        );
+        let answer = reqwest::Client::new().post(&url).send().await;
+        match answer {
+            Ok(answer) if answer.status().is_success() => {}
+            other => panic!("POST {url}: {other:?}"),
+        }
+    }
+
+    /// Sends Envoy `index` `SIGTERM` and waits until it has exited: the end of a pod.
+    /// [`Stack::start_envoy`] starts it again.
+    pub fn terminate_envoy(&mut self, index: usize) {
+        tokio::task::block_in_place(|| self.envoys[index].part.terminate(EXIT_TIMEOUT));
+    }
+
+    /// How many Wasm VMs Envoy `index` holds (the sum of its
+    /// `wasm.envoy.wasm.runtime.<runtime>.active` gauges); `None` when it does not answer.
+    /// A push of another module raises it (the new VMs) and lowers it again once the old
+    /// VMs are destroyed.
+    pub async fn wasm_vms(&self, index: usize) -> Option<u64> {
+        let url = format!(
+            "http://{}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\..*\\.active$",
+            self.envoy_admin(index)
+        );
+        let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+        Some(
+            text.lines()
+                .filter_map(|line| line.rsplit_once(": "))
+                .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
+                .sum(),
+        )
+    }
+
+    fn envoy_admin(&self, index: usize) -> SocketAddr {
+        let envoy = self.envoy(index);
+        SocketAddr::new(envoy.place.ip, envoy.ports.admin)
+    }
+}
