@@ -16,7 +16,7 @@ use super::evidence::{ClaimWon, TAKEOVER};
 use super::lifecycle::{process_ended, vm_retired};
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
-use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
+use crate::history::{Attempt, Execution, History, Ms, Outcome, Role};
 
 /// The rows of the guarantee table a re-run can be excused by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
