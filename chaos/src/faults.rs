@@ -12,7 +12,7 @@
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
-//! | envoy drain, wasm upgrade | a graceful drain, a module push (`faults/lifecycle.rs`) | `SIGTERM` and a restart; the old VMs seen destroyed |
+//! | envoy drain, wasm upgrade, rolling upgrade | a graceful drain, a module push, Envoy 1 replaced by another release (`faults/lifecycle.rs`) | `SIGTERM` and a restart; the old VMs seen destroyed; nothing |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
@@ -92,6 +92,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             end_ms: 0,
             failover_window_ms: None,
             proxy_gone_ms: None,
+            previous_release: None,
         },
         crash: None,
         old_primary: None,
@@ -114,8 +115,9 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
-        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade => {
-            injected.lifecycle = Some(lifecycle::inject(stack, step.kind, step.target).await);
+        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
+            injected.lifecycle =
+                Some(lifecycle::inject(stack, step.kind, step.target, clock).await);
         }
     }
     injected
@@ -152,9 +154,9 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
                 stack.heal(cut);
             }
         }
-        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade => {
+        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
             if let Some(pending) = lifecycle {
-                fault.proxy_gone_ms = lifecycle::heal(stack, &fault, pending, clock).await;
+                lifecycle::heal(stack, &mut fault, pending, clock).await;
             }
         }
     }

@@ -58,11 +58,15 @@ pub enum FaultKind {
     /// Envoy 0's Wasm module replaced by LDS (a new build, then back to the original: an
     /// upgrade and a rollback): a new VM, the old one retired and destroyed.
     WasmUpgrade,
+    /// Envoy 1 replaced, as a rollout replaces a pod (`SIGTERM`, then a new process on the
+    /// same ports), by one running the previous release's `.wasm`, and by the next one by
+    /// this release's again: a mixed-version mesh in between, a rollback and an upgrade.
+    RollingUpgrade,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -75,10 +79,11 @@ impl FaultKind {
         FaultKind::SlowLink,
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
+        FaultKind::RollingUpgrade,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 11] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 12] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -90,11 +95,12 @@ impl FaultKind {
         FaultKind::SlowLink,
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
+        FaultKind::RollingUpgrade,
     ];
 
     /// The kinds a run on a replicated Postgres can inject (its parts share the host's
     /// network: no link faults).
-    pub const REPLICATED_POSTGRES: [FaultKind; 8] = [
+    pub const REPLICATED_POSTGRES: [FaultKind; 9] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -103,6 +109,7 @@ impl FaultKind {
         FaultKind::PluginPush,
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
+        FaultKind::RollingUpgrade,
     ];
 
     /// The kinds made by cutting links: they need the parts in network namespaces.
@@ -128,6 +135,7 @@ impl FaultKind {
             FaultKind::SlowLink => "slow link",
             FaultKind::EnvoyDrain => "envoy drain",
             FaultKind::WasmUpgrade => "wasm upgrade",
+            FaultKind::RollingUpgrade => "rolling upgrade",
         }
     }
 }
@@ -154,6 +162,9 @@ pub struct Fault {
     /// old VMs were seen destroyed. `None` when it was not seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_gone_ms: Option<Ms>,
+    /// A rolling upgrade's result: whether the Envoy runs the previous release after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_release: Option<bool>,
 }
 
 impl Fault {

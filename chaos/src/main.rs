@@ -56,7 +56,8 @@
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
-//! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`; `none` for none) and `--no-give-up` keeps every caller
+//! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`; `none`
+//! for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -116,8 +117,8 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, primary-node-death
-    /// (with --ha), and the link
+    /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, rolling-upgrade,
+    /// primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
     /// only; they run each Envoy and lease-store in its own network namespace, as root); `none`
     /// for a control run. Default: every kind the database allows.
@@ -194,6 +195,10 @@ async fn run(cli: Cli) -> Result<bool, String> {
         give_up: !cli.no_give_up,
     };
     let plan = plan::draw(seed, &settings);
+    if fault_kinds.0.contains(&FaultKind::RollingUpgrade) {
+        // Built from git history on first use (minutes), cached after: before the run.
+        tokio::task::block_in_place(keyflight_testkit::previous_release::previous_release);
+    }
     let out = cli
         .out
         .clone()
@@ -422,7 +427,7 @@ mod tests {
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
                    plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
-                   wasm-upgrade";
+                   wasm-upgrade,rolling-upgrade";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 12] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 13] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -100,6 +100,7 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 12] = [
     (FaultKind::SlowLink, 10),
     (FaultKind::EnvoyDrain, 15),
     (FaultKind::WasmUpgrade, 10),
+    (FaultKind::RollingUpgrade, 10),
 ];
 
 /// How often a fault is drawn to overlap the next one (two faults at once).
@@ -223,7 +224,8 @@ impl FaultStep {
             | FaultKind::OneWayLoss
             | FaultKind::SlowLink
             | FaultKind::EnvoyDrain
-            | FaultKind::WasmUpgrade => Part::Envoy(self.target),
+            | FaultKind::WasmUpgrade
+            | FaultKind::RollingUpgrade => Part::Envoy(self.target),
             FaultKind::StoreDbPartition => Part::Store(self.target),
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
@@ -372,6 +374,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             | FaultKind::PrimaryNodeDeath
             | FaultKind::PluginPush
             | FaultKind::WasmUpgrade => 0,
+            // Envoy 0 takes the plugin pushes, which the previous release may not read.
+            FaultKind::RollingUpgrade => 1,
             _ => rng.random_range(0..replicas),
         };
         let hold_ms = match kind {
@@ -389,6 +393,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::EnvoyDrain => rng.random_range(300..2500),
             // The heal waits until the old VMs are gone (after the 1 s listener drain).
             FaultKind::WasmUpgrade => rng.random_range(100..600),
+            // The new process is ready when the fault starts holding.
+            FaultKind::RollingUpgrade => rng.random_range(100..600),
             FaultKind::ProxyPartition => partition_hold(rng, settings),
             FaultKind::StoreDbPartition => rng.random_range(300..3000),
             // Past the call timeout, within the lease: a cut proxy whose lease runs out is
@@ -485,7 +491,7 @@ mod tests {
 
     #[test]
     fn a_plan_has_every_kind_of_caller_and_fault() {
-        // Long enough for the rarer kinds among twelve.
+        // Long enough for the rarer kinds among thirteen.
         let long = Settings {
             duration_ms: 300_000,
             ..settings()
@@ -614,7 +620,11 @@ mod tests {
 
     #[test]
     fn proxy_partitions_end_both_within_and_past_the_lease() {
-        let holds: Vec<u64> = draw(11, &settings())
+        let only_partitions = Settings {
+            fault_kinds: vec![FaultKind::ProxyPartition],
+            ..settings()
+        };
+        let holds: Vec<u64> = draw(11, &only_partitions)
             .faults
             .iter()
             .filter(|f| f.kind == FaultKind::ProxyPartition)

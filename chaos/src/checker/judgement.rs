@@ -13,7 +13,9 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::evidence::{ClaimWon, TAKEOVER};
-use super::lifecycle::{process_ended, vm_retired};
+use super::lifecycle::{
+    answered_by_the_previous_release, previous_release_forgot, process_ended, vm_retired,
+};
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
 use crate::history::{Attempt, Execution, History, Ms, Outcome, Role};
@@ -44,6 +46,16 @@ pub enum Row {
     Forgotten {
         /// What the upstream answered the earlier execution.
         status: u16,
+    },
+    /// The upstream answered a status the previous release forgets and this one records
+    /// (a `303`), through an Envoy a rolling upgrade had moved to the previous release; the
+    /// record was released (`release_forget`) and the re-run's claim inserted a fresh one
+    /// after that (`lifecycle.rs`).
+    ForgottenByThePreviousRelease {
+        /// What the upstream answered the earlier execution.
+        status: u16,
+        /// The rolling upgrade that moved that Envoy to the previous release (fault id).
+        fault: usize,
     },
     /// The earlier execution failed retryably (the upstream answered a `5xx`, `408` or
     /// `429`) or, under `uncertain: retry`, with an uncertain outcome; the record was
@@ -173,7 +185,7 @@ pub struct KeyVerdict {
     pub executions: Vec<u64>,
     /// Every execution after the first, judged.
     pub reruns: Vec<Rerun>,
-    /// Delivered successful answers whose execution's record was lost with its proxy: it
+    /// Delivered answers (2xx, or a recorded 3xx or 4xx) whose execution's record was lost with its proxy: it
     /// died, or was cut off past its lease (excused from replaying; the documented case
     /// seen from the caller).
     pub died_with_proxy: Vec<(u16, String)>,
@@ -292,7 +304,28 @@ pub fn judge_key(
             (false, Expected::Answer { status, body })
         })
         .collect();
-    expected.extend(recorded_non_2xx(attempts));
+    // A recorded 3xx or 4xx answer is held to the same rule as a 2xx: excused from
+    // replaying only when its own fresh execution's record was lost with its proxy. An
+    // answer the previous release forgot was never recorded: it does not replay either.
+    let forgotten = answered_by_the_previous_release(&reruns, &executions);
+    let (lost, recorded): (Vec<&Attempt>, Vec<&Attempt>) = attempts
+        .iter()
+        .filter(|attempt| !forgotten.contains(attempt.id.as_str()))
+        .partition(|attempt| {
+            matches!(
+                attempt.outcome,
+                Outcome::Answered {
+                    replayed: false,
+                    ..
+                }
+            ) && lost_with_proxy.contains(attempt.id.as_str())
+        });
+    for (_, answer) in recorded_non_2xx(&lost) {
+        if let Expected::Answer { status, body } = answer {
+            died_with_proxy.insert((status, body));
+        }
+    }
+    expected.extend(recorded_non_2xx(&recorded));
     let unknown_since = attempts
         .iter()
         .filter(own)
@@ -624,7 +657,9 @@ fn settled_row(
     let answered = earlier.answered;
     let shown = |status: Option<u16>| status.map_or("no status".to_owned(), |s| s.to_string());
     if release.call == "release_forget" {
-        let Some(status) = answered.filter(|s| history.policy.forget_statuses.contains(s)) else {
+        let previous = previous_release_forgot(history, earlier);
+        let forgets = |s: &u16| history.policy.forget_statuses.contains(s) || previous.is_some();
+        let Some(status) = answered.filter(forgets) else {
             return Err(format!(
                 "fence {fence} was released as forget, but the upstream answered {}, which \
                  the policy records",
@@ -638,7 +673,12 @@ fn settled_row(
                 successor.fence, successor.how, successor.at_ms, release.at_ms
             ));
         }
-        return Ok(Some(Row::Forgotten { status }));
+        return Ok(Some(match previous {
+            Some(fault) if !history.policy.forget_statuses.contains(&status) => {
+                Row::ForgottenByThePreviousRelease { status, fault }
+            }
+            _ => Row::Forgotten { status },
+        }));
     }
     let retry = history.policy.uncertain_retry(&earlier.path);
     let no_answer = earlier

@@ -17,20 +17,25 @@
 //!   that destroyed the VM the retired context lived in — before the takeover and any
 //!   landed settle. A retirement with no module push after it (a configuration push keeps
 //!   the VM, whose retired context keeps delivering) excuses nothing.
+//! - **A rolling upgrade** ends the replaced process at its `SIGTERM` (as a drain), and
+//!   leaves the Envoy on the previous release until the next one: a status that release
+//!   forgets and this one records ([`PREVIOUS_RELEASE_ALSO_FORGETS`]) answered through it
+//!   was forgotten, so a retry ran again ([`previous_release_forgot`]), and that answer was
+//!   never recorded, so it does not replay ([`answered_by_the_previous_release`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::evidence::ClaimWon;
-use super::judgement::{Row, answered_by};
+use super::judgement::{Rerun, RerunVerdict, Row, answered_by};
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 
 /// When `fault` ended the Envoy process it hit, for the faults that end one: an Envoy
-/// kill at its start, a drain at its `SIGTERM`. `None` for any other fault, and for a
-/// drain whose `SIGTERM` was not recorded.
+/// kill at its start, a drain or a rolling upgrade at its `SIGTERM`. `None` for any other
+/// fault, and for one whose `SIGTERM` was not recorded.
 pub fn process_ended(fault: &Fault) -> Option<Ms> {
     match fault.kind {
         FaultKind::EnvoyKill => Some(fault.start_ms),
-        FaultKind::EnvoyDrain => fault.proxy_gone_ms,
+        FaultKind::EnvoyDrain | FaultKind::RollingUpgrade => fault.proxy_gone_ms,
         _ => None,
     }
 }
@@ -79,4 +84,47 @@ pub fn vm_retired(
         fault: push.id,
         answer_delivered: answered_by(earlier, attempts_by_id, gone).is_some(),
     }))
+}
+
+/// The statuses the previous release (`testkit/src/previous_release.rs`) forgets and this
+/// one records (`docs/guarantee.md#every-answer-after-which-a-retry-runs-again`).
+pub const PREVIOUS_RELEASE_ALSO_FORGETS: [u16; 1] = [303];
+
+/// The rolling upgrade (fault id) that had moved `earlier`'s Envoy to the previous release
+/// when it ran `earlier`, if the upstream answered it a status that release forgets: the
+/// last rolling upgrade of that Envoy begun by then moved it there.
+pub fn previous_release_forgot(history: &History, earlier: &Execution) -> Option<usize> {
+    let status = earlier.answered?;
+    let envoy = earlier.via?;
+    if !PREVIOUS_RELEASE_ALSO_FORGETS.contains(&status) {
+        return None;
+    }
+    let last = history
+        .faults
+        .iter()
+        .filter(|fault| fault.kind == FaultKind::RollingUpgrade && fault.target == envoy)
+        .filter(|fault| fault.start_ms <= earlier.at_ms)
+        .max_by_key(|fault| fault.start_ms)?;
+    (last.previous_release == Some(true)).then_some(last.id)
+}
+
+/// The caller attempts whose answer came from an execution the previous release forgot.
+pub fn answered_by_the_previous_release<'a>(
+    reruns: &[Rerun],
+    executions: &[&'a Execution],
+) -> BTreeSet<&'a str> {
+    reruns
+        .iter()
+        .filter(|rerun| {
+            matches!(
+                rerun.verdict,
+                RerunVerdict::Excused {
+                    row: Row::ForgottenByThePreviousRelease { .. },
+                    ..
+                }
+            )
+        })
+        .filter_map(|rerun| executions.iter().find(|e| e.execution == rerun.earlier))
+        .filter_map(|execution| execution.caller_request_id.as_deref())
+        .collect()
 }

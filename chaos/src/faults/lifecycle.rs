@@ -1,10 +1,11 @@
-//! The proxy-lifecycle faults (`--faults envoy-drain,wasm-upgrade`): what a platform does
-//! to a running proxy, with claims in flight and records in its outbox.
+//! The proxy-lifecycle faults (`--faults envoy-drain,wasm-upgrade,rolling-upgrade`): what a
+//! platform does to a running proxy, with claims in flight and records in its outbox.
 //!
 //! | kind | inject | heal |
 //! |---|---|---|
 //! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit, start it again on the same ports |
-//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); a new VM, the old listener drained for `--drain-time-s` and its plugin retired | wait until Envoy holds no more VMs than before the push: the old VMs are destroyed (that moment is `proxy_gone_ms`) |
+//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); a new VM, the old listener drained for `--drain-time-s` and its plugin retired. A watcher polls Envoy's VM count from the push on | wait for the watcher: the moment Envoy held no more VMs than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
+//! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
 //!
 //! What each may cost is the guarantee's first at-least-once row: Envoy exits at once on
 //! `SIGTERM` and a module push destroys the retired VM with its outbox
@@ -12,9 +13,12 @@
 //! `docs/envoy-facts.md#a-retired-root-context-keeps-working`); the judge excuses a re-run
 //! only with the evidence of that very loss (`checker/judgement.rs`).
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use keyflight_testkit::stack::Stack;
+use keyflight_testkit::previous_release::previous_release;
+use keyflight_testkit::stack::{Stack, wasm_vms_at};
+use tokio::task::JoinHandle;
 
 use crate::history::{Fault, FaultKind, Ms};
 use crate::workload::Clock;
@@ -30,58 +34,88 @@ const POLL: Duration = Duration::from_millis(20);
 const UPGRADE_LABEL: &str = "upgrade";
 
 /// What an injected lifecycle fault needs at its heal.
+#[derive(Default)]
 pub struct Pending {
-    /// Envoy's VM count before a module push.
-    vms_before: Option<u64>,
+    /// A module push's watcher: when the old VMs were seen gone.
+    old_vms_gone: Option<JoinHandle<Option<Ms>>>,
+    /// A rolling upgrade's `SIGTERM`.
+    terminated_ms: Option<Ms>,
+    /// A rolling upgrade's result: the Envoy runs the previous release now.
+    previous_release: Option<bool>,
 }
 
-/// Starts the fault: a graceful drain, or a module push.
-pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize) -> Pending {
+/// Starts the fault: a graceful drain, a module push, or a pod replaced by another
+/// release.
+pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize, clock: Clock) -> Pending {
     match kind {
         FaultKind::EnvoyDrain => {
             stack.drain_envoy(target).await;
-            Pending { vms_before: None }
+            Pending::default()
+        }
+        FaultKind::RollingUpgrade => {
+            let to_previous = stack.envoy_binaries(target).wasm == stack.binaries().wasm;
+            let binaries = match to_previous {
+                // Built before the run started (`main.rs`): here it is read from its cache.
+                true => tokio::task::block_in_place(previous_release),
+                false => stack.binaries().clone(),
+            };
+            let terminated_ms = Some(clock.now_ms());
+            stack.replace_envoy(target, binaries).await;
+            Pending {
+                terminated_ms,
+                previous_release: Some(to_previous),
+                ..Pending::default()
+            }
         }
         FaultKind::WasmUpgrade => {
-            let vms_before = stack.wasm_vms(target).await;
+            let admin = SocketAddr::new(stack.envoy_ip(target), stack.envoy_ports(target).admin);
+            let vms_before = wasm_vms_at(admin).await;
             let current = stack.envoy_binaries(target).wasm.clone();
             let module = match current == stack.binaries().wasm {
                 true => stack.rebuilt_wasm(UPGRADE_LABEL),
                 false => stack.binaries().wasm.clone(),
             };
             stack.upgrade_wasm(target, &module).await;
-            Pending { vms_before }
+            let watcher = vms_before.map(|before| tokio::spawn(old_vms_gone(admin, before, clock)));
+            Pending {
+                old_vms_gone: watcher,
+                ..Pending::default()
+            }
         }
         other => panic!("{other:?} is not a proxy-lifecycle fault"),
     }
 }
 
-/// Ends the fault; returns when the old process or VM was gone, when that was seen.
-pub async fn heal(stack: &mut Stack, fault: &Fault, pending: Pending, clock: Clock) -> Option<Ms> {
-    match fault.kind {
+/// Ends the fault and records on `fault` when the old process or VM was gone (when that
+/// was seen) and, for a rolling upgrade, which release the Envoy runs now.
+pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock: Clock) {
+    fault.proxy_gone_ms = match fault.kind {
         FaultKind::EnvoyDrain => {
             let gone = clock.now_ms();
             stack.terminate_envoy(fault.target);
             stack.start_envoy(fault.target).await;
             Some(gone)
         }
-        FaultKind::WasmUpgrade => {
-            old_vms_gone(stack, fault.target, pending.vms_before?, clock).await
-        }
+        FaultKind::WasmUpgrade => match pending.old_vms_gone {
+            Some(watcher) => watcher.await.ok().flatten(),
+            None => None,
+        },
+        FaultKind::RollingUpgrade => pending.terminated_ms,
         _ => None,
-    }
+    };
+    fault.previous_release = pending.previous_release;
 }
 
-/// Waits until Envoy `target` holds no more VMs than `before` the push: the moment it is
-/// seen (at most [`POLL`] after the old VMs went), or `None` past [`VM_GONE_TIMEOUT`].
-async fn old_vms_gone(stack: &Stack, target: usize, before: u64, clock: Clock) -> Option<Ms> {
+/// Waits until the Envoy at `admin` holds more VMs than `before` the push (the new ones),
+/// then no more than `before` again: the moment that is seen (at most [`POLL`] after the
+/// old VMs went), or `None` when either is not seen within [`VM_GONE_TIMEOUT`].
+async fn old_vms_gone(admin: SocketAddr, before: u64, clock: Clock) -> Option<Ms> {
     let deadline = Instant::now() + VM_GONE_TIMEOUT;
+    let mut raised = false;
     while Instant::now() < deadline {
-        if stack
-            .wasm_vms(target)
-            .await
-            .is_some_and(|vms| vms <= before)
-        {
+        let vms = wasm_vms_at(admin).await;
+        raised |= vms.is_some_and(|vms| vms > before);
+        if raised && vms.is_some_and(|vms| vms <= before) {
             return Some(clock.now_ms());
         }
         tokio::time::sleep(POLL).await;

@@ -34,26 +34,28 @@ impl Stack {
         tokio::task::block_in_place(|| self.envoys[index].part.terminate(EXIT_TIMEOUT));
     }
 
-    /// How many Wasm VMs Envoy `index` holds (the sum of its
-    /// `wasm.envoy.wasm.runtime.<runtime>.active` gauges); `None` when it does not answer.
-    /// A push of another module raises it (the new VMs) and lowers it again once the old
-    /// VMs are destroyed.
+    /// How many Wasm VMs Envoy `index` holds ([`wasm_vms_at`]).
     pub async fn wasm_vms(&self, index: usize) -> Option<u64> {
-        let url = format!(
-            "http://{}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\..*\\.active$",
-            self.envoy_admin(index)
-        );
-        let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
-        Some(
-            text.lines()
-                .filter_map(|line| line.rsplit_once(": "))
-                .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
-                .sum(),
-        )
+        wasm_vms_at(self.envoy_admin(index)).await
     }
 
     fn envoy_admin(&self, index: usize) -> SocketAddr {
         let envoy = self.envoy(index);
         SocketAddr::new(envoy.place.ip, envoy.ports.admin)
     }
+}
+
+/// How many Wasm VMs the Envoy whose admin listener is `admin` holds (the sum of its
+/// `wasm.envoy.wasm.runtime.<runtime>.active` gauges); `None` when it does not answer. A
+/// push of another module raises it (the new VMs) and lowers it again once the old VMs are
+/// destroyed. Free of the stack, so a watcher can poll it while the stack is busy.
+pub async fn wasm_vms_at(admin: SocketAddr) -> Option<u64> {
+    let url = format!("http://{admin}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\..*\\.active$");
+    let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+    Some(
+        text.lines()
+            .filter_map(|line| line.rsplit_once(": "))
+            .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
+            .sum(),
+    )
 }
