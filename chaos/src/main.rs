@@ -26,7 +26,10 @@
 //!    and restarted, an Envoy killed and restarted on the same ports, a new plugin
 //!    configuration pushed to Envoy 0 by LDS, and the link faults (`faults/network.rs`: a
 //!    proxy cut off from the stores, a store cut off from Postgres, answers lost one way, a
-//!    slow link), for which each Envoy and lease-store runs in its own network namespace.
+//!    slow link), for which each Envoy and lease-store runs in its own network namespace,
+//!    and the proxy-lifecycle faults (`faults/lifecycle.rs`: an Envoy drained then sent
+//!    `SIGTERM`, a Wasm module upgrade and rollback, a rolling upgrade of Envoy 1 to the
+//!    previous release and back).
 //!    The upstream answers some keys with a 303, 302, 422 or 503, resets or runs past the
 //!    lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo

@@ -27,6 +27,9 @@ use crate::workload::Clock;
 /// (`--drain-time-s 1`) and its removal, with room for a loaded machine.
 const VM_GONE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long the VM count must stay put after a fall for the old VMs to count as gone.
+const SETTLED: Duration = Duration::from_millis(300);
+
 /// How often the VM count is read while waiting.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -106,17 +109,27 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
     fault.previous_release = pending.previous_release;
 }
 
-/// Waits until the Envoy at `admin` holds more VMs than `before` the push (the new ones),
-/// then no more than `before` again: the moment that is seen (at most [`POLL`] after the
-/// old VMs went), or `None` when either is not seen within [`VM_GONE_TIMEOUT`].
+/// Waits until the Envoy at `admin` has destroyed the old VMs after a push: its VM count
+/// fell (no more than `before` the push, or below what it was since the push) and then
+/// stayed put for [`SETTLED`]; returns when the last fall was seen (at most [`POLL`] after
+/// it happened), or `None` when no fall is seen within [`VM_GONE_TIMEOUT`]. A fall, not
+/// only a return to `before`: a count read just after a restart may not hold every
+/// worker's VM yet.
 async fn old_vms_gone(admin: SocketAddr, before: u64, clock: Clock) -> Option<Ms> {
     let deadline = Instant::now() + VM_GONE_TIMEOUT;
-    let mut raised = false;
+    let mut last = None;
+    let mut fell: Option<(Ms, Instant)> = None;
     while Instant::now() < deadline {
-        let vms = wasm_vms_at(admin).await;
-        raised |= vms.is_some_and(|vms| vms > before);
-        if raised && vms.is_some_and(|vms| vms <= before) {
-            return Some(clock.now_ms());
+        if let Some(vms) = wasm_vms_at(admin).await {
+            if last.is_some_and(|last| vms < last) {
+                fell = Some((clock.now_ms(), Instant::now()));
+            }
+            last = Some(vms);
+            if let Some((at, seen)) = fell
+                && (vms <= before || seen.elapsed() >= SETTLED)
+            {
+                return Some(at);
+            }
         }
         tokio::time::sleep(POLL).await;
     }
