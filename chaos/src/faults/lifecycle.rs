@@ -4,7 +4,7 @@
 //! | kind | inject | heal |
 //! |---|---|---|
 //! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit, start it again on the same ports |
-//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); a new VM, the old listener drained for `--drain-time-s` and its plugin retired. A watcher polls Envoy's VM count from the push on | wait for the watcher: the moment Envoy held no more VMs than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
+//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); a new VM, the old listener drained for `--drain-time-s` and its plugin retired. A watcher polls Envoy's VM count from just before the push | wait for the watcher: the moment Envoy held no more VMs than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
 //! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
 //!
 //! What each may cost is the guarantee's first at-least-once row: Envoy exits at once on
@@ -72,14 +72,17 @@ pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize, clock: Cl
         }
         FaultKind::WasmUpgrade => {
             let admin = SocketAddr::new(stack.envoy_ip(target), stack.envoy_ports(target).admin);
-            let vms_before = wasm_vms_at(admin).await;
             let current = stack.envoy_binaries(target).wasm.clone();
             let module = match current == stack.binaries().wasm {
                 true => stack.rebuilt_wasm(UPGRADE_LABEL),
                 false => stack.binaries().wasm.clone(),
             };
+            // Watching from before the push: Envoy may take longer to accept it than to
+            // drain and destroy the old VMs afterwards.
+            let watcher = wasm_vms_at(admin)
+                .await
+                .map(|before| tokio::spawn(old_vms_gone(admin, before, clock)));
             stack.upgrade_wasm(target, &module).await;
-            let watcher = vms_before.map(|before| tokio::spawn(old_vms_gone(admin, before, clock)));
             Pending {
                 old_vms_gone: watcher,
                 ..Pending::default()
@@ -109,22 +112,23 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
     fault.previous_release = pending.previous_release;
 }
 
-/// Waits until the Envoy at `admin` has destroyed the old VMs after a push: its VM count
-/// fell (no more than `before` the push, or below what it was since the push) and then
-/// stayed put for [`SETTLED`]; returns when the last fall was seen (at most [`POLL`] after
-/// it happened), or `None` when no fall is seen within [`VM_GONE_TIMEOUT`]. A fall, not
-/// only a return to `before`: a count read just after a restart may not hold every
-/// worker's VM yet.
+/// Waits until the Envoy at `admin`, which held `before` VMs just before a push, has
+/// destroyed the old VMs: its VM count rose (the new VMs), then fell, and then stayed put
+/// for [`SETTLED`] (or fell to `before`). Returns when the last fall was seen (at most
+/// [`POLL`] after it happened), or `None` when that is not seen within
+/// [`VM_GONE_TIMEOUT`].
 async fn old_vms_gone(admin: SocketAddr, before: u64, clock: Clock) -> Option<Ms> {
     let deadline = Instant::now() + VM_GONE_TIMEOUT;
-    let mut last = None;
+    let mut last = before;
+    let mut raised = false;
     let mut fell: Option<(Ms, Instant)> = None;
     while Instant::now() < deadline {
         if let Some(vms) = wasm_vms_at(admin).await {
-            if last.is_some_and(|last| vms < last) {
+            raised |= vms > before;
+            if raised && vms < last {
                 fell = Some((clock.now_ms(), Instant::now()));
             }
-            last = Some(vms);
+            last = vms;
             if let Some((at, seen)) = fell
                 && (vms <= before || seen.elapsed() >= SETTLED)
             {
