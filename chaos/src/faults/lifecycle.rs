@@ -4,7 +4,7 @@
 //! | kind | inject | heal |
 //! |---|---|---|
 //! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit, start it again on the same ports |
-//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); a new VM, the old listener drained for `--drain-time-s` and its plugin retired. A watcher polls Envoy's VM count from just before the push | wait for the watcher: the moment Envoy held no more VMs than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
+//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); new VMs, and within milliseconds of Envoy accepting the push the old plugin retired and its VMs destroyed. A watcher polls Envoy's VM counts from just before the push | wait for the watcher: the moment Envoy had created new VMs and held no more than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
 //! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
 //!
 //! What each may cost is the guarantee's first at-least-once row: Envoy exits at once on
@@ -17,18 +17,15 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use keyflight_testkit::previous_release::previous_release;
-use keyflight_testkit::stack::{Stack, wasm_vms_at};
+use keyflight_testkit::stack::{Stack, WasmVms, wasm_vms_at};
 use tokio::task::JoinHandle;
 
 use crate::history::{Fault, FaultKind, Ms};
 use crate::workload::Clock;
 
-/// How long the old VMs may take to go after a module push: the old listener's drain
-/// (`--drain-time-s 1`) and its removal, with room for a loaded machine.
-const VM_GONE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How long the VM count must stay put after a fall for the old VMs to count as gone.
-const SETTLED: Duration = Duration::from_millis(300);
+/// How long a module push may take to replace the VMs: Envoy compiles the new module
+/// before it accepts the push, seconds on a loaded machine.
+const VM_GONE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often the VM count is read while waiting.
 const POLL: Duration = Duration::from_millis(20);
@@ -77,8 +74,7 @@ pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize, clock: Cl
                 true => stack.rebuilt_wasm(UPGRADE_LABEL),
                 false => stack.binaries().wasm.clone(),
             };
-            // Watching from before the push: Envoy may take longer to accept it than to
-            // drain and destroy the old VMs afterwards.
+            // The counts just before the push: the watcher compares with them.
             let watcher = wasm_vms_at(admin)
                 .await
                 .map(|before| tokio::spawn(old_vms_gone(admin, before, clock)));
@@ -112,28 +108,17 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
     fault.previous_release = pending.previous_release;
 }
 
-/// Waits until the Envoy at `admin`, which held `before` VMs just before a push, has
-/// destroyed the old VMs: its VM count rose (the new VMs), then fell, and then stayed put
-/// for [`SETTLED`] (or fell to `before`). Returns when the last fall was seen (at most
-/// [`POLL`] after it happened), or `None` when that is not seen within
-/// [`VM_GONE_TIMEOUT`].
-async fn old_vms_gone(admin: SocketAddr, before: u64, clock: Clock) -> Option<Ms> {
+/// Waits until the Envoy at `admin`, whose VM counts were `before` just before a push, has
+/// created the new VMs and destroyed the old ones: more VMs created than before, no more
+/// alive. Both happen within milliseconds of Envoy accepting the push, so the counter of
+/// created VMs, not a rise of the live ones, shows the new VMs came. Returns when that is
+/// seen (at most [`POLL`] after it happened), or `None` past [`VM_GONE_TIMEOUT`].
+async fn old_vms_gone(admin: SocketAddr, before: WasmVms, clock: Clock) -> Option<Ms> {
     let deadline = Instant::now() + VM_GONE_TIMEOUT;
-    let mut last = before;
-    let mut raised = false;
-    let mut fell: Option<(Ms, Instant)> = None;
     while Instant::now() < deadline {
-        if let Some(vms) = wasm_vms_at(admin).await {
-            raised |= vms > before;
-            if raised && vms < last {
-                fell = Some((clock.now_ms(), Instant::now()));
-            }
-            last = vms;
-            if let Some((at, seen)) = fell
-                && (vms <= before || seen.elapsed() >= SETTLED)
-            {
-                return Some(at);
-            }
+        let vms = wasm_vms_at(admin).await;
+        if vms.is_some_and(|vms| vms.created > before.created && vms.active <= before.active) {
+            return Some(clock.now_ms());
         }
         tokio::time::sleep(POLL).await;
     }

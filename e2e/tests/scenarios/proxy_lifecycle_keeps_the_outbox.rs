@@ -84,8 +84,8 @@ async fn wait_logged(stack: &Stack, needle: &str, count: usize, timeout: Duratio
 async fn a_module_change_drops_the_retired_outbox(binaries: Binaries) {
     let mut stack = Stack::start(options(binaries)).await;
     let rebuilt = stack.parts().rebuilt_wasm("upgrade");
-    let vms_before = stack.parts().wasm_vms(0).await.unwrap_or_default();
-    assert!(vms_before > 0, "Envoy counts its Wasm VMs");
+    let vms_before = stack.parts().wasm_vms(0).await.expect("Envoy answers");
+    assert!(vms_before.active > 0, "Envoy counts its Wasm VMs");
     answer_into_the_outbox(&mut stack, "upgraded").await;
     stack.parts_mut().upgrade_wasm(0, &rebuilt).await;
     assert!(
@@ -97,13 +97,14 @@ async fn a_module_change_drops_the_retired_outbox(binaries: Binaries) {
         "the retired root context named the record's settle call"
     );
     stack
-        .eventually("the old VMs are destroyed", || async {
-            stack
-                .parts()
-                .wasm_vms(0)
-                .await
-                .is_some_and(|vms| vms <= vms_before)
-        })
+        .eventually(
+            "new VMs were created and the old ones destroyed",
+            || async {
+                stack.parts().wasm_vms(0).await.is_some_and(|vms| {
+                    vms.created > vms_before.created && vms.active <= vms_before.active
+                })
+            },
+        )
         .await;
     stack.restart_lease_store().await;
     tokio::time::sleep(Duration::from_millis(LEASE_MS + 1000)).await;

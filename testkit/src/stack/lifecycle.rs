@@ -34,8 +34,8 @@ impl Stack {
         tokio::task::block_in_place(|| self.envoys[index].part.terminate(EXIT_TIMEOUT));
     }
 
-    /// How many Wasm VMs Envoy `index` holds ([`wasm_vms_at`]).
-    pub async fn wasm_vms(&self, index: usize) -> Option<u64> {
+    /// Envoy `index`'s Wasm VM counts ([`wasm_vms_at`]).
+    pub async fn wasm_vms(&self, index: usize) -> Option<WasmVms> {
         wasm_vms_at(self.envoy_admin(index)).await
     }
 
@@ -45,17 +45,30 @@ impl Stack {
     }
 }
 
-/// How many Wasm VMs the Envoy whose admin listener is `admin` holds (the sum of its
-/// `wasm.envoy.wasm.runtime.<runtime>.active` gauges); `None` when it does not answer. A
-/// push of another module raises it (the new VMs) and lowers it again once the old VMs are
-/// destroyed. Free of the stack, so a watcher can poll it while the stack is busy.
-pub async fn wasm_vms_at(admin: SocketAddr) -> Option<u64> {
-    let url = format!("http://{admin}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\..*\\.active$");
+/// An Envoy's Wasm VM counts, summed over its runtimes
+/// (`wasm.envoy.wasm.runtime.<runtime>.{created,active}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WasmVms {
+    /// VMs created since the process started (a push of another module adds its VMs).
+    pub created: u64,
+    /// VMs alive now (the old module's VMs leave it when they are destroyed).
+    pub active: u64,
+}
+
+/// The Wasm VM counts of the Envoy whose admin listener is `admin`; `None` when it does not
+/// answer. Free of the stack, so a watcher can poll it while the stack is busy.
+pub async fn wasm_vms_at(admin: SocketAddr) -> Option<WasmVms> {
+    let url = format!("http://{admin}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\.");
     let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
-    Some(
+    let sum = |suffix: &str| -> u64 {
         text.lines()
-            .filter_map(|line| line.rsplit_once(": "))
+            .filter_map(|line| line.split_once(": "))
+            .filter(|(name, _)| name.ends_with(suffix))
             .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
-            .sum(),
-    )
+            .sum()
+    };
+    Some(WasmVms {
+        created: sum(".created"),
+        active: sum(".active"),
+    })
 }
