@@ -4,7 +4,7 @@
 //! | kind | inject | heal |
 //! |---|---|---|
 //! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit, start it again on the same ports |
-//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); new VMs, and within milliseconds of Envoy accepting the push the old plugin retired and its VMs destroyed. A watcher polls Envoy's VM counts from just before the push | wait for the watcher: the moment Envoy had created new VMs and held no more than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
+//! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); new VMs; the old listener drained for `--drain-time-s` (at once when it holds no connection), then its plugin retired and its VMs destroyed. A watcher polls Envoy's VM counts from just before the push | wait for the watcher: the moment Envoy had created new VMs and held no more than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
 //! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
 //!
 //! What each may cost is the guarantee's first at-least-once row: Envoy exits at once on
@@ -23,8 +23,9 @@ use tokio::task::JoinHandle;
 use crate::history::{Fault, FaultKind, Ms};
 use crate::workload::Clock;
 
-/// How long a module push may take to replace the VMs: Envoy compiles the new module
-/// before it accepts the push, seconds on a loaded machine.
+/// How long a module push may take to replace the VMs: Envoy compiles the new module before
+/// it accepts the push, and the old listener drains for `--drain-time-s` after it; a loaded
+/// machine stretches both.
 const VM_GONE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often the VM count is read while waiting.
@@ -110,8 +111,9 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
 
 /// Waits until the Envoy at `admin`, whose VM counts were `before` just before a push, has
 /// created the new VMs and destroyed the old ones: more VMs created than before, no more
-/// alive. Both happen within milliseconds of Envoy accepting the push, so the counter of
-/// created VMs, not a rise of the live ones, shows the new VMs came. Returns when that is
+/// alive. With no connection to drain both happen within milliseconds of Envoy accepting
+/// the push, so the counter of created VMs, not a rise of the live ones, shows the new VMs
+/// came (`docs/envoy-facts.md#a-retired-root-context-keeps-working`). Returns when that is
 /// seen (at most [`POLL`] after it happened), or `None` past [`VM_GONE_TIMEOUT`].
 async fn old_vms_gone(admin: SocketAddr, before: WasmVms, clock: Clock) -> Option<Ms> {
     let deadline = Instant::now() + VM_GONE_TIMEOUT;
