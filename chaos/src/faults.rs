@@ -1,7 +1,8 @@
 //! Applies the plan's fault schedule to the stack and records when each fault began and
 //! when the part was healthy again. Faults come one after another, except a step drawn to
 //! overlap the next ([`FaultStep::overlaps_next`]): then both are injected, held, and
-//! healed (the later first), so two parts are broken at once.
+//! healed (the later first, but the database before anything), so two parts are broken at
+//! once.
 //!
 //! | kind | inject | heal |
 //! |---|---|---|
@@ -60,8 +61,12 @@ pub async fn run(
                 None
             }
         };
+        // The later first, but the database before anything: a killed lease-store is
+        // ready again only once Postgres answers.
+        let mut injected: Vec<Injected> = second.into_iter().chain([first]).collect();
+        injected.sort_by_key(|injected| !injected.fault.kind.breaks_the_database());
         let mut healed = Vec::new();
-        for injected in second.into_iter().chain([first]) {
+        for injected in injected {
             healed.push(heal(stack, injected, clock).await);
         }
         healed.sort_by_key(|fault| fault.start_ms);

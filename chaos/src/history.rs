@@ -120,6 +120,11 @@ impl FaultKind {
         FaultKind::SlowLink,
     ];
 
+    /// Whether it takes the database down (every lease-store waits for its heal).
+    pub fn breaks_the_database(self) -> bool {
+        matches!(self, FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath)
+    }
+
     /// The name used in the table and the JSON.
     pub fn name(self) -> &'static str {
         match self {
