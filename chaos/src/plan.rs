@@ -637,6 +637,34 @@ mod tests {
     }
 
     #[test]
+    fn module_pushes_go_to_the_lds_envoy_and_rolling_upgrades_to_the_other() {
+        let lifecycle = Settings {
+            fault_kinds: vec![FaultKind::WasmUpgrade, FaultKind::RollingUpgrade],
+            ..settings()
+        };
+        let plan = draw(13, &lifecycle);
+        let target = |kind: FaultKind| -> Vec<usize> {
+            plan.faults
+                .iter()
+                .filter(|f| f.kind == kind)
+                .map(|f| f.target)
+                .collect()
+        };
+        let (pushes, rollouts) = (
+            target(FaultKind::WasmUpgrade),
+            target(FaultKind::RollingUpgrade),
+        );
+        assert!(
+            !pushes.is_empty() && pushes.iter().all(|envoy| *envoy == 0),
+            "{pushes:?}"
+        );
+        assert!(
+            !rollouts.is_empty() && rollouts.iter().all(|envoy| *envoy == 1),
+            "{rollouts:?}"
+        );
+    }
+
+    #[test]
     fn a_freeze_outlasts_the_call_timeout() {
         for fault in draw(9, &settings()).faults {
             if fault.kind == FaultKind::StoreFreeze {
