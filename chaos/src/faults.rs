@@ -1,7 +1,8 @@
 //! Applies the plan's fault schedule to the stack and records when each fault began and
 //! when the part was healthy again. Faults come one after another, except a step drawn to
 //! overlap the next ([`FaultStep::overlaps_next`]): then both are injected, held, and
-//! healed (the later first), so two parts are broken at once.
+//! healed (the later first, but the database before anything), so two parts are broken at
+//! once.
 //!
 //! | kind | inject | heal |
 //! |---|---|---|
@@ -12,9 +13,11 @@
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
+//! | envoy drain, wasm upgrade, rolling upgrade | a graceful drain, a module push, Envoy 1 replaced by another release (`faults/lifecycle.rs`) | `SIGTERM` and a restart; the old VMs seen destroyed; nothing |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
+mod lifecycle;
 mod network;
 mod plugin_push;
 
@@ -58,8 +61,12 @@ pub async fn run(
                 None
             }
         };
+        // The later first, but the database before anything: a killed lease-store is
+        // ready again only once Postgres answers.
+        let mut injected: Vec<Injected> = second.into_iter().chain([first]).collect();
+        injected.sort_by_key(|injected| !injected.fault.kind.breaks_the_database());
         let mut healed = Vec::new();
-        for injected in second.into_iter().chain([first]) {
+        for injected in injected {
             healed.push(heal(stack, injected, clock).await);
         }
         healed.sort_by_key(|fault| fault.start_ms);
@@ -77,6 +84,7 @@ struct Injected {
     crash: Option<Crash>,
     old_primary: Option<usize>,
     cut: Option<CutId>,
+    lifecycle: Option<lifecycle::Pending>,
 }
 
 async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
@@ -88,10 +96,13 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             start_ms: clock.now_ms(),
             end_ms: 0,
             failover_window_ms: None,
+            proxy_gone_ms: None,
+            previous_release: None,
         },
         crash: None,
         old_primary: None,
         cut: None,
+        lifecycle: None,
     };
     match step.kind {
         FaultKind::StoreKill => stack.kill_store(step.target),
@@ -109,6 +120,10 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
+        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
+            injected.lifecycle =
+                Some(lifecycle::inject(stack, step.kind, step.target, clock).await);
+        }
     }
     injected
 }
@@ -119,6 +134,7 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         crash,
         old_primary,
         cut,
+        lifecycle,
     } = injected;
     match fault.kind {
         FaultKind::StoreKill => stack.start_store(fault.target).await,
@@ -141,6 +157,11 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         | FaultKind::SlowLink => {
             if let Some(cut) = cut {
                 stack.heal(cut);
+            }
+        }
+        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
+            if let Some(pending) = lifecycle {
+                lifecycle::heal(stack, &mut fault, pending, clock).await;
             }
         }
     }

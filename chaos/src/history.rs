@@ -51,11 +51,22 @@ pub enum FaultKind {
     /// `tbf` rate of a few hundred bytes a second each way) until calls outlast the
     /// filter's call timeout.
     SlowLink,
+    /// An Envoy drained as a pod's termination drains it (`POST /drain_listeners?graceful`,
+    /// held a while), then `SIGTERM`, then started again on the same ports
+    /// (`faults/lifecycle.rs`).
+    EnvoyDrain,
+    /// Envoy 0's Wasm module replaced by LDS (a new build, then back to the original: an
+    /// upgrade and a rollback): a new VM, the old one retired and destroyed.
+    WasmUpgrade,
+    /// Envoy 1 replaced, as a rollout replaces a pod (`SIGTERM`, then a new process on the
+    /// same ports), by one running the previous release's `.wasm`, and by the next one by
+    /// this release's again: a mixed-version mesh in between, a rollback and an upgrade.
+    RollingUpgrade,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -66,10 +77,13 @@ impl FaultKind {
         FaultKind::StoreDbPartition,
         FaultKind::OneWayLoss,
         FaultKind::SlowLink,
+        FaultKind::EnvoyDrain,
+        FaultKind::WasmUpgrade,
+        FaultKind::RollingUpgrade,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 9] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 12] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -79,17 +93,23 @@ impl FaultKind {
         FaultKind::StoreDbPartition,
         FaultKind::OneWayLoss,
         FaultKind::SlowLink,
+        FaultKind::EnvoyDrain,
+        FaultKind::WasmUpgrade,
+        FaultKind::RollingUpgrade,
     ];
 
     /// The kinds a run on a replicated Postgres can inject (its parts share the host's
     /// network: no link faults).
-    pub const REPLICATED_POSTGRES: [FaultKind; 6] = [
+    pub const REPLICATED_POSTGRES: [FaultKind; 9] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
         FaultKind::EnvoyKill,
         FaultKind::PrimaryNodeDeath,
         FaultKind::PluginPush,
+        FaultKind::EnvoyDrain,
+        FaultKind::WasmUpgrade,
+        FaultKind::RollingUpgrade,
     ];
 
     /// The kinds made by cutting links: they need the parts in network namespaces.
@@ -99,6 +119,11 @@ impl FaultKind {
         FaultKind::OneWayLoss,
         FaultKind::SlowLink,
     ];
+
+    /// Whether it takes the database down (every lease-store waits for its heal).
+    pub fn breaks_the_database(self) -> bool {
+        matches!(self, FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath)
+    }
 
     /// The name used in the table and the JSON.
     pub fn name(self) -> &'static str {
@@ -113,6 +138,9 @@ impl FaultKind {
             FaultKind::StoreDbPartition => "store db partition",
             FaultKind::OneWayLoss => "one way loss",
             FaultKind::SlowLink => "slow link",
+            FaultKind::EnvoyDrain => "envoy drain",
+            FaultKind::WasmUpgrade => "wasm upgrade",
+            FaultKind::RollingUpgrade => "rolling upgrade",
         }
     }
 }
@@ -134,6 +162,14 @@ pub struct Fault {
     /// multi-host URL accepted again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_window_ms: Option<u64>,
+    /// A proxy-lifecycle fault's moment the old Envoy process or Wasm VM was gone with its
+    /// outbox (`faults/lifecycle.rs`): the `SIGTERM` of a drain, the moment a module push's
+    /// old VMs were seen destroyed. `None` when it was not seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_gone_ms: Option<Ms>,
+    /// A rolling upgrade's result: whether the Envoy runs the previous release after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_release: Option<bool>,
 }
 
 impl Fault {

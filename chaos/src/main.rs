@@ -26,7 +26,10 @@
 //!    and restarted, an Envoy killed and restarted on the same ports, a new plugin
 //!    configuration pushed to Envoy 0 by LDS, and the link faults (`faults/network.rs`: a
 //!    proxy cut off from the stores, a store cut off from Postgres, answers lost one way, a
-//!    slow link), for which each Envoy and lease-store runs in its own network namespace.
+//!    slow link), for which each Envoy and lease-store runs in its own network namespace,
+//!    and the proxy-lifecycle faults (`faults/lifecycle.rs`: an Envoy drained then sent
+//!    `SIGTERM`, a Wasm module upgrade and rollback, a rolling upgrade of Envoy 1 to the
+//!    previous release and back).
 //!    The upstream answers some keys with a 303, 302, 422 or 503, resets or runs past the
 //!    lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
@@ -56,7 +59,8 @@
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
-//! `one-way-loss`, `slow-link`; `none` for none) and `--no-give-up` keeps every caller
+//! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`; `none`
+//! for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -116,7 +120,8 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha), and the link
+    /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, rolling-upgrade,
+    /// primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
     /// only; they run each Envoy and lease-store in its own network namespace, as root); `none`
     /// for a control run. Default: every kind the database allows.
@@ -193,6 +198,10 @@ async fn run(cli: Cli) -> Result<bool, String> {
         give_up: !cli.no_give_up,
     };
     let plan = plan::draw(seed, &settings);
+    if fault_kinds.0.contains(&FaultKind::RollingUpgrade) {
+        // Built from git history on first use (minutes), cached after: before the run.
+        tokio::task::block_in_place(keyflight_testkit::previous_release::previous_release);
+    }
     let out = cli
         .out
         .clone()
@@ -420,7 +429,8 @@ mod tests {
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
-                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link";
+                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
+                   wasm-upgrade,rolling-upgrade";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 10] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 13] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -98,6 +98,9 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 10] = [
     (FaultKind::StoreDbPartition, 10),
     (FaultKind::OneWayLoss, 10),
     (FaultKind::SlowLink, 10),
+    (FaultKind::EnvoyDrain, 15),
+    (FaultKind::WasmUpgrade, 10),
+    (FaultKind::RollingUpgrade, 10),
 ];
 
 /// How often a fault is drawn to overlap the next one (two faults at once).
@@ -219,7 +222,10 @@ impl FaultStep {
             | FaultKind::PluginPush
             | FaultKind::ProxyPartition
             | FaultKind::OneWayLoss
-            | FaultKind::SlowLink => Part::Envoy(self.target),
+            | FaultKind::SlowLink
+            | FaultKind::EnvoyDrain
+            | FaultKind::WasmUpgrade
+            | FaultKind::RollingUpgrade => Part::Envoy(self.target),
             FaultKind::StoreDbPartition => Part::Store(self.target),
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
@@ -364,7 +370,12 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
         let kind = weighted(rng, &weights);
         let target = match kind {
             // Only Envoy 0 of the stack takes its listener from LDS.
-            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath | FaultKind::PluginPush => 0,
+            FaultKind::PostgresCrash
+            | FaultKind::PrimaryNodeDeath
+            | FaultKind::PluginPush
+            | FaultKind::WasmUpgrade => 0,
+            // Envoy 0 takes the plugin pushes, which the previous release may not read.
+            FaultKind::RollingUpgrade => 1,
             _ => rng.random_range(0..replicas),
         };
         let hold_ms = match kind {
@@ -378,6 +389,12 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
             // The push is over once Envoy accepted it; the old plugin drains meanwhile.
             FaultKind::PluginPush => rng.random_range(100..600),
+            // A termination drain: past the longest upstream delay for some, not others.
+            FaultKind::EnvoyDrain => rng.random_range(300..2500),
+            // The heal waits until the old VMs are gone (after the 1 s listener drain).
+            FaultKind::WasmUpgrade => rng.random_range(100..600),
+            // The new process is ready when the fault starts holding.
+            FaultKind::RollingUpgrade => rng.random_range(100..600),
             FaultKind::ProxyPartition => partition_hold(rng, settings),
             FaultKind::StoreDbPartition => rng.random_range(300..3000),
             // Past the call timeout, within the lease: a cut proxy whose lease runs out is
@@ -474,9 +491,9 @@ mod tests {
 
     #[test]
     fn a_plan_has_every_kind_of_caller_and_fault() {
-        // Long enough for the rarer kinds among nine.
+        // Long enough for the rarer kinds among thirteen.
         let long = Settings {
-            duration_ms: 180_000,
+            duration_ms: 300_000,
             ..settings()
         };
         let plan = draw(1, &long);
@@ -603,7 +620,11 @@ mod tests {
 
     #[test]
     fn proxy_partitions_end_both_within_and_past_the_lease() {
-        let holds: Vec<u64> = draw(11, &settings())
+        let only_partitions = Settings {
+            fault_kinds: vec![FaultKind::ProxyPartition],
+            ..settings()
+        };
+        let holds: Vec<u64> = draw(11, &only_partitions)
             .faults
             .iter()
             .filter(|f| f.kind == FaultKind::ProxyPartition)
@@ -613,6 +634,34 @@ mod tests {
         assert!(holds.iter().any(|hold| *hold > lease + 400), "{holds:?}");
         assert!(holds.iter().any(|hold| *hold < lease), "{holds:?}");
         assert!(holds.iter().all(|hold| *hold > settings().call_timeout_ms));
+    }
+
+    #[test]
+    fn module_pushes_go_to_the_lds_envoy_and_rolling_upgrades_to_the_other() {
+        let lifecycle = Settings {
+            fault_kinds: vec![FaultKind::WasmUpgrade, FaultKind::RollingUpgrade],
+            ..settings()
+        };
+        let plan = draw(13, &lifecycle);
+        let target = |kind: FaultKind| -> Vec<usize> {
+            plan.faults
+                .iter()
+                .filter(|f| f.kind == kind)
+                .map(|f| f.target)
+                .collect()
+        };
+        let (pushes, rollouts) = (
+            target(FaultKind::WasmUpgrade),
+            target(FaultKind::RollingUpgrade),
+        );
+        assert!(
+            !pushes.is_empty() && pushes.iter().all(|envoy| *envoy == 0),
+            "{pushes:?}"
+        );
+        assert!(
+            !rollouts.is_empty() && rollouts.iter().all(|envoy| *envoy == 1),
+            "{rollouts:?}"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! An evidence line records one fact about a claim's settle call — it was
 //! handed to the outbox, it landed (and whether the stream or the outbox
-//! delivered it), the outbox gave it up, or the lease was lost — as
+//! delivered it), the outbox gave it up, the lease was lost, or the plugin
+//! was retired with the call still in its outbox — as
 //! `evidence=<event> scope=<digest> fence=<n> call=<settle> by=<who>`,
 //! then ` | ` and a sentence for the operator. The fields are stable and
 //! carry digests and numbers only: the chaos run's judge parses them
@@ -39,6 +40,10 @@ pub enum Settle {
     GivenUp,
     /// The store answered `lease_lost`: another claim owns the record.
     LeaseLost,
+    /// The host retired the root context while the outbox still held the
+    /// call: it lives on only while the Wasm VM does (a push of another
+    /// module destroys the VM with it).
+    Retired,
 }
 
 /// Who made the settle call the line is about.
@@ -58,6 +63,7 @@ pub fn evidence(event: Settle, call: &StoreCall, fence: i64, by: By, note: &str)
         Settle::Landed => "settle_landed",
         Settle::GivenUp => "given_up",
         Settle::LeaseLost => "lease_lost",
+        Settle::Retired => "retired",
     };
     let by = match by {
         By::Stream => "stream",

@@ -479,6 +479,28 @@ impl Outbox {
             .map(|d| (d.call.clone(), d.fence))
     }
 
+    /// The evidence lines of a retiring root context: one per delivery still
+    /// held, so a record that dies with its VM can be named afterwards
+    /// (`docs/envoy-facts.md#a-retired-root-context-keeps-working`).
+    pub fn on_retire(&self) -> Vec<OutboxAction> {
+        self.entries
+            .values()
+            .filter_map(|entry| entry.delivery.as_ref())
+            .map(|delivery| {
+                let note = "plugin retired with this call in its outbox; it is delivered only \
+                            while the Wasm VM lives";
+                let line = evidence(
+                    Settle::Retired,
+                    &delivery.call,
+                    delivery.fence,
+                    By::Outbox,
+                    note,
+                );
+                log(LogLevel::Info, line)
+            })
+            .collect()
+    }
+
     /// Stops renewing and delivering `claim_id` (of fence `fence`) for good.
     fn give_up(
         &mut self,

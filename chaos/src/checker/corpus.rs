@@ -87,6 +87,9 @@ fn the_answer_lost_with_its_proxy_is_counted_apart() {
     for name in [
         "excused-proxy-killed-with-the-record-in-its-outbox.json",
         "excused-proxy-partitioned-past-its-lease.json",
+        "excused-proxy-drained-with-the-record-in-its-outbox.json",
+        "excused-vm-retired-by-a-module-push.json",
+        "excused-recorded-4xx-lost-with-its-proxy.json",
     ] {
         let case = corpus()
             .into_iter()

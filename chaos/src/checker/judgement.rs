@@ -13,9 +13,12 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::evidence::{ClaimWon, TAKEOVER};
+use super::lifecycle::{
+    answered_by_the_previous_release, previous_release_forgot, process_ended, vm_retired,
+};
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
-use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
+use crate::history::{Attempt, Execution, History, Ms, Outcome, Role};
 
 /// The rows of the guarantee table a re-run can be excused by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -23,7 +26,15 @@ use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
 pub enum Row {
     /// The winner's proxy died after dispatching upstream and before any settle landed.
     ProxyDied {
-        /// The Envoy kill (fault id).
+        /// The Envoy kill or drain (fault id; `lifecycle.rs`).
+        fault: usize,
+        /// Its caller already had its answer (the record was in the outbox).
+        answer_delivered: bool,
+    },
+    /// The winner's outbox held the settle call when its root context was retired, and a
+    /// push of another module destroyed that VM before any settle landed (`lifecycle.rs`).
+    VmRetired {
+        /// The module push (fault id).
         fault: usize,
         /// Its caller already had its answer (the record was in the outbox).
         answer_delivered: bool,
@@ -35,6 +46,16 @@ pub enum Row {
     Forgotten {
         /// What the upstream answered the earlier execution.
         status: u16,
+    },
+    /// The upstream answered a status the previous release forgets and this one records
+    /// (a `303`), through an Envoy a rolling upgrade had moved to the previous release; the
+    /// record was released (`release_forget`) and the re-run's claim inserted a fresh one
+    /// after that (`lifecycle.rs`).
+    ForgottenByThePreviousRelease {
+        /// What the upstream answered the earlier execution.
+        status: u16,
+        /// The rolling upgrade that moved that Envoy to the previous release (fault id).
+        fault: usize,
     },
     /// The earlier execution failed retryably (the upstream answered a `5xx`, `408` or
     /// `429`) or, under `uncertain: retry`, with an uncertain outcome; the record was
@@ -64,6 +85,9 @@ impl Row {
                 answer_delivered: true,
                 ..
             } | Row::ProxyPartitioned {
+                answer_delivered: true,
+                ..
+            } | Row::VmRetired {
                 answer_delivered: true,
                 ..
             }
@@ -161,7 +185,7 @@ pub struct KeyVerdict {
     pub executions: Vec<u64>,
     /// Every execution after the first, judged.
     pub reruns: Vec<Rerun>,
-    /// Delivered successful answers whose execution's record was lost with its proxy: it
+    /// Delivered answers (2xx, or a recorded 3xx or 4xx) whose execution's record was lost with its proxy: it
     /// died, or was cut off past its lease (excused from replaying; the documented case
     /// seen from the caller).
     pub died_with_proxy: Vec<(u16, String)>,
@@ -280,7 +304,28 @@ pub fn judge_key(
             (false, Expected::Answer { status, body })
         })
         .collect();
-    expected.extend(recorded_non_2xx(attempts));
+    // A recorded 3xx or 4xx answer is held to the same rule as a 2xx: excused from
+    // replaying only when its own fresh execution's record was lost with its proxy. An
+    // answer the previous release forgot was never recorded: it does not replay either.
+    let forgotten = answered_by_the_previous_release(&reruns, &executions);
+    let (lost, recorded): (Vec<&Attempt>, Vec<&Attempt>) = attempts
+        .iter()
+        .filter(|attempt| !forgotten.contains(attempt.id.as_str()))
+        .partition(|attempt| {
+            matches!(
+                attempt.outcome,
+                Outcome::Answered {
+                    replayed: false,
+                    ..
+                }
+            ) && lost_with_proxy.contains(attempt.id.as_str())
+        });
+    for (_, answer) in recorded_non_2xx(&lost) {
+        if let Expected::Answer { status, body } = answer {
+            died_with_proxy.insert((status, body));
+        }
+    }
+    expected.extend(recorded_non_2xx(&recorded));
     let unknown_since = attempts
         .iter()
         .filter(own)
@@ -394,9 +439,11 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    `uncertain: retry` called for it, and the successor won only as that release
 ///    allows), or: the successor took the lease over, no settle of the earlier claim landed
 ///    (store or proxy) before it, and the row's own event is shown: the earlier
-///    execution's Envoy was killed after its claim was won and before both the takeover and
-///    any landed settle (if its caller had the answer by then, the hand-off to the outbox
-///    must be in its log) — or it was cut off from every lease-store for longer than the
+///    execution's Envoy was killed (or drained and sent `SIGTERM`) after its claim was won
+///    and before both the takeover and any landed settle (if its caller had the answer by
+///    then, the hand-off to the outbox must be in its log) — or it retired a root context
+///    with that claim's settle call in its outbox and a module push then destroyed that VM
+///    before the takeover and any landed settle (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
 ///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
 ///    the claim up before the takeover.
 pub fn judge_rerun(
@@ -503,6 +550,17 @@ fn excused(
     )? {
         return Ok(excused(row));
     }
+    if let Some(row) = vm_retired(
+        earlier,
+        envoy,
+        first,
+        takeover,
+        landed,
+        attempts_by_id,
+        history,
+    )? {
+        return Ok(excused(row));
+    }
     let partitioned = Earlier {
         execution: earlier,
         envoy,
@@ -525,7 +583,7 @@ fn excused(
     ))
 }
 
-/// The dead-proxy row: `Ok(None)` when no kill fits, `Err` when one fits but the caller
+/// The dead-proxy row: `Ok(None)` when no kill or drain's `SIGTERM` fits, `Err` when one fits but the caller
 /// had its answer with no hand-off logged (the record should have been written).
 fn proxy_died(
     earlier: &Execution,
@@ -537,25 +595,27 @@ fn proxy_died(
     history: &History,
 ) -> Result<Option<Row>, String> {
     let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
-    let Some(kill) = history.faults.iter().find(|fault| {
-        fault.kind == FaultKind::EnvoyKill
-            && fault.target == envoy
-            && claim.at_ms <= fault.start_ms
-            && fault.start_ms < before
-    }) else {
+    let Some((kill, ended)) = history
+        .faults
+        .iter()
+        .filter(|fault| fault.target == envoy)
+        .filter_map(|fault| Some((fault, process_ended(fault)?)))
+        .find(|(_, ended)| claim.at_ms <= *ended && *ended < before)
+    else {
         return Ok(None);
     };
-    let Some(answered) = answered_by(earlier, attempts_by_id, kill.start_ms) else {
+    let Some(answered) = answered_by(earlier, attempts_by_id, ended) else {
         return Ok(Some(Row::ProxyDied {
             fault: kill.id,
             answer_delivered: false,
         }));
     };
-    if !handed_off_by(history, envoy, claim.fence, kill.start_ms) {
+    if !handed_off_by(history, envoy, claim.fence, ended) {
         return Err(format!(
-            "envoy-{envoy} was killed at {} ms, after its caller got the answer at {answered} \
-             ms, but logged no hand-off of fence {}: its record should have been written",
-            kill.start_ms, claim.fence
+            "envoy-{envoy} was killed at {ended} ms, after its caller got the answer at \
+             {answered} ms, but logged no hand-off of fence {}: its record should have been \
+             written",
+            claim.fence
         ));
     }
     Ok(Some(Row::ProxyDied {
@@ -597,7 +657,9 @@ fn settled_row(
     let answered = earlier.answered;
     let shown = |status: Option<u16>| status.map_or("no status".to_owned(), |s| s.to_string());
     if release.call == "release_forget" {
-        let Some(status) = answered.filter(|s| history.policy.forget_statuses.contains(s)) else {
+        let previous = previous_release_forgot(history, earlier);
+        let forgets = |s: &u16| history.policy.forget_statuses.contains(s) || previous.is_some();
+        let Some(status) = answered.filter(forgets) else {
             return Err(format!(
                 "fence {fence} was released as forget, but the upstream answered {}, which \
                  the policy records",
@@ -611,7 +673,12 @@ fn settled_row(
                 successor.fence, successor.how, successor.at_ms, release.at_ms
             ));
         }
-        return Ok(Some(Row::Forgotten { status }));
+        return Ok(Some(match previous {
+            Some(fault) if !history.policy.forget_statuses.contains(&status) => {
+                Row::ForgottenByThePreviousRelease { status, fault }
+            }
+            _ => Row::Forgotten { status },
+        }));
     }
     let retry = history.policy.uncertain_retry(&earlier.path);
     let no_answer = earlier

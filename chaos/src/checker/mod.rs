@@ -11,7 +11,8 @@
 //!   a record that no longer answers as it must (a 2xx or a recorded 4xx that does not
 //!   replay, an `unknown` that is no longer `unknown`, a conflict that no longer
 //!   conflicts) and an `unknown` record that ran again are each judged on their own.
-//!   The partition row's own conditions are in `partition.rs`.
+//!   The partition row's own conditions are in `partition.rs`; the proxy-lifecycle
+//!   faults' (a drain's `SIGTERM`, a module push that destroys a VM) in `lifecycle.rs`.
 //! - `report.rs`: the findings summed up per fault kind for the table.
 //!
 //! The judge's own tests are a corpus of small histories (`chaos/tests/corpus/`): one per
@@ -21,6 +22,7 @@
 
 pub mod evidence;
 pub mod judgement;
+mod lifecycle;
 mod partition;
 pub mod report;
 

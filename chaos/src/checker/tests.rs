@@ -113,6 +113,8 @@ fn kill(envoy: usize, start: Ms) -> Fault {
         start_ms: start,
         end_ms: start + 300,
         failover_window_ms: None,
+        proxy_gone_ms: None,
+        previous_release: None,
     }
 }
 
@@ -276,6 +278,8 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         start_ms: 3000,
         end_ms: 3400,
         failover_window_ms: None,
+        proxy_gone_ms: None,
+        previous_release: None,
     });
     let mut quiet = attempt("r9", 0, 10_000, 10_100, created("Q"));
     quiet.key = "quiet".into();

@@ -21,6 +21,12 @@ const LEASE_MS: u64 = 3000;
 /// when it lets go once the outbox is empty (`filter/src/drive/worker.rs`).
 const RETIRED_WITH_CLAIMS: &str = "plugin retired with claims in the record outbox";
 const RETIRED_SETTLED: &str = "record outbox settled; plugin retired";
+/// Whether `log` holds the evidence line a retiring root context logs for a finalize
+/// still in its outbox (`filter/src/log.rs`).
+fn retired_finalize(log: &str) -> bool {
+    log.lines()
+        .any(|line| line.contains("evidence=retired ") && line.contains(" call=finalize "))
+}
 
 fn options(binaries: Binaries) -> StackOptions {
     StackOptions::default()
@@ -78,12 +84,28 @@ async fn wait_logged(stack: &Stack, needle: &str, count: usize, timeout: Duratio
 async fn a_module_change_drops_the_retired_outbox(binaries: Binaries) {
     let mut stack = Stack::start(options(binaries)).await;
     let rebuilt = stack.parts().rebuilt_wasm("upgrade");
+    let vms_before = stack.parts().wasm_vms(0).await.expect("Envoy answers");
+    assert!(vms_before.active > 0, "Envoy counts its Wasm VMs");
     answer_into_the_outbox(&mut stack, "upgraded").await;
     stack.parts_mut().upgrade_wasm(0, &rebuilt).await;
     assert!(
         wait_logged(&stack, RETIRED_WITH_CLAIMS, 1, Duration::from_secs(10)).await,
         "the old root context was told it is done, with the record in its outbox"
     );
+    assert!(
+        retired_finalize(&stack.envoy_log()),
+        "the retired root context named the record's settle call"
+    );
+    stack
+        .eventually(
+            "new VMs were created and the old ones destroyed",
+            || async {
+                stack.parts().wasm_vms(0).await.is_some_and(|vms| {
+                    vms.created > vms_before.created && vms.active <= vms_before.active
+                })
+            },
+        )
+        .await;
     stack.restart_lease_store().await;
     tokio::time::sleep(Duration::from_millis(LEASE_MS + 1000)).await;
     assert!(
@@ -132,6 +154,10 @@ async fn sigterm_then_drain(binaries: Binaries) {
     assert!(
         stack.envoy_log().contains(RETIRED_WITH_CLAIMS),
         "the root context was told it is done, and asked to stay"
+    );
+    assert!(
+        retired_finalize(&stack.envoy_log()),
+        "and named the record's settle call before the process exited"
     );
     stack.restart_lease_store().await;
     tokio::time::sleep(Duration::from_millis(LEASE_MS)).await;

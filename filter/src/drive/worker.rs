@@ -338,6 +338,13 @@ impl Driver for Root {
                 LogLevel::Info,
                 "plugin retired with claims in the record outbox: settling them first",
             );
+            if let Some(worker) = self.worker.clone() {
+                let actions = match worker.outbox.try_borrow() {
+                    Ok(outbox) => outbox.on_retire(),
+                    Err(_) => Vec::new(),
+                };
+                self.perform(&worker, actions, host);
+            }
         }
         done
     }

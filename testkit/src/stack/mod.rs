@@ -26,6 +26,7 @@
 
 mod extra;
 mod faults;
+mod lifecycle;
 mod network;
 mod options;
 mod parts;
@@ -50,6 +51,7 @@ use crate::process::{free_port, wait_http_ok};
 
 pub use extra::{EnvoyStart, ExtraEnvoy, ExtraStore, envoy_alone};
 pub use faults::Crash;
+pub use lifecycle::{WasmVms, wasm_vms_at};
 pub use network::{NetFault, SLOW_LINK_BYTES_PER_S};
 pub use options::{PortPlan, SHARED_AUTHORITY, StackOptions, VIA_HEADER, via_value};
 pub use parts::{ADMIN_TOKEN, envoy_command, lease_store_command, upstream_command};

@@ -311,3 +311,30 @@ fn a_retired_plugin_stays_until_its_outbox_is_settled() {
     root.on_tick(&mut host);
     assert!(host.finished, "proxy_done once the outbox is empty");
 }
+
+#[test]
+fn a_retired_plugin_names_each_call_still_in_its_outbox() {
+    let mut host = host(plugin(false));
+    let mut root = Root::default();
+    root.configure(&mut host);
+    hand_off_one(&root, &mut host);
+    host.take();
+    assert!(!root.on_done(&mut host));
+    let retired: Vec<String> = host
+        .take()
+        .into_iter()
+        .filter_map(|action| match action {
+            Action::Log { message, .. } if message.starts_with("evidence=retired ") => {
+                Some(message)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        retired.len(),
+        1,
+        "one line for the one delivery: {retired:?}"
+    );
+    assert!(retired[0].contains(" fence=1 "), "{retired:?}");
+    assert!(retired[0].contains(" by=outbox "), "{retired:?}");
+}

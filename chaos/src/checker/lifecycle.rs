@@ -1,0 +1,130 @@
+//! The proxy-lifecycle faults in the first at-least-once row of the guarantee table
+//! (`docs/guarantee.md#where-it-is-at-least-once`): a drained Envoy ends at once on
+//! `SIGTERM`, and a push of another Wasm module destroys the retired VM, each with its
+//! outbox (`docs/envoy-facts.md#drain-and-shutdown`,
+//! `docs/envoy-facts.md#a-retired-root-context-keeps-working`). `judgement.rs` has already
+//! shown what every row needs (same body and fingerprint, every claim in between a
+//! takeover, no settle of the earlier fence landed before the takeover).
+//!
+//! - **A process that ended** ([`process_ended`]): an Envoy kill ends it at its start, a
+//!   drain at its `SIGTERM` (`proxy_gone_ms`). The dead-proxy row then holds it to the
+//!   kill's conditions: the claim won before that moment, the moment before the takeover
+//!   and any landed settle, the hand-off logged if the caller had its answer.
+//! - **A VM a module push destroyed** ([`vm_retired`]): the Envoy that forwarded the
+//!   earlier execution logged, on retiring a root context, that fence's settle call still
+//!   in its outbox (`evidence=retired`); a `wasm_upgrade` of that Envoy then saw the old
+//!   VMs gone (`proxy_gone_ms`) — the first such push at or after the retirement, the one
+//!   that destroyed the VM the retired context lived in — before the takeover and any
+//!   landed settle. A retirement with no module push after it (a configuration push keeps
+//!   the VM, whose retired context keeps delivering) excuses nothing.
+//! - **A rolling upgrade** ends the replaced process at its `SIGTERM` (as a drain), and
+//!   leaves the Envoy on the previous release until the next one: a status that release
+//!   forgets and this one records ([`PREVIOUS_RELEASE_ALSO_FORGETS`]) answered through it
+//!   was forgotten, so a retry ran again ([`previous_release_forgot`]), and that answer was
+//!   never recorded, so it does not replay ([`answered_by_the_previous_release`]).
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::evidence::ClaimWon;
+use super::judgement::{Rerun, RerunVerdict, Row, answered_by};
+use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
+
+/// When `fault` ended the Envoy process it hit, for the faults that end one: an Envoy
+/// kill at its start, a drain or a rolling upgrade at its `SIGTERM`. `None` for any other
+/// fault, and for one whose `SIGTERM` was not recorded.
+pub fn process_ended(fault: &Fault) -> Option<Ms> {
+    match fault.kind {
+        FaultKind::EnvoyKill => Some(fault.start_ms),
+        FaultKind::EnvoyDrain | FaultKind::RollingUpgrade => fault.proxy_gone_ms,
+        _ => None,
+    }
+}
+
+/// The row of a record destroyed with its retired VM: `Ok(None)` when Envoy `envoy` logged
+/// no retirement of `claim`'s settle call, `Err` when it did but no module push shows the
+/// VM destroyed before the takeover and any landed settle.
+pub fn vm_retired(
+    earlier: &Execution,
+    envoy: usize,
+    claim: &ClaimWon,
+    takeover: &ClaimWon,
+    landed: Option<Ms>,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> Result<Option<Row>, String> {
+    let Some(retired) = history.evidence.proxy_event(envoy, claim.fence, "retired") else {
+        return Ok(None);
+    };
+    let fence = claim.fence;
+    let push = history
+        .faults
+        .iter()
+        .filter(|fault| fault.kind == FaultKind::WasmUpgrade && fault.target == envoy)
+        .filter_map(|fault| Some((fault, fault.proxy_gone_ms?)))
+        .filter(|(_, gone)| *gone >= retired.at_ms)
+        .min_by_key(|(_, gone)| *gone);
+    let Some((push, gone)) = push else {
+        return Err(format!(
+            "envoy-{envoy} retired fence {fence}'s settle call at {} ms, but no module push \
+             destroyed that VM afterwards",
+            retired.at_ms
+        ));
+    };
+    let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
+    if gone >= before {
+        return Err(format!(
+            "envoy-{envoy}'s old VMs were gone at {gone} ms, not before the takeover (fence \
+             {}) at {} ms{}",
+            takeover.fence,
+            takeover.at_ms,
+            landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
+        ));
+    }
+    Ok(Some(Row::VmRetired {
+        fault: push.id,
+        answer_delivered: answered_by(earlier, attempts_by_id, gone).is_some(),
+    }))
+}
+
+/// The statuses the previous release (`testkit/src/previous_release.rs`) forgets and this
+/// one records (`docs/guarantee.md#every-answer-after-which-a-retry-runs-again`).
+pub const PREVIOUS_RELEASE_ALSO_FORGETS: [u16; 1] = [303];
+
+/// The rolling upgrade (fault id) that had moved `earlier`'s Envoy to the previous release
+/// when it ran `earlier`, if the upstream answered it a status that release forgets: the
+/// last rolling upgrade of that Envoy begun by then moved it there.
+pub fn previous_release_forgot(history: &History, earlier: &Execution) -> Option<usize> {
+    let status = earlier.answered?;
+    let envoy = earlier.via?;
+    if !PREVIOUS_RELEASE_ALSO_FORGETS.contains(&status) {
+        return None;
+    }
+    let last = history
+        .faults
+        .iter()
+        .filter(|fault| fault.kind == FaultKind::RollingUpgrade && fault.target == envoy)
+        .filter(|fault| fault.start_ms <= earlier.at_ms)
+        .max_by_key(|fault| fault.start_ms)?;
+    (last.previous_release == Some(true)).then_some(last.id)
+}
+
+/// The caller attempts whose answer came from an execution the previous release forgot.
+pub fn answered_by_the_previous_release<'a>(
+    reruns: &[Rerun],
+    executions: &[&'a Execution],
+) -> BTreeSet<&'a str> {
+    reruns
+        .iter()
+        .filter(|rerun| {
+            matches!(
+                rerun.verdict,
+                RerunVerdict::Excused {
+                    row: Row::ForgottenByThePreviousRelease { .. },
+                    ..
+                }
+            )
+        })
+        .filter_map(|rerun| executions.iter().find(|e| e.execution == rerun.earlier))
+        .filter_map(|execution| execution.caller_request_id.as_deref())
+        .collect()
+}
