@@ -5,7 +5,8 @@
 //!
 //! An evidence line records one fact about a claim's settle call — it was
 //! handed to the outbox, it landed (and whether the stream or the outbox
-//! delivered it), the outbox gave it up, or the lease was lost — as
+//! delivered it), the outbox gave it up, or the lease was lost — or that a
+//! won claim was not forwarded upstream (its release follows), as
 //! `evidence=<event> scope=<digest> fence=<n> call=<settle> by=<who>`,
 //! then ` | ` and a sentence for the operator. The fields are stable and
 //! carry digests and numbers only: the chaos run's judge parses them
@@ -39,6 +40,10 @@ pub enum Settle {
     GivenUp,
     /// The store answered `lease_lost`: another claim owns the record.
     LeaseLost,
+    /// The claim was won but its request was never forwarded upstream (its
+    /// answer came too late to keep the lease); `call` is the release that
+    /// follows. A judge may then treat the claim as one that never ran.
+    NotForwarded,
 }
 
 /// Who made the settle call the line is about.
@@ -58,6 +63,7 @@ pub fn evidence(event: Settle, call: &StoreCall, fence: i64, by: By, note: &str)
         Settle::Landed => "settle_landed",
         Settle::GivenUp => "given_up",
         Settle::LeaseLost => "lease_lost",
+        Settle::NotForwarded => "not_forwarded",
     };
     let by = match by {
         By::Stream => "stream",

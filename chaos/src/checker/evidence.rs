@@ -212,6 +212,26 @@ impl Evidence {
         by_store.chain(by_proxy).min()
     }
 
+    /// When a store applied the `release_forget` of a claim a proxy logged it did not
+    /// forward (`evidence=not_forwarded`, a `won` answered too late to keep its lease:
+    /// `docs/stream-machine.md#the-claim`); `Err` names the missing line. Whether the
+    /// upstream ran the fence anyway is for the judge to check against its log.
+    pub fn released_unforwarded(&self, claim: &ClaimWon) -> Result<Ms, String> {
+        let fence = claim.fence;
+        if !self.proxy_settles.iter().any(|settle| {
+            settle.event == "not_forwarded" && settle.fence == fence && settle.scope == claim.scope
+        }) {
+            return Err("no proxy logged it not forwarded".to_owned());
+        }
+        self.store_settles
+            .iter()
+            .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
+            .filter(|settle| settle.call == "release_forget")
+            .map(|settle| settle.at_ms)
+            .min()
+            .ok_or_else(|| "no store applied its release_forget".to_owned())
+    }
+
     /// The first `event` Envoy `envoy` logged for `fence`.
     pub fn proxy_event(&self, envoy: usize, fence: u64, event: &str) -> Option<&ProxySettle> {
         self.proxy_settles

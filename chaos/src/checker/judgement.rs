@@ -387,8 +387,9 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 /// 1. both carry a fence, the re-run's higher, and the same body;
 /// 2. the store logged both claims, in one scope, with the same fingerprint;
 /// 3. every claim of that scope after the earlier one's successor, up to the re-run's, won
-///    by taking over an expired lease ([`TAKEOVER`]) — never a fresh insert (the record
-///    vanished), a reuse, or a way of winning this judge does not know;
+///    by taking over an expired lease ([`TAKEOVER`]) — never a reuse, a way of winning
+///    this judge does not know, or a fresh insert (the record vanished) unless the claim
+///    before it is shown released unrun ([`chain_holds`]);
 /// 4. either the earlier claim was settled by a release that lets a retry run again
 ///    ([`settled_row`]: the upstream's own answer or an uncertain outcome under
 ///    `uncertain: retry` called for it, and the successor won only as that release
@@ -450,12 +451,7 @@ fn excused(
             "no claim after fence {earlier_fence} in its scope was logged"
         ));
     };
-    if let Some(other) = between.iter().skip(1).find(|claim| claim.how != TAKEOVER) {
-        return Err(format!(
-            "fence {} won by `{}`, not by taking over an expired lease",
-            other.fence, other.how
-        ));
-    }
+    chain_holds(&between, history)?;
     if let Some(row) = settled_row(earlier, first, takeover, attempts_by_id, history)? {
         let envoy = earlier.via.unwrap_or_default();
         return Ok(RerunVerdict::Excused {
@@ -523,6 +519,51 @@ fn excused(
         takeover.at_ms,
         landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
     ))
+}
+
+/// The claims after the earlier one's successor, up to the re-run's: each must have won
+/// by taking over an expired lease ([`TAKEOVER`]), or by a fresh insert (`claimed`) made
+/// after the claim before it was released unrun ([`released_unrun`]): a `won` answered too
+/// late to keep its lease is never forwarded and its release deletes the record
+/// (`docs/stream-machine.md#the-claim`).
+fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<(), String> {
+    for pair in between.windows(2) {
+        let (before, claim) = (pair[0], pair[1]);
+        if claim.how == TAKEOVER {
+            continue;
+        }
+        let not_a_takeover = format!(
+            "fence {} won by `{}`, not by taking over an expired lease",
+            claim.fence, claim.how
+        );
+        if claim.how != "claimed" {
+            return Err(not_a_takeover);
+        }
+        let released = released_unrun(before, history)
+            .map_err(|why| format!("{not_a_takeover}, and fence {}: {why}", before.fence))?;
+        if claim.at_ms < released - SETTLE_LOG_SLACK_MS {
+            return Err(format!(
+                "{not_a_takeover}, at {} ms, before fence {}'s release at {released} ms",
+                claim.at_ms, before.fence
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// When `claim` was released as never run: its proxy logged it not forwarded, a store
+/// applied its `release_forget`, and the upstream's log holds no execution with its fence.
+/// `Err` says which of these is not shown.
+fn released_unrun(claim: &ClaimWon, history: &History) -> Result<Ms, String> {
+    if let Some(ran) = history
+        .executions
+        .iter()
+        .chain(&history.verification_executions)
+        .find(|execution| execution.fence == Some(claim.fence))
+    {
+        return Err(format!("the upstream ran it (execution {})", ran.execution));
+    }
+    history.evidence.released_unforwarded(claim)
 }
 
 /// The dead-proxy row: `Ok(None)` when no kill fits, `Err` when one fits but the caller

@@ -169,6 +169,60 @@ fn every_claim_between_the_two_executions_must_be_a_takeover() {
 }
 
 #[test]
+fn a_fresh_insert_is_in_the_chain_only_after_a_claim_shown_released_unrun() {
+    // Fence 2 took fence 1 over, but its answer came too late: not forwarded, released as
+    // forget (the record deleted); fence 3 inserted a fresh record and ran.
+    let mut history = killed_winner();
+    history.executions[1].fence = Some(3);
+    history.evidence.store_settles[0].claim_id = "c3".into();
+    history.evidence.proxy_settles[0].fence = 3;
+    let mut third = history.evidence.claims[1].clone();
+    (third.fence, third.at_ms, third.how) = (3, 3580, "claimed".into());
+    third.claim_id = "c3".into();
+    history.evidence.claims.push(third);
+    let mut release = history.evidence.store_settles[0].clone();
+    (release.claim_id, release.call, release.at_ms) = ("c2".into(), "release_forget".into(), 3570);
+    history.evidence.store_settles.push(release);
+    history.evidence.proxy_settles.push(ProxySettle {
+        at_ms: 3565,
+        envoy: 1,
+        event: "not_forwarded".into(),
+        scope: "5c0e".into(),
+        fence: 2,
+        call: "release_forget".into(),
+        by: "stream".into(),
+    });
+    assert!(!check(&history).failed(), "{:#?}", check(&history));
+
+    // The upstream's log holds an execution of fence 2 (here one without its key, so it
+    // is no re-run of its own): it ran, whatever the filter said.
+    let mut ran = history.executions[1].clone();
+    (ran.execution, ran.fence, ran.key) = (9, Some(2), None);
+    history.executions.push(ran);
+    assert!(
+        reason(&history).contains("fence 2: the upstream ran it (execution 9)"),
+        "{}",
+        reason(&history)
+    );
+    history.executions.pop();
+
+    // The fresh insert came before the release had deleted the record.
+    history.evidence.claims[2].at_ms = 3300;
+    assert!(
+        reason(&history).contains("before fence 2's release at 3570 ms"),
+        "{}",
+        reason(&history)
+    );
+    history.evidence.claims[2].at_ms = 3580;
+
+    // Without either line, nothing shows fence 2 never ran.
+    history.evidence.store_settles.pop();
+    assert!(reason(&history).contains("fence 2: no store applied its release_forget"));
+    history.evidence.proxy_settles.pop();
+    assert!(reason(&history).contains("fence 2: no proxy logged it not forwarded"));
+}
+
+#[test]
 fn a_conflicting_body_stays_a_conflict_and_is_never_a_divergent_answer() {
     let mut conflict = attempt(
         "r3",
