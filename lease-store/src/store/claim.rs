@@ -216,6 +216,7 @@ impl RecordSnapshot {
                 },
                 pending_until: self.remaining_until,
                 record_expires_at: None,
+                statement_sent: None,
             }),
             (RecordState::Failed, Some(left)) => Some(answer(ClaimResponse::Cooldown {
                 retry_after_s: retry_after(left),
@@ -332,6 +333,7 @@ impl Store {
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
                 let guard = OrphanGuard::new(self, *scope, claim_id);
+                let sent = Instant::now();
                 let won = client
                     .query_opt(
                         &claim,
@@ -347,7 +349,7 @@ impl Store {
                     .await?;
                 guard.delivered();
                 if let Some(row) = won {
-                    return won_attempt(&row, claim_id, lease_ms);
+                    return won_attempt(&row, claim_id, lease_ms, sent);
                 }
                 let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
                 let snapshot = existing
@@ -371,6 +373,7 @@ impl Store {
                         },
                         pending_until: Some(until),
                         record_expires_at: None,
+                        statement_sent: None,
                     });
                 }
             }
@@ -378,13 +381,19 @@ impl Store {
                 response: ClaimResponse::InProgress { retry_after_s: 1 },
                 pending_until: None,
                 record_expires_at: None,
+                statement_sent: None,
             })
         })
         .await
     }
 }
 
-fn won_attempt(row: &Row, claim_id: Uuid, lease_ms: u64) -> Result<ClaimAttempt, StoreError> {
+fn won_attempt(
+    row: &Row,
+    claim_id: Uuid,
+    lease_ms: u64,
+    sent: Instant,
+) -> Result<ClaimAttempt, StoreError> {
     let how: &str = row.try_get("how")?;
     let how = match how {
         "claimed" => WonHow::Claimed,
@@ -400,6 +409,7 @@ fn won_attempt(row: &Row, claim_id: Uuid, lease_ms: u64) -> Result<ClaimAttempt,
         },
         pending_until: None,
         record_expires_at: None,
+        statement_sent: Some(sent),
     })
 }
 
@@ -426,6 +436,7 @@ fn answer(response: ClaimResponse) -> ClaimAttempt {
         response,
         pending_until: None,
         record_expires_at: None,
+        statement_sent: None,
     }
 }
 
