@@ -12,10 +12,12 @@
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
+//! | operator erase, operator resolve | the newest `completed` record erased, or the newest `unknown` one resolved, through a lease-store's admin API (`faults/operator.rs`; the scope and the answer are recorded) | nothing |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
 mod network;
+mod operator;
 mod plugin_push;
 
 use std::time::Duration;
@@ -88,6 +90,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             start_ms: clock.now_ms(),
             end_ms: 0,
             failover_window_ms: None,
+            operator: None,
         },
         crash: None,
         old_primary: None,
@@ -109,6 +112,10 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
+        FaultKind::OperatorErase | FaultKind::OperatorResolve => {
+            let nth = injected.fault.start_ms;
+            injected.fault.operator = Some(operator::act(stack, step.kind, step.target, nth).await);
+        }
     }
     injected
 }
@@ -134,7 +141,7 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
             }
         }
         FaultKind::EnvoyKill => stack.start_envoy(fault.target).await,
-        FaultKind::PluginPush => {}
+        FaultKind::PluginPush | FaultKind::OperatorErase | FaultKind::OperatorResolve => {}
         FaultKind::ProxyPartition
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss

@@ -26,7 +26,9 @@
 //!    and restarted, an Envoy killed and restarted on the same ports, a new plugin
 //!    configuration pushed to Envoy 0 by LDS, and the link faults (`faults/network.rs`: a
 //!    proxy cut off from the stores, a store cut off from Postgres, answers lost one way, a
-//!    slow link), for which each Envoy and lease-store runs in its own network namespace.
+//!    slow link), for which each Envoy and lease-store runs in its own network namespace,
+//!    and operator actions (`faults/operator.rs`: an erase or a resolve through a
+//!    lease-store's admin API).
 //!    The upstream answers some keys with a 303, 302, 422 or 503, resets or runs past the
 //!    lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
@@ -56,7 +58,7 @@
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
-//! `one-way-loss`, `slow-link`; `none` for none) and `--no-give-up` keeps every caller
+//! `one-way-loss`, `slow-link`, `operator-erase`, `operator-resolve`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -118,8 +120,8 @@ struct Cli {
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
     /// postgres-crash, envoy-kill, plugin-push, primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
-    /// only; they run each Envoy and lease-store in its own network namespace, as root); `none`
-    /// for a control run. Default: every kind the database allows.
+    /// only; they run each Envoy and lease-store in its own network namespace, as root),
+    /// operator-erase, operator-resolve; `none` for a control run. Default: every kind the database allows.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
     /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
@@ -388,6 +390,9 @@ fn policy_facts(plugin: &Value) -> PolicyFacts {
             },
         ),
         uncertain_retry_prefix: Some(plan::RETRY_PREFIX.to_owned()),
+        edge_max_staleness_ms: plugin["edge_cache"]["max_staleness_ms"]
+            .as_u64()
+            .unwrap_or_else(history::default_max_staleness_ms),
     }
 }
 
@@ -420,7 +425,8 @@ mod tests {
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
-                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link";
+                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,\
+                   operator-erase,operator-resolve";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

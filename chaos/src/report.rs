@@ -290,7 +290,8 @@ mod tests {
         assert!(
             lines[0].contains(
                 "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin \
-                 push | proxy partition | store db partition | one way loss | slow link | all |"
+                 push | proxy partition | store db partition | one way loss | slow link | \
+                 operator erase | operator resolve | all |"
             ),
             "{table}"
         );

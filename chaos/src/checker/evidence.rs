@@ -65,6 +65,19 @@ impl StoreSettle {
     }
 }
 
+/// An operator change a lease-store committed (its `operator` line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorChange {
+    /// When the store logged it (after the commit).
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The scope digest.
+    pub scope: String,
+    /// `erase`, `resolve_completed` or `resolve_failed` (the audit's names).
+    pub action: String,
+}
+
 /// What an Envoy's filter logged about one claim's settle call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProxySettle {
@@ -93,6 +106,9 @@ pub struct Evidence {
     pub store_settles: Vec<StoreSettle>,
     /// Settle facts the Envoys logged.
     pub proxy_settles: Vec<ProxySettle>,
+    /// Operator changes the lease-stores committed.
+    #[serde(default)]
+    pub operator_changes: Vec<OperatorChange>,
 }
 
 impl Evidence {
@@ -173,6 +189,16 @@ impl Evidence {
                         claim_id,
                         call,
                         outcome,
+                    });
+                }
+            }
+            Some("operator") => {
+                if let (Some(scope), Some(action)) = (text("scope"), text("action")) {
+                    self.operator_changes.push(OperatorChange {
+                        at_ms,
+                        store,
+                        scope,
+                        action,
                     });
                 }
             }

@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::evidence::{ClaimWon, TAKEOVER};
+use super::operator;
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
 use crate::history::{Attempt, Execution, FaultKind, History, Ms, Outcome, Role};
@@ -51,6 +52,12 @@ pub enum Row {
         fault: usize,
         /// Its caller already had its answer (the record was in the outbox).
         answer_delivered: bool,
+    },
+    /// An operator erased the record after the earlier claim, and the re-run's chain
+    /// starts with a fresh insert after the erase (`operator.rs`).
+    OperatorErased {
+        /// The erase (fault id).
+        fault: usize,
     },
 }
 
@@ -249,7 +256,7 @@ pub fn judge_key(
         .collect();
     let own = |attempt: &&&Attempt| attempt.role != Role::Conflict;
     let mut died_with_proxy = BTreeSet::new();
-    let mut delivered = BTreeSet::new();
+    let mut answered = Vec::new();
     for attempt in attempts.iter().filter(own) {
         if let Some((status, body)) = attempt.outcome.success() {
             let answer = (status, body.to_owned());
@@ -263,31 +270,40 @@ pub fn judge_key(
             if fresh && lost_with_proxy.contains(attempt.id.as_str()) {
                 died_with_proxy.insert(answer);
             } else {
-                delivered.insert(answer);
+                answered.push((*attempt, answer));
             }
         }
     }
-    delivered.retain(|answer| !died_with_proxy.contains(answer));
-    let divergent_answers = match delivered.len() {
-        0 | 1 => Vec::new(),
-        _ => delivered.iter().cloned().collect(),
-    };
+    answered.retain(|(_, answer)| !died_with_proxy.contains(answer));
+    // An operator's erase or resolve starts a new segment of the key's answers.
+    let changes = key_scope(&executions, history)
+        .map_or_else(Vec::new, |scope| operator::shown(history, scope));
+    let unknowns: Vec<&Attempt> = attempts
+        .iter()
+        .filter(own)
+        .filter(|attempt| attempt.outcome.problem_code() == Some("operation_unknown"))
+        .copied()
+        .collect();
+    let staleness = Ms::try_from(history.policy.edge_max_staleness_ms).unwrap_or(Ms::MAX);
+    let across = operator::across(&changes, &answered, &unknowns, staleness);
+    let divergent_answers = across.divergent.iter().cloned().collect();
 
-    let mut expected: Vec<(bool, Expected)> = delivered
+    let mut expected: Vec<(bool, Expected)> = across
+        .last
         .iter()
         .map(|(status, body)| {
             let (status, body) = (*status, body.clone());
             (false, Expected::Answer { status, body })
         })
         .collect();
-    expected.extend(recorded_non_2xx(attempts));
-    let unknown_since = attempts
+    let since_last_change = changes.last().map_or(Ms::MIN, |change| change.landed_ms);
+    let last_segment: Vec<&Attempt> = attempts
         .iter()
-        .filter(own)
-        .filter(|attempt| attempt.outcome.problem_code() == Some("operation_unknown"))
-        .map(|attempt| attempt.end_ms)
-        .min();
-    if unknown_since.is_some() {
+        .filter(|attempt| attempt.start_ms >= since_last_change)
+        .copied()
+        .collect();
+    expected.extend(recorded_non_2xx(&last_segment));
+    if across.unknown_since.is_some() {
         expected.push((false, Expected::Unknown));
     }
     let conflicted = attempts.iter().any(|attempt| {
@@ -297,13 +313,21 @@ pub fn judge_key(
     if conflicted {
         expected.push((true, Expected::Conflict));
     }
-    let ran_after_unknown = unknown_since.map_or_else(Vec::new, |since| {
-        executions
-            .iter()
-            .filter(|execution| execution.at_ms > since)
-            .map(|execution| execution.execution)
-            .collect()
-    });
+    // An `unknown` record runs again only after an operator erased it.
+    let ran_after_unknown = executions
+        .iter()
+        .filter(|execution| {
+            unknowns.iter().any(|unknown| {
+                unknown.end_ms < execution.at_ms
+                    && !changes.iter().any(|change| {
+                        change.erase
+                            && unknown.end_ms < change.landed_ms
+                            && change.landed_ms <= execution.at_ms
+                    })
+            })
+        })
+        .map(|execution| execution.execution)
+        .collect();
 
     let checks: Vec<_> = history
         .verifications
@@ -328,6 +352,16 @@ pub fn judge_key(
                     replay: check.outcome.clone(),
                 })
         })
+        .collect::<Vec<_>>();
+    let lost = lost
+        .into_iter()
+        .chain(across.unknown_after_resolve.into_iter().map(
+            |(envoy, (status, body), replay)| LostRecord {
+                envoy,
+                expected: Expected::Answer { status, body },
+                replay,
+            },
+        ))
         .collect();
 
     KeyVerdict {
@@ -341,6 +375,15 @@ pub fn judge_key(
         unverified,
         faults: key_faults(attempts, &history.faults),
     }
+}
+
+/// The scope of a key's record, from the claims of its executions' fences.
+fn key_scope<'h>(executions: &[&Execution], history: &'h History) -> Option<&'h str> {
+    executions
+        .iter()
+        .filter_map(|execution| history.evidence.claim(execution.fence?))
+        .map(|claim| claim.scope.as_str())
+        .next()
 }
 
 /// The recorded 3xx and 4xx answers the key's own callers got from the upstream (not the
@@ -390,7 +433,10 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    by taking over an expired lease ([`TAKEOVER`]) — never a reuse, a way of winning
 ///    this judge does not know, or a fresh insert (the record vanished) unless the claim
 ///    before it is shown released unrun ([`chain_holds`]);
-/// 4. either the earlier claim was settled by a release that lets a retry run again
+/// 4. or an operator erased the record after the earlier claim, and the first claim after
+///    the erase inserted a fresh record, with the chain from there holding
+///    ([`operator::erased`]);
+/// 5. either the earlier claim was settled by a release that lets a retry run again
 ///    ([`settled_row`]: the upstream's own answer or an uncertain outcome under
 ///    `uncertain: retry` called for it, and the successor won only as that release
 ///    allows), or: the successor took the lease over, no settle of the earlier claim landed
@@ -451,6 +497,15 @@ fn excused(
             "no claim after fence {earlier_fence} in its scope was logged"
         ));
     };
+    if let Some((row, successor)) = operator::erased(first, &between, history)? {
+        return Ok(RerunVerdict::Excused {
+            row,
+            envoy: earlier.via.unwrap_or_default(),
+            earlier_fence,
+            takeover_fence: successor.fence,
+            later_fence,
+        });
+    }
     chain_holds(&between, history)?;
     if let Some(row) = settled_row(earlier, first, takeover, attempts_by_id, history)? {
         let envoy = earlier.via.unwrap_or_default();
@@ -526,7 +581,7 @@ fn excused(
 /// after the claim before it was released unrun ([`released_unrun`]): a `won` answered too
 /// late to keep its lease is never forwarded and its release deletes the record
 /// (`docs/stream-machine.md#the-claim`).
-fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<(), String> {
+pub(super) fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<(), String> {
     for pair in between.windows(2) {
         let (before, claim) = (pair[0], pair[1]);
         if claim.how == TAKEOVER {

@@ -21,6 +21,7 @@
 
 pub mod evidence;
 pub mod judgement;
+mod operator;
 mod partition;
 pub mod report;
 

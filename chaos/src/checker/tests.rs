@@ -113,6 +113,7 @@ fn kill(envoy: usize, start: Ms) -> Fault {
         start_ms: start,
         end_ms: start + 300,
         failover_window_ms: None,
+        operator: None,
     }
 }
 
@@ -330,6 +331,7 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         start_ms: 3000,
         end_ms: 3400,
         failover_window_ms: None,
+        operator: None,
     });
     let mut quiet = attempt("r9", 0, 10_000, 10_100, created("Q"));
     quiet.key = "quiet".into();

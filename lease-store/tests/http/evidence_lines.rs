@@ -129,3 +129,64 @@ async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
         ]
     );
 }
+
+/// An operator's erase and resolve are facts about a record a judge must see (a re-run
+/// after an erase, a replay after a resolve), logged once each change committed.
+#[tokio::test]
+async fn operator_erases_and_resolves_are_logged_as_evidence() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &[]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server {
+        mut child,
+        api,
+        admin,
+    } = start_command(command, port).await;
+
+    let (erased, _, claim_id) = api.win("evidence-erase").await;
+    api.finalize(&erased, &claim_id).await;
+    let answer = admin
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/v1/records/{erased}?reason=INC-9"),
+            Some(ADMIN),
+            |r| r.header("keyflight-ack-replay-risk", "true"),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let (resolved, _, claim_id) = api.win("evidence-resolve").await;
+    api.post(
+        &format!("/v1/claims/{resolved}/release"),
+        Some(TOKEN),
+        &json!({ "claim_id": claim_id, "as": "unknown" }),
+    )
+    .await;
+    let answer = admin
+        .post(
+            &format!("/v1/records/{resolved}/resolve"),
+            Some(ADMIN),
+            &json!({ "as": "completed", "response": sample_response(), "reason": "INC-9" }),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+
+    child.signal(keyflight_testkit::process::Signal::Term);
+    child.wait_exit(Duration::from_secs(30));
+    let changes: Vec<(String, String, String)> = evidence(&child.log())
+        .iter()
+        .filter(|f| f["evidence"] == "operator")
+        .map(|f| {
+            let text = |name: &str| f[name].as_str().unwrap_or_default().to_owned();
+            (text("scope"), text("action"), text("operator"))
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (erased, "erase".into(), "admin".into()),
+            (resolved, "resolve_completed".into(), "admin".into()),
+        ],
+        "log at {}",
+        child.log_path().display()
+    );
+}
