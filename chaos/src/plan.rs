@@ -222,9 +222,9 @@ impl FaultStep {
             | FaultKind::ProxyPartition
             | FaultKind::OneWayLoss
             | FaultKind::SlowLink => Part::Envoy(self.target),
-            FaultKind::StoreDbPartition
-            | FaultKind::OperatorErase
-            | FaultKind::OperatorResolve => Part::Store(self.target),
+            FaultKind::StoreDbPartition | FaultKind::OperatorErase | FaultKind::OperatorResolve => {
+                Part::Store(self.target)
+            }
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
     }

@@ -270,11 +270,24 @@ pub fn judge_key(
             if fresh && lost_with_proxy.contains(attempt.id.as_str()) {
                 died_with_proxy.insert(answer);
             } else {
-                answered.push((*attempt, answer));
+                let claimed_ms = fresh
+                    .then(|| {
+                        executions
+                            .iter()
+                            .find(|e| e.caller_request_id.as_deref() == Some(&attempt.id))
+                    })
+                    .flatten()
+                    .and_then(|execution| history.evidence.claim(execution.fence?))
+                    .map(|claim| claim.at_ms);
+                answered.push(operator::Answered {
+                    attempt: *attempt,
+                    answer,
+                    claimed_ms,
+                });
             }
         }
     }
-    answered.retain(|(_, answer)| !died_with_proxy.contains(answer));
+    answered.retain(|answered| !died_with_proxy.contains(&answered.answer));
     // An operator's erase or resolve starts a new segment of the key's answers.
     let changes = key_scope(&executions, history)
         .map_or_else(Vec::new, |scope| operator::shown(history, scope));
@@ -353,16 +366,16 @@ pub fn judge_key(
                 })
         })
         .collect::<Vec<_>>();
-    let lost = lost
-        .into_iter()
-        .chain(across.unknown_after_resolve.into_iter().map(
-            |(envoy, (status, body), replay)| LostRecord {
-                envoy,
-                expected: Expected::Answer { status, body },
-                replay,
-            },
-        ))
-        .collect();
+    let lost =
+        lost.into_iter()
+            .chain(across.unknown_after_resolve.into_iter().map(
+                |(envoy, (status, body), replay)| LostRecord {
+                    envoy,
+                    expected: Expected::Answer { status, body },
+                    replay,
+                },
+            ))
+            .collect();
 
     KeyVerdict {
         key: key.to_owned(),

@@ -96,7 +96,20 @@ pub fn erased<'a>(
         ));
     }
     chain_holds(&between[from..], history)?;
-    Ok(Some((Row::OperatorErased { fault: erase.fault }, successor)))
+    Ok(Some((
+        Row::OperatorErased { fault: erase.fault },
+        successor,
+    )))
+}
+
+/// A successful answer a caller of the key got.
+pub struct Answered<'a> {
+    /// The attempt.
+    pub attempt: &'a Attempt,
+    /// Its status and body.
+    pub answer: (u16, String),
+    /// For a fresh answer: when the claim of the execution that produced it was won.
+    pub claimed_ms: Option<Ms>,
 }
 
 /// A key's answers judged across its shown changes.
@@ -113,40 +126,58 @@ pub struct Across {
     pub unknown_after_resolve: Vec<(usize, (u16, String), Outcome)>,
 }
 
-/// Judges the successful `answers` (attempt, answer) and the `unknowns`
-/// (`operation_unknown` attempts) of one key across its shown `changes`.
+/// Judges the successful `answers` and the `unknowns` (`operation_unknown` attempts) of
+/// one key across its shown `changes`. A fresh answer belongs to the segment its claim was
+/// won in; a replay to any segment from the last change its request must have seen (one
+/// that landed more than `staleness_ms` before it started) to the last that landed
+/// before it ended.
 pub fn across(
     changes: &[Change],
-    answers: &[(&Attempt, (u16, String))],
+    answers: &[Answered<'_>],
     unknowns: &[&Attempt],
     staleness_ms: Ms,
 ) -> Across {
-    let segment = |start: Ms| changes.iter().filter(|c| c.landed_ms <= start).count();
-    let fresh_after = |attempt: &Attempt, k: usize| {
-        k == 0 || attempt.start_ms > changes[k - 1].landed_ms + staleness_ms
+    let landed_by = |at: Ms| changes.iter().filter(|c| c.landed_ms <= at).count();
+    let seen_by = |start: Ms| {
+        changes
+            .iter()
+            .filter(|c| c.landed_ms + staleness_ms < start)
+            .count()
     };
     let mut sets: Vec<BTreeSet<(u16, String)>> = vec![BTreeSet::new(); changes.len() + 1];
     for (k, change) in changes.iter().enumerate() {
         sets[k + 1].extend(change.resolved.clone());
     }
     let mut across = Across::default();
-    let mut within_bound = Vec::new();
-    for (attempt, answer) in answers {
-        let k = segment(attempt.start_ms);
+    let mut spanning = Vec::new();
+    let mut replays = Vec::new();
+    for answered in answers {
+        let (attempt, answer) = (answered.attempt, &answered.answer);
         let replayed = matches!(attempt.outcome, Outcome::Answered { replayed: true, .. });
-        if !replayed || fresh_after(attempt, k) {
-            if replayed && sets[..k].iter().any(|earlier| earlier.contains(answer)) {
-                across.divergent.insert(answer.clone());
-            }
-            sets[k].insert(answer.clone());
-        } else {
-            within_bound.push((k, answer));
+        let (lo, hi) = match (replayed, answered.claimed_ms) {
+            (false, Some(claimed)) => (landed_by(claimed), landed_by(claimed)),
+            (false, None) => (landed_by(attempt.start_ms), landed_by(attempt.end_ms)),
+            (true, _) => (seen_by(attempt.start_ms), landed_by(attempt.end_ms)),
+        };
+        if lo < hi {
+            spanning.push((lo, hi, answer));
+            continue;
+        }
+        if replayed {
+            replays.push((lo, answer));
+        }
+        sets[lo].insert(answer.clone());
+    }
+    // A replay of an answer an earlier segment delivered, past the bound: stale.
+    for (k, answer) in replays {
+        if sets[..k].iter().any(|earlier| earlier.contains(answer)) {
+            across.divergent.insert(answer.clone());
         }
     }
-    // Within the bound a replay may be the old record's or the new one's.
-    for (k, answer) in within_bound {
-        if !sets[k - 1].contains(answer) && !sets[k].contains(answer) {
-            let at = if sets[k].is_empty() { k - 1 } else { k };
+    // An answer that may belong to more than one segment must be one of theirs.
+    for (lo, hi, answer) in spanning {
+        if !sets[lo..=hi].iter().any(|set| set.contains(answer)) {
+            let at = (lo..=hi).rev().find(|k| !sets[*k].is_empty()).unwrap_or(lo);
             sets[at].insert(answer.clone());
         }
     }
@@ -159,8 +190,7 @@ pub fn across(
     across.last = sets[last].clone();
     let resolved = changes.last().and_then(|change| change.resolved.clone());
     for attempt in unknowns {
-        let k = segment(attempt.start_ms);
-        if k < last || !fresh_after(attempt, k) {
+        if seen_by(attempt.start_ms) < last {
             continue;
         }
         match &resolved {

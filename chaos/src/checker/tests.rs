@@ -366,3 +366,30 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         "quiet was never checked"
     );
 }
+
+fn corpus_history(name: &str) -> History {
+    let path = format!("{}/tests/corpus/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).expect("the corpus file");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    serde_json::from_value(value["history"].clone()).expect("a history")
+}
+
+#[test]
+fn a_fresh_answer_belongs_to_the_stretch_its_claim_was_won_in() {
+    // The late caller's request started before the erase landed, but its claim was won
+    // after it: its new answer is the erased key's next, not a divergent one.
+    let mut history = corpus_history("excused-operator-erase-re-run.json");
+    history.attempts[1].start_ms = 900;
+    let report = check(&history);
+    assert!(!report.failed(), "{report:#?}");
+    assert!(matches!(
+        only_key(&report).reruns[0].verdict,
+        RerunVerdict::Excused {
+            row: Row::OperatorErased { fault: 0 },
+            ..
+        }
+    ));
+    // Had its claim been won before the erase, two answers of one stretch diverge.
+    history.evidence.claims[1].at_ms = 950;
+    assert!(!only_key(&check(&history)).divergent_answers.is_empty());
+}

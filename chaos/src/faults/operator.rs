@@ -52,13 +52,11 @@ pub async fn act(stack: &Stack, kind: FaultKind, store: usize, nth: i64) -> Oper
             let body = format!("{{\"resolved_by\":\"operator\",\"action\":{nth}}}");
             let response = StoredResponse::new(RESOLVED_STATUS, Vec::new(), body.as_bytes());
             action.resolved = Some((RESOLVED_STATUS, body));
-            client
-                .post(format!("{base}/{scope}/resolve"))
-                .json(&json!({
-                    "as": "completed",
-                    "response": response,
-                    "reason": format!("chaos operator action {nth}"),
-                }))
+            client.post(format!("{base}/{scope}/resolve")).json(&json!({
+                "as": "completed",
+                "response": response,
+                "reason": format!("chaos operator action {nth}"),
+            }))
         }
         _ => client
             .delete(format!("{base}/{scope}?reason=chaos-operator-action-{nth}"))

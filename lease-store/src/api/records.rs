@@ -129,7 +129,11 @@ pub async fn resolve(
     }
     state.store.resolve(&scope, &request, &operator).await?;
     state.metrics.event(Event::Resolve);
-    evidence::operator_changed(&scope, evidence::resolve_action(request.resolve_as), &operator);
+    evidence::operator_changed(
+        &scope,
+        evidence::resolve_action(request.resolve_as),
+        &operator,
+    );
     tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, %operator, reason = %request.reason, "record resolved by an operator");
     Ok(())
 }
