@@ -280,7 +280,7 @@ pub fn judge_key(
                     .and_then(|execution| history.evidence.claim(execution.fence?))
                     .map(|claim| claim.at_ms);
                 answered.push(operator::Answered {
-                    attempt: *attempt,
+                    attempt,
                     answer,
                     claimed_ms,
                 });

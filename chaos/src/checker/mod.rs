@@ -11,7 +11,9 @@
 //!   a record that no longer answers as it must (a 2xx or a recorded 4xx that does not
 //!   replay, an `unknown` that is no longer `unknown`, a conflict that no longer
 //!   conflicts) and an `unknown` record that ran again are each judged on their own.
-//!   The partition row's own conditions are in `partition.rs`.
+//!   The partition row's own conditions are in `partition.rs`; what an operator's erase
+//!   or resolve allows (a re-run after an erase, answers judged between a key's changes,
+//!   modulo the edge cache's staleness bound) in `operator.rs`.
 //! - `report.rs`: the findings summed up per fault kind for the table.
 //!
 //! The judge's own tests are a corpus of small histories (`chaos/tests/corpus/`): one per
