@@ -87,6 +87,7 @@ fn the_answer_lost_with_its_proxy_is_counted_apart() {
     for name in [
         "excused-proxy-killed-with-the-record-in-its-outbox.json",
         "excused-proxy-partitioned-past-its-lease.json",
+        "excused-proxy-partitioned-answered-after-the-takeover.json",
     ] {
         let case = corpus()
             .into_iter()
