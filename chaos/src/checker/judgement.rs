@@ -255,7 +255,19 @@ pub fn judge_key(
         .filter_map(|execution| execution.caller_request_id.as_deref())
         .collect();
     let own = |attempt: &&&Attempt| attempt.role != Role::Conflict;
-    let mut died_with_proxy = BTreeSet::new();
+    // A recorded 3xx or 4xx lost with its proxy is excused from replaying like a 2xx.
+    let lost_non_2xx: Vec<&Attempt> = attempts
+        .iter()
+        .filter(|attempt| lost_with_proxy.contains(attempt.id.as_str()))
+        .copied()
+        .collect();
+    let mut died_with_proxy: BTreeSet<(u16, String)> = recorded_non_2xx(&lost_non_2xx)
+        .into_iter()
+        .filter_map(|(_, expected)| match expected {
+            Expected::Answer { status, body } => Some((status, body)),
+            _ => None,
+        })
+        .collect();
     let mut answered = Vec::new();
     for attempt in attempts.iter().filter(own) {
         if let Some((status, body)) = attempt.outcome.success() {
@@ -313,6 +325,7 @@ pub fn judge_key(
     let last_segment: Vec<&Attempt> = attempts
         .iter()
         .filter(|attempt| attempt.start_ms >= since_last_change)
+        .filter(|attempt| !lost_with_proxy.contains(attempt.id.as_str()))
         .copied()
         .collect();
     expected.extend(recorded_non_2xx(&last_segment));
