@@ -726,6 +726,9 @@ fn settled_row(
                 shown(answered)
             ));
         };
+        if took_the_pending_lease_over(successor, release.at_ms) {
+            return Ok(None);
+        }
         if successor.how != "claimed" || successor.at_ms < release.at_ms - SETTLE_LOG_SLACK_MS {
             return Err(format!(
                 "fence {} won by `{}` at {} ms, not by a fresh insert after the forget of \
@@ -734,6 +737,9 @@ fn settled_row(
             ));
         }
         return Ok(Some(Row::Forgotten { status }));
+    }
+    if took_the_pending_lease_over(successor, release.at_ms) {
+        return Ok(None);
     }
     let retry = history.policy.uncertain_retry(&earlier.path);
     let no_answer = earlier
@@ -766,6 +772,14 @@ fn settled_row(
         ));
     }
     Ok(Some(Row::Cooldown { cause }))
+}
+
+/// Whether `successor` took the earlier claim's lease over while it was still `pending`:
+/// before the release, logged at `released_ms`, landed (its outbox delivered it late, or
+/// as a repeat). Then the release settled nothing, and the takeover is judged by the other
+/// rows (a dead or cut-off proxy, an outbox that gave up).
+fn took_the_pending_lease_over(successor: &ClaimWon, released_ms: Ms) -> bool {
+    successor.how == TAKEOVER && successor.at_ms < released_ms
 }
 
 /// When `execution`'s caller received its answer, if it did by `limit`.
