@@ -190,3 +190,70 @@ async fn operator_erases_and_resolves_are_logged_as_evidence() {
         child.log_path().display()
     );
 }
+
+/// A settle that commits after its caller hung up (a store frozen mid-call, a row lock held
+/// past the caller's timeout) is a fact about the record all the same: the judge times a
+/// release's cooldown from its line, so it is logged once the statement commits.
+#[tokio::test]
+async fn a_settle_whose_caller_hung_up_is_logged_once_it_commits() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &[]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server { child, api, .. } = start_command(command, port).await;
+    let (scope, _, claim_id) = api.win("evidence-hung-up").await;
+    let (db, connection) = tokio_postgres::connect(&cluster().url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let row = keyflight_protocol::Digest::from_hex(&scope)
+        .unwrap()
+        .0
+        .to_vec();
+    db.batch_execute("BEGIN").await.unwrap();
+    db.execute(
+        "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
+        &[&row],
+    )
+    .await
+    .unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(format!("{}/v1/claims/{scope}/release", api.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "claim_id": claim_id, "as": "cooldown", "cooldown_ms": 60_000 }))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller hung up: {gave_up:?}");
+    db.batch_execute("COMMIT").await.unwrap();
+    keyflight_testkit::process::eventually(
+        "the release committed",
+        Duration::from_secs(10),
+        || async {
+            db.query_one(
+                "SELECT state FROM keyflight_records WHERE scope = $1",
+                &[&row],
+            )
+            .await
+            .unwrap()
+            .get::<_, String>(0)
+                == "failed"
+        },
+    )
+    .await;
+    keyflight_testkit::process::eventually(
+        "the committed release is logged",
+        Duration::from_secs(10),
+        || async {
+            evidence(&child.log()).iter().any(|f| {
+                f["evidence"] == "settle"
+                    && f["claim_id"] == claim_id.as_str()
+                    && f["call"] == "release_cooldown"
+                    && f["outcome"] == "applied"
+            })
+        },
+    )
+    .await;
+}
