@@ -763,7 +763,9 @@ fn settled_row(
         }
     };
     let cooldown = Ms::try_from(history.policy.failure_cooldown_ms).unwrap_or(Ms::MAX);
-    let cooled = release.at_ms.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
+    let released = cooling_seen_by(earlier, claim, successor, attempts_by_id)
+        .map_or(release.at_ms, |seen| seen.min(release.at_ms));
+    let cooled = released.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
     if successor.how != TAKEOVER || successor.at_ms < cooled {
         return Err(format!(
             "fence {} won by `{}` at {} ms, not by a takeover after the cooldown of fence \
@@ -772,6 +774,26 @@ fn settled_row(
         ));
     }
     Ok(Some(Row::Cooldown { cause }))
+}
+
+/// When a caller of the key was told the record is cooling down (`503
+/// retryable_cooldown`: the store read it `failed`) by a request that started after
+/// `claim` was won and ended before `successor`: the release of `claim` had committed by
+/// then, even when the store logged it later (its first line lost or late: a store frozen
+/// between the commit and the log).
+fn cooling_seen_by(
+    earlier: &Execution,
+    claim: &ClaimWon,
+    successor: &ClaimWon,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+) -> Option<Ms> {
+    attempts_by_id
+        .values()
+        .filter(|attempt| earlier.key.as_deref() == Some(attempt.key.as_str()))
+        .filter(|attempt| attempt.outcome.problem_code() == Some("retryable_cooldown"))
+        .filter(|attempt| claim.at_ms < attempt.start_ms && attempt.end_ms < successor.at_ms)
+        .map(|attempt| attempt.end_ms)
+        .min()
 }
 
 /// Whether `successor` took the earlier claim's lease over while it was still `pending`:
