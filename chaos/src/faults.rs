@@ -61,7 +61,7 @@ pub async fn run(
             }
         };
         let mut healed = Vec::new();
-        for injected in second.into_iter().chain([first]) {
+        for injected in heal_order(first, second) {
             healed.push(heal(stack, injected, clock).await);
         }
         healed.sort_by_key(|fault| fault.start_ms);
@@ -71,6 +71,15 @@ pub async fn run(
         }
     }
     faults
+}
+
+/// The order two faults at once are healed in: the later one first, except that a
+/// lease-store freeze is always resumed first — a Postgres crash's heal waits until every
+/// lease-store answers `/readyz`, which a frozen one never does.
+fn heal_order(first: Injected, second: Option<Injected>) -> Vec<Injected> {
+    let mut order: Vec<Injected> = second.into_iter().chain([first]).collect();
+    order.sort_by_key(|injected| injected.fault.kind != FaultKind::StoreFreeze);
+    order
 }
 
 /// A fault injected and not healed yet.
@@ -153,4 +162,54 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
     }
     fault.end_ms = clock.now_ms();
     fault
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn injected(kind: FaultKind) -> Injected {
+        Injected {
+            fault: Fault {
+                id: 0,
+                kind,
+                target: 0,
+                start_ms: 0,
+                end_ms: 0,
+                failover_window_ms: None,
+                operator: None,
+            },
+            crash: None,
+            old_primary: None,
+            cut: None,
+        }
+    }
+
+    fn kinds(order: &[Injected]) -> Vec<FaultKind> {
+        order.iter().map(|injected| injected.fault.kind).collect()
+    }
+
+    /// Seen in `make chaos DURATION=3m SEED=3666368771`: a freeze overlapped by a Postgres
+    /// crash, the crash healed first, and its wait for every store's `/readyz` timed out on
+    /// the frozen one.
+    #[test]
+    fn a_frozen_store_is_resumed_before_a_postgres_crash_is_healed() {
+        let order = heal_order(
+            injected(FaultKind::StoreFreeze),
+            Some(injected(FaultKind::PostgresCrash)),
+        );
+        assert_eq!(
+            kinds(&order),
+            [FaultKind::StoreFreeze, FaultKind::PostgresCrash]
+        );
+        // Otherwise the later fault first, as before.
+        let order = heal_order(
+            injected(FaultKind::EnvoyKill),
+            Some(injected(FaultKind::PostgresCrash)),
+        );
+        assert_eq!(
+            kinds(&order),
+            [FaultKind::PostgresCrash, FaultKind::EnvoyKill]
+        );
+    }
 }
