@@ -14,11 +14,13 @@
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
 //! | envoy drain, wasm upgrade, rolling upgrade | a graceful drain, a module push, Envoy 1 replaced by another release (`faults/lifecycle.rs`) | `SIGTERM` and a restart; the old VMs seen destroyed; nothing |
+//! | operator erase, operator resolve | the newest `completed` record erased, or the newest `unknown` one resolved, through a lease-store's admin API (`faults/operator.rs`; the scope and the answer are recorded) | nothing |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
 mod lifecycle;
 mod network;
+mod operator;
 mod plugin_push;
 
 use std::time::Duration;
@@ -61,12 +63,8 @@ pub async fn run(
                 None
             }
         };
-        // The later first, but the database before anything: a killed lease-store is
-        // ready again only once Postgres answers.
-        let mut injected: Vec<Injected> = second.into_iter().chain([first]).collect();
-        injected.sort_by_key(|injected| !injected.fault.kind.breaks_the_database());
         let mut healed = Vec::new();
-        for injected in injected {
+        for injected in heal_order(first, second) {
             healed.push(heal(stack, injected, clock).await);
         }
         healed.sort_by_key(|fault| fault.start_ms);
@@ -76,6 +74,20 @@ pub async fn run(
         }
     }
     faults
+}
+
+/// The order two faults at once are healed in: the later one first, except that a
+/// lease-store freeze is always resumed first — a Postgres crash's heal waits until every
+/// lease-store answers `/readyz`, which a frozen one never does — and the database is
+/// healed before anything else: a killed lease-store is ready again only once Postgres
+/// answers.
+fn heal_order(first: Injected, second: Option<Injected>) -> Vec<Injected> {
+    let mut order: Vec<Injected> = second.into_iter().chain([first]).collect();
+    order.sort_by_key(|injected| {
+        let kind = injected.fault.kind;
+        (kind != FaultKind::StoreFreeze, !kind.breaks_the_database())
+    });
+    order
 }
 
 /// A fault injected and not healed yet.
@@ -98,6 +110,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             failover_window_ms: None,
             proxy_gone_ms: None,
             previous_release: None,
+            operator: None,
         },
         crash: None,
         old_primary: None,
@@ -123,6 +136,10 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
             injected.lifecycle =
                 Some(lifecycle::inject(stack, step.kind, step.target, clock).await);
+        }
+        FaultKind::OperatorErase | FaultKind::OperatorResolve => {
+            let nth = injected.fault.start_ms;
+            injected.fault.operator = Some(operator::act(stack, step.kind, step.target, nth).await);
         }
     }
     injected
@@ -150,7 +167,7 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
             }
         }
         FaultKind::EnvoyKill => stack.start_envoy(fault.target).await,
-        FaultKind::PluginPush => {}
+        FaultKind::PluginPush | FaultKind::OperatorErase | FaultKind::OperatorResolve => {}
         FaultKind::ProxyPartition
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
@@ -167,4 +184,71 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
     }
     fault.end_ms = clock.now_ms();
     fault
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn injected(kind: FaultKind) -> Injected {
+        Injected {
+            fault: Fault {
+                id: 0,
+                kind,
+                target: 0,
+                start_ms: 0,
+                end_ms: 0,
+                failover_window_ms: None,
+                proxy_gone_ms: None,
+                previous_release: None,
+                operator: None,
+            },
+            crash: None,
+            old_primary: None,
+            cut: None,
+            lifecycle: None,
+        }
+    }
+
+    fn kinds(order: &[Injected]) -> Vec<FaultKind> {
+        order.iter().map(|injected| injected.fault.kind).collect()
+    }
+
+    /// Seen in `make chaos DURATION=3m SEED=3666368771`: a freeze overlapped by a Postgres
+    /// crash, the crash healed first, and its wait for every store's `/readyz` timed out on
+    /// the frozen one.
+    #[test]
+    fn a_frozen_store_is_resumed_before_a_postgres_crash_is_healed() {
+        let order = heal_order(
+            injected(FaultKind::StoreFreeze),
+            Some(injected(FaultKind::PostgresCrash)),
+        );
+        assert_eq!(
+            kinds(&order),
+            [FaultKind::StoreFreeze, FaultKind::PostgresCrash]
+        );
+        // Otherwise the later fault first, as before.
+        let order = heal_order(
+            injected(FaultKind::EnvoyKill),
+            Some(injected(FaultKind::PostgresCrash)),
+        );
+        assert_eq!(
+            kinds(&order),
+            [FaultKind::PostgresCrash, FaultKind::EnvoyKill]
+        );
+    }
+
+    /// Seen with seed 61: a lease-store killed while Postgres crashed, the store healed
+    /// first (the later fault), and its wait for `/readyz` outlasted the database's outage.
+    #[test]
+    fn the_database_is_healed_before_a_killed_store() {
+        let order = heal_order(
+            injected(FaultKind::PostgresCrash),
+            Some(injected(FaultKind::StoreKill)),
+        );
+        assert_eq!(
+            kinds(&order),
+            [FaultKind::PostgresCrash, FaultKind::StoreKill]
+        );
+    }
 }

@@ -62,11 +62,17 @@ pub enum FaultKind {
     /// same ports), by one running the previous release's `.wasm`, and by the next one by
     /// this release's again: a mixed-version mesh in between, a rollback and an upgrade.
     RollingUpgrade,
+    /// An operator erases the newest completed record through a lease-store's admin API
+    /// (`DELETE /v1/records/{scope}`): a retry with its key runs again.
+    OperatorErase,
+    /// An operator resolves the newest `unknown` record as completed, with a response of
+    /// its own, through a lease-store's admin API.
+    OperatorResolve,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -80,10 +86,12 @@ impl FaultKind {
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
         FaultKind::RollingUpgrade,
+        FaultKind::OperatorErase,
+        FaultKind::OperatorResolve,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 12] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 14] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -96,11 +104,13 @@ impl FaultKind {
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
         FaultKind::RollingUpgrade,
+        FaultKind::OperatorErase,
+        FaultKind::OperatorResolve,
     ];
 
     /// The kinds a run on a replicated Postgres can inject (its parts share the host's
     /// network: no link faults).
-    pub const REPLICATED_POSTGRES: [FaultKind; 9] = [
+    pub const REPLICATED_POSTGRES: [FaultKind; 11] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -110,6 +120,8 @@ impl FaultKind {
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
         FaultKind::RollingUpgrade,
+        FaultKind::OperatorErase,
+        FaultKind::OperatorResolve,
     ];
 
     /// The kinds made by cutting links: they need the parts in network namespaces.
@@ -141,6 +153,8 @@ impl FaultKind {
             FaultKind::EnvoyDrain => "envoy drain",
             FaultKind::WasmUpgrade => "wasm upgrade",
             FaultKind::RollingUpgrade => "rolling upgrade",
+            FaultKind::OperatorErase => "operator erase",
+            FaultKind::OperatorResolve => "operator resolve",
         }
     }
 }
@@ -170,6 +184,29 @@ pub struct Fault {
     /// A rolling upgrade's result: whether the Envoy runs the previous release after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_release: Option<bool>,
+    /// An operator action's record: on which scope, and what the admin API answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<OperatorAction>,
+}
+
+/// What an operator action did (its [`Fault`] says when: from the list call to the
+/// change's answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorAction {
+    /// The scope digest acted on (`None`: no record in the state it acts on).
+    pub scope: Option<String>,
+    /// The admin API's status for the change (200: done).
+    pub answered: Option<u16>,
+    /// A resolve's recorded answer, status and body: what every later replay must be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<(u16, String)>,
+}
+
+impl OperatorAction {
+    /// Whether the admin API said the change was made.
+    pub fn done(&self) -> bool {
+        self.answered == Some(200)
+    }
 }
 
 impl Fault {
@@ -381,6 +418,15 @@ pub struct PolicyFacts {
     /// Paths under this prefix are guarded by an `uncertain: retry` policy; every other
     /// path by `uncertain: hold`.
     pub uncertain_retry_prefix: Option<String>,
+    /// `edge_cache.max_staleness_ms`: how long after an operator change an edge may still
+    /// serve the record as it was (`docs/stream-machine.md#the-edge-cache`).
+    #[serde(default = "default_max_staleness_ms")]
+    pub edge_max_staleness_ms: u64,
+}
+
+/// The filter's default `edge_cache.max_staleness_ms` (`filter/README.md#policy`).
+pub fn default_max_staleness_ms() -> u64 {
+    3000
 }
 
 impl Default for PolicyFacts {
@@ -391,6 +437,7 @@ impl Default for PolicyFacts {
             failure_cooldown_ms: 2000,
             forget_statuses: default_forget_statuses(),
             uncertain_retry_prefix: None,
+            edge_max_staleness_ms: default_max_staleness_ms(),
         }
     }
 }

@@ -27,9 +27,10 @@
 //!    configuration pushed to Envoy 0 by LDS, and the link faults (`faults/network.rs`: a
 //!    proxy cut off from the stores, a store cut off from Postgres, answers lost one way, a
 //!    slow link), for which each Envoy and lease-store runs in its own network namespace,
-//!    and the proxy-lifecycle faults (`faults/lifecycle.rs`: an Envoy drained then sent
+//!    the proxy-lifecycle faults (`faults/lifecycle.rs`: an Envoy drained then sent
 //!    `SIGTERM`, a Wasm module upgrade and rollback, a rolling upgrade of Envoy 1 to the
-//!    previous release and back).
+//!    previous release and back), and operator actions (`faults/operator.rs`: an erase or
+//!    a resolve through a lease-store's admin API).
 //!    The upstream answers some keys with a 303, 302, 422 or 503, resets or runs past the
 //!    lease, as each key's query asks.
 //! 4. **Heals and checks** (`verify.rs`): waits until every part is ready, reads the demo
@@ -59,8 +60,8 @@
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
-//! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`; `none`
-//! for none) and `--no-give-up` keeps every caller
+//! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`,
+//! `operator-erase`, `operator-resolve`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -123,8 +124,8 @@ struct Cli {
     /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, rolling-upgrade,
     /// primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
-    /// only; they run each Envoy and lease-store in its own network namespace, as root); `none`
-    /// for a control run. Default: every kind the database allows.
+    /// only; they run each Envoy and lease-store in its own network namespace, as root),
+    /// operator-erase, operator-resolve; `none` for a control run. Default: every kind the database allows.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
     /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
@@ -397,6 +398,9 @@ fn policy_facts(plugin: &Value) -> PolicyFacts {
             },
         ),
         uncertain_retry_prefix: Some(plan::RETRY_PREFIX.to_owned()),
+        edge_max_staleness_ms: plugin["edge_cache"]["max_staleness_ms"]
+            .as_u64()
+            .unwrap_or_else(history::default_max_staleness_ms),
     }
 }
 
@@ -430,7 +434,7 @@ mod tests {
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
                    plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
-                   wasm-upgrade,rolling-upgrade";
+                   wasm-upgrade,rolling-upgrade,operator-erase,operator-resolve";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

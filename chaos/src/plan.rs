@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 13] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 15] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -101,6 +101,8 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 13] = [
     (FaultKind::EnvoyDrain, 15),
     (FaultKind::WasmUpgrade, 10),
     (FaultKind::RollingUpgrade, 10),
+    (FaultKind::OperatorErase, 5),
+    (FaultKind::OperatorResolve, 5),
 ];
 
 /// How often a fault is drawn to overlap the next one (two faults at once).
@@ -226,7 +228,9 @@ impl FaultStep {
             | FaultKind::EnvoyDrain
             | FaultKind::WasmUpgrade
             | FaultKind::RollingUpgrade => Part::Envoy(self.target),
-            FaultKind::StoreDbPartition => Part::Store(self.target),
+            FaultKind::StoreDbPartition | FaultKind::OperatorErase | FaultKind::OperatorResolve => {
+                Part::Store(self.target)
+            }
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
     }
@@ -402,6 +406,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::OneWayLoss | FaultKind::SlowLink => {
                 rng.random_range(settings.call_timeout_ms + 500..within_lease(settings))
             }
+            // One admin call; the pause lets retries of the key meet the change.
+            FaultKind::OperatorErase | FaultKind::OperatorResolve => rng.random_range(100..600),
         };
         let gap_ms = rng.random_range(200..1000);
         planned_ms += gap_ms + hold_ms;

@@ -291,7 +291,7 @@ mod tests {
             lines[0].contains(
                 "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin \
                  push | proxy partition | store db partition | one way loss | slow link | envoy drain \
-                 | wasm upgrade | rolling upgrade | all |"
+                 | wasm upgrade | rolling upgrade | operator erase | operator resolve | all |"
             ),
             "{table}"
         );

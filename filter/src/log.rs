@@ -6,7 +6,8 @@
 //! An evidence line records one fact about a claim's settle call — it was
 //! handed to the outbox, it landed (and whether the stream or the outbox
 //! delivered it), the outbox gave it up, the lease was lost, or the plugin
-//! was retired with the call still in its outbox — as
+//! was retired with the call still in its outbox — or that a won claim was
+//! not forwarded upstream (its release follows), as
 //! `evidence=<event> scope=<digest> fence=<n> call=<settle> by=<who>`,
 //! then ` | ` and a sentence for the operator. The fields are stable and
 //! carry digests and numbers only: the chaos run's judge parses them
@@ -44,6 +45,10 @@ pub enum Settle {
     /// call: it lives on only while the Wasm VM does (a push of another
     /// module destroys the VM with it).
     Retired,
+    /// The claim was won but its request was never forwarded upstream (its
+    /// answer came too late to keep the lease); `call` is the release that
+    /// follows. A judge may then treat the claim as one that never ran.
+    NotForwarded,
 }
 
 /// Who made the settle call the line is about.
@@ -64,6 +69,7 @@ pub fn evidence(event: Settle, call: &StoreCall, fence: i64, by: By, note: &str)
         Settle::GivenUp => "given_up",
         Settle::LeaseLost => "lease_lost",
         Settle::Retired => "retired",
+        Settle::NotForwarded => "not_forwarded",
     };
     let by = match by {
         By::Stream => "stream",

@@ -2,23 +2,25 @@
 //! reconstructing what happened to one record) needs — which claim won a
 //! scope, with which fence, and *how* (a fresh insert, a takeover of an
 //! expired lease, the reuse of a record past its retention), and which settle
-//! calls the store applied or refused.
+//! calls the store applied or refused, and each operator change (an erase, a
+//! resolve) that committed.
 //!
 //! They go through the store's one log (`logging.rs`: text, or JSON lines with
 //! `KEYFLIGHT_LOG_FORMAT=json`) under the target `keyflight_lease_store::evidence`,
-//! with stable field names: `evidence` (`claim_won` or `settle`), `scope` and
+//! with stable field names: `evidence` (`claim_won`, `settle` or `operator`), `scope` and
 //! `fingerprint` (digests), `claim_id` and `fence`, `how` (the wire's
 //! [`WonHow`] spelling; a reader must treat a value it does not know as a new
 //! way to win), `call` (`finalize`, `finalize_not_replayable`,
 //! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome`
-//! (`applied`, `lease_lost`, `refused`). A claim id is a fencing token, not a
+//! (`applied`, `lease_lost`, `refused`), and for an operator change `action` (the
+//! audit's: `erase`, `resolve_completed`, `resolve_failed`) and `operator`. A claim id is a fencing token, not a
 //! credential: every write also needs the bearer token, which is never logged
 //! (`docs/configuration.md#logs`). Answers other than a win, and settle
 //! calls the database never answered, are not facts about the record and are
 //! not logged here.
 
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, ReleaseAs, WonHow};
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, ReleaseAs, ResolveAs, WonHow};
 use uuid::Uuid;
 
 use crate::store::StoreError;
@@ -83,5 +85,25 @@ pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T,
         call,
         outcome,
         "settle {outcome}"
+    );
+}
+
+/// The audit's name of a resolution (`keyflight_operator_audit.action`).
+pub fn resolve_action(resolve_as: ResolveAs) -> &'static str {
+    match resolve_as {
+        ResolveAs::Completed => "resolve_completed",
+        ResolveAs::Failed => "resolve_failed",
+    }
+}
+
+/// Logs an operator change that committed: `action` (the audit's name for it) on `scope`
+/// by `operator`.
+pub fn operator_changed(scope: &Digest, action: &str, operator: &str) {
+    tracing::info!(
+        evidence = "operator",
+        scope = %scope.to_hex(),
+        action,
+        operator,
+        "operator change {action}"
     );
 }

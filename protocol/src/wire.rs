@@ -155,8 +155,8 @@ pub struct ClaimAnswer {
         skip_serializing_if = "Option::is_none"
     )]
     pub record_expires_in_ms: Option<u64>,
-    /// `won`: milliseconds from the store receiving the claim to the claim's statement
-    /// returning (its commit came no later), by the store's clock. The proxy subtracts it
+    /// `won`: milliseconds from the store receiving the claim to its sending the statement
+    /// that won (the lease started no earlier), by the store's clock. The proxy subtracts it
     /// from the call's round trip to bound how old the lease is when the answer arrives
     /// (`docs/stream-machine.md#the-claim`). Absent (a store that predates it): the whole
     /// round trip counts.

@@ -90,6 +90,7 @@ fn the_answer_lost_with_its_proxy_is_counted_apart() {
         "excused-proxy-drained-with-the-record-in-its-outbox.json",
         "excused-vm-retired-by-a-module-push.json",
         "excused-recorded-4xx-lost-with-its-proxy.json",
+        "excused-proxy-partitioned-answered-after-the-takeover.json",
     ] {
         let case = corpus()
             .into_iter()

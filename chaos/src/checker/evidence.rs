@@ -65,6 +65,19 @@ impl StoreSettle {
     }
 }
 
+/// An operator change a lease-store committed (its `operator` line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorChange {
+    /// When the store logged it (after the commit).
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The scope digest.
+    pub scope: String,
+    /// `erase`, `resolve_completed` or `resolve_failed` (the audit's names).
+    pub action: String,
+}
+
 /// What an Envoy's filter logged about one claim's settle call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProxySettle {
@@ -93,6 +106,9 @@ pub struct Evidence {
     pub store_settles: Vec<StoreSettle>,
     /// Settle facts the Envoys logged.
     pub proxy_settles: Vec<ProxySettle>,
+    /// Operator changes the lease-stores committed.
+    #[serde(default)]
+    pub operator_changes: Vec<OperatorChange>,
 }
 
 impl Evidence {
@@ -176,6 +192,16 @@ impl Evidence {
                     });
                 }
             }
+            Some("operator") => {
+                if let (Some(scope), Some(action)) = (text("scope"), text("action")) {
+                    self.operator_changes.push(OperatorChange {
+                        at_ms,
+                        store,
+                        scope,
+                        action,
+                    });
+                }
+            }
             _ => {}
         }
     }
@@ -210,6 +236,26 @@ impl Evidence {
             .filter(|settle| settle.fence == claim.fence && settle.event == "settle_landed")
             .map(|settle| settle.at_ms);
         by_store.chain(by_proxy).min()
+    }
+
+    /// When a store applied the `release_forget` of a claim a proxy logged it did not
+    /// forward (`evidence=not_forwarded`, a `won` answered too late to keep its lease:
+    /// `docs/stream-machine.md#the-claim`); `Err` names the missing line. Whether the
+    /// upstream ran the fence anyway is for the judge to check against its log.
+    pub fn released_unforwarded(&self, claim: &ClaimWon) -> Result<Ms, String> {
+        let fence = claim.fence;
+        if !self.proxy_settles.iter().any(|settle| {
+            settle.event == "not_forwarded" && settle.fence == fence && settle.scope == claim.scope
+        }) {
+            return Err("no proxy logged it not forwarded".to_owned());
+        }
+        self.store_settles
+            .iter()
+            .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
+            .filter(|settle| settle.call == "release_forget")
+            .map(|settle| settle.at_ms)
+            .min()
+            .ok_or_else(|| "no store applied its release_forget".to_owned())
     }
 
     /// The first `event` Envoy `envoy` logged for `fence`.

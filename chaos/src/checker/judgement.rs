@@ -16,6 +16,7 @@ use super::evidence::{ClaimWon, TAKEOVER};
 use super::lifecycle::{
     answered_by_the_previous_release, previous_release_forgot, process_ended, vm_retired,
 };
+use super::operator;
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
 use crate::history::{Attempt, Execution, History, Ms, Outcome, Role};
@@ -72,6 +73,12 @@ pub enum Row {
         fault: usize,
         /// Its caller already had its answer (the record was in the outbox).
         answer_delivered: bool,
+    },
+    /// An operator erased the record after the earlier claim, and the re-run's chain
+    /// starts with a fresh insert after the erase (`operator.rs`).
+    OperatorErased {
+        /// The erase (fault id).
+        fault: usize,
     },
 }
 
@@ -272,8 +279,20 @@ pub fn judge_key(
         .filter_map(|execution| execution.caller_request_id.as_deref())
         .collect();
     let own = |attempt: &&&Attempt| attempt.role != Role::Conflict;
-    let mut died_with_proxy = BTreeSet::new();
-    let mut delivered = BTreeSet::new();
+    // A recorded 3xx or 4xx lost with its proxy is excused from replaying like a 2xx.
+    let lost_non_2xx: Vec<&Attempt> = attempts
+        .iter()
+        .filter(|attempt| lost_with_proxy.contains(attempt.id.as_str()))
+        .copied()
+        .collect();
+    let mut died_with_proxy: BTreeSet<(u16, String)> = recorded_non_2xx(&lost_non_2xx)
+        .into_iter()
+        .filter_map(|(_, expected)| match expected {
+            Expected::Answer { status, body } => Some((status, body)),
+            _ => None,
+        })
+        .collect();
+    let mut answered = Vec::new();
     for attempt in attempts.iter().filter(own) {
         if let Some((status, body)) = attempt.outcome.success() {
             let answer = (status, body.to_owned());
@@ -287,52 +306,57 @@ pub fn judge_key(
             if fresh && lost_with_proxy.contains(attempt.id.as_str()) {
                 died_with_proxy.insert(answer);
             } else {
-                delivered.insert(answer);
+                let claimed_ms = fresh
+                    .then(|| {
+                        executions
+                            .iter()
+                            .find(|e| e.caller_request_id.as_deref() == Some(&attempt.id))
+                    })
+                    .flatten()
+                    .and_then(|execution| history.evidence.claim(execution.fence?))
+                    .map(|claim| claim.at_ms);
+                answered.push(operator::Answered {
+                    attempt,
+                    answer,
+                    claimed_ms,
+                });
             }
         }
     }
-    delivered.retain(|answer| !died_with_proxy.contains(answer));
-    let divergent_answers = match delivered.len() {
-        0 | 1 => Vec::new(),
-        _ => delivered.iter().cloned().collect(),
-    };
+    answered.retain(|answered| !died_with_proxy.contains(&answered.answer));
+    // An operator's erase or resolve starts a new segment of the key's answers.
+    let changes = key_scope(&executions, history)
+        .map_or_else(Vec::new, |scope| operator::shown(history, scope));
+    let unknowns: Vec<&Attempt> = attempts
+        .iter()
+        .filter(own)
+        .filter(|attempt| attempt.outcome.problem_code() == Some("operation_unknown"))
+        .copied()
+        .collect();
+    let staleness = Ms::try_from(history.policy.edge_max_staleness_ms).unwrap_or(Ms::MAX);
+    let across = operator::across(&changes, &answered, &unknowns, staleness);
+    let divergent_answers = across.divergent.iter().cloned().collect();
 
-    let mut expected: Vec<(bool, Expected)> = delivered
+    let mut expected: Vec<(bool, Expected)> = across
+        .last
         .iter()
         .map(|(status, body)| {
             let (status, body) = (*status, body.clone());
             (false, Expected::Answer { status, body })
         })
         .collect();
-    // A recorded 3xx or 4xx answer is held to the same rule as a 2xx: excused from
-    // replaying only when its own fresh execution's record was lost with its proxy. An
-    // answer the previous release forgot was never recorded: it does not replay either.
+    let since_last_change = changes.last().map_or(Ms::MIN, |change| change.landed_ms);
+    // An answer the previous release forgot was never recorded: it does not replay.
     let forgotten = answered_by_the_previous_release(&reruns, &executions);
-    let (lost, recorded): (Vec<&Attempt>, Vec<&Attempt>) = attempts
+    let last_segment: Vec<&Attempt> = attempts
         .iter()
+        .filter(|attempt| attempt.start_ms >= since_last_change)
         .filter(|attempt| !forgotten.contains(attempt.id.as_str()))
-        .partition(|attempt| {
-            matches!(
-                attempt.outcome,
-                Outcome::Answered {
-                    replayed: false,
-                    ..
-                }
-            ) && lost_with_proxy.contains(attempt.id.as_str())
-        });
-    for (_, answer) in recorded_non_2xx(&lost) {
-        if let Expected::Answer { status, body } = answer {
-            died_with_proxy.insert((status, body));
-        }
-    }
-    expected.extend(recorded_non_2xx(&recorded));
-    let unknown_since = attempts
-        .iter()
-        .filter(own)
-        .filter(|attempt| attempt.outcome.problem_code() == Some("operation_unknown"))
-        .map(|attempt| attempt.end_ms)
-        .min();
-    if unknown_since.is_some() {
+        .filter(|attempt| !lost_with_proxy.contains(attempt.id.as_str()))
+        .copied()
+        .collect();
+    expected.extend(recorded_non_2xx(&last_segment));
+    if across.unknown_since.is_some() {
         expected.push((false, Expected::Unknown));
     }
     let conflicted = attempts.iter().any(|attempt| {
@@ -342,13 +366,21 @@ pub fn judge_key(
     if conflicted {
         expected.push((true, Expected::Conflict));
     }
-    let ran_after_unknown = unknown_since.map_or_else(Vec::new, |since| {
-        executions
-            .iter()
-            .filter(|execution| execution.at_ms > since)
-            .map(|execution| execution.execution)
-            .collect()
-    });
+    // An `unknown` record runs again only after an operator erased it.
+    let ran_after_unknown = executions
+        .iter()
+        .filter(|execution| {
+            unknowns.iter().any(|unknown| {
+                unknown.end_ms < execution.at_ms
+                    && !changes.iter().any(|change| {
+                        change.erase
+                            && unknown.end_ms < change.landed_ms
+                            && change.landed_ms <= execution.at_ms
+                    })
+            })
+        })
+        .map(|execution| execution.execution)
+        .collect();
 
     let checks: Vec<_> = history
         .verifications
@@ -373,7 +405,17 @@ pub fn judge_key(
                     replay: check.outcome.clone(),
                 })
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let lost =
+        lost.into_iter()
+            .chain(across.unknown_after_resolve.into_iter().map(
+                |(envoy, (status, body), replay)| LostRecord {
+                    envoy,
+                    expected: Expected::Answer { status, body },
+                    replay,
+                },
+            ))
+            .collect();
 
     KeyVerdict {
         key: key.to_owned(),
@@ -386,6 +428,15 @@ pub fn judge_key(
         unverified,
         faults: key_faults(attempts, &history.faults),
     }
+}
+
+/// The scope of a key's record, from the claims of its executions' fences.
+fn key_scope<'h>(executions: &[&Execution], history: &'h History) -> Option<&'h str> {
+    executions
+        .iter()
+        .filter_map(|execution| history.evidence.claim(execution.fence?))
+        .map(|claim| claim.scope.as_str())
+        .next()
 }
 
 /// The recorded 3xx and 4xx answers the key's own callers got from the upstream (not the
@@ -432,9 +483,13 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 /// 1. both carry a fence, the re-run's higher, and the same body;
 /// 2. the store logged both claims, in one scope, with the same fingerprint;
 /// 3. every claim of that scope after the earlier one's successor, up to the re-run's, won
-///    by taking over an expired lease ([`TAKEOVER`]) — never a fresh insert (the record
-///    vanished), a reuse, or a way of winning this judge does not know;
-/// 4. either the earlier claim was settled by a release that lets a retry run again
+///    by taking over an expired lease ([`TAKEOVER`]) — never a reuse, a way of winning
+///    this judge does not know, or a fresh insert (the record vanished) unless the claim
+///    before it is shown released unrun ([`chain_holds`]);
+/// 4. or an operator erased the record after the earlier claim, and the first claim after
+///    the erase inserted a fresh record, with the chain from there holding
+///    ([`operator::erased`]);
+/// 5. either the earlier claim was settled by a release that lets a retry run again
 ///    ([`settled_row`]: the upstream's own answer or an uncertain outcome under
 ///    `uncertain: retry` called for it, and the successor won only as that release
 ///    allows), or: the successor took the lease over, no settle of the earlier claim landed
@@ -497,12 +552,16 @@ fn excused(
             "no claim after fence {earlier_fence} in its scope was logged"
         ));
     };
-    if let Some(other) = between.iter().skip(1).find(|claim| claim.how != TAKEOVER) {
-        return Err(format!(
-            "fence {} won by `{}`, not by taking over an expired lease",
-            other.fence, other.how
-        ));
+    if let Some((row, successor)) = operator::erased(first, &between, history)? {
+        return Ok(RerunVerdict::Excused {
+            row,
+            envoy: earlier.via.unwrap_or_default(),
+            earlier_fence,
+            takeover_fence: successor.fence,
+            later_fence,
+        });
     }
+    chain_holds(&between, history)?;
     if let Some(row) = settled_row(earlier, first, takeover, attempts_by_id, history)? {
         let envoy = earlier.via.unwrap_or_default();
         return Ok(RerunVerdict::Excused {
@@ -581,6 +640,51 @@ fn excused(
         takeover.at_ms,
         landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
     ))
+}
+
+/// The claims after the earlier one's successor, up to the re-run's: each must have won
+/// by taking over an expired lease ([`TAKEOVER`]), or by a fresh insert (`claimed`) made
+/// after the claim before it was released unrun ([`released_unrun`]): a `won` answered too
+/// late to keep its lease is never forwarded and its release deletes the record
+/// (`docs/stream-machine.md#the-claim`).
+pub(super) fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<(), String> {
+    for pair in between.windows(2) {
+        let (before, claim) = (pair[0], pair[1]);
+        if claim.how == TAKEOVER {
+            continue;
+        }
+        let not_a_takeover = format!(
+            "fence {} won by `{}`, not by taking over an expired lease",
+            claim.fence, claim.how
+        );
+        if claim.how != "claimed" {
+            return Err(not_a_takeover);
+        }
+        let released = released_unrun(before, history)
+            .map_err(|why| format!("{not_a_takeover}, and fence {}: {why}", before.fence))?;
+        if claim.at_ms < released - SETTLE_LOG_SLACK_MS {
+            return Err(format!(
+                "{not_a_takeover}, at {} ms, before fence {}'s release at {released} ms",
+                claim.at_ms, before.fence
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// When `claim` was released as never run: its proxy logged it not forwarded, a store
+/// applied its `release_forget`, and the upstream's log holds no execution with its fence.
+/// `Err` says which of these is not shown.
+fn released_unrun(claim: &ClaimWon, history: &History) -> Result<Ms, String> {
+    if let Some(ran) = history
+        .executions
+        .iter()
+        .chain(&history.verification_executions)
+        .find(|execution| execution.fence == Some(claim.fence))
+    {
+        return Err(format!("the upstream ran it (execution {})", ran.execution));
+    }
+    history.evidence.released_unforwarded(claim)
 }
 
 /// The dead-proxy row: `Ok(None)` when no kill or drain's `SIGTERM` fits, `Err` when one fits but the caller
@@ -666,6 +770,9 @@ fn settled_row(
                 shown(answered)
             ));
         };
+        if took_the_pending_lease_over(successor, release.at_ms) {
+            return Ok(None);
+        }
         if successor.how != "claimed" || successor.at_ms < release.at_ms - SETTLE_LOG_SLACK_MS {
             return Err(format!(
                 "fence {} won by `{}` at {} ms, not by a fresh insert after the forget of \
@@ -679,6 +786,9 @@ fn settled_row(
             }
             _ => Row::Forgotten { status },
         }));
+    }
+    if took_the_pending_lease_over(successor, release.at_ms) {
+        return Ok(None);
     }
     let retry = history.policy.uncertain_retry(&earlier.path);
     let no_answer = earlier
@@ -702,7 +812,9 @@ fn settled_row(
         }
     };
     let cooldown = Ms::try_from(history.policy.failure_cooldown_ms).unwrap_or(Ms::MAX);
-    let cooled = release.at_ms.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
+    let released = cooling_seen_by(earlier, claim, successor, attempts_by_id)
+        .map_or(release.at_ms, |seen| seen.min(release.at_ms));
+    let cooled = released.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
     if successor.how != TAKEOVER || successor.at_ms < cooled {
         return Err(format!(
             "fence {} won by `{}` at {} ms, not by a takeover after the cooldown of fence \
@@ -711,6 +823,34 @@ fn settled_row(
         ));
     }
     Ok(Some(Row::Cooldown { cause }))
+}
+
+/// When a caller of the key was told the record is cooling down (`503
+/// retryable_cooldown`: the store read it `failed`) by a request that started after
+/// `claim` was won and ended before `successor`: the release of `claim` had committed by
+/// then, even when the store logged it later (its first line lost or late: a store frozen
+/// between the commit and the log).
+fn cooling_seen_by(
+    earlier: &Execution,
+    claim: &ClaimWon,
+    successor: &ClaimWon,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+) -> Option<Ms> {
+    attempts_by_id
+        .values()
+        .filter(|attempt| earlier.key.as_deref() == Some(attempt.key.as_str()))
+        .filter(|attempt| attempt.outcome.problem_code() == Some("retryable_cooldown"))
+        .filter(|attempt| claim.at_ms < attempt.start_ms && attempt.end_ms < successor.at_ms)
+        .map(|attempt| attempt.end_ms)
+        .min()
+}
+
+/// Whether `successor` took the earlier claim's lease over while it was still `pending`:
+/// before the release, logged at `released_ms`, landed (its outbox delivered it late, or
+/// as a repeat). Then the release settled nothing, and the takeover is judged by the other
+/// rows (a dead or cut-off proxy, an outbox that gave up).
+fn took_the_pending_lease_over(successor: &ClaimWon, released_ms: Ms) -> bool {
+    successor.how == TAKEOVER && successor.at_ms < released_ms
 }
 
 /// When `execution`'s caller received its answer, if it did by `limit`.

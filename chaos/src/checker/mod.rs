@@ -12,7 +12,9 @@
 //!   replay, an `unknown` that is no longer `unknown`, a conflict that no longer
 //!   conflicts) and an `unknown` record that ran again are each judged on their own.
 //!   The partition row's own conditions are in `partition.rs`; the proxy-lifecycle
-//!   faults' (a drain's `SIGTERM`, a module push that destroys a VM) in `lifecycle.rs`.
+//!   faults' (a drain's `SIGTERM`, a module push that destroys a VM) in `lifecycle.rs`;
+//!   what an operator's erase or resolve allows (a re-run after an erase, answers judged
+//!   between a key's changes, modulo the edge cache's staleness bound) in `operator.rs`.
 //! - `report.rs`: the findings summed up per fault kind for the table.
 //!
 //! The judge's own tests are a corpus of small histories (`chaos/tests/corpus/`): one per
@@ -23,6 +25,7 @@
 pub mod evidence;
 pub mod judgement;
 mod lifecycle;
+mod operator;
 mod partition;
 pub mod report;
 

@@ -14,7 +14,10 @@
 //!    healthy, so the lease ran out for the partition and nothing else;
 //! 4. if the earlier caller had its answer before the takeover, the proxy logged handing
 //!    the record to its outbox before then (the answer went out with the record waiting,
-//!    and the record then lost to the takeover: its late settle gets `lease_lost`).
+//!    and the record then lost to the takeover: its late settle gets `lease_lost`). A
+//!    caller that got its answer only after the takeover (the stream held it while its
+//!    finalize could not get through) lost its record to the takeover too, when the proxy
+//!    logged that fence's settle refused as `lease_lost` (by the stream or its outbox).
 
 use super::evidence::ClaimWon;
 use super::judgement::{Row, answered_by, handed_off_by};
@@ -82,9 +85,14 @@ pub fn proxy_partitioned(
         ));
     }
     let Some(answered) = answered_by(earlier.execution, attempts_by_id, takeover.at_ms) else {
+        let answered_later = answered_by(earlier.execution, attempts_by_id, Ms::MAX).is_some();
+        let refused = history
+            .evidence
+            .proxy_event(envoy, earlier.claim.fence, "lease_lost")
+            .is_some();
         return Ok(Some(Row::ProxyPartitioned {
             fault: cut.id,
-            answer_delivered: false,
+            answer_delivered: answered_later && refused,
         }));
     };
     if !handed_off_by(history, envoy, earlier.claim.fence, takeover.at_ms) {

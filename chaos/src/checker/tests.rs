@@ -115,6 +115,7 @@ fn kill(envoy: usize, start: Ms) -> Fault {
         failover_window_ms: None,
         proxy_gone_ms: None,
         previous_release: None,
+        operator: None,
     }
 }
 
@@ -168,6 +169,60 @@ fn every_claim_between_the_two_executions_must_be_a_takeover() {
     let how = |claims: &mut Vec<ClaimWon>| claims[2].how = "claimed".into();
     how(&mut history.evidence.claims);
     assert!(reason(&history).contains("fence 3 won by `claimed`"));
+}
+
+#[test]
+fn a_fresh_insert_is_in_the_chain_only_after_a_claim_shown_released_unrun() {
+    // Fence 2 took fence 1 over, but its answer came too late: not forwarded, released as
+    // forget (the record deleted); fence 3 inserted a fresh record and ran.
+    let mut history = killed_winner();
+    history.executions[1].fence = Some(3);
+    history.evidence.store_settles[0].claim_id = "c3".into();
+    history.evidence.proxy_settles[0].fence = 3;
+    let mut third = history.evidence.claims[1].clone();
+    (third.fence, third.at_ms, third.how) = (3, 3580, "claimed".into());
+    third.claim_id = "c3".into();
+    history.evidence.claims.push(third);
+    let mut release = history.evidence.store_settles[0].clone();
+    (release.claim_id, release.call, release.at_ms) = ("c2".into(), "release_forget".into(), 3570);
+    history.evidence.store_settles.push(release);
+    history.evidence.proxy_settles.push(ProxySettle {
+        at_ms: 3565,
+        envoy: 1,
+        event: "not_forwarded".into(),
+        scope: "5c0e".into(),
+        fence: 2,
+        call: "release_forget".into(),
+        by: "stream".into(),
+    });
+    assert!(!check(&history).failed(), "{:#?}", check(&history));
+
+    // The upstream's log holds an execution of fence 2 (here one without its key, so it
+    // is no re-run of its own): it ran, whatever the filter said.
+    let mut ran = history.executions[1].clone();
+    (ran.execution, ran.fence, ran.key) = (9, Some(2), None);
+    history.executions.push(ran);
+    assert!(
+        reason(&history).contains("fence 2: the upstream ran it (execution 9)"),
+        "{}",
+        reason(&history)
+    );
+    history.executions.pop();
+
+    // The fresh insert came before the release had deleted the record.
+    history.evidence.claims[2].at_ms = 3300;
+    assert!(
+        reason(&history).contains("before fence 2's release at 3570 ms"),
+        "{}",
+        reason(&history)
+    );
+    history.evidence.claims[2].at_ms = 3580;
+
+    // Without either line, nothing shows fence 2 never ran.
+    history.evidence.store_settles.pop();
+    assert!(reason(&history).contains("fence 2: no store applied its release_forget"));
+    history.evidence.proxy_settles.pop();
+    assert!(reason(&history).contains("fence 2: no proxy logged it not forwarded"));
 }
 
 #[test]
@@ -280,6 +335,7 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         failover_window_ms: None,
         proxy_gone_ms: None,
         previous_release: None,
+        operator: None,
     });
     let mut quiet = attempt("r9", 0, 10_000, 10_100, created("Q"));
     quiet.key = "quiet".into();
@@ -313,4 +369,31 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         (3, 2, 1),
         "quiet was never checked"
     );
+}
+
+fn corpus_history(name: &str) -> History {
+    let path = format!("{}/tests/corpus/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).expect("the corpus file");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    serde_json::from_value(value["history"].clone()).expect("a history")
+}
+
+#[test]
+fn a_fresh_answer_belongs_to_the_stretch_its_claim_was_won_in() {
+    // The late caller's request started before the erase landed, but its claim was won
+    // after it: its new answer is the erased key's next, not a divergent one.
+    let mut history = corpus_history("excused-operator-erase-re-run.json");
+    history.attempts[1].start_ms = 900;
+    let report = check(&history);
+    assert!(!report.failed(), "{report:#?}");
+    assert!(matches!(
+        only_key(&report).reruns[0].verdict,
+        RerunVerdict::Excused {
+            row: Row::OperatorErased { fault: 0 },
+            ..
+        }
+    ));
+    // Had its claim been won before the erase, two answers of one stretch diverge.
+    history.evidence.claims[1].at_ms = 950;
+    assert!(!only_key(&check(&history)).divergent_answers.is_empty());
 }

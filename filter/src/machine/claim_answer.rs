@@ -18,6 +18,7 @@ use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, State};
 use crate::config::{FailureMode, Mode, Policy};
 use crate::edge_cache::{self, Entry};
 use crate::encoding;
+use crate::log::{By, Settle, evidence};
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::outbox::Lease;
 use crate::problem::problem_reply;
@@ -359,15 +360,15 @@ impl Machine {
                 previous_scope,
             },
         };
+        let why = format!(
+            "policy {}: the claim was answered {} ms after it was sent, too late to keep \
+             its lease: the request is not forwarded",
+            policy.name,
+            millis(age)
+        );
         out.push(Action::Log {
             level: LogLevel::Warn,
-            message: format!(
-                "policy {}: scope {}: the claim was answered {} ms after it was sent, too \
-                 late to keep its lease: the request is not forwarded",
-                policy.name,
-                scope.to_hex(),
-                millis(age)
-            ),
+            message: evidence(Settle::NotForwarded, &release, fence, By::Stream, &why),
         });
         let note = "the outbox releases a claim answered too late to forward";
         self.hand_off(out, policy, (claim_id, fence), release, None, note);

@@ -55,7 +55,7 @@ pub async fn claim(
     let record_expires_in_ms = first
         .record_expires_at
         .map(|at| millis(at.saturating_duration_since(Instant::now())));
-    let response = match first.response {
+    let attempt = match &first.response {
         ClaimResponse::InProgress { .. } if wait > 0 => match state.longpoll.subscribe(&scope) {
             Ok(subscription) => {
                 state.metrics.event(Event::FollowerWait);
@@ -71,14 +71,18 @@ pub async fn claim(
                     Full::Scope => Shed::LongPollScope,
                     Full::Total => Shed::LongPollTotal,
                 });
-                first.response
+                first
             }
         },
-        settled => settled,
+        _ => first,
     };
-    // Taken before anything else: the commit came no later than this.
-    let claimed_after_ms =
-        matches!(response, ClaimResponse::Won { .. }).then(|| millis(received.elapsed()));
+    // Up to the winning statement's send: its lease started no later, and a reply held
+    // back after that is the lease's age (`docs/stream-machine.md#the-claim`).
+    let claimed_after_ms = attempt
+        .statement_sent
+        .filter(|_| matches!(attempt.response, ClaimResponse::Won { .. }))
+        .map(|sent| millis(sent.saturating_duration_since(received)));
+    let response = attempt.response;
     state.metrics.claim_answered(&response);
     evidence::claim_answered(&scope, &request, &response);
     Ok(Json(ClaimAnswer {

@@ -80,8 +80,13 @@ pub async fn finalize(
         request.claim_id,
         evidence::finalize_call(request.replayable),
     );
-    let answer = state.store.finalize(&scope, request).await;
-    evidence::settled(&scope, claim_id, call, &answer);
+    let store = state.store.clone();
+    let answer = to_the_end(async move {
+        let answer = store.finalize(&scope, request).await;
+        evidence::settled(&scope, claim_id, call, &answer);
+        answer
+    })
+    .await;
     counted(&state.metrics, Event::Finalize, answer)
 }
 
@@ -110,10 +115,28 @@ pub async fn release(
     if let Some(cooldown_ms) = request.cooldown_ms {
         within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
     }
-    let answer = state.store.release(&scope, &request).await;
-    let call = evidence::release_call(request.release_as);
-    evidence::settled(&scope, request.claim_id, call, &answer);
+    let store = state.store.clone();
+    let answer = to_the_end(async move {
+        let answer = store.release(&scope, &request).await;
+        let call = evidence::release_call(request.release_as);
+        evidence::settled(&scope, request.claim_id, call, &answer);
+        answer
+    })
+    .await;
     counted(&state.metrics, Event::Release, answer)
+}
+
+/// Runs a settle call and its evidence line to the end even when its caller hangs up (a
+/// store frozen mid-call, a row lock held past the caller's timeout): the statement may
+/// commit all the same, and a judge times the record from that line.
+async fn to_the_end<T: Send + 'static>(
+    settle: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::spawn(settle).await.unwrap_or_else(|failed| {
+        Err(StoreError::Unavailable(format!(
+            "the settle call failed: {failed}"
+        )))
+    })
 }
 
 /// Counts a fenced write as `event` when it landed, or as `lease_lost`.

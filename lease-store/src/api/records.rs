@@ -20,6 +20,7 @@ use serde::Deserialize;
 use super::{ApiJson, AppState, Scope, fits_a_record, operator_reason, recordable};
 use crate::api::error::ApiError;
 use crate::auth::Operator;
+use crate::evidence;
 use crate::metrics::Event;
 
 /// Records listed when the caller does not say.
@@ -128,6 +129,11 @@ pub async fn resolve(
     }
     state.store.resolve(&scope, &request, &operator).await?;
     state.metrics.event(Event::Resolve);
+    evidence::operator_changed(
+        &scope,
+        evidence::resolve_action(request.resolve_as),
+        &operator,
+    );
     tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, %operator, reason = %request.reason, "record resolved by an operator");
     Ok(())
 }
@@ -166,6 +172,7 @@ pub async fn erase(
     let reason = operator_reason(query.reason.as_deref())?;
     state.store.erase(&scope, &operator, reason).await?;
     state.metrics.event(Event::Erase);
+    evidence::operator_changed(&scope, "erase", &operator);
     tracing::warn!(scope = %scope.to_hex(), %operator, %reason, "record erased by an operator: a retry with its key will run again");
     Ok(())
 }

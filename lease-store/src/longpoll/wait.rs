@@ -51,7 +51,9 @@ pub async fn claim_with_wait(
     if req.wait_ms.unwrap_or(0) > 0
         && let Ok(subscription) = longpoll.subscribe(scope)
     {
-        return wait_subscribed(store, longpoll, subscription, req).await;
+        return Ok(wait_subscribed(store, longpoll, subscription, req)
+            .await?
+            .response);
     }
     Ok(store.claim(scope, req).await?.response)
 }
@@ -59,9 +61,9 @@ pub async fn claim_with_wait(
 /// The long-poll on the subscription's scope: re-checks the record (claiming
 /// it if it may be winnable) first, then each time the record is notified,
 /// its lease expires, the budget runs out, or shutdown — holding no pool
-/// connection while parked. Returns the final answer: `in_progress` with
+/// connection while parked. Returns the final attempt: `in_progress` with
 /// `retry_after_s` on timeout or shutdown. The answers are exactly those of
-/// [`Store::claim`]. The subscription is taken before the first check and
+/// [`Store::claim`] (a `won` one with when its statement was sent). The subscription is taken before the first check and
 /// kept for the whole wait: a settle that commits after it was taken wakes
 /// the waiter, even if it lands between a check and the wait.
 pub async fn wait_subscribed(
@@ -69,10 +71,10 @@ pub async fn wait_subscribed(
     longpoll: &LongPoll,
     mut subscription: Subscription,
     req: &ClaimRequest,
-) -> Result<ClaimResponse, StoreError> {
+) -> Result<ClaimAttempt, StoreError> {
     let budget = Duration::from_millis(req.wait_ms.unwrap_or(0));
     if budget.is_zero() {
-        return Ok(store.claim(&subscription.scope, req).await?.response);
+        return store.claim(&subscription.scope, req).await;
     }
     let deadline = Instant::now() + budget;
     let mut shutdown = longpoll.shutdown.clone();
@@ -94,7 +96,7 @@ pub async fn wait_subscribed(
             || Instant::now() >= deadline
             || *shutdown.borrow()
         {
-            return Ok(attempt.response);
+            return Ok(attempt);
         }
         let wake_at = attempt
             .pending_until
@@ -114,7 +116,7 @@ pub async fn wait_subscribed(
             // A dropped sender disables this branch instead of ending every wait.
             Ok(()) = shutdown.changed() => {
                 if *shutdown.borrow() {
-                    return Ok(attempt.response);
+                    return Ok(attempt);
                 }
                 Wake::Own
             }

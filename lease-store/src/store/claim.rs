@@ -216,6 +216,7 @@ impl RecordSnapshot {
                 },
                 pending_until: self.remaining_until,
                 record_expires_at: None,
+                statement_sent: None,
             }),
             (RecordState::Failed, Some(left)) => Some(answer(ClaimResponse::Cooldown {
                 retry_after_s: retry_after(left),
@@ -336,6 +337,7 @@ impl Store {
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
                 let guard = OrphanGuard::new(self, *scope, claim_id);
+                let sent = Instant::now();
                 let won = client
                     .query_opt(
                         &claim,
@@ -351,7 +353,7 @@ impl Store {
                     .await?;
                 guard.delivered();
                 if let Some(row) = won {
-                    return won_attempt(&row, claim_id, lease_ms);
+                    return won_attempt(&row, claim_id, lease_ms, sent);
                 }
                 let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
                 let snapshot = existing
@@ -375,6 +377,7 @@ impl Store {
                 response: ClaimResponse::InProgress { retry_after_s: 1 },
                 pending_until: None,
                 record_expires_at: None,
+                statement_sent: None,
             })
         })
         .await
@@ -390,6 +393,7 @@ pub(super) fn held_in_progress(until: Instant) -> ClaimAttempt {
         },
         pending_until: Some(until),
         record_expires_at: None,
+        statement_sent: None,
     }
 }
 
@@ -397,6 +401,7 @@ pub(super) fn won_attempt(
     row: &Row,
     claim_id: Uuid,
     lease_ms: u64,
+    sent: Instant,
 ) -> Result<ClaimAttempt, StoreError> {
     let how: &str = row.try_get("how")?;
     let how = match how {
@@ -413,6 +418,7 @@ pub(super) fn won_attempt(
         },
         pending_until: None,
         record_expires_at: None,
+        statement_sent: Some(sent),
     })
 }
 
@@ -439,6 +445,7 @@ fn answer(response: ClaimResponse) -> ClaimAttempt {
         response,
         pending_until: None,
         record_expires_at: None,
+        statement_sent: None,
     }
 }
 

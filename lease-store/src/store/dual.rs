@@ -24,6 +24,8 @@
 //! record: a claim that meets the other recipe's fingerprint there is that request's
 //! record, not a conflict, so the claim runs again with that fingerprint.
 
+use std::time::Instant;
+
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimResponse, PreviousIdentity};
 use tokio_postgres::types::ToSql;
@@ -109,6 +111,7 @@ impl Store {
                 };
                 let check_params: [&(dyn ToSql + Sync); 3] =
                     [&first_scope, &second_scope, &claim_id];
+                let sent = Instant::now();
                 let (begin, won_first, won_second, _both, commit) = futures_util::join!(
                     client.batch_execute("BEGIN"),
                     claim_row(&first_scope, &first_fp),
@@ -133,7 +136,7 @@ impl Store {
                     } else {
                         second_row
                     };
-                    return won_attempt(row, claim_id, params.lease_ms);
+                    return won_attempt(row, claim_id, params.lease_ms, sent);
                 }
                 let (current_scope, older_scope) = (current.0.0.as_slice(), older.0.0.as_slice());
                 let (current_param, older_param): (
@@ -173,6 +176,7 @@ impl Store {
                 response: ClaimResponse::InProgress { retry_after_s: 1 },
                 pending_until: None,
                 record_expires_at: None,
+                statement_sent: None,
             })
         })
         .await
@@ -258,6 +262,7 @@ mod tests {
             response,
             pending_until: None,
             record_expires_at: None,
+            statement_sent: None,
         })
     }
 

@@ -170,6 +170,10 @@ pub struct ClaimAttempt {
     /// For a `completed` answer: when the record's retention runs out, so the
     /// API can tell an edge how long it may cache the replay (F9).
     pub record_expires_at: Option<Instant>,
+    /// For a `won` answer: when the statement that won was sent. Its lease started no
+    /// earlier; a reply held back after that (a delayed COMMIT reply) is lease age
+    /// (`claimed_after_ms`, `docs/stream-machine.md#the-claim`).
+    pub statement_sent: Option<Instant>,
 }
 
 /// The lease-store's handle on Postgres. Cheap to clone (the pool is shared).

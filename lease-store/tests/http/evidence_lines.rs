@@ -129,3 +129,131 @@ async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
         ]
     );
 }
+
+/// An operator's erase and resolve are facts about a record a judge must see (a re-run
+/// after an erase, a replay after a resolve), logged once each change committed.
+#[tokio::test]
+async fn operator_erases_and_resolves_are_logged_as_evidence() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &[]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server {
+        mut child,
+        api,
+        admin,
+    } = start_command(command, port).await;
+
+    let (erased, _, claim_id) = api.win("evidence-erase").await;
+    api.finalize(&erased, &claim_id).await;
+    let answer = admin
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/v1/records/{erased}?reason=INC-9"),
+            Some(ADMIN),
+            |r| r.header("keyflight-ack-replay-risk", "true"),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let (resolved, _, claim_id) = api.win("evidence-resolve").await;
+    api.post(
+        &format!("/v1/claims/{resolved}/release"),
+        Some(TOKEN),
+        &json!({ "claim_id": claim_id, "as": "unknown" }),
+    )
+    .await;
+    let answer = admin
+        .post(
+            &format!("/v1/records/{resolved}/resolve"),
+            Some(ADMIN),
+            &json!({ "as": "completed", "response": sample_response(), "reason": "INC-9" }),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+
+    child.signal(keyflight_testkit::process::Signal::Term);
+    child.wait_exit(Duration::from_secs(30));
+    let changes: Vec<(String, String, String)> = evidence(&child.log())
+        .iter()
+        .filter(|f| f["evidence"] == "operator")
+        .map(|f| {
+            let text = |name: &str| f[name].as_str().unwrap_or_default().to_owned();
+            (text("scope"), text("action"), text("operator"))
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (erased, "erase".into(), "admin".into()),
+            (resolved, "resolve_completed".into(), "admin".into()),
+        ],
+        "log at {}",
+        child.log_path().display()
+    );
+}
+
+/// A settle that commits after its caller hung up (a store frozen mid-call, a row lock held
+/// past the caller's timeout) is a fact about the record all the same: the judge times a
+/// release's cooldown from its line, so it is logged once the statement commits.
+#[tokio::test]
+async fn a_settle_whose_caller_hung_up_is_logged_once_it_commits() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &[]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server { child, api, .. } = start_command(command, port).await;
+    let (scope, _, claim_id) = api.win("evidence-hung-up").await;
+    let (db, connection) = tokio_postgres::connect(&cluster().url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let row = keyflight_protocol::Digest::from_hex(&scope)
+        .unwrap()
+        .0
+        .to_vec();
+    db.batch_execute("BEGIN").await.unwrap();
+    db.execute(
+        "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
+        &[&row],
+    )
+    .await
+    .unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(format!("{}/v1/claims/{scope}/release", api.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "claim_id": claim_id, "as": "cooldown", "cooldown_ms": 60_000 }))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller hung up: {gave_up:?}");
+    db.batch_execute("COMMIT").await.unwrap();
+    keyflight_testkit::process::eventually(
+        "the release committed",
+        Duration::from_secs(10),
+        || async {
+            db.query_one(
+                "SELECT state FROM keyflight_records WHERE scope = $1",
+                &[&row],
+            )
+            .await
+            .unwrap()
+            .get::<_, String>(0)
+                == "failed"
+        },
+    )
+    .await;
+    keyflight_testkit::process::eventually(
+        "the committed release is logged",
+        Duration::from_secs(10),
+        || async {
+            evidence(&child.log()).iter().any(|f| {
+                f["evidence"] == "settle"
+                    && f["claim_id"] == claim_id.as_str()
+                    && f["call"] == "release_cooldown"
+                    && f["outcome"] == "applied"
+            })
+        },
+    )
+    .await;
+}

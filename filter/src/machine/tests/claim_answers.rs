@@ -283,6 +283,16 @@ fn a_won_claim_answered_too_late_to_renew_in_time_is_released_not_forwarded() {
         ),
         "{delivery:?}"
     );
+    // The judge's evidence that fence 7 never ran (`chaos/src/checker/judgement.rs`).
+    assert!(
+        out.iter().any(|action| matches!(
+            action,
+            Action::Log { message, .. }
+                if message.starts_with("evidence=not_forwarded ")
+                    && message.contains(" fence=7 call=release_forget by=stream | ")
+        )),
+        "{out:?}"
+    );
 }
 
 /// The lease runs from when the store committed the claim, which is after the proxy sent

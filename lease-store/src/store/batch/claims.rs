@@ -140,6 +140,7 @@ impl Store {
                     .collect();
                 let leases: Vec<i64> = batch.iter().map(|i| i.params.lease_ms_sql).collect();
                 let retentions: Vec<i64> = batch.iter().map(|i| i.params.retention_ms).collect();
+                let sent = Instant::now();
                 let rows = match client
                     .query(
                         &statement,
@@ -159,11 +160,11 @@ impl Store {
                     let scope: &[u8] = row.try_get("scope")?;
                     won.push((scope.to_vec(), row.try_get::<_, i64>("fence")?));
                 }
-                Ok(Some(won))
+                Ok(Some((won, sent)))
             })
             .await;
         match inserted {
-            Ok(Some(won)) => {
+            Ok(Some((won, sent))) => {
                 let mut fences: Vec<Option<i64>> = vec![None; batch.len()];
                 for (scope, fence) in won {
                     if let Ok(at) = batch.binary_search_by(|i| i.scope.0.as_slice().cmp(&scope)) {
@@ -185,6 +186,7 @@ impl Store {
                                     },
                                     pending_until: None,
                                     record_expires_at: None,
+                                    statement_sent: Some(sent),
                                 }),
                             );
                         }

@@ -1,0 +1,212 @@
+//! The operator rows: what an erase or a resolve allows, on evidence only
+//! (`docs/guarantee.md#operator-changes`).
+//!
+//! A change counts only when it is *shown*: the run's record of the action says the admin
+//! API answered 200 for the scope, and a lease-store logged the change committed
+//! (`evidence=operator`, `lease-store/src/evidence.rs`) while the action ran. Its time is
+//! the store's line. Then:
+//!
+//! - **an erase** lets the key run again: a re-run is excused when the erase landed after
+//!   the earlier claim was won, the first claim after the erase inserted a fresh record,
+//!   and the chain from there to the re-run holds ([`erased`]);
+//! - each shown change starts a new *segment* of the key's answers: answers are judged
+//!   divergent within a segment only, and only the last segment's answers must replay
+//!   after the run. A replay is allowed to be the old record's only when its request
+//!   started within the edge cache's staleness bound after the change
+//!   (`edge_cache.max_staleness_ms`, `docs/stream-machine.md#the-edge-cache`); later, a
+//!   replay of an answer an earlier segment delivered is stale, and after a resolve every
+//!   replay must be the resolved answer — and a `409 operation_unknown` is a record that
+//!   no longer answers as it must ([`across`]).
+
+use std::collections::BTreeSet;
+
+use super::evidence::ClaimWon;
+use super::judgement::{Row, SETTLE_LOG_SLACK_MS, chain_holds};
+use crate::history::{Attempt, FaultKind, History, Ms, Outcome};
+
+/// A shown operator change of one scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The action (fault id).
+    pub fault: usize,
+    /// When the store logged it committed.
+    pub landed_ms: Ms,
+    /// An erase (else a resolve).
+    pub erase: bool,
+    /// A resolve's recorded answer.
+    pub resolved: Option<(u16, String)>,
+}
+
+/// The shown changes of `scope`, by the time they landed.
+pub fn shown(history: &History, scope: &str) -> Vec<Change> {
+    let mut changes: Vec<Change> = history
+        .faults
+        .iter()
+        .filter_map(|fault| {
+            let action = fault.operator.as_ref()?;
+            if !action.done() || action.scope.as_deref() != Some(scope) {
+                return None;
+            }
+            let erase = fault.kind == FaultKind::OperatorErase;
+            let landed = history.evidence.operator_changes.iter().find(|change| {
+                change.scope == scope
+                    && (change.action == "erase") == erase
+                    && fault.start_ms - SETTLE_LOG_SLACK_MS <= change.at_ms
+                    && change.at_ms <= fault.end_ms + SETTLE_LOG_SLACK_MS
+            })?;
+            Some(Change {
+                fault: fault.id,
+                landed_ms: landed.at_ms,
+                erase,
+                resolved: action.resolved.clone(),
+            })
+        })
+        .collect();
+    changes.sort_by_key(|change| change.landed_ms);
+    changes
+}
+
+/// The erase row: `Ok(None)` when no shown erase of the scope landed after the earlier
+/// claim `first` and by the re-run's claim (the last of `between`); `Err` when one did but
+/// the claims after it are not a fresh insert and a chain that holds.
+pub fn erased<'a>(
+    first: &ClaimWon,
+    between: &[&'a ClaimWon],
+    history: &History,
+) -> Result<Option<(Row, &'a ClaimWon)>, String> {
+    let Some(last) = between.last() else {
+        return Ok(None);
+    };
+    let Some(erase) = shown(history, &first.scope).into_iter().find(|change| {
+        change.erase
+            && first.at_ms < change.landed_ms
+            && change.landed_ms <= last.at_ms + SETTLE_LOG_SLACK_MS
+    }) else {
+        return Ok(None);
+    };
+    let from = between
+        .iter()
+        .position(|claim| claim.at_ms >= erase.landed_ms - SETTLE_LOG_SLACK_MS)
+        .unwrap_or(between.len() - 1);
+    let successor = between[from];
+    if successor.how != "claimed" {
+        return Err(format!(
+            "fence {} won by `{}` after the erase at {} ms, not by a fresh insert",
+            successor.fence, successor.how, erase.landed_ms
+        ));
+    }
+    chain_holds(&between[from..], history)?;
+    Ok(Some((
+        Row::OperatorErased { fault: erase.fault },
+        successor,
+    )))
+}
+
+/// A successful answer a caller of the key got.
+pub struct Answered<'a> {
+    /// The attempt.
+    pub attempt: &'a Attempt,
+    /// Its status and body.
+    pub answer: (u16, String),
+    /// For a fresh answer: when the claim of the execution that produced it was won.
+    pub claimed_ms: Option<Ms>,
+}
+
+/// A key's answers judged across its shown changes.
+#[derive(Debug, Default)]
+pub struct Across {
+    /// Distinct successful answers of one segment beyond the first, and stale replays.
+    pub divergent: BTreeSet<(u16, String)>,
+    /// The answers the record must still replay after the run.
+    pub last: BTreeSet<(u16, String)>,
+    /// When a caller of the last segment first saw the record `unknown`.
+    pub unknown_since: Option<Ms>,
+    /// `operation_unknown` answers to requests that started past the staleness bound
+    /// after a resolve, with the answer they should have been.
+    pub unknown_after_resolve: Vec<(usize, (u16, String), Outcome)>,
+}
+
+/// Judges the successful `answers` and the `unknowns` (`operation_unknown` attempts) of
+/// one key across its shown `changes`. A fresh answer belongs to the segment its claim was
+/// won in; a replay to any segment from the last change its request must have seen (one
+/// that landed more than `staleness_ms` before it started) to the last that landed
+/// before it ended.
+pub fn across(
+    changes: &[Change],
+    answers: &[Answered<'_>],
+    unknowns: &[&Attempt],
+    staleness_ms: Ms,
+) -> Across {
+    let landed_by = |at: Ms| changes.iter().filter(|c| c.landed_ms <= at).count();
+    let seen_by = |start: Ms| {
+        changes
+            .iter()
+            .filter(|c| c.landed_ms + staleness_ms < start)
+            .count()
+    };
+    let mut sets: Vec<BTreeSet<(u16, String)>> = vec![BTreeSet::new(); changes.len() + 1];
+    for (k, change) in changes.iter().enumerate() {
+        sets[k + 1].extend(change.resolved.clone());
+    }
+    let mut across = Across::default();
+    let mut spanning = Vec::new();
+    let mut replays = Vec::new();
+    for answered in answers {
+        let (attempt, answer) = (answered.attempt, &answered.answer);
+        let replayed = matches!(attempt.outcome, Outcome::Answered { replayed: true, .. });
+        let (lo, hi) = match (replayed, answered.claimed_ms) {
+            (false, Some(claimed)) => (landed_by(claimed), landed_by(claimed)),
+            (false, None) => (landed_by(attempt.start_ms), landed_by(attempt.end_ms)),
+            (true, _) => (seen_by(attempt.start_ms), landed_by(attempt.end_ms)),
+        };
+        if lo < hi {
+            spanning.push((lo, hi, answer));
+            continue;
+        }
+        if replayed {
+            replays.push((lo, answer));
+        }
+        sets[lo].insert(answer.clone());
+    }
+    // A replay of an answer an earlier segment delivered, past the bound: stale.
+    for (k, answer) in replays {
+        if sets[..k].iter().any(|earlier| earlier.contains(answer)) {
+            across.divergent.insert(answer.clone());
+        }
+    }
+    // An answer that may belong to more than one segment must be one of theirs.
+    for (lo, hi, answer) in spanning {
+        if !sets[lo..=hi].iter().any(|set| set.contains(answer)) {
+            let at = (lo..=hi).rev().find(|k| !sets[*k].is_empty()).unwrap_or(lo);
+            sets[at].insert(answer.clone());
+        }
+    }
+    for set in &sets {
+        if set.len() > 1 {
+            across.divergent.extend(set.iter().cloned());
+        }
+    }
+    let last = changes.len();
+    across.last = sets[last].clone();
+    let resolved = changes.last().and_then(|change| change.resolved.clone());
+    for attempt in unknowns {
+        if seen_by(attempt.start_ms) < last {
+            continue;
+        }
+        match &resolved {
+            Some(answer) => across.unknown_after_resolve.push((
+                attempt.envoy,
+                answer.clone(),
+                attempt.outcome.clone(),
+            )),
+            None => {
+                across.unknown_since = Some(
+                    across
+                        .unknown_since
+                        .map_or(attempt.end_ms, |since| since.min(attempt.end_ms)),
+                );
+            }
+        }
+    }
+    across
+}
