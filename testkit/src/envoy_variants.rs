@@ -307,5 +307,23 @@ mod tests {
         .expect("mtls");
         assert!(mtls.contains("require_client_certificate: true"), "{mtls}");
         assert!(mtls.contains("  filters:"), "{mtls}");
+
+        let store_mtls = EnvoyEdit::StoreMtls {
+            cert: "/w.pem".into(),
+            key: "/w.key".into(),
+            ca: "/ca.pem".into(),
+            store_id: "spiffe://td/store".into(),
+        }
+        .apply(&demo)
+        .expect("store mtls");
+        let cluster = store_mtls
+            .find("- name: keyflight_lease_store")
+            .expect("store cluster");
+        let socket = store_mtls.find("UpstreamTlsContext").expect("upstream TLS");
+        assert!(cluster < socket, "the TLS socket is the store cluster's");
+        assert!(
+            store_mtls.contains("      transport_socket:\n"),
+            "at the cluster's key indentation: {store_mtls}"
+        );
     }
 }

@@ -34,18 +34,28 @@ fn workloads_mounted(deployment: &Value) -> bool {
     let spec = &deployment["spec"]["template"]["spec"];
     let volume = spec["volumes"].as_array().into_iter().flatten().find(|v| {
         v.pointer("/configMap/name").and_then(Value::as_str) == Some("lease-store-workloads")
-            && v.pointer("/configMap/items").and_then(Value::as_array).is_some_and(|items| {
-                items.iter().any(|i| i["key"] == "workloads" && i["path"] == file)
-            })
+            && v.pointer("/configMap/items")
+                .and_then(Value::as_array)
+                .is_some_and(|items| {
+                    items
+                        .iter()
+                        .any(|i| i["key"] == "workloads" && i["path"] == file)
+                })
     });
     let Some(name) = volume.and_then(|v| v["name"].as_str()) else {
         return false;
     };
-    spec["containers"].as_array().into_iter().flatten().any(|c| {
-        c["volumeMounts"].as_array().into_iter().flatten().any(|m| {
-            m["name"] == name && m["mountPath"] == dir && m.get("subPath").is_none()
+    spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["name"] == name && m["mountPath"] == dir && m.get("subPath").is_none())
         })
-    })
 }
 
 #[test]
@@ -62,15 +72,15 @@ fn the_store_allowlists_exactly_the_workloads_the_mesh_lets_claim() {
         "deploy/k8s/deployment.yaml mounts the lease-store-workloads ConfigMap's `workloads` \
          as {WORKLOADS_FILE}, as a directory (a subPath mount is never updated)"
     );
-    let allowlisted: BTreeSet<String> = object(&objects, "ConfigMap", "lease-store-workloads")
-        ["data"]["workloads"]
-        .as_str()
-        .expect("`workloads` in deploy/k8s/workloads.yaml")
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('#'))
-        .map(str::to_owned)
-        .collect();
+    let allowlisted: BTreeSet<String> =
+        object(&objects, "ConfigMap", "lease-store-workloads")["data"]["workloads"]
+            .as_str()
+            .expect("`workloads` in deploy/k8s/workloads.yaml")
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
     let policy = object(&objects, "AuthorizationPolicy", "lease-store");
     let mut claimers = BTreeSet::new();
     for rule in policy["spec"]["rules"].as_array().expect("rules") {

@@ -2,7 +2,8 @@
 //! front of the lease-store that terminates the workloads' mutual TLS, requires a client
 //! certificate signed by the mesh CA, and forwards to the store on loopback with the
 //! caller's SPIFFE id appended to `x-forwarded-client-cert`, as Istio's inbound sidecar
-//! does (`docs/configuration.md#caller-identity`, `docs/envoy-facts.md`). Each filter
+//! does (`docs/configuration.md#caller-identity`,
+//! `docs/envoy-facts.md#forwarded-client-certificates`). Each filter
 //! Envoy calls the store through it with its own workload certificate
 //! ([`crate::envoy_variants::EnvoyEdit::StoreMtls`]).
 
