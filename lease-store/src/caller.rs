@@ -252,6 +252,13 @@ mod tests {
         assert_eq!(last_element_uri(by), Some(A));
         let appended = format!("URI=spiffe://forged/one;By=x,{by}");
         assert_eq!(last_element_uri(&appended), Some(A));
+        // With `set_current_client_cert_details` uri only (no Subject), after two forged
+        // header lines, which Envoy joins into one before appending its element.
+        let uri_only = "URI=spiffe://forged/one,URI=spiffe://forged/two,\
+                        By=spiffe://cluster.local/ns/keyflight/sa/lease-store;\
+                        Hash=52eba250900c6447fd39ab4282dbce2783456f42e8ec8cf618fb25815af658aa;\
+                        URI=spiffe://cluster.local/ns/payments/sa/checkout";
+        assert_eq!(last_element_uri(uri_only), Some(A));
     }
 
     #[test]

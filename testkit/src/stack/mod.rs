@@ -23,6 +23,8 @@
 //! `network.rs` the stack whose parts run in network namespaces and the link faults it
 //! allows ([`StackOptions::own_networks`], [`Stack::cut`]).
 //! `versions.rs` parts that run other programs than the stack's (a rollout, a rollback).
+//! `sidecar.rs` the store's inbound sidecar and the workloads' certificates of a stack whose
+//! filters call the store with their mesh identity ([`StackOptions::mesh_identity`]).
 
 mod extra;
 mod faults;
@@ -361,6 +363,14 @@ impl Stack {
             },
             "tokens": {"filter": self.options.filter_token(), "admin": ADMIN_TOKEN},
         });
+        if let Some(sidecar) = &self.sidecar {
+            described["store_sidecar"] = json!({
+                "port": sidecar.port,
+                "admin": sidecar.admin,
+                "pid": sidecar.part.pid(),
+                "log": sidecar.part.log(),
+            });
+        }
         if self.net.is_some() {
             described["addresses"] = json!({
                 "envoys": self.envoys.iter().map(|e| e.place.ip).collect::<Vec<_>>(),
