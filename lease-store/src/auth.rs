@@ -84,11 +84,11 @@ impl Auth {
                         if refused == Refused::NotAllowed
                             && let Some(suppressed) = log_limit::global().admit(Kind::CallerRefused)
                         {
-                            tracing::warn!(workload = ?id, suppressed, "a workload not on the allowlist (--workload) called the data plane");
+                            tracing::warn!(workload = ?id, suppressed, "a workload not on the allowlist (--workload, --workloads-file) called the data plane");
                         }
                         return Err(Refusal {
                             error: ApiError::NoMeshIdentity(refused),
-                            workload: mesh.label(id).to_owned(),
+                            workload: mesh.label(id),
                             reason: refused.as_str(),
                         });
                     }
@@ -201,7 +201,7 @@ mod tests {
             mesh: mesh.then(|| {
                 Arc::new(MeshIdentity {
                     trusted_peers: vec!["127.0.0.0/8".parse().expect("a CIDR")],
-                    allowed: vec![CHECKOUT.into()],
+                    allowed: crate::workloads::Allowlist::fixed([CHECKOUT]).expect("a SPIFFE id"),
                 })
             }),
             admin: Arc::new(

@@ -26,6 +26,8 @@ use ipnet::IpNet;
 use keyflight_protocol::Digest;
 use keyflight_protocol::framing::FramedHasher;
 
+use crate::workloads::Allowlist;
+
 /// The domain tag of a record scope's preimage (`docs/configuration.md#caller-identity`).
 const RECORD_SCOPE_TAG: &str = "keyflight/v1/workload-record-scope";
 
@@ -71,12 +73,12 @@ pub fn record_scope(spiffe_id: &str, scope: &Digest) -> Digest {
 }
 
 /// Whom the store believes about XFCC, and whom it lets in.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct MeshIdentity {
     /// Peers whose XFCC header is believed (the store's own sidecar).
     pub trusted_peers: Vec<IpNet>,
-    /// SPIFFE ids allowed to call the data plane.
-    pub allowed: Vec<Arc<str>>,
+    /// SPIFFE ids allowed to call the data plane (reloaded when given as a file).
+    pub allowed: Allowlist,
 }
 
 /// Why a call has no usable mesh identity.
@@ -138,6 +140,7 @@ impl MeshIdentity {
         let text = std::str::from_utf8(line).map_err(|_| (Refused::Ambiguous, None))?;
         let id = last_element_uri(text).ok_or((Refused::Ambiguous, None))?;
         self.allowed
+            .current()
             .iter()
             .find(|allowed| ***allowed == *id)
             .cloned()
@@ -145,9 +148,11 @@ impl MeshIdentity {
     }
 
     /// The metrics label of `id`: itself when allowlisted, else [`OTHER_LABEL`].
-    pub fn label<'a>(&'a self, id: Option<&str>) -> &'a str {
-        id.and_then(|id| self.allowed.iter().find(|a| ***a == *id))
+    pub fn label(&self, id: Option<&str>) -> String {
+        let allowed = self.allowed.current();
+        id.and_then(|id| allowed.iter().find(|a| ***a == *id))
             .map_or(OTHER_LABEL, |a| a)
+            .to_owned()
     }
 }
 
@@ -217,7 +222,7 @@ mod tests {
     fn mesh() -> MeshIdentity {
         MeshIdentity {
             trusted_peers: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
-            allowed: vec![A.into(), B.into()],
+            allowed: Allowlist::fixed([A, B]).unwrap(),
         }
     }
 
@@ -247,6 +252,13 @@ mod tests {
         assert_eq!(last_element_uri(by), Some(A));
         let appended = format!("URI=spiffe://forged/one;By=x,{by}");
         assert_eq!(last_element_uri(&appended), Some(A));
+        // With `set_current_client_cert_details` uri only (no Subject), after two forged
+        // header lines, which Envoy joins into one before appending its element.
+        let uri_only = "URI=spiffe://forged/one,URI=spiffe://forged/two,\
+                        By=spiffe://cluster.local/ns/keyflight/sa/lease-store;\
+                        Hash=52eba250900c6447fd39ab4282dbce2783456f42e8ec8cf618fb25815af658aa;\
+                        URI=spiffe://cluster.local/ns/payments/sa/checkout";
+        assert_eq!(last_element_uri(uri_only), Some(A));
     }
 
     #[test]

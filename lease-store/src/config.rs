@@ -29,13 +29,14 @@ use crate::cleanup::CleanupSettings;
 use crate::longpoll::WaiterCaps;
 use crate::store::{BatchSettings, StoreSettings};
 use crate::token_set::TokenSet;
+use crate::workloads::Allowlist;
 
 /// Why the settings cannot be used. Each message names the flag or variable at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// `serve` was started with no way to authenticate the filter.
     #[error(
-        "no caller credential configured: set KEYFLIGHT_TOKEN or KEYFLIGHT_TOKEN_FILE (or --token / --token-file), or --trust-xfcc with --workload"
+        "no caller credential configured: set KEYFLIGHT_TOKEN or KEYFLIGHT_TOKEN_FILE (or --token / --token-file), or --trust-xfcc with --workload or --workloads-file"
     )]
     MissingToken,
     /// The filter token file does not parse (the reason names the line, never a token).
@@ -44,6 +45,20 @@ pub enum ConfigError {
         /// The file given.
         path: PathBuf,
         /// What is wrong, by line.
+        reason: String,
+    },
+    /// The `--workload` list is unusable.
+    #[error("invalid --workload: {reason}")]
+    Workloads {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The workloads file cannot be read or does not parse.
+    #[error("workloads file {}: {reason}", path.display())]
+    WorkloadsFile {
+        /// The file given.
+        path: PathBuf,
+        /// What is wrong.
         reason: String,
     },
     /// Both the inline and the file form of a secret were given.
@@ -189,6 +204,10 @@ pub struct ServeArgs {
     /// the variable takes a comma-separated list).
     #[arg(long = "workload", env = "KEYFLIGHT_WORKLOADS", value_delimiter = ',')]
     workloads: Vec<String>,
+    /// A file of SPIFFE ids allowed under `--trust-xfcc`, one a line, re-read when it
+    /// changes (instead of `--workload`).
+    #[arg(long, env = "KEYFLIGHT_WORKLOADS_FILE")]
+    workloads_file: Option<PathBuf>,
     #[command(flatten)]
     admin: AdminTokenArgs,
     /// Operators' named admin tokens, one `name:token` per line, re-read when the file
@@ -377,7 +396,7 @@ impl ServeArgs {
         };
         let mesh = self
             .trust_xfcc
-            .then(|| mesh_identity(self.xfcc_trusted_peers, self.workloads))
+            .then(|| mesh_identity(self.xfcc_trusted_peers, self.workloads, self.workloads_file))
             .transpose()?;
         if filter.is_none() && mesh.is_none() {
             return Err(ConfigError::MissingToken);
@@ -551,49 +570,35 @@ fn largest_record(max_body_bytes: usize) -> usize {
     ((max_body_bytes - framing) / 4 * 3).max(1)
 }
 
-/// The mesh identity settings of `--trust-xfcc`: at least one trusted peer and one
-/// workload, each workload a `spiffe://` id listed once.
+/// The mesh identity settings of `--trust-xfcc`: at least one trusted peer, and the
+/// workloads either on the command line or in a file, not both.
 fn mesh_identity(
     trusted_peers: Vec<IpNet>,
     workloads: Vec<String>,
+    workloads_file: Option<PathBuf>,
 ) -> Result<MeshIdentity, ConfigError> {
     check(
         !trusted_peers.is_empty(),
         "xfcc-trusted-peers",
         "must name the store's own sidecar",
     )?;
-    check(
-        !workloads.is_empty(),
-        "workload",
-        "--trust-xfcc needs at least one allowed SPIFFE id",
-    )?;
-    let mut allowed: Vec<Arc<str>> = Vec::new();
-    for id in workloads {
-        let id = id.trim();
-        check(
-            id.starts_with("spiffe://")
-                && id.len() <= MAX_SPIFFE_ID_BYTES
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_graphic() && !b",;\"\\".contains(&b)),
-            "workload",
-            "must be a SPIFFE id (spiffe://trust-domain/path, visible ASCII, no `,;\"\\`)",
-        )?;
-        check(
-            !allowed.iter().any(|a| **a == *id),
-            "workload",
-            "lists a SPIFFE id twice",
-        )?;
-        allowed.push(id.into());
-    }
+    let allowed = match workloads_file {
+        Some(path) => {
+            check(
+                workloads.is_empty(),
+                "workloads-file",
+                "the allowlist is either --workload or --workloads-file, not both",
+            )?;
+            Allowlist::from_file(path)?
+        }
+        None => Allowlist::fixed(workloads.iter().map(String::as_str))
+            .map_err(|reason| ConfigError::Workloads { reason })?,
+    };
     Ok(MeshIdentity {
         trusted_peers,
         allowed,
     })
 }
-
-/// Longest SPIFFE id accepted (the SPIFFE standard's limit).
-const MAX_SPIFFE_ID_BYTES: usize = 2048;
 
 /// Largest `--batch-max` accepted: past a few hundred calls a batch only holds its row
 /// locks longer.

@@ -36,3 +36,4 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod token_set;
+pub mod workloads;

@@ -72,6 +72,19 @@ pub enum EnvoyEdit {
         /// The CA that signs client certificates (PEM).
         ca: PathBuf,
     },
+    /// The filter's calls to the lease-store over mutual TLS, as a workload's outbound
+    /// sidecar makes them: presenting the workload's certificate (its SPIFFE id in the URI
+    /// SAN) and accepting only a store certificate signed by `ca` naming `store_id`.
+    StoreMtls {
+        /// The workload's certificate chain (PEM).
+        cert: PathBuf,
+        /// The workload's key (PEM).
+        key: PathBuf,
+        /// The mesh CA (PEM).
+        ca: PathBuf,
+        /// The SPIFFE id the store's sidecar must present.
+        store_id: String,
+    },
 }
 
 impl EnvoyEdit {
@@ -128,6 +141,17 @@ impl EnvoyEdit {
             EnvoyEdit::DownstreamMtls { cert, key, ca } => {
                 replace_line(yaml, "- filters:", &mtls_filter_chain(cert, key, ca))
             }
+            EnvoyEdit::StoreMtls {
+                cert,
+                key,
+                ca,
+                store_id,
+            } => insert_at(
+                yaml,
+                "- name: keyflight_lease_store",
+                1,
+                &store_mtls_socket(cert, key, ca, store_id),
+            ),
         }
     }
 }
@@ -173,6 +197,30 @@ fn mtls_filter_chain(
         "        validation_context:".to_owned(),
         format!("          trusted_ca: {{ filename: \"{}\" }}", ca.display()),
         "  filters:".to_owned(),
+    ]
+}
+
+/// The lease-store cluster's upstream TLS socket (lines at the cluster's key indentation,
+/// relative to its `- name:` line).
+fn store_mtls_socket(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    ca: &std::path::Path,
+    store_id: &str,
+) -> Vec<String> {
+    vec![
+        "  transport_socket:".to_owned(),
+        "    name: envoy.transport_sockets.tls".to_owned(),
+        "    typed_config:".to_owned(),
+        "      \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext".to_owned(),
+        "      common_tls_context:".to_owned(),
+        "        tls_certificates:".to_owned(),
+        format!("          - certificate_chain: {{ filename: \"{}\" }}", cert.display()),
+        format!("            private_key: {{ filename: \"{}\" }}", key.display()),
+        "        validation_context:".to_owned(),
+        format!("          trusted_ca: {{ filename: \"{}\" }}", ca.display()),
+        "          match_typed_subject_alt_names:".to_owned(),
+        format!("            - {{ san_type: URI, matcher: {{ exact: \"{store_id}\" }} }}"),
     ]
 }
 
@@ -259,5 +307,23 @@ mod tests {
         .expect("mtls");
         assert!(mtls.contains("require_client_certificate: true"), "{mtls}");
         assert!(mtls.contains("  filters:"), "{mtls}");
+
+        let store_mtls = EnvoyEdit::StoreMtls {
+            cert: "/w.pem".into(),
+            key: "/w.key".into(),
+            ca: "/ca.pem".into(),
+            store_id: "spiffe://td/store".into(),
+        }
+        .apply(&demo)
+        .expect("store mtls");
+        let cluster = store_mtls
+            .find("- name: keyflight_lease_store")
+            .expect("store cluster");
+        let socket = store_mtls.find("UpstreamTlsContext").expect("upstream TLS");
+        assert!(cluster < socket, "the TLS socket is the store cluster's");
+        assert!(
+            store_mtls.contains("      transport_socket:\n"),
+            "at the cluster's key indentation: {store_mtls}"
+        );
     }
 }

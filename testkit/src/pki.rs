@@ -97,6 +97,16 @@ impl Pki {
         files
     }
 
+    /// A workload certificate as a mesh issues it: `<file>.pem`/`.key` naming `spiffe_id`
+    /// as its URI SAN, for client and server use.
+    pub fn issue_workload(&self, file: &str, spiffe_id: &str) -> CertFiles {
+        self.issue(
+            file,
+            file,
+            &format!("subjectAltName=URI:{spiffe_id}\nextendedKeyUsage=clientAuth,serverAuth\n"),
+        )
+    }
+
     /// `openssl req` with a fresh P-256 key written to `key`, subject `CN=<common_name>`.
     fn new_key_request(&self, key: &str, common_name: &str, more: &[&str]) {
         let subject = format!("/CN={common_name}");

@@ -189,7 +189,7 @@ impl Stack {
     /// stack either replica may have served a given call.
     pub async fn store_event_total(&self, name: &str) -> u64 {
         let mut total = 0;
-        for replica in 0..self.inner.replicas() {
+        for replica in 0..self.inner.store_replicas() {
             total += self.store_metrics_at(replica).await.event(name);
         }
         total

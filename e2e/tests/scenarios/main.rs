@@ -44,3 +44,4 @@ mod two_replicas_run_once;
 mod uncertain_outcomes_follow_the_policy;
 mod upgrades_run_once;
 mod upstream_answers_follow_the_status_matrix;
+mod workloads_reach_only_their_own_records;

@@ -22,17 +22,65 @@ fn object<'a>(objects: &'a [(std::path::PathBuf, Value)], kind: &str, name: &str
         .unwrap_or_else(|| panic!("no shipped {kind} {name}"))
 }
 
+/// Where `deploy/k8s/configmap.yaml` points `KEYFLIGHT_WORKLOADS_FILE`.
+const WORKLOADS_FILE: &str = "/etc/keyflight/workloads/workloads";
+
+/// Whether the lease-store container mounts the `lease-store-workloads` ConfigMap's
+/// `workloads` key at [`WORKLOADS_FILE`] through a directory mount.
+fn workloads_mounted(deployment: &Value) -> bool {
+    let Some((dir, file)) = WORKLOADS_FILE.rsplit_once('/') else {
+        return false;
+    };
+    let spec = &deployment["spec"]["template"]["spec"];
+    let volume = spec["volumes"].as_array().into_iter().flatten().find(|v| {
+        v.pointer("/configMap/name").and_then(Value::as_str) == Some("lease-store-workloads")
+            && v.pointer("/configMap/items")
+                .and_then(Value::as_array)
+                .is_some_and(|items| {
+                    items
+                        .iter()
+                        .any(|i| i["key"] == "workloads" && i["path"] == file)
+                })
+    });
+    let Some(name) = volume.and_then(|v| v["name"].as_str()) else {
+        return false;
+    };
+    spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["name"] == name && m["mountPath"] == dir && m.get("subPath").is_none())
+        })
+}
+
 #[test]
 fn the_store_allowlists_exactly_the_workloads_the_mesh_lets_claim() {
     let objects = shipped_objects();
     let settings = &object(&objects, "ConfigMap", "lease-store")["data"];
     assert_eq!(settings["KEYFLIGHT_TRUST_XFCC"], "true");
-    let allowlisted: BTreeSet<String> = settings["KEYFLIGHT_WORKLOADS"]
-        .as_str()
-        .expect("KEYFLIGHT_WORKLOADS in deploy/k8s/configmap.yaml")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
+    assert_eq!(
+        settings["KEYFLIGHT_WORKLOADS_FILE"], WORKLOADS_FILE,
+        "the store reads its allowlist from the mounted file, re-read when it changes"
+    );
+    assert!(
+        workloads_mounted(object(&objects, "Deployment", "lease-store")),
+        "deploy/k8s/deployment.yaml mounts the lease-store-workloads ConfigMap's `workloads` \
+         as {WORKLOADS_FILE}, as a directory (a subPath mount is never updated)"
+    );
+    let allowlisted: BTreeSet<String> =
+        object(&objects, "ConfigMap", "lease-store-workloads")["data"]["workloads"]
+            .as_str()
+            .expect("`workloads` in deploy/k8s/workloads.yaml")
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
     let policy = object(&objects, "AuthorizationPolicy", "lease-store");
     let mut claimers = BTreeSet::new();
     for rule in policy["spec"]["rules"].as_array().expect("rules") {
@@ -51,7 +99,7 @@ fn the_store_allowlists_exactly_the_workloads_the_mesh_lets_claim() {
     assert!(!claimers.is_empty());
     assert_eq!(
         allowlisted, claimers,
-        "deploy/k8s/configmap.yaml KEYFLIGHT_WORKLOADS and the claim rule's principals of \
+        "deploy/k8s/workloads.yaml and the claim rule's principals of \
          envoy/istio/lease-store/authorization-policy.yaml"
     );
 }

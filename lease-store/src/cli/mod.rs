@@ -34,7 +34,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API v1.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending schema migrations (and grant the runtime role), print what was done, and exit.
     Migrate(MigrateArgs),
     /// Inspect, resolve or erase records through a running store's admin API.
@@ -83,7 +83,7 @@ pub enum CliError {
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Migrate(args) => migrate::run(args).await,
         Command::Records(args) => Ok(records::run(args).await?),
         Command::Fingerprint(args) => Ok(fingerprint::run(args)?),

@@ -7,6 +7,7 @@
 
 use keyflight_lease_store::caller::record_scope;
 use keyflight_protocol::Digest;
+use keyflight_testkit::process::eventually;
 use serde_json::json;
 
 use crate::support::*;
@@ -235,6 +236,79 @@ async fn trust_xfcc_needs_an_allowlist() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--workload"), "{stderr}");
+}
+
+/// Replaces the file whole, as a Kubernetes ConfigMap volume does (write, then rename).
+fn install(path: &std::path::Path, text: &str) {
+    let staged = path.with_extension("staged");
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+/// Whether `id`'s epoch call is let in (200) rather than refused as not allowlisted.
+async fn admitted(api: &Api, id: &str) -> bool {
+    let answer = api
+        .send(reqwest::Method::GET, "/v1/epoch", None, |r| {
+            r.header("x-forwarded-client-cert", xfcc(id))
+        })
+        .await;
+    match answer.status {
+        200 => true,
+        403 => false,
+        other => panic!("epoch as {id}: {other} {}", answer.text),
+    }
+}
+
+#[tokio::test]
+async fn the_workloads_file_onboards_and_removes_workloads_without_a_restart() {
+    let dir = std::env::temp_dir().join(format!(
+        "keyflight-workloads-{}-{}",
+        std::process::id(),
+        keyflight_testkit::process::free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("workloads");
+    install(&file, &format!("# onboarded workloads\n{CHECKOUT}\n"));
+    let port = keyflight_testkit::process::free_port();
+    let mut command = serve_command(&cluster().url(), port, &["--trust-xfcc"]);
+    command
+        .env_remove("KEYFLIGHT_TOKEN")
+        .env("KEYFLIGHT_WORKLOADS_FILE", &file);
+    let server = start_command(command, port).await;
+    let api = &server.api;
+    let within = std::time::Duration::from_secs(10);
+    assert!(admitted(api, CHECKOUT).await);
+    assert!(!admitted(api, CART).await);
+
+    install(&file, &format!("{CHECKOUT}\n{CART}\n"));
+    eventually("CART admitted once listed", within, || admitted(api, CART)).await;
+    let scope = fresh_digest("onboarded");
+    let won = claim_as(api, CART, &scope, &fresh_digest("fp"), 0).await;
+    assert_eq!(won.outcome(), "won", "{}", won.text);
+
+    install(&file, &format!("{CART}\n"));
+    eventually("CHECKOUT refused once removed", within, || async {
+        !admitted(api, CHECKOUT).await
+    })
+    .await;
+    claim_as(api, CHECKOUT, &scope, &fresh_digest("fp"), 0)
+        .await
+        .assert_problem(403, "forbidden");
+
+    // A broken edit keeps the previous list (CART in, CHECKOUT out), and says so. The file
+    // is checked on calls that carry an identity, so the wait makes one each time.
+    install(&file, &format!("{CART}\n{CHECKOUT};URI=spiffe://forged\n"));
+    eventually("the broken file is noticed", within, || async {
+        admitted(api, CART).await
+            && server
+                .child
+                .log()
+                .contains("keeping the previous allowlist")
+    })
+    .await;
+    assert!(admitted(api, CART).await);
+    assert!(!admitted(api, CHECKOUT).await);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Sends, from loopback (the sidecar's side), the head of a finalize by `id` declaring a

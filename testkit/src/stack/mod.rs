@@ -23,6 +23,8 @@
 //! `network.rs` the stack whose parts run in network namespaces and the link faults it
 //! allows ([`StackOptions::own_networks`], [`Stack::cut`]).
 //! `versions.rs` parts that run other programs than the stack's (a rollout, a rollback).
+//! `sidecar.rs` the store's inbound sidecar and the workloads' certificates of a stack whose
+//! filters call the store with their mesh identity ([`StackOptions::mesh_identity`]).
 
 mod extra;
 mod faults;
@@ -30,6 +32,7 @@ mod lifecycle;
 mod network;
 mod options;
 mod parts;
+mod sidecar;
 mod versions;
 
 use std::net::{IpAddr, SocketAddr};
@@ -55,7 +58,8 @@ pub use lifecycle::{WasmVms, wasm_vms_at};
 pub use network::{NetFault, SLOW_LINK_BYTES_PER_S};
 pub use options::{PortPlan, SHARED_AUTHORITY, StackOptions, VIA_HEADER, via_value};
 pub use parts::{ADMIN_TOKEN, envoy_command, lease_store_command, upstream_command};
-use parts::{Envoy, Part, Place, Store, upstream_command_at};
+use parts::{Envoy, Part, Place, Sidecar, Store, upstream_command_at};
+pub use sidecar::{Mesh, STORE_SPIFFE_ID};
 
 /// How long a part may take to answer its readiness probe.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -64,6 +68,8 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// network namespaces last.
 pub struct Stack {
     envoys: Vec<Envoy>,
+    /// The store's inbound sidecar of a [`StackOptions::mesh_identity`] stack.
+    sidecar: Option<Sidecar>,
     upstream: Part,
     upstream_port: u16,
     /// Where the upstream listens (and Postgres, on a stack with its own networks).
@@ -91,9 +97,36 @@ impl Stack {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("create {}: {e}", logs.display()));
 
-        let plan = PlanPorts::new(options.ports, options.replicas);
+        assert!(
+            options.mesh.is_none()
+                || (options.replicas == 1
+                    && options.ports == PortPlan::Free
+                    && !options.own_networks),
+            "a mesh identity stack runs one lease-store on free ports on the host"
+        );
+        let envoy_count = options.envoy_count();
+        let mut plan = PlanPorts::new(options.ports, envoy_count, options.replicas);
+        let sidecar = options.mesh.as_ref().map(|mesh| {
+            let (port, admin) = (free_port(), free_port());
+            let config = dir.join("store-sidecar.yaml");
+            let store = SocketAddr::new(Place::LOOPBACK.ip, plan.lease_stores[0]);
+            let listen = SocketAddr::new(Place::LOOPBACK.ip, port);
+            std::fs::write(&config, sidecar::sidecar_config(mesh, listen, admin, store))
+                .unwrap_or_else(|e| panic!("write {}: {e}", config.display()));
+            let mut part = Part::new("store-sidecar", &logs);
+            part.spawn(envoy_command(
+                &binaries,
+                &config,
+                &options.envoy_log_level,
+                "",
+            ));
+            Sidecar { port, admin, part }
+        });
+        if let Some(sidecar) = &sidecar {
+            plan.store_route = vec![sidecar.port];
+        }
         let (net, places) = network::places(&options);
-        let mut envoys: Vec<Envoy> = (0..options.replicas)
+        let mut envoys: Vec<Envoy> = (0..envoy_count)
             .map(|index| Envoy {
                 place: places.envoys[index],
                 binaries: options
@@ -141,6 +174,7 @@ impl Stack {
         let database = start_database(&options, net.as_ref()).await;
         let mut stack = Stack {
             envoys,
+            sidecar,
             upstream,
             upstream_port: plan.upstream,
             host_side: places.host_side,
@@ -180,6 +214,10 @@ impl Stack {
     pub async fn wait_healthy(&mut self) {
         let ready = format!("http://{}/stats", self.upstream_address());
         wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;
+        if let Some(sidecar) = &mut self.sidecar {
+            let ready = format!("http://127.0.0.1:{}/ready", sidecar.admin);
+            wait_http_ok(&ready, READY_TIMEOUT, sidecar.part.child_mut()).await;
+        }
         for store in &mut self.stores {
             let ready = format!("http://{}:{}/readyz", store.place.ip, store.port);
             wait_http_ok(&ready, READY_TIMEOUT, store.part.child_mut()).await;
@@ -189,9 +227,20 @@ impl Stack {
         }
     }
 
-    /// How many Envoy (and lease-store) replicas run.
+    /// How many Envoys run (as many as lease-stores, except in a mesh identity stack,
+    /// which runs one Envoy per workload and one lease-store).
     pub fn replicas(&self) -> usize {
         self.envoys.len()
+    }
+
+    /// How many lease-stores run.
+    pub fn store_replicas(&self) -> usize {
+        self.stores.len()
+    }
+
+    /// The port of the store's inbound sidecar (mutual TLS), in a mesh identity stack.
+    pub fn sidecar_port(&self) -> Option<u16> {
+        self.sidecar.as_ref().map(|sidecar| sidecar.port)
     }
 
     /// Envoy `index`'s ports (listener, admin, the lease-stores and upstream it reaches).
@@ -316,6 +365,14 @@ impl Stack {
             },
             "tokens": {"filter": self.options.filter_token(), "admin": ADMIN_TOKEN},
         });
+        if let Some(sidecar) = &self.sidecar {
+            described["store_sidecar"] = json!({
+                "port": sidecar.port,
+                "admin": sidecar.admin,
+                "pid": sidecar.part.pid(),
+                "log": sidecar.part.log(),
+            });
+        }
         if self.net.is_some() {
             described["addresses"] = json!({
                 "envoys": self.envoys.iter().map(|e| e.place.ip).collect::<Vec<_>>(),
@@ -358,6 +415,13 @@ impl Stack {
             migrate,
         );
         command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
+        if let Some(mesh) = &self.options.mesh {
+            // The caller is its mesh identity, which only the sidecar on loopback vouches for.
+            command
+                .arg("--trust-xfcc")
+                .env_remove("KEYFLIGHT_TOKEN")
+                .env("KEYFLIGHT_WORKLOADS", mesh.allowlist());
+        }
         // Both listeners on the store's own address (loopback unless it has a namespace).
         command.env(
             "KEYFLIGHT_LISTEN",
@@ -426,6 +490,8 @@ impl Drop for Stack {
 struct PlanPorts {
     envoys: Vec<(u16, u16)>,
     lease_stores: Vec<u16>,
+    /// Where the Envoys reach the lease-stores: the stores themselves, or their sidecar.
+    store_route: Vec<u16>,
     lease_store_admins: Vec<u16>,
     upstream: u16,
 }
@@ -435,14 +501,18 @@ struct PlanPorts {
 const SHIPPED_STORE_ADMIN_PORT: u16 = 9480;
 
 impl PlanPorts {
-    fn new(plan: PortPlan, replicas: usize) -> PlanPorts {
+    fn new(plan: PortPlan, envoys: usize, replicas: usize) -> PlanPorts {
         match plan {
-            PortPlan::Free => PlanPorts {
-                envoys: (0..replicas).map(|_| (free_port(), free_port())).collect(),
-                lease_stores: (0..replicas).map(|_| free_port()).collect(),
-                lease_store_admins: (0..replicas).map(|_| free_port()).collect(),
-                upstream: free_port(),
-            },
+            PortPlan::Free => {
+                let lease_stores: Vec<u16> = (0..replicas).map(|_| free_port()).collect();
+                PlanPorts {
+                    envoys: (0..envoys).map(|_| (free_port(), free_port())).collect(),
+                    store_route: lease_stores.clone(),
+                    lease_stores,
+                    lease_store_admins: (0..replicas).map(|_| free_port()).collect(),
+                    upstream: free_port(),
+                }
+            }
             PortPlan::Shipped => {
                 let first = envoy_config::shipped_ports();
                 let second = envoy_config::shipped_second_replica_ports();
@@ -453,6 +523,7 @@ impl PlanPorts {
                     ][..replicas]
                         .to_vec(),
                     lease_stores: second.lease_stores[..replicas].to_vec(),
+                    store_route: second.lease_stores[..replicas].to_vec(),
                     lease_store_admins: (SHIPPED_STORE_ADMIN_PORT..).take(replicas).collect(),
                     upstream: first.upstream,
                 }
@@ -465,7 +536,7 @@ impl PlanPorts {
         Ports {
             listener,
             admin,
-            lease_stores: self.lease_stores.clone(),
+            lease_stores: self.store_route.clone(),
             upstream: self.upstream,
         }
     }
@@ -515,7 +586,16 @@ fn render_envoy_config(
         name: VIA_HEADER.to_owned(),
         value: via_value(index),
     });
-    for edit in options.envoy_edits.iter().chain(&tag) {
+    let store_mtls = options.mesh.as_ref().map(|mesh| {
+        let workload = mesh.workload_cert(index);
+        EnvoyEdit::StoreMtls {
+            cert: workload.cert,
+            key: workload.key,
+            ca: mesh.ca(),
+            store_id: STORE_SPIFFE_ID.to_owned(),
+        }
+    });
+    for edit in options.envoy_edits.iter().chain(&tag).chain(&store_mtls) {
         rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
     }
     rendered

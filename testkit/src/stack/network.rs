@@ -115,7 +115,7 @@ impl Stack {
 /// cannot be made).
 pub(super) fn places(options: &StackOptions) -> (Option<NetLab>, Places) {
     let loopback = Places {
-        envoys: vec![Place::LOOPBACK; options.replicas],
+        envoys: vec![Place::LOOPBACK; options.envoy_count()],
         stores: vec![Place::LOOPBACK; options.replicas],
         host_side: Place::LOOPBACK.ip,
     };

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use super::sidecar::Mesh;
 use crate::binaries::Binaries;
 use crate::envoy_config;
 use crate::envoy_variants::EnvoyEdit;
@@ -67,6 +68,9 @@ pub struct StackOptions {
     pub(super) envoy_binaries: BTreeMap<usize, Binaries>,
     /// Programs of single lease-stores, by index, instead of the stack's.
     pub(super) store_binaries: BTreeMap<usize, Binaries>,
+    /// The store behind its own sidecar, the filters calling it with their mesh identity
+    /// ([`StackOptions::mesh_identity`]).
+    pub(super) mesh: Option<Mesh>,
 }
 
 impl Default for StackOptions {
@@ -91,6 +95,7 @@ impl Default for StackOptions {
             binaries: None,
             envoy_binaries: BTreeMap::new(),
             store_binaries: BTreeMap::new(),
+            mesh: None,
         }
     }
 }

@@ -106,6 +106,14 @@ pub(super) struct Envoy {
     pub(super) part: Part,
 }
 
+/// The store's inbound sidecar (an Envoy terminating the workloads' mutual TLS).
+pub(super) struct Sidecar {
+    /// Its mTLS listener, which the filter Envoys call.
+    pub(super) port: u16,
+    pub(super) admin: u16,
+    pub(super) part: Part,
+}
+
 /// One lease-store replica.
 pub(super) struct Store {
     pub(super) place: Place,
