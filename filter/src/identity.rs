@@ -156,9 +156,7 @@ where
                 claim,
             } => {
                 let property = &mut self.property;
-                let metadata = self
-                    .metadata
-                    .get_or_insert_with(|| property(&["metadata"]));
+                let metadata = self.metadata.get_or_insert_with(|| property(&["metadata"]));
                 let found = metadata
                     .as_deref()
                     .map_or(Claim::Absent, |m| jwt_claims::find(m, metadata_key, claim));

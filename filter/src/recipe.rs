@@ -308,7 +308,8 @@ mod tests {
 
     #[test]
     fn switching_to_the_delegated_principal_is_safe_only_through_previous() {
-        const SOURCES: &str = r#""actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]"#;
+        const SOURCES: &str =
+            r#""actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]"#;
         let actor = config(&format!("{{{SOURCES}}}"), "");
         let delegated = config(
             &format!(r#"{{{SOURCES}, "delegation": "subject_and_actor"}}"#),
@@ -331,7 +332,11 @@ mod tests {
             ]
         );
         assert_eq!(verdict(&actor, &transition), Verdict::Transition);
-        assert_eq!(verdict(&transition, &actor), Verdict::Unsafe, "a bare rollback");
+        assert_eq!(
+            verdict(&transition, &actor),
+            Verdict::Unsafe,
+            "a bare rollback"
+        );
         assert_eq!(verdict(&transition, &delegated), Verdict::Unchanged);
     }
 

@@ -397,11 +397,20 @@ fn drawn_party() -> impl Strategy<Value = DrawnParty> {
     let source = prop_oneof![
         "[xy]{1,2}".prop_map(PrincipalSource::Header),
         prop::collection::vec("[xy]{1,2}", 1..3).prop_map(PrincipalSource::Property),
-        ("[xy]{1,2}", prop::collection::vec("[xy]{1,2}", 1..3)).prop_map(|(metadata_key, claim)| {
-            PrincipalSource::JwtClaim { metadata_key, claim }
-        }),
+        ("[xy]{1,2}", prop::collection::vec("[xy]{1,2}", 1..3)).prop_map(
+            |(metadata_key, claim)| {
+                PrincipalSource::JwtClaim {
+                    metadata_key,
+                    claim,
+                }
+            }
+        ),
     ];
-    let name = prop_oneof!["[ab]{0,2}", Just("named".to_owned()), Just("delegated".to_owned())];
+    let name = prop_oneof![
+        "[ab]{0,2}",
+        Just("named".to_owned()),
+        Just("delegated".to_owned())
+    ];
     (source, name)
 }
 
@@ -415,8 +424,14 @@ fn as_principal(drawn: &DrawnPrincipal) -> Principal<'_> {
         None => Principal::AnonymousShared,
         Some(((source, name), None)) => Principal::Named { source, name },
         Some(((subject_source, subject), Some((actor_source, actor)))) => Principal::Delegated {
-            subject: Party { source: subject_source, name: subject },
-            actor: Party { source: actor_source, name: actor },
+            subject: Party {
+                source: subject_source,
+                name: subject,
+            },
+            actor: Party {
+                source: actor_source,
+                name: actor,
+            },
         },
     }
 }

@@ -39,7 +39,10 @@ async fn pay(stack: &Stack, issuer: &Issuer, user: &str, actor: &str) -> Reply {
     stack
         .post("/payments")
         .anonymous()
-        .header("authorization", &format!("Bearer {}", issuer.token(&claims)))
+        .header(
+            "authorization",
+            &format!("Bearer {}", issuer.token(&claims)),
+        )
         .key("order-42")
         .json(&json!({"amount": 42}))
         .send()

@@ -7,7 +7,9 @@
 
 use serde::Deserialize;
 
-use super::{Anonymous, Delegation, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain};
+use super::{
+    Anonymous, Delegation, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

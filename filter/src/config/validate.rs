@@ -14,9 +14,8 @@ use super::policy::validate_policy;
 use super::{
     Config, ConfigError, DEFAULT_EDGE_CACHE_MAX_BYTES, DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES,
     DEFAULT_EDGE_CACHE_MAX_STALENESS_MS, DEFAULT_EDGE_CACHE_TTL_S, DEFAULT_KEY_HEADER,
-    DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_STORE_MAX_BODY_BYTES, DEFAULT_TOKEN_ENV, Delegation, EdgeCache,
-    Identity,
-    LeaseStore, MIB, Outbox, Policy, raw,
+    DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_STORE_MAX_BODY_BYTES, DEFAULT_TOKEN_ENV, Delegation,
+    EdgeCache, Identity, LeaseStore, MIB, Outbox, Policy, raw,
 };
 
 /// Upper bound on the number of slots (shared-data keys) the cache uses.

@@ -44,9 +44,9 @@ use uuid::Uuid;
 pub use io::{Action, Event};
 
 use crate::config::{Config, Mode, Policy};
-use crate::identity;
 use crate::edge_cache::Entry;
 use crate::encoding::Accepted;
+use crate::identity;
 use crate::log::LogLevel;
 use crate::metrics::{Metric, Outcome};
 use crate::store_call::StoreCall;

@@ -248,7 +248,9 @@ fn a_shipped_rfc_8693_actor_scopes_by_the_user_and_the_actor() {
         checked += 1;
         let file = found.file.display();
         assert_eq!(
-            plugin.pointer("/identity/delegation").and_then(Value::as_str),
+            plugin
+                .pointer("/identity/delegation")
+                .and_then(Value::as_str),
             Some("subject_and_actor"),
             "{file}"
         );
@@ -276,7 +278,9 @@ fn a_shipped_rfc_8693_actor_scopes_by_the_user_and_the_actor() {
             "{file}"
         );
         assert!(
-            verdicts(&before, &bare).iter().all(|v| *v == Verdict::Unsafe),
+            verdicts(&before, &bare)
+                .iter()
+                .all(|v| *v == Verdict::Unsafe),
             "{file}"
         );
     }

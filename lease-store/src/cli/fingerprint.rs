@@ -196,9 +196,19 @@ fn describe(args: &FingerprintArgs) -> Result<Described, FingerprintError> {
                     "--key needs --principal-source SOURCE (or --anonymous)".into(),
                 ));
             };
-            let subject = party("--principal", source, args.scope.principal.as_deref(), &headers)?;
+            let subject = party(
+                "--principal",
+                source,
+                args.scope.principal.as_deref(),
+                &headers,
+            )?;
             let actor = match &args.scope.actor_source {
-                Some(source) => Some(party("--actor", source, args.scope.actor.as_deref(), &headers)?),
+                Some(source) => Some(party(
+                    "--actor",
+                    source,
+                    args.scope.actor.as_deref(),
+                    &headers,
+                )?),
                 None => None,
             };
             (Some(subject), actor)

@@ -127,10 +127,14 @@ fn request_vectors() {
             .principal
             .as_ref()
             .map(|p| PrincipalSource::from_description(&p.source).expect("a principal source"));
-        let actor = v.principal.as_ref().and_then(|p| p.actor.as_ref()).map(|a| {
-            let source = PrincipalSource::from_description(&a.source).expect("an actor source");
-            (source, a.name.as_str())
-        });
+        let actor = v
+            .principal
+            .as_ref()
+            .and_then(|p| p.actor.as_ref())
+            .map(|a| {
+                let source = PrincipalSource::from_description(&a.source).expect("an actor source");
+                (source, a.name.as_str())
+            });
         let principal = match (&v.principal, &source, &actor) {
             (Some(p), Some(source), actor) => {
                 if let PrincipalSource::Header(name) = source {

@@ -196,7 +196,9 @@ fn scope_of(principal: Principal<'_>) -> Digest {
         fingerprint_headers: &names,
     };
     let head = RequestHead::read(target, &headers, &rules).unwrap();
-    head.identify(principal, ScopeMode::Route, b"").scope.unwrap()
+    head.identify(principal, ScopeMode::Route, b"")
+        .scope
+        .unwrap()
 }
 
 #[test]
@@ -207,7 +209,10 @@ fn switching_to_the_delegated_principal_claims_the_actors_old_scope_too() {
     let mut identity = sources.clone();
     identity["delegation"] = "subject_and_actor".into();
     identity["previous"] = sources;
-    let config = config_with(serde_json::json!({ "identity": identity }), serde_json::json!({}));
+    let config = config_with(
+        serde_json::json!({ "identity": identity }),
+        serde_json::json!({}),
+    );
     let mut s = Harness::new(config);
     let mut headers = keyed();
     headers.push(h("x-actor", "support-bot"));
