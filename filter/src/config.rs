@@ -77,6 +77,20 @@ pub enum Anonymous {
     Shared,
 }
 
+/// K2: how an actor and a subject, both present, make the principal
+/// (`docs/identity.md#the-delegated-principal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delegation {
+    /// The actor alone is the principal (default): every user one service acts for
+    /// shares that service's scope.
+    #[default]
+    Actor,
+    /// The pair (subject, actor) is the principal, so each user keeps a scope of their
+    /// own behind each party acting for them.
+    SubjectAndActor,
+}
+
 /// F0: whether a policy's path matching folds case
 /// (`docs/identity.md#matching-policies`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -277,8 +291,11 @@ pub struct LeaseStore {
 pub struct Identity {
     /// On-behalf-of sources, tried first, in order.
     pub actor: Vec<Rc<PrincipalSource>>,
-    /// Caller sources, tried in order when no actor is present.
+    /// Caller (subject) sources, tried in order when no actor is present, or paired
+    /// with the actor under [`Delegation::SubjectAndActor`].
     pub principal: Vec<Rc<PrincipalSource>>,
+    /// Whether an actor and a subject, both present, make a delegated principal.
+    pub delegation: Delegation,
     /// Names that never count as a principal, whichever source reads them:
     /// a peer such as the ingress gateway, whose identity would put every
     /// user behind it into one scope (`docs/identity.md#the-principal`).
@@ -294,6 +311,7 @@ impl Identity {
     pub fn same_sources(&self, other: &Identity) -> bool {
         self.actor == other.actor
             && self.principal == other.principal
+            && self.delegation == other.delegation
             && self.not_principals == other.not_principals
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! The actor (on-behalf-of) sources are tried first, then the principal
 //! sources, each list in configured order; the first source that is present
-//! names the principal. A source that is present but does not name exactly
+//! names the principal. Under `identity.delegation: subject_and_actor` both
+//! lists are read, and when each names someone the principal is the pair
+//! (`docs/identity.md#the-delegated-principal`). A source that is present but does not name exactly
 //! one principal stops the search and the request is refused (400
 //! `principal_ambiguous`) rather than falling through: falling through from a
 //! broken actor to the service's own identity would put every end user behind
@@ -32,7 +34,7 @@ use std::rc::Rc;
 
 use keyflight_protocol::principal::{self, PrincipalError, PrincipalSource};
 
-use crate::config::Identity;
+use crate::config::{Delegation, Identity};
 use crate::jwt_claims::{self, Claim};
 
 /// What the configured sources say about a request.
@@ -45,28 +47,106 @@ pub enum Lookup {
         /// The principal, trimmed.
         name: String,
     },
+    /// `delegation: subject_and_actor`, and both an actor and a subject are present.
+    Delegated {
+        /// The first present principal source and its name.
+        subject: Named,
+        /// The first present actor source and its name.
+        actor: Named,
+    },
     /// No source is present.
     Absent,
     /// A present source does not name exactly one principal.
     Refused(PrincipalError),
 }
 
+/// A name and the source that named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// The source, as configured.
+    pub source: Rc<PrincipalSource>,
+    /// The name, trimmed.
+    pub name: String,
+}
+
+impl From<Named> for Lookup {
+    fn from(Named { source, name }: Named) -> Self {
+        Lookup::Found { source, name }
+    }
+}
+
 /// The effective principal of a request.
 ///
 /// `headers` is the request's full header list (lowercase names);
 /// `property` reads an Envoy property path.
-pub fn resolve<F>(identity: &Identity, headers: &[(String, Vec<u8>)], mut property: F) -> Lookup
+pub fn resolve<F>(identity: &Identity, headers: &[(String, Vec<u8>)], property: F) -> Lookup
 where
     F: FnMut(&[&str]) -> Option<Vec<u8>>,
 {
-    // Read once, and only if a JWT source is consulted.
-    let mut metadata: Option<Option<Vec<u8>>> = None;
-    for source in identity.actor.iter().chain(&identity.principal) {
-        let read = match source.as_ref() {
-            PrincipalSource::Header(name) => principal::name_from_headers(source, name, headers),
+    let mut reader = Reader {
+        identity,
+        headers,
+        property,
+        metadata: None,
+    };
+    let actor = match reader.first(&identity.actor) {
+        Ok(actor) => actor,
+        Err(error) => return Lookup::Refused(error),
+    };
+    if identity.delegation == Delegation::Actor
+        && let Some(actor) = actor
+    {
+        return actor.into();
+    }
+    let subject = match reader.first(&identity.principal) {
+        Ok(subject) => subject,
+        Err(error) => return Lookup::Refused(error),
+    };
+    match (subject, actor) {
+        (Some(subject), Some(actor)) => Lookup::Delegated { subject, actor },
+        (Some(one), None) | (None, Some(one)) => one.into(),
+        (None, None) => Lookup::Absent,
+    }
+}
+
+/// Reads sources of one request, its JWT metadata at most once.
+struct Reader<'a, F> {
+    identity: &'a Identity,
+    headers: &'a [(String, Vec<u8>)],
+    property: F,
+    /// Read once, and only if a JWT source is consulted.
+    metadata: Option<Option<Vec<u8>>>,
+}
+
+impl<F> Reader<'_, F>
+where
+    F: FnMut(&[&str]) -> Option<Vec<u8>>,
+{
+    /// The first present source of `sources` that names a principal (a name in
+    /// `not_principals` reads as absent); an error when a present one names none.
+    fn first(&mut self, sources: &[Rc<PrincipalSource>]) -> Result<Option<Named>, PrincipalError> {
+        for source in sources {
+            match self.read(source)? {
+                Some(name) if !self.identity.not_principals.contains(&name) => {
+                    return Ok(Some(Named {
+                        source: Rc::clone(source),
+                        name,
+                    }));
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    fn read(&mut self, source: &PrincipalSource) -> Result<Option<String>, PrincipalError> {
+        match source {
+            PrincipalSource::Header(name) => {
+                principal::name_from_headers(source, name, self.headers)
+            }
             PrincipalSource::Property(path) => {
                 let path: Vec<&str> = path.iter().map(String::as_str).collect();
-                match property(&path) {
+                match (self.property)(&path) {
                     Some(raw) => principal::name_from_bytes(source, &raw),
                     None => Ok(None),
                 }
@@ -75,7 +155,8 @@ where
                 metadata_key,
                 claim,
             } => {
-                let metadata = metadata.get_or_insert_with(|| property(&["metadata"]));
+                let property = &mut self.property;
+                let metadata = self.metadata.get_or_insert_with(|| property(&["metadata"]));
                 let found = metadata
                     .as_deref()
                     .map_or(Claim::Absent, |m| jwt_claims::find(m, metadata_key, claim));
@@ -87,20 +168,8 @@ where
                     }
                 }
             }
-        };
-        match read {
-            Ok(None) => {}
-            Ok(Some(name)) if identity.not_principals.contains(&name) => {}
-            Ok(Some(name)) => {
-                return Lookup::Found {
-                    source: Rc::clone(source),
-                    name,
-                };
-            }
-            Err(error) => return Lookup::Refused(error),
         }
     }
-    Lookup::Absent
 }
 
 #[cfg(test)]
@@ -212,6 +281,94 @@ mod tests {
                 "property:connection.uri_san_peer_certificate".into(),
                 "spiffe://mesh/ns/a/sa/b".into()
             ))
+        );
+    }
+
+    fn delegated() -> Identity {
+        Identity {
+            delegation: Delegation::SubjectAndActor,
+            ..identity()
+        }
+    }
+
+    fn pair(lookup: Lookup) -> Option<(String, String, String, String)> {
+        match lookup {
+            Lookup::Delegated { subject, actor } => Some((
+                subject.source.describe(),
+                subject.name,
+                actor.source.describe(),
+                actor.name,
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_delegated_principal_is_the_subject_and_the_actor() {
+        let headers = vec![h("x-user", "alice"), h("x-actor", "support-bot")];
+        assert_eq!(
+            pair(resolve(&delegated(), &headers, no_props)),
+            Some((
+                "header:x-user".into(),
+                "alice".into(),
+                "header:x-actor".into(),
+                "support-bot".into()
+            ))
+        );
+        // The RFC 8693 token: `sub` is the user, `act.sub` the party acting for them.
+        let jwt_identity = Identity {
+            actor: vec![jwt("act.sub")],
+            principal: vec![jwt("sub")],
+            delegation: Delegation::SubjectAndActor,
+            ..Identity::default()
+        };
+        assert_eq!(
+            pair(resolve(&jwt_identity, &[], jwt_metadata)),
+            Some((
+                "jwt_claim:jwt_payload:sub".into(),
+                "svc".into(),
+                "jwt_claim:jwt_payload:act.sub".into(),
+                "ada".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_delegated_identity_with_one_party_reads_as_today() {
+        for headers in [vec![h("x-user", "alice")], vec![h("x-actor", "bot")]] {
+            assert_eq!(
+                resolve(&delegated(), &headers, no_props),
+                resolve(&identity(), &headers, no_props),
+                "{headers:?}"
+            );
+        }
+        assert_eq!(resolve(&delegated(), &[], no_props), Lookup::Absent);
+        // A subject named in not_principals leaves the actor alone.
+        let mut identity = delegated();
+        identity.not_principals = ["alice".to_owned()].into();
+        let headers = vec![h("x-user", "alice"), h("x-actor", "bot")];
+        assert_eq!(
+            found(resolve(&identity, &headers, no_props)),
+            Some(("header:x-actor".into(), "bot".into()))
+        );
+    }
+
+    #[test]
+    fn a_delegated_identity_refuses_an_ambiguous_subject_beside_an_actor() {
+        // Under `actor` the subject is never read once an actor is found; the pair needs
+        // both, so a subject sent twice is refused rather than dropped.
+        let headers = vec![
+            h("x-user", "victim"),
+            h("x-user", "attacker"),
+            h("x-actor", "bot"),
+        ];
+        assert_eq!(
+            found(resolve(&identity(), &headers, no_props)),
+            Some(("header:x-actor".into(), "bot".into()))
+        );
+        assert_eq!(
+            resolve(&delegated(), &headers, no_props),
+            Lookup::Refused(PrincipalError::Repeated("header:x-user".into()))
         );
     }
 

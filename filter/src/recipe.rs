@@ -12,7 +12,7 @@ use std::fmt;
 use keyflight_protocol::scope::{self, ScopeInput, ScopeMode};
 use keyflight_protocol::{Digest, Principal, RequestHead};
 
-use crate::config::{Anonymous, Config, Identity, Policy};
+use crate::config::{Anonymous, Config, Delegation, Identity, Policy};
 
 /// What a policy computed identities with before its last change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +139,14 @@ fn identity_changes(old: &Identity, new: &Identity) -> Vec<String> {
             ));
         }
     }
+    if old.delegation != new.delegation {
+        changes.push(format!(
+            "identity.delegation: {} -> {} (the scope changes for requests with both a subject \
+             and an actor)",
+            delegation_name(old.delegation),
+            delegation_name(new.delegation)
+        ));
+    }
     if old.not_principals != new.not_principals {
         changes.push(format!(
             "identity.not_principals: {:?} -> {:?} (the scope changes for requests those names \
@@ -195,6 +203,13 @@ fn policy_change(old: &Policy, new: &Policy, identity: &IdentityChange) -> Polic
         policy: new.name.clone(),
         changes,
         verdict,
+    }
+}
+
+fn delegation_name(delegation: Delegation) -> &'static str {
+    match delegation {
+        Delegation::Actor => "actor",
+        Delegation::SubjectAndActor => "subject_and_actor",
     }
 }
 
@@ -289,6 +304,40 @@ mod tests {
         assert_eq!(verdict(&named, &user), Verdict::Unsafe, "a bare rollback");
         let headers = config(USER, r#", "fingerprint_headers": ["if-match"]"#);
         assert_eq!(verdict(&user, &headers), Verdict::Unsafe);
+    }
+
+    #[test]
+    fn switching_to_the_delegated_principal_is_safe_only_through_previous() {
+        const SOURCES: &str =
+            r#""actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]"#;
+        let actor = config(&format!("{{{SOURCES}}}"), "");
+        let delegated = config(
+            &format!(r#"{{{SOURCES}, "delegation": "subject_and_actor"}}"#),
+            "",
+        );
+        let transition = config(
+            &format!(
+                r#"{{{SOURCES}, "delegation": "subject_and_actor", "previous": {{{SOURCES}}}}}"#
+            ),
+            "",
+        );
+        let diffed = diff(&actor, &delegated);
+        assert_eq!(diffed[0].verdict, Verdict::Unsafe);
+        assert_eq!(
+            diffed[0].changes,
+            vec![
+                "identity.delegation: actor -> subject_and_actor (the scope changes for \
+                 requests with both a subject and an actor)"
+                    .to_owned()
+            ]
+        );
+        assert_eq!(verdict(&actor, &transition), Verdict::Transition);
+        assert_eq!(
+            verdict(&transition, &actor),
+            Verdict::Unsafe,
+            "a bare rollback"
+        );
+        assert_eq!(verdict(&transition, &delegated), Verdict::Unchanged);
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub mod wire;
 pub use digest::Digest;
 pub use fingerprint::{FingerprintInput, fingerprint};
 pub use key::{IdempotencyKey, KeyError};
-pub use principal::{Principal, PrincipalError, PrincipalSource};
+pub use principal::{Party, Principal, PrincipalError, PrincipalSource};
 pub use problem::ProblemCode;
 pub use request::{Identified, RequestHead, Rules};
 pub use scope::{ScopeInput, ScopeMode, scope};

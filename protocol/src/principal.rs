@@ -161,8 +161,26 @@ pub enum Principal<'a> {
         /// The name, trimmed.
         name: &'a str,
     },
+    /// `identity.delegation: subject_and_actor` with both present: the user and the
+    /// party acting for them (RFC 8693 `sub` and `act.sub`), each with its source
+    /// (`docs/identity.md#the-delegated-principal`).
+    Delegated {
+        /// The user the request is for.
+        subject: Party<'a>,
+        /// The party acting on the subject's behalf.
+        actor: Party<'a>,
+    },
     /// Policy `anonymous: shared`: every unauthenticated caller shares one scope.
     AnonymousShared,
+}
+
+/// One name and the source that named it, as part of a [`Principal::Delegated`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Party<'a> {
+    /// Where the name was read.
+    pub source: &'a PrincipalSource,
+    /// The name, trimmed.
+    pub name: &'a str,
 }
 
 /// Why a present source names no usable principal: the request is refused

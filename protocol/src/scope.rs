@@ -1,7 +1,8 @@
 //! K3: the scope digest, keyflight's cache key.
 //!
 //! `scope = SHA-256(framed(domain tag, principal source, principal,
-//! authority, [method, path, query], key))`. The principal and the source that
+//! authority, [method, path, query], key))`; a delegated principal frames its
+//! subject and its actor, each with its source, under its own kind. The principal and the source that
 //! named it are part of the preimage, so one caller's record can never be
 //! served to another: crossing principals is impossible by construction, not
 //! by a check someone could forget.
@@ -59,6 +60,13 @@ pub fn scope(input: &ScopeInput<'_>) -> Digest {
             h.field(b"named");
             source.frame(&mut h);
             h.field(name.as_bytes());
+        }
+        Principal::Delegated { subject, actor } => {
+            h.field(b"delegated");
+            for party in [subject, actor] {
+                party.source.frame(&mut h);
+                h.field(party.name.as_bytes());
+            }
         }
         Principal::AnonymousShared => {
             h.field(b"anonymous");

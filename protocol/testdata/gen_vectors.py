@@ -50,6 +50,11 @@ def scope(principal, authority, method, path, query, key, mode):
     fields = [f"keyflight/scope/v2/{mode}".encode()]
     if principal is None:
         fields.append(b"anonymous")
+    elif "actor" in principal:
+        # A delegated principal (RFC 8693): the subject, then the actor, each with its source.
+        actor = principal["actor"]
+        fields += ([b"delegated"] + source_fields(principal["source"]) + [principal["name"].encode()]
+                   + source_fields(actor["source"]) + [actor["name"].encode()])
     else:
         fields += [b"named"] + source_fields(principal["source"]) + [principal["name"].encode()]
     fields.append(authority.encode())
@@ -128,6 +133,20 @@ VECTORS = [
     dict(name="the same name from a jwt subject is another principal",
          request=req("/v1/orders?x=1&y=~", CANONICAL_ORDER),
          principal={"source": "jwt_claim:jwt_payload:sub", "name": WEB["name"]}, mode="route",
+         authority="orders.shop.svc", method="POST", path="/v1/orders", query=ORDERS_Q, key="order-42",
+         media_type=JSON_MT, canonical=CANONICAL_ORDER, headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="a delegated principal: the jwt subject and the actor acting for them (RFC 8693 act.sub)",
+         request=req("/v1/orders?x=1&y=~", CANONICAL_ORDER),
+         principal={"source": "jwt_claim:jwt_payload:sub", "name": "alice",
+                    "actor": {"source": "jwt_claim:jwt_payload:act.sub", "name": "checkout-bff"}},
+         mode="route",
+         authority="orders.shop.svc", method="POST", path="/v1/orders", query=ORDERS_Q, key="order-42",
+         media_type=JSON_MT, canonical=CANONICAL_ORDER, headers=[["if-match", None], ["x-approval-digest", None]]),
+    dict(name="another user delegated by the same actor is another principal",
+         request=req("/v1/orders?x=1&y=~", CANONICAL_ORDER),
+         principal={"source": "jwt_claim:jwt_payload:sub", "name": "bob",
+                    "actor": {"source": "jwt_claim:jwt_payload:act.sub", "name": "checkout-bff"}},
+         mode="route",
          authority="orders.shop.svc", method="POST", path="/v1/orders", query=ORDERS_Q, key="order-42",
          media_type=JSON_MT, canonical=CANONICAL_ORDER, headers=[["if-match", None], ["x-approval-digest", None]]),
     dict(name="repeated parameters keep their order; dot and empty segments are kept",

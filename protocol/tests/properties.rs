@@ -383,3 +383,95 @@ proptest! {
         let _ = parse_key(&keys);
     }
 }
+
+/// An owned principal the strategy below draws: `None` is `anonymous: shared`, one party
+/// is a plain principal, two are a delegated one (subject, actor).
+type DrawnPrincipal = Option<(DrawnParty, Option<DrawnParty>)>;
+type DrawnParty = (keyflight_protocol::PrincipalSource, String);
+
+/// Sources and names from tiny alphabets, so that near-collisions (the same name under
+/// another source, a subject that equals an actor, names that look like framing markers)
+/// come up often.
+fn drawn_party() -> impl Strategy<Value = DrawnParty> {
+    use keyflight_protocol::PrincipalSource;
+    let source = prop_oneof![
+        "[xy]{1,2}".prop_map(PrincipalSource::Header),
+        prop::collection::vec("[xy]{1,2}", 1..3).prop_map(PrincipalSource::Property),
+        ("[xy]{1,2}", prop::collection::vec("[xy]{1,2}", 1..3)).prop_map(
+            |(metadata_key, claim)| {
+                PrincipalSource::JwtClaim {
+                    metadata_key,
+                    claim,
+                }
+            }
+        ),
+    ];
+    let name = prop_oneof![
+        "[ab]{0,2}",
+        Just("named".to_owned()),
+        Just("delegated".to_owned())
+    ];
+    (source, name)
+}
+
+fn drawn_principal() -> impl Strategy<Value = DrawnPrincipal> {
+    prop::option::of((drawn_party(), prop::option::of(drawn_party())))
+}
+
+fn as_principal(drawn: &DrawnPrincipal) -> Principal<'_> {
+    use keyflight_protocol::Party;
+    match drawn {
+        None => Principal::AnonymousShared,
+        Some(((source, name), None)) => Principal::Named { source, name },
+        Some(((subject_source, subject), Some((actor_source, actor)))) => Principal::Delegated {
+            subject: Party {
+                source: subject_source,
+                name: subject,
+            },
+            actor: Party {
+                source: actor_source,
+                name: actor,
+            },
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// The scope frames the principal injectively: a delegated principal never shares a
+    /// scope with a plain subject, a plain actor, the pair the other way round or another
+    /// pair; plain and anonymous principals keep theirs (`docs/identity.md#the-scope`).
+    #[test]
+    fn principals_share_a_scope_only_when_equal(
+        a in drawn_principal(),
+        b in drawn_principal(),
+        service in any::<bool>(),
+    ) {
+        let target = Target::new("POST", "/v1/orders", "orders.shop.svc", Some("https"));
+        let key = parse_key(&[b"k-1".as_slice()]).unwrap().unwrap();
+        let mode = if service { ScopeMode::Service } else { ScopeMode::Route };
+        let of = |drawn: &DrawnPrincipal| {
+            keyflight_protocol::scope(&keyflight_protocol::ScopeInput {
+                principal: as_principal(drawn),
+                target: &target,
+                key: &key,
+                mode,
+            })
+        };
+        prop_assert_eq!(of(&a) == of(&b), a == b, "{:?} vs {:?}", a, b);
+        // The parts of a delegated principal, alone or swapped, are other principals.
+        // Each is compared with the pair that differs in the subject or the actor alone.
+        if let (Some((subject, Some(actor))), Some((other, _))) = (&a, &b) {
+            for part in [
+                Some((subject.clone(), None)),
+                Some((actor.clone(), None)),
+                Some((actor.clone(), Some(subject.clone()))),
+                Some((subject.clone(), Some(other.clone()))),
+                Some((other.clone(), Some(actor.clone()))),
+            ] {
+                prop_assert_eq!(of(&a) == of(&part), a == part, "{:?} vs {:?}", a, part);
+            }
+        }
+    }
+}

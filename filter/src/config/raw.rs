@@ -7,7 +7,9 @@
 
 use serde::Deserialize;
 
-use super::{Anonymous, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain};
+use super::{
+    Anonymous, Delegation, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +55,7 @@ pub(super) struct LeaseStore {
 pub(super) struct Identity {
     pub actor: Option<Vec<Source>>,
     pub principal: Option<Vec<Source>>,
+    pub delegation: Option<Delegation>,
     pub not_principals: Option<Vec<String>>,
     pub previous: Option<PreviousIdentity>,
 }
@@ -62,6 +65,7 @@ pub(super) struct Identity {
 pub(super) struct PreviousIdentity {
     pub actor: Option<Vec<Source>>,
     pub principal: Option<Vec<Source>>,
+    pub delegation: Option<Delegation>,
     pub not_principals: Option<Vec<String>>,
 }
 

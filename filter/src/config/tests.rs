@@ -706,3 +706,47 @@ fn not_principals_are_names_as_a_source_reads_them() {
         assert_eq!(err.path, "identity.not_principals[1]", "{bad:?}");
     }
 }
+
+#[test]
+fn delegation_is_actor_unless_configured_and_needs_both_lists() {
+    use serde_json::json;
+    let sources = json!({"actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]});
+    let default = with(json!({ "identity": sources }), true).unwrap();
+    assert_eq!(default.identity.delegation, Delegation::Actor);
+    let mut delegated = sources.clone();
+    delegated["delegation"] = json!("subject_and_actor");
+    let config = with(json!({ "identity": delegated }), true).unwrap();
+    assert_eq!(config.identity.delegation, Delegation::SubjectAndActor);
+    // The same sources under another delegation are another recipe.
+    let mut transition = delegated.clone();
+    transition["previous"] = sources.clone();
+    let config = with(json!({ "identity": transition }), true).unwrap();
+    assert_eq!(
+        config.identity.previous.map(|p| p.delegation),
+        Some(Delegation::Actor)
+    );
+    for (identity, at) in [
+        (
+            json!({"principal": [{"header": "x-user"}], "delegation": "subject_and_actor"}),
+            "identity.delegation",
+        ),
+        (
+            json!({"actor": [{"header": "x-actor"}], "delegation": "subject_and_actor"}),
+            "identity.delegation",
+        ),
+        (
+            json!({"principal": [{"header": "x-user"}],
+                   "previous": {"actor": [{"header": "x-actor"}], "delegation": "subject_and_actor"}}),
+            "identity.previous.delegation",
+        ),
+        (json!({"delegation": "subject"}), "identity.delegation"),
+        (
+            json!({"principal": [{"header": "x-user"}],
+                   "previous": {"not_principals": [" gw"]}}),
+            "identity.previous.not_principals[0]",
+        ),
+    ] {
+        let err = root_err(json!({ "identity": identity }));
+        assert_eq!(err.path, at, "{identity}: {err}");
+    }
+}

@@ -14,8 +14,8 @@ use super::policy::validate_policy;
 use super::{
     Config, ConfigError, DEFAULT_EDGE_CACHE_MAX_BYTES, DEFAULT_EDGE_CACHE_MAX_ENTRY_BYTES,
     DEFAULT_EDGE_CACHE_MAX_STALENESS_MS, DEFAULT_EDGE_CACHE_TTL_S, DEFAULT_KEY_HEADER,
-    DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_STORE_MAX_BODY_BYTES, DEFAULT_TOKEN_ENV, EdgeCache, Identity,
-    LeaseStore, MIB, Outbox, Policy, raw,
+    DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_STORE_MAX_BODY_BYTES, DEFAULT_TOKEN_ENV, Delegation,
+    EdgeCache, Identity, LeaseStore, MIB, Outbox, Policy, raw,
 };
 
 /// Upper bound on the number of slots (shared-data keys) the cache uses.
@@ -38,20 +38,49 @@ pub fn parse_plugin_config(json: &[u8]) -> Result<Config, ConfigError> {
     validate(raw)
 }
 
-/// `identity.not_principals`: names as a source reads them (trimmed, so
-/// never blank).
-fn not_principals(names: Vec<String>) -> Result<BTreeSet<String>, ConfigError> {
+/// `<at>.not_principals`: names as a source reads them (trimmed, so never
+/// blank).
+fn not_principals(at: &str, names: Vec<String>) -> Result<BTreeSet<String>, ConfigError> {
     let mut out = BTreeSet::new();
     for (j, name) in names.into_iter().enumerate() {
         if name.trim().is_empty() || name.trim() != name {
             return Err(ConfigError::new(
-                format!("identity.not_principals[{j}]"),
+                format!("{at}.not_principals[{j}]"),
                 "must be a principal name, not blank and without surrounding spaces",
             ));
         }
         out.insert(name);
     }
     Ok(out)
+}
+
+/// One set of principal sources at `at` (`identity` or `identity.previous`).
+fn identity_sources(
+    at: &str,
+    actor: Option<Vec<raw::Source>>,
+    principal: Option<Vec<raw::Source>>,
+    delegation: Option<Delegation>,
+    names: Option<Vec<String>>,
+) -> Result<Identity, ConfigError> {
+    let identity = Identity {
+        actor: sources(&format!("{at}.actor"), actor.unwrap_or_default())?,
+        principal: sources(&format!("{at}.principal"), principal.unwrap_or_default())?,
+        delegation: delegation.unwrap_or_default(),
+        not_principals: not_principals(at, names.unwrap_or_default())?,
+        previous: None,
+    };
+    if identity.delegation == Delegation::SubjectAndActor
+        && (identity.actor.is_empty() || identity.principal.is_empty())
+    {
+        return Err(ConfigError::new(
+            format!("{at}.delegation"),
+            format!(
+                "subject_and_actor pairs a subject with an actor: it needs both {at}.actor and \
+                 {at}.principal sources"
+            ),
+        ));
+    }
+    Ok(identity)
 }
 
 fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
@@ -65,24 +94,23 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
         Some(id) => {
             let previous = match id.previous {
                 None => None,
-                Some(previous) => Some(Box::new(Identity {
-                    actor: sources(
-                        "identity.previous.actor",
-                        previous.actor.unwrap_or_default(),
-                    )?,
-                    principal: sources(
-                        "identity.previous.principal",
-                        previous.principal.unwrap_or_default(),
-                    )?,
-                    not_principals: not_principals(previous.not_principals.unwrap_or_default())?,
-                    previous: None,
-                })),
+                Some(previous) => Some(Box::new(identity_sources(
+                    "identity.previous",
+                    previous.actor,
+                    previous.principal,
+                    previous.delegation,
+                    previous.not_principals,
+                )?)),
             };
             let identity = Identity {
-                actor: sources("identity.actor", id.actor.unwrap_or_default())?,
-                principal: sources("identity.principal", id.principal.unwrap_or_default())?,
-                not_principals: not_principals(id.not_principals.unwrap_or_default())?,
                 previous,
+                ..identity_sources(
+                    "identity",
+                    id.actor,
+                    id.principal,
+                    id.delegation,
+                    id.not_principals,
+                )?
             };
             if identity
                 .previous

@@ -38,7 +38,7 @@ mod settle;
 use std::rc::Rc;
 use std::time::Duration;
 
-use keyflight_protocol::{Digest, Principal, PrincipalSource, RequestHead};
+use keyflight_protocol::{Digest, Party, Principal, PrincipalSource, RequestHead};
 use uuid::Uuid;
 
 pub use io::{Action, Event};
@@ -46,6 +46,7 @@ pub use io::{Action, Event};
 use crate::config::{Config, Mode, Policy};
 use crate::edge_cache::Entry;
 use crate::encoding::Accepted;
+use crate::identity;
 use crate::log::LogLevel;
 use crate::metrics::{Metric, Outcome};
 use crate::store_call::StoreCall;
@@ -76,13 +77,38 @@ enum Who {
         source: Rc<PrincipalSource>,
         name: String,
     },
+    Delegated {
+        subject: identity::Named,
+        actor: identity::Named,
+    },
     AnonymousShared,
 }
 
 impl Who {
+    /// The principal a lookup names; `None` when it names none.
+    fn found(lookup: identity::Lookup) -> Option<Self> {
+        match lookup {
+            identity::Lookup::Found { source, name } => Some(Who::Named { source, name }),
+            identity::Lookup::Delegated { subject, actor } => {
+                Some(Who::Delegated { subject, actor })
+            }
+            identity::Lookup::Absent | identity::Lookup::Refused(_) => None,
+        }
+    }
+
     fn principal(&self) -> Principal<'_> {
+        fn party(named: &identity::Named) -> Party<'_> {
+            Party {
+                source: &named.source,
+                name: &named.name,
+            }
+        }
         match self {
             Who::Named { source, name } => Principal::Named { source, name },
+            Who::Delegated { subject, actor } => Principal::Delegated {
+                subject: party(subject),
+                actor: party(actor),
+            },
             Who::AnonymousShared => Principal::AnonymousShared,
         }
     }

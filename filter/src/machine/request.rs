@@ -74,28 +74,29 @@ impl Machine {
             }
             return self.count_outcome(out, Outcome::Unguarded);
         }
-        let principal = match (principal, policy.anonymous) {
-            (identity::Lookup::Found { source, name }, _) => Who::Named { source, name },
-            (identity::Lookup::Refused(e), _) => {
+        let principal = match principal {
+            identity::Lookup::Refused(e) => {
                 return self.refuse_in_callback(
                     out,
                     ProblemCode::PrincipalAmbiguous,
                     &e.to_string(),
                 );
             }
-            (identity::Lookup::Absent, Anonymous::Shared) => Who::AnonymousShared,
-            (identity::Lookup::Absent, Anonymous::Reject) => {
-                let detail = "a keyed request needs an authenticated principal";
-                return self.refuse_in_callback(out, ProblemCode::PrincipalRequired, detail);
-            }
+            lookup => match (Who::found(lookup), policy.anonymous) {
+                (Some(who), _) => who,
+                (None, Anonymous::Shared) => Who::AnonymousShared,
+                (None, Anonymous::Reject) => {
+                    let detail = "a keyed request needs an authenticated principal";
+                    return self.refuse_in_callback(out, ProblemCode::PrincipalRequired, detail);
+                }
+            },
         };
         let previous_principal =
             previous_principal.map(|lookup| match (lookup, policy.anonymous) {
-                (identity::Lookup::Found { source, name }, _) => Some(Who::Named { source, name }),
                 (identity::Lookup::Absent, Anonymous::Shared) => Some(Who::AnonymousShared),
-                // A proxy on the previous sources refused this request: it made no record.
-                (identity::Lookup::Absent, Anonymous::Reject)
-                | (identity::Lookup::Refused(_), _) => None,
+                // A proxy on the previous sources refused this request (or found no
+                // principal): it made no record.
+                (lookup, _) => Who::found(lookup),
             });
         let declared_length =
             first_text(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());

@@ -220,3 +220,69 @@ fn a_sidecar_that_falls_back_to_its_peer_never_takes_the_gateway_for_a_principal
         "no sidecar configuration with a peer fallback found"
     );
 }
+
+/// Whether a plugin configuration reads an RFC 8693 actor (a claim path `act.sub`).
+fn reads_an_rfc_8693_actor(plugin: &Value) -> bool {
+    plugin
+        .pointer("/identity/actor")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|s| s.pointer("/jwt_claim/claim").and_then(Value::as_str) == Some("act.sub"))
+}
+
+/// Under RFC 8693 the actor acts *for* the user: a shipped configuration that reads one scopes
+/// by the pair, so every user one service acts for keeps a record of their own. The switch
+/// from the actor alone is a recipe transition: `identity.previous` names the old recipe, and
+/// `recipe-diff` calls it safe (and unsafe without it).
+#[test]
+fn a_shipped_rfc_8693_actor_scopes_by_the_user_and_the_actor() {
+    use keyflight_filter::parse_plugin_config;
+    use keyflight_filter::recipe::{Verdict, diff};
+    let mut checked = 0;
+    for found in shipped() {
+        let plugin: Value = serde_json::from_str(&found.json).expect("valid JSON");
+        if !reads_an_rfc_8693_actor(&plugin) {
+            continue;
+        }
+        checked += 1;
+        let file = found.file.display();
+        assert_eq!(
+            plugin
+                .pointer("/identity/delegation")
+                .and_then(Value::as_str),
+            Some("subject_and_actor"),
+            "{file}"
+        );
+        let parse = |doc: &Value| parse_plugin_config(doc.to_string().as_bytes()).expect("valid");
+        let mut before = plugin.clone();
+        before["identity"] = plugin
+            .pointer("/identity/previous")
+            .cloned()
+            .unwrap_or_else(|| panic!("{file}: the switch must name the previous recipe"));
+        let mut bare = plugin.clone();
+        bare["identity"]
+            .as_object_mut()
+            .expect("an identity object")
+            .remove("previous");
+        let verdicts = |old: &Value, new: &Value| -> Vec<Verdict> {
+            diff(&parse(old), &parse(new))
+                .into_iter()
+                .map(|change| change.verdict)
+                .collect()
+        };
+        assert!(
+            verdicts(&before, &plugin)
+                .iter()
+                .all(|v| *v == Verdict::Transition),
+            "{file}"
+        );
+        assert!(
+            verdicts(&before, &bare)
+                .iter()
+                .all(|v| *v == Verdict::Unsafe),
+            "{file}"
+        );
+    }
+    assert!(checked > 0, "no shipped configuration reads act.sub");
+}

@@ -5,8 +5,8 @@
 //! gets every step of its identity: the normalized authority, path and query,
 //! the media type, how the body was digested (RFC 8785 canonical JSON, or raw
 //! bytes and why), the selected headers, the fingerprint (K4) and, with
-//! `--key`, the principal and the scope (K3), which is how records are found
-//! with `lease-store records show`.
+//! `--key`, the principal (with `--actor-source`, the delegated principal) and
+//! the scope (K3), which is how records are found with `lease-store records show`.
 //!
 //! The flags become the header list the filter would see (`--content-type`
 //! and `--key` are shorthands for those headers), and that list goes through
@@ -22,7 +22,7 @@ use keyflight_protocol::fingerprint::{
 };
 use keyflight_protocol::principal::{name_from_bytes, name_from_headers};
 use keyflight_protocol::{
-    Identified, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
+    Identified, Party, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
 };
 
 use super::records::parse_header;
@@ -79,6 +79,13 @@ struct ScopeArgs {
     /// from the `--header`s, as the filter does.
     #[arg(long, conflicts_with = "anonymous")]
     principal: Option<String>,
+    /// With `identity.delegation: subject_and_actor`, where the actor was read (the
+    /// principal source then names the subject): the scope is the delegated principal's.
+    #[arg(long, requires = "principal_source", conflicts_with = "anonymous")]
+    actor_source: Option<String>,
+    /// The actor's value; for a `header:` source it is otherwise read from the `--header`s.
+    #[arg(long, requires = "actor_source")]
+    actor: Option<String>,
     /// The policy's shared anonymous scope (`anonymous: shared`).
     #[arg(long)]
     anonymous: bool,
@@ -110,6 +117,8 @@ struct Described {
     head: RequestHead,
     body: Vec<u8>,
     principal: Option<(PrincipalSource, String)>,
+    /// The actor of a delegated principal.
+    actor: Option<(PrincipalSource, String)>,
     mode: ScopeMode,
     workload: Option<String>,
 }
@@ -117,9 +126,16 @@ struct Described {
 /// Prints the explanation (and scope) of the described request.
 pub fn run(args: FingerprintArgs) -> Result<(), FingerprintError> {
     let described = describe(&args)?;
-    let principal = match &described.principal {
-        Some((source, name)) => Principal::Named { source, name },
-        None => Principal::AnonymousShared,
+    fn as_party((source, name): &(PrincipalSource, String)) -> Party<'_> {
+        Party { source, name }
+    }
+    let principal = match (&described.principal, &described.actor) {
+        (Some(subject), Some(actor)) => Principal::Delegated {
+            subject: as_party(subject),
+            actor: as_party(actor),
+        },
+        (Some((source, name)), None) => Principal::Named { source, name },
+        (None, _) => Principal::AnonymousShared,
     };
     let identified = described
         .head
@@ -172,14 +188,37 @@ fn describe(args: &FingerprintArgs) -> Result<Described, FingerprintError> {
     };
     let head = RequestHead::read(target, &headers, &rules)
         .map_err(|e| input(format!("idempotency_key_invalid: {e}")))?;
-    let principal = match (&head.key, args.scope.anonymous) {
-        (None, _) | (Some(_), true) => None,
-        (Some(_), false) => Some(principal(&args.scope, &headers)?),
+    let (principal, actor) = match (&head.key, args.scope.anonymous) {
+        (None, _) | (Some(_), true) => (None, None),
+        (Some(_), false) => {
+            let Some(source) = &args.scope.principal_source else {
+                return Err(input(
+                    "--key needs --principal-source SOURCE (or --anonymous)".into(),
+                ));
+            };
+            let subject = party(
+                "--principal",
+                source,
+                args.scope.principal.as_deref(),
+                &headers,
+            )?;
+            let actor = match &args.scope.actor_source {
+                Some(source) => Some(party(
+                    "--actor",
+                    source,
+                    args.scope.actor.as_deref(),
+                    &headers,
+                )?),
+                None => None,
+            };
+            (Some(subject), actor)
+        }
     };
     Ok(Described {
         head,
         body,
         principal,
+        actor,
         mode: match args.scope.scope_mode {
             ScopeModeArg::Route => ScopeMode::Route,
             ScopeModeArg::Service => ScopeMode::Service,
@@ -188,25 +227,23 @@ fn describe(args: &FingerprintArgs) -> Result<Described, FingerprintError> {
     })
 }
 
-/// The named principal for the scope, read as the filter reads it.
-fn principal(
-    args: &ScopeArgs,
+/// A name for the scope (`flag` is `--principal` or `--actor`), from its source's
+/// description and its value, read as the filter reads it.
+fn party(
+    flag: &str,
+    description: &str,
+    value: Option<&str>,
     headers: &[(String, Vec<u8>)],
 ) -> Result<(PrincipalSource, String), FingerprintError> {
     let input = FingerprintError::Input;
-    let Some(text) = &args.principal_source else {
-        return Err(input(
-            "--key needs --principal-source SOURCE (or --anonymous)".into(),
-        ));
-    };
-    let source = PrincipalSource::from_description(text)
-        .map_err(|e| input(format!("--principal-source: {e}")))?;
-    let name = match (&args.principal, &source) {
+    let source = PrincipalSource::from_description(description)
+        .map_err(|e| input(format!("{flag}-source: {e}")))?;
+    let name = match (value, &source) {
         (Some(value), _) => name_from_bytes(&source, value.as_bytes()),
         (None, PrincipalSource::Header(name)) => name_from_headers(&source, name, headers),
         (None, _) => {
             return Err(input(format!(
-                "--principal VALUE is needed for {}",
+                "{flag} VALUE is needed for {}",
                 source.describe()
             )));
         }
@@ -267,9 +304,14 @@ fn render(described: &Described, identified: &Identified) -> String {
     }
     let _ = writeln!(out, "{:<18}{}", "fingerprint:", e.fingerprint);
     if let Some(scope) = identified.scope {
-        let who = match &described.principal {
-            Some((source, name)) => format!("{name} (from {})", source.describe()),
-            None => "anonymous, shared".to_owned(),
+        let who = match (&described.principal, &described.actor) {
+            (Some((source, name)), Some((actor_source, actor))) => format!(
+                "{name} (from {}) acted for by {actor} (from {})",
+                source.describe(),
+                actor_source.describe()
+            ),
+            (Some((source, name)), None) => format!("{name} (from {})", source.describe()),
+            (None, _) => "anonymous, shared".to_owned(),
         };
         let _ = writeln!(out, "{:<18}{who}", "principal:");
         let _ = writeln!(out, "{:<18}{scope}", "scope:");

@@ -5,7 +5,9 @@
 use std::process::{Command, Output};
 
 use crate::support::*;
-use keyflight_protocol::{Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target};
+use keyflight_protocol::{
+    Party, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
+};
 
 fn records(server: &Server, args: &[&str]) -> Output {
     Command::new(BIN)
@@ -228,4 +230,88 @@ fn recipe_diff_fails_an_identity_change_without_a_previous_recipe() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("broken.json"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--actor-source` gives the delegated principal's scope, the filter's under
+/// `identity.delegation: subject_and_actor`, and it is neither the subject's nor the actor's.
+#[test]
+fn fingerprint_prints_the_delegated_principals_scope() {
+    let scope_line = |extra: &[&str]| {
+        let output = Command::new(BIN)
+            .args([
+                "fingerprint",
+                "--method",
+                "POST",
+                "--path",
+                "/payments",
+                "--authority",
+                "api.example.com",
+                "--key",
+                "key-1",
+                "--header",
+                "x-user: alice",
+                "--header",
+                "x-actor: checkout-bff",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = stdout(&output);
+        let line = text
+            .lines()
+            .find(|line| line.starts_with("scope:"))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned();
+        (line, text)
+    };
+    let (delegated, text) = scope_line(&[
+        "--principal-source",
+        "header:x-user",
+        "--actor-source",
+        "header:x-actor",
+    ]);
+    assert!(
+        text.contains("alice (from header:x-user) acted for by checkout-bff (from header:x-actor)"),
+        "{text}"
+    );
+    let headers: Vec<(String, Vec<u8>)> = [
+        (":method", "POST"),
+        (":path", "/payments"),
+        (":authority", "api.example.com"),
+        ("idempotency-key", "key-1"),
+    ]
+    .iter()
+    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+    .collect();
+    let names = ["if-match".to_owned(), "x-approval-digest".to_owned()];
+    let rules = Rules {
+        key_header: "idempotency-key",
+        fingerprint_headers: &names,
+    };
+    let head =
+        RequestHead::read(Target::from_headers(&headers).unwrap(), &headers, &rules).unwrap();
+    let user = PrincipalSource::Header("x-user".into());
+    let actor = PrincipalSource::Header("x-actor".into());
+    let expected = head
+        .identify(
+            Principal::Delegated {
+                subject: Party {
+                    source: &user,
+                    name: "alice",
+                },
+                actor: Party {
+                    source: &actor,
+                    name: "checkout-bff",
+                },
+            },
+            ScopeMode::Route,
+            b"",
+        )
+        .scope
+        .unwrap();
+    assert_eq!(delegated, format!("scope:            {expected}"));
+    let (subject, _) = scope_line(&["--principal-source", "header:x-user"]);
+    let (acting, _) = scope_line(&["--principal-source", "header:x-actor"]);
+    assert_ne!(delegated, subject);
+    assert_ne!(delegated, acting);
 }

@@ -14,7 +14,9 @@ use base64::Engine as _;
 use keyflight_protocol::fingerprint::{BodyForm, RawReason};
 use keyflight_protocol::media_type::MediaType;
 use keyflight_protocol::principal::name_from_headers;
-use keyflight_protocol::{Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target};
+use keyflight_protocol::{
+    Party, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
+};
 use serde::Deserialize;
 
 const VECTORS: &str = include_str!("../../testdata/vectors.json");
@@ -43,6 +45,14 @@ struct Request {
 
 #[derive(Deserialize)]
 struct NamedPrincipal {
+    source: String,
+    name: String,
+    /// A delegated principal's actor (the subject is `source` and `name`).
+    actor: Option<NamedActor>,
+}
+
+#[derive(Deserialize)]
+struct NamedActor {
     source: String,
     name: String,
 }
@@ -117,15 +127,35 @@ fn request_vectors() {
             .principal
             .as_ref()
             .map(|p| PrincipalSource::from_description(&p.source).expect("a principal source"));
-        let principal = match (&v.principal, &source) {
-            (Some(p), Some(source)) => {
+        let actor = v
+            .principal
+            .as_ref()
+            .and_then(|p| p.actor.as_ref())
+            .map(|a| {
+                let source = PrincipalSource::from_description(&a.source).expect("an actor source");
+                (source, a.name.as_str())
+            });
+        let principal = match (&v.principal, &source, &actor) {
+            (Some(p), Some(source), actor) => {
                 if let PrincipalSource::Header(name) = source {
                     let read = name_from_headers(source, name, &headers).expect("one value");
                     assert_eq!(read.as_deref(), Some(p.name.as_str()), "{}", v.name);
                 }
-                Principal::Named {
-                    source,
-                    name: &p.name,
+                match actor {
+                    Some((actor_source, actor)) => Principal::Delegated {
+                        subject: Party {
+                            source,
+                            name: &p.name,
+                        },
+                        actor: Party {
+                            source: actor_source,
+                            name: actor,
+                        },
+                    },
+                    None => Principal::Named {
+                        source,
+                        name: &p.name,
+                    },
                 }
             }
             _ => Principal::AnonymousShared,

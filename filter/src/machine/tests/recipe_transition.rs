@@ -182,3 +182,67 @@ fn a_change_of_principal_sources_claims_under_the_previous_sources_too() {
     };
     assert_eq!(request.previous, None);
 }
+
+/// The scope of `principal` for [`keyed`] under route scope.
+fn scope_of(principal: Principal<'_>) -> Digest {
+    let headers = keyed();
+    let target = Target::from_headers(&headers).unwrap();
+    let names: Vec<String> = crate::config::DEFAULT_FINGERPRINT_HEADERS
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect();
+    let rules = Rules {
+        key_header: "idempotency-key",
+        fingerprint_headers: &names,
+    };
+    let head = RequestHead::read(target, &headers, &rules).unwrap();
+    head.identify(principal, ScopeMode::Route, b"")
+        .scope
+        .unwrap()
+}
+
+#[test]
+fn switching_to_the_delegated_principal_claims_the_actors_old_scope_too() {
+    let sources = serde_json::json!({
+        "actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]
+    });
+    let mut identity = sources.clone();
+    identity["delegation"] = "subject_and_actor".into();
+    identity["previous"] = sources;
+    let config = config_with(
+        serde_json::json!({ "identity": identity }),
+        serde_json::json!({}),
+    );
+    let mut s = Harness::new(config);
+    let mut headers = keyed();
+    headers.push(h("x-actor", "support-bot"));
+    assert_eq!(s.headers(headers, false), vec![Action::PauseRequest]);
+    let out = s.body(b"");
+    let StoreCall::Claim { scope, request } = single_call(&out) else {
+        panic!("{out:?}")
+    };
+    let user = PrincipalSource::Header("x-user".into());
+    let actor = PrincipalSource::Header("x-actor".into());
+    let bot = keyflight_protocol::Party {
+        source: &actor,
+        name: "support-bot",
+    };
+    assert_eq!(
+        scope,
+        scope_of(Principal::Delegated {
+            subject: keyflight_protocol::Party {
+                source: &user,
+                name: "alice",
+            },
+            actor: bot,
+        })
+    );
+    // A proxy still on `delegation: actor` scoped the request by the actor alone.
+    assert_eq!(
+        request.previous.map(|previous| previous.scope),
+        Some(scope_of(Principal::Named {
+            source: bot.source,
+            name: bot.name,
+        }))
+    );
+}
