@@ -41,9 +41,7 @@ pub async fn claim(
 ) -> Result<Json<ClaimAnswer>, ApiError> {
     let received = Instant::now();
     let scope = record.scope;
-    if let Some(previous) = request.previous.as_mut() {
-        previous.scope = record.also(&previous.scope);
-    }
+    request.previous = record.previous_identity(request.previous.take(), request.fingerprint)?;
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {

@@ -22,7 +22,7 @@
 //! waited for the row lock.
 //!
 //! A settle that names `previous_scope` (a dual claim, `dual.rs`) runs its statement on
-//! both records in one transaction; its answer is the current scope's.
+//! both records in one transaction, and lands when the claim still held either.
 //!
 //! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger, see
 //! migrations V1 and V3) when a follower watches the record, which wakes
@@ -216,7 +216,7 @@ impl Store {
 }
 
 /// Runs a fenced write on `scope` (`$1`) with `rest` (`$2`…), and on the previous
-/// recipe's scope of a dual claim in the same transaction; the rows changed on `scope`.
+/// scope of a dual claim in the same transaction; the rows changed.
 async fn write(
     client: &Object,
     statement: &Statement,
