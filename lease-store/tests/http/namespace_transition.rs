@@ -144,3 +144,23 @@ async fn the_transition_needs_the_mesh_identity() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--trust-xfcc"), "{stderr}");
 }
+
+#[tokio::test]
+async fn during_the_transition_workloads_meet_in_the_shared_namespace_and_not_after_it() {
+    // docs/threat-model.md: a record made during the transition is in the shared namespace
+    // too, where another workload naming the scope reaches it; once the transition is off,
+    // a record is its workload's only.
+    let url = cluster().url();
+    let during = mesh_replica(&url, true).await;
+    let after = mesh_replica(&url, false).await;
+    for (replica, met) in [(&during, true), (&after, false)] {
+        let (scope, fingerprint) = (fresh_digest("two-workloads"), fresh_digest("fp"));
+        let won = claim_as(&replica.api, CHECKOUT, &scope, &fingerprint, 0).await;
+        let claim_id = won.json["claim_id"].as_str().unwrap().to_owned();
+        let finalized = finalize_as(&replica.api, CHECKOUT, &scope, &claim_id).await;
+        assert_eq!(finalized.status, 200, "{}", finalized.text);
+        let cart = claim_as(&during.api, CART, &scope, &fingerprint, 0).await;
+        let expected = if met { "completed" } else { "won" };
+        assert_eq!(cart.outcome(), expected, "{}", cart.text);
+    }
+}
