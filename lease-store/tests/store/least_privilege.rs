@@ -124,6 +124,7 @@ fn release(claim_id: Uuid, release_as: ReleaseAs) -> ReleaseRequest {
         claim_id,
         release_as,
         cooldown_ms: None,
+        previous_scope: None,
     }
 }
 
@@ -147,6 +148,7 @@ async fn the_runtime_role_serves_every_call() {
             &RenewRequest {
                 claim_id,
                 lease_ms: 10_000,
+                previous_scope: None,
             },
         )
         .await
