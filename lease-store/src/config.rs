@@ -208,6 +208,11 @@ pub struct ServeArgs {
     /// changes (instead of `--workload`).
     #[arg(long, env = "KEYFLIGHT_WORKLOADS_FILE")]
     workloads_file: Option<PathBuf>,
+    /// While switching an installation to `--trust-xfcc`: a workload's claims also claim
+    /// the scope as sent, in the shared namespace of bearer callers, and its settles
+    /// settle that record too, so a retry on either side of the switch runs once.
+    #[arg(long, env = "KEYFLIGHT_NAMESPACE_TRANSITION", requires = "trust_xfcc")]
+    namespace_transition: bool,
     #[command(flatten)]
     admin: AdminTokenArgs,
     /// Operators' named admin tokens, one `name:token` per line, re-read when the file
@@ -376,6 +381,8 @@ pub struct ServeConfig {
     pub records: RecordBounds,
     /// Retention clean-up schedule.
     pub cleanup: CleanupSettings,
+    /// Workloads also reach the shared namespace (`--namespace-transition`).
+    pub namespace_transition: bool,
 }
 
 impl ServeArgs {
@@ -558,6 +565,7 @@ impl ServeArgs {
                 interval: self.cleanup_interval,
                 batch_size: self.cleanup_batch,
             },
+            namespace_transition: self.namespace_transition,
         })
     }
 }

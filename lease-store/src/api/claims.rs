@@ -30,7 +30,10 @@ use crate::metrics::{Event, Shed};
     tag = "claims",
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = ClaimRequest,
-    responses((status = 200, description = "The claim's outcome", body = ClaimResponse)),
+    responses(
+        (status = 200, description = "The claim's outcome", body = ClaimResponse),
+        (status = 400, description = "`bad_request`: malformed body or a value out of range; or `previous` named while the store moves workloads into their own namespaces (`--namespace-transition`)", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
     security(("bearer" = []))
 )]
 pub async fn claim(
@@ -41,9 +44,7 @@ pub async fn claim(
 ) -> Result<Json<ClaimAnswer>, ApiError> {
     let received = Instant::now();
     let scope = record.scope;
-    if let Some(previous) = request.previous.as_mut() {
-        previous.scope = record.also(&previous.scope);
-    }
+    request.previous = record.previous_identity(request.previous.take(), request.fingerprint)?;
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     within("wait_ms", request.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
     if let Some(retention_s) = request.retention_s {

@@ -39,9 +39,7 @@ pub async fn renew(
     ApiJson(mut request): ApiJson<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
     let scope = record.scope;
-    request.previous_scope = request
-        .previous_scope
-        .map(|previous| record.also(&previous));
+    request.previous_scope = record.previous_scope(request.previous_scope);
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
     let answer = state.store.renew(&scope, &request).await;
     counted(&state.metrics, Event::Renew, answer).map(Json)
@@ -71,9 +69,7 @@ pub async fn finalize(
     ApiJson(mut request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
     let scope = record.scope;
-    request.previous_scope = request
-        .previous_scope
-        .map(|previous| record.also(&previous));
+    request.previous_scope = record.previous_scope(request.previous_scope);
     recordable(&request.response)?;
     fits_a_record(&request.response, &state.bounds)?;
     let (claim_id, call) = (
@@ -109,9 +105,7 @@ pub async fn release(
     ApiJson(mut request): ApiJson<ReleaseRequest>,
 ) -> Result<(), ApiError> {
     let scope = record.scope;
-    request.previous_scope = request
-        .previous_scope
-        .map(|previous| record.also(&previous));
+    request.previous_scope = record.previous_scope(request.previous_scope);
     if let Some(cooldown_ms) = request.cooldown_ms {
         within("cooldown_ms", cooldown_ms, 0..=MAX_COOLDOWN_MS)?;
     }

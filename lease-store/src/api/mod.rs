@@ -38,7 +38,9 @@ use axum::middleware;
 use axum::routing::{get, post};
 use keyflight_protocol::Digest;
 use keyflight_protocol::headers;
-use keyflight_protocol::wire::{MAX_REASON_CHARS, RECORDED_STATUS, StoredResponse};
+use keyflight_protocol::wire::{
+    MAX_REASON_CHARS, PreviousIdentity, RECORDED_STATUS, StoredResponse,
+};
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
@@ -65,6 +67,8 @@ pub struct AppState {
     pub max_wait: Duration,
     /// What a record may hold.
     pub bounds: RecordBounds,
+    /// Workloads also reach the shared namespace (`--namespace-transition`).
+    pub namespace_transition: bool,
 }
 
 /// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter's
@@ -194,28 +198,69 @@ pub struct RecordScope {
     /// Whose namespace it is in: every other scope the call names (a dual claim's previous
     /// scope) is read in the same one, through [`RecordScope::also`].
     caller: Caller,
+    /// Under `--namespace-transition`, a workload's call also reaches the scope as sent,
+    /// in the shared namespace (`docs/configuration.md#switching-to-the-mesh-identity`).
+    shared: Option<Digest>,
 }
 
 impl RecordScope {
     /// The record of another scope the same call names, in the caller's namespace.
-    pub fn also(&self, scope: &Digest) -> Digest {
+    fn also(&self, scope: &Digest) -> Digest {
         self.caller.record_scope(scope)
+    }
+
+    /// The previous identity a claim with `fingerprint` is stored with: the one it names,
+    /// in the caller's namespace; or, during a namespace transition, the scope as sent with
+    /// the same fingerprint. A claim that names one during a transition is refused: the
+    /// two transitions together would be four records, so one finishes first.
+    pub fn previous_identity(
+        &self,
+        named: Option<PreviousIdentity>,
+        fingerprint: Digest,
+    ) -> Result<Option<PreviousIdentity>, ApiError> {
+        match (named, self.shared) {
+            (Some(_), Some(_)) => Err(ApiError::BadRequest(
+                "this lease-store is moving workloads into their own namespaces \
+                 (--namespace-transition): a claim may not name a previous recipe until that \
+                 transition is finished"
+                    .to_owned(),
+            )),
+            (Some(named), None) => Ok(Some(PreviousIdentity {
+                scope: self.also(&named.scope),
+                fingerprint: named.fingerprint,
+            })),
+            (None, shared) => Ok(shared.map(|scope| PreviousIdentity { scope, fingerprint })),
+        }
+    }
+
+    /// The second record a settle settles: the previous scope it names, in the caller's
+    /// namespace, or, during a namespace transition, the scope as sent. A settle naming a
+    /// previous scope comes from a claim that was not a transition's (that one is refused),
+    /// so it settles what that claim claimed.
+    pub fn previous_scope(&self, named: Option<Digest>) -> Option<Digest> {
+        named.map(|scope| self.also(&scope)).or(self.shared)
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for RecordScope {
+impl FromRequestParts<AppState> for RecordScope {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let caller = parts
             .extensions
             .get::<Caller>()
             .cloned()
             .ok_or(ApiError::Unauthorized)?;
         let Scope(scope) = Scope::from_request_parts(parts, state).await?;
+        let shared =
+            (state.namespace_transition && matches!(caller, Caller::Workload(_))).then_some(scope);
         Ok(RecordScope {
             scope: caller.record_scope(&scope),
             caller,
+            shared,
         })
     }
 }

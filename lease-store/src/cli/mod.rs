@@ -40,7 +40,7 @@ pub enum Command {
     /// Inspect, resolve or erase records through a running store's admin API.
     Records(records::RecordsArgs),
     /// Print a request's canonical form and fingerprint (and optionally its scope).
-    Fingerprint(fingerprint::FingerprintArgs),
+    Fingerprint(Box<fingerprint::FingerprintArgs>),
     /// Print what a plugin configuration change does to identities; fail when it is unsafe.
     RecipeDiff(recipe_diff::RecipeDiffArgs),
 }
@@ -86,7 +86,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => serve::run(*args).await,
         Command::Migrate(args) => migrate::run(args).await,
         Command::Records(args) => Ok(records::run(args).await?),
-        Command::Fingerprint(args) => Ok(fingerprint::run(args)?),
+        Command::Fingerprint(args) => Ok(fingerprint::run(*args)?),
         Command::RecipeDiff(args) => Ok(recipe_diff::run(args)?),
     }
 }

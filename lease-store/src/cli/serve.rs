@@ -101,6 +101,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         metrics,
         max_wait: config.max_wait,
         bounds: config.records,
+        namespace_transition: config.namespace_transition,
     };
     let admin_open = !config.tokens.admin.is_empty();
     let auth = Auth::new(config.tokens);

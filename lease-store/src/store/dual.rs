@@ -18,7 +18,7 @@
 //!
 //! The two records then share every settle: a renew, finalize or release naming
 //! `previous_scope` runs its fenced statement on both scopes in one pipelined transaction
-//! ([`Store::settle_both`]).
+//! ([`settle_both`]), and lands when the claim still held either.
 //!
 //! When the two recipes give one scope (only the fingerprint changed), there is one
 //! record: a claim that meets the other recipe's fingerprint there is that request's
@@ -184,7 +184,10 @@ impl Store {
 }
 
 /// Runs a fenced settle `statement` on `scope` and on `previous` in one pipelined
-/// transaction; answers the rows it changed on `scope`. `params` holds the statement's
+/// transaction; answers the rows it changed on both. It lands when the claim still holds
+/// either record: during a namespace transition a claim made through a replica on the
+/// shared namespace holds only that one
+/// (`docs/configuration.md#switching-to-the-mesh-identity`). `params` holds the statement's
 /// parameters after the scope (`$2`…).
 pub(super) async fn settle_both(
     client: &Object,
@@ -215,12 +218,9 @@ pub(super) async fn settle_both(
     begin?;
     let (rows_first, rows_second) = (rows_first?, rows_second?);
     commit?;
-    Ok(if first == scope {
-        rows_first
-    } else {
-        rows_second
-    })
+    Ok(rows_first + rows_second)
 }
+
 /// What a record (or its absence) tells a claimant with `fingerprint` that did not win.
 fn answer_of(
     record: Option<&RecordSnapshot>,

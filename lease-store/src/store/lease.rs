@@ -22,7 +22,7 @@
 //! waited for the row lock.
 //!
 //! A settle that names `previous_scope` (a dual claim, `dual.rs`) runs its statement on
-//! both records in one transaction; its answer is the current scope's.
+//! both records in one transaction, and lands when the claim still held either.
 //!
 //! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger, see
 //! migrations V1 and V3) when a follower watches the record, which wakes
@@ -122,6 +122,16 @@ impl Settled {
             }
         }
     }
+
+    /// [`Settled::already_done`] on the records a settle covers: any of them shows the
+    /// outcome; a forget, all of them are gone.
+    fn already_done_on(self, mine: Uuid, owners: &[Option<(Option<Uuid>, &str)>]) -> bool {
+        let done = |owner: &Option<(Option<Uuid>, &str)>| self.already_done(mine, *owner);
+        match self {
+            Settled::Gone => owners.iter().all(done),
+            _ => owners.iter().any(done),
+        }
+    }
 }
 
 impl Store {
@@ -161,7 +171,7 @@ impl Store {
                     FinalizeReply::NotOwned => {
                         return self
                             .run(async |client| {
-                                settled(client, scope, claim_id, 0, Settled::Completed).await
+                                settled(client, scope, None, claim_id, 0, Settled::Completed).await
                             })
                             .await;
                     }
@@ -187,7 +197,8 @@ impl Store {
             let rest: [&(dyn ToSql + Sync); 5] =
                 [&req.claim_id, &status, &headers, body, &req.replayable];
             let rows = write(client, &statement, scope, req.previous_scope, &rest).await?;
-            settled(client, scope, req.claim_id, rows, Settled::Completed).await
+            let done = Settled::Completed;
+            settled(client, scope, req.previous_scope, req.claim_id, rows, done).await
         })
         .await
     }
@@ -209,14 +220,15 @@ impl Store {
             let statement = client.prepare_cached(sql).await?;
             let rows = write(client, &statement, scope, req.previous_scope, rest).await?;
             let expected = Settled::of_release(req.release_as);
-            settled(client, scope, req.claim_id, rows, expected).await
+            let previous = req.previous_scope;
+            settled(client, scope, previous, req.claim_id, rows, expected).await
         })
         .await
     }
 }
 
 /// Runs a fenced write on `scope` (`$1`) with `rest` (`$2`…), and on the previous
-/// recipe's scope of a dual claim in the same transaction; the rows changed on `scope`.
+/// scope of a dual claim in the same transaction; the rows changed.
 async fn write(
     client: &Object,
     statement: &Statement,
@@ -238,10 +250,13 @@ async fn write(
 }
 
 /// The answer of a settle call that changed `rows` rows: one means it landed
-/// now; none means it landed before (a repeat, success) or the lease is lost.
+/// now; none means it landed before (a repeat, success) or the lease is lost. A dual
+/// settle lands when the claim holds either record (`dual.rs`), so its repeat is read on
+/// both ([`Settled::already_done_on`]).
 async fn settled(
     client: &Object,
     scope: &Digest,
+    previous_scope: Option<Digest>,
     mine: Uuid,
     rows: u64,
     expected: Settled,
@@ -250,15 +265,21 @@ async fn settled(
         return Ok(());
     }
     let statement = client.prepare_cached(OWNER_SQL).await?;
-    let row = client.query_opt(&statement, &[&scope.0.as_slice()]).await?;
-    let owner = match &row {
-        Some(row) => Some((
-            row.try_get::<_, Option<Uuid>>(0)?,
-            row.try_get::<_, &str>(1)?,
-        )),
-        None => None,
-    };
-    if expected.already_done(mine, owner) {
+    let mut read = Vec::with_capacity(2);
+    for scope in std::iter::once(*scope).chain(previous_scope.filter(|p| p != scope)) {
+        read.push(client.query_opt(&statement, &[&scope.0.as_slice()]).await?);
+    }
+    let mut owners = Vec::with_capacity(read.len());
+    for row in &read {
+        owners.push(match row {
+            Some(row) => Some((
+                row.try_get::<_, Option<Uuid>>(0)?,
+                row.try_get::<_, &str>(1)?,
+            )),
+            None => None,
+        });
+    }
+    if expected.already_done_on(mine, &owners) {
         Ok(())
     } else {
         Err(StoreError::LeaseLost)
@@ -295,5 +316,18 @@ mod tests {
         assert!(!done(Settled::Failed, Some((Some(mine), "pending"))));
         // Deleted (cleanup): a finalize that finds nothing recorded nothing.
         assert!(!done(Settled::Completed, None));
+    }
+
+    #[test]
+    fn a_dual_settles_repeat_shows_on_either_record_a_forgets_on_both() {
+        let mine = Uuid::from_u128(1);
+        let other = Uuid::from_u128(2);
+        let completed = Some((Some(mine), "completed"));
+        // A claim that held only the shared namespace's record (a namespace transition).
+        assert!(Settled::Completed.already_done_on(mine, &[None, completed]));
+        assert!(!Settled::Completed.already_done_on(mine, &[None, None]));
+        assert!(Settled::Gone.already_done_on(mine, &[None, None]));
+        let taken = Some((Some(other), "pending"));
+        assert!(!Settled::Gone.already_done_on(mine, &[None, taken]));
     }
 }

@@ -19,6 +19,7 @@ mod lifecycle;
 mod logs_hold_no_secrets;
 mod longpoll_caps;
 mod mesh_identity;
+mod namespace_transition;
 mod openapi_conformance;
 mod outage_logs;
 mod record_bounds;

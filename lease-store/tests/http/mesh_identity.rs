@@ -12,8 +12,8 @@ use serde_json::json;
 
 use crate::support::*;
 
-const CHECKOUT: &str = "spiffe://cluster.local/ns/payments/sa/checkout";
-const CART: &str = "spiffe://cluster.local/ns/shop/sa/cart";
+pub const CHECKOUT: &str = "spiffe://cluster.local/ns/payments/sa/checkout";
+pub const CART: &str = "spiffe://cluster.local/ns/shop/sa/cart";
 const STRANGER: &str = "spiffe://cluster.local/ns/elsewhere/sa/intruder";
 
 /// A store that trusts loopback's XFCC and lets in CHECKOUT and CART, with no bearer token.
@@ -42,7 +42,7 @@ fn xfcc(id: &str) -> String {
 }
 
 /// POSTs `body` to `path` as the workload `id` (no bearer token).
-async fn post_as(api: &Api, id: &str, path: &str, body: &serde_json::Value) -> Answer {
+pub async fn post_as(api: &Api, id: &str, path: &str, body: &serde_json::Value) -> Answer {
     let header = xfcc(id);
     api.send(reqwest::Method::POST, path, None, |r| {
         r.header("x-forwarded-client-cert", header).json(body)
@@ -50,7 +50,7 @@ async fn post_as(api: &Api, id: &str, path: &str, body: &serde_json::Value) -> A
     .await
 }
 
-async fn claim_as(api: &Api, id: &str, scope: &str, fingerprint: &str, wait_ms: u64) -> Answer {
+pub async fn claim_as(api: &Api, id: &str, scope: &str, fingerprint: &str, wait_ms: u64) -> Answer {
     post_as(
         api,
         id,
