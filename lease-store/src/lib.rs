@@ -36,4 +36,5 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod token_set;
+pub mod watched_file;
 pub mod workloads;

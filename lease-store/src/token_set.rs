@@ -2,26 +2,19 @@
 //! (`docs/configuration.md#caller-identity`).
 //!
 //! `--token-file` holds one token per line (blank lines and `#` comments skipped): the
-//! current token and, during a rotation, the next one. The file is checked at most once a
-//! second, on the calls that present a token, and re-read when its modification time or
-//! size changed (a Kubernetes Secret volume swaps the file whole), so adding the next
-//! token, then removing the old one, needs no restart. A file that no longer parses, or
-//! holds no token, keeps the previous set and says so in the log: a bad edit locks nobody
-//! out and lets nobody new in. The inline `--token` is one fixed token. Every token is
+//! current token and, during a rotation, the next one. It is re-read when it changes
+//! (`watched_file.rs`, on the calls that present a token), so adding the next token, then
+//! removing the old one, needs no restart; a file that holds no token keeps the previous
+//! set. The inline `--token` is one fixed token. Every token is
 //! compared in constant time, and every one is compared, so the time taken does not tell
 //! which one matched; tokens are never logged.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
 
 use subtle::ConstantTimeEq;
 
-use crate::admin_tokens::stamp;
 use crate::config::{ConfigError, Secret};
-
-/// How often a token file is checked for a change.
-const RECHECK: Duration = Duration::from_secs(1);
+use crate::watched_file::{FileKind, WatchedFile};
 
 /// The filter tokens the store accepts.
 #[derive(Debug)]
@@ -32,18 +25,16 @@ pub struct TokenSet {
 #[derive(Debug)]
 enum Source {
     Inline(Secret),
-    File {
-        path: PathBuf,
-        loaded: Mutex<Loaded>,
-    },
+    File(WatchedFile<Vec<Secret>>),
 }
 
-#[derive(Debug)]
-struct Loaded {
-    checked: Instant,
-    stamp: Option<(SystemTime, u64)>,
-    tokens: Vec<Secret>,
-}
+/// How a token file is read and logged (a count, never a token).
+static TOKEN_FILE: FileKind<Vec<Secret>> = FileKind {
+    read,
+    summary: |tokens| format!("{} tokens", tokens.len()),
+    reloaded: "filter tokens reloaded",
+    unusable: "filter token file unusable; keeping the previous tokens",
+};
 
 impl TokenSet {
     /// One fixed token.
@@ -55,17 +46,8 @@ impl TokenSet {
 
     /// The tokens of `path`, read now; a file that does not parse or holds none fails.
     pub fn from_file(path: PathBuf) -> Result<Self, ConfigError> {
-        let tokens = read(&path)?;
-        let loaded = Loaded {
-            checked: Instant::now(),
-            stamp: stamp(&path),
-            tokens,
-        };
         Ok(TokenSet {
-            source: Source::File {
-                path,
-                loaded: Mutex::new(loaded),
-            },
+            source: Source::File(WatchedFile::open(path, &TOKEN_FILE)?),
         })
     }
 
@@ -73,15 +55,12 @@ impl TokenSet {
     pub fn contains(&self, presented: &[u8]) -> bool {
         match &self.source {
             Source::Inline(token) => matches(presented, token),
-            Source::File { path, loaded } => {
-                let mut loaded = loaded.lock().unwrap_or_else(|e| e.into_inner());
-                reload_if_changed(path, &mut loaded, Instant::now());
-                // Every token is compared: the time taken does not tell which one matched.
-                loaded
-                    .tokens
+            // Every token is compared: the time taken does not tell which one matched.
+            Source::File(file) => file.with(|tokens| {
+                tokens
                     .iter()
                     .fold(false, |found, token| matches(presented, token) | found)
-            }
+            }),
         }
     }
 
@@ -89,35 +68,8 @@ impl TokenSet {
     pub fn overlaps(&self, other: impl Fn(&Secret) -> bool) -> bool {
         match &self.source {
             Source::Inline(token) => other(token),
-            Source::File { loaded, .. } => loaded
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .tokens
-                .iter()
-                .any(other),
+            Source::File(file) => file.with(|tokens| tokens.iter().any(other)),
         }
-    }
-}
-
-fn reload_if_changed(path: &Path, loaded: &mut Loaded, now: Instant) {
-    if now.duration_since(loaded.checked) < RECHECK {
-        return;
-    }
-    loaded.checked = now;
-    let current = stamp(path);
-    if current == loaded.stamp {
-        return;
-    }
-    loaded.stamp = current;
-    match read(path) {
-        Ok(tokens) => {
-            tracing::info!(tokens = tokens.len(), file = %path.display(), "filter tokens reloaded");
-            loaded.tokens = tokens;
-        }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "filter token file unusable; keeping the previous tokens"
-        ),
     }
 }
 
@@ -180,30 +132,21 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_file_is_reread_and_a_broken_one_kept() {
+    fn a_rotation_accepts_both_tokens_then_only_the_next() {
         let path = std::env::temp_dir().join(format!("keyflight-tokens-{}", std::process::id()));
         std::fs::write(&path, "one\n").unwrap();
         let set = TokenSet::from_file(path.clone()).unwrap();
-        let Source::File { loaded, .. } = &set.source else {
+        let Source::File(file) = &set.source else {
             unreachable!("a file source")
         };
-        // Makes the next call re-check now, without waiting a second.
-        let recheck = || loaded.lock().unwrap().checked = Instant::now() - RECHECK;
         assert!(set.contains(b"one"));
         std::fs::write(&path, "one\ntwo-longer\n").unwrap();
-        assert!(
-            !set.contains(b"two-longer"),
-            "checked at most once a second"
-        );
-        recheck();
+        file.check_next_call();
         assert!(set.contains(b"two-longer"));
         assert!(set.contains(b"one"));
         std::fs::write(&path, "two-longer\n").unwrap();
-        recheck();
+        file.check_next_call();
         assert!(!set.contains(b"one"));
-        std::fs::write(&path, "# emptied by mistake\n").unwrap();
-        recheck();
-        assert!(set.contains(b"two-longer"), "kept");
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -2,22 +2,15 @@
 //! file changes (`docs/configuration.md#caller-identity`).
 //!
 //! `--workload` names them once, at start. `--workloads-file` holds one SPIFFE id per line
-//! (blank lines and `#` comments skipped); the file is checked at most once a second, on
-//! the calls that carry a mesh identity, and re-read when its modification time or size
-//! changed (a Kubernetes ConfigMap volume swaps the file whole), so onboarding or removing
-//! a workload needs no restart. A file that no longer parses, or lists no workload, keeps
-//! the previous list and says so in the log: a bad edit locks nobody out and lets nobody
-//! new in.
+//! (blank lines and `#` comments skipped); it is re-read when it changes (`watched_file.rs`,
+//! on the calls that carry a mesh identity), so onboarding or removing a workload needs no
+//! restart; a file that lists no workload keeps the previous list.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
 
-use crate::admin_tokens::stamp;
 use crate::config::ConfigError;
-
-/// How often a workloads file is checked for a change.
-const RECHECK: Duration = Duration::from_secs(1);
+use crate::watched_file::{FileKind, WatchedFile};
 
 /// Longest SPIFFE id accepted (the SPIFFE standard's limit).
 const MAX_SPIFFE_ID_BYTES: usize = 2048;
@@ -34,18 +27,16 @@ pub struct Allowlist {
 #[derive(Debug)]
 enum Source {
     Fixed(Workloads),
-    File {
-        path: PathBuf,
-        loaded: Mutex<Loaded>,
-    },
+    File(WatchedFile<Workloads>),
 }
 
-#[derive(Debug)]
-struct Loaded {
-    checked: Instant,
-    stamp: Option<(SystemTime, u64)>,
-    workloads: Workloads,
-}
+/// How a workloads file is read and logged (the ids: they are not secret).
+static WORKLOADS_FILE: FileKind<Workloads> = FileKind {
+    read,
+    summary: |workloads| workloads.join(","),
+    reloaded: "workload allowlist reloaded",
+    unusable: "workloads file unusable; keeping the previous allowlist",
+};
 
 impl Allowlist {
     /// The ids given on the command line (`--workload`), checked.
@@ -57,17 +48,8 @@ impl Allowlist {
 
     /// The ids of `path`, read now; a file that does not parse or lists none fails.
     pub fn from_file(path: PathBuf) -> Result<Self, ConfigError> {
-        let workloads = read(&path)?;
-        let loaded = Loaded {
-            checked: Instant::now(),
-            stamp: stamp(&path),
-            workloads,
-        };
         Ok(Allowlist {
-            source: Source::File {
-                path,
-                loaded: Mutex::new(loaded),
-            },
+            source: Source::File(WatchedFile::open(path, &WORKLOADS_FILE)?),
         })
     }
 
@@ -75,34 +57,8 @@ impl Allowlist {
     pub fn current(&self) -> Workloads {
         match &self.source {
             Source::Fixed(workloads) => Arc::clone(workloads),
-            Source::File { path, loaded } => {
-                let mut loaded = loaded.lock().unwrap_or_else(|e| e.into_inner());
-                reload_if_changed(path, &mut loaded, Instant::now());
-                Arc::clone(&loaded.workloads)
-            }
+            Source::File(file) => file.with(Arc::clone),
         }
-    }
-}
-
-fn reload_if_changed(path: &Path, loaded: &mut Loaded, now: Instant) {
-    if now.duration_since(loaded.checked) < RECHECK {
-        return;
-    }
-    loaded.checked = now;
-    let current = stamp(path);
-    if current == loaded.stamp {
-        return;
-    }
-    loaded.stamp = current;
-    match read(path) {
-        Ok(workloads) => {
-            tracing::info!(workloads = ?workloads, file = %path.display(), "workload allowlist reloaded");
-            loaded.workloads = workloads;
-        }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "workloads file unusable; keeping the previous allowlist"
-        ),
     }
 }
 
@@ -168,18 +124,16 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_file_is_reread_and_a_broken_one_kept() {
+    fn onboarding_a_workload_and_a_broken_file() {
         let path = std::env::temp_dir().join(format!("keyflight-workloads-{}", std::process::id()));
         std::fs::write(&path, format!("# onboarded\n{A}\n")).unwrap();
         let list = Allowlist::from_file(path.clone()).unwrap();
-        let Source::File { loaded, .. } = &list.source else {
+        let Source::File(file) = &list.source else {
             unreachable!("a file source")
         };
-        // Makes the next call re-check now, without waiting a second.
-        let recheck = || loaded.lock().unwrap().checked = Instant::now() - RECHECK;
+        let recheck = || file.check_next_call();
         assert_eq!(&*list.current(), [A.into()]);
         std::fs::write(&path, format!("{A}\n{B}\n")).unwrap();
-        assert_eq!(list.current().len(), 1, "checked at most once a second");
         recheck();
         assert_eq!(&*list.current(), [A.into(), B.into()]);
         std::fs::write(&path, "not-a-spiffe-id\n").unwrap();
