@@ -18,7 +18,8 @@
 //!
 //! The two records then share every settle: a renew, finalize or release naming
 //! `previous_scope` runs its fenced statement on both scopes in one pipelined transaction
-//! ([`settle_both`]), and lands when the claim still held either.
+//! ([`settle_both`]), and lands when the claim holds one record or both and no other
+//! claim holds the other.
 //!
 //! When the two recipes give one scope (only the fingerprint changed), there is one
 //! record: a claim that meets the other recipe's fingerprint there is that request's
@@ -28,6 +29,7 @@ use std::time::Instant;
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimResponse, PreviousIdentity};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -183,12 +185,21 @@ impl Store {
     }
 }
 
+/// `$1`, `$2` the two scopes, `$3` the claim id: fails (division by zero, SQLSTATE 22012)
+/// when another claim holds either record — it was taken over after this claim's lease ran
+/// out — so the `COMMIT` rolls the settle back on both, and the two recipes never keep two
+/// different answers of one request.
+pub const NONE_TAKEN_SQL: &str = "
+SELECT 1 / (count(*) = 0)::int
+  FROM keyflight_records
+ WHERE scope IN ($1, $2) AND claim_id <> $3";
+
 /// Runs a fenced settle `statement` on `scope` and on `previous` in one pipelined
-/// transaction; answers the rows it changed on both. It lands when the claim still holds
-/// either record: during a namespace transition a claim made through a replica on the
-/// shared namespace holds only that one
-/// (`docs/configuration.md#switching-to-the-mesh-identity`). `params` holds the statement's
-/// parameters after the scope (`$2`…).
+/// transaction; answers the rows it changed on both. It lands when the claim holds one
+/// record or both, and no other claim holds the other ([`NONE_TAKEN_SQL`]): during a
+/// namespace transition a claim made through a replica on the shared namespace holds only
+/// that one (`docs/configuration.md#switching-to-the-mesh-identity`). `params` holds the
+/// statement's parameters after the scope (`$2`…), the claim id first.
 pub(super) async fn settle_both(
     client: &Object,
     statement: &tokio_postgres::Statement,
@@ -209,14 +220,29 @@ pub(super) async fn settle_both(
     } else {
         (previous, scope)
     };
-    let (begin, rows_first, rows_second, commit) = futures_util::join!(
+    let check = client.prepare_cached(NONE_TAKEN_SQL).await?;
+    let (first_scope, second_scope) = (first.0.as_slice(), second.0.as_slice());
+    let claim_id = params.first().copied().ok_or(StoreError::Invalid(
+        "a settle names its claim id first".into(),
+    ))?;
+    let check_params: [&(dyn ToSql + Sync); 3] = [&first_scope, &second_scope, claim_id];
+    let (begin, rows_first, rows_second, none_taken, commit) = futures_util::join!(
         client.batch_execute("BEGIN"),
         on(first),
         on(second),
+        client.query_opt(&check, &check_params),
         client.batch_execute("COMMIT"),
     );
     begin?;
     let (rows_first, rows_second) = (rows_first?, rows_second?);
+    if let Err(e) = none_taken {
+        if e.code() != Some(&SqlState::DIVISION_BY_ZERO) {
+            return Err(e.into());
+        }
+        // Rolled back: the caller reads who holds the records (a repeat, or a lost lease).
+        commit?;
+        return Ok(0);
+    }
     commit?;
     Ok(rows_first + rows_second)
 }

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
-use keyflight_lease_store::store::Store;
+use keyflight_lease_store::store::{Store, StoreError};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
-    ClaimRequest, ClaimResponse, PreviousIdentity, ReleaseAs, ReleaseRequest, RenewRequest,
+    ClaimRequest, ClaimResponse, PreviousIdentity, ReleaseAs, ReleaseRequest, RenewRequest, WonHow,
 };
 use keyflight_testkit::process::eventually;
 use tokio::sync::Barrier;
@@ -308,4 +308,45 @@ async fn a_dual_follower_is_woken_by_a_settle_under_the_old_scope() {
         "woken by the settle, not by the 30 s lease: {:?}",
         finalized_at.elapsed()
     );
+}
+
+/// A dual claim whose lease ran out and whose record under one scope was taken over (by a
+/// proxy on that recipe alone) has lost its lease: its settles are refused on both records,
+/// so the two recipes never keep two different answers of one request.
+#[tokio::test]
+async fn a_dual_claim_taken_over_under_one_scope_settles_neither() {
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let recipes = Recipes::fresh("taken over");
+    let (scope, mut req) = recipes.dual();
+    req.lease_ms = 200;
+    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    wait_for_lease_expiry(&db, &recipes.new.0).await;
+    let (new_scope, new_only) = recipes.new_only();
+    let (taker, _, how) = must_win(&store, &new_scope, &new_only).await;
+    assert_eq!(how, WonHow::RecoveredAbandoned);
+
+    let renew = RenewRequest {
+        claim_id,
+        lease_ms: 30_000,
+        previous_scope: Some(recipes.old.0),
+    };
+    assert!(matches!(
+        store.renew(&scope, &renew).await,
+        Err(StoreError::LeaseLost)
+    ));
+    let mut finalize = finalize_ok(claim_id);
+    finalize.previous_scope = Some(recipes.old.0);
+    assert!(matches!(
+        store.finalize(&scope, finalize).await,
+        Err(StoreError::LeaseLost)
+    ));
+    // Nothing was recorded under the old recipe's scope either: it is still the expired
+    // dual claim's, for a takeover.
+    let (state, _, holder) = row_state(&db, &recipes.old.0).await.unwrap();
+    assert_eq!((state.as_str(), holder), ("pending", Some(claim_id)));
+    store
+        .finalize(&recipes.new.0, finalize_ok(taker))
+        .await
+        .unwrap();
 }
