@@ -33,7 +33,9 @@ pub fn options(
         // Envoy 0's listener comes from an LDS file: the plugin-push fault.
         .reconfigurable()
         // JSON lines: the evidence the checker reads (`checker/evidence.rs`).
-        .store_env("KEYFLIGHT_LOG_FORMAT", "json");
+        .store_env("KEYFLIGHT_LOG_FORMAT", "json")
+        // A rolling upgrade runs the previous release, which reads its token only there.
+        .inline_filter_token();
     match (replicated_postgres, own_networks) {
         (true, _) => options.replicated_postgres(),
         (false, true) => options.own_networks(),

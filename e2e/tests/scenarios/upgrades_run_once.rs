@@ -21,23 +21,13 @@ const NEW: usize = 1;
 /// Two Envoys (0 on the previous release, 1 on this one) reaching two lease-stores of
 /// this release: the mesh in the middle of a filter rollout, the store already rolled.
 fn mixed_proxies() -> StackOptions {
-    inline_token(
-        StackOptions::default()
-            .two_replicas()
-            .envoy_binaries(OLD, previous_release())
-            .policy(|policy| {
-                policy.insert("follower_wait_ms".into(), json!(20_000));
-            }),
-    )
-}
-
-/// The previous release reads its lease-store token only from the plugin configuration,
-/// so a mesh where it still runs keeps the deprecated inline token until the rollout is
-/// done; this release takes the same token from the VM's environment and ignores the
-/// inline one (`docs/configuration.md#caller-identity`).
-fn inline_token(options: StackOptions) -> StackOptions {
-    let token = options.filter_token();
-    options.plugin(|plugin| plugin["lease_store"]["token"] = json!(token))
+    StackOptions::default()
+        .two_replicas()
+        .envoy_binaries(OLD, previous_release())
+        .policy(|policy| {
+            policy.insert("follower_wait_ms".into(), json!(20_000));
+        })
+        .inline_filter_token()
 }
 
 /// A winner held through Envoy `from` and a follower through Envoy `to`: the follower
@@ -130,11 +120,14 @@ async fn a_retry_from_a_new_proxy_to_an_old_one_runs_once() {
 /// runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_after_a_rollback_runs_once() {
-    let mut stack = Stack::start(inline_token(StackOptions::default().two_replicas().policy(
-        |policy| {
-            policy.insert("follower_wait_ms".into(), json!(20_000));
-        },
-    )))
+    let mut stack = Stack::start(
+        StackOptions::default()
+            .two_replicas()
+            .policy(|policy| {
+                policy.insert("follower_wait_ms".into(), json!(20_000));
+            })
+            .inline_filter_token(),
+    )
     .await;
     let body = json!({"amount": 42});
     let before = stack

@@ -222,6 +222,16 @@ impl StackOptions {
         self
     }
 
+    /// Also writes the filter token into the plugin configuration, where the previous
+    /// release reads it (it knows no other place; this release takes it from the VM's
+    /// environment and ignores the inline one with a warning,
+    /// `docs/configuration.md#caller-identity`): for stacks where the previous release runs
+    /// or may be rolled in.
+    pub fn inline_filter_token(self) -> Self {
+        let token = self.filter_token();
+        self.plugin(|plugin| plugin["lease_store"]["token"] = Value::String(token))
+    }
+
     /// The token the filter presents to the lease-store ([`DEMO_STORE_TOKEN`] unless the
     /// plugin JSON says otherwise): every Envoy gets it in its
     /// environment, and the stores accept it; a plugin JSON with the deprecated inline
