@@ -617,7 +617,7 @@ fn excused(
         landed,
         attempts_by_id,
         history,
-    )? {
+    ) {
         return Ok(excused(row));
     }
     let partitioned = Earlier {
