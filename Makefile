@@ -192,11 +192,10 @@ CHAOS_SEED = $(if $(SEED),--seed $(SEED))
 chaos: prereqs net-prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs)
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(if $(filter 1,$(HA)),--ha) $(CHAOS_SEED) $(CHAOS_FLAGS)
 
-# The short run (under 2 minutes in all), meant for make test: every fault but the rolling
-# upgrade, whose previous release logs no evidence (chaos/README.md#known-gaps).
-CHAOS_SHORT_FAULTS ?= store-kill,store-freeze,postgres-crash,envoy-kill,plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,wasm-upgrade,operator-erase,operator-resolve
+# The short run (under 2 minutes in all), meant for make test: the same menu (every fault
+# but the rolling upgrade, drawn only when --faults names it: chaos/README.md#known-gaps).
 chaos-short: prereqs net-prereqs envoy wasm build
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short --faults $(CHAOS_SHORT_FAULTS) $(CHAOS_SEED) $(CHAOS_FLAGS)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # OCI images without a Docker daemon: the filter as an Istio Wasm image, the lease-store (static musl).
 images: rust-targets wasm

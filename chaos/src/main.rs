@@ -93,6 +93,9 @@ use crate::workload::Clock;
 
 /// The policy's lease: short enough that a fault outlasts it.
 const LEASE_MS: u64 = 3000;
+/// The chaos policies' renew interval: the longest the filter accepts for that lease and
+/// its 1 s call timeout (`filter/src/config/policy.rs`), written out so the plan knows it.
+const RENEW_INTERVAL_MS: u64 = 400;
 
 /// The `--short` run's duration: with start-up, the callers' tail and the checks, the whole
 /// run stays under two minutes.
@@ -125,7 +128,7 @@ struct Cli {
     /// primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
     /// only; they run each Envoy and lease-store in its own network namespace, as root),
-    /// operator-erase, operator-resolve; `none` for a control run. Default: every kind the database allows.
+    /// operator-erase, operator-resolve; `none` for a control run. Default: every kind the database allows but rolling-upgrade.
     #[arg(long, value_parser = parse_fault_kinds)]
     faults: Option<FaultKinds>,
     /// Run on a replicated Postgres (etcd + two Patroni nodes in synchronous mode) and add
@@ -173,8 +176,8 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let plugin = plugin()?;
     let fault_kinds = match &cli.faults {
         Some(kinds) => kinds.clone(),
-        None if cli.ha => FaultKinds(FaultKind::REPLICATED_POSTGRES.to_vec()),
-        None => FaultKinds(FaultKind::SINGLE_POSTGRES.to_vec()),
+        None if cli.ha => default_kinds(&FaultKind::REPLICATED_POSTGRES),
+        None => default_kinds(&FaultKind::SINGLE_POSTGRES),
     };
     if !cli.ha && fault_kinds.0.contains(&FaultKind::PrimaryNodeDeath) {
         return Err("primary-node-death needs a replicated Postgres: add --ha".to_owned());
@@ -193,6 +196,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let settings = Settings {
         duration_ms,
         lease_ms: LEASE_MS,
+        renew_interval_ms: RENEW_INTERVAL_MS,
         call_timeout_ms: plugin["lease_store"]["timeout_ms"].as_u64().unwrap_or(1000),
         replicas: REPLICAS,
         fault_kinds: fault_kinds.0.clone(),
@@ -354,6 +358,20 @@ fn parse_fault_kinds(text: &str) -> Result<FaultKinds, String> {
     Ok(FaultKinds(kinds))
 }
 
+/// The kinds a run draws unless `--faults` names them: every kind the database allows but
+/// the rolling upgrade, drawn only when asked for — the previous release logs no evidence,
+/// so the judge cannot rule on what another fault costs while a proxy runs it
+/// (chaos/README.md#known-gaps).
+fn default_kinds(allowed: &[FaultKind]) -> FaultKinds {
+    FaultKinds(
+        allowed
+            .iter()
+            .copied()
+            .filter(|kind| *kind != FaultKind::RollingUpgrade)
+            .collect(),
+    )
+}
+
 /// The shipped plugin configuration with the chaos policies: the demo's `payments` policy
 /// with `lease_ms: 3000` and `uncertain: hold` (see the module doc), preceded by a copy
 /// named `payments-retry` for paths under [`plan::RETRY_PREFIX`] with `uncertain: retry`
@@ -369,6 +387,7 @@ fn plugin() -> Result<Value, String> {
         .and_then(Value::as_object_mut)
         .ok_or("the shipped plugin configuration has no policies[0]")?;
     hold.insert("lease_ms".into(), json!(LEASE_MS));
+    hold.insert("renew_interval_ms".into(), json!(RENEW_INTERVAL_MS));
     hold.insert("uncertain".into(), json!("hold"));
     let mut retry = hold.clone();
     retry.insert("name".into(), json!("payments-retry"));

@@ -55,7 +55,9 @@ pub fn vm_retired(
     attempts_by_id: &HashMap<&str, &Attempt>,
     history: &History,
 ) -> Option<Row> {
-    let retired = history.evidence.proxy_event(envoy, claim.fence, "retired")?;
+    let retired = history
+        .evidence
+        .proxy_event(envoy, claim.fence, "retired")?;
     let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
     let (push, gone) = history
         .faults
