@@ -105,8 +105,8 @@ impl Stack {
 }
 
 /// The restart epoch of the Envoy answering on `admin` once it is live
-/// (`GET /server_info`); `None` while none answers live. Parent and child share the admin
-/// socket during a hot restart, so either may answer a given request.
+/// (`GET /server_info`); `None` while none answers live. The parent shuts its admin down
+/// when the child starts, so what answers live with the child's epoch is the child.
 async fn live_epoch_at(admin: SocketAddr) -> Option<u32> {
     let info: serde_json::Value = reqwest::get(format!("http://{admin}/server_info"))
         .await
