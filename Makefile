@@ -194,7 +194,7 @@ chaos: prereqs net-prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs)
 
 # The short run (under 2 minutes in all), meant for make test: every fault but the rolling
 # upgrade, whose previous release logs no evidence (chaos/README.md#known-gaps).
-CHAOS_SHORT_FAULTS ?= store-kill,store-freeze,postgres-crash,envoy-kill,plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,wasm-upgrade,operator-erase,operator-resolve
+CHAOS_SHORT_FAULTS ?= store-kill,store-freeze,postgres-crash,envoy-kill,plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,wasm-upgrade,envoy-hot-restart,operator-erase,operator-resolve
 chaos-short: prereqs net-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --short --faults $(CHAOS_SHORT_FAULTS) $(CHAOS_SEED) $(CHAOS_FLAGS)
 
