@@ -110,6 +110,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             failover_window_ms: None,
             proxy_gone_ms: None,
             previous_release: None,
+            parent_epoch: None,
             operator: None,
         },
         crash: None,
@@ -133,7 +134,10 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
-        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
+        FaultKind::EnvoyDrain
+        | FaultKind::WasmUpgrade
+        | FaultKind::RollingUpgrade
+        | FaultKind::EnvoyHotRestart => {
             injected.lifecycle =
                 Some(lifecycle::inject(stack, step.kind, step.target, clock).await);
         }
@@ -176,7 +180,10 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
                 stack.heal(cut);
             }
         }
-        FaultKind::EnvoyDrain | FaultKind::WasmUpgrade | FaultKind::RollingUpgrade => {
+        FaultKind::EnvoyDrain
+        | FaultKind::WasmUpgrade
+        | FaultKind::RollingUpgrade
+        | FaultKind::EnvoyHotRestart => {
             if let Some(pending) = lifecycle {
                 lifecycle::heal(stack, &mut fault, pending, clock).await;
             }
@@ -201,6 +208,7 @@ mod tests {
                 failover_window_ms: None,
                 proxy_gone_ms: None,
                 previous_release: None,
+                parent_epoch: None,
                 operator: None,
             },
             crash: None,

@@ -62,6 +62,10 @@ pub enum FaultKind {
     /// same ports), by one running the previous release's `.wasm`, and by the next one by
     /// this release's again: a mixed-version mesh in between, a rollback and an upgrade.
     RollingUpgrade,
+    /// An Envoy hot restarted: the next restart epoch started beside it, on its base id,
+    /// takes its sockets over; the old process (the parent) drains and exits a few seconds
+    /// later, its VMs and outbox with it (`faults/lifecycle.rs`).
+    EnvoyHotRestart,
     /// An operator erases the newest completed record through a lease-store's admin API
     /// (`DELETE /v1/records/{scope}`): a retry with its key runs again.
     OperatorErase,
@@ -72,7 +76,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -86,12 +90,13 @@ impl FaultKind {
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
         FaultKind::RollingUpgrade,
+        FaultKind::EnvoyHotRestart,
         FaultKind::OperatorErase,
         FaultKind::OperatorResolve,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 14] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 15] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -104,13 +109,14 @@ impl FaultKind {
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
         FaultKind::RollingUpgrade,
+        FaultKind::EnvoyHotRestart,
         FaultKind::OperatorErase,
         FaultKind::OperatorResolve,
     ];
 
     /// The kinds a run on a replicated Postgres can inject (its parts share the host's
     /// network: no link faults).
-    pub const REPLICATED_POSTGRES: [FaultKind; 11] = [
+    pub const REPLICATED_POSTGRES: [FaultKind; 12] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -120,6 +126,7 @@ impl FaultKind {
         FaultKind::EnvoyDrain,
         FaultKind::WasmUpgrade,
         FaultKind::RollingUpgrade,
+        FaultKind::EnvoyHotRestart,
         FaultKind::OperatorErase,
         FaultKind::OperatorResolve,
     ];
@@ -153,6 +160,7 @@ impl FaultKind {
             FaultKind::EnvoyDrain => "envoy drain",
             FaultKind::WasmUpgrade => "wasm upgrade",
             FaultKind::RollingUpgrade => "rolling upgrade",
+            FaultKind::EnvoyHotRestart => "envoy hot restart",
             FaultKind::OperatorErase => "operator erase",
             FaultKind::OperatorResolve => "operator resolve",
         }
@@ -178,9 +186,14 @@ pub struct Fault {
     pub failover_window_ms: Option<u64>,
     /// A proxy-lifecycle fault's moment the old Envoy process or Wasm VM was gone with its
     /// outbox (`faults/lifecycle.rs`): the `SIGTERM` of a drain, the moment a module push's
-    /// old VMs were seen destroyed. `None` when it was not seen.
+    /// old VMs were seen destroyed, the moment a hot restart's parent was seen exited.
+    /// `None` when it was not seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_gone_ms: Option<Ms>,
+    /// A hot restart's parent: the restart epoch of the process that drained and exited
+    /// (its evidence lines carry it, `checker/evidence.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_epoch: Option<u32>,
     /// A rolling upgrade's result: whether the Envoy runs the previous release after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_release: Option<bool>,

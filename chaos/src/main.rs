@@ -29,7 +29,8 @@
 //!    slow link), for which each Envoy and lease-store runs in its own network namespace,
 //!    the proxy-lifecycle faults (`faults/lifecycle.rs`: an Envoy drained then sent
 //!    `SIGTERM`, a Wasm module upgrade and rollback, a rolling upgrade of Envoy 1 to the
-//!    previous release and back), and operator actions (`faults/operator.rs`: an erase or
+//!    previous release and back, an Envoy hot restarted: a child on its base id, the parent
+//!    draining until it exits), and operator actions (`faults/operator.rs`: an erase or
 //!    a resolve through a lease-store's admin API).
 //!    The upstream answers some keys with a 303, 302, 422 or 503, resets or runs past the
 //!    lease, as each key's query asks.
@@ -61,7 +62,7 @@
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
 //! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`,
-//! `operator-erase`, `operator-resolve`; `none` for none) and `--no-give-up` keeps every caller
+//! `envoy-hot-restart`, `operator-erase`, `operator-resolve`; `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -125,7 +126,7 @@ struct Cli {
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
     /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, rolling-upgrade,
-    /// primary-node-death (with --ha), and the link
+    /// envoy-hot-restart, primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
     /// only; they run each Envoy and lease-store in its own network namespace, as root),
     /// operator-erase, operator-resolve; `none` for a control run. Default: every kind the database allows but rolling-upgrade.
@@ -453,7 +454,7 @@ mod tests {
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
                    plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
-                   wasm-upgrade,rolling-upgrade,operator-erase,operator-resolve";
+                   wasm-upgrade,rolling-upgrade,envoy-hot-restart,operator-erase,operator-resolve";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

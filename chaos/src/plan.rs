@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 15] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 16] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -101,6 +101,7 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 15] = [
     (FaultKind::EnvoyDrain, 15),
     (FaultKind::WasmUpgrade, 10),
     (FaultKind::RollingUpgrade, 10),
+    (FaultKind::EnvoyHotRestart, 10),
     (FaultKind::OperatorErase, 5),
     (FaultKind::OperatorResolve, 5),
 ];
@@ -237,7 +238,8 @@ impl FaultStep {
             | FaultKind::SlowLink
             | FaultKind::EnvoyDrain
             | FaultKind::WasmUpgrade
-            | FaultKind::RollingUpgrade => Part::Envoy(self.target),
+            | FaultKind::RollingUpgrade
+            | FaultKind::EnvoyHotRestart => Part::Envoy(self.target),
             FaultKind::StoreDbPartition | FaultKind::OperatorErase | FaultKind::OperatorResolve => {
                 Part::Store(self.target)
             }
@@ -409,6 +411,9 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::WasmUpgrade => rng.random_range(100..600),
             // The new process is ready when the fault starts holding.
             FaultKind::RollingUpgrade => rng.random_range(100..600),
+            // The child is live when the fault starts holding; the heal waits for the
+            // parent's exit (`--parent-shutdown-time-s` after the child started).
+            FaultKind::EnvoyHotRestart => rng.random_range(100..600),
             FaultKind::ProxyPartition => partition_hold(rng, settings),
             FaultKind::StoreDbPartition => rng.random_range(300..3000),
             // Past the call timeout, short enough that every lease is renewed in time: a

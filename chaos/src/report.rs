@@ -291,7 +291,8 @@ mod tests {
             lines[0].contains(
                 "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin \
                  push | proxy partition | store db partition | one way loss | slow link | envoy drain \
-                 | wasm upgrade | rolling upgrade | operator erase | operator resolve | all |"
+                 | wasm upgrade | rolling upgrade | envoy hot restart | operator erase | operator \
+                 resolve | all |"
             ),
             "{table}"
         );

@@ -95,6 +95,14 @@ pub struct ProxySettle {
     pub call: String,
     /// `stream` or `outbox`.
     pub by: String,
+    /// The restart epoch of the Envoy process that logged it: a hot-restarted child marks
+    /// its lines `epoch=N` (`testkit/src/stack/parts.rs`), so a line without is epoch 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u32,
+}
+
+fn is_zero(epoch: &u32) -> bool {
+    *epoch == 0
 }
 
 /// Every fact read from the logs.
@@ -268,9 +276,13 @@ impl Evidence {
 }
 
 /// One `evidence=` line of Envoy `envoy`'s log: `[date time.ms][thread][level][logger]
-/// … evidence=EVENT scope=… fence=N call=… by=… | note`.
+/// … [epoch=E ]… evidence=EVENT scope=… fence=N call=… by=… | note`.
 fn proxy_settle(envoy: usize, line: &str, run_start_unix_ms: u64) -> Option<ProxySettle> {
-    let (_, fields) = line.split_once("evidence=")?;
+    let (prefix, fields) = line.split_once("evidence=")?;
+    let epoch = prefix
+        .split_once("] epoch=")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
     let (fields, _) = fields.split_once(" | ").unwrap_or((fields, ""));
     let mut tokens = fields.split_whitespace();
     let event = tokens.next()?.to_owned();
@@ -285,6 +297,7 @@ fn proxy_settle(envoy: usize, line: &str, run_start_unix_ms: u64) -> Option<Prox
         fence: fields.get("fence")?.parse().ok()?,
         call: (*fields.get("call")?).to_owned(),
         by: (*fields.get("by")?).to_owned(),
+        epoch,
     })
 }
 
@@ -334,6 +347,24 @@ mod tests {
     }
 
     #[test]
+    fn a_hot_restarted_childs_line_names_its_epoch() {
+        let line = |epoch: &str| {
+            format!(
+                "[2026-12-01 16:36:44.250][31638][info][wasm] [source/extensions/common/wasm/\
+                 context.cc:1196] {epoch}wasm log keyflight keyflight: evidence=retired \
+                 scope=ab fence=41 call=finalize by=outbox | still held"
+            )
+        };
+        let epoch = |text: &str| proxy_settle(0, text, 0).map(|settle| settle.epoch);
+        assert_eq!(epoch(&line("epoch=2 ")), Some(2));
+        assert_eq!(
+            epoch(&line("")),
+            Some(0),
+            "an epoch-0 process marks nothing"
+        );
+    }
+
+    #[test]
     fn a_store_line_and_an_envoy_line_are_read_on_the_runs_clock() {
         let start = 1_796_143_004_000;
         let store = r#"{"timestamp":"2026-12-01T16:36:44.123456Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won","scope":"ab","fingerprint":"cd","claim_id":"0190-x","fence":41,"how":"orphan_takeover","lease_ms":3000},"target":"keyflight_lease_store::evidence"}
@@ -373,6 +404,7 @@ not json"#;
                 fence: 41,
                 call: "finalize".into(),
                 by: "outbox".into(),
+                epoch: 0,
             }]
         );
         assert_eq!(evidence.first_landed(&evidence.claims[0]), Some(200));

@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use super::evidence::{ClaimWon, TAKEOVER};
 use super::lifecycle::{
-    answered_by_the_previous_release, previous_release_forgot, process_ended, vm_retired,
+    answered_by_the_previous_release, parent_exited, previous_release_forgot, process_ended,
+    vm_retired,
 };
 use super::operator;
 use super::partition::{Earlier, proxy_partitioned};
@@ -36,6 +37,14 @@ pub enum Row {
     /// push of another module destroyed that VM before any settle landed (`lifecycle.rs`).
     VmRetired {
         /// The module push (fault id).
+        fault: usize,
+        /// Its caller already had its answer (the record was in the outbox).
+        answer_delivered: bool,
+    },
+    /// The winner's Envoy was hot restarted, and its parent process exited with the settle
+    /// call still in its outbox before any settle landed (`lifecycle.rs`).
+    ParentExited {
+        /// The hot restart (fault id).
         fault: usize,
         /// Its caller already had its answer (the record was in the outbox).
         answer_delivered: bool,
@@ -95,6 +104,9 @@ impl Row {
                 answer_delivered: true,
                 ..
             } | Row::VmRetired {
+                answer_delivered: true,
+                ..
+            } | Row::ParentExited {
                 answer_delivered: true,
                 ..
             }
@@ -498,7 +510,8 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    and before both the takeover and any landed settle (if its caller had the answer by
 ///    then, the hand-off to the outbox must be in its log) — or it retired a root context
 ///    with that claim's settle call in its outbox and a module push then destroyed that VM
-///    before the takeover and any landed settle (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
+///    before the takeover and any landed settle, or a hot restart's parent logged that
+///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
 ///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
 ///    the claim up before the takeover.
 pub fn judge_rerun(
@@ -599,6 +612,17 @@ fn excused(
         later_fence,
     };
     if let Some(row) = proxy_died(
+        earlier,
+        envoy,
+        first,
+        takeover,
+        landed,
+        attempts_by_id,
+        history,
+    )? {
+        return Ok(excused(row));
+    }
+    if let Some(row) = parent_exited(
         earlier,
         envoy,
         first,

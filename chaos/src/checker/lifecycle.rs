@@ -18,6 +18,13 @@
 //!   landed settle. A retirement with no module push after it, or one whose old VMs went
 //!   only after the takeover (a configuration push keeps the VM, whose retired context
 //!   keeps delivering), excuses nothing by itself, and leaves the other rows to be tried.
+//! - **A hot restart's parent that exited** ([`parent_exited`]): the Envoy that forwarded
+//!   the earlier execution was hot restarted, and its parent process — the epoch the fault
+//!   recorded — logged that fence's settle call still in its outbox (`evidence=retired`,
+//!   which it logs as it exits, `--parent-shutdown-time-s` after the child started), and
+//!   was seen exited (`proxy_gone_ms`) before the takeover and any landed settle. Until it
+//!   exits the parent keeps delivering (`docs/envoy-facts.md#hot-restart`), so the hot
+//!   restart's start excuses nothing, nor does a retirement logged by another epoch.
 //! - **A rolling upgrade** ends the replaced process at its `SIGTERM` (as a drain), and
 //!   leaves the Envoy on the previous release until the next one: a status that release
 //!   forgets and this one records ([`PREVIOUS_RELEASE_ALSO_FORGETS`]) answered through it
@@ -27,7 +34,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::evidence::ClaimWon;
-use super::judgement::{Rerun, RerunVerdict, Row, answered_by};
+use super::judgement::{Rerun, RerunVerdict, Row, SETTLE_LOG_SLACK_MS, answered_by};
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 
 /// When `fault` ended the Envoy process it hit, for the faults that end one: an Envoy
@@ -70,6 +77,70 @@ pub fn vm_retired(
         fault: push.id,
         answer_delivered: answered_by(earlier, attempts_by_id, gone).is_some(),
     })
+}
+
+/// The row of a record lost with a hot restart's parent: `Ok(None)` when no parent of a
+/// hot restart of Envoy `envoy` logged the retirement of `claim`'s settle call, `Err` when
+/// one did but was not seen exited before the takeover and any landed settle.
+pub fn parent_exited(
+    earlier: &Execution,
+    envoy: usize,
+    claim: &ClaimWon,
+    takeover: &ClaimWon,
+    landed: Option<Ms>,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> Result<Option<Row>, String> {
+    let fence = claim.fence;
+    let retired_by = |epoch: u32| {
+        history
+            .evidence
+            .proxy_settles
+            .iter()
+            .filter(|s| s.envoy == envoy && s.fence == fence && s.event == "retired")
+            .filter(move |s| s.epoch == epoch)
+    };
+    // The hot restart whose parent logged the retirement after the child started.
+    let Some((restart, retired)) = history
+        .faults
+        .iter()
+        .filter(|fault| fault.kind == FaultKind::EnvoyHotRestart && fault.target == envoy)
+        .filter_map(|fault| {
+            let retired = retired_by(fault.parent_epoch?)
+                .filter(|s| s.at_ms >= fault.start_ms - SETTLE_LOG_SLACK_MS)
+                .filter(|s| {
+                    fault
+                        .proxy_gone_ms
+                        .is_none_or(|gone| s.at_ms <= gone + SETTLE_LOG_SLACK_MS)
+                })
+                .min_by_key(|s| s.at_ms)?;
+            Some((fault, retired))
+        })
+        .min_by_key(|(_, retired)| retired.at_ms)
+    else {
+        return Ok(None);
+    };
+    let Some(gone) = restart.proxy_gone_ms else {
+        return Err(format!(
+            "envoy-{envoy}'s hot restart (fault {}) retired fence {fence}'s settle call at {} \
+             ms, but its parent was never seen exited",
+            restart.id, retired.at_ms
+        ));
+    };
+    let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
+    if gone >= before {
+        return Err(format!(
+            "envoy-{envoy}'s hot-restart parent exited at {gone} ms, not before the takeover \
+             (fence {}) at {} ms{}",
+            takeover.fence,
+            takeover.at_ms,
+            landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
+        ));
+    }
+    Ok(Some(Row::ParentExited {
+        fault: restart.id,
+        answer_delivered: answered_by(earlier, attempts_by_id, gone).is_some(),
+    }))
 }
 
 /// The statuses the previous release (`testkit/src/previous_release.rs`) forgets and this

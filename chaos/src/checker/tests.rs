@@ -115,6 +115,7 @@ fn kill(envoy: usize, start: Ms) -> Fault {
         failover_window_ms: None,
         proxy_gone_ms: None,
         previous_release: None,
+        parent_epoch: None,
         operator: None,
     }
 }
@@ -130,6 +131,7 @@ fn a_kill_after_a_settle_landed_excuses_nothing_even_before_the_takeover() {
         fence: 1,
         call: "finalize".into(),
         by: "stream".into(),
+        epoch: 0,
     });
     assert!(reason(&history).contains("landed at 400 ms, before the takeover"));
 }
@@ -194,6 +196,7 @@ fn a_fresh_insert_is_in_the_chain_only_after_a_claim_shown_released_unrun() {
         fence: 2,
         call: "release_forget".into(),
         by: "stream".into(),
+        epoch: 0,
     });
     assert!(!check(&history).failed(), "{:#?}", check(&history));
 
@@ -335,6 +338,7 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         failover_window_ms: None,
         proxy_gone_ms: None,
         previous_release: None,
+        parent_epoch: None,
         operator: None,
     });
     let mut quiet = attempt("r9", 0, 10_000, 10_100, created("Q"));

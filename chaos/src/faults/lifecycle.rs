@@ -1,15 +1,18 @@
-//! The proxy-lifecycle faults (`--faults envoy-drain,wasm-upgrade,rolling-upgrade`): what a
-//! platform does to a running proxy, with claims in flight and records in its outbox.
+//! The proxy-lifecycle faults (`--faults envoy-drain,wasm-upgrade,rolling-upgrade,
+//! envoy-hot-restart`): what a platform does to a running proxy, with claims in flight and
+//! records in its outbox.
 //!
 //! | kind | inject | heal |
 //! |---|---|---|
 //! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit, start it again on the same ports |
 //! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); new VMs; the old listener drained for `--drain-time-s` (at once when it holds no connection), then its plugin retired and its VMs destroyed. A watcher polls Envoy's VM counts from just before the push | wait for the watcher: the moment Envoy had created new VMs and held no more than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
+//! | envoy hot restart | Envoy N's next restart epoch started on its base id (`Stack::hot_restart_envoy`), `--parent-shutdown-time-s 2`: the child takes the listen sockets, the parent drains (`--drain-time-s 1`) and keeps its outbox delivering | wait for the parent's exit: the moment it was seen exited is `proxy_gone_ms`, its epoch `parent_epoch` |
 //! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
 //!
 //! What each may cost is the guarantee's first at-least-once row: Envoy exits at once on
-//! `SIGTERM` and a module push destroys the retired VM with its outbox
-//! (`docs/envoy-facts.md#drain-and-shutdown`,
+//! `SIGTERM`, a module push destroys the retired VM with its outbox, and a hot restart's
+//! parent exits with its own (`docs/envoy-facts.md#drain-and-shutdown`,
+//! `docs/envoy-facts.md#hot-restart`,
 //! `docs/envoy-facts.md#a-retired-root-context-keeps-working`); the judge excuses a re-run
 //! only with the evidence of that very loss (`checker/judgement.rs`).
 
@@ -31,6 +34,10 @@ const VM_GONE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the VM count is read while waiting.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How long a hot restart's parent drains before the child tells it to exit: past the
+/// listener drain (`--drain-time-s 1`), within the policy's lease.
+const PARENT_SHUTDOWN: Duration = Duration::from_secs(2);
+
 /// The label of the rebuilt module an upgrade pushes.
 const UPGRADE_LABEL: &str = "upgrade";
 
@@ -43,15 +50,25 @@ pub struct Pending {
     terminated_ms: Option<Ms>,
     /// A rolling upgrade's result: the Envoy runs the previous release now.
     previous_release: Option<bool>,
+    /// A hot restart's parent: its restart epoch.
+    parent_epoch: Option<u32>,
 }
 
-/// Starts the fault: a graceful drain, a module push, or a pod replaced by another
-/// release.
+/// Starts the fault: a graceful drain, a module push, a pod replaced by another release,
+/// or a hot restart.
 pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize, clock: Clock) -> Pending {
     match kind {
         FaultKind::EnvoyDrain => {
             stack.drain_envoy(target).await;
             Pending::default()
+        }
+        FaultKind::EnvoyHotRestart => {
+            let parent_epoch = Some(stack.envoy_epoch(target));
+            stack.hot_restart_envoy(target, PARENT_SHUTDOWN).await;
+            Pending {
+                parent_epoch,
+                ..Pending::default()
+            }
         }
         FaultKind::RollingUpgrade => {
             let to_previous = stack.envoy_binaries(target).wasm == stack.binaries().wasm;
@@ -90,7 +107,8 @@ pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize, clock: Cl
 }
 
 /// Ends the fault and records on `fault` when the old process or VM was gone (when that
-/// was seen) and, for a rolling upgrade, which release the Envoy runs now.
+/// was seen), for a rolling upgrade which release the Envoy runs now, and for a hot restart
+/// which epoch the parent was.
 pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock: Clock) {
     fault.proxy_gone_ms = match fault.kind {
         FaultKind::EnvoyDrain => {
@@ -104,9 +122,14 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
             None => None,
         },
         FaultKind::RollingUpgrade => pending.terminated_ms,
+        FaultKind::EnvoyHotRestart => {
+            stack.wait_envoy_parent_exit(fault.target);
+            Some(clock.now_ms())
+        }
         _ => None,
     };
     fault.previous_release = pending.previous_release;
+    fault.parent_epoch = pending.parent_epoch;
 }
 
 /// Waits until the Envoy at `admin`, whose VM counts were `before` just before a push, has

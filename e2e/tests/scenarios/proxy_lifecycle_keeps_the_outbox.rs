@@ -217,3 +217,114 @@ async fn sigterm_ends_the_outbox_and_a_drain_keeps_it_on_envoy_1_40() {
 async fn sigterm_ends_the_outbox_and_a_drain_keeps_it_on_envoy_1_36() {
     sigterm_then_drain(oldest()).await;
 }
+
+/// Whether a line of Envoy 0's log, logged by the process of restart epoch `epoch`, holds
+/// `needle`: a hot-restarted child prefixes its messages with `epoch=N`
+/// (`testkit/src/stack/parts.rs`), an epoch-0 process does not.
+fn logged_by_epoch(log: &str, epoch: u32, needle: &str) -> usize {
+    let mark = format!("] epoch={epoch} ");
+    log.lines()
+        .filter(|line| line.contains(needle))
+        .filter(|line| {
+            if epoch == 0 {
+                !line.contains("] epoch=")
+            } else {
+                line.contains(&mark)
+            }
+        })
+        .count()
+}
+
+/// What a hot restart's parent logs when the child tells it to exit (Envoy's own line).
+const PARENT_TOLD_TO_EXIT: &str = "shutting down due to child request";
+
+/// A hot restart is two processes, each with its own VMs: the parent keeps running its
+/// plugin, ticks and outbox while it drains, and delivers a record once a store answers;
+/// when Envoy ends it (`--parent-shutdown-time-s` after the child started) it exits as on
+/// `SIGTERM`: `on_done`, `evidence=retired`, and the record still in its outbox is lost,
+/// since the child starts new VMs with empty outboxes. So a record survives a hot restart
+/// only if it lands within the parent's shutdown time (`docs/envoy-facts.md#hot-restart`).
+async fn hot_restart(binaries: Binaries) {
+    let mut stack = Stack::start(options(binaries)).await;
+
+    // Epoch 0 → 1, the store down until the parent exited: the record is lost.
+    answer_into_the_outbox(&mut stack, "restarted").await;
+    stack
+        .parts_mut()
+        .hot_restart_envoy(0, Duration::from_secs(2))
+        .await;
+    stack.parts_mut().wait_envoy_parent_exit(0);
+    let log = stack.envoy_log();
+    assert_eq!(logged_by_epoch(&log, 0, PARENT_TOLD_TO_EXIT), 1);
+    assert_eq!(
+        logged_by_epoch(&log, 0, RETIRED_WITH_CLAIMS),
+        1,
+        "the parent's root context was told it is done, with the record in its outbox"
+    );
+    assert!(
+        log.lines().any(|line| !line.contains("] epoch=")
+            && line.contains("evidence=retired ")
+            && line.contains(" call=finalize ")),
+        "the parent named the record's settle call before it exited"
+    );
+    stack.restart_lease_store().await;
+    stack
+        .eventually("the lost record's lease ran out", || async {
+            stack
+                .sql("SELECT bool_and(lease_expires_at < now()) FROM keyflight_records")
+                .trim()
+                == "t"
+        })
+        .await;
+    assert_eq!(
+        record_states(&stack).trim(),
+        "pending",
+        "nothing delivered the record: the child's new VMs never had it"
+    );
+    let retry = stack
+        .post("/payments?hold=restarted")
+        .key("restarted")
+        .json(&json!({"key": "restarted"}))
+        .send();
+    let (retry, ()) = tokio::join!(retry, stack.open_gate("restarted"));
+    assert_eq!(retry.status, 201, "{retry}");
+    assert_eq!(stack.upstream_executions().await, 2, "the retry ran again");
+    assert_eq!(stack.store_event_total("recovered_abandoned").await, 1);
+
+    // Epoch 1 → 2, the store back while the parent drains: the parent delivers.
+    answer_into_the_outbox(&mut stack, "kept").await;
+    stack
+        .parts_mut()
+        .hot_restart_envoy(0, Duration::from_secs(60))
+        .await;
+    stack.restart_lease_store().await;
+    stack
+        .eventually(
+            "the draining parent's outbox delivered the record",
+            || async { record_states(&stack).trim() == "completed,completed" },
+        )
+        .await;
+    let log = stack.envoy_log();
+    assert!(
+        log.lines().any(|line| line.contains("] epoch=1 ")
+            && line.contains("evidence=settle_landed ")
+            && line.contains(" by=outbox")),
+        "the parent (epoch 1) landed it from its outbox"
+    );
+    assert_eq!(
+        logged_by_epoch(&log, 1, PARENT_TOLD_TO_EXIT)
+            + logged_by_epoch(&log, 1, RETIRED_WITH_CLAIMS),
+        0,
+        "before it was told to exit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_restart_keeps_the_outbox_only_until_the_parent_exits_on_envoy_1_40() {
+    hot_restart(Binaries::locate()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_restart_keeps_the_outbox_only_until_the_parent_exits_on_envoy_1_36() {
+    hot_restart(oldest()).await;
+}

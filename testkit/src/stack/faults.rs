@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{READY_TIMEOUT, Stack, lds_path_of, network, upstream_command_at};
+use super::{
+    READY_TIMEOUT, Restart, Stack, lds_path_of, network, remove_hot_restart_memory,
+    restartable_envoy_command, upstream_command_at,
+};
 use crate::database::Database;
 use crate::ha::HaCluster;
 use crate::lds;
@@ -54,16 +57,24 @@ impl Stack {
         self.envoy(index).part.signal(signal);
     }
 
-    /// Starts Envoy `index` again on the same ports and config, and waits until it is ready.
+    /// Starts Envoy `index` again on the same ports and config (killing it first if it
+    /// runs: a fresh process, epoch 0), and waits until it is ready.
     pub async fn start_envoy(&mut self, index: usize) {
-        let command = super::envoy_command(
-            &self.envoys[index].binaries,
-            &self.envoys[index].config,
+        let envoy = &mut self.envoys[index];
+        envoy.part.kill();
+        remove_hot_restart_memory(&envoy.base_id_file);
+        envoy.epoch = 0;
+        let command = restartable_envoy_command(
+            &envoy.binaries,
+            &envoy.config,
             &self.options.envoy_log_level,
             &self.options.filter_token(),
+            Restart::First {
+                base_id_file: &envoy.base_id_file,
+            },
         );
-        let command = network::inside(self.net.as_ref(), self.envoys[index].place, command);
-        self.envoys[index].part.spawn(command);
+        let command = network::inside(self.net.as_ref(), envoy.place, command);
+        envoy.part.spawn(command);
         self.wait_envoy(index).await;
     }
 

@@ -58,7 +58,10 @@ pub use lifecycle::{WasmVms, wasm_vms_at};
 pub use network::{NetFault, SLOW_LINK_BYTES_PER_S};
 pub use options::{PortPlan, SHARED_AUTHORITY, StackOptions, VIA_HEADER, via_value};
 pub use parts::{ADMIN_TOKEN, envoy_command, lease_store_command, upstream_command};
-use parts::{Envoy, Part, Place, Sidecar, Store, upstream_command_at};
+use parts::{
+    Envoy, Part, Place, Restart, Sidecar, Store, remove_hot_restart_memory,
+    restartable_envoy_command, upstream_command_at,
+};
 pub use sidecar::{Mesh, STORE_SPIFFE_ID};
 
 /// How long a part may take to answer its readiness probe.
@@ -136,6 +139,8 @@ impl Stack {
                     .unwrap_or_else(|| binaries.clone()),
                 ports: plan.envoy(index),
                 config: dir.join(format!("envoy-{index}.yaml")),
+                base_id_file: dir.join(format!("envoy-{index}.base-id")),
+                epoch: 0,
                 part: Part::new(&format!("envoy-{index}"), &logs),
             })
             .collect();
@@ -155,11 +160,14 @@ impl Stack {
                 &sites,
                 &envoy.config,
             );
-            let command = envoy_command(
+            let command = restartable_envoy_command(
                 &envoy.binaries,
                 &envoy.config,
                 &options.envoy_log_level,
                 &options.filter_token(),
+                Restart::First {
+                    base_id_file: &envoy.base_id_file,
+                },
             );
             envoy
                 .part
@@ -467,6 +475,10 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        for envoy in &mut self.envoys {
+            envoy.part.kill();
+            remove_hot_restart_memory(&envoy.base_id_file);
+        }
         if std::thread::panicking() {
             eprintln!(
                 "keyflight stack: kept for inspection in {}",

@@ -19,6 +19,9 @@ pub(super) struct Part {
     name: String,
     log: PathBuf,
     child: Option<ChildGuard>,
+    /// The previous process of an Envoy's hot restart, draining until the new one tells
+    /// it to exit ([`Part::hot_restart`]).
+    parent: Option<ChildGuard>,
 }
 
 impl Part {
@@ -27,6 +30,7 @@ impl Part {
             name: name.to_owned(),
             log: logs.join(format!("{name}.log")),
             child: None,
+            parent: None,
         }
     }
 
@@ -36,9 +40,36 @@ impl Part {
         self.child = Some(ChildGuard::spawn_logged(&self.name, command, &self.log));
     }
 
-    /// `SIGKILL`, and reaps it; nothing when it is not running.
+    /// Starts `command`, the next epoch of a hot restart, beside the running process,
+    /// which becomes the parent: it keeps running until the new process tells it to exit.
+    /// Its log continues the same file.
+    pub(super) fn hot_restart(&mut self, command: Command) {
+        if let Some(mut earlier) = self.parent.take() {
+            earlier.kill();
+        }
+        self.parent = self.child.take();
+        self.child = Some(ChildGuard::spawn_logged(&self.name, command, &self.log));
+    }
+
+    /// Waits up to `timeout` for the parent of the last hot restart to exit (panicking with
+    /// its log if it does not); nothing when there is none.
+    pub(super) fn wait_parent_exit(&mut self, timeout: std::time::Duration) {
+        if let Some(mut parent) = self.parent.take() {
+            parent.wait_exit(timeout);
+        }
+    }
+
+    /// The parent's process id while a hot restart's parent has not been reaped.
+    pub(super) fn parent_pid(&self) -> Option<u32> {
+        self.parent.as_ref().map(ChildGuard::pid)
+    }
+
+    /// `SIGKILL`, and reaps it (and a hot restart's parent); nothing when it is not running.
     pub(super) fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        for mut child in [self.child.take(), self.parent.take()]
+            .into_iter()
+            .flatten()
+        {
             child.kill();
         }
     }
@@ -54,8 +85,13 @@ impl Part {
     /// `SIGTERM`, and waits up to `timeout` for it to exit (panicking with its log if it
     /// does not): a pod terminated by a rollout. Nothing when it is not running.
     pub(super) fn terminate(&mut self, timeout: std::time::Duration) {
-        if let Some(mut child) = self.child.take() {
-            child.signal(Signal::Term);
+        for mut child in [self.child.take(), self.parent.take()]
+            .into_iter()
+            .flatten()
+        {
+            if child.try_wait().is_none() {
+                child.signal(Signal::Term);
+            }
             child.wait_exit(timeout);
         }
     }
@@ -98,6 +134,11 @@ impl Place {
 
 /// One Envoy: where it runs, its ports, its rendered config and the process.
 pub(super) struct Envoy {
+    /// Where its epoch-0 process writes the `--base-id` it picked, which a hot restart
+    /// passes on ([`Restart`]).
+    pub(super) base_id_file: PathBuf,
+    /// The restart epoch of its running process (0 unless it was hot restarted).
+    pub(super) epoch: u32,
     pub(super) place: Place,
     /// The Envoy binary and `.wasm` it runs (the stack's unless a test gave others).
     pub(super) binaries: Binaries,
@@ -130,8 +171,85 @@ pub(super) struct Store {
 /// pass to the filter's VM: `docs/configuration.md#caller-identity`).
 ///
 /// `--disable-hot-restart`: hot restart is what needs a shared-memory region per
-/// `--base-id`, so without it any number of Envoys coexist with no id to hand out.
+/// `--base-id`, so without it any number of Envoys coexist with no id to hand out. The
+/// stack's own filter Envoys run [`restartable_envoy_command`] instead.
 pub fn envoy_command(
+    binaries: &Binaries,
+    config: &Path,
+    log_level: &str,
+    store_token: &str,
+) -> Command {
+    let mut command = envoy_base_command(binaries, config, log_level, store_token);
+    command.arg("--disable-hot-restart");
+    command
+}
+
+/// How an Envoy process takes part in hot restart
+/// (`docs/envoy-facts.md#hot-restart`).
+pub(super) enum Restart<'a> {
+    /// A fresh process (epoch 0): Envoy picks a `--base-id` no other Envoy on the machine
+    /// uses (its shared memory and domain sockets are named by it) and writes it to the file.
+    First { base_id_file: &'a Path },
+    /// Epoch `epoch` of `base_id`: it takes the running process's listen sockets, which
+    /// drains, and tells it to exit `parent_shutdown` after it started. Its log lines carry
+    /// `epoch=N` before the message, so a reader tells its lines from its parent's.
+    Next {
+        base_id: u32,
+        epoch: u32,
+        parent_shutdown: std::time::Duration,
+    },
+}
+
+/// [`envoy_command`] for a stack's filter Envoy, which can be hot restarted.
+pub(super) fn restartable_envoy_command(
+    binaries: &Binaries,
+    config: &Path,
+    log_level: &str,
+    store_token: &str,
+    restart: Restart,
+) -> Command {
+    let mut command = envoy_base_command(binaries, config, log_level, store_token);
+    match restart {
+        Restart::First { base_id_file } => {
+            command
+                .args(["--use-dynamic-base-id", "--restart-epoch", "0"])
+                .arg("--base-id-path")
+                .arg(base_id_file);
+        }
+        Restart::Next {
+            base_id,
+            epoch,
+            parent_shutdown,
+        } => {
+            command.args([
+                "--base-id".to_owned(),
+                base_id.to_string(),
+                "--restart-epoch".to_owned(),
+                epoch.to_string(),
+                "--parent-shutdown-time-s".to_owned(),
+                parent_shutdown.as_secs().max(1).to_string(),
+                // Envoy's default format with the epoch before the message.
+                "--log-format".to_owned(),
+                format!("[%Y-%m-%d %T.%e][%t][%l][%n] [%g:%#] epoch={epoch} %v"),
+            ]);
+        }
+    }
+    command
+}
+
+/// Removes the shared-memory region Envoy's hot restart left for the base id in
+/// `base_id_file` (Envoy leaves it behind even on a clean exit); for a process that is
+/// gone. Best effort: a leftover region only takes one id out of the dynamic pool.
+pub(super) fn remove_hot_restart_memory(base_id_file: &Path) {
+    if let Ok(text) = std::fs::read_to_string(base_id_file)
+        && let Ok(base_id) = text.trim().parse::<u64>()
+    {
+        // Envoy names the region by `base_id * 10` (room for its per-epoch sockets).
+        let _ = std::fs::remove_file(format!("/dev/shm/envoy_shared_memory_{}", base_id * 10));
+    }
+}
+
+fn envoy_base_command(
     binaries: &Binaries,
     config: &Path,
     log_level: &str,
@@ -142,7 +260,6 @@ pub fn envoy_command(
     // Envoy logs its local time: in UTC its lines read like every other part's.
     command.env("TZ", "UTC");
     command.arg("-c").arg(config).args([
-        "--disable-hot-restart",
         "--concurrency",
         "2",
         "--log-level",
