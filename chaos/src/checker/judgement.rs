@@ -611,46 +611,22 @@ fn excused(
         takeover_fence: takeover.fence,
         later_fence,
     };
-    if let Some(row) = proxy_died(
-        earlier,
-        envoy,
-        first,
-        takeover,
-        landed,
-        attempts_by_id,
-        history,
-    )? {
-        return Ok(excused(row));
-    }
-    if let Some(row) = parent_exited(
-        earlier,
-        envoy,
-        first,
-        takeover,
-        landed,
-        attempts_by_id,
-        history,
-    )? {
-        return Ok(excused(row));
-    }
-    if let Some(row) = vm_retired(
-        earlier,
-        envoy,
-        first,
-        takeover,
-        landed,
-        attempts_by_id,
-        history,
-    ) {
-        return Ok(excused(row));
-    }
-    let partitioned = Earlier {
+    let earlier_facts = Earlier {
         execution: earlier,
         envoy,
         claim: first,
         landed,
     };
-    if let Some(row) = proxy_partitioned(&partitioned, takeover, attempts_by_id, history)? {
+    if let Some(row) = proxy_died(&earlier_facts, takeover, attempts_by_id, history)? {
+        return Ok(excused(row));
+    }
+    if let Some(row) = parent_exited(&earlier_facts, takeover, attempts_by_id, history)? {
+        return Ok(excused(row));
+    }
+    if let Some(row) = vm_retired(&earlier_facts, takeover, attempts_by_id, history) {
+        return Ok(excused(row));
+    }
+    if let Some(row) = proxy_partitioned(&earlier_facts, takeover, attempts_by_id, history)? {
         return Ok(excused(row));
     }
     let gave_up = evidence.proxy_event(envoy, earlier_fence, "given_up");
@@ -714,15 +690,18 @@ fn released_unrun(claim: &ClaimWon, history: &History) -> Result<Ms, String> {
 /// The dead-proxy row: `Ok(None)` when no kill or drain's `SIGTERM` fits, `Err` when one fits but the caller
 /// had its answer with no hand-off logged (the record should have been written).
 fn proxy_died(
-    earlier: &Execution,
-    envoy: usize,
-    claim: &ClaimWon,
+    earlier: &Earlier<'_>,
     takeover: &ClaimWon,
-    landed: Option<Ms>,
     attempts_by_id: &HashMap<&str, &Attempt>,
     history: &History,
 ) -> Result<Option<Row>, String> {
-    let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
+    let before = earlier.deadline(takeover);
+    let Earlier {
+        execution: earlier,
+        envoy,
+        claim,
+        ..
+    } = *earlier;
     let Some((kill, ended)) = history
         .faults
         .iter()

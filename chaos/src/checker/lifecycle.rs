@@ -35,6 +35,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::evidence::ClaimWon;
 use super::judgement::{Rerun, RerunVerdict, Row, SETTLE_LOG_SLACK_MS, answered_by};
+use super::partition::Earlier;
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 
 /// When `fault` ended the Envoy process it hit, for the faults that end one: an Envoy
@@ -54,18 +55,21 @@ pub fn process_ended(fault: &Fault) -> Option<Ms> {
 /// keeps the VM, whose outbox goes on delivering: the retirement excuses nothing by itself,
 /// and another row may still fit).
 pub fn vm_retired(
-    earlier: &Execution,
-    envoy: usize,
-    claim: &ClaimWon,
+    earlier: &Earlier<'_>,
     takeover: &ClaimWon,
-    landed: Option<Ms>,
     attempts_by_id: &HashMap<&str, &Attempt>,
     history: &History,
 ) -> Option<Row> {
+    let before = earlier.deadline(takeover);
+    let Earlier {
+        execution: earlier,
+        envoy,
+        claim,
+        ..
+    } = *earlier;
     let retired = history
         .evidence
         .proxy_event(envoy, claim.fence, "retired")?;
-    let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
     let (push, gone) = history
         .faults
         .iter()
@@ -83,14 +87,18 @@ pub fn vm_retired(
 /// hot restart of Envoy `envoy` logged the retirement of `claim`'s settle call, `Err` when
 /// one did but was not seen exited before the takeover and any landed settle.
 pub fn parent_exited(
-    earlier: &Execution,
-    envoy: usize,
-    claim: &ClaimWon,
+    earlier: &Earlier<'_>,
     takeover: &ClaimWon,
-    landed: Option<Ms>,
     attempts_by_id: &HashMap<&str, &Attempt>,
     history: &History,
 ) -> Result<Option<Row>, String> {
+    let before = earlier.deadline(takeover);
+    let Earlier {
+        execution: earlier,
+        envoy,
+        claim,
+        landed,
+    } = *earlier;
     let fence = claim.fence;
     let retired_by = |epoch: u32| {
         history
@@ -127,7 +135,6 @@ pub fn parent_exited(
             restart.id, retired.at_ms
         ));
     };
-    let before = landed.map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
     if gone >= before {
         return Err(format!(
             "envoy-{envoy}'s hot-restart parent exited at {gone} ms, not before the takeover \

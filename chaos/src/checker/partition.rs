@@ -24,7 +24,8 @@ use super::judgement::{Row, answered_by, handed_off_by};
 use crate::history::{Attempt, Execution, FaultKind, History, Ms};
 use std::collections::HashMap;
 
-/// What the row reads about the earlier execution.
+/// What every row of a re-run reads about the earlier execution (the dead-proxy, VM,
+/// hot-restart and partition rows).
 pub struct Earlier<'a> {
     /// The earlier execution.
     pub execution: &'a Execution,
@@ -36,6 +37,14 @@ pub struct Earlier<'a> {
     pub landed: Option<Ms>,
 }
 
+impl Earlier<'_> {
+    /// What every row's cause must come before: the takeover, and any landed settle.
+    pub fn deadline(&self, takeover: &ClaimWon) -> Ms {
+        self.landed
+            .map_or(takeover.at_ms, |at| at.min(takeover.at_ms))
+    }
+}
+
 /// `Ok(None)` when no partition of the earlier fence's proxy fits; `Err` when one fits in
 /// time but another condition of the row is not shown.
 pub fn proxy_partitioned(
@@ -44,9 +53,7 @@ pub fn proxy_partitioned(
     attempts_by_id: &HashMap<&str, &Attempt>,
     history: &History,
 ) -> Result<Option<Row>, String> {
-    let before = earlier
-        .landed
-        .map_or(takeover.at_ms, |at| at.min(takeover.at_ms));
+    let before = earlier.deadline(takeover);
     let Some(cut) = history.faults.iter().find(|fault| {
         fault.kind == FaultKind::ProxyPartition
             && fault.target == earlier.envoy
