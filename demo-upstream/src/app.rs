@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `POST /payments`, `POST /payments/…` | counts and logs an execution, then answers 201 with a fresh payment |
 //! | `GET /stats` | `{"executions": N, "by_path": {...}}` |
-//! | `GET /effects` | `{"payments": N}`: the payment rows committed (404 without `--effects-database-url`) |
+//! | `GET /effects` | `{"payments": N, "operations_paid_more_than_once": M}`: the payment rows committed, and the scopes with more than one (404 without `--effects-database-url`) |
 //! | `GET /executions` | the execution log as JSON lines (`application/x-ndjson`), oldest first; `?after=N` only those after execution `N` (see `executions.rs`) |
 //! | `POST /stats/reset` | zeroes the counters and empties the execution log |
 //! | `GET /gates/{name}` | `{"waiting": N, "open": bool}` |
@@ -150,7 +150,13 @@ async fn pay(
     let (status, answer) = match &state.ledger {
         Some(ledger) => match pay_in_ledger(ledger, &headers, payment_id, status, answer).await {
             Ok(paid) => paid,
-            Err(response) => return response,
+            Err(response) => {
+                // The history checker tells a refused payment from a lost answer by this.
+                state
+                    .executions
+                    .answered(execution, response.status().as_u16());
+                return response;
+            }
         },
         None => (status, answer),
     };
@@ -236,8 +242,12 @@ async fn pay_in_ledger(
         Ok(Paid::Now) => Ok((status, answer)),
         Ok(Paid::Earlier { status, body }) => {
             tracing::info!(%payment_id, "payment already made: answering the first run's answer");
-            let status = StatusCode::from_u16(status)
-                .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "a recorded status"))?;
+            let status = StatusCode::from_u16(status).map_err(|_| {
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the recorded status is not an HTTP status",
+                )
+            })?;
             Ok((status, body))
         }
         Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
@@ -266,7 +276,11 @@ async fn effects(State(state): State<AppState>) -> Response {
         return error(StatusCode::NOT_FOUND, "payments are not kept in a database");
     };
     match ledger.payments().await {
-        Ok(payments) => Json(json!({ "payments": payments })).into_response(),
+        Ok((payments, paid_more_than_once)) => Json(json!({
+            "payments": payments,
+            "operations_paid_more_than_once": paid_more_than_once,
+        }))
+        .into_response(),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
 }

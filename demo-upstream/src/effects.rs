@@ -25,6 +25,11 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS demo_payments (
 const INSERT_PAYMENT: &str =
     "INSERT INTO demo_payments (payment_id, scope, fence) VALUES ($1, $2, $3)";
 
+const COUNT_PAYMENTS: &str = "SELECT
+    (SELECT count(*) FROM demo_payments),
+    (SELECT count(*) FROM (SELECT FROM demo_payments WHERE scope IS NOT NULL
+                           GROUP BY scope HAVING count(*) > 1) AS twice)";
+
 /// The payments database.
 #[derive(Clone)]
 pub struct Ledger {
@@ -134,12 +139,11 @@ impl Ledger {
         }
     }
 
-    /// How many payments committed.
-    pub async fn payments(&self) -> Result<i64, LedgerError> {
+    /// How many payments committed, and how many operations (scopes) paid more than once:
+    /// the re-run effects the ledger exists to prevent, counted from the service's own rows.
+    pub async fn payments(&self) -> Result<(i64, i64), LedgerError> {
         let client = self.pool.get().await?;
-        let row = client
-            .query_one("SELECT count(*) FROM demo_payments", &[])
-            .await?;
-        Ok(row.try_get(0)?)
+        let row = client.query_one(COUNT_PAYMENTS, &[]).await?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
     }
 }

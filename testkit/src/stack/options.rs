@@ -178,8 +178,13 @@ impl StackOptions {
     /// The demo upstream keeps each payment as a row in the stack's Postgres, committed with
     /// its `keyflight-effects` record (`docs/effects.md`), and counts them at `GET /effects`.
     /// A real service has its own database; sharing the stack's keeps the stack small.
-    pub fn upstream_effects(mut self) -> Self {
-        self.upstream_effects = true;
+    pub fn upstream_effects(self) -> Self {
+        self.upstream_effects_if(true)
+    }
+
+    /// [`StackOptions::upstream_effects`] when `on`.
+    pub fn upstream_effects_if(mut self, on: bool) -> Self {
+        self.upstream_effects = on;
         self
     }
 
