@@ -130,7 +130,8 @@ pub enum Uncertain {
     Record,
 }
 
-/// F6: what the upstream's own 5xx answer records.
+/// F6: what the upstream's own 5xx answer records
+/// (`docs/stream-machine.md#the-ietf-drafts-semantics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerErrors {
@@ -141,7 +142,8 @@ pub enum ServerErrors {
     Record,
 }
 
-/// F3, F5: what a request gets while the original with its key still runs.
+/// F3, F5: what a request gets while the original with its key still runs
+/// (`docs/stream-machine.md#the-ietf-drafts-semantics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InProgress {

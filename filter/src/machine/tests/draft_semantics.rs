@@ -1,6 +1,6 @@
 //! The IETF draft's semantics as per-policy settings (F3, F5, F6):
 //! `mismatch_status`, `in_progress` and `server_errors` / `uncertain: record`,
-//! each off by default (`docs/stream-machine.md#the-drafts-semantics`).
+//! each off by default (`docs/stream-machine.md#the-ietf-drafts-semantics`).
 
 use std::time::Duration;
 
