@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use keyflight_protocol::ScopeMode;
 use keyflight_protocol::authority::Authority;
 use keyflight_protocol::time::millis;
+use keyflight_protocol::{ProblemCode, ScopeMode};
 
 use super::validate::{header_name, in_range, to_usize};
 use super::{
@@ -16,7 +16,6 @@ use super::{
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
 use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
-use keyflight_protocol::ProblemCode;
 
 /// Headers that describe the transport, not the operation: they differ between
 /// a request and its retry, so they may never enter a fingerprint (K4).
