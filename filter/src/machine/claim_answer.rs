@@ -153,6 +153,7 @@ impl Machine {
             }
             ClaimResponse::Conflict => self.refuse_held_request(
                 out,
+                &policy,
                 ProblemCode::IdempotencyConflict,
                 None,
                 Outcome::Conflict,
@@ -163,6 +164,7 @@ impl Machine {
                 }
                 self.refuse_held_request(
                     out,
+                    &policy,
                     ProblemCode::RequestInProgress,
                     Some(retry_after_s),
                     Outcome::InProgressTimeout,
@@ -172,6 +174,7 @@ impl Machine {
                 out.push(Action::Count(Metric::Event(EventKind::RetryableCooldown)));
                 self.refuse_held_request(
                     out,
+                    &policy,
                     ProblemCode::RetryableCooldown,
                     Some(retry_after_s),
                     Outcome::Failed,
@@ -179,12 +182,14 @@ impl Machine {
             }
             ClaimResponse::NotReplayable => self.refuse_held_request(
                 out,
+                &policy,
                 ProblemCode::ResponseNotReplayable,
                 None,
                 Outcome::NotReplayable,
             ),
             ClaimResponse::Unknown => self.refuse_held_request(
                 out,
+                &policy,
                 ProblemCode::OperationUnknown,
                 None,
                 Outcome::OperationUnknown,
@@ -211,6 +216,7 @@ impl Machine {
         });
         self.refuse_held_request(
             out,
+            policy,
             ProblemCode::JournalUnavailable,
             None,
             Outcome::JournalUnavailable,
@@ -224,7 +230,12 @@ impl Machine {
         let detail = format!(
             "the recorded response is {coding}-encoded and this request does not accept that coding"
         );
-        let reply = problem_reply(code, self.config.status_profile, &detail, None);
+        let reply = problem_reply(
+            code,
+            code.status_under(self.config.status_profile),
+            &detail,
+            None,
+        );
         self.reply_to_held_request(out, reply, Outcome::NotReplayable);
     }
 
@@ -299,6 +310,7 @@ impl Machine {
         });
         self.refuse_held_request(
             out,
+            policy,
             ProblemCode::JournalUnavailable,
             None,
             Outcome::JournalUnavailable,
@@ -317,6 +329,7 @@ impl Machine {
             }
             FailureMode::Closed => self.refuse_held_request(
                 out,
+                policy,
                 ProblemCode::JournalUnavailable,
                 None,
                 Outcome::JournalUnavailable,
