@@ -16,7 +16,7 @@ export PG_BIN
 WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
-.PHONY: help prereqs ha-prereqs net-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
+.PHONY: help prereqs ha-prereqs net-prereqs bench-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit test-net test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance \
         chaos chaos-short model-check model
@@ -62,6 +62,10 @@ ha-prereqs:
 # (as root), or one line saying how. The faults themselves need root.
 net-prereqs:
 	@scripts/net-prereqs.sh
+
+# redis-server (Debian package): make bench's durable Redis baseline, installed when missing.
+bench-prereqs:
+	@scripts/bench-prereqs.sh
 
 rust-targets:
 	@installed=$$(rustup target list --installed); \
@@ -178,7 +182,7 @@ down:
 	@if [ -x $(STACK) ]; then $(STACK) down --dir .run; fi
 
 # Side-by-side measurements (about 5 minutes; not part of make test).
-bench: prereqs envoy wasm
+bench: prereqs bench-prereqs envoy wasm
 	scripts/bench.sh
 
 # Fault injection with a history checker (chaos/, its module doc says how to read the table).
