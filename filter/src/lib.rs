@@ -15,6 +15,7 @@
 //! `[lints]` table in its `Cargo.toml`).
 
 pub mod config;
+pub mod contract;
 pub mod drive;
 pub mod edge_cache;
 pub mod encoding;

@@ -1,0 +1,148 @@
+//! What a guarded route answers on its own, so the answers can be written into the
+//! service's OpenAPI (`lease-store openapi-overlay`, `docs/operations.md#the-contract-in-a-services-openapi`).
+//!
+//! Each answer is one problem code the state machine can reply with on a request the
+//! policy guards, with the status it gets under this configuration. The list lives
+//! here, beside the machine that sends them, so a new refusal or status setting changes
+//! the documented contract in the same crate.
+
+use keyflight_protocol::ProblemCode;
+
+use crate::config::{Anonymous, Config, Mode, Policy, Uncertain};
+
+/// One answer keyflight itself may give on a request `policy` guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The problem code (`code` of the problem+json body).
+    pub code: ProblemCode,
+    /// Its HTTP status under this configuration.
+    pub status: u16,
+    /// Whether it carries `Retry-After` (every 503, and an in-flight or cooldown refusal
+    /// under any status profile).
+    pub retry_after: bool,
+}
+
+/// The status of a request that reuses a key with another body (F3): the one place it is
+/// read, so a per-policy setting changes only this function.
+pub fn mismatch_status(config: &Config, _policy: &Policy) -> u16 {
+    ProblemCode::IdempotencyConflict.status_under(config.status_profile)
+}
+
+/// Every answer keyflight may give on a request `policy` guards, in status order; none
+/// under `mode: dry_run`, which never blocks or replays (F11).
+pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
+    if config.mode == Mode::DryRun {
+        return Vec::new();
+    }
+    let identity = &config.identity;
+    let has_sources = !identity.actor.is_empty() || !identity.principal.is_empty();
+    let codes = [
+        (ProblemCode::IdempotencyKeyRequired, policy.require_key),
+        (ProblemCode::IdempotencyKeyInvalid, true),
+        (
+            ProblemCode::PrincipalRequired,
+            policy.anonymous == Anonymous::Reject,
+        ),
+        (ProblemCode::PrincipalAmbiguous, has_sources),
+        (ProblemCode::PayloadTooLarge, true),
+        (ProblemCode::IdempotencyConflict, true),
+        (ProblemCode::RequestInProgress, true),
+        (ProblemCode::RetryableCooldown, true),
+        (ProblemCode::ResponseNotReplayable, true),
+        (
+            ProblemCode::OperationUnknown,
+            policy.uncertain == Uncertain::Hold,
+        ),
+        // Also when failure_mode is open: a record the store returns malformed is refused.
+        (ProblemCode::JournalUnavailable, true),
+    ];
+    let mut out: Vec<Answer> = codes
+        .into_iter()
+        .filter(|(_, given)| *given)
+        .map(|(code, _)| {
+            let status = match code {
+                ProblemCode::IdempotencyConflict => mismatch_status(config, policy),
+                _ => code.status_under(config.status_profile),
+            };
+            let suggests_wait = matches!(
+                code,
+                ProblemCode::RequestInProgress | ProblemCode::RetryableCooldown
+            );
+            Answer {
+                code,
+                status,
+                retry_after: suggests_wait || status == 503,
+            }
+        })
+        .collect();
+    out.sort_by_key(|a| a.status);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_plugin_config;
+
+    fn config(extra_top: &str, policy: &str) -> Config {
+        let json = format!(
+            r#"{{"lease_store": {{"cluster": "ls"}}, {extra_top}
+                "policies": [{{"name": "p", {policy} "match": {{"path_prefix": "/p"}}}}]}}"#
+        );
+        parse_plugin_config(json.as_bytes()).unwrap()
+    }
+
+    fn codes(config: &Config) -> Vec<(ProblemCode, u16, bool)> {
+        answers(config, &config.policies[0])
+            .into_iter()
+            .map(|a| (a.code, a.status, a.retry_after))
+            .collect()
+    }
+
+    #[test]
+    fn default_policy_answers() {
+        use ProblemCode::*;
+        assert_eq!(
+            codes(&config("", "")),
+            vec![
+                (IdempotencyKeyInvalid, 400, false),
+                (PrincipalRequired, 401, false),
+                (IdempotencyConflict, 409, false),
+                (ResponseNotReplayable, 409, false),
+                (PayloadTooLarge, 413, false),
+                (RequestInProgress, 503, true),
+                (RetryableCooldown, 503, true),
+                (JournalUnavailable, 503, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn settings_add_and_move_answers() {
+        use ProblemCode::*;
+        let c = config(
+            r#""status_profile": "ietf", "identity": {"principal": [{"header": "x-user"}]},"#,
+            r#""require_key": true, "anonymous": "shared", "uncertain": "hold","#,
+        );
+        assert_eq!(
+            codes(&c),
+            vec![
+                (IdempotencyKeyRequired, 400, false),
+                (IdempotencyKeyInvalid, 400, false),
+                (PrincipalAmbiguous, 400, false),
+                (RequestInProgress, 409, true),
+                (ResponseNotReplayable, 409, false),
+                (OperationUnknown, 409, false),
+                (PayloadTooLarge, 413, false),
+                (IdempotencyConflict, 422, false),
+                (RetryableCooldown, 503, true),
+                (JournalUnavailable, 503, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn dry_run_answers_nothing() {
+        assert!(codes(&config(r#""mode": "dry_run","#, "")).is_empty());
+    }
+}
