@@ -10,6 +10,10 @@
 //! problem+json stands for both. A response given by reference is left alone (changing
 //! the shared component would change every operation using it), with a note. Unguarded
 //! operations get no action at all.
+//!
+//! The problem+json schema is added once, as `components.schemas.KeyflightProblem`, and
+//! referenced; a document without `components`, or with a `KeyflightProblem` of its own,
+//! gets it inline instead.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,6 +45,9 @@ const FILTER_CODES: [ProblemCode; 11] = [
     ProblemCode::OperationUnknown,
 ];
 
+/// The name of the problem schema among the document's components.
+const PROBLEM_SCHEMA: &str = "KeyflightProblem";
+
 /// The overlay document and what a reader of it should know.
 #[derive(Debug)]
 pub struct Generated {
@@ -59,6 +66,7 @@ pub fn generate(
 ) -> Generated {
     let mut actions = Vec::new();
     let mut notes = Vec::new();
+    let (schema, component) = schema_use(doc, &mut notes);
     for operation in operations {
         let Some(policy) = &operation.policy else {
             continue;
@@ -85,7 +93,7 @@ pub fn generate(
                 }
             }
         }
-        let responses = responses(config, policy, node, &at, &mut notes);
+        let responses = responses(config, policy, node, &schema, &at, &mut notes);
         if !responses.is_empty() {
             update.insert(string("responses"), Value::Mapping(responses));
         }
@@ -99,6 +107,11 @@ pub fn generate(
                 Value::Mapping(update),
             ));
         }
+    }
+    if let Some(component) = component
+        && !actions.is_empty()
+    {
+        actions.insert(0, component);
     }
     let overlay = mapping([
         ("overlay", string("1.0.0")),
@@ -116,6 +129,38 @@ pub fn generate(
         ("actions", Value::Sequence(actions)),
     ]);
     Generated { overlay, notes }
+}
+
+/// The schema value media types use (a reference, or the schema inline) and the action
+/// adding the component, if one is needed.
+fn schema_use(doc: &Value, notes: &mut Vec<String>) -> (Value, Option<Value>) {
+    let schema = problem_schema();
+    let Some(components) = field(doc, "components") else {
+        return (schema, None);
+    };
+    let reference = mapping([(
+        "$ref",
+        string(&format!("#/components/schemas/{PROBLEM_SCHEMA}")),
+    )]);
+    match field(components, "schemas").and_then(|s| field(s, PROBLEM_SCHEMA)) {
+        Some(existing) if *existing == schema => (reference, None),
+        Some(_) => {
+            notes.push(format!(
+                "components.schemas.{PROBLEM_SCHEMA} is the document's own: keyflight's \
+                 problem schema is written inline"
+            ));
+            (schema, None)
+        }
+        None => {
+            let update = mapping([("schemas", mapping([(PROBLEM_SCHEMA, schema)]))]);
+            let action = action(
+                &normalized_path(&["components"]),
+                "the problem details keyflight answers with",
+                update,
+            );
+            (reference, Some(action))
+        }
+    }
 }
 
 /// An RFC 9535 normalized path of member names.
@@ -214,6 +259,7 @@ fn responses(
     config: &Config,
     policy: &Policy,
     operation: &Value,
+    schema: &Value,
     at: &str,
     notes: &mut Vec<String>,
 ) -> Mapping {
@@ -254,7 +300,7 @@ fn responses(
                 None => {
                     update.insert(
                         string("content"),
-                        mapping([(PROBLEM_CONTENT_TYPE, media_type(ours))]),
+                        mapping([(PROBLEM_CONTENT_TYPE, media_type(ours, schema))]),
                     );
                 }
             }
@@ -284,7 +330,7 @@ fn responses(
     for (status, ours) in &by_status {
         let status = status.to_string();
         if get(existing, &status).is_none() {
-            out.insert(string(&status), response(ours));
+            out.insert(string(&status), response(ours, schema));
         }
     }
     out
@@ -307,7 +353,7 @@ fn is_replayed(policy: &Policy, status: &str) -> bool {
 }
 
 /// A whole response for a status the operation does not document.
-fn response(ours: &[Answer]) -> Value {
+fn response(ours: &[Answer], schema: &Value) -> Value {
     let mut response = Mapping::new();
     response.insert(string("description"), string(&format!("keyflight: {}", titles(ours))));
     if ours.iter().any(|a| a.retry_after) {
@@ -318,13 +364,13 @@ fn response(ours: &[Answer]) -> Value {
     }
     response.insert(
         string("content"),
-        mapping([(PROBLEM_CONTENT_TYPE, media_type(ours))]),
+        mapping([(PROBLEM_CONTENT_TYPE, media_type(ours, schema))]),
     );
     Value::Mapping(response)
 }
 
 /// The problem+json media type: the schema, and one example per code.
-fn media_type(ours: &[Answer]) -> Value {
+fn media_type(ours: &[Answer], schema: &Value) -> Value {
     let examples = ours
         .iter()
         .map(|a| {
@@ -337,7 +383,7 @@ fn media_type(ours: &[Answer]) -> Value {
         })
         .collect();
     mapping([
-        ("schema", problem_schema()),
+        ("schema", schema.clone()),
         ("examples", Value::Mapping(examples)),
     ])
 }

@@ -111,6 +111,14 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
             "{s}"
         );
     }
+    // The problem schema is one component, referenced.
+    let media = field(status("409"), "content")
+        .and_then(|c| field(c, "application/problem+json"))
+        .unwrap();
+    assert_eq!(
+        field(media, "schema").and_then(|s| field(s, "$ref")).and_then(Value::as_str),
+        Some("#/components/schemas/KeyflightProblem")
+    );
     let retry_after = field(status("503"), "headers")
         .and_then(|h| field(h, "Retry-After"))
         .unwrap();
@@ -156,10 +164,14 @@ fn unguarded_operations_are_byte_for_byte_untouched_in_the_patched_document() {
         assert_eq!(text(&reread), text(&doc), "{method} {path}");
     }
     assert_ne!(node(&reread, "/pets/{id}", "delete"), node(&doc, "/pets/{id}", "delete"));
-    // Every other part of the document too.
-    for key in ["openapi", "info", "servers", "components"] {
+    // Every other part of the document too, but for the problem schema's component.
+    for key in ["openapi", "info", "servers"] {
         assert_eq!(field(&reread, key), field(&doc, key), "{key}");
     }
+    let schemas = |d: &Value| keys(field(d, "components").and_then(|c| field(c, "schemas")));
+    let mut expected = schemas(&doc);
+    expected.insert("KeyflightProblem".to_owned());
+    assert_eq!(schemas(&reread), expected);
 }
 
 /// A service that documents some of keyflight's statuses itself.
@@ -225,6 +237,11 @@ fn existing_responses_are_merged_never_overwritten() {
     assert_eq!(keys(field(&a503, "content")), set(&["application/problem+json"]));
     // 413 by reference: untouched.
     assert_eq!(status(after, "413"), status(before, "413"));
+    // `components` had no `schemas`: the problem schema's component is added.
+    assert_eq!(
+        keys(field(&outcome.patched, "components")),
+        set(&["responses", "schemas"])
+    );
     // The path item's own key parameter stands: no second one.
     assert!(field(node(&outcome.patched, "/orders", "post"), "parameters").is_none());
 
@@ -236,6 +253,20 @@ fn existing_responses_are_merged_never_overwritten() {
     ] {
         assert!(notes.contains(expected), "{expected} in {notes}");
     }
+}
+
+#[test]
+fn without_components_the_problem_schema_is_inline() {
+    let (doc, _) = parse("openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /a:\n    post:\n      responses: {'200': {description: ok}}\n").unwrap();
+    let outcome = compute(&doc, &config(r#"{"name": "a"}"#), &Site::default(), "a.yaml").unwrap();
+    assert!(field(&outcome.patched, "components").is_none());
+    let schema = field(node(&outcome.patched, "/a", "post"), "responses")
+        .and_then(|r| field(r, "413"))
+        .and_then(|r| field(r, "content"))
+        .and_then(|c| field(c, "application/problem+json"))
+        .and_then(|m| field(m, "schema"))
+        .unwrap();
+    assert_eq!(field(schema, "type").and_then(Value::as_str), Some("object"));
 }
 
 #[test]
