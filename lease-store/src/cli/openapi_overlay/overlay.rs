@@ -309,7 +309,10 @@ fn responses(
         let has_header = |name: &str| {
             field(response, "headers")
                 .and_then(Value::as_mapping)
-                .is_some_and(|h| h.keys().any(|k| key_text(k).is_some_and(|k| k.eq_ignore_ascii_case(name))))
+                .is_some_and(|h| {
+                    h.keys()
+                        .any(|k| key_text(k).is_some_and(|k| k.eq_ignore_ascii_case(name)))
+                })
         };
         if let Some(ours) = ours
             && ours.iter().any(|a| a.retry_after)
@@ -355,7 +358,10 @@ fn is_replayed(policy: &Policy, status: &str) -> bool {
 /// A whole response for a status the operation does not document.
 fn response(ours: &[Answer], schema: &Value) -> Value {
     let mut response = Mapping::new();
-    response.insert(string("description"), string(&format!("keyflight: {}", titles(ours))));
+    response.insert(
+        string("description"),
+        string(&format!("keyflight: {}", titles(ours))),
+    );
     if ours.iter().any(|a| a.retry_after) {
         response.insert(
             string("headers"),

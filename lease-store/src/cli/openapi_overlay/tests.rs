@@ -77,10 +77,15 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
     changed.retain(|k| field(before, k) != field(after, k));
     assert_eq!(changed, set(&["parameters", "responses"]));
 
-    let parameters = field(after, "parameters").and_then(Value::as_sequence).unwrap();
+    let parameters = field(after, "parameters")
+        .and_then(Value::as_sequence)
+        .unwrap();
     assert_eq!(parameters.len(), 1);
     let key = &parameters[0];
-    assert_eq!(field(key, "name").and_then(Value::as_str), Some("Idempotency-Key"));
+    assert_eq!(
+        field(key, "name").and_then(Value::as_str),
+        Some("Idempotency-Key")
+    );
     assert_eq!(field(key, "in").and_then(Value::as_str), Some("header"));
     assert_eq!(field(key, "required").and_then(Value::as_bool), Some(true));
 
@@ -102,7 +107,11 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
     assert_eq!(codes(status("413")), set(&["payload_too_large"]));
     assert_eq!(
         codes(status("503")),
-        set(&["request_in_progress", "retryable_cooldown", "journal_unavailable"])
+        set(&[
+            "request_in_progress",
+            "retryable_cooldown",
+            "journal_unavailable"
+        ])
     );
     for s in ["400", "401", "409", "413", "503"] {
         assert_eq!(
@@ -116,7 +125,9 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
         .and_then(|c| field(c, "application/problem+json"))
         .unwrap();
     assert_eq!(
-        field(media, "schema").and_then(|s| field(s, "$ref")).and_then(Value::as_str),
+        field(media, "schema")
+            .and_then(|s| field(s, "$ref"))
+            .and_then(Value::as_str),
         Some("#/components/schemas/KeyflightProblem")
     );
     let retry_after = field(status("503"), "headers")
@@ -129,7 +140,9 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
     assert!(field(status("409"), "headers").is_none());
     // The operation's own answers gain the replay marker, and nothing else.
     for s in ["200", "default"] {
-        let mut expected = field(field(before, "responses").unwrap(), s).unwrap().clone();
+        let mut expected = field(field(before, "responses").unwrap(), s)
+            .unwrap()
+            .clone();
         let marker = field(status(s), "headers")
             .and_then(|h| field(h, "Idempotent-Replayed"))
             .unwrap()
@@ -163,7 +176,10 @@ fn unguarded_operations_are_byte_for_byte_untouched_in_the_patched_document() {
         let text = |d: &Value| serde_yaml_ng::to_string(node(d, path, method)).unwrap();
         assert_eq!(text(&reread), text(&doc), "{method} {path}");
     }
-    assert_ne!(node(&reread, "/pets/{id}", "delete"), node(&doc, "/pets/{id}", "delete"));
+    assert_ne!(
+        node(&reread, "/pets/{id}", "delete"),
+        node(&doc, "/pets/{id}", "delete")
+    );
     // Every other part of the document too, but for the problem schema's component.
     for key in ["openapi", "info", "servers"] {
         assert_eq!(field(&reread, key), field(&doc, key), "{key}");
@@ -206,7 +222,8 @@ components:
 #[test]
 fn existing_responses_are_merged_never_overwritten() {
     let (doc, _) = parse(DOCUMENTED).unwrap();
-    let config = config(r#"{"name": "orders", "require_key": true, "match": {"path_prefix": "/orders"}}"#);
+    let config =
+        config(r#"{"name": "orders", "require_key": true, "match": {"path_prefix": "/orders"}}"#);
     let outcome = compute(&doc, &config, &Site::default(), "orders.yaml").unwrap();
     let before = field(node(&doc, "/orders", "post"), "responses").unwrap();
     let after = field(node(&outcome.patched, "/orders", "post"), "responses").unwrap();
@@ -224,7 +241,11 @@ fn existing_responses_are_merged_never_overwritten() {
         field(&b409, "content").and_then(|c| field(c, "application/json"))
     );
     // 409 is also an answer keyflight records and replays.
-    assert!(field(&a409, "headers").and_then(|h| field(h, "Idempotent-Replayed")).is_some());
+    assert!(
+        field(&a409, "headers")
+            .and_then(|h| field(h, "Idempotent-Replayed"))
+            .is_some()
+    );
     // 400: the service's own problem+json stands; only the replay marker is added.
     let a400 = status(after, "400");
     assert_eq!(
@@ -234,7 +255,10 @@ fn existing_responses_are_merged_never_overwritten() {
     // 503: its own Retry-After (any case) stays, the problem+json is added.
     let a503 = status(after, "503");
     assert_eq!(keys(field(&a503, "headers")), set(&["retry-after"]));
-    assert_eq!(keys(field(&a503, "content")), set(&["application/problem+json"]));
+    assert_eq!(
+        keys(field(&a503, "content")),
+        set(&["application/problem+json"])
+    );
     // 413 by reference: untouched.
     assert_eq!(status(after, "413"), status(before, "413"));
     // `components` had no `schemas`: the problem schema's component is added.
@@ -258,7 +282,13 @@ fn existing_responses_are_merged_never_overwritten() {
 #[test]
 fn without_components_the_problem_schema_is_inline() {
     let (doc, _) = parse("openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /a:\n    post:\n      responses: {'200': {description: ok}}\n").unwrap();
-    let outcome = compute(&doc, &config(r#"{"name": "a"}"#), &Site::default(), "a.yaml").unwrap();
+    let outcome = compute(
+        &doc,
+        &config(r#"{"name": "a"}"#),
+        &Site::default(),
+        "a.yaml",
+    )
+    .unwrap();
     assert!(field(&outcome.patched, "components").is_none());
     let schema = field(node(&outcome.patched, "/a", "post"), "responses")
         .and_then(|r| field(r, "413"))
@@ -266,7 +296,10 @@ fn without_components_the_problem_schema_is_inline() {
         .and_then(|c| field(c, "application/problem+json"))
         .and_then(|m| field(m, "schema"))
         .unwrap();
-    assert_eq!(field(schema, "type").and_then(Value::as_str), Some("object"));
+    assert_eq!(
+        field(schema, "type").and_then(Value::as_str),
+        Some("object")
+    );
 }
 
 #[test]
@@ -277,12 +310,20 @@ fn the_ietf_profile_documents_422_and_an_in_flight_409() {
     let config = parse_plugin_config(json.as_bytes()).unwrap();
     let outcome = compute(&doc, &config, &Site::default(), "p.yaml").unwrap();
     let responses = field(node(&outcome.patched, "/pets", "post"), "responses").unwrap();
-    assert_eq!(codes(field(responses, "422").unwrap()), set(&["idempotency_conflict"]));
+    assert_eq!(
+        codes(field(responses, "422").unwrap()),
+        set(&["idempotency_conflict"])
+    );
     let r409 = field(responses, "409").unwrap();
     assert!(codes(r409).contains("request_in_progress"));
-    let retry_after = field(r409, "headers").and_then(|h| field(h, "Retry-After")).unwrap();
+    let retry_after = field(r409, "headers")
+        .and_then(|h| field(h, "Retry-After"))
+        .unwrap();
     // Not every 409 carries it.
-    assert_eq!(field(retry_after, "required").and_then(Value::as_bool), Some(false));
+    assert_eq!(
+        field(retry_after, "required").and_then(Value::as_bool),
+        Some(false)
+    );
     let key = &field(node(&outcome.patched, "/pets", "post"), "parameters")
         .and_then(Value::as_sequence)
         .unwrap()[0];
@@ -300,14 +341,23 @@ fn refusals_name_what_to_do() {
         base_path: None,
     };
     let outcome = compute(&doc, &authority, &site, "p").unwrap();
-    assert_eq!(outcome.operations.iter().filter(|o| o.policy.is_some()).count(), 2);
+    assert_eq!(
+        outcome
+            .operations
+            .iter()
+            .filter(|o| o.policy.is_some())
+            .count(),
+        2
+    );
 
-    let json = r#"{"lease_store": {"cluster": "ls"}, "mode": "dry_run", "policies": [{"name": "p"}]}"#;
+    let json =
+        r#"{"lease_store": {"cluster": "ls"}, "mode": "dry_run", "policies": [{"name": "p"}]}"#;
     let dry = parse_plugin_config(json.as_bytes()).unwrap();
     let err = compute(&doc, &dry, &Site::default(), "p").unwrap_err();
     assert!(err.to_string().contains("dry_run"), "{err}");
 
-    let (swagger, _) = parse("swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n").unwrap();
+    let (swagger, _) =
+        parse("swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n").unwrap();
     let err = compute(&swagger, &dry, &Site::default(), "p").unwrap_err();
     assert!(err.to_string().contains("3.0 and 3.1"), "{err}");
 }
@@ -324,10 +374,18 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// Runs the command on `openapi` (written as `file_name`) under `plugin_config`.
-fn run_command(dir: &Path, file_name: &str, openapi: &str, plugin_config: &str) -> (PathBuf, PathBuf, PathBuf) {
+fn run_command(
+    dir: &Path,
+    file_name: &str,
+    openapi: &str,
+    plugin_config: &str,
+) -> (PathBuf, PathBuf, PathBuf) {
     let input = dir.join(file_name);
     let config = dir.join("plugin-config.json");
-    let (overlay, patched) = (dir.join(format!("overlay-{file_name}")), dir.join(format!("patched-{file_name}")));
+    let (overlay, patched) = (
+        dir.join(format!("overlay-{file_name}")),
+        dir.join(format!("patched-{file_name}")),
+    );
     std::fs::write(&input, openapi).unwrap();
     std::fs::write(&config, plugin_config).unwrap();
     run(OpenapiOverlayArgs {
@@ -378,7 +436,10 @@ fn the_demo_guards_its_payments_only() {
         ("/gates/{name}", "get"),
         ("/gates/{name}/open", "post"),
     ] {
-        assert_eq!(node(&outcome.patched, path, method), node(&doc, path, method));
+        assert_eq!(
+            node(&outcome.patched, path, method),
+            node(&doc, path, method)
+        );
     }
 }
 
@@ -388,8 +449,9 @@ fn the_demo_guards_its_payments_only() {
 #[test]
 #[ignore = "needs the Python validators: make openapi-overlay"]
 fn a_real_validator_accepts_the_patched_documents() {
-    let check = std::env::var("KEYFLIGHT_OPENAPI_CHECK")
-        .expect("KEYFLIGHT_OPENAPI_CHECK names the check's Python (scripts/openapi-overlay-check.sh)");
+    let check = std::env::var("KEYFLIGHT_OPENAPI_CHECK").expect(
+        "KEYFLIGHT_OPENAPI_CHECK names the check's Python (scripts/openapi-overlay-check.sh)",
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openapi-overlay-check.py");
     let dir = scratch("validate");
     let demo_plugin = demo_plugin_text();
@@ -424,5 +486,6 @@ fn demo_plugin_text() -> String {
             _ => None,
         }
     }
-    find(&serde_yaml_ng::from_str(DEMO_ENVOY).unwrap()).expect("envoy/demo.yaml holds a plugin configuration")
+    find(&serde_yaml_ng::from_str(DEMO_ENVOY).unwrap())
+        .expect("envoy/demo.yaml holds a plugin configuration")
 }
