@@ -327,7 +327,9 @@ fn responses(
             update.insert(string("headers"), Value::Mapping(headers));
         }
         if !update.is_empty() {
-            out.insert(string(&status), Value::Mapping(update));
+            // The key as the document spells it (an unquoted YAML `409` stays a number), so
+            // any Overlay tool merges into this response rather than adding a `"409"` beside it.
+            out.insert(key.clone(), Value::Mapping(update));
         }
     }
     for (status, ours) in &by_status {

@@ -240,6 +240,16 @@ fn existing_responses_are_merged_never_overwritten() {
         field(&a409, "content").and_then(|c| field(c, "application/json")),
         field(&b409, "content").and_then(|c| field(c, "application/json"))
     );
+    // The overlay names it by the document's own key, a number.
+    let actions = field(&outcome.overlay, "actions")
+        .and_then(Value::as_sequence)
+        .unwrap();
+    let update = actions
+        .iter()
+        .find_map(|a| field(a, "update").and_then(|u| field(u, "responses")))
+        .and_then(Value::as_mapping)
+        .unwrap();
+    assert!(update.contains_key(Value::Number(409.into())), "{update:?}");
     // 409 is also an answer keyflight records and replays.
     assert!(
         field(&a409, "headers")
@@ -458,9 +468,14 @@ fn a_real_validator_accepts_the_patched_documents() {
     let petstore_plugin = r#"{"lease_store": {"cluster": "ls"}, "status_profile": "ietf", "policies": [
         {"name": "pets", "require_key": true, "uncertain": "hold",
          "match": {"methods": ["POST", "DELETE"], "path_prefix": "/v2/pets"}}]}"#;
+    // The merge cases, with the status quoted as OpenAPI asks (the validator reads only strings).
+    let documented = DOCUMENTED.replace("        409:", "        \"409\":");
+    let documented_plugin = r#"{"lease_store": {"cluster": "ls"},
+        "policies": [{"name": "orders", "require_key": true, "match": {"path_prefix": "/orders"}}]}"#;
     for (name, text, plugin) in [
         ("openapi.json", DEMO, demo_plugin.as_str()),
         ("petstore-expanded.yaml", PETSTORE, petstore_plugin),
+        ("orders.yaml", documented.as_str(), documented_plugin),
     ] {
         let sub = dir.join(name.replace('.', "-"));
         std::fs::create_dir_all(&sub).unwrap();
