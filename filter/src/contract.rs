@@ -28,6 +28,21 @@ pub fn mismatch_status(config: &Config, _policy: &Policy) -> u16 {
     ProblemCode::IdempotencyConflict.status_under(config.status_profile)
 }
 
+/// Every problem code the filter itself answers with, whatever the configuration.
+pub const CODES: [ProblemCode; 11] = [
+    ProblemCode::IdempotencyKeyRequired,
+    ProblemCode::IdempotencyKeyInvalid,
+    ProblemCode::PrincipalRequired,
+    ProblemCode::PrincipalAmbiguous,
+    ProblemCode::PayloadTooLarge,
+    ProblemCode::IdempotencyConflict,
+    ProblemCode::RequestInProgress,
+    ProblemCode::RetryableCooldown,
+    ProblemCode::ResponseNotReplayable,
+    ProblemCode::OperationUnknown,
+    ProblemCode::JournalUnavailable,
+];
+
 /// Every answer keyflight may give on a request `policy` guards, in status order; none
 /// under `mode: dry_run`, which never blocks or replays (F11).
 pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
@@ -36,30 +51,18 @@ pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
     }
     let identity = &config.identity;
     let has_sources = !identity.actor.is_empty() || !identity.principal.is_empty();
-    let codes = [
-        (ProblemCode::IdempotencyKeyRequired, policy.require_key),
-        (ProblemCode::IdempotencyKeyInvalid, true),
-        (
-            ProblemCode::PrincipalRequired,
-            policy.anonymous == Anonymous::Reject,
-        ),
-        (ProblemCode::PrincipalAmbiguous, has_sources),
-        (ProblemCode::PayloadTooLarge, true),
-        (ProblemCode::IdempotencyConflict, true),
-        (ProblemCode::RequestInProgress, true),
-        (ProblemCode::RetryableCooldown, true),
-        (ProblemCode::ResponseNotReplayable, true),
-        (
-            ProblemCode::OperationUnknown,
-            policy.uncertain == Uncertain::Hold,
-        ),
+    let given = |code: ProblemCode| match code {
+        ProblemCode::IdempotencyKeyRequired => policy.require_key,
+        ProblemCode::PrincipalRequired => policy.anonymous == Anonymous::Reject,
+        ProblemCode::PrincipalAmbiguous => has_sources,
+        ProblemCode::OperationUnknown => policy.uncertain == Uncertain::Hold,
         // Also when failure_mode is open: a record the store returns malformed is refused.
-        (ProblemCode::JournalUnavailable, true),
-    ];
-    let mut out: Vec<Answer> = codes
+        _ => true,
+    };
+    let mut out: Vec<Answer> = CODES
         .into_iter()
-        .filter(|(_, given)| *given)
-        .map(|(code, _)| {
+        .filter(|code| given(*code))
+        .map(|code| {
             let status = match code {
                 ProblemCode::IdempotencyConflict => mismatch_status(config, policy),
                 _ => code.status_under(config.status_profile),

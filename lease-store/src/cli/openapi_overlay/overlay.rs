@@ -19,9 +19,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use keyflight_filter::config::{Config, Policy};
-use keyflight_filter::contract::{Answer, answers};
+use keyflight_filter::contract::{Answer, CODES, answers};
 use keyflight_filter::status_matrix::{Disposition, ResponseOrigin, classify};
-use keyflight_protocol::ProblemCode;
 use keyflight_protocol::headers::REPLAYED_HEADER;
 use keyflight_protocol::key::MAX_KEY_BYTES;
 use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem};
@@ -29,21 +28,6 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::document::{field, get, key_text, mapping, resolve, string};
 use super::operations::Operation;
-
-/// Every problem code the filter answers with (the `code` enum of the problem schema).
-const FILTER_CODES: [ProblemCode; 11] = [
-    ProblemCode::IdempotencyKeyRequired,
-    ProblemCode::IdempotencyKeyInvalid,
-    ProblemCode::PrincipalRequired,
-    ProblemCode::PrincipalAmbiguous,
-    ProblemCode::PayloadTooLarge,
-    ProblemCode::JournalUnavailable,
-    ProblemCode::IdempotencyConflict,
-    ProblemCode::RequestInProgress,
-    ProblemCode::RetryableCooldown,
-    ProblemCode::ResponseNotReplayable,
-    ProblemCode::OperationUnknown,
-];
 
 /// The name of the problem schema among the document's components.
 const PROBLEM_SCHEMA: &str = "KeyflightProblem";
@@ -402,7 +386,7 @@ fn problem_schema() -> Value {
         Some(f) => mapping([("type", string("string")), ("format", string(f))]),
         None => mapping([("type", string("string"))]),
     };
-    let codes = FILTER_CODES.iter().map(|c| string(c.as_str())).collect();
+    let codes = CODES.iter().map(|c| string(c.as_str())).collect();
     mapping([
         ("type", string("object")),
         (
