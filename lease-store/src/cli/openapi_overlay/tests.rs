@@ -372,6 +372,30 @@ fn refusals_name_what_to_do() {
     assert!(err.to_string().contains("3.0 and 3.1"), "{err}");
 }
 
+#[test]
+fn the_base_path_comes_from_the_first_server_or_the_flag() {
+    let pets =
+        config(r#"{"name": "pets", "match": {"methods": ["POST"], "path_prefix": "/api/pets"}}"#);
+    let guarded = |doc: &Value, site: &Site| {
+        compute(doc, &pets, site, "p")
+            .map(|o| o.operations.iter().filter(|o| o.policy.is_some()).count())
+            .map_err(|e| e.to_string())
+    };
+    // The petstore's server path is /v2: the policy for /api/pets guards nothing there …
+    assert_eq!(guarded(&petstore(), &Site::default()), Ok(0));
+    // … unless the service is reached under /api.
+    let api = Site {
+        authority: None,
+        base_path: Some("/api/".to_owned()),
+    };
+    assert_eq!(guarded(&petstore(), &api), Ok(1));
+    let templated = PETSTORE.replace("https://petstore.swagger.io/v2", "https://{host}/{base}");
+    let (doc, _) = parse(&templated).unwrap();
+    let err = guarded(&doc, &Site::default()).unwrap_err();
+    assert!(err.contains("pass --base-path"), "{err}");
+    assert_eq!(guarded(&doc, &api), Ok(1));
+}
+
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
