@@ -29,9 +29,11 @@ pub fn mismatch_status(config: &Config, _policy: &Policy) -> u16 {
 }
 
 /// Every problem code the filter itself answers with, whatever the configuration.
-pub const CODES: [ProblemCode; 11] = [
+pub const CODES: [ProblemCode; 12] = [
     ProblemCode::IdempotencyKeyRequired,
     ProblemCode::IdempotencyKeyInvalid,
+    // A request target that is not UTF-8 where a policy could match it (F0).
+    ProblemCode::BadRequest,
     ProblemCode::PrincipalRequired,
     ProblemCode::PrincipalAmbiguous,
     ProblemCode::PayloadTooLarge,
@@ -102,6 +104,36 @@ mod tests {
             .collect()
     }
 
+    /// Every code the state machine replies with is in [`CODES`], so a new refusal cannot
+    /// be left out of the documented contract.
+    #[test]
+    fn codes_cover_every_refusal_of_the_machine() {
+        let sources = [
+            include_str!("machine/mod.rs"),
+            include_str!("machine/request.rs"),
+            include_str!("machine/replies.rs"),
+            include_str!("machine/claim_answer.rs"),
+            include_str!("machine/response.rs"),
+            include_str!("machine/settle.rs"),
+        ];
+        let listed: Vec<String> = CODES.iter().map(|c| format!("{c:?}")).collect();
+        let mut seen = 0;
+        for source in sources {
+            for (_, rest) in source
+                .match_indices("ProblemCode::")
+                .map(|(i, _)| source.split_at(i + 13))
+            {
+                let name: String = rest
+                    .chars()
+                    .take_while(char::is_ascii_alphanumeric)
+                    .collect();
+                assert!(listed.contains(&name), "{name} is not in contract::CODES");
+                seen += 1;
+            }
+        }
+        assert!(seen >= CODES.len(), "only {seen} uses found");
+    }
+
     #[test]
     fn default_policy_answers() {
         use ProblemCode::*;
@@ -109,6 +141,7 @@ mod tests {
             codes(&config("", "")),
             vec![
                 (IdempotencyKeyInvalid, 400, false),
+                (BadRequest, 400, false),
                 (PrincipalRequired, 401, false),
                 (IdempotencyConflict, 409, false),
                 (ResponseNotReplayable, 409, false),
@@ -132,6 +165,7 @@ mod tests {
             vec![
                 (IdempotencyKeyRequired, 400, false),
                 (IdempotencyKeyInvalid, 400, false),
+                (BadRequest, 400, false),
                 (PrincipalAmbiguous, 400, false),
                 (RequestInProgress, 409, true),
                 (ResponseNotReplayable, 409, false),

@@ -97,7 +97,11 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
     let status = |s: &str| field(responses, s).unwrap();
     assert_eq!(
         codes(status("400")),
-        set(&["idempotency_key_required", "idempotency_key_invalid"])
+        set(&[
+            "idempotency_key_required",
+            "idempotency_key_invalid",
+            "bad_request"
+        ])
     );
     assert_eq!(codes(status("401")), set(&["principal_required"]));
     assert_eq!(
