@@ -22,12 +22,6 @@ pub struct Answer {
     pub retry_after: bool,
 }
 
-/// The status of a request that reuses a key with another body (F3): the one place it is
-/// read, so a per-policy setting changes only this function.
-pub fn mismatch_status(config: &Config, _policy: &Policy) -> u16 {
-    ProblemCode::IdempotencyConflict.status_under(config.status_profile)
-}
-
 /// Every problem code the filter itself answers with, whatever the configuration.
 pub const CODES: [ProblemCode; 12] = [
     ProblemCode::IdempotencyKeyRequired,
@@ -57,7 +51,8 @@ pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
         ProblemCode::IdempotencyKeyRequired => policy.require_key,
         ProblemCode::PrincipalRequired => policy.anonymous == Anonymous::Reject,
         ProblemCode::PrincipalAmbiguous => has_sources,
-        ProblemCode::OperationUnknown => policy.uncertain == Uncertain::Hold,
+        // `record` holds a caller-gone outcome as `unknown` too (there is no answer to record).
+        ProblemCode::OperationUnknown => policy.uncertain != Uncertain::Retry,
         // Also when failure_mode is open: a record the store returns malformed is refused.
         _ => true,
     };
@@ -65,10 +60,7 @@ pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
         .into_iter()
         .filter(|code| given(*code))
         .map(|code| {
-            let status = match code {
-                ProblemCode::IdempotencyConflict => mismatch_status(config, policy),
-                _ => code.status_under(config.status_profile),
-            };
+            let status = policy.status_of(code, config.status_profile);
             let suggests_wait = matches!(
                 code,
                 ProblemCode::RequestInProgress | ProblemCode::RetryableCooldown
@@ -176,6 +168,25 @@ mod tests {
                 (JournalUnavailable, 503, true),
             ]
         );
+    }
+
+    /// A policy's own draft settings (`docs/stream-machine.md#the-ietf-drafts-semantics`)
+    /// move its answers under the default profile.
+    #[test]
+    fn a_policys_draft_settings_move_its_answers() {
+        use ProblemCode::*;
+        let c = config(
+            "",
+            r#""mismatch_status": 422, "in_progress": "conflict", "follower_wait_ms": 0,
+               "uncertain": "record","#,
+        );
+        let of = |code| codes(&c).into_iter().find(|(c, _, _)| *c == code);
+        assert_eq!(
+            of(IdempotencyConflict),
+            Some((IdempotencyConflict, 422, false))
+        );
+        assert_eq!(of(RequestInProgress), Some((RequestInProgress, 409, true)));
+        assert_eq!(of(OperationUnknown), Some((OperationUnknown, 409, false)));
     }
 
     #[test]

@@ -329,7 +329,12 @@ fn responses(
 /// records and replays under `policy`: any status it covers is (F6).
 fn is_replayed(policy: &Policy, status: &str) -> bool {
     let recorded = |s: u16| {
-        classify(s, ResponseOrigin::Upstream, &policy.forget_statuses) == Disposition::Record
+        classify(
+            s,
+            ResponseOrigin::Upstream,
+            &policy.forget_statuses,
+            policy.server_errors,
+        ) == Disposition::Record
     };
     match status.as_bytes() {
         b"default" => true,
