@@ -1,6 +1,6 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
-#   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, end-to-end tests, a short chaos run (what CI runs)
+#   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, OpenAPI overlay validation, end-to-end tests, a short chaos run (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
 #                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
 #   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…,
@@ -16,9 +16,9 @@ export PG_BIN
 WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
-.PHONY: help prereqs ha-prereqs net-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
+.PHONY: help prereqs ha-prereqs net-prereqs bench-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit test-net test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
-        fuzz fuzz-smoke api-conformance \
+        fuzz fuzz-smoke api-conformance openapi-overlay \
         chaos chaos-short model-check model
 
 help:
@@ -40,7 +40,7 @@ help:
 	@echo "  make protocol-wasm   the protocol vectors under Node (wasm)"
 	@echo "  make model-check     the protocol model: bounded check, mutations, pinned SQL (docs/model.md)"
 	@echo "  make model           a deeper model check, printing states, depth and properties"
-	@echo "  make envoy-validate / validate-manifests / api-conformance / fuzz-smoke / chaos-short"
+	@echo "  make envoy-validate / validate-manifests / api-conformance / openapi-overlay / fuzz-smoke / chaos-short"
 
 # Prerequisites the Makefile cannot install: stop with one line saying how to get them.
 prereqs:
@@ -62,6 +62,10 @@ ha-prereqs:
 # (as root), or one line saying how. The faults themselves need root.
 net-prereqs:
 	@scripts/net-prereqs.sh
+
+# redis-server (Debian package): make bench's durable Redis baseline, installed when missing.
+bench-prereqs:
+	@scripts/bench-prereqs.sh
 
 rust-targets:
 	@installed=$$(rustup target list --installed); \
@@ -144,12 +148,18 @@ model-check:
 model:
 	$(CARGO) run --profile model -p keyflight-model --bin model-check -- --deep
 
-test: prereqs lint unit test-net model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance e2e test-ha chaos-short
+test: prereqs lint unit test-net model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance openapi-overlay e2e test-ha chaos-short
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).
 api-conformance: prereqs
 	scripts/api-conformance.sh
+
+# `lease-store openapi-overlay` on the demo's and a published OpenAPI document, checked by
+# openapi-spec-validator, the Overlay 1.0 JSON Schema and jsonpath-ng (PyPI, pinned, into
+# .tools/venv-openapi; scripts/openapi-overlay-check.sh; seconds once built).
+openapi-overlay: prereqs
+	scripts/openapi-overlay-check.sh
 
 # cargo-fuzz (crates.io) into .tools/, then every target for a few seconds (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 300
@@ -179,7 +189,7 @@ down:
 	@if [ -x $(STACK) ]; then $(STACK) down --dir .run; fi
 
 # Side-by-side measurements (about 5 minutes; not part of make test).
-bench: prereqs envoy wasm
+bench: prereqs bench-prereqs envoy wasm
 	scripts/bench.sh
 
 # Fault injection with a history checker (chaos/, its module doc says how to read the table).

@@ -5,7 +5,9 @@
 //! POST (P4) and the unguarded POST (P5 divides CPU by it) — only those the selected rows
 //! need. Each [`Side`] is one lease-store (with its guarded Envoy): the stack's own, and with
 //! `--compare-store` a second one with other settings, whose contenders join the same
-//! rotation, so both sides meet the same machine state round by round.
+//! rotation, so both sides meet the same machine state round by round. With `redis-server`
+//! installed, a durable Redis pair ([`crate::redis`]) joins the rotation too: the store a
+//! team would otherwise put under an idempotency proxy, measured in the same rounds.
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use crate::error::BenchError;
 use crate::load::UniqueSource;
 use crate::pgbench::Pgbench;
 use crate::procfs::Watched;
+use crate::redis::RedisPair;
 use crate::report::Row;
 use crate::rotation::{self, Contender, Drive, Measurement, Schedule, contender, load};
 use crate::selection::Selection;
@@ -45,6 +48,8 @@ pub struct Setup {
     pub unguarded: Option<(RequestTemplate, Watched)>,
     /// The stack's store first, then the variant (if any).
     pub sides: Vec<Side>,
+    /// The durable Redis baseline and its server, when `redis-server` is installed.
+    pub redis: Option<(RedisPair, Watched)>,
 }
 
 /// Where each side's measurements sit in the rotation's answer.
@@ -88,6 +93,15 @@ impl Setup {
             )
         } else {
             None
+        };
+        let redis = match (&self.redis, wants(&["p1", "p4"])) {
+            (Some((pair, server)), true) => push(load(
+                "durable Redis pair",
+                Workload::RedisPair(pair.clone()),
+                c,
+                vec![*server],
+            )),
+            _ => None,
         };
         let mut slots = Vec::new();
         for side in &self.sides {
@@ -134,7 +148,7 @@ impl Setup {
         };
         let m = rotation::rotate(&contenders, schedule, unique).await?;
         let at = |slot: Option<usize>| slot.and_then(|i| m.get(i));
-        let (pg, unguarded) = (at(pg), at(unguarded));
+        let (pg, unguarded, redis) = (at(pg), at(unguarded), at(redis));
 
         let mut rows = Vec::new();
         if let Some(pg) = pg {
@@ -142,6 +156,15 @@ impl Setup {
                 "base",
                 "pgbench: the store's claim+finalize SQL",
                 pg,
+                None,
+                None,
+            ));
+        }
+        if let Some(redis) = redis {
+            rows.push(Row::measured(
+                "base",
+                "durable Redis pair: SET NX, then SET (appendfsync always)",
+                redis,
                 None,
                 None,
             ));
@@ -168,6 +191,9 @@ impl Setup {
                 at(slot.guarded),
                 unguarded,
             );
+            if let Some(redis) = redis {
+                redis_rows(&mut rows, &mark, at(slot.cycle), at(slot.guarded), redis);
+            }
         }
         // The A/B itself: the stack's store against the variant, same rounds.
         if let ([first, ..], [_, rest @ ..]) = (&slots[..], &self.sides[..]) {
@@ -252,6 +278,43 @@ fn side_rows(
             guarded.cpu_us_per_op(),
             (unguarded, unguarded.cpu_us_per_op()),
             Some(Target::RatioAtMost { max: 3.0 }),
+        ));
+    }
+}
+
+/// The side against the durable Redis pair: the store layer alone (the cycle, and the CPU
+/// Postgres and the store spend on it against redis-server's), and the whole request.
+fn redis_rows(
+    rows: &mut Vec<Row>,
+    mark: &dyn Fn(&str) -> String,
+    cycle: Option<&Measurement>,
+    guarded: Option<&Measurement>,
+    redis: &Measurement,
+) {
+    if let Some(cycle) = cycle {
+        rows.push(Row::measured(
+            "—",
+            &mark("lease-store cycle ÷ durable Redis pair"),
+            cycle,
+            Some(redis),
+            None,
+        ));
+        rows.push(Row::cpu_compared(
+            "—",
+            &mark("CPU per lease-store cycle (store + Postgres) ÷ redis-server's per pair"),
+            cycle,
+            cycle.cpu_us_per_op(),
+            (redis, redis.cpu_us_per_op()),
+            None,
+        ));
+    }
+    if let Some(guarded) = guarded {
+        rows.push(Row::measured(
+            "—",
+            &mark("guarded first-time POST ÷ durable Redis pair"),
+            guarded,
+            Some(redis),
+            None,
         ));
     }
 }

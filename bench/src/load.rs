@@ -23,9 +23,8 @@ use hdrhistogram::Histogram;
 use tokio::sync::Barrier;
 
 use crate::error::BenchError;
-use crate::http::Connection;
 use crate::stats::{self, Recorder};
-use crate::workload::Workload;
+use crate::workload::{Session, Workload};
 
 /// When a round stops.
 #[derive(Debug, Clone, Copy)]
@@ -91,7 +90,7 @@ pub async fn run(
     let started = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let connection = Connection::open(workload.authority()).await?;
+        let connection = workload.open().await?;
         let worker = Worker {
             workload: Arc::clone(&workload),
             unique: Arc::clone(&unique),
@@ -146,7 +145,7 @@ struct WorkerOutcome {
 }
 
 impl Worker {
-    async fn run(mut self, connection: Connection) -> WorkerOutcome {
+    async fn run(mut self, connection: Session) -> WorkerOutcome {
         let deadline = Instant::now() + self.bounds.duration;
         let mut connection = Some(connection);
         let (mut ok, mut errors, mut first_error) = (0, 0, None);
@@ -157,7 +156,7 @@ impl Worker {
             let begin = Instant::now();
             let outcome = match connection.as_mut() {
                 Some(open) => self.workload.run_once(open, &unique).await,
-                None => match Connection::open(self.workload.authority()).await {
+                None => match self.workload.open().await {
                     Ok(open) => {
                         self.workload
                             .run_once(connection.insert(open), &unique)

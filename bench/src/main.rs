@@ -24,6 +24,7 @@ mod large_body;
 mod load;
 mod pgbench;
 mod procfs;
+mod redis;
 mod replays;
 mod report;
 mod rotation;

@@ -27,6 +27,7 @@ use crate::http::Connection;
 use crate::load::UniqueSource;
 use crate::pgbench::Pgbench;
 use crate::procfs::{self, Watched};
+use crate::redis::{RedisPair, RedisServer};
 use crate::report::{MemoryReport, Report, Row};
 use crate::rotation::Schedule;
 use crate::selection::{Selection, StoreVariant};
@@ -70,6 +71,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
 
     let payment = |url: &str, key: &str| RequestTemplate::payment(url, key, PAYMENT_BODY);
     let only = &options.selection;
+    let mut notes = Vec::new();
     let guarded_first = payment(&stack.guarded.url("/payments"), "{unique}")?;
     let replay = payment(&stack.guarded.url("/payments"), &format!("replay-{run_id}"))?;
     let replay_answer = prime_replay(&replay).await?;
@@ -89,6 +91,19 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             )
         }
         None => None,
+    };
+
+    let redis = match (RedisServer::binary(), only.wants(&["p1", "p4"])) {
+        (Some(binary), true) => {
+            Some(RedisServer::start(&binary, &options.work_dir.join("redis")).await?)
+        }
+        (None, true) => {
+            notes.push(
+                "durable Redis baseline skipped: redis-server not found (apt-get install redis-server, or set REDIS_SERVER)".into(),
+            );
+            None
+        }
+        _ => None,
     };
 
     let pgbench = Pgbench {
@@ -137,10 +152,15 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             None => None,
         },
         sides,
+        redis: redis.as_ref().map(|server| {
+            (
+                RedisPair::new(server.authority()),
+                Watched::Process(server.pid()),
+            )
+        }),
     };
 
     let mut rows = Vec::new();
-    let mut notes = Vec::new();
     if first_time.wanted() {
         for &c in &options.concurrencies {
             rows.extend(first_time.rows(c, options.schedule, &unique).await?);

@@ -5,6 +5,7 @@
 //! The text `{unique}` in a header value or the body is replaced, per request, by a value no
 //! other request of the run carries (fresh idempotency keys). [`Workload::StoreCycle`] is P1's
 //! lease-store cycle: claim a fresh scope, then finalize it, two dependent calls.
+//! [`Workload::RedisPair`] is the same two steps on a durable Redis ([`crate::redis`]).
 
 use bytes::Bytes;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
@@ -15,6 +16,7 @@ use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, Sto
 use crate::error::BenchError;
 use crate::http::{Answer, Connection, Target};
 use crate::pgbench;
+use crate::redis::{RedisPair, RespConnection};
 
 /// The placeholder replaced by a per-request unique value.
 pub const UNIQUE: &str = "{unique}";
@@ -26,26 +28,47 @@ pub enum Workload {
     Request(RequestTemplate),
     /// Claim + finalize of a fresh scope on the lease-store (P1).
     StoreCycle(StoreCycle),
+    /// `SET NX` + `SET` of a fresh key on a durable Redis (the Redis baseline).
+    RedisPair(RedisPair),
+}
+
+/// A worker's connection: HTTP for the store and the proxies, RESP for Redis.
+pub enum Session {
+    /// An HTTP/1.1 connection.
+    Http(Connection),
+    /// A Redis connection.
+    Resp(RespConnection),
 }
 
 impl Workload {
-    /// The `host:port` a worker connects to.
-    pub fn authority(&self) -> &str {
+    /// Opens the connection a worker runs this workload on.
+    pub async fn open(&self) -> Result<Session, BenchError> {
         match self {
-            Workload::Request(template) => &template.target.authority,
-            Workload::StoreCycle(cycle) => &cycle.store,
+            Workload::Request(template) => Connection::open(&template.target.authority)
+                .await
+                .map(Session::Http),
+            Workload::StoreCycle(cycle) => Connection::open(&cycle.store).await.map(Session::Http),
+            Workload::RedisPair(pair) => RespConnection::open(&pair.authority)
+                .await
+                .map(Session::Resp),
         }
     }
 
-    /// Runs one iteration on `connection`; `unique` is this iteration's unique value.
-    pub async fn run_once(
-        &self,
-        connection: &mut Connection,
-        unique: &str,
-    ) -> Result<(), BenchError> {
-        match self {
-            Workload::Request(template) => template.send(connection, unique).await,
-            Workload::StoreCycle(cycle) => cycle.run(connection, unique).await,
+    /// Runs one iteration on `session`; `unique` is this iteration's unique value.
+    pub async fn run_once(&self, session: &mut Session, unique: &str) -> Result<(), BenchError> {
+        match (self, session) {
+            (Workload::Request(template), Session::Http(connection)) => {
+                template.send(connection, unique).await
+            }
+            (Workload::StoreCycle(cycle), Session::Http(connection)) => {
+                cycle.run(connection, unique).await
+            }
+            (Workload::RedisPair(pair), Session::Resp(connection)) => {
+                pair.run(connection, unique).await
+            }
+            _ => Err(BenchError::Input(
+                "a workload ran on another workload's connection".into(),
+            )),
         }
     }
 }

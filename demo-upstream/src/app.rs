@@ -1,4 +1,5 @@
-//! Routes of the demo upstream.
+//! Routes of the demo upstream (described for clients in `demo-upstream/openapi.json`,
+//! which `make openapi-overlay` patches with keyflight's contract).
 //!
 //! | route | what |
 //! |---|---|

@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 pub use keyflight_protocol::problem::StatusProfile;
-use keyflight_protocol::{PrincipalSource, ScopeMode, Target};
+use keyflight_protocol::{PrincipalSource, ProblemCode, ScopeMode, Target};
 use serde::Deserialize;
 
 pub use crate::recipe::PreviousRecipe;
@@ -125,6 +125,34 @@ pub enum Uncertain {
     Retry,
     /// Record `unknown`: an operator decides (`docs/records.md#operators`).
     Hold,
+    /// Record the proxy's answer (504, 503) and replay it, as the IETF draft asks of an
+    /// intermediary; with no answer to record (the caller left), `unknown` as under `Hold`.
+    Record,
+}
+
+/// F6: what the upstream's own 5xx answer records
+/// (`docs/stream-machine.md#the-ietf-drafts-semantics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerErrors {
+    /// Release as a cooldown: a same-body retry may run again after it (default).
+    #[default]
+    Cooldown,
+    /// Record and replay it like any other answer, as Stripe does.
+    Record,
+}
+
+/// F3, F5: what a request gets while the original with its key still runs
+/// (`docs/stream-machine.md#the-ietf-drafts-semantics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InProgress {
+    /// Long-poll up to `follower_wait_ms` and replay, else `request_in_progress`
+    /// with the status profile's status (default).
+    #[default]
+    Wait,
+    /// 409 `request_in_progress` with `Retry-After` at once, as the IETF draft has it.
+    Conflict,
 }
 
 /// F15: what Envoy's router may do with a guarded request the filter forwards.
@@ -446,6 +474,12 @@ pub struct Policy {
     pub failure_mode: FailureMode,
     /// Uncertain outcomes (F6).
     pub uncertain: Uncertain,
+    /// The upstream's own 5xx answers (F6).
+    pub server_errors: ServerErrors,
+    /// The status of `idempotency_conflict`: 409 or 422 (F3).
+    pub mismatch_status: u16,
+    /// What a request gets while the original runs (F3, F5).
+    pub in_progress: InProgress,
     /// What Envoy's router may retry (F15).
     pub router_retries: RouterRetries,
     /// Whether this policy's records use the edge replay cache (F9).
@@ -454,6 +488,19 @@ pub struct Policy {
     pub forget_statuses: BTreeSet<u16>,
     /// How long the outbox keeps resending a record it took over (F14).
     pub record_retry_budget: Duration,
+}
+
+impl Policy {
+    /// F10: the status of `code` on this policy's routes: its own
+    /// `mismatch_status` and `in_progress` first, then the status profile
+    /// (`docs/stream-machine.md#local-replies`).
+    pub fn status_of(&self, code: ProblemCode, profile: StatusProfile) -> u16 {
+        match code {
+            ProblemCode::IdempotencyConflict => self.mismatch_status,
+            ProblemCode::RequestInProgress if self.in_progress == InProgress::Conflict => 409,
+            _ => code.status_under(profile),
+        }
+    }
 }
 
 impl Config {

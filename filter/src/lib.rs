@@ -6,15 +6,17 @@
 //! [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //! state machine of one HTTP stream), and its pure helpers [`identity`],
 //! [`jwt_claims`], [`encoding`], [`replay`], [`router_retries`], [`problem`],
-//! [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`]
-//! and [`metrics`]. The thin `cdylib` Envoy loads, `keyflight-filter-wasm`
-//! (`filter-wasm/`), moves bytes between the host and these decisions.
+//! [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`],
+//! [`metrics`] and [`contract`] (what a guarded route answers, for documenting
+//! it). The thin `cdylib` Envoy loads, `keyflight-filter-wasm` (`filter-wasm/`),
+//! moves bytes between the host and these decisions.
 //!
 //! A panic kills the Wasm VM for every request on the worker, so the crate
 //! denies `unwrap`, `expect`, `panic` and indexing outside tests (the
 //! `[lints]` table in its `Cargo.toml`).
 
 pub mod config;
+pub mod contract;
 pub mod drive;
 pub mod edge_cache;
 pub mod encoding;

@@ -2,12 +2,13 @@
 //! (`docs/stream-machine.md#local-replies`).
 //!
 //! The status of each code comes from the one table in
-//! [`keyflight_protocol::problem`], under the configured status profile, and
-//! every 503 gets its `Retry-After` by the protocol's one rule, here rather
-//! than at each call site.
+//! [`keyflight_protocol::problem`], under the configured status profile and
+//! the policy's own statuses (`Policy::status_of`), and every 503 gets its
+//! `Retry-After` by the protocol's one rule, here rather than at each call
+//! site.
 
 use keyflight_protocol::ProblemCode;
-use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, StatusProfile, retry_after_s};
+use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, retry_after_s};
 
 /// A response the filter sends itself (an error or a replay).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,17 +21,16 @@ pub struct LocalReply {
     pub body: Vec<u8>,
 }
 
-/// Builds the problem+json reply for `code`.
+/// Builds the problem+json reply for `code` with `status`.
 ///
 /// `retry_after_s` becomes a `Retry-After` header (at least 1 s); every 503
 /// carries one.
 pub fn problem_reply(
     code: ProblemCode,
-    profile: StatusProfile,
+    status: u16,
     detail: &str,
     retry_after: Option<u64>,
 ) -> LocalReply {
-    let status = code.status_under(profile);
     let problem = Problem::new(code, status, detail);
     let body = serde_json::to_vec(&problem).unwrap_or_default();
     let mut headers = vec![("content-type".to_owned(), PROBLEM_CONTENT_TYPE.to_owned())];
@@ -47,6 +47,7 @@ pub fn problem_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keyflight_protocol::problem::StatusProfile;
 
     fn header<'a>(reply: &'a LocalReply, name: &str) -> Option<&'a str> {
         reply
@@ -85,7 +86,7 @@ mod tests {
     fn body_is_problem_json_with_code() {
         let reply = problem_reply(
             ProblemCode::IdempotencyConflict,
-            StatusProfile::Keyflight,
+            ProblemCode::IdempotencyConflict.status_under(StatusProfile::Keyflight),
             "different request",
             None,
         );
@@ -107,21 +108,21 @@ mod tests {
     fn every_503_has_retry_after() {
         let reply = problem_reply(
             ProblemCode::JournalUnavailable,
-            StatusProfile::Keyflight,
+            ProblemCode::JournalUnavailable.status_under(StatusProfile::Keyflight),
             "x",
             None,
         );
         assert_eq!(header(&reply, "retry-after"), Some("1"));
         let reply = problem_reply(
             ProblemCode::RetryableCooldown,
-            StatusProfile::Keyflight,
+            ProblemCode::RetryableCooldown.status_under(StatusProfile::Keyflight),
             "x",
             Some(0),
         );
         assert_eq!(header(&reply, "retry-after"), Some("1"));
         let reply = problem_reply(
             ProblemCode::RequestInProgress,
-            StatusProfile::Ietf,
+            ProblemCode::RequestInProgress.status_under(StatusProfile::Ietf),
             "x",
             Some(7),
         );

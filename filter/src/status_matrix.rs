@@ -4,7 +4,9 @@
 //! policy's `forget_statuses` names (by default those that depend on revocable
 //! context — authz — or send the client elsewhere before anything ran —
 //! redirects other than 303) are forgotten; transient failures leave a short
-//! cooldown (`docs/stream-machine.md#response-side`). A 5xx or 408 that the proxy generated itself after the
+//! cooldown (`docs/stream-machine.md#response-side`), or, under a policy's
+//! `server_errors: record`, the upstream's own 5xx is recorded like any other
+//! answer. A 5xx or 408 that the proxy generated itself after the
 //! request may have reached the upstream (reset, route timeout, stream idle
 //! timeout) says nothing about whether the upstream acted, so it is *uncertain*
 //! and the policy's `uncertain` setting decides. An answer the proxy generated
@@ -34,6 +36,8 @@
 //! upstream, and `URX` says nothing.
 
 use std::collections::BTreeSet;
+
+use crate::config::ServerErrors;
 
 /// Who produced the response the filter sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,12 +142,20 @@ pub fn default_forget_statuses() -> BTreeSet<u16> {
 }
 
 /// Classifies a response (F6) for a policy that forgets `forget` (a set
-/// [`may_be_forgotten`] accepts).
-pub fn classify(status: u16, origin: ResponseOrigin, forget: &BTreeSet<u16>) -> Disposition {
+/// [`may_be_forgotten`] accepts) and treats the upstream's own 5xx as
+/// `server_errors` says. 408 and 429 cool down either way: they say the
+/// upstream did not act, where a 5xx leaves it open.
+pub fn classify(
+    status: u16,
+    origin: ResponseOrigin,
+    forget: &BTreeSet<u16>,
+    server_errors: ServerErrors,
+) -> Disposition {
     match (status, origin) {
         (408 | 500..=599, ResponseOrigin::Proxy) => Disposition::Uncertain,
         (408 | 429 | 500..=599, ResponseOrigin::ProxyNotSent) => Disposition::Cooldown,
         (_, ResponseOrigin::ProxyNotSent) => Disposition::Forget,
+        (500..=599, _) if server_errors == ServerErrors::Record => Disposition::Record,
         (408 | 429 | 500..=599, _) => Disposition::Cooldown,
         (200..=499, _) if !forget.contains(&status) => Disposition::Record,
         _ => Disposition::Forget,
@@ -194,10 +206,27 @@ mod tests {
         for (status, origin, want) in table {
             let forget = default_forget_statuses();
             assert_eq!(
-                classify(status, origin, &forget),
+                classify(status, origin, &forget, ServerErrors::Cooldown),
                 want,
                 "{status} {origin:?}"
             );
+        }
+    }
+
+    #[test]
+    fn recording_server_errors_changes_only_the_upstreams_own_5xx() {
+        use ResponseOrigin::*;
+        let forget = default_forget_statuses();
+        for status in 100..=599 {
+            for origin in [Upstream, Proxy, ProxyNotSent] {
+                let cooled = classify(status, origin, &forget, ServerErrors::Cooldown);
+                let recorded = classify(status, origin, &forget, ServerErrors::Record);
+                let want = match (status, origin) {
+                    (500..=599, Upstream) => Disposition::Record,
+                    _ => cooled,
+                };
+                assert_eq!(recorded, want, "{status} {origin:?}");
+            }
         }
     }
 

@@ -31,6 +31,11 @@ use crate::store::{BatchSettings, StoreSettings};
 use crate::token_set::TokenSet;
 use crate::workloads::Allowlist;
 
+/// `--header-read-timeout` unless set: also how long the store keeps an idle keep-alive
+/// connection, so every shipped proxy in front of the store closes its idle connections
+/// sooner (`docs/configuration.md#limits`).
+pub const DEFAULT_HEADER_READ_TIMEOUT: &str = "10s";
+
 /// Why the settings cannot be used. Each message names the flag or variable at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -287,7 +292,7 @@ pub struct ServeArgs {
     max_body_bytes_in_flight_per_caller: usize,
     /// A connection that has not sent a complete request head this long after it opened,
     /// or after its previous answer, is closed (it also ends idle keep-alive connections).
-    #[arg(long, env = "KEYFLIGHT_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "KEYFLIGHT_HEADER_READ_TIMEOUT", default_value = DEFAULT_HEADER_READ_TIMEOUT, value_parser = parse_duration)]
     header_read_timeout: Duration,
     /// A call must be read and answered within this long, else 503 (a long-poll gets its
     /// wait on top).

@@ -287,6 +287,27 @@ mod tests {
         }
     }
 
+    /// The claim's answer is `ClaimAnswer`: the outcome plus the fields beside it that the
+    /// filter reads (a client generated from the document would otherwise drop them).
+    #[test]
+    fn the_claim_answer_documents_the_fields_beside_the_outcome() {
+        let doc = doc();
+        let answer = &doc["paths"]["/v1/claims/{scope}"]["post"]["responses"]["200"]["content"]["application/json"]
+            ["schema"];
+        assert_eq!(
+            answer["$ref"], "#/components/schemas/ClaimAnswer",
+            "{answer}"
+        );
+        let text = serde_json::to_string(&doc["components"]["schemas"]["ClaimAnswer"])
+            .expect("serializable");
+        for field in ["ClaimResponse", "record_expires_in_ms", "claimed_after_ms"] {
+            assert!(
+                text.contains(field),
+                "{field} missing from ClaimAnswer: {text}"
+            );
+        }
+    }
+
     #[test]
     fn published_ranges_are_the_ones_the_store_enforces() {
         use keyflight_protocol::wire::{

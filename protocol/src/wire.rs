@@ -140,6 +140,7 @@ pub enum ClaimResponse {
 /// What `POST /v1/claims/{scope}` sends: the outcome, and for a `completed`
 /// one, how long the record has left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimAnswer {
     /// The outcome (its fields at the top level, next to `outcome`).
     #[serde(flatten)]

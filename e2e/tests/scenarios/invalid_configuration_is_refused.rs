@@ -92,3 +92,25 @@ async fn a_lease_too_short_for_a_renew_to_time_out_and_retry_is_refused_at_plugi
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_mismatch_status_other_than_409_or_422_is_refused_at_plugin_start() {
+    assert_refused(
+        |policy| {
+            policy.insert("mismatch_status".into(), json!(400));
+        },
+        &["policies[0].mismatch_status", "neither 409 nor 422"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_unknown_server_errors_value_is_refused_at_plugin_start() {
+    assert_refused(
+        |policy| {
+            policy.insert("server_errors".into(), json!("release"));
+        },
+        &["policies[0].server_errors"],
+    )
+    .await;
+}

@@ -42,6 +42,7 @@ mod stale_winners_are_fenced;
 mod store_down_never_dispatches;
 mod store_token_stays_out_of_config_dump;
 mod the_cli_agrees_with_the_filter;
+mod the_ietf_draft_is_a_policy_setting;
 mod two_replicas_run_once;
 mod uncertain_outcomes_follow_the_policy;
 mod upgrades_run_once;

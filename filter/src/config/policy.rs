@@ -4,15 +4,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use keyflight_protocol::ScopeMode;
 use keyflight_protocol::authority::Authority;
 use keyflight_protocol::time::millis;
+use keyflight_protocol::{ProblemCode, ScopeMode};
 
 use super::validate::{header_name, in_range, to_usize};
 use super::{
     ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
-    DEFAULT_RECORD_RETRY_BUDGET_MS, MIB, Matcher, PathCase, Policy, PreviousRecipe,
-    RENEW_RETRY_SLACK_MS, fold_case, raw,
+    DEFAULT_RECORD_RETRY_BUDGET_MS, InProgress, MIB, Matcher, PathCase, Policy, PreviousRecipe,
+    RENEW_RETRY_SLACK_MS, StatusProfile, fold_case, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
 use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
@@ -55,11 +55,14 @@ const TRANSPORT_HEADERS: &[&str] = &[
     "idempotency-scope",
 ];
 
-/// `store_timeout` is `lease_store.timeout_ms`: a renew may hang that long.
+/// `store_timeout` is `lease_store.timeout_ms`: a renew may hang that long;
+/// `profile` is the status profile, whose statuses a policy's own settings
+/// default to.
 pub(super) fn validate_policy(
     at: &str,
     p: raw::Policy,
     store_timeout: Duration,
+    profile: StatusProfile,
 ) -> Result<Policy, ConfigError> {
     if p.name.trim().is_empty() {
         return Err(ConfigError::new(format!("{at}.name"), "must not be empty"));
@@ -73,13 +76,9 @@ pub(super) fn validate_policy(
         3_600_000,
     )?;
     let renew_ms = renew_interval_ms(at, lease_ms, p.renew_interval_ms, millis(store_timeout))?;
-    let follower_wait_ms = in_range(
-        &format!("{at}.follower_wait_ms"),
-        p.follower_wait_ms,
-        5000,
-        0,
-        60_000,
-    )?;
+    let in_progress = p.in_progress.unwrap_or_default();
+    let follower_wait_ms = follower_wait_ms(at, p.follower_wait_ms, in_progress)?;
+    let mismatch_status = mismatch_status(at, p.mismatch_status, profile)?;
     let retention_s = in_range(
         &format!("{at}.retention_s"),
         p.retention_s,
@@ -189,6 +188,9 @@ pub(super) fn validate_policy(
         fingerprint_headers,
         failure_mode: p.failure_mode.unwrap_or_default(),
         uncertain: p.uncertain.unwrap_or_default(),
+        server_errors: p.server_errors.unwrap_or_default(),
+        mismatch_status,
+        in_progress,
         router_retries: p.router_retries.unwrap_or_default(),
         edge_cache: p.edge_cache.unwrap_or(true),
         forget_statuses: forget_statuses(at, p.forget_statuses)?,
@@ -237,6 +239,42 @@ fn renew_interval_ms(
         ));
     }
     Ok(renew_ms)
+}
+
+/// The follower's long-poll: none under `in_progress: conflict`, which
+/// answers at once, so a wait asked for there is a contradiction
+/// (`docs/stream-machine.md#the-claim`).
+fn follower_wait_ms(
+    at: &str,
+    asked: Option<u64>,
+    in_progress: InProgress,
+) -> Result<u64, ConfigError> {
+    let path = format!("{at}.follower_wait_ms");
+    match in_progress {
+        InProgress::Wait => in_range(&path, asked, 5000, 0, 60_000),
+        InProgress::Conflict if asked.unwrap_or(0) == 0 => Ok(0),
+        InProgress::Conflict => Err(ConfigError::new(
+            path,
+            "must be 0 or absent under in_progress: conflict, which answers at once",
+        )),
+    }
+}
+
+/// `mismatch_status`: 409 or 422; absent, what the status profile gives
+/// `idempotency_conflict` (F3, F10).
+fn mismatch_status(
+    at: &str,
+    asked: Option<u16>,
+    profile: StatusProfile,
+) -> Result<u16, ConfigError> {
+    match asked {
+        None => Ok(ProblemCode::IdempotencyConflict.status_under(profile)),
+        Some(status @ (409 | 422)) => Ok(status),
+        Some(status) => Err(ConfigError::new(
+            format!("{at}.mismatch_status"),
+            format!("{status} is neither 409 nor 422"),
+        )),
+    }
 }
 
 /// `forget_statuses`: 3xx and 4xx answers that are not cooldown failures,

@@ -8,7 +8,8 @@
 use serde::Deserialize;
 
 use super::{
-    Anonymous, Delegation, FailureMode, Mode, PathCase, RouterRetries, StatusProfile, Uncertain,
+    Anonymous, Delegation, FailureMode, InProgress, Mode, PathCase, RouterRetries, ServerErrors,
+    StatusProfile, Uncertain,
 };
 
 #[derive(Deserialize)]
@@ -114,6 +115,9 @@ pub(super) struct Policy {
     pub fingerprint_headers: Option<Vec<String>>,
     pub failure_mode: Option<FailureMode>,
     pub uncertain: Option<Uncertain>,
+    pub server_errors: Option<ServerErrors>,
+    pub mismatch_status: Option<u16>,
+    pub in_progress: Option<InProgress>,
     pub router_retries: Option<RouterRetries>,
     pub edge_cache: Option<bool>,
     pub record_retry_budget_ms: Option<u64>,

@@ -125,6 +125,9 @@ fn defaults_are_applied() {
     assert_eq!(p.failure_mode, FailureMode::Closed);
     assert_eq!(p.uncertain, Uncertain::Retry);
     assert_eq!(p.router_retries, RouterRetries::Off);
+    assert_eq!(p.server_errors, ServerErrors::Cooldown);
+    assert_eq!(p.mismatch_status, 409);
+    assert_eq!(p.in_progress, InProgress::Wait);
 }
 
 #[test]
@@ -365,6 +368,26 @@ fn each_invalid_field_is_named() {
         (
             policy_err(json!({"router_retries": "on"})),
             "policies[0].router_retries",
+        ),
+        (
+            policy_err(json!({"server_errors": "release"})),
+            "policies[0].server_errors",
+        ),
+        (
+            policy_err(json!({"mismatch_status": 400})),
+            "policies[0].mismatch_status",
+        ),
+        (
+            policy_err(json!({"mismatch_status": "422"})),
+            "policies[0].mismatch_status",
+        ),
+        (
+            policy_err(json!({"in_progress": "reject"})),
+            "policies[0].in_progress",
+        ),
+        (
+            policy_err(json!({"in_progress": "conflict", "follower_wait_ms": 5000})),
+            "policies[0].follower_wait_ms",
         ),
         (
             policy_err(json!({"lease_ms": "30s"})),
@@ -749,4 +772,55 @@ fn delegation_is_actor_unless_configured_and_needs_both_lists() {
         let err = root_err(json!({ "identity": identity }));
         assert_eq!(err.path, at, "{identity}: {err}");
     }
+}
+
+#[test]
+fn the_drafts_settings_are_read_per_policy() {
+    let config = with(
+        serde_json::json!({"mismatch_status": 422, "in_progress": "conflict", "server_errors": "record",
+               "uncertain": "record"}),
+        false,
+    )
+    .unwrap();
+    let p = &config.policies[0];
+    assert_eq!(p.mismatch_status, 422);
+    assert_eq!(p.in_progress, InProgress::Conflict);
+    assert_eq!(
+        p.follower_wait,
+        Duration::ZERO,
+        "a conflict at once never waits"
+    );
+    assert_eq!(p.server_errors, ServerErrors::Record);
+    assert_eq!(p.uncertain, Uncertain::Record);
+    let explicit_zero = with(
+        serde_json::json!({"in_progress": "conflict", "follower_wait_ms": 0}),
+        false,
+    );
+    assert_eq!(
+        explicit_zero.unwrap().policies[0].follower_wait,
+        Duration::ZERO
+    );
+}
+
+#[test]
+fn the_status_profile_is_the_default_of_each_policys_statuses() {
+    use keyflight_protocol::ProblemCode::{IdempotencyConflict, RequestInProgress};
+    let ietf = with(serde_json::json!({"status_profile": "ietf"}), true).unwrap();
+    let p = &ietf.policies[0];
+    assert_eq!(p.mismatch_status, 422);
+    assert_eq!(p.status_of(IdempotencyConflict, ietf.status_profile), 422);
+    assert_eq!(p.status_of(RequestInProgress, ietf.status_profile), 409);
+    let keyflight = with(serde_json::json!({}), true).unwrap();
+    let p = &keyflight.policies[0];
+    assert_eq!(
+        p.status_of(IdempotencyConflict, keyflight.status_profile),
+        409
+    );
+    assert_eq!(
+        p.status_of(RequestInProgress, keyflight.status_profile),
+        503
+    );
+    let conflict = with(serde_json::json!({"in_progress": "conflict"}), false).unwrap();
+    let p = &conflict.policies[0];
+    assert_eq!(p.status_of(RequestInProgress, conflict.status_profile), 409);
 }

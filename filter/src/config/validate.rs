@@ -131,6 +131,7 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
             "must list at least one policy",
         ));
     }
+    let status_profile = raw.status_profile.unwrap_or_default();
     let mut names = BTreeSet::new();
     let mut policies = Vec::with_capacity(raw.policies.len());
     for (i, p) in raw.policies.into_iter().enumerate() {
@@ -141,7 +142,7 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
                 format!("duplicate policy name {:?}", p.name),
             ));
         }
-        let policy = validate_policy(&at, p, lease_store.timeout)?;
+        let policy = validate_policy(&at, p, lease_store.timeout, status_profile)?;
         check_record_fits(&at, &policy, &lease_store)?;
         policies.push(Rc::new(policy));
     }
@@ -149,7 +150,7 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
         lease_store,
         key_header,
         mode: raw.mode.unwrap_or_default(),
-        status_profile: raw.status_profile.unwrap_or_default(),
+        status_profile,
         identity,
         policies,
         edge_cache: validate_edge_cache(raw.edge_cache)?,

@@ -157,6 +157,7 @@ impl Machine {
             }
             ClaimResponse::Conflict => self.refuse_held_request(
                 out,
+                &policy,
                 ProblemCode::IdempotencyConflict,
                 None,
                 Outcome::Conflict,
@@ -167,6 +168,7 @@ impl Machine {
                 }
                 self.refuse_held_request(
                     out,
+                    &policy,
                     ProblemCode::RequestInProgress,
                     Some(retry_after_s),
                     Outcome::InProgressTimeout,
@@ -176,6 +178,7 @@ impl Machine {
                 out.push(Action::Count(Metric::Event(EventKind::RetryableCooldown)));
                 self.refuse_held_request(
                     out,
+                    &policy,
                     ProblemCode::RetryableCooldown,
                     Some(retry_after_s),
                     Outcome::Failed,
@@ -183,12 +186,14 @@ impl Machine {
             }
             ClaimResponse::NotReplayable => self.refuse_held_request(
                 out,
+                &policy,
                 ProblemCode::ResponseNotReplayable,
                 None,
                 Outcome::NotReplayable,
             ),
             ClaimResponse::Unknown => self.refuse_held_request(
                 out,
+                &policy,
                 ProblemCode::OperationUnknown,
                 None,
                 Outcome::OperationUnknown,
@@ -215,6 +220,7 @@ impl Machine {
         });
         self.refuse_held_request(
             out,
+            policy,
             ProblemCode::JournalUnavailable,
             None,
             Outcome::JournalUnavailable,
@@ -228,7 +234,12 @@ impl Machine {
         let detail = format!(
             "the recorded response is {coding}-encoded and this request does not accept that coding"
         );
-        let reply = problem_reply(code, self.config.status_profile, &detail, None);
+        let reply = problem_reply(
+            code,
+            code.status_under(self.config.status_profile),
+            &detail,
+            None,
+        );
         self.reply_to_held_request(out, reply, Outcome::NotReplayable);
     }
 
@@ -303,6 +314,7 @@ impl Machine {
         });
         self.refuse_held_request(
             out,
+            policy,
             ProblemCode::JournalUnavailable,
             None,
             Outcome::JournalUnavailable,
@@ -321,6 +333,7 @@ impl Machine {
             }
             FailureMode::Closed => self.refuse_held_request(
                 out,
+                policy,
                 ProblemCode::JournalUnavailable,
                 None,
                 Outcome::JournalUnavailable,

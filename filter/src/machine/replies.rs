@@ -31,7 +31,12 @@ impl Machine {
             self.state = State::Passthrough;
             return;
         }
-        let reply = problem_reply(code, self.config.status_profile, detail, None);
+        let reply = problem_reply(
+            code,
+            code.status_under(self.config.status_profile),
+            detail,
+            None,
+        );
         out.push(Action::Reply(reply));
         out.push(Action::Count(Metric::Outcome(Outcome::RejectedInvalid)));
         self.state = State::Replied;
@@ -45,20 +50,18 @@ impl Machine {
         self.refuse_in_callback(out, ProblemCode::PayloadTooLarge, &detail);
     }
 
-    /// A refusal after the claim answered (the request is paused).
+    /// A refusal after the claim answered (the request is paused), with the
+    /// status `policy` gives `code`.
     pub(super) fn refuse_held_request(
         &mut self,
         out: &mut Vec<Action>,
+        policy: &Policy,
         code: ProblemCode,
         retry_after_s: Option<u64>,
         outcome: Outcome,
     ) {
-        let reply = problem_reply(
-            code,
-            self.config.status_profile,
-            code.title(),
-            retry_after_s,
-        );
+        let status = policy.status_of(code, self.config.status_profile);
+        let reply = problem_reply(code, status, code.title(), retry_after_s);
         self.reply_to_held_request(out, reply, outcome);
     }
 

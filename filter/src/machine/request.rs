@@ -289,7 +289,8 @@ impl Machine {
             },
             Lookup::Conflict => {
                 let code = ProblemCode::IdempotencyConflict;
-                let reply = problem_reply(code, self.config.status_profile, code.title(), None);
+                let status = ready.policy.status_of(code, self.config.status_profile);
+                let reply = problem_reply(code, status, code.title(), None);
                 self.reply_to_held_request(out, reply, Outcome::Conflict);
             }
         }

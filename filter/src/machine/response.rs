@@ -49,8 +49,16 @@ impl Machine {
                     headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
                     &owned.policy.replay_headers,
                 );
-                match classify(status, origin, &owned.policy.forget_statuses) {
-                    Disposition::Record if end_of_stream => {
+                let disposition = classify(
+                    status,
+                    origin,
+                    &owned.policy.forget_statuses,
+                    owned.policy.server_errors,
+                );
+                match (disposition, owned.policy.uncertain) {
+                    (Disposition::Record, _) | (Disposition::Uncertain, Uncertain::Record)
+                        if end_of_stream =>
+                    {
                         let response = StoredResponse {
                             status,
                             headers: kept,
@@ -58,7 +66,7 @@ impl Machine {
                         };
                         self.finalize(out, owned, response, true, true);
                     }
-                    Disposition::Record => {
+                    (Disposition::Record, _) | (Disposition::Uncertain, Uncertain::Record) => {
                         self.state = State::BufferingResponse {
                             owned,
                             status,
@@ -66,20 +74,15 @@ impl Machine {
                             buffered: 0,
                         };
                     }
-                    Disposition::Forget => {
+                    (Disposition::Forget, _) => {
                         self.release(out, owned, ReleaseAs::Forget, Outcome::NotRecorded)
                     }
-                    Disposition::Cooldown => {
+                    (Disposition::Cooldown, _) | (Disposition::Uncertain, Uncertain::Retry) => {
                         self.release(out, owned, ReleaseAs::Cooldown, Outcome::Failed)
                     }
-                    Disposition::Uncertain => match owned.policy.uncertain {
-                        Uncertain::Retry => {
-                            self.release(out, owned, ReleaseAs::Cooldown, Outcome::Failed)
-                        }
-                        Uncertain::Hold => {
-                            self.release(out, owned, ReleaseAs::Unknown, Outcome::OperationUnknown);
-                        }
-                    },
+                    (Disposition::Uncertain, Uncertain::Hold) => {
+                        self.release(out, owned, ReleaseAs::Unknown, Outcome::OperationUnknown);
+                    }
                 }
             }
             // A read nobody asked for (the machine asks only in `Upstream`).

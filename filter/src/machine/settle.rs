@@ -86,10 +86,13 @@ impl Machine {
         match std::mem::take(&mut self.state) {
             // The caller left while the upstream ran: Envoy resets the
             // upstream request, so whether it acted is unknown (F6 uncertain).
+            // There is no answer to record, so `record` holds it as `hold` does.
             State::Upstream(owned) => {
                 let (release_as, outcome) = match owned.policy.uncertain {
                     Uncertain::Retry => (ReleaseAs::Cooldown, Outcome::Failed),
-                    Uncertain::Hold => (ReleaseAs::Unknown, Outcome::OperationUnknown),
+                    Uncertain::Hold | Uncertain::Record => {
+                        (ReleaseAs::Unknown, Outcome::OperationUnknown)
+                    }
                 };
                 self.count_outcome(out, outcome);
                 out.push(Action::Count(Metric::Event(EventKind::CallerGone)));

@@ -31,7 +31,7 @@ use crate::metrics::{Event, Shed};
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = ClaimRequest,
     responses(
-        (status = 200, description = "The claim's outcome", body = ClaimResponse),
+        (status = 200, description = "The claim's outcome", body = ClaimAnswer),
         (status = 400, description = "`bad_request`: malformed body or a value out of range; or `previous` named while the store moves workloads into their own namespaces (`--namespace-transition`)", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))

@@ -1,17 +1,20 @@
-//! The `lease-store` command line: one binary, five jobs (`docs/records.md#the-api`,
+//! The `lease-store` command line: one binary, six jobs (`docs/records.md#the-api`,
 //! `docs/records.md#operators`).
 //!
 //! - `serve` runs the HTTP API ([`serve`]),
 //! - `migrate` applies the schema migrations and exits ([`migrate`]),
 //! - `records …` is the operator's client for the admin API ([`records`]),
 //! - `fingerprint` explains a request's fingerprint and scope (K5, [`fingerprint`]),
-//! - `recipe-diff` says what a plugin configuration change does to identities ([`recipe_diff`]).
+//! - `recipe-diff` says what a plugin configuration change does to identities ([`recipe_diff`]),
+//! - `openapi-overlay` writes the guarded operations' contract into a service's OpenAPI
+//!   document ([`openapi_overlay`]).
 //!
 //! Each subcommand returns a [`CliError`]; `main` prints it as one line and
 //! exits non-zero, so scripts and operators get a clear, greppable failure.
 
 pub mod fingerprint;
 pub mod migrate;
+pub mod openapi_overlay;
 pub mod recipe_diff;
 pub mod records;
 pub mod serve;
@@ -43,6 +46,8 @@ pub enum Command {
     Fingerprint(Box<fingerprint::FingerprintArgs>),
     /// Print what a plugin configuration change does to identities; fail when it is unsafe.
     RecipeDiff(recipe_diff::RecipeDiffArgs),
+    /// Write an OpenAPI Overlay adding keyflight's header and answers to the guarded operations.
+    OpenapiOverlay(openapi_overlay::OpenapiOverlayArgs),
 }
 
 /// Why a subcommand failed.
@@ -78,6 +83,9 @@ pub enum CliError {
     /// `recipe-diff` found an unsafe change, or could not read a configuration.
     #[error(transparent)]
     RecipeDiff(#[from] recipe_diff::RecipeDiffError),
+    /// `openapi-overlay` could not read, reconcile or write a document.
+    #[error(transparent)]
+    OpenapiOverlay(#[from] openapi_overlay::OpenapiOverlayError),
 }
 
 /// Runs the chosen subcommand.
@@ -88,5 +96,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Records(args) => Ok(records::run(args).await?),
         Command::Fingerprint(args) => Ok(fingerprint::run(*args)?),
         Command::RecipeDiff(args) => Ok(recipe_diff::run(args)?),
+        Command::OpenapiOverlay(args) => Ok(openapi_overlay::run(args)?),
     }
 }

@@ -315,3 +315,51 @@ fn fingerprint_prints_the_delegated_principals_scope() {
     assert_ne!(delegated, subject);
     assert_ne!(delegated, acting);
 }
+
+/// `lease-store openapi-overlay` writes the overlay to standard output and lists each guarded
+/// operation on standard error; a configuration it cannot read is named in the failure.
+#[test]
+fn openapi_overlay_writes_the_overlay_and_names_the_guarded_operations() {
+    let dir = std::env::temp_dir().join(format!("openapi-overlay-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let openapi = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/openapi/petstore-expanded.yaml"
+    );
+    let config = dir.join("plugin.json");
+    std::fs::write(
+        &config,
+        r#"{"lease_store": {"cluster": "ls"},
+            "policies": [{"name": "pets", "match": {"methods": ["POST"], "path_prefix": "/v2/pets"}}]}"#,
+    )
+    .unwrap();
+    let run = |config: &std::path::Path| {
+        Command::new(BIN)
+            .args(["openapi-overlay", "--openapi", openapi, "--plugin-config"])
+            .arg(config)
+            .output()
+            .unwrap()
+    };
+    let output = run(&config);
+    let overlay = stdout(&output);
+    assert!(overlay.starts_with("overlay: 1.0.0\n"), "{overlay}");
+    assert!(
+        overlay.contains("- target: $['paths']['/pets']['post']"),
+        "{overlay}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "guarded: POST /pets (policy pets, matched as /v2/pets)"
+    );
+    let broken = dir.join("broken.json");
+    std::fs::write(
+        &broken,
+        r#"{"lease_store": {"cluster": "ls"}, "policies": [{}]}"#,
+    )
+    .unwrap();
+    let refused = run(&broken);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("broken.json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

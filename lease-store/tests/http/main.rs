@@ -22,6 +22,7 @@ mod mesh_identity;
 mod namespace_transition;
 mod openapi_conformance;
 mod outage_logs;
+mod proxies_close_idle_connections_first;
 mod record_bounds;
 mod recorded_headers;
 mod records;

@@ -191,3 +191,19 @@ async fn a_long_poll_is_bounded_by_its_wait_not_the_request_timeout() {
     assert_eq!(answer.outcome(), "in_progress", "{}", answer.text);
     assert!(started.elapsed() >= Duration::from_millis(2_400));
 }
+
+/// Why the shipped proxies close idle store connections first
+/// (`proxies_close_idle_connections_first.rs`): the store ends an idle keep-alive connection.
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_header_read_timeout() {
+    let server = start_server(&["--header-read-timeout", "1s"]).await;
+    let mut stream = TcpStream::connect(addr(&server.api.base)).await.unwrap();
+    healthz_kept_alive(&mut stream).await;
+    let answered = Instant::now();
+    closed_within(&mut stream, Duration::from_secs(5)).await;
+    assert!(
+        answered.elapsed() >= Duration::from_millis(900),
+        "closed after {:?}, before the timeout",
+        answered.elapsed()
+    );
+}

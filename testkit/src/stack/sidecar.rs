@@ -154,6 +154,12 @@ static_resources:
     - name: lease_store
       type: STATIC
       connect_timeout: 1s
+      # Closes idle connections before the store does (docs/configuration.md#limits).
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          common_http_protocol_options: {{ idle_timeout: 5s }}
+          explicit_http_config: {{ http_protocol_options: {{}} }}
       load_assignment:
         cluster_name: lease_store
         endpoints:

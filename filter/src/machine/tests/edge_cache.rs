@@ -100,6 +100,25 @@ fn an_edge_cache_record_with_another_fingerprint_is_a_conflict() {
 }
 
 #[test]
+fn an_edge_cache_conflict_answers_with_the_policys_mismatch_status() {
+    let config = cached(
+        serde_json::json!({}),
+        serde_json::json!({"mismatch_status": 422}),
+    );
+    let (scope, _) = claim_of(Rc::clone(&config), b"{}");
+    let mut s = with_slot(
+        &config,
+        &scope,
+        Some(slot_for(scope, Digest([9; 32]), NOW_MS)),
+    );
+    s.headers(keyed(), false);
+    let out = s.body(br#"{"amount": 99}"#);
+    assert!(calls(&out).is_empty());
+    assert_eq!(reply(&out).status, 422);
+    assert_eq!(code(reply(&out)), "idempotency_conflict");
+}
+
+#[test]
 fn expired_foreign_or_colliding_slots_claim_as_usual() {
     let config = cached(serde_json::json!({}), serde_json::json!({}));
     let body = b"{}";

@@ -9,6 +9,7 @@
 mod callbacks;
 mod claim;
 mod claim_answers;
+mod draft_semantics;
 mod dry_run;
 mod edge_cache;
 mod recipe_transition;

@@ -209,16 +209,36 @@ fn run(s: &mut Harness, step: Step) -> Vec<Action> {
     }
 }
 
+/// Every combination of the IETF draft's per-policy settings.
+fn arb_draft_settings() -> impl Strategy<Value = serde_json::Value> {
+    (
+        prop_oneof![Just(409), Just(422)],
+        prop_oneof![Just("wait"), Just("conflict")],
+        prop_oneof![Just("cooldown"), Just("record")],
+        prop_oneof![Just("retry"), Just("hold"), Just("record")],
+    )
+        .prop_map(|(mismatch, in_progress, server_errors, uncertain)| {
+            serde_json::json!({
+                "mismatch_status": mismatch,
+                "in_progress": in_progress,
+                "server_errors": server_errors,
+                "uncertain": uncertain,
+            })
+        })
+}
+
 proptest! {
     #[test]
     fn the_stream_never_panics_and_never_forgets_a_claim(
         depth in 0u8..3,
         steps in proptest::collection::vec(arb_step(), 0..24),
+        draft in arb_draft_settings(),
     ) {
-        let config = cached(
-            serde_json::json!({}),
-            serde_json::json!({"max_request_body_bytes": 1024, "max_cacheable_response_bytes": 1024}),
-        );
+        let mut policy = serde_json::json!({"max_request_body_bytes": 1024, "max_cacheable_response_bytes": 1024});
+        for (k, v) in draft.as_object().unwrap() {
+            policy[k] = v.clone();
+        }
+        let config = cached(serde_json::json!({}), policy);
         let mut s = Harness::new(config);
         let mut taken_over = 0;
         for step in prefix(depth).into_iter().chain(steps) {
