@@ -33,7 +33,7 @@ help:
 	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
 	@echo "inner loop (each is a part of make test):"
 	@echo "  make lint            fmt check, clippy (host and wasm32), doc links"
-	@echo "  make unit            unit and property tests, the lease-store against a throwaway Postgres (no root installs)"
+	@echo "  make unit            unit and property tests, the lease-store and keyflight-effects against a throwaway Postgres (no root installs)"
 	@echo "  make e2e             end-to-end scenarios: real Envoy + .wasm + lease-store + Postgres"
 	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni and etcd when missing)"
 	@echo "  make test-net        the network-namespace lab of the link faults (root; installs nftables when missing)"
@@ -107,7 +107,8 @@ clippy: rust-targets
 	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter -p keyflight-filter-wasm --target wasm32-wasip1 -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
-# Unit and property tests, and the lease-store against a throwaway Postgres; installs nothing.
+# Unit and property tests, and the lease-store and keyflight-effects (through the workspace
+# line) against a throwaway Postgres; installs nothing.
 unit: prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit --exclude keyflight-model
 	$(CARGO) test -p keyflight-testkit --lib --bins

@@ -139,6 +139,10 @@ struct Cli {
     /// No caller gives up mid-request (with `--faults none`: the happy path alone).
     #[arg(long)]
     no_give_up: bool,
+    /// The upstream keeps its payments with `keyflight-effects` (`docs/effects.md`): the run
+    /// also counts the operations that paid more than once, and fails on any.
+    #[arg(long)]
+    upstream_effects: bool,
     /// Where runs are written (default: target/chaos in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -221,7 +225,8 @@ async fn run(cli: Cli) -> Result<bool, String> {
         dir.display()
     );
 
-    let options = stack::options(&dir, &plugin, REPLICAS, cli.ha, own_networks);
+    let options = stack::options(&dir, &plugin, REPLICAS, cli.ha, own_networks)
+        .upstream_effects_if(cli.upstream_effects);
     let mut stack = Stack::start(options).await;
     let endpoints = stack::Endpoints::of(&stack);
     let client = reqwest::Client::builder()
@@ -253,6 +258,10 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
     let verification_executions =
         verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
+    let effects = match cli.upstream_effects {
+        true => Some(verify::effects(&client, &endpoints).await?),
+        false => None,
+    };
     let (store_logs, envoy_logs) = stack::logs(&stack);
     drop(stack);
     let evidence = Evidence::read(&store_logs, &envoy_logs, run_start_unix_ms);
@@ -281,6 +290,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if cli.no_give_up {
         flags.push("--no-give-up".to_owned());
     }
+    if cli.upstream_effects {
+        flags.push("--upstream-effects".to_owned());
+    }
     let mut replay = match cli.short {
         true => format!("make chaos-short SEED={seed}"),
         false => format!("make chaos SEED={seed} DURATION={}s", duration.as_secs()),
@@ -295,8 +307,11 @@ async fn run(cli: Cli) -> Result<bool, String> {
         "{}",
         report::summary(&report, &history, &plan, &replay, &dir)
     );
+    if let Some(effects) = &effects {
+        println!("{effects}");
+    }
     println!("run took {:.1} s", began.elapsed().as_secs_f64());
-    Ok(!report.failed())
+    Ok(!report.failed() && effects.is_none_or(|effects| effects.paid_more_than_once == 0))
 }
 
 /// `--recheck`: the checker over a stored `history.json`; prints the table and the verdict.

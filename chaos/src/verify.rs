@@ -2,7 +2,8 @@
 //! more through every Envoy — to see a delivered answer (a 2xx or a recorded 4xx) replay, an
 //! `unknown` record still answer `operation_unknown` — then, for each key whose conflict
 //! caller got 409, the other body again, to see it still conflict. The checker judges what
-//! each key had to answer (`checker/judgement.rs`).
+//! each key had to answer (`checker/judgement.rs`). A run with `--upstream-effects` also
+//! reads the upstream's payments (`GET /effects`): an operation paid more than once fails it.
 //!
 //! A check that meets an unavailable store (503 `journal_unavailable`, no connection, no
 //! answer in time) is tried again, up to [`TRIES`] times; the checker reads a check that
@@ -43,6 +44,47 @@ struct LoggedExecution {
     answered: Option<u16>,
     #[serde(default)]
     reset: bool,
+}
+
+/// What the upstream's payments database holds after a run with `--upstream-effects`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Effects {
+    /// Payments committed.
+    pub payments: u64,
+    /// Operations (scopes) with more than one payment: re-run effects.
+    #[serde(rename = "operations_paid_more_than_once")]
+    pub paid_more_than_once: u64,
+}
+
+impl std::fmt::Display for Effects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "upstream effects (keyflight-effects): {} payments, {} re-run effects \
+             (operations paid more than once){}",
+            self.payments,
+            self.paid_more_than_once,
+            if self.paid_more_than_once == 0 {
+                ""
+            } else {
+                ": FAILED"
+            }
+        )
+    }
+}
+
+/// The upstream's payments (`GET /effects`).
+pub async fn effects(client: &reqwest::Client, endpoints: &Endpoints) -> Result<Effects, String> {
+    let url = format!("http://{}/effects", endpoints.upstream);
+    client
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("GET {url}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))
 }
 
 /// The upstream's executions numbered above `after`, their times on the run's clock
@@ -193,5 +235,20 @@ mod tests {
     fn a_via_header_names_an_envoy_or_nothing() {
         assert_eq!(parse_via(&keyflight_testkit::stack::via_value(3)), Some(3));
         assert_eq!(parse_via("proxy"), None);
+    }
+
+    #[test]
+    fn an_operation_paid_twice_is_a_failure_the_summary_names() {
+        let effects: Effects =
+            serde_json::from_str(r#"{"payments": 3, "operations_paid_more_than_once": 1}"#)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            effects,
+            Effects {
+                payments: 3,
+                paid_more_than_once: 1
+            }
+        );
+        assert!(effects.to_string().ends_with("FAILED"), "{effects}");
     }
 }

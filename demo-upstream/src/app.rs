@@ -5,17 +5,20 @@
 //! |---|---|
 //! | `POST /payments`, `POST /payments/…` | counts and logs an execution, then answers 201 with a fresh payment |
 //! | `GET /stats` | `{"executions": N, "by_path": {...}}` |
+//! | `GET /effects` | `{"payments": N, "operations_paid_more_than_once": M}`: the payment rows committed, and the scopes with more than one (404 without `--effects-database-url`) |
 //! | `GET /executions` | the execution log as JSON lines (`application/x-ndjson`), oldest first; `?after=N` only those after execution `N` (see `executions.rs`) |
 //! | `POST /stats/reset` | zeroes the counters and empties the execution log |
 //! | `GET /gates/{name}` | `{"waiting": N, "open": bool}` |
 //! | `POST /gates/{name}/open` | opens the gate for good |
 //! | anything else | 404 JSON |
 //!
-//! A payment takes five optional query parameters, applied in this order after the
-//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps,
-//! `abort=NAME` closes the connection without an answer (the first execution per `NAME`
-//! only, so a retry that runs again succeeds: a service that died right after its side
-//! effect, retried onto a healthy one), `status=N` answers that status instead of 201, and
+//! A payment takes six optional query parameters, applied in this order after the
+//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps (then, with
+//! `--effects-database-url`, the payment's transaction commits: `effects.rs`),
+//! `hold_committed=NAME` waits at gate `NAME`, `abort=NAME` closes the connection without
+//! an answer (the first execution per `NAME` only, so a retry that runs again succeeds: a
+//! service that died right after its side effect, retried onto a healthy one), `status=N`
+//! answers that status instead of 201, and
 //! `gzip=when_asked` gzips the answer when the request's `accept-encoding` names gzip (a
 //! well-behaved server) while `gzip=always` gzips it whatever the request says (one that is
 //! not). The answer deliberately carries a `set-cookie` (which keyflight must never
@@ -40,6 +43,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::connection::Connection;
+use crate::effects::{Ledger, Paid};
 use crate::executions::{Execution, ExecutionLog};
 use crate::gates::Gates;
 use crate::stats::Stats;
@@ -58,6 +62,8 @@ pub struct AppState {
     pub executions: std::sync::Arc<ExecutionLog>,
     /// The `abort=NAME` names that already aborted once.
     pub aborted: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// The payments database, when payments are kept there (`--effects-database-url`).
+    pub ledger: Option<Ledger>,
 }
 
 /// Builds the router.
@@ -68,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/stats", get(stats).fallback(not_found))
         .route("/stats/reset", post(reset_stats).fallback(not_found))
         .route("/executions", get(executions).fallback(not_found))
+        .route("/effects", get(effects).fallback(not_found))
         .route("/gates/{name}", get(gate_status).fallback(not_found))
         .route("/gates/{name}/open", post(open_gate).fallback(not_found))
         .fallback(not_found)
@@ -82,6 +89,8 @@ struct PayParams {
     hold: Option<String>,
     /// Sleep this long before answering.
     delay_ms: Option<u64>,
+    /// Wait at this gate once the payment committed (with a ledger).
+    hold_committed: Option<String>,
     /// Close the connection without an answer, the first time per name.
     abort: Option<String>,
     /// Answer this status instead of 201.
@@ -127,6 +136,34 @@ async fn pay(
     if let Some(delay) = params.delay_ms {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
+
+    let payment_id = Uuid::now_v7();
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let accept_encoding = text(header::ACCEPT_ENCODING);
+    let answer = json!({
+        "payment_id": payment_id,
+        "execution": execution,
+        "request": request,
+        "fence": text(header::HeaderName::from_static("idempotency-fence")),
+        "accept_encoding": accept_encoding,
+    });
+    let (status, answer) = match &state.ledger {
+        Some(ledger) => match pay_in_ledger(ledger, &headers, payment_id, status, answer).await {
+            Ok(paid) => paid,
+            Err(response) => {
+                // The history checker tells a refused payment from a lost answer by this.
+                state
+                    .executions
+                    .answered(execution, response.status().as_u16());
+                return response;
+            }
+        },
+        None => (status, answer),
+    };
+    if let Some(gate) = &params.hold_committed {
+        state.gates.pass(gate).await;
+    }
     if let Some(name) = &params.abort
         && first_abort(&state, name)
         && connection.abort()
@@ -141,17 +178,6 @@ async fn pay(
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
 
-    let payment_id = Uuid::now_v7();
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    let accept_encoding = text(header::ACCEPT_ENCODING);
-    let answer = json!({
-        "payment_id": payment_id,
-        "execution": execution,
-        "request": request,
-        "fence": text(header::HeaderName::from_static("idempotency-fence")),
-        "accept_encoding": accept_encoding,
-    });
     let asked_for_gzip = accept_encoding.is_some_and(|a| a.to_ascii_lowercase().contains("gzip"));
     let gzip = match params.gzip {
         Some(Gzip::Always) => true,
@@ -161,7 +187,13 @@ async fn pay(
     let mut response = (
         status,
         [
-            (header::LOCATION, format!("/payments/{payment_id}")),
+            (
+                header::LOCATION,
+                format!(
+                    "/payments/{}",
+                    answer["payment_id"].as_str().unwrap_or_default()
+                ),
+            ),
             (
                 header::SET_COOKIE,
                 format!("session={}; Path=/; HttpOnly", Uuid::now_v7()),
@@ -192,6 +224,37 @@ async fn pay(
     response
 }
 
+/// Commits payment `payment_id` in the ledger, under the operation keyflight forwarded;
+/// returns the status and answer to give: this run's, or the first run's when an earlier
+/// run of the operation had committed (`effects.rs`).
+async fn pay_in_ledger(
+    ledger: &Ledger,
+    headers: &HeaderMap,
+    payment_id: Uuid,
+    status: StatusCode,
+    answer: Value,
+) -> Result<(StatusCode, Value), Response> {
+    let operation = keyflight_effects::Operation::from_headers(headers)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
+    match ledger
+        .pay(payment_id, operation.as_ref(), (status.as_u16(), &answer))
+        .await
+    {
+        Ok(Paid::Now) => Ok((status, answer)),
+        Ok(Paid::Earlier { status, body }) => {
+            tracing::info!(%payment_id, "payment already made: answering the first run's answer");
+            let status = StatusCode::from_u16(status).map_err(|_| {
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the recorded status is not an HTTP status",
+                )
+            })?;
+            Ok((status, body))
+        }
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
+    }
+}
+
 /// `bytes`, gzip-compressed.
 fn gzipped(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     use std::io::Write as _;
@@ -207,6 +270,20 @@ fn first_abort(state: &AppState, name: &str) -> bool {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(name.to_owned())
+}
+
+async fn effects(State(state): State<AppState>) -> Response {
+    let Some(ledger) = &state.ledger else {
+        return error(StatusCode::NOT_FOUND, "payments are not kept in a database");
+    };
+    match ledger.payments().await {
+        Ok((payments, paid_more_than_once)) => Json(json!({
+            "payments": payments,
+            "operations_paid_more_than_once": paid_more_than_once,
+        }))
+        .into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
 }
 
 async fn stats(State(state): State<AppState>) -> Response {

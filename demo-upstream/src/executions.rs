@@ -7,8 +7,9 @@
 //! So every execution is logged the moment its handler starts (the same moment it is
 //! counted), with:
 //!
-//! - the `idempotency-key` and `idempotency-fence` headers as the upstream saw them (the
-//!   filter forwards the caller's key and adds the fence of its claim);
+//! - the `idempotency-key`, `idempotency-fence` and `idempotency-scope` headers as the
+//!   upstream saw them (the filter forwards the caller's key and adds the fence and scope of
+//!   its claim);
 //! - the path (query excluded) and the SHA-256 of the raw request body;
 //! - `x-keyflight-via` (which proxy forwarded it: the chaos harness's Envoy configs add it
 //!   with `request_headers_to_add`) and `x-caller-request-id` (the caller's own id for the
@@ -54,6 +55,8 @@ pub struct Execution {
     pub key: Option<String>,
     /// The `idempotency-fence` header, when present (kept as text: it is the proxy's).
     pub fence: Option<String>,
+    /// The `idempotency-scope` header, when present.
+    pub scope: Option<String>,
     /// `sha256:<hex>` of the raw request body.
     pub body_sha256: String,
     /// The [`VIA_HEADER`], when present.
@@ -81,6 +84,7 @@ impl Execution {
             path: path.to_owned(),
             key: text("idempotency-key"),
             fence: text("idempotency-fence"),
+            scope: text("idempotency-scope"),
             body_sha256: format!("sha256:{}", hex::encode(Sha256::digest(body))),
             via: text(VIA_HEADER),
             caller_request_id: text(CALLER_REQUEST_HEADER),
@@ -159,16 +163,18 @@ mod tests {
     use axum::http::HeaderValue;
 
     #[test]
-    fn an_execution_records_key_fence_body_digest_and_origin() {
+    fn an_execution_records_key_fence_scope_body_digest_and_origin() {
         let mut headers = HeaderMap::new();
         headers.insert("idempotency-key", HeaderValue::from_static("k-1"));
         headers.insert("idempotency-fence", HeaderValue::from_static("42"));
+        headers.insert("idempotency-scope", HeaderValue::from_static("5c09e"));
         headers.insert(VIA_HEADER, HeaderValue::from_static("envoy-1"));
         headers.insert(CALLER_REQUEST_HEADER, HeaderValue::from_static("r-7"));
         let entry = Execution::of_request(3, "/payments", &headers, b"abc");
         assert_eq!(entry.execution, 3);
         assert_eq!(entry.key.as_deref(), Some("k-1"));
         assert_eq!(entry.fence.as_deref(), Some("42"));
+        assert_eq!(entry.scope.as_deref(), Some("5c09e"));
         assert_eq!(entry.via.as_deref(), Some("envoy-1"));
         assert_eq!(entry.caller_request_id.as_deref(), Some("r-7"));
         assert_eq!(

@@ -8,10 +8,13 @@
 //! "the winner is running" instead of sleeping, and a request can make it drop the
 //! connection after its side effect (`?abort=NAME`). Every execution is also logged with
 //! its idempotency key and fence (`GET /executions`), for fault-injection runs that must
-//! say which operation ran twice. See `app.rs` for the routes.
+//! say which operation ran twice. With `--effects-database-url` each payment is also a row
+//! in Postgres, committed with the operation's `keyflight-effects` record (`effects.rs`).
+//! See `app.rs` for the routes.
 
 mod app;
 mod connection;
+mod effects;
 mod executions;
 mod gates;
 mod stats;
@@ -28,6 +31,11 @@ struct Cli {
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, env = "DEMO_UPSTREAM_LISTEN", default_value = "127.0.0.1:8081")]
     listen: SocketAddr,
+    /// Keep each payment as a row in this Postgres database, committed with its
+    /// `keyflight-effects` record (`docs/effects.md`): a re-run answers the first run's
+    /// answer instead of paying again. Off by default.
+    #[arg(long, env = "DEMO_UPSTREAM_EFFECTS_DATABASE_URL")]
+    effects_database_url: Option<String>,
 }
 
 #[tokio::main]
@@ -39,7 +47,13 @@ async fn main() -> std::io::Result<()> {
         .init();
 
     let cli = Cli::parse();
-    let state = app::AppState::default();
+    let mut state = app::AppState::default();
+    if let Some(url) = &cli.effects_database_url {
+        let ledger = effects::Ledger::open(url)
+            .await
+            .map_err(std::io::Error::other)?;
+        state.ledger = Some(ledger);
+    }
     let listener = TcpListener::bind(cli.listen).await?;
     let local = listener.local_addr()?;
     println!("demo-upstream listening on {local}");

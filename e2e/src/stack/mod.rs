@@ -131,6 +131,33 @@ impl Stack {
             .unwrap_or_else(|| panic!("upstream /stats has no `executions`"))
     }
 
+    /// The payments the upstream committed (`GET /effects`), on a stack started with
+    /// [`StackOptions::upstream_effects`].
+    pub async fn upstream_payments(&self) -> u64 {
+        let url = format!("http://{}/effects", self.inner.upstream_address());
+        self.get_json(&url).await["payments"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{url} has no `payments`"))
+    }
+
+    /// The upstream's execution log (`GET /executions`), oldest first.
+    pub async fn upstream_execution_log(&self) -> Vec<Value> {
+        let url = format!("http://{}/executions", self.inner.upstream_address());
+        let text = self
+            .client
+            .get(&url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+            .collect()
+    }
+
     /// The upstream's `/stats`: `{"executions": N, "by_path": {...}}`.
     pub async fn upstream_stats(&self) -> Value {
         self.get_json(&format!("http://{}/stats", self.inner.upstream_address()))

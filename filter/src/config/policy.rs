@@ -52,6 +52,7 @@ const TRANSPORT_HEADERS: &[&str] = &[
     "upgrade",
     "via",
     "idempotency-fence",
+    "idempotency-scope",
 ];
 
 /// `store_timeout` is `lease_store.timeout_ms`: a renew may hang that long;

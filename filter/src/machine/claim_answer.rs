@@ -14,7 +14,7 @@ use keyflight_protocol::wire::{
 };
 use uuid::Uuid;
 
-use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, State};
+use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, SCOPE_HEADER, State};
 use crate::config::{FailureMode, Mode, Policy};
 use crate::edge_cache::{self, Entry};
 use crate::encoding;
@@ -113,6 +113,10 @@ impl Machine {
                     out.push(Action::SetRequestHeader {
                         name: FENCE_HEADER.to_owned(),
                         value: Some(fence.to_string()),
+                    });
+                    out.push(Action::SetRequestHeader {
+                        name: SCOPE_HEADER.to_owned(),
+                        value: Some(scope.to_hex()),
                     });
                     // F8: the answer is recorded for every client that asks
                     // again, so it must not be encoded for this one.

@@ -54,6 +54,14 @@ use crate::store_call::StoreCall;
 /// The header carrying the claim's fence to the upstream (F3).
 pub const FENCE_HEADER: &str = "idempotency-fence";
 
+/// The header carrying the claim's scope (hex) to the upstream with the fence, so a
+/// service can record its effect under it (F3; `docs/effects.md#what-the-filter-forwards`).
+pub const SCOPE_HEADER: &str = "idempotency-scope";
+
+/// The headers only the filter may send upstream: a client-sent copy is dropped from
+/// every request, guarded or not.
+const FILTER_ONLY_HEADERS: [&str; 2] = [FENCE_HEADER, SCOPE_HEADER];
+
 /// A guarded request whose claim has not been made yet.
 #[derive(Debug, Clone)]
 struct Pending {

@@ -1,7 +1,7 @@
 //! The request side: headers → body → claim → edge-cache read (F1, F2, F9,
 //! K1–K4; `docs/stream-machine.md#request-side`).
 //!
-//! On the headers the machine drops a client-sent fence, finds the policy,
+//! On the headers the machine drops a client-sent fence and scope, finds the policy,
 //! reads the request's identity (key, principal) and checks a declared
 //! length; it then buffers the body, and once it has all of it computes the
 //! scope and the fingerprint and asks for the claim — after an edge-cache
@@ -16,7 +16,7 @@ use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{ClaimRequest, PreviousIdentity};
 use keyflight_protocol::{RequestHead, Rules, Target};
 
-use super::{Action, FENCE_HEADER, Machine, Pending, Ready, State, Who};
+use super::{Action, FILTER_ONLY_HEADERS, Machine, Pending, Ready, State, Who};
 use crate::config::{Anonymous, Mode, Unreadable};
 use crate::edge_cache::{self, Lookup};
 use crate::encoding::{self, Accepted};
@@ -39,13 +39,15 @@ impl Machine {
             return;
         }
         self.state = State::Passthrough;
-        // Only the filter may tell the upstream a fence: a client-sent one is
-        // dropped from every request, guarded or not.
-        if values(headers, FENCE_HEADER).next().is_some() {
-            out.push(Action::SetRequestHeader {
-                name: FENCE_HEADER.to_owned(),
-                value: None,
-            });
+        // Only the filter may tell the upstream a fence or a scope: a client-sent
+        // one is dropped from every request, guarded or not.
+        for name in FILTER_ONLY_HEADERS {
+            if values(headers, name).next().is_some() {
+                out.push(Action::SetRequestHeader {
+                    name: name.to_owned(),
+                    value: None,
+                });
+            }
         }
         let Some(target) = Target::from_headers(headers) else {
             return self.undecodable_target(out, headers);

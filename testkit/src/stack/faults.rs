@@ -86,8 +86,12 @@ impl Stack {
     /// Starts a fresh upstream on the same port (its counters start at zero) and waits
     /// until it answers.
     pub async fn restart_upstream(&mut self) {
-        self.upstream
-            .spawn(upstream_command_at(&self.binaries, self.upstream_address()));
+        let effects_database = self.options.upstream_effects.then(|| self.database.url());
+        self.upstream.spawn(upstream_command_at(
+            &self.binaries,
+            self.upstream_address(),
+            effects_database.as_deref(),
+        ));
         let ready = format!("http://{}/stats", self.upstream_address());
         wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;
     }

@@ -144,8 +144,8 @@ impl Stack {
                 part: Part::new(&format!("envoy-{index}"), &logs),
             })
             .collect();
-        // Envoy and the upstream start while Postgres initializes: Envoy's clusters are
-        // static, so it needs nothing else to be up.
+        // Envoy starts while Postgres initializes: its clusters are static, so it needs
+        // nothing else to be up.
         let sites = Sites {
             envoys: places.envoys.clone(),
             stores: places.stores.clone(),
@@ -173,13 +173,14 @@ impl Stack {
                 .part
                 .spawn(network::inside(net.as_ref(), envoy.place, command));
         }
+        let database = start_database(&options, net.as_ref()).await;
+        // The upstream starts once Postgres runs: it may keep its payments there.
         let mut upstream = Part::new("demo-upstream", &logs);
         upstream.spawn(upstream_command_at(
             &binaries,
             SocketAddr::new(places.host_side, plan.upstream),
+            options.upstream_effects.then(|| database.url()).as_deref(),
         ));
-
-        let database = start_database(&options, net.as_ref()).await;
         let mut stack = Stack {
             envoys,
             sidecar,

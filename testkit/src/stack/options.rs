@@ -71,6 +71,9 @@ pub struct StackOptions {
     /// The store behind its own sidecar, the filters calling it with their mesh identity
     /// ([`StackOptions::mesh_identity`]).
     pub(super) mesh: Option<Mesh>,
+    /// The demo upstream keeps its payments in the stack's Postgres
+    /// ([`StackOptions::upstream_effects`]).
+    pub(super) upstream_effects: bool,
 }
 
 impl Default for StackOptions {
@@ -96,6 +99,7 @@ impl Default for StackOptions {
             envoy_binaries: BTreeMap::new(),
             store_binaries: BTreeMap::new(),
             mesh: None,
+            upstream_effects: false,
         }
     }
 }
@@ -168,6 +172,19 @@ impl StackOptions {
     /// `127.0.0.1`. Needs root and `nft` (`make net-prereqs`); a single Postgres only.
     pub fn own_networks(mut self) -> Self {
         self.own_networks = true;
+        self
+    }
+
+    /// The demo upstream keeps each payment as a row in the stack's Postgres, committed with
+    /// its `keyflight-effects` record (`docs/effects.md`), and counts them at `GET /effects`.
+    /// A real service has its own database; sharing the stack's keeps the stack small.
+    pub fn upstream_effects(self) -> Self {
+        self.upstream_effects_if(true)
+    }
+
+    /// [`StackOptions::upstream_effects`] when `on`.
+    pub fn upstream_effects_if(mut self, on: bool) -> Self {
+        self.upstream_effects = on;
         self
     }
 

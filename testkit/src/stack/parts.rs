@@ -276,13 +276,21 @@ fn envoy_base_command(
 
 /// The command that runs the demo upstream on `127.0.0.1:port`.
 pub fn upstream_command(binaries: &Binaries, port: u16) -> Command {
-    upstream_command_at(binaries, SocketAddr::new(Place::LOOPBACK.ip, port))
+    upstream_command_at(binaries, SocketAddr::new(Place::LOOPBACK.ip, port), None)
 }
 
-/// The command that runs the demo upstream on `address`.
-pub(super) fn upstream_command_at(binaries: &Binaries, address: SocketAddr) -> Command {
+/// The command that runs the demo upstream on `address`, keeping its payments in
+/// `effects_database` when given ([`super::StackOptions::upstream_effects`]).
+pub(super) fn upstream_command_at(
+    binaries: &Binaries,
+    address: SocketAddr,
+    effects_database: Option<&str>,
+) -> Command {
     let mut command = Command::new(&binaries.upstream);
     command.args(["--listen", &address.to_string()]);
+    if let Some(url) = effects_database {
+        command.args(["--effects-database-url", url]);
+    }
     command
 }
 

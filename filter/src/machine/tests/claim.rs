@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::encoding;
-use crate::machine::FENCE_HEADER;
+use crate::machine::{FENCE_HEADER, SCOPE_HEADER};
 use crate::metrics::EventKind;
 use crate::store_call::StoreCall;
 
@@ -96,6 +96,11 @@ fn won_forwards_with_the_fence_and_starts_renewal() {
                     name: "idempotency-fence".into(),
                     value: Some("41".into())
                 },
+                // The effect ledger's key (`docs/effects.md`).
+                Action::SetRequestHeader {
+                    name: "idempotency-scope".into(),
+                    value: Some(scope.to_hex())
+                },
                 // F8: the recorded answer must decode for every client.
                 Action::SetRequestHeader {
                     name: "accept-encoding".into(),
@@ -144,7 +149,9 @@ fn forwarded_header_edits(config: Rc<Config>) -> Vec<(String, Option<String>)> {
         .into_iter()
         .filter_map(|action| match action {
             Action::SetRequestHeader { name, value }
-                if name != FENCE_HEADER && name != encoding::ACCEPT_ENCODING =>
+                if name != FENCE_HEADER
+                    && name != SCOPE_HEADER
+                    && name != encoding::ACCEPT_ENCODING =>
             {
                 Some((name, value))
             }

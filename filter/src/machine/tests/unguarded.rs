@@ -1,7 +1,7 @@
 //! Requests no policy guards, or that a policy lets through unguarded.
 
 use super::*;
-use crate::machine::FENCE_HEADER;
+use crate::machine::{FENCE_HEADER, SCOPE_HEADER};
 use crate::metrics::Outcome;
 
 #[test]
@@ -55,6 +55,29 @@ fn a_client_sent_fence_is_always_removed() {
         vec![
             Action::SetRequestHeader {
                 name: FENCE_HEADER.into(),
+                value: None
+            },
+            Action::ContinueRequest
+        ]
+    );
+}
+
+#[test]
+fn a_client_sent_scope_is_always_removed() {
+    // A forged scope would let a caller pick another operation's effect record
+    // (`docs/effects.md#what-the-filter-forwards`).
+    let mut s = Harness::new(config());
+    let forged = [("idempotency-scope", "00"), ("Idempotency-Fence", "7")];
+    let out = s.headers(request("GET", "/", &forged), true);
+    assert_eq!(
+        out,
+        vec![
+            Action::SetRequestHeader {
+                name: FENCE_HEADER.into(),
+                value: None
+            },
+            Action::SetRequestHeader {
+                name: SCOPE_HEADER.into(),
                 value: None
             },
             Action::ContinueRequest

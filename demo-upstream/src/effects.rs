@@ -1,0 +1,149 @@
+//! The opt-in effect ledger (`--effects-database-url`): a payment's effect is a row in
+//! Postgres, committed in one transaction with the `keyflight-effects` record of the
+//! operation it belongs to (`docs/effects.md`).
+//!
+//! Without it a payment's effect is the execution count alone, and a re-run (the proxy died
+//! after the upstream answered, an uncertain outcome under `uncertain: retry`) pays again.
+//! With it a re-run still executes (it is counted and logged: the filter forwarded it), but
+//! its row is rolled back and it answers with the first run's answer, so `GET /effects`
+//! counts each operation's payment once.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use keyflight_effects::{Committed, Operation};
+use serde_json::{Value, json};
+use tokio_postgres::NoTls;
+use uuid::Uuid;
+
+/// The service's own table: one row per payment made.
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS demo_payments (
+    payment_id uuid PRIMARY KEY,
+    scope      text,
+    fence      bigint,
+    created_at timestamptz NOT NULL DEFAULT now()
+)";
+
+const INSERT_PAYMENT: &str =
+    "INSERT INTO demo_payments (payment_id, scope, fence) VALUES ($1, $2, $3)";
+
+const COUNT_PAYMENTS: &str = "SELECT
+    (SELECT count(*) FROM demo_payments),
+    (SELECT count(*) FROM (SELECT FROM demo_payments WHERE scope IS NOT NULL
+                           GROUP BY scope HAVING count(*) > 1) AS twice)";
+
+/// The payments database.
+#[derive(Clone)]
+pub struct Ledger {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger").finish_non_exhaustive()
+    }
+}
+
+/// What a payment's transaction did.
+#[derive(Debug)]
+pub enum Paid {
+    /// Its row committed (with the operation's record, when it has one).
+    Now,
+    /// An earlier run of its operation committed: answer with that run's status and body.
+    Earlier {
+        /// The earlier run's status.
+        status: u16,
+        /// The earlier run's JSON answer.
+        body: Value,
+    },
+}
+
+/// Why the payments database failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// A connection or a statement failed.
+    #[error("payments database: {0}")]
+    Database(#[from] tokio_postgres::Error),
+    /// No connection could be had.
+    #[error("payments database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// The pool could not be built.
+    #[error("payments database pool: {0}")]
+    Build(#[from] deadpool_postgres::BuildError),
+    /// The operation's record failed.
+    #[error(transparent)]
+    Record(#[from] keyflight_effects::Error),
+    /// The recorded answer is not one this service writes.
+    #[error("payments database: a recorded answer without status and body")]
+    Malformed,
+}
+
+impl Ledger {
+    /// Connects to `url` and creates the payments table and the effect ledger.
+    pub async fn open(url: &str) -> Result<Ledger, LedgerError> {
+        let config = url.parse::<tokio_postgres::Config>()?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .runtime(Runtime::Tokio1)
+            .build()?;
+        let client = pool.get().await?;
+        client.batch_execute(SCHEMA).await?;
+        keyflight_effects::install(&**client).await?;
+        Ok(Ledger { pool })
+    }
+
+    /// Makes payment `payment_id` (this run's answer: `status` and `body`) as one
+    /// transaction, recorded under `operation` when keyflight forwarded one.
+    pub async fn pay(
+        &self,
+        payment_id: Uuid,
+        operation: Option<&Operation>,
+        (status, body): (u16, &Value),
+    ) -> Result<Paid, LedgerError> {
+        let mut client = self.pool.get().await?;
+        // The driver's own transaction (the pool wraps it in another type).
+        let tx = tokio_postgres::Client::transaction(&mut client).await?;
+        tx.execute(
+            INSERT_PAYMENT,
+            &[
+                &payment_id,
+                &operation.map(Operation::scope),
+                &operation.map(Operation::fence),
+            ],
+        )
+        .await?;
+        let Some(operation) = operation else {
+            tx.commit().await?;
+            return Ok(Paid::Now);
+        };
+        let answer = json!({"status": status, "body": body});
+        match keyflight_effects::commit(tx, operation, &answer).await? {
+            Committed::Now => Ok(Paid::Now),
+            Committed::Earlier { answer, .. } => {
+                let status = answer["status"]
+                    .as_u64()
+                    .and_then(|s| u16::try_from(s).ok());
+                match (status, answer.get("body")) {
+                    (Some(status), Some(body)) => Ok(Paid::Earlier {
+                        status,
+                        body: body.clone(),
+                    }),
+                    _ => Err(LedgerError::Malformed),
+                }
+            }
+        }
+    }
+
+    /// How many payments committed, and how many operations (scopes) paid more than once:
+    /// the re-run effects the ledger exists to prevent, counted from the service's own rows.
+    pub async fn payments(&self) -> Result<(i64, i64), LedgerError> {
+        let client = self.pool.get().await?;
+        let row = client.query_one(COUNT_PAYMENTS, &[]).await?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+}

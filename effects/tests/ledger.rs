@@ -1,0 +1,268 @@
+//! The ledger against a real throwaway Postgres: a first run commits its writes with its
+//! answer, every later run (any fence) gets that answer and keeps none of its writes, and
+//! of runs that race, exactly one commits its effect.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use keyflight_effects::{Committed, Operation, commit, install};
+use keyflight_testkit::pg::PgCluster;
+use serde_json::{Value, json};
+use tokio_postgres::{Client, NoTls};
+
+/// The binary's cluster, with the ledger and a table standing for a service's own writes.
+fn cluster() -> &'static PgCluster {
+    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let cluster = PgCluster::start();
+        cluster.psql("CREATE TABLE payments (scope text NOT NULL, fence bigint NOT NULL)");
+        cluster
+    })
+}
+
+async fn connect() -> Client {
+    let (client, connection) = tokio_postgres::connect(&cluster().url(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    install(&client).await.unwrap();
+    client
+}
+
+/// A scope no other test uses.
+fn fresh_scope() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{nanos:032x}{:032x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn run(scope: &str, fence: i64) -> Operation {
+    Operation::new(scope, &fence.to_string()).unwrap()
+}
+
+fn answer(fence: i64) -> Value {
+    json!({"status": 201, "body": {"paid_by_fence": fence}})
+}
+
+/// One run of the operation: its write, then the ledger.
+async fn pay(client: &mut Client, operation: &Operation) -> Committed {
+    let tx = client.transaction().await.unwrap();
+    tx.execute(
+        "INSERT INTO payments (scope, fence) VALUES ($1, $2)",
+        &[&operation.scope(), &operation.fence()],
+    )
+    .await
+    .unwrap();
+    commit(tx, operation, &answer(operation.fence()))
+        .await
+        .unwrap()
+}
+
+/// The fences whose payment row committed for `scope`.
+async fn payments(client: &Client, scope: &str) -> Vec<i64> {
+    client
+        .query(
+            "SELECT fence FROM payments WHERE scope = $1 ORDER BY fence",
+            &[&scope],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_first_run_commits_its_writes_and_its_answer() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    assert_eq!(pay(&mut client, &run(&scope, 5)).await, Committed::Now);
+    assert_eq!(payments(&client, &scope).await, [5]);
+    let row = client
+        .query_one(
+            "SELECT fence, answer FROM keyflight_effects WHERE scope = $1",
+            &[&scope],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 5);
+    assert_eq!(row.get::<_, Value>(1), answer(5));
+}
+
+#[tokio::test]
+async fn a_rerun_gets_the_first_answer_and_keeps_none_of_its_writes() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    pay(&mut client, &run(&scope, 5)).await;
+    let earlier = Committed::Earlier {
+        fence: 5,
+        answer: answer(5),
+    };
+    // A re-run after the proxy died (a higher fence), a stale winner that was taken over
+    // (a lower one), and the same run again: none overwrites, none keeps its write.
+    for fence in [9, 3, 5] {
+        assert_eq!(
+            pay(&mut client, &run(&scope, fence)).await,
+            earlier,
+            "{fence}"
+        );
+    }
+    assert_eq!(payments(&client, &scope).await, [5]);
+}
+
+#[tokio::test]
+async fn a_run_that_rolled_back_left_nothing_behind() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    {
+        let tx = client.transaction().await.unwrap();
+        let rows = tx
+            .query(
+                "SELECT recorded FROM keyflight_effect_commit($1, 4, '{}')",
+                &[&scope],
+            )
+            .await
+            .unwrap();
+        assert!(rows[0].get::<_, bool>(0));
+        tx.rollback().await.unwrap();
+    }
+    assert_eq!(pay(&mut client, &run(&scope, 6)).await, Committed::Now);
+    assert_eq!(payments(&client, &scope).await, [6]);
+}
+
+/// Two runs of one operation in flight together (fences 1 and 2): the first has recorded
+/// its answer but not committed; the second reaches the ledger and must wait for it. The
+/// first then ends with `end_first` (`true`: COMMIT); returns what the second got.
+async fn second_run_while_first_is_open(scope: &str, end_first: bool) -> Committed {
+    let mut first = connect().await;
+    let first_tx = first.transaction().await.unwrap();
+    first_tx
+        .execute(
+            "INSERT INTO payments (scope, fence) VALUES ($1, 1)",
+            &[&scope],
+        )
+        .await
+        .unwrap();
+    let recorded = first_tx
+        .query_one(
+            "SELECT recorded FROM keyflight_effect_commit($1, 1, $2)",
+            &[&scope, &answer(1)],
+        )
+        .await
+        .unwrap();
+    assert!(recorded.get::<_, bool>(0));
+
+    let mut second = connect().await;
+    let second_pid: i32 = second
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let operation = run(scope, 2);
+    let second_run = tokio::spawn(async move { pay(&mut second, &operation).await });
+    // Another session: a transaction reads pg_stat_activity once and keeps that snapshot.
+    wait_until_blocked_on_a_lock(&connect().await, second_pid).await;
+    assert!(!second_run.is_finished());
+
+    if end_first {
+        first_tx.commit().await.unwrap();
+    } else {
+        first_tx.rollback().await.unwrap();
+    }
+    second_run.await.unwrap()
+}
+
+/// Waits until backend `pid` waits on a lock (the second run on the first's row).
+async fn wait_until_blocked_on_a_lock(client: &Client, pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE pid = $1 AND wait_event_type = 'Lock'",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+        if waiting == 1 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "backend {pid} never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_run_waiting_on_one_that_commits_gets_its_answer() {
+    let scope = fresh_scope();
+    let second = second_run_while_first_is_open(&scope, true).await;
+    assert_eq!(
+        second,
+        Committed::Earlier {
+            fence: 1,
+            answer: answer(1)
+        }
+    );
+    assert_eq!(payments(&connect().await, &scope).await, [1]);
+}
+
+#[tokio::test]
+async fn a_run_waiting_on_one_that_rolls_back_commits_its_own() {
+    let scope = fresh_scope();
+    let second = second_run_while_first_is_open(&scope, false).await;
+    assert_eq!(second, Committed::Now);
+    assert_eq!(payments(&connect().await, &scope).await, [2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_racing_runs_exactly_one_commits_its_effect() {
+    let scope = fresh_scope();
+    let runs: Vec<_> = (1..=8)
+        .map(|fence| {
+            let operation = run(&scope, fence);
+            tokio::spawn(async move { pay(&mut connect().await, &operation).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for run in runs {
+        outcomes.push(run.await.unwrap());
+    }
+    let committed = payments(&connect().await, &scope).await;
+    let [winner] = committed.as_slice() else {
+        panic!("{committed:?} committed")
+    };
+    for outcome in &outcomes {
+        assert!(
+            *outcome == Committed::Now
+                || *outcome
+                    == Committed::Earlier {
+                        fence: *winner,
+                        answer: answer(*winner)
+                    },
+            "{outcome:?}"
+        );
+    }
+    let now = outcomes.iter().filter(|o| **o == Committed::Now).count();
+    assert_eq!(now, 1, "{outcomes:?}");
+}
+
+#[tokio::test]
+async fn the_table_refuses_what_keyflight_never_forwards() {
+    let client = connect().await;
+    for (scope, fence) in [("SHA256", 1_i64), (fresh_scope().as_str(), 0)] {
+        let refused = client
+            .query(
+                "SELECT * FROM keyflight_effect_commit($1, $2, '{}')",
+                &[&scope, &fence],
+            )
+            .await;
+        assert!(refused.is_err(), "{scope} {fence}");
+    }
+}
