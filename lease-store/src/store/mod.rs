@@ -196,6 +196,8 @@ pub struct Store {
     batch_sizes: BatchSizes,
     /// Orphan claims released ([`orphan`]), for `/metrics`.
     orphans_released: prometheus_client::metrics::counter::Counter,
+    /// Lapsed at-most-once leases held as `unknown` (`claim.rs`), for `/metrics`.
+    lapses_held: prometheus_client::metrics::counter::Counter,
     /// The database probe that feeds the takeover grace; `None` in the handle the probe
     /// and the batch workers use, so it stops with the last handle given out.
     _probe: Option<Arc<probe::Probe>>,
@@ -237,6 +239,7 @@ impl Store {
             batch: None,
             batch_sizes: BatchSizes::default(),
             orphans_released: prometheus_client::metrics::counter::Counter::default(),
+            lapses_held: prometheus_client::metrics::counter::Counter::default(),
             _probe: None,
         };
         // A queued call waits at most as long as a single call may: for a pooled
