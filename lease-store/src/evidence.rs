@@ -8,7 +8,8 @@
 //! They go through the store's one log (`logging.rs`: text, or JSON lines with
 //! `KEYFLIGHT_LOG_FORMAT=json`) under the target `keyflight_lease_store::evidence`,
 //! with stable field names: `evidence` (`claim_won`, `settle` or `operator`), `scope` and
-//! `fingerprint` (digests), `claim_id` and `fence`, `how` (the wire's
+//! `fingerprint` (digests), `claim_id` and `fence`, `at_most_once` (the claim's policy
+//! holds uncertain outcomes: its lapsed lease is never taken over), `how` (the wire's
 //! [`WonHow`] spelling; a reader must treat a value it does not know as a new
 //! way to win), `call` (`finalize`, `finalize_not_replayable`,
 //! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome`
@@ -42,6 +43,7 @@ pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimRe
             fence,
             how = WonHow::as_str(*how),
             lease_ms,
+            at_most_once = request.at_most_once,
             "claim won"
         );
     }

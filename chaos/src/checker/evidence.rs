@@ -38,6 +38,10 @@ pub struct ClaimWon {
     /// How it was won: `claimed` (a fresh insert), `recovered_abandoned`,
     /// `recovered_ttl`, or a value this judge does not know.
     pub how: String,
+    /// Claimed under a hold policy (`at_most_once=true`): its lapsed lease may never be
+    /// taken over. A store that predates the field logs none: `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_most_once: bool,
 }
 
 /// A settle call the lease-store answered.
@@ -180,6 +184,11 @@ impl Evidence {
                         claim_id,
                         fence,
                         how,
+                        at_most_once: line
+                            .fields
+                            .get("at_most_once")
+                            .and_then(serde_json::Value::as_bool)
+                            .unwrap_or(false),
                     });
                 }
             }
@@ -367,7 +376,7 @@ mod tests {
     #[test]
     fn a_store_line_and_an_envoy_line_are_read_on_the_runs_clock() {
         let start = 1_796_143_004_000;
-        let store = r#"{"timestamp":"2026-12-01T16:36:44.123456Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won","scope":"ab","fingerprint":"cd","claim_id":"0190-x","fence":41,"how":"orphan_takeover","lease_ms":3000},"target":"keyflight_lease_store::evidence"}
+        let store = r#"{"timestamp":"2026-12-01T16:36:44.123456Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won","scope":"ab","fingerprint":"cd","claim_id":"0190-x","fence":41,"how":"orphan_takeover","lease_ms":3000,"at_most_once":true},"target":"keyflight_lease_store::evidence"}
 {"timestamp":"2026-12-01T16:36:44.200Z","level":"INFO","fields":{"message":"settle applied","evidence":"settle","scope":"ab","claim_id":"0190-x","call":"finalize","outcome":"applied"},"target":"keyflight_lease_store::evidence"}
 {"timestamp":"2026-12-01T16:36:44.300Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won"},"target":"keyflight_lease_store::api"}
 not json"#;
@@ -389,6 +398,7 @@ not json"#;
                 claim_id: "0190-x".into(),
                 fence: 41,
                 how: "orphan_takeover".into(),
+                at_most_once: true,
             }],
             "an unknown `how` is kept as logged"
         );

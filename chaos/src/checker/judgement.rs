@@ -513,7 +513,8 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    before the takeover and any landed settle, or a hot restart's parent logged that
 ///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
 ///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
-///    the claim up before the takeover.
+///    the claim up before the takeover — never when a claim whose lease was taken over
+///    was made at-most-once (a hold policy's).
 pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
@@ -597,6 +598,15 @@ fn excused(
             "a settle of fence {earlier_fence} landed at {landed} ms, before the takeover \
              (fence {}) at {} ms",
             takeover.fence, takeover.at_ms
+        ));
+    }
+    // A hold policy is at-most-once (`docs/guarantee.md#at-most-once-and-at-least-once-policies`):
+    // no row excuses the takeover of a lease claimed under one, whatever befell its proxy.
+    let mut taken_over = std::iter::once(first).chain(between.iter().rev().skip(1).copied());
+    if let Some(held) = taken_over.find(|claim| claim.at_most_once) {
+        return Err(format!(
+            "fence {} was claimed at-most-once (`uncertain: hold`), yet its lease was taken              over: a lapsed lease of a hold policy must become `unknown`",
+            held.fence
         ));
     }
     let Some(envoy) = earlier.via else {
