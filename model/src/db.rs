@@ -358,8 +358,29 @@ impl Db {
             && (r.state != RowState::Pending || pending_ok)
     }
 
-    /// `DELETE_EXPIRED_SQL`.
+    /// Whether `HOLD_ABANDONED_SQL` would hold the row now (`$3`: false in the takeover
+    /// grace): `pending`, at-most-once, its lease over for more than the settle horizon,
+    /// within its retention.
+    pub fn abandoned_lapse(&self, now: u64, may_hold: bool, params: &Params) -> bool {
+        self.row.as_ref().is_some_and(|r| {
+            r.state == RowState::Pending
+                && r.at_most_once
+                && may_hold
+                && r.lease_expires_at
+                    .is_some_and(|at| at + params.settle_horizon_ms < now)
+                && r.expires_at >= now
+        })
+    }
+
+    /// A cleanup pass: `HOLD_ABANDONED_SQL`, then `DELETE_EXPIRED_SQL`.
     pub fn cleanup(&mut self, now: u64, pending_may_go: bool, params: &Params, ghost: &mut Ghost) {
+        if self.abandoned_lapse(now, pending_may_go, params)
+            && let Some(r) = self.row.as_mut()
+        {
+            ghost.unknown.push((r.fingerprint, now));
+            r.state = RowState::Unknown;
+            r.lease_expires_at = None;
+        }
         if self.expired(now, pending_may_go, params)
             && let Some(r) = self.row.take()
         {
@@ -377,7 +398,7 @@ fn secs(ms: u64) -> u64 {
 /// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
 /// them; a statement that changes fails it until this mirror is checked and the
 /// digest updated (`docs/model.md#keeping-the-mirror-honest`).
-pub const MIRRORED: [(&str, &str, &str); 12] = [
+pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "claim.rs",
         "reopened_row",
@@ -432,6 +453,11 @@ pub const MIRRORED: [(&str, &str, &str); 12] = [
         "retention.rs",
         "DELETE_EXPIRED_SQL",
         "ee077c60b1e0d1059a1505f01625f496ab0acd70efef5c86d9487c3fb6b87b0c",
+    ),
+    (
+        "held.rs",
+        "HOLD_ABANDONED_SQL",
+        "aa258e8e1394f64e1dadd26c72b91712b83eb89f09bb5dcf431c770226f15336",
     ),
     (
         "orphan.rs",

@@ -405,10 +405,10 @@ impl World {
                 if self.db.up && !replica.orphans.is_empty() {
                     out.push(Step::ReleaseOrphan { replica: r });
                 }
+                let may_go = !replica.grace.held(self.now);
                 if self.db.up
-                    && self
-                        .db
-                        .expired(self.now, !replica.grace.held(self.now), params)
+                    && (self.db.expired(self.now, may_go, params)
+                        || self.db.abandoned_lapse(self.now, may_go, params))
                 {
                     out.push(Step::Cleanup { replica: r });
                 }

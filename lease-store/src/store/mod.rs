@@ -51,6 +51,7 @@ mod batch;
 mod claim;
 mod dual;
 mod epoch;
+mod held;
 mod lease;
 mod migrate;
 mod orphan;
