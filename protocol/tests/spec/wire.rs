@@ -94,6 +94,7 @@ fn dual_claim_and_its_settles() {
                 scope: other,
                 fingerprint: digest(),
             }),
+            at_most_once: false,
         },
         json!({"fingerprint": HEX, "lease_ms": 1,
                "previous": {"scope": OTHER, "fingerprint": HEX}}),
