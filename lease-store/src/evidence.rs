@@ -7,7 +7,8 @@
 //!
 //! They go through the store's one log (`logging.rs`: text, or JSON lines with
 //! `KEYFLIGHT_LOG_FORMAT=json`) under the target `keyflight_lease_store::evidence`,
-//! with stable field names: `evidence` (`claim_won`, `settle` or `operator`), `scope` and
+//! with stable field names: `evidence` (`claim_won`, `settle`, `operator` or `lapse_held`),
+//! `scope` and
 //! `fingerprint` (digests), `claim_id` and `fence`, `at_most_once` (the claim's policy
 //! holds uncertain outcomes: its lapsed lease is never taken over), `how` (the wire's
 //! [`WonHow`] spelling; a reader must treat a value it does not know as a new
@@ -107,5 +108,16 @@ pub fn operator_changed(scope: &Digest, action: &str, operator: &str) {
         action,
         operator,
         "operator change {action}"
+    );
+}
+
+/// Logs a lapsed at-most-once lease made `unknown` (`docs/records.md#a-lapsed-at-most-once-lease`):
+/// the claim of `fence` on `scope` is held, not taken over.
+pub fn lapse_held(scope: &Digest, fence: i64) {
+    tracing::info!(
+        evidence = "lapse_held",
+        scope = %scope.to_hex(),
+        fence,
+        "lapsed at-most-once lease held as unknown"
     );
 }

@@ -457,7 +457,7 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "held.rs",
         "HOLD_ABANDONED_SQL",
-        "aa258e8e1394f64e1dadd26c72b91712b83eb89f09bb5dcf431c770226f15336",
+        "f6f0df6da12d0731dd723767935dee6b7160cd84be52b7bc89fd6861d86b5ed9",
     ),
     (
         "orphan.rs",

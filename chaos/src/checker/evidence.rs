@@ -82,6 +82,20 @@ pub struct OperatorChange {
     pub action: String,
 }
 
+/// A lapsed at-most-once lease a lease-store made `unknown` instead of taking it over (its
+/// `lapse_held` line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LapseHeld {
+    /// When the store logged it (after the commit).
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The scope digest.
+    pub scope: String,
+    /// The fence of the claim whose lease lapsed.
+    pub fence: u64,
+}
+
 /// What an Envoy's filter logged about one claim's settle call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProxySettle {
@@ -121,6 +135,9 @@ pub struct Evidence {
     /// Operator changes the lease-stores committed.
     #[serde(default)]
     pub operator_changes: Vec<OperatorChange>,
+    /// Lapsed at-most-once leases the lease-stores held as `unknown`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lapses_held: Vec<LapseHeld>,
 }
 
 impl Evidence {
@@ -209,6 +226,16 @@ impl Evidence {
                     });
                 }
             }
+            Some("lapse_held") => {
+                if let (Some(scope), Some(fence)) = (text("scope"), fence) {
+                    self.lapses_held.push(LapseHeld {
+                        at_ms,
+                        store,
+                        scope,
+                        fence,
+                    });
+                }
+            }
             Some("operator") => {
                 if let (Some(scope), Some(action)) = (text("scope"), text("action")) {
                     self.operator_changes.push(OperatorChange {
@@ -221,6 +248,14 @@ impl Evidence {
             }
             _ => {}
         }
+    }
+
+    /// When a store first held the lapsed lease of the claim with `fence`, if one did.
+    pub fn lapse_held(&self, fence: u64) -> Option<&LapseHeld> {
+        self.lapses_held
+            .iter()
+            .filter(|held| held.fence == fence)
+            .min_by_key(|held| held.at_ms)
     }
 
     /// The won claim with `fence`.

@@ -418,6 +418,7 @@ impl Store {
                         return won_attempt(&row, claim_id, lease_ms, sent);
                     }
                     self.lapses_held.inc();
+                    crate::evidence::lapse_held(scope, row.try_get("fence")?);
                 }
                 let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
                 let snapshot = existing

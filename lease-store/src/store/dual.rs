@@ -133,15 +133,15 @@ impl Store {
                 begin?;
                 let (won_first, won_second) = (won_first?, won_second?);
                 // A lapse held in the transaction rolled back with it: hold it on its own.
-                for (row, scope) in [(&won_first, first_scope), (&won_second, second_scope)] {
+                for (row, scope) in [(&won_first, &first.0), (&won_second, &second.0)] {
                     if let Some(row) = row
                         && held(row)?
-                        && client
-                            .query_opt(&hold, &[&scope, &may_take_over])
+                        && let Some(held) = client
+                            .query_opt(&hold, &[&scope.0.as_slice(), &may_take_over])
                             .await?
-                            .is_some()
                     {
                         self.lapses_held.inc();
+                        crate::evidence::lapse_held(scope, held.try_get("fence")?);
                     }
                 }
                 let won_first = won_first.filter(|row| !held(row).unwrap_or(true));

@@ -15,6 +15,8 @@
 //! row it updates by the clock at that moment, so a row a renew, settle or claim changed
 //! first is re-evaluated on its new version (EvalPlanQual) and skipped.
 
+use keyflight_protocol::Digest;
+
 use super::{Store, StoreError, duration_millis};
 
 /// `$1` batch size, `$2` the settle horizon in ms, `$3` whether lapses may be held now
@@ -30,7 +32,8 @@ UPDATE keyflight_records
                   LIMIT $1)
    AND state = 'pending' AND at_most_once AND $3
    AND lease_expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
-   AND expires_at >= clock_timestamp()";
+   AND expires_at >= clock_timestamp()
+RETURNING scope, fence";
 
 impl Store {
     /// Makes up to `limit` at-most-once records whose lease ran out more than the settle
@@ -43,14 +46,21 @@ impl Store {
         }
         let horizon_ms = duration_millis(self.settle_horizon);
         let may_hold = self.takeovers_held_until().is_none();
-        let held = self
+        let rows = self
             .run(async |client| {
                 let statement = client.prepare_cached(HOLD_ABANDONED_SQL).await?;
                 Ok(client
-                    .execute(&statement, &[&limit, &horizon_ms, &may_hold])
+                    .query(&statement, &[&limit, &horizon_ms, &may_hold])
                     .await?)
             })
             .await?;
+        for row in &rows {
+            let scope: &[u8] = row.try_get("scope")?;
+            if let Ok(scope) = <[u8; 32]>::try_from(scope) {
+                crate::evidence::lapse_held(&Digest(scope), row.try_get("fence")?);
+            }
+        }
+        let held = u64::try_from(rows.len()).unwrap_or(u64::MAX);
         self.lapses_held.inc_by(held);
         Ok(held)
     }
