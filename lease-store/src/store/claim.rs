@@ -1,6 +1,6 @@
 //! L1: claiming a scope in one committed statement, and explaining a lost claim.
 //!
-//! [`CLAIM_SQL`] is one statement of three CTEs, raced on Postgres 15
+//! [`CLAIM_SQL`] is one statement of four CTEs, raced on Postgres 15
 //! (`docs/records.md#the-claim-statement`, `docs/postgres-facts.md#concurrency-of-the-claim`):
 //! of N concurrent claims exactly one wins.
 //!
@@ -10,9 +10,10 @@
 //!   never a `pending` row whose lease is still live, and never an `unknown`
 //!   row (an uncertain outcome waits for an operator, `docs/records.md#operators`).
 //! * `steal` takes over, **with the same fingerprint only**, a `pending` row
-//!   whose lease ran out (crashed winner) or a `failed` row whose cooldown
-//!   elapsed. Concurrent stealers serialize on the row lock and Postgres
-//!   re-checks the predicate on the new row version, so one wins.
+//!   whose lease ran out (crashed winner; not an at-most-once claim's) or a
+//!   `failed` row whose cooldown elapsed. Concurrent stealers serialize on the
+//!   row lock and Postgres re-checks the predicate on the new row version, so
+//!   one wins.
 //! * `held` makes a lapsed lease of an at-most-once claim `unknown` instead
 //!   (`steal` never takes one): nobody wins, and the read that follows answers
 //!   `unknown` like any other ([`held_lapse`]).

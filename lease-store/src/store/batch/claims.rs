@@ -7,7 +7,7 @@
 //! would have (`claimed`). A call whose row it did not insert — the record
 //! exists (settled, pending, conflicting) or a concurrent claim inserted it
 //! first — is answered "run singly" and takes the unchanged single path:
-//! the three-branch claim, then the read. So every answer other than a fresh
+//! the claim statement, then the read. So every answer other than a fresh
 //! win, and the argument that N concurrent claims on one scope have one
 //! winner, are the single path's (`docs/group-commit.md`).
 //!
