@@ -227,6 +227,7 @@ impl StoreCycle {
             wait_ms: None,
             retention_s: None,
             previous: None,
+            at_most_once: false,
         };
         let answer = self
             .post(connection, &format!("/v1/claims/{scope}"), &claim)

@@ -409,6 +409,7 @@ mod tests {
                 wait_ms: Some(5000),
                 retention_s: Some(86_400),
                 previous: None,
+                at_most_once: false,
             },
         };
         assert_eq!(claim.path(), format!("/v1/claims/{hex}"));

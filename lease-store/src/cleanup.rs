@@ -2,10 +2,11 @@
 //!
 //! Every replica runs one. The first pass waits a random fraction of the
 //! interval, so replicas started together (a rollout) do not all delete at
-//! once; then a pass runs every interval. A pass deletes bounded batches
-//! (`Store::delete_expired_batch`, which holds the SQL and its safety
-//! argument) until a batch comes back short, so no single statement locks or
-//! scans more than `batch_size` rows.
+//! once; then a pass runs every interval. A pass first makes the abandoned
+//! lapses of at-most-once claims `unknown` (`Store::hold_abandoned_batch`,
+//! `store/held.rs`), then deletes (`Store::delete_expired_batch`, which holds
+//! the SQL and its safety argument), each in bounded batches until one comes
+//! back short, so no single statement locks or scans more than `batch_size` rows.
 //!
 //! Shutdown never waits for a pass: each batch is already bounded by the
 //! store's answer timeout, and the loop abandons a running pass as soon as
@@ -74,6 +75,20 @@ async fn run_pass(
     on_deleted: &(impl Fn(u64) + ?Sized),
 ) -> Result<u64, StoreError> {
     let full_batch = u64::try_from(batch_size).unwrap_or(0);
+    let mut held = 0;
+    loop {
+        let batch = store.hold_abandoned_batch(batch_size).await?;
+        held += batch;
+        if batch < full_batch {
+            break;
+        }
+    }
+    if held > 0 {
+        tracing::warn!(
+            held,
+            "abandoned at-most-once leases held as unknown: an operator must resolve them"
+        );
+    }
     let mut total = 0;
     loop {
         let deleted = store.delete_expired_batch(batch_size).await?;

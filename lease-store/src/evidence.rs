@@ -7,8 +7,10 @@
 //!
 //! They go through the store's one log (`logging.rs`: text, or JSON lines with
 //! `KEYFLIGHT_LOG_FORMAT=json`) under the target `keyflight_lease_store::evidence`,
-//! with stable field names: `evidence` (`claim_won`, `settle` or `operator`), `scope` and
-//! `fingerprint` (digests), `claim_id` and `fence`, `how` (the wire's
+//! with stable field names: `evidence` (`claim_won`, `settle`, `operator` or `lapse_held`),
+//! `scope` and
+//! `fingerprint` (digests), `claim_id` and `fence`, `at_most_once` (the claim's policy
+//! holds uncertain outcomes: its lapsed lease is never taken over), `how` (the wire's
 //! [`WonHow`] spelling; a reader must treat a value it does not know as a new
 //! way to win), `call` (`finalize`, `finalize_not_replayable`,
 //! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome`
@@ -42,6 +44,7 @@ pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimRe
             fence,
             how = WonHow::as_str(*how),
             lease_ms,
+            at_most_once = request.at_most_once,
             "claim won"
         );
     }
@@ -105,5 +108,16 @@ pub fn operator_changed(scope: &Digest, action: &str, operator: &str) {
         action,
         operator,
         "operator change {action}"
+    );
+}
+
+/// Logs a lapsed at-most-once lease made `unknown` (`docs/records.md#a-lapsed-at-most-once-lease`):
+/// the claim of `fence` on `scope` is held, not taken over.
+pub fn lapse_held(scope: &Digest, fence: i64) {
+    tracing::info!(
+        evidence = "lapse_held",
+        scope = %scope.to_hex(),
+        fence,
+        "lapsed at-most-once lease held as unknown"
     );
 }

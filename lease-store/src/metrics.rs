@@ -195,9 +195,9 @@ struct Inner {
 }
 
 impl Metrics {
-    /// Creates and registers every metric; `batch_sizes` and `orphans_released` are the
-    /// store's.
-    pub fn new(batch_sizes: &BatchSizes, orphans_released: Counter) -> Self {
+    /// Creates and registers every metric; `batch_sizes`, `orphans_released` and
+    /// `lapses_held` are the store's.
+    pub fn new(batch_sizes: &BatchSizes, orphans_released: Counter, lapses_held: Counter) -> Self {
         let mut registry = Registry::default();
         let claims = Family::<OutcomeLabel, Counter>::default();
         let events = Family::<EventLabel, Counter>::default();
@@ -266,6 +266,11 @@ impl Metrics {
             "keyflight_store_orphans_released",
             "Claims committed after their caller stopped waiting, released unanswered",
             orphans_released,
+        );
+        registry.register(
+            "keyflight_store_lapses_held",
+            "Lapsed leases of at-most-once claims made unknown instead of taken over",
+            lapses_held,
         );
         let batch_queued = Family::<KindLabel, Gauge>::default();
         registry.register(
@@ -449,7 +454,9 @@ mod tests {
     #[test]
     fn exposition_names_the_counters() {
         let batch_sizes = BatchSizes::default();
-        let metrics = Metrics::new(&batch_sizes, Counter::default());
+        let lapses_held = Counter::default();
+        lapses_held.inc();
+        let metrics = Metrics::new(&batch_sizes, Counter::default(), lapses_held);
         metrics.claim_answered(&ClaimResponse::Conflict);
         metrics.event(Event::FollowerWait);
         metrics.ttl_deleted(3);
@@ -474,6 +481,7 @@ mod tests {
             "keyflight_store_claims_total{outcome=\"conflict\"} 1",
             "keyflight_store_events_total{event=\"follower_wait\"} 1",
             "keyflight_store_ttl_deletes_total 3",
+            "keyflight_store_lapses_held_total 1",
             "keyflight_store_shed_total{reason=\"concurrency\"} 1",
             "keyflight_store_caller_calls_total{workload=\"spiffe://td/ns/a/sa/b\"} 1",
             "keyflight_store_caller_refused_total{workload=\"other\",reason=\"not_allowed\"} 1",

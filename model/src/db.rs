@@ -55,6 +55,8 @@ pub struct Row {
     pub response: Option<Recorded>,
     /// `replayable`.
     pub replayable: bool,
+    /// `at_most_once`.
+    pub at_most_once: bool,
 }
 
 /// How a claim won (`ins`, `ttl`, `steal`).
@@ -127,6 +129,8 @@ pub struct ClaimArgs {
     pub retention_ms: u64,
     /// `$6`: no takeover grace holds on the serving replica.
     pub may_take_over: bool,
+    /// `$7`: the claim's policy holds uncertain outcomes.
+    pub at_most_once: bool,
 }
 
 impl Db {
@@ -141,6 +145,7 @@ impl Db {
         ghost: &mut Ghost,
         op: u8,
     ) -> Result<(How, u16), Lost> {
+        let was_pending = self.row.as_ref().map(|r| r.state) == Some(RowState::Pending);
         if let Some(won) = self.claim_sql(now, args, params) {
             let (how, fence) = won.0;
             ghost.claimed(fence, op, how, now, won.1, args.fingerprint);
@@ -149,6 +154,10 @@ impl Db {
         let Some(row) = &self.row else {
             return Err(Lost::InProgress(1));
         };
+        if was_pending && row.state == RowState::Unknown {
+            // `held`: a lapsed at-most-once lease became `unknown`.
+            ghost.unknown.push((row.fingerprint, now));
+        }
         let remaining = row.lease_expires_at.map_or(0, |at| at.saturating_sub(now));
         let live_lease = row.state == RowState::Pending && remaining > 0;
         let retention_over = row.expires_at < now;
@@ -171,8 +180,9 @@ impl Db {
         Err(answer.unwrap_or(Lost::InProgress(1)))
     }
 
-    /// `CLAIM_SQL`: `ins`, else `ttl`, else `steal`. Returns how it won and the
-    /// fence, with the row it displaced (evidence for the judge's rules).
+    /// `CLAIM_SQL`: `ins`, else `ttl`, else `steal`, else `held` (which wins nothing:
+    /// the row becomes `unknown`). Returns how it won and the fence, with the row it
+    /// displaced (evidence for the judge's rules).
     fn claim_sql(
         &mut self,
         now: u64,
@@ -188,6 +198,7 @@ impl Db {
             expires_at: now + a.retention_ms,
             response: None,
             replayable: true,
+            at_most_once: a.at_most_once,
         };
         let may_take_over =
             a.may_take_over || params.mutation == Some(Mutation::TakeoverIgnoresGrace);
@@ -202,19 +213,35 @@ impl Db {
         let ttl = r.expires_at < now
             && (matches!(r.state, RowState::Completed | RowState::Failed)
                 || (r.state == RowState::Pending && expired(r.lease_expires_at) && may_take_over));
-        // steal: expires_at >= now AND (failed OR pending AND $6) AND lease ran out AND same fingerprint
+        // steal: expires_at >= now AND (failed OR pending AND $6 AND NOT at_most_once)
+        //        AND lease ran out AND same fingerprint
         let same_fingerprint = r.fingerprint == a.fingerprint
             || params.mutation == Some(Mutation::StealIgnoresFingerprint);
         let steal = !ttl
             && r.expires_at >= now
-            && (r.state == RowState::Failed || (r.state == RowState::Pending && may_take_over))
+            && (r.state == RowState::Failed
+                || (r.state == RowState::Pending
+                    && may_take_over
+                    && (!r.at_most_once || params.mutation == Some(Mutation::StealIgnoresHold))))
             && expired(r.lease_expires_at)
             && same_fingerprint;
+        // held (held_lapse!): pending AND at_most_once AND $6 AND lease ran out AND
+        //        expires_at >= now, and not ins or ttl: the row becomes `unknown`.
+        let held = !ttl
+            && r.state == RowState::Pending
+            && r.at_most_once
+            && may_take_over
+            && expired(r.lease_expires_at)
+            && r.expires_at >= now;
         let how = if ttl {
             How::RecoveredTtl
         } else if steal {
             How::RecoveredAbandoned
         } else {
+            if held && let Some(r) = self.row.as_mut() {
+                r.state = RowState::Unknown;
+                r.lease_expires_at = None;
+            }
             return None;
         };
         let displaced = Displaced::of(r, now);
@@ -331,8 +358,29 @@ impl Db {
             && (r.state != RowState::Pending || pending_ok)
     }
 
-    /// `DELETE_EXPIRED_SQL`.
+    /// Whether `HOLD_ABANDONED_SQL` would hold the row now (`$3`: false in the takeover
+    /// grace): `pending`, at-most-once, its lease over for more than the settle horizon,
+    /// within its retention.
+    pub fn abandoned_lapse(&self, now: u64, may_hold: bool, params: &Params) -> bool {
+        self.row.as_ref().is_some_and(|r| {
+            r.state == RowState::Pending
+                && r.at_most_once
+                && may_hold
+                && r.lease_expires_at
+                    .is_some_and(|at| at + params.settle_horizon_ms < now)
+                && r.expires_at >= now
+        })
+    }
+
+    /// A cleanup pass: `HOLD_ABANDONED_SQL`, then `DELETE_EXPIRED_SQL`.
     pub fn cleanup(&mut self, now: u64, pending_may_go: bool, params: &Params, ghost: &mut Ghost) {
+        if self.abandoned_lapse(now, pending_may_go, params)
+            && let Some(r) = self.row.as_mut()
+        {
+            ghost.unknown.push((r.fingerprint, now));
+            r.state = RowState::Unknown;
+            r.lease_expires_at = None;
+        }
         if self.expired(now, pending_may_go, params)
             && let Some(r) = self.row.take()
         {
@@ -350,16 +398,21 @@ fn secs(ms: u64) -> u64 {
 /// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
 /// them; a statement that changes fails it until this mirror is checked and the
 /// digest updated (`docs/model.md#keeping-the-mirror-honest`).
-pub const MIRRORED: [(&str, &str, &str); 11] = [
+pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "claim.rs",
         "reopened_row",
-        "581d6cb34740cf73a7a752a6c456e010c1275c549b9a9b87882164c279805243",
+        "8edde925b17c50978f15bb5bfd70c04378de068173b739520953f76f6bbfdee7",
+    ),
+    (
+        "claim.rs",
+        "held_lapse",
+        "eb73de790ccb546187a41096b41da646c82c7ebed580194b0000b88a2649097d",
     ),
     (
         "claim.rs",
         "CLAIM_SQL",
-        "adb774cd9db24cd2a5de5ddd1669f54aad8bb40861e9cafb17c40d87d3063e0b",
+        "3bd38bfcbafe17daa55ec3a3beeb4f5bbd7daef845b37eaa5e93425b1597c5d2",
     ),
     (
         "claim.rs",
@@ -400,6 +453,11 @@ pub const MIRRORED: [(&str, &str, &str); 11] = [
         "retention.rs",
         "DELETE_EXPIRED_SQL",
         "ee077c60b1e0d1059a1505f01625f496ab0acd70efef5c86d9487c3fb6b87b0c",
+    ),
+    (
+        "held.rs",
+        "HOLD_ABANDONED_SQL",
+        "f6f0df6da12d0731dd723767935dee6b7160cd84be52b7bc89fd6861d86b5ed9",
     ),
     (
         "orphan.rs",

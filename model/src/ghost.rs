@@ -7,8 +7,9 @@
 //! taking over the earlier fence's expired lease (every claim in between did
 //! too), no settle of the earlier fence landed before that takeover, and the
 //! earlier fence's proxy died after its claim and before the takeover, or its
-//! outbox logged giving the claim up. The model adds one row the judge never
-//! meets (its records live a day): a record reused after its retention.
+//! outbox logged giving the claim up — and never for a hold policy's (at-most-once)
+//! claim. The model adds one row the judge never meets (its records live a day): a
+//! record reused after its retention.
 
 use keyflight_protocol::Digest;
 
@@ -27,6 +28,8 @@ pub struct Displaced {
     pub past_retention: bool,
     /// It was deleted (cleanup, a `forget` release, an orphan release).
     pub deleted: bool,
+    /// Its claim was at-most-once (a hold policy's).
+    pub at_most_once: bool,
 }
 
 impl Displaced {
@@ -38,6 +41,7 @@ impl Displaced {
             state: r.state,
             past_retention: r.expires_at < now,
             deleted: false,
+            at_most_once: r.at_most_once,
         }
     }
 }
@@ -195,6 +199,14 @@ impl Ghost {
                     first.fence, took.state
                 ))
             };
+        }
+        // A hold policy is at-most-once: no row excuses a takeover of its lapsed lease
+        // within its retention.
+        if took.at_most_once && !took.past_retention {
+            return Err(format!(
+                "fence {} took over at-most-once fence {f1}'s lapsed lease",
+                first.fence
+            ));
         }
         if let Some(other) = between.iter().find(|c| {
             c.displaced

@@ -51,6 +51,9 @@ pub enum Mutation {
     OutboxDropsOnTransientError,
     /// `lease_store.timeout_ms` set past the renew rule after validation.
     RenewTimeoutPastSlack,
+    /// The `steal` branch without `NOT at_most_once`: a hold policy's lapsed lease is
+    /// taken over instead of held.
+    StealIgnoresHold,
 }
 
 /// The filter's plugin configuration, in the few numbers the model varies.
@@ -68,6 +71,8 @@ pub struct FilterParams {
     pub retention_s: u64,
     /// A timeout applied after validation (the renew-slack mutation).
     pub timeout_override_ms: Option<u64>,
+    /// `uncertain: hold` (at-most-once); `false` is `uncertain: retry`.
+    pub hold: bool,
 }
 
 /// One client: the operation it sends (its body) and how many attempts it makes.
@@ -126,6 +131,7 @@ impl Params {
                 budget_ms: 4000,
                 retention_s: 3,
                 timeout_override_ms: None,
+                hold: true,
             },
             mutation: None,
         }

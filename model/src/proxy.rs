@@ -62,7 +62,7 @@ pub fn config(f: &FilterParams) -> Rc<Config> {
                 "follower_wait_ms": 0,
                 "retention_s": f.retention_s,
                 "record_retry_budget_ms": f.budget_ms,
-                "uncertain": "hold",
+                "uncertain": if f.hold { "hold" } else { "retry" },
             }]
         });
         let mut config = match parse_plugin_config(doc.to_string().as_bytes()) {

@@ -47,6 +47,8 @@ pub enum Wire {
         lease_ms: u64,
         /// The retention, ms.
         retention_ms: u64,
+        /// `at_most_once`.
+        at_most_once: bool,
     },
     /// `…/renew`.
     Renew {
@@ -249,6 +251,7 @@ impl Wire {
                 retention_ms: request
                     .retention_s
                     .map_or(params.filter.retention_s * 1000, |s| s * 1000),
+                at_most_once: request.at_most_once,
             },
             StoreCall::Renew { request, .. } => Wire::Renew {
                 claim: id16(request.claim_id),
@@ -402,10 +405,10 @@ impl World {
                 if self.db.up && !replica.orphans.is_empty() {
                     out.push(Step::ReleaseOrphan { replica: r });
                 }
+                let may_go = !replica.grace.held(self.now);
                 if self.db.up
-                    && self
-                        .db
-                        .expired(self.now, !replica.grace.held(self.now), params)
+                    && (self.db.expired(self.now, may_go, params)
+                        || self.db.abandoned_lapse(self.now, may_go, params))
                 {
                     out.push(Step::Cleanup { replica: r });
                 }
@@ -611,6 +614,7 @@ impl World {
                 fingerprint,
                 lease_ms,
                 retention_ms,
+                at_most_once,
             } => {
                 let op = match request.from {
                     From::Stream { client, .. } => self.clients[usize::from(client)].op,
@@ -621,6 +625,7 @@ impl World {
                     lease_ms: *lease_ms,
                     retention_ms: *retention_ms,
                     may_take_over,
+                    at_most_once: *at_most_once,
                 };
                 match self.db.claim(now, args, params, &mut self.ghost, op) {
                     Ok((how, fence)) => {

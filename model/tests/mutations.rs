@@ -61,13 +61,15 @@ fn a_finalize_not_fenced_by_claim_id_is_caught() {
 
 #[test]
 fn a_steal_that_ignores_the_fingerprint_is_caught() {
-    let params = Params {
+    // A retry policy: a hold policy's lapsed lease is held whatever the fingerprint.
+    let mut params = Params {
         clients: vec![
             ClientSpec { op: 0, attempts: 1 },
             ClientSpec { op: 1, attempts: 1 },
         ],
         ..short(8)
     };
+    params.filter.hold = false;
     caught(
         params,
         Mutation::StealIgnoresFingerprint,
@@ -87,4 +89,9 @@ fn a_renew_timeout_past_the_lease_slack_is_caught() {
         ..short(7)
     };
     caught(params, Mutation::RenewTimeoutPastSlack, ONE_RUN);
+}
+
+#[test]
+fn a_steal_that_takes_over_a_hold_policys_lapsed_lease_is_caught() {
+    caught(short(8), Mutation::StealIgnoresHold, ONE_RUN);
 }

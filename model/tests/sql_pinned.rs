@@ -12,6 +12,7 @@ fn source(file: &str) -> &'static str {
         "lease.rs" => include_str!("../../lease-store/src/store/lease.rs"),
         "retention.rs" => include_str!("../../lease-store/src/store/retention.rs"),
         "orphan.rs" => include_str!("../../lease-store/src/store/orphan.rs"),
+        "held.rs" => include_str!("../../lease-store/src/store/held.rs"),
         other => panic!("no source {other}"),
     }
 }

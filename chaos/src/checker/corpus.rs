@@ -110,3 +110,27 @@ fn the_answer_lost_with_its_proxy_is_counted_apart() {
         );
     }
 }
+
+#[test]
+fn a_held_lapse_counts_the_answer_lost_with_its_proxy_and_runs_nothing_twice() {
+    let name = "excused-hold-proxy-killed-with-the-record-in-its-outbox-held-unknown.json";
+    let case = corpus()
+        .into_iter()
+        .find(|(path, _)| path.ends_with(name))
+        .expect("the case");
+    let total = check(&case.1.history).total();
+    assert_eq!(
+        (
+            total.executed_twice_excused,
+            total.delivered_then_lost_with_proxy,
+            total.divergent,
+            total.lost_records
+        ),
+        (0, 1, 0, 0)
+    );
+    let forbidden = corpus()
+        .into_iter()
+        .find(|(path, _)| path.ends_with("forbidden-hold-lapse-held-while-its-proxy-lived.json"))
+        .expect("the forbidden case");
+    assert_eq!(check(&forbidden.1.history).total().lost_records, 1);
+}

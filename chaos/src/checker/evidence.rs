@@ -38,6 +38,10 @@ pub struct ClaimWon {
     /// How it was won: `claimed` (a fresh insert), `recovered_abandoned`,
     /// `recovered_ttl`, or a value this judge does not know.
     pub how: String,
+    /// Claimed under a hold policy (`at_most_once=true`): its lapsed lease may never be
+    /// taken over. A store that predates the field logs none: `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_most_once: bool,
 }
 
 /// A settle call the lease-store answered.
@@ -76,6 +80,20 @@ pub struct OperatorChange {
     pub scope: String,
     /// `erase`, `resolve_completed` or `resolve_failed` (the audit's names).
     pub action: String,
+}
+
+/// A lapsed at-most-once lease a lease-store made `unknown` instead of taking it over (its
+/// `lapse_held` line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LapseHeld {
+    /// When the store logged it (after the commit).
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The scope digest.
+    pub scope: String,
+    /// The fence of the claim whose lease lapsed.
+    pub fence: u64,
 }
 
 /// What an Envoy's filter logged about one claim's settle call.
@@ -117,6 +135,9 @@ pub struct Evidence {
     /// Operator changes the lease-stores committed.
     #[serde(default)]
     pub operator_changes: Vec<OperatorChange>,
+    /// Lapsed at-most-once leases the lease-stores held as `unknown`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lapses_held: Vec<LapseHeld>,
 }
 
 impl Evidence {
@@ -180,6 +201,11 @@ impl Evidence {
                         claim_id,
                         fence,
                         how,
+                        at_most_once: line
+                            .fields
+                            .get("at_most_once")
+                            .and_then(serde_json::Value::as_bool)
+                            .unwrap_or(false),
                     });
                 }
             }
@@ -200,6 +226,16 @@ impl Evidence {
                     });
                 }
             }
+            Some("lapse_held") => {
+                if let (Some(scope), Some(fence)) = (text("scope"), fence) {
+                    self.lapses_held.push(LapseHeld {
+                        at_ms,
+                        store,
+                        scope,
+                        fence,
+                    });
+                }
+            }
             Some("operator") => {
                 if let (Some(scope), Some(action)) = (text("scope"), text("action")) {
                     self.operator_changes.push(OperatorChange {
@@ -212,6 +248,14 @@ impl Evidence {
             }
             _ => {}
         }
+    }
+
+    /// When a store first held the lapsed lease of the claim with `fence`, if one did.
+    pub fn lapse_held(&self, fence: u64) -> Option<&LapseHeld> {
+        self.lapses_held
+            .iter()
+            .filter(|held| held.fence == fence)
+            .min_by_key(|held| held.at_ms)
     }
 
     /// The won claim with `fence`.
@@ -367,7 +411,7 @@ mod tests {
     #[test]
     fn a_store_line_and_an_envoy_line_are_read_on_the_runs_clock() {
         let start = 1_796_143_004_000;
-        let store = r#"{"timestamp":"2026-12-01T16:36:44.123456Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won","scope":"ab","fingerprint":"cd","claim_id":"0190-x","fence":41,"how":"orphan_takeover","lease_ms":3000},"target":"keyflight_lease_store::evidence"}
+        let store = r#"{"timestamp":"2026-12-01T16:36:44.123456Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won","scope":"ab","fingerprint":"cd","claim_id":"0190-x","fence":41,"how":"orphan_takeover","lease_ms":3000,"at_most_once":true},"target":"keyflight_lease_store::evidence"}
 {"timestamp":"2026-12-01T16:36:44.200Z","level":"INFO","fields":{"message":"settle applied","evidence":"settle","scope":"ab","claim_id":"0190-x","call":"finalize","outcome":"applied"},"target":"keyflight_lease_store::evidence"}
 {"timestamp":"2026-12-01T16:36:44.300Z","level":"INFO","fields":{"message":"claim won","evidence":"claim_won"},"target":"keyflight_lease_store::api"}
 not json"#;
@@ -389,6 +433,7 @@ not json"#;
                 claim_id: "0190-x".into(),
                 fence: 41,
                 how: "orphan_takeover".into(),
+                at_most_once: true,
             }],
             "an unknown `how` is kept as logged"
         );

@@ -6,7 +6,8 @@
 //! condition of one row is shown (see [`judge_rerun`]); each of the other findings — a
 //! divergent answer, a record that does not replay, an `unknown` record that ran again —
 //! is judged on its own: a delivered answer is excused from replaying only when the very
-//! execution that produced it is the one a dead proxy's outbox lost.
+//! execution that produced it is the one a dead proxy's outbox lost (its lease taken over,
+//! or, under a hold policy, held `unknown`: [`answer_lost_to_a_held_lapse`]).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -278,7 +279,12 @@ pub fn judge_key(
         .collect();
 
     // An answer is excused from replaying only when its own execution's record was lost
-    // with its proxy (dead, or cut off past its lease) after the answer went out.
+    // with its proxy (dead, or cut off past its lease) after the answer went out: taken
+    // over by a re-run, or held `unknown` under a hold policy.
+    let held_lost = executions
+        .iter()
+        .filter(|execution| answer_lost_to_a_held_lapse(execution, attempts_by_id, history))
+        .filter_map(|execution| execution.caller_request_id.as_deref());
     let lost_with_proxy: BTreeSet<&str> = reruns
         .iter()
         .filter(|rerun| {
@@ -289,6 +295,7 @@ pub fn judge_key(
         })
         .filter_map(|rerun| executions.iter().find(|e| e.execution == rerun.earlier))
         .filter_map(|execution| execution.caller_request_id.as_deref())
+        .chain(held_lost)
         .collect();
     let own = |attempt: &&&Attempt| attempt.role != Role::Conflict;
     // A recorded 3xx or 4xx lost with its proxy is excused from replaying like a 2xx.
@@ -513,7 +520,8 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    before the takeover and any landed settle, or a hot restart's parent logged that
 ///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
 ///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
-///    the claim up before the takeover.
+///    the claim up before the takeover — never when a claim whose lease was taken over
+///    was made at-most-once (a hold policy's).
 pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
@@ -591,6 +599,41 @@ fn excused(
             takeover.fence, takeover.how
         ));
     }
+    // A hold policy is at-most-once (`docs/guarantee.md#at-most-once-and-at-least-once-policies`):
+    // no row excuses the takeover of a lease claimed under one, whatever befell its proxy.
+    let mut taken_over = std::iter::once(first).chain(between.iter().rev().skip(1).copied());
+    if let Some(held) = taken_over.find(|claim| claim.at_most_once) {
+        return Err(format!(
+            "fence {} was claimed at-most-once (`uncertain: hold` or `record`), yet its lease \
+             was taken over: a lapsed at-most-once lease must become `unknown`",
+            held.fence
+        ));
+    }
+    let (row, envoy) = lost_with_its_proxy(earlier, first, takeover, attempts_by_id, history)?;
+    Ok(RerunVerdict::Excused {
+        row,
+        envoy,
+        earlier_fence,
+        takeover_fence: takeover.fence,
+        later_fence,
+    })
+}
+
+/// The row that shows `earlier`'s claim `first` lost with its proxy before `until` (the
+/// takeover of its lease, or the moment a store held its lapse): no settle of it landed
+/// (store or proxy) before, and its Envoy was killed or drained, retired the VM holding
+/// it, was cut off from every lease-store past the lease, or its outbox gave it up. With
+/// the row, the Envoy.
+fn lost_with_its_proxy(
+    earlier: &Execution,
+    first: &ClaimWon,
+    until: &ClaimWon,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> Result<(Row, usize), String> {
+    let evidence = &history.evidence;
+    let earlier_fence = first.fence;
+    let takeover = until;
     let landed = evidence.first_landed(first);
     if let Some(landed) = landed.filter(|at| *at <= takeover.at_ms) {
         return Err(format!(
@@ -601,15 +644,9 @@ fn excused(
     }
     let Some(envoy) = earlier.via else {
         return Err(format!(
-            "execution {n} does not say which Envoy forwarded it"
+            "execution {} does not say which Envoy forwarded it",
+            earlier.execution
         ));
-    };
-    let excused = |row: Row| RerunVerdict::Excused {
-        row,
-        envoy,
-        earlier_fence,
-        takeover_fence: takeover.fence,
-        later_fence,
     };
     let earlier_facts = Earlier {
         execution: earlier,
@@ -618,20 +655,20 @@ fn excused(
         landed,
     };
     if let Some(row) = proxy_died(&earlier_facts, takeover, attempts_by_id, history)? {
-        return Ok(excused(row));
+        return Ok((row, envoy));
     }
     if let Some(row) = parent_exited(&earlier_facts, takeover, attempts_by_id, history)? {
-        return Ok(excused(row));
+        return Ok((row, envoy));
     }
     if let Some(row) = vm_retired(&earlier_facts, takeover, attempts_by_id, history) {
-        return Ok(excused(row));
+        return Ok((row, envoy));
     }
     if let Some(row) = proxy_partitioned(&earlier_facts, takeover, attempts_by_id, history)? {
-        return Ok(excused(row));
+        return Ok((row, envoy));
     }
     let gave_up = evidence.proxy_event(envoy, earlier_fence, "given_up");
     if gave_up.is_some_and(|given_up| given_up.at_ms < takeover.at_ms) {
-        return Ok(excused(Row::OutboxGaveUp));
+        return Ok((Row::OutboxGaveUp, envoy));
     }
     Err(format!(
         "envoy-{envoy}, which won fence {earlier_fence} at {} ms, was neither killed nor cut \
@@ -640,6 +677,31 @@ fn excused(
         takeover.at_ms,
         landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
     ))
+}
+
+/// Under a hold policy a lost proxy's claim is held `unknown`, not re-run: the answer of
+/// `execution`, if its caller had it, is excused from replaying when a store held its
+/// claim's lapse and one row of the guarantee table shows the proxy lost before that
+/// (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+fn answer_lost_to_a_held_lapse(
+    execution: &Execution,
+    attempts_by_id: &HashMap<&str, &Attempt>,
+    history: &History,
+) -> bool {
+    let evidence = &history.evidence;
+    let Some(fence) = execution.fence else {
+        return false;
+    };
+    let (Some(claim), Some(held)) = (evidence.claim(fence), evidence.lapse_held(fence)) else {
+        return false;
+    };
+    let at_the_hold = ClaimWon {
+        at_ms: held.at_ms,
+        how: "held".to_owned(),
+        ..claim.clone()
+    };
+    lost_with_its_proxy(execution, claim, &at_the_hold, attempts_by_id, history)
+        .is_ok_and(|(row, _)| row.answer_lost_with_proxy())
 }
 
 /// The claims after the earlier one's successor, up to the re-run's: each must have won

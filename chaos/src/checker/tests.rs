@@ -105,6 +105,22 @@ fn without_the_kill_or_with_a_kill_outside_the_claims_life_nothing_is_excused() 
     }
 }
 
+#[test]
+fn a_hold_policys_lease_taken_over_is_excused_by_no_row_but_the_re_runs_own_flag_changes_nothing() {
+    let mut history = killed_winner();
+    history.evidence.claims[0].at_most_once = true;
+    assert!(
+        reason(&history).contains("fence 1 was claimed at-most-once"),
+        "a killed winner of a hold policy is held, never re-run"
+    );
+    let mut history = killed_winner();
+    history.evidence.claims[1].at_most_once = true;
+    assert!(
+        !check(&history).failed(),
+        "only a claim whose lease was taken over is held to it"
+    );
+}
+
 fn kill(envoy: usize, start: Ms) -> Fault {
     Fault {
         id: 0,

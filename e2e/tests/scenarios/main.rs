@@ -10,6 +10,7 @@ mod client_command;
 mod completed_requests_replay;
 mod concurrent_duplicates_run_once;
 mod crashed_winners_are_recovered;
+mod dead_winners_of_hold_policies_are_held;
 mod delegated_users_never_share_a_scope;
 mod edge_cache_entries_die_with_their_record;
 mod edge_cache_replays_without_the_store;

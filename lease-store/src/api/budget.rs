@@ -163,7 +163,11 @@ mod tests {
             10,
             30,
             20,
-            Metrics::new(&BatchSizes::default(), Counter::default()),
+            Metrics::new(
+                &BatchSizes::default(),
+                Counter::default(),
+                Counter::default(),
+            ),
         );
         let a = Charged::Peer(IpAddr::from([10, 0, 0, 1]));
         let b = Charged::Peer(IpAddr::from([10, 0, 0, 2]));
@@ -187,7 +191,11 @@ mod tests {
             10,
             30,
             10,
-            Metrics::new(&BatchSizes::default(), Counter::default()),
+            Metrics::new(
+                &BatchSizes::default(),
+                Counter::default(),
+                Counter::default(),
+            ),
         );
         let checkout = Charged::Workload("spiffe://td/ns/a/sa/checkout".into());
         let cart = Charged::Workload("spiffe://td/ns/b/sa/cart".into());

@@ -79,7 +79,11 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     check_role(&store, config.require_least_privilege).await?;
     let shutdown = Shutdown::new();
     let shutdown_rx_for_data = shutdown.subscribe();
-    let metrics = Metrics::new(store.batch_sizes(), store.orphans_released_counter());
+    let metrics = Metrics::new(
+        store.batch_sizes(),
+        store.orphans_released_counter(),
+        store.lapses_held_counter(),
+    );
     let served_metrics = metrics.clone();
     let (longpoll, listen_task) = LongPoll::start_capped(
         &config.store.database_url,

@@ -1,6 +1,6 @@
 //! L1: claiming a scope in one committed statement, and explaining a lost claim.
 //!
-//! [`CLAIM_SQL`] is one statement of three CTEs, raced on Postgres 15
+//! [`CLAIM_SQL`] is one statement of four CTEs, raced on Postgres 15
 //! (`docs/records.md#the-claim-statement`, `docs/postgres-facts.md#concurrency-of-the-claim`):
 //! of N concurrent claims exactly one wins.
 //!
@@ -10,9 +10,13 @@
 //!   never a `pending` row whose lease is still live, and never an `unknown`
 //!   row (an uncertain outcome waits for an operator, `docs/records.md#operators`).
 //! * `steal` takes over, **with the same fingerprint only**, a `pending` row
-//!   whose lease ran out (crashed winner) or a `failed` row whose cooldown
-//!   elapsed. Concurrent stealers serialize on the row lock and Postgres
-//!   re-checks the predicate on the new row version, so one wins.
+//!   whose lease ran out (crashed winner; not an at-most-once claim's) or a
+//!   `failed` row whose cooldown elapsed. Concurrent stealers serialize on the
+//!   row lock and Postgres re-checks the predicate on the new row version, so
+//!   one wins.
+//! * `held` makes a lapsed lease of an at-most-once claim `unknown` instead
+//!   (`steal` never takes one): nobody wins, and the read that follows answers
+//!   `unknown` like any other ([`held_lapse`]).
 //!
 //! All lease math uses `clock_timestamp()` (which advances during the
 //! statement), not `now()`, so waiting on a row lock cannot mint an
@@ -59,24 +63,59 @@ macro_rules! reopened_row {
            retention = $5::bigint * interval '1 millisecond',
            expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
            response_status = NULL, response_headers = NULL, response_body = NULL,
-           replayable = true, updated_at = clock_timestamp()"
+           replayable = true, at_most_once = $7, updated_at = clock_timestamp()"
     };
 }
 
+/// What the `held` branch of [`CLAIM_SQL`] and [`HOLD_LAPSED_SQL`] make of an
+/// at-most-once claim's lapsed lease (`$1` the scope; the argument says whether a
+/// lapsed lease may be held now, as it may be taken over: not during the takeover
+/// grace): `unknown`, for an operator
+/// (`docs/records.md#a-lapsed-at-most-once-lease`). The winner may have run the
+/// operation before it died; nobody knows, so nobody runs it again. A renew or
+/// settle that lands first keeps the row out of reach (the predicate is re-checked
+/// on the locked row, as for `steal`). Past retention the `ttl` branch reuses the
+/// row instead, as it reuses every settled record.
+macro_rules! held_lapse {
+    ($may_hold:literal) => {
+        concat!(
+            "
+    UPDATE keyflight_records r
+       SET state = 'unknown', lease_expires_at = NULL, updated_at = clock_timestamp()
+     WHERE r.scope = $1
+       AND r.state = 'pending' AND r.at_most_once AND ",
+            $may_hold,
+            "
+       AND r.lease_expires_at < clock_timestamp()
+       AND r.expires_at >= clock_timestamp()"
+        )
+    };
+}
+
+/// The `held` branch alone: `$1` scope, `$2` whether a lapsed lease may be held now.
+/// A dual claim's transaction rolls back when it did not win both records, and a
+/// lapse it held with them, so it holds the lapse again on its own (`dual.rs`).
+pub const HOLD_LAPSED_SQL: &str = concat!(
+    held_lapse!("$2"),
+    "
+ RETURNING r.fence"
+);
+
 /// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms,
 /// `$6` whether an expired `pending` lease may be taken over (false during the
-/// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless).
+/// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless),
+/// `$7` whether this claim is at-most-once (its policy holds uncertain outcomes).
 pub const CLAIM_SQL: &str = concat!(
     "
 WITH ins AS (
     INSERT INTO keyflight_records
         (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-         created_at, retention, expires_at, updated_at)
+         created_at, retention, expires_at, at_most_once, updated_at)
     VALUES ($1, 'pending', $2, $3, nextval('keyflight_fence_seq'),
             clock_timestamp() + $4::bigint * interval '1 millisecond',
             clock_timestamp(), $5::bigint * interval '1 millisecond',
             clock_timestamp() + $5::bigint * interval '1 millisecond',
-            clock_timestamp())
+            $7, clock_timestamp())
     ON CONFLICT (scope) DO NOTHING
     RETURNING 'claimed'::text AS how, fence
 ),
@@ -99,14 +138,22 @@ steal AS (
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND NOT EXISTS (SELECT 1 FROM ttl)
        AND r.expires_at >= clock_timestamp()
-       AND (r.state = 'failed' OR (r.state = 'pending' AND $6))
+       AND (r.state = 'failed' OR (r.state = 'pending' AND $6 AND NOT r.at_most_once))
        AND r.lease_expires_at < clock_timestamp()
        AND r.fingerprint = $2
     RETURNING 'recovered_abandoned'::text AS how, r.fence
+),
+held AS (",
+    held_lapse!("$6"),
+    "
+       AND NOT EXISTS (SELECT 1 FROM ins)
+       AND NOT EXISTS (SELECT 1 FROM ttl)
+    RETURNING 'held'::text AS how, r.fence
 )
 SELECT how, fence FROM ins
 UNION ALL SELECT how, fence FROM ttl
-UNION ALL SELECT how, fence FROM steal"
+UNION ALL SELECT how, fence FROM steal
+UNION ALL SELECT how, fence FROM held"
 );
 
 /// Reads what a lost claim lost to. `remaining_ms` is the time left on the
@@ -260,6 +307,8 @@ pub(super) struct ClaimParams {
     pub(super) lease_ms_sql: i64,
     /// The record's retention (the claim's, or the store's default).
     pub(super) retention_ms: i64,
+    /// A lapsed lease of this claim is held as `unknown`, not taken over.
+    pub(super) at_most_once: bool,
 }
 
 impl Store {
@@ -289,6 +338,16 @@ impl Store {
         self.claim_single(scope, &params).await
     }
 
+    /// Lapsed at-most-once leases this store held as `unknown` (`/metrics`).
+    pub fn lapses_held(&self) -> u64 {
+        self.lapses_held.get()
+    }
+
+    /// The counter behind [`Store::lapses_held`], for the metrics registry.
+    pub fn lapses_held_counter(&self) -> prometheus_client::metrics::counter::Counter {
+        self.lapses_held.clone()
+    }
+
     /// Checks a claim's numbers and fills in the default retention.
     fn claim_params(&self, req: &ClaimRequest) -> Result<ClaimParams, StoreError> {
         if req.lease_ms == 0 {
@@ -314,6 +373,7 @@ impl Store {
             lease_ms: req.lease_ms,
             lease_ms_sql,
             retention_ms,
+            at_most_once: req.at_most_once,
         })
     }
 
@@ -328,6 +388,7 @@ impl Store {
             lease_ms,
             lease_ms_sql,
             retention_ms,
+            at_most_once,
         } = *params;
         let held_until = self.takeovers_held_until();
         let may_take_over = held_until.is_none();
@@ -348,12 +409,17 @@ impl Store {
                             &lease_ms_sql,
                             &retention_ms,
                             &may_take_over,
+                            &at_most_once,
                         ],
                     )
                     .await?;
                 guard.delivered();
                 if let Some(row) = won {
-                    return won_attempt(&row, claim_id, lease_ms, sent);
+                    if !held(&row)? {
+                        return won_attempt(&row, claim_id, lease_ms, sent);
+                    }
+                    self.lapses_held.inc();
+                    crate::evidence::lapse_held(scope, row.try_get("fence")?);
                 }
                 let existing = client.query_opt(&read, &[&scope.0.as_slice()]).await?;
                 let snapshot = existing
@@ -395,6 +461,12 @@ pub(super) fn held_in_progress(until: Instant) -> ClaimAttempt {
         record_expires_at: None,
         statement_sent: None,
     }
+}
+
+/// Whether a row [`CLAIM_SQL`] returned is its `held` branch: a lapse held as
+/// `unknown`, not a win.
+pub(super) fn held(row: &Row) -> Result<bool, StoreError> {
+    Ok(row.try_get::<_, &str>("how")? == "held")
 }
 
 pub(super) fn won_attempt(

@@ -11,6 +11,10 @@
 //! byte order of their scopes, the order group commit locks in too (`batch/claims.rs`), so
 //! dual claimers and batches never deadlock; a single-scope claimer locks one row.
 //!
+//! An at-most-once claim that meets a lapsed lease on either scope holds it as `unknown`
+//! (`claim.rs`); the transaction that did so then rolls back (the claim did not win both),
+//! so the lapse is held again on its own, after it ([`HOLD_LAPSED_SQL`]).
+//!
 //! A claim that did not win both reads both records and answers from whichever decides
 //! ([`decide`]): another fingerprint under either recipe is a conflict, a completed record
 //! under either is replayed, a running one is followed. A proxy still on the old recipe
@@ -35,7 +39,10 @@ use uuid::Uuid;
 
 use deadpool_postgres::Object;
 
-use super::claim::{CLAIM_SQL, ClaimParams, MAX_ATTEMPTS, READ_SQL, RecordSnapshot, won_attempt};
+use super::claim::{
+    CLAIM_SQL, ClaimParams, HOLD_LAPSED_SQL, MAX_ATTEMPTS, READ_SQL, RecordSnapshot, held,
+    won_attempt,
+};
 use super::orphan::OrphanGuard;
 use super::{ClaimAttempt, Store, StoreError};
 
@@ -92,6 +99,7 @@ impl Store {
             let claim = client.prepare_cached(CLAIM_SQL).await?;
             let check = client.prepare_cached(BOTH_HELD_SQL).await?;
             let read = client.prepare_cached(READ_SQL).await?;
+            let hold = client.prepare_cached(HOLD_LAPSED_SQL).await?;
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
                 let guards = [
@@ -101,13 +109,14 @@ impl Store {
                 let (first_scope, first_fp) = (first.0.0.as_slice(), first.1.0.as_slice());
                 let (second_scope, second_fp) = (second.0.0.as_slice(), second.1.0.as_slice());
                 let claim_row = async |scope: &&[u8], fingerprint: &&[u8]| {
-                    let params: [&(dyn ToSql + Sync); 6] = [
+                    let params: [&(dyn ToSql + Sync); 7] = [
                         scope,
                         fingerprint,
                         &claim_id,
                         &params.lease_ms_sql,
                         &params.retention_ms,
                         &may_take_over,
+                        &params.at_most_once,
                     ];
                     client.query_opt(&claim, &params).await
                 };
@@ -123,6 +132,20 @@ impl Store {
                 );
                 begin?;
                 let (won_first, won_second) = (won_first?, won_second?);
+                // A lapse held in the transaction rolled back with it: hold it on its own.
+                for (row, scope) in [(&won_first, &first.0), (&won_second, &second.0)] {
+                    if let Some(row) = row
+                        && held(row)?
+                        && let Some(held) = client
+                            .query_opt(&hold, &[&scope.0.as_slice(), &may_take_over])
+                            .await?
+                    {
+                        self.lapses_held.inc();
+                        crate::evidence::lapse_held(scope, held.try_get("fence")?);
+                    }
+                }
+                let won_first = won_first.filter(|row| !held(row).unwrap_or(true));
+                let won_second = won_second.filter(|row| !held(row).unwrap_or(true));
                 let both = won_first.is_some() && won_second.is_some();
                 if both {
                     // Committed or not is unknown until COMMIT answers: the guards

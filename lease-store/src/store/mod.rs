@@ -51,6 +51,7 @@ mod batch;
 mod claim;
 mod dual;
 mod epoch;
+mod held;
 mod lease;
 mod migrate;
 mod orphan;
@@ -196,6 +197,8 @@ pub struct Store {
     batch_sizes: BatchSizes,
     /// Orphan claims released ([`orphan`]), for `/metrics`.
     orphans_released: prometheus_client::metrics::counter::Counter,
+    /// Lapsed at-most-once leases held as `unknown` (`claim.rs`), for `/metrics`.
+    lapses_held: prometheus_client::metrics::counter::Counter,
     /// The database probe that feeds the takeover grace; `None` in the handle the probe
     /// and the batch workers use, so it stops with the last handle given out.
     _probe: Option<Arc<probe::Probe>>,
@@ -237,6 +240,7 @@ impl Store {
             batch: None,
             batch_sizes: BatchSizes::default(),
             orphans_released: prometheus_client::metrics::counter::Counter::default(),
+            lapses_held: prometheus_client::metrics::counter::Counter::default(),
             _probe: None,
         };
         // A queued call waits at most as long as a single call may: for a pooled

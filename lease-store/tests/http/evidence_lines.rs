@@ -130,6 +130,42 @@ async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
     );
 }
 
+/// A hold policy's lapsed lease held as `unknown` is a fact the judge needs (the answer
+/// its caller had may no longer replay), and its claim says it was at-most-once.
+#[tokio::test]
+async fn an_at_most_once_claim_and_its_held_lapse_are_logged() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &["--takeover-grace", "0s"]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server { mut child, api, .. } = start_command(command, port).await;
+    let scope = fresh_digest("evidence-held");
+    let fingerprint = fresh_digest("evidence-held-body");
+    let path = format!("/v1/claims/{scope}");
+    let body = json!({ "fingerprint": fingerprint, "lease_ms": 50, "at_most_once": true });
+    let claim = || api.post(&path, Some(TOKEN), &body);
+    let won = claim().await;
+    assert_eq!(won.outcome(), "won", "{}", won.text);
+    let held = loop {
+        let answer = claim().await;
+        if answer.outcome() != "in_progress" {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(held.outcome(), "unknown", "{}", held.text);
+
+    child.signal(keyflight_testkit::process::Signal::Term);
+    child.wait_exit(Duration::from_secs(30));
+    let lines = evidence(&child.log());
+    let bare = scope.trim_start_matches("sha256:");
+    let of_scope: Vec<&Value> = lines.iter().filter(|f| f["scope"] == bare).collect();
+    assert_eq!(of_scope.len(), 2, "log at {}", child.log_path().display());
+    assert_eq!(of_scope[0]["evidence"], "claim_won");
+    assert_eq!(of_scope[0]["at_most_once"], true);
+    assert_eq!(of_scope[1]["evidence"], "lapse_held");
+    assert_eq!(of_scope[1]["fence"], won.json["fence"]);
+}
+
 /// An operator's erase and resolve are facts about a record a judge must see (a re-run
 /// after an erase, a replay after a resolve), logged once each change committed.
 #[tokio::test]

@@ -95,7 +95,12 @@ async fn claims_queued_together_run_as_one_batch_and_each_wins_its_fresh_scope()
             largest: 20
         }
     );
-    let text = Metrics::new(store.batch_sizes(), store.orphans_released_counter()).render(
+    let text = Metrics::new(
+        store.batch_sizes(),
+        store.orphans_released_counter(),
+        store.lapses_held_counter(),
+    )
+    .render(
         PoolStatus {
             size: 0,
             available: 0,

@@ -1,6 +1,7 @@
 //! L5 against a real Postgres: retention cleanup deletes terminal rows and
 //! abandoned `pending` rows past retention, in batches, and never a live
-//! (reclaimed or leased) row nor an `unknown` one.
+//! (reclaimed or leased) row nor an `unknown` one; it makes an at-most-once claim's
+//! abandoned lapse `unknown` once past the settle horizon.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +9,9 @@ use crate::support::*;
 use keyflight_lease_store::cleanup::run_once;
 use keyflight_lease_store::store::{Store, StoreSettings};
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{ReleaseAs, ReleaseRequest, WonHow};
+use keyflight_protocol::wire::{
+    ClaimRequest, ClaimResponse, RecordState, ReleaseAs, ReleaseRequest, WonHow,
+};
 use tokio::sync::Mutex;
 
 /// Cleanup deletes rows of every test in this binary, so the tests that
@@ -228,4 +231,81 @@ async fn the_cleanup_loop_reports_each_batch_and_stops_on_shutdown() {
     assert_eq!(seen, vec![2, 2, 1]);
     shutdown.send(true).unwrap();
     handle.await.unwrap();
+}
+
+/// An at-most-once (hold policy) claim with a short lease.
+fn held_req(label: &str) -> ClaimRequest {
+    ClaimRequest {
+        at_most_once: true,
+        ..claim_req(fingerprint(label), 50)
+    }
+}
+
+#[tokio::test]
+async fn cleanup_holds_an_abandoned_at_most_once_lapse_as_unknown_once_past_the_settle_horizon() {
+    let _turn = CLEANUP.lock().await;
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let abandoned = fresh_scope();
+    let (claim_id, fence, _) = must_win(&store, &abandoned, &held_req("never retried")).await;
+    age_lease_past_settle_horizon(&db, &abandoned).await;
+    let recent = fresh_scope();
+    must_win(&store, &recent, &held_req("lapsed just now")).await;
+    wait_for_lease_expiry(&db, &recent).await;
+    let retry_policy = fresh_scope();
+    must_win(
+        &store,
+        &retry_policy,
+        &claim_req(fingerprint("retry policy"), 50),
+    )
+    .await;
+    age_lease_past_settle_horizon(&db, &retry_policy).await;
+
+    run_once(&store, 100).await.unwrap();
+    assert_eq!(
+        row_state(&db, &abandoned).await.unwrap(),
+        ("unknown".into(), fence, Some(claim_id)),
+        "nobody claimed it again, yet its outcome is as uncertain"
+    );
+    assert!(store.lapses_held() >= 1, "counted");
+    let listed = store.list(Some(RecordState::Unknown), 1000).await.unwrap();
+    assert!(listed.records.iter().any(|r| r.scope == abandoned));
+    assert_eq!(
+        row_state(&db, &recent).await.unwrap().0,
+        "pending",
+        "within the settle horizon its winner may still land its record"
+    );
+    assert_eq!(
+        row_state(&db, &retry_policy).await.unwrap().0,
+        "pending",
+        "a retry policy's lapse is left to a takeover"
+    );
+    assert_eq!(
+        store
+            .claim(&abandoned, &held_req("never retried"))
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::Unknown
+    );
+}
+
+#[tokio::test]
+async fn a_replica_in_its_takeover_grace_holds_no_abandoned_lapse() {
+    let _turn = CLEANUP.lock().await;
+    let db = raw_client(&cluster().url()).await;
+    let in_grace = Store::connect(&StoreSettings {
+        takeover_grace: std::time::Duration::from_secs(600),
+        ..settings(&cluster().url())
+    })
+    .await
+    .unwrap();
+    let scope = fresh_scope();
+    must_win(&in_grace, &scope, &held_req("grace, abandoned")).await;
+    age_lease_past_settle_horizon(&db, &scope).await;
+
+    run_once(&in_grace, 100).await.unwrap();
+    assert_eq!(row_state(&db, &scope).await.unwrap().0, "pending");
+    run_once(&store().await, 100).await.unwrap();
+    assert_eq!(row_state(&db, &scope).await.unwrap().0, "unknown");
 }

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod at_most_once;
 mod batch_claims;
 mod batch_finalizes;
 mod claim;

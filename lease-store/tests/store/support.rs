@@ -80,6 +80,7 @@ pub fn claim_req(fingerprint: Digest, lease_ms: u64) -> ClaimRequest {
         wait_ms: None,
         retention_s: None,
         previous: None,
+        at_most_once: false,
     }
 }
 

@@ -18,6 +18,7 @@ fn mutation(name: &str) -> Option<Mutation> {
         "steal-ignores-fingerprint" => Mutation::StealIgnoresFingerprint,
         "outbox-drops-on-transient-error" => Mutation::OutboxDropsOnTransientError,
         "renew-timeout-past-slack" => Mutation::RenewTimeoutPastSlack,
+        "steal-ignores-hold" => Mutation::StealIgnoresHold,
         _ => return None,
     })
 }

@@ -50,8 +50,20 @@ fn claim_request() {
             wait_ms: Some(5_000),
             retention_s: Some(86_400),
             previous: None,
+            at_most_once: false,
         },
         json!({"fingerprint": HEX, "lease_ms": 30000, "wait_ms": 5000, "retention_s": 86400}),
+    );
+    pins(
+        ClaimRequest {
+            fingerprint: digest(),
+            lease_ms: 30_000,
+            wait_ms: None,
+            retention_s: None,
+            previous: None,
+            at_most_once: true,
+        },
+        json!({"fingerprint": HEX, "lease_ms": 30000, "at_most_once": true}),
     );
     pins(
         ClaimRequest {
@@ -60,6 +72,7 @@ fn claim_request() {
             wait_ms: None,
             retention_s: None,
             previous: None,
+            at_most_once: false,
         },
         json!({"fingerprint": HEX, "lease_ms": 1}),
     );
@@ -81,6 +94,7 @@ fn dual_claim_and_its_settles() {
                 scope: other,
                 fingerprint: digest(),
             }),
+            at_most_once: false,
         },
         json!({"fingerprint": HEX, "lease_ms": 1,
                "previous": {"scope": OTHER, "fingerprint": HEX}}),

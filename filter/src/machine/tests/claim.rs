@@ -35,6 +35,22 @@ fn the_claim_carries_fingerprint_lease_wait_and_retention() {
 }
 
 #[test]
+fn only_a_hold_or_record_policys_claim_is_at_most_once() {
+    for (policy, at_most_once) in [
+        (serde_json::json!({}), false),
+        (serde_json::json!({"uncertain": "retry"}), false),
+        (serde_json::json!({"uncertain": "hold"}), true),
+        (serde_json::json!({"uncertain": "record"}), true),
+    ] {
+        let config = config_with(serde_json::json!({}), policy.clone());
+        let StoreCall::Claim { request, .. } = Harness::new(config).drive_to_claim(b"{}") else {
+            panic!("no claim for {policy}")
+        };
+        assert_eq!(request.at_most_once, at_most_once, "{policy}");
+    }
+}
+
+#[test]
 fn the_fingerprint_depends_on_the_body_and_scope_on_the_key() {
     let claim = |body: &[u8]| match Harness::new(config()).drive_to_claim(body) {
         StoreCall::Claim { scope, request } => (scope, request.fingerprint),

@@ -7,7 +7,7 @@
 //! would have (`claimed`). A call whose row it did not insert — the record
 //! exists (settled, pending, conflicting) or a concurrent claim inserted it
 //! first — is answered "run singly" and takes the unchanged single path:
-//! the three-branch claim, then the read. So every answer other than a fresh
+//! the claim statement, then the read. So every answer other than a fresh
 //! win, and the argument that N concurrent claims on one scope have one
 //! winner, are the single path's (`docs/group-commit.md`).
 //!
@@ -17,7 +17,8 @@
 //! the store) runs its calls singly ([`super::run_singly_instead`]).
 //!
 //! The takeover grace does not apply: the batch only inserts fresh rows and
-//! never takes a lease over. A row it won for a caller that gave up meanwhile is
+//! never takes a lease over, nor holds a lapsed one (a fresh row carries its
+//! claim's `at_most_once`, and the single path holds its lapse). A row it won for a caller that gave up meanwhile is
 //! an orphan, released at once (`store/orphan.rs`).
 
 use std::time::Instant;
@@ -32,18 +33,19 @@ use crate::store::claim::ClaimParams;
 use crate::store::{ClaimAttempt, Store, StoreError};
 
 /// `$1` scopes, `$2` fingerprints, `$3` claim ids, `$4` lease ms, `$5`
-/// retention ms, one element per call, sorted by scope.
+/// retention ms, `$6` at-most-once, one element per call, sorted by scope.
 pub(in crate::store) const CLAIM_BATCH_SQL: &str = "
 INSERT INTO keyflight_records
     (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-     created_at, retention, expires_at, updated_at)
+     created_at, retention, expires_at, at_most_once, updated_at)
 SELECT c.scope, 'pending', c.fingerprint, c.claim_id, nextval('keyflight_fence_seq'),
        clock_timestamp() + c.lease_ms * interval '1 millisecond',
        clock_timestamp(), c.retention_ms * interval '1 millisecond',
        clock_timestamp() + c.retention_ms * interval '1 millisecond',
-       clock_timestamp()
-  FROM unnest($1::bytea[], $2::bytea[], $3::uuid[], $4::bigint[], $5::bigint[])
-       AS c(scope, fingerprint, claim_id, lease_ms, retention_ms)
+       c.at_most_once, clock_timestamp()
+  FROM unnest($1::bytea[], $2::bytea[], $3::uuid[], $4::bigint[], $5::bigint[],
+              $6::boolean[])
+       AS c(scope, fingerprint, claim_id, lease_ms, retention_ms, at_most_once)
  ORDER BY c.scope
 ON CONFLICT (scope) DO NOTHING
 RETURNING scope, fence";
@@ -140,11 +142,19 @@ impl Store {
                     .collect();
                 let leases: Vec<i64> = batch.iter().map(|i| i.params.lease_ms_sql).collect();
                 let retentions: Vec<i64> = batch.iter().map(|i| i.params.retention_ms).collect();
+                let at_most_once: Vec<bool> = batch.iter().map(|i| i.params.at_most_once).collect();
                 let sent = Instant::now();
                 let rows = match client
                     .query(
                         &statement,
-                        &[&scopes, &fingerprints, &claim_ids, &leases, &retentions],
+                        &[
+                            &scopes,
+                            &fingerprints,
+                            &claim_ids,
+                            &leases,
+                            &retentions,
+                            &at_most_once,
+                        ],
                     )
                     .await
                 {

@@ -1,0 +1,77 @@
+//! Under `uncertain: hold` a proxy that dies mid-request is not recovered by a retry: its
+//! lease runs out, and the next same-body retry finds the record `unknown`
+//! (`docs/records.md#a-lapsed-at-most-once-lease`) — 409 `operation_unknown`, the upstream
+//! ran once, the store counts the held lapse, and an operator finds the record with
+//! `lease-store records list --state unknown`. The `uncertain: retry` counterpart is
+//! `crashed_winners_are_recovered`.
+
+use std::time::{Duration, Instant};
+
+use keyflight_e2e::{Stack, StackOptions};
+use serde_json::{Value, json};
+
+const LEASE_MS: u64 = 3000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_killed_mid_request_under_a_hold_policy_leaves_its_key_unknown_not_run_again() {
+    let stack = Stack::start(StackOptions::default().two_replicas().policy(|policy| {
+        policy.insert("lease_ms".into(), json!(LEASE_MS));
+        policy.insert("follower_wait_ms".into(), json!(0));
+        policy.insert("uncertain".into(), json!("hold"));
+    }))
+    .await;
+    let body = json!({"amount": 77});
+    let path = "/payments?hold=held-crash";
+
+    // The winner enters through replica 0, reaches the upstream, and its proxy dies.
+    let winner = stack.post_via(0, path).key("held").json(&body).try_send();
+    let crash = async {
+        stack.wait_for_gate("held-crash", 1).await;
+        stack.kill_envoy(0);
+    };
+    let (winner, ()) = tokio::join!(winner, crash);
+    assert!(winner.is_err(), "the caller lost its proxy: {winner:?}");
+    // The orphaned handler finishes into the void: the payment may well have happened.
+    stack.open_gate("held-crash").await;
+
+    // Until the dead proxy's lease runs out (and any takeover grace ends) the request is in
+    // progress; then it is unknown, never run again.
+    let deadline = Instant::now() + Duration::from_millis(LEASE_MS) + Duration::from_secs(15);
+    let retry = loop {
+        let retry = stack.post_via(1, path).key("held").json(&body).send().await;
+        let in_progress =
+            retry.status == 503 && retry.json().get("code") == Some(&json!("request_in_progress"));
+        if !in_progress {
+            break retry;
+        }
+        assert!(Instant::now() < deadline, "never held: {retry}");
+        assert_eq!(
+            stack.upstream_executions().await,
+            1,
+            "nothing ran meanwhile"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    retry.assert_problem(409, "operation_unknown");
+    let again = stack.post_via(1, path).key("held").json(&body).send().await;
+    again.assert_problem(409, "operation_unknown");
+    assert_eq!(stack.upstream_executions().await, 1, "the payment ran once");
+    assert_eq!(stack.store_event_total("recovered_abandoned").await, 0);
+    let mut held = 0.0;
+    for replica in 0..2 {
+        held += stack
+            .store_metrics_at(replica)
+            .await
+            .get("keyflight_store_lapses_held_total");
+    }
+    assert_eq!(held, 1.0, "the store counted the held lapse once");
+
+    let listed: Value = serde_json::from_str(
+        &stack
+            .records_cli(&["--json", "list", "--state", "unknown"])
+            .await,
+    )
+    .expect("records list --json prints JSON");
+    let records = listed["records"].as_array().expect("a record list");
+    assert_eq!(records.len(), 1, "the operator finds it: {listed}");
+}
