@@ -304,13 +304,20 @@ async fn hot_restart(binaries: Binaries) {
             || async { record_states(&stack).trim() == "completed,completed" },
         )
         .await;
+    // The row commits before the store's answer reaches the parent, which logs it then.
+    let landed_by_the_parent = |log: &str| {
+        log.lines().any(|line| {
+            line.contains("] epoch=1 ")
+                && line.contains("evidence=settle_landed ")
+                && line.contains(" by=outbox")
+        })
+    };
+    stack
+        .eventually("the parent (epoch 1) landed it from its outbox", || async {
+            landed_by_the_parent(&stack.envoy_log())
+        })
+        .await;
     let log = stack.envoy_log();
-    assert!(
-        log.lines().any(|line| line.contains("] epoch=1 ")
-            && line.contains("evidence=settle_landed ")
-            && line.contains(" by=outbox")),
-        "the parent (epoch 1) landed it from its outbox"
-    );
     assert_eq!(
         logged_by_epoch(&log, 1, PARENT_TOLD_TO_EXIT)
             + logged_by_epoch(&log, 1, RETIRED_WITH_CLAIMS),
