@@ -25,12 +25,19 @@
 //! # }
 //! ```
 //!
+//! With the `axum` feature, [`Operation`] is also an extractor: `Option<Operation>` for a
+//! handler that serves unguarded requests too, `Operation` for one that must not.
+//!
 //! The record is kept by one SQL function, [`MIGRATION`] (also shipped as
 //! `effects/migrations/V1__keyflight_effects.sql` for services in other languages); this crate
 //! only calls it, so the Rust and SQL forms cannot disagree.
 
+#[cfg(any(feature = "axum", test))]
+mod extract;
 mod ledger;
 mod operation;
 
+#[cfg(any(feature = "axum", test))]
+pub use extract::OperationRejection;
 pub use ledger::{Committed, Error, MIGRATION, commit, install};
 pub use operation::{FENCE_HEADER, InvalidOperation, Operation, SCOPE_HEADER};
