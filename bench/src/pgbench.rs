@@ -38,6 +38,8 @@ const CLAIM_PARAMS: &[(usize, &str)] = &[
     (4, ":lease_ms"),
     (5, ":retention_ms"),
     (6, "true"),
+    // The bench's policy is the demo's, `uncertain: retry`: not at-most-once.
+    (7, "false"),
 ];
 
 /// What the store binds for a finalize's `$n`, as pgbench expressions. The recorded
