@@ -61,8 +61,8 @@ pub struct ClaimRequest {
     /// the claim (unknown field) rather than claim one scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<PreviousIdentity>,
-    /// The claim is made under an at-most-once policy (`uncertain: hold`): if its lease
-    /// lapses, the record becomes `unknown` instead of being taken over
+    /// The claim is made under an at-most-once policy (`uncertain: hold` or `record`): if
+    /// its lease lapses, the record becomes `unknown` instead of being taken over
     /// (`docs/records.md#a-lapsed-at-most-once-lease`). Absent: `false`, the claim of a filter
     /// that predates it; sent only when `true`, so such claims reach a store that predates
     /// it unchanged.

@@ -38,8 +38,8 @@ pub struct ClaimWon {
     /// How it was won: `claimed` (a fresh insert), `recovered_abandoned`,
     /// `recovered_ttl`, or a value this judge does not know.
     pub how: String,
-    /// Claimed under a hold policy (`at_most_once=true`): its lapsed lease may never be
-    /// taken over. A store that predates the field logs none: `false`.
+    /// Claimed under a hold or record policy (`at_most_once=true`): its lapsed lease may
+    /// never be taken over. A store that predates the field logs none: `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub at_most_once: bool,
 }
