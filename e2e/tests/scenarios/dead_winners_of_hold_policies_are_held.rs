@@ -35,13 +35,17 @@ async fn a_proxy_killed_mid_request_under_a_hold_policy_leaves_its_key_unknown_n
     stack.open_gate("held-crash").await;
 
     // Until the dead proxy's lease runs out (and any takeover grace ends) the request is in
-    // progress; then it is unknown, never run again.
+    // progress; then it is unknown, never run again. A refusal that fails closed
+    // (`journal_unavailable`, seen once in CI while the freshly started stack's health
+    // checks settled) runs nothing either, and is retried as a client would.
     let deadline = Instant::now() + Duration::from_millis(LEASE_MS) + Duration::from_secs(15);
     let retry = loop {
         let retry = stack.post_via(1, path).key("held").json(&body).send().await;
-        let in_progress =
-            retry.status == 503 && retry.json().get("code") == Some(&json!("request_in_progress"));
-        if !in_progress {
+        let not_yet = retry.status == 503
+            && [json!("request_in_progress"), json!("journal_unavailable")]
+                .iter()
+                .any(|refusal| retry.json().get("code") == Some(refusal));
+        if !not_yet {
             break retry;
         }
         assert!(Instant::now() < deadline, "never held: {retry}");
