@@ -156,3 +156,47 @@ async fn large_finalizes_past_the_body_budget_are_shed_before_they_are_read() {
     );
     drop(held);
 }
+
+/// A call without a body (the filter's `GET /v1/epoch`) reserves nothing. It used to count
+/// as a body of unknown length (`--max-body-bytes`), so two epoch questions in flight spent
+/// a caller's budget and its claims were shed meanwhile (503 at once, nothing logged: seen
+/// as a flaky end-to-end test right after a stack's Envoy workers all asked the epoch).
+#[tokio::test]
+async fn a_call_without_a_body_reserves_nothing_of_the_budget() {
+    const MIB: usize = 1024 * 1024;
+    let server = start_server(&[
+        "--max-body-bytes",
+        &MIB.to_string(),
+        "--max-body-bytes-in-flight-per-caller",
+        &MIB.to_string(),
+    ])
+    .await;
+    let store: SocketAddr = server
+        .api
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+
+    // A chunked finalize head: its length is unknown, so it holds the caller's whole budget.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let mut held = socket.connect(store).await.unwrap();
+    let head = format!(
+        "POST /v1/claims/{}/finalize HTTP/1.1\r\nhost: store\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+        fresh_digest("chunked")
+    );
+    held.write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(
+        answer_within(&mut held, Duration::from_millis(500)).await,
+        None,
+        "the chunked finalize is being read, not shed"
+    );
+
+    let epoch = server.api.get("/v1/epoch", Some(TOKEN)).await;
+    assert_eq!(
+        epoch.status, 200,
+        "a bodiless call from the same caller: {epoch:?}"
+    );
+    drop(held);
+}
