@@ -36,8 +36,8 @@ async fn a_proxy_killed_mid_request_under_a_hold_policy_leaves_its_key_unknown_n
 
     // Until the dead proxy's lease runs out (and any takeover grace ends) the request is in
     // progress; then it is unknown, never run again. A refusal that fails closed
-    // (`journal_unavailable`, seen once in CI while the freshly started stack's health
-    // checks settled) runs nothing either, and is retried as a client would.
+    // (`journal_unavailable`: seen once in CI, when the store's body budget still charged
+    // bodiless epoch questions in full) runs nothing either, and is retried as a client would.
     let deadline = Instant::now() + Duration::from_millis(LEASE_MS) + Duration::from_secs(15);
     let retry = loop {
         let retry = stack.post_via(1, path).key("held").json(&body).send().await;
