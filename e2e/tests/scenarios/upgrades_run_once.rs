@@ -163,8 +163,10 @@ async fn a_retry_after_a_rollback_runs_once() {
 }
 
 /// Protocol skew the other way round: the new filter against lease-stores of the previous
-/// release (their claim answers carry no `record_expires_in_ms`, so the new filter does
-/// not cache their replays at the edge, and serves them from the store).
+/// release. Their claim answers carry no `record_expires_in_ms`, so the new filter never
+/// caches a replay they answer at the edge, and serves it from the store each time. (Its
+/// own winners' answers it does cache: their lifetime is the policy's retention, known
+/// without the store.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_old_store_serves_the_new_filter() {
     let previous = previous_release();
@@ -179,21 +181,77 @@ async fn an_old_store_serves_the_new_filter() {
     )
     .await;
     a_retry_crossing(&stack, NEW, OLD, "new-filter-old-store").await;
-    let body = json!({"amount": 100, "key": "new-filter-old-store"});
-    let same_proxy = stack
-        .post_via(NEW, "/payments")
-        .key("new-filter-old-store")
+
+    // Otherwise the check below would pass with the new proxy's cache not yet in use
+    // (a worker uses it once it has heard the store's operator epoch).
+    the_edge_cache_is_in_use(&stack, NEW).await;
+    let body = json!({"amount": 7});
+    let executions_before = stack.upstream_executions().await;
+    let first = stack
+        .post_via(OLD, "/payments")
+        .key("won-through-the-old-proxy")
         .json(&body)
         .send()
         .await;
-    same_proxy.assert_replayed();
+    assert_eq!(first.status, 201, "{first}");
+    let hits_before = stack
+        .filter_counter_at(NEW, "outcome.replay_edge_cache")
+        .await;
+    for _ in 0..4 {
+        let replay = stack
+            .post_via(NEW, "/payments")
+            .key("won-through-the-old-proxy")
+            .json(&body)
+            .send()
+            .await;
+        replay.assert_replayed();
+        assert_eq!(replay.body, first.body, "the replay is the recorded answer");
+    }
     assert_eq!(
         stack
             .filter_counter_at(NEW, "outcome.replay_edge_cache")
-            .await,
+            .await
+            - hits_before,
         0,
         "a replay whose record's lifetime the store did not say is never cached"
     );
+    assert_eq!(stack.upstream_executions().await, executions_before + 1);
+}
+
+/// Waits until Envoy `via` serves a replay from its edge cache: a fresh key answered
+/// through it, then replayed through it, until the replay is a hit.
+async fn the_edge_cache_is_in_use(stack: &Stack, via: usize) {
+    let mut attempt = 0;
+    stack
+        .eventually("the new proxy serves a replay from its edge cache", || {
+            attempt += 1;
+            let key = format!("edge-cache-in-use-{attempt}");
+            async move {
+                let body = json!({"amount": 1});
+                let first = stack
+                    .post_via(via, "/payments")
+                    .key(&key)
+                    .json(&body)
+                    .send()
+                    .await;
+                assert_eq!(first.status, 201, "{first}");
+                let hits_before = stack
+                    .filter_counter_at(via, "outcome.replay_edge_cache")
+                    .await;
+                let replay = stack
+                    .post_via(via, "/payments")
+                    .key(&key)
+                    .json(&body)
+                    .send()
+                    .await;
+                replay.assert_replayed();
+                stack
+                    .filter_counter_at(via, "outcome.replay_edge_cache")
+                    .await
+                    > hits_before
+            }
+        })
+        .await;
 }
 
 /// A `303` (POST-redirect-GET) is recorded by this release and forgotten by the previous
