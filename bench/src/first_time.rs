@@ -7,7 +7,9 @@
 //! `--compare-store` a second one with other settings, whose contenders join the same
 //! rotation, so both sides meet the same machine state round by round. With `redis-server`
 //! installed, a durable Redis pair ([`crate::redis`]) joins the rotation too: the store a
-//! team would otherwise put under an idempotency proxy, measured in the same rounds.
+//! team would otherwise put under an idempotency proxy, measured in the same rounds. A
+//! guarded Envoy whose policy records after the reply joins it too, so the latency a caller
+//! saves by `record: after_reply` is measured against the default in the same rounds.
 
 use std::sync::Arc;
 
@@ -50,6 +52,9 @@ pub struct Setup {
     pub sides: Vec<Side>,
     /// The durable Redis baseline and its server, when `redis-server` is installed.
     pub redis: Option<(RedisPair, Watched)>,
+    /// A guarded first-time POST through an Envoy whose policy records after the reply
+    /// (`docs/stream-machine.md#recording-after-the-reply`), and that Envoy.
+    pub after_reply: Option<(RequestTemplate, Watched)>,
 }
 
 /// Where each side's measurements sit in the rotation's answer.
@@ -146,6 +151,18 @@ impl Setup {
             )),
             _ => None,
         };
+        let after_reply = match (&self.after_reply, &self.sides[..], wants(&["p4"])) {
+            (Some((request, envoy)), [side, ..], true) => push(
+                load(
+                    "guarded POST [record: after_reply]",
+                    Workload::Request(request.clone()),
+                    c,
+                    with(&[*envoy, side.store, self.upstream]),
+                )
+                .grouped(postgres_group()),
+            ),
+            _ => None,
+        };
         let m = rotation::rotate(&contenders, schedule, unique).await?;
         let at = |slot: Option<usize>| slot.and_then(|i| m.get(i));
         let (pg, unguarded, redis) = (at(pg), at(unguarded), at(redis));
@@ -194,6 +211,19 @@ impl Setup {
             if let Some(redis) = redis {
                 redis_rows(&mut rows, &mark, at(slot.cycle), at(slot.guarded), redis);
             }
+        }
+        // Recording after the reply against the default, through the stack's own store.
+        if let (Some(after), Some(before)) = (
+            at(after_reply),
+            slots.first().and_then(|first| at(first.guarded)),
+        ) {
+            rows.push(Row::measured(
+                "A/B",
+                "guarded first-time POST: record: after_reply ÷ before_reply (the default)",
+                after,
+                Some(before),
+                None,
+            ));
         }
         // The A/B itself: the stack's store against the variant, same rounds.
         if let ([first, ..], [_, rest @ ..]) = (&slots[..], &self.sides[..]) {

@@ -93,6 +93,22 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         None => None,
     };
 
+    let after_reply_envoy = match only.wants(&["p4"]) {
+        true => match stack
+            .start_guarded_variant("after-reply", |plugin| {
+                plugin["policies"][0]["record"] = serde_json::Value::String("after_reply".into());
+            })
+            .await
+        {
+            Ok(envoy) => Some(envoy),
+            Err(e) => {
+                notes.push(format!("record: after_reply not measured: {e}"));
+                None
+            }
+        },
+        false => None,
+    };
+
     let redis = match (RedisServer::binary(), only.wants(&["p1", "p4"])) {
         (Some(binary), true) => {
             Some(RedisServer::start(&binary, &options.work_dir.join("redis")).await?)
@@ -158,6 +174,13 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 Watched::Process(server.pid()),
             )
         }),
+        after_reply: match &after_reply_envoy {
+            Some(envoy) => Some((
+                payment(&envoy.url("/payments"), "{unique}")?,
+                Watched::Process(envoy.pid()),
+            )),
+            None => None,
+        },
     };
 
     let mut rows = Vec::new();
@@ -235,6 +258,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     }
 
     drop(variant_envoy);
+    drop(after_reply_envoy);
     let memory = MemoryReport {
         lease_store: procfs::memory(stack.lease_store_pid()),
         envoy_with_filter: procfs::memory(stack.guarded.pid()),

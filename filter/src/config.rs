@@ -142,6 +142,21 @@ pub enum ServerErrors {
     Record,
 }
 
+/// F7: when a recorded answer reaches its caller
+/// (`docs/stream-machine.md#recording-after-the-reply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordWhen {
+    /// The answer waits for its finalize to land, so it replays from the moment
+    /// the caller has it (default).
+    #[default]
+    BeforeReply,
+    /// The answer goes out at once and the record outbox lands the finalize: one
+    /// lease-store round trip less for the caller, and an answer lost with its proxy
+    /// if the proxy dies before the record lands.
+    AfterReply,
+}
+
 /// F3, F5: what a request gets while the original with its key still runs
 /// (`docs/stream-machine.md#the-ietf-drafts-semantics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -476,6 +491,8 @@ pub struct Policy {
     pub uncertain: Uncertain,
     /// The upstream's own 5xx answers (F6).
     pub server_errors: ServerErrors,
+    /// When a recorded answer reaches its caller (F7).
+    pub record: RecordWhen,
     /// The status of `idempotency_conflict`: 409 or 422 (F3).
     pub mismatch_status: u16,
     /// What a request gets while the original runs (F3, F5).

@@ -113,11 +113,14 @@ pub enum EventKind {
     /// (`docs/identity.md#matching-policies`): refused when a policy could
     /// guard it, else passed.
     TargetUndecodable,
+    /// Under `record: after_reply`, an answer went out before its record
+    /// landed: the outbox records it (F7).
+    RecordedAfterReply,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 14] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -132,6 +135,7 @@ impl EventKind {
         EventKind::ClaimAnsweredLate,
         EventKind::EpochFailed,
         EventKind::TargetUndecodable,
+        EventKind::RecordedAfterReply,
     ];
 
     /// The counter's name suffix.
@@ -151,6 +155,7 @@ impl EventKind {
             EventKind::ClaimAnsweredLate => "claim_answered_late",
             EventKind::EpochFailed => "epoch_failed",
             EventKind::TargetUndecodable => "target_undecodable",
+            EventKind::RecordedAfterReply => "recorded_after_reply",
         }
     }
 }

@@ -73,6 +73,8 @@ pub struct FilterParams {
     pub timeout_override_ms: Option<u64>,
     /// `uncertain: hold` (at-most-once); `false` is `uncertain: retry`.
     pub hold: bool,
+    /// `record: after_reply`; `false` is the default `before_reply`.
+    pub after_reply: bool,
 }
 
 /// One client: the operation it sends (its body) and how many attempts it makes.
@@ -132,6 +134,7 @@ impl Params {
                 retention_s: 3,
                 timeout_override_ms: None,
                 hold: true,
+                after_reply: false,
             },
             mutation: None,
         }

@@ -63,6 +63,7 @@ pub fn config(f: &FilterParams) -> Rc<Config> {
                 "retention_s": f.retention_s,
                 "record_retry_budget_ms": f.budget_ms,
                 "uncertain": if f.hold { "hold" } else { "retry" },
+                "record": if f.after_reply { "after_reply" } else { "before_reply" },
             }]
         });
         let mut config = match parse_plugin_config(doc.to_string().as_bytes()) {

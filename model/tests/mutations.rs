@@ -41,6 +41,22 @@ fn the_unbroken_protocol_holds_every_property_and_reaches_every_example() {
 }
 
 #[test]
+fn recording_after_the_reply_holds_every_property() {
+    let mut params = short(8);
+    params.filter.after_reply = true;
+    let report = check(params, 2, false);
+    let violated: Vec<&str> = report.violations.iter().map(|(name, _)| *name).collect();
+    assert!(violated.is_empty(), "violated: {violated:?}");
+}
+
+#[test]
+fn an_outbox_that_drops_a_record_recorded_after_the_reply_is_caught() {
+    let mut params = short(8);
+    params.filter.after_reply = true;
+    caught(params, Mutation::OutboxDropsOnTransientError, ONE_RUN);
+}
+
+#[test]
 fn a_takeover_that_ignores_the_grace_is_caught() {
     caught(short(8), Mutation::TakeoverIgnoresGrace, ONE_RUN);
 }

@@ -3,6 +3,7 @@
 //! reads as a sentence (`module::test`).
 
 mod ambiguous_principals_are_refused;
+mod answers_recorded_after_the_reply_replay;
 mod authz_and_redirects_are_not_recorded;
 mod bodies_are_bounded;
 mod claims_outlive_their_stream;

@@ -189,6 +189,7 @@ pub(super) fn validate_policy(
         failure_mode: p.failure_mode.unwrap_or_default(),
         uncertain: p.uncertain.unwrap_or_default(),
         server_errors: p.server_errors.unwrap_or_default(),
+        record: p.record.unwrap_or_default(),
         mismatch_status,
         in_progress,
         router_retries: p.router_retries.unwrap_or_default(),

@@ -8,8 +8,8 @@
 use serde::Deserialize;
 
 use super::{
-    Anonymous, Delegation, FailureMode, InProgress, Mode, PathCase, RouterRetries, ServerErrors,
-    StatusProfile, Uncertain,
+    Anonymous, Delegation, FailureMode, InProgress, Mode, PathCase, RecordWhen, RouterRetries,
+    ServerErrors, StatusProfile, Uncertain,
 };
 
 #[derive(Deserialize)]
@@ -116,6 +116,7 @@ pub(super) struct Policy {
     pub failure_mode: Option<FailureMode>,
     pub uncertain: Option<Uncertain>,
     pub server_errors: Option<ServerErrors>,
+    pub record: Option<RecordWhen>,
     pub mismatch_status: Option<u16>,
     pub in_progress: Option<InProgress>,
     pub router_retries: Option<RouterRetries>,

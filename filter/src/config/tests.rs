@@ -126,6 +126,7 @@ fn defaults_are_applied() {
     assert_eq!(p.uncertain, Uncertain::Retry);
     assert_eq!(p.router_retries, RouterRetries::Off);
     assert_eq!(p.server_errors, ServerErrors::Cooldown);
+    assert_eq!(p.record, RecordWhen::BeforeReply);
     assert_eq!(p.mismatch_status, 409);
     assert_eq!(p.in_progress, InProgress::Wait);
 }
@@ -373,6 +374,7 @@ fn each_invalid_field_is_named() {
             policy_err(json!({"server_errors": "release"})),
             "policies[0].server_errors",
         ),
+        (policy_err(json!({"record": "later"})), "policies[0].record"),
         (
             policy_err(json!({"mismatch_status": 400})),
             "policies[0].mismatch_status",
@@ -772,6 +774,12 @@ fn delegation_is_actor_unless_configured_and_needs_both_lists() {
         let err = root_err(json!({ "identity": identity }));
         assert_eq!(err.path, at, "{identity}: {err}");
     }
+}
+
+#[test]
+fn recording_after_the_reply_is_read_per_policy() {
+    let config = with(serde_json::json!({"record": "after_reply"}), false).unwrap();
+    assert_eq!(config.policies[0].record, RecordWhen::AfterReply);
 }
 
 #[test]

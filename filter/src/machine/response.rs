@@ -6,9 +6,9 @@ use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{FinalizeRequest, ReleaseAs, ReleaseRequest, StoredResponse};
 
 use super::{Action, Machine, Owned, State};
-use crate::config::Uncertain;
+use crate::config::{RecordWhen, Uncertain};
 use crate::edge_cache::Entry;
-use crate::metrics::Outcome;
+use crate::metrics::{EventKind, Metric, Outcome};
 use crate::recorded_headers::keep_headers;
 use crate::status_matrix::{Disposition, ResponseOrigin, classify};
 use crate::store_call::StoreCall;
@@ -215,7 +215,32 @@ impl Machine {
             None
         };
         let call = finalize_call(&owned, response, replayable);
+        if replayable && owned.policy.record == RecordWhen::AfterReply {
+            return self.record_after_reply(out, owned, call, held);
+        }
         self.record(out, owned, call, held, cache);
+    }
+
+    /// `record: after_reply`: the answer goes out now and the outbox lands its
+    /// finalize, renewing the lease until it does, so a retry meanwhile waits for
+    /// the record as it waits for a running winner. No edge-cache entry: the
+    /// cache only holds what the store acknowledged
+    /// (`docs/stream-machine.md#recording-after-the-reply`).
+    fn record_after_reply(
+        &mut self,
+        out: &mut Vec<Action>,
+        owned: Owned,
+        call: StoreCall,
+        held: bool,
+    ) {
+        out.push(Action::Count(Metric::Event(EventKind::RecordedAfterReply)));
+        let owner = (owned.claim_id, owned.fence);
+        let note = "record: after_reply; the outbox records the answer delivered now";
+        self.hand_off(out, &owned.policy, owner, call, None, note);
+        if held {
+            out.push(Action::ResumeResponse);
+        }
+        self.state = State::Delivering;
     }
 
     /// Releases the lease; the response waits for the answer so that a retry

@@ -2,7 +2,7 @@
 //! explored, depth reached and every property's verdict; a violation prints its
 //! counterexample trace and fails (`docs/model.md#running-it`).
 //!
-//! `model-check [--deep] [--threads N] [--mutation NAME]`
+//! `model-check [--deep] [--threads N] [--mutation NAME] [--after-reply]`
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -42,6 +42,7 @@ fn main() -> ExitCode {
             "--conflicting-client" => params
                 .clients
                 .push(keyflight_model::ClientSpec { op: 1, attempts: 1 }),
+            "--after-reply" => params.filter.after_reply = true,
             "--faults" => params.faults = args.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--threads" => threads = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
             "--mutation" => match args.next().as_deref().and_then(mutation) {
