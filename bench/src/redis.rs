@@ -51,6 +51,13 @@ impl RedisServer {
     /// Starts `binary` on a free port with its append-only file under `dir`, and waits
     /// until it answers `PING`.
     pub async fn start(binary: &Path, dir: &Path) -> Result<RedisServer, BenchError> {
+        // A fresh append-only file per run, as the stack's Postgres is fresh: a previous
+        // run's keys would first be loaded (Redis answers `LOADING` meanwhile).
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(BenchError::io(format!("empty {}", dir.display()))(e)),
+        }
         std::fs::create_dir_all(dir)
             .map_err(BenchError::io(format!("create {}", dir.display())))?;
         let port = free_port();

@@ -564,8 +564,16 @@ impl Config {
     /// interval or the epoch interval, whichever is shorter, between 100 ms
     /// and 250 ms. The upper bound is for the record outbox (F14): its first
     /// retry comes 50–100 ms after a failure, and a coarser tick would stretch
-    /// every retry to it.
+    /// every retry to it. Under `record: after_reply` the tick is
+    /// [`AFTER_REPLY_TICK_MS`].
     pub fn tick_period(&self) -> Duration {
+        if self
+            .policies
+            .iter()
+            .any(|p| p.record == RecordWhen::AfterReply)
+        {
+            return Duration::from_millis(AFTER_REPLY_TICK_MS);
+        }
         let shortest = self
             .policies
             .iter()
@@ -583,6 +591,12 @@ impl Config {
 /// The longest tick period: a call the outbox schedules goes out at most
 /// this late.
 const MAX_TICK_MS: u64 = 250;
+
+/// The tick under `record: after_reply`: the outbox sends each answer's finalize
+/// from the next tick, so a coarse one would hold records back from the retries
+/// waiting on them, and send a worker's finalizes in bursts that a store's
+/// `--max-concurrent-requests` sheds (`docs/stream-machine.md#recording-after-the-reply`).
+pub const AFTER_REPLY_TICK_MS: u64 = 10;
 
 /// What a hung renew's retry waits beyond the call timeouts: the renew and
 /// its retry each go out on a tick (at most [`MAX_TICK_MS`] late), and the

@@ -777,9 +777,14 @@ fn delegation_is_actor_unless_configured_and_needs_both_lists() {
 }
 
 #[test]
-fn recording_after_the_reply_is_read_per_policy() {
+fn recording_after_the_reply_is_read_per_policy_and_ticks_finely() {
     let config = with(serde_json::json!({"record": "after_reply"}), false).unwrap();
     assert_eq!(config.policies[0].record, RecordWhen::AfterReply);
+    assert_eq!(
+        config.tick_period(),
+        Duration::from_millis(AFTER_REPLY_TICK_MS),
+        "each answer's finalize goes out from the next tick"
+    );
 }
 
 #[test]
