@@ -22,7 +22,9 @@ pub mod jwt;
 pub mod mtls;
 pub mod raw_http;
 pub mod reply;
+pub mod retry;
 pub mod stack;
 
 pub use reply::Reply;
+pub use retry::retry_while_refused;
 pub use stack::{Stack, StackOptions};

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use keyflight_e2e::{Stack, StackOptions};
+use keyflight_e2e::{Stack, StackOptions, retry_while_refused};
 use serde_json::json;
 
 const LEASE_MS: u64 = 3000;
@@ -59,27 +59,10 @@ async fn a_proxy_killed_mid_request_is_recovered_by_one_same_body_retry_after_it
         "a different body never takes over"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let retry = loop {
-        let retry = stack
-            .post_via(1, path)
-            .key("crash")
-            .json(&body)
-            .send()
-            .await;
-        let in_progress =
-            retry.status == 503 && retry.json().get("code") == Some(&json!("request_in_progress"));
-        if !in_progress {
-            break retry;
-        }
-        assert!(Instant::now() < deadline, "never taken over: {retry}");
-        assert_eq!(
-            stack.upstream_executions().await,
-            1,
-            "nothing ran meanwhile"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let retry = retry_while_refused(&["request_in_progress"], Duration::ZERO, || {
+        stack.post_via(1, path).key("crash").json(&body).send()
+    })
+    .await;
     assert_eq!(retry.status, 201, "{retry}");
     assert_eq!(
         retry.header("idempotent-replayed"),

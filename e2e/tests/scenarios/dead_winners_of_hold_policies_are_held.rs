@@ -5,9 +5,9 @@
 //! `lease-store records list --state unknown`. The `uncertain: retry` counterpart is
 //! `crashed_winners_are_recovered`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use keyflight_e2e::{Stack, StackOptions};
+use keyflight_e2e::{Stack, StackOptions, retry_while_refused};
 use serde_json::{Value, json};
 
 const LEASE_MS: u64 = 3000;
@@ -38,24 +38,12 @@ async fn a_proxy_killed_mid_request_under_a_hold_policy_leaves_its_key_unknown_n
     // progress; then it is unknown, never run again. A refusal that fails closed
     // (`journal_unavailable`: seen once in CI, when the store's body budget still charged
     // bodiless epoch questions in full) runs nothing either, and is retried as a client would.
-    let deadline = Instant::now() + Duration::from_millis(LEASE_MS) + Duration::from_secs(15);
-    let retry = loop {
-        let retry = stack.post_via(1, path).key("held").json(&body).send().await;
-        let not_yet = retry.status == 503
-            && [json!("request_in_progress"), json!("journal_unavailable")]
-                .iter()
-                .any(|refusal| retry.json().get("code") == Some(refusal));
-        if !not_yet {
-            break retry;
-        }
-        assert!(Instant::now() < deadline, "never held: {retry}");
-        assert_eq!(
-            stack.upstream_executions().await,
-            1,
-            "nothing ran meanwhile"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let retry = retry_while_refused(
+        &["request_in_progress", "journal_unavailable"],
+        Duration::from_millis(LEASE_MS),
+        || stack.post_via(1, path).key("held").json(&body).send(),
+    )
+    .await;
     retry.assert_problem(409, "operation_unknown");
     let again = stack.post_via(1, path).key("held").json(&body).send().await;
     again.assert_problem(409, "operation_unknown");

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use keyflight_e2e::{Stack, StackOptions};
+use keyflight_e2e::{Stack, StackOptions, retry_while_refused};
 use keyflight_testkit::stack::NetFault;
 use serde_json::json;
 
@@ -59,17 +59,10 @@ async fn a_winner_partitioned_past_its_lease_is_taken_over_and_its_late_record_i
     // Past the lease (renewals stopped at the cut), the same request through Envoy 1
     // takes the lease over and runs again.
     tokio::time::sleep_until((cut_at + Duration::from_millis(LEASE_MS)).into()).await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let retry = loop {
-        let retry = stack.post_via(1, path).key("cut").json(&body).send().await;
-        let in_progress =
-            retry.status == 503 && retry.json().get("code") == Some(&json!("request_in_progress"));
-        if !in_progress {
-            break retry;
-        }
-        assert!(Instant::now() < deadline, "never taken over: {retry}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let retry = retry_while_refused(&["request_in_progress"], Duration::ZERO, || {
+        stack.post_via(1, path).key("cut").json(&body).send()
+    })
+    .await;
     assert_eq!(retry.status, 201, "{retry}");
     assert_eq!(retry.header("idempotent-replayed"), None, "it ran: {retry}");
     assert_ne!(

@@ -8,31 +8,10 @@
 use std::time::{Duration, Instant};
 
 use keyflight_e2e::stack::Post;
-use keyflight_e2e::{Reply, Stack, StackOptions};
+use keyflight_e2e::{Reply, Stack, StackOptions, retry_while_refused};
 use serde_json::{Value, json};
 
 const LEASE_MS: u64 = 3000;
-
-/// Retries `send` while it answers 503 with `code` (each refused attempt runs nothing),
-/// and returns the first other answer.
-async fn retry_while<F, Fut>(code: &str, send: F) -> Reply
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Reply>,
-{
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let reply = send().await;
-        if !(reply.status == 503 && reply.json().get("code") == Some(&json!(code))) {
-            return reply;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still {code} after 15 s: {reply}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// Entry `execution` (1-based) of the upstream's execution log.
 async fn logged(stack: &Stack, execution: usize) -> Value {
@@ -89,7 +68,7 @@ async fn a_retry_after_the_winners_proxy_died_gets_the_answer_the_service_commit
 
     // Past the dead proxy's lease, one same-body retry takes the operation over and runs.
     tokio::time::sleep_until((killed_at + Duration::from_millis(LEASE_MS + 300)).into()).await;
-    let retry = retry_while("request_in_progress", || {
+    let retry = retry_while_refused(&["request_in_progress"], Duration::ZERO, || {
         stack.post_via(1, path).key("paid").json(&body).send()
     })
     .await;
@@ -134,7 +113,7 @@ async fn a_retry_after_the_caller_hung_up_under_uncertain_retry_gets_the_answer_
     assert_eq!(stack.upstream_payments().await, 1, "the payment committed");
     stack.open_gate("gone").await;
 
-    let retry = retry_while("retryable_cooldown", || {
+    let retry = retry_while_refused(&["retryable_cooldown"], Duration::ZERO, || {
         stack.post(path).key("gave-up").json(&body).send()
     })
     .await;

@@ -4,9 +4,9 @@
 //! `unknown`: every retry gets 409 `operation_unknown` until an operator resolves the record
 //! with `lease-store records resolve`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use keyflight_e2e::{Reply, Stack, StackOptions};
+use keyflight_e2e::{Stack, StackOptions, retry_while_refused};
 use keyflight_testkit::envoy_variants::EnvoyEdit;
 use serde_json::{Value, json};
 
@@ -24,29 +24,6 @@ fn timing_out(uncertain: &str) -> StackOptions {
         })
 }
 
-/// Retries `send` while it answers 503 `retryable_cooldown` (each refused attempt runs
-/// nothing), and returns the first other answer.
-async fn retry_past_the_cooldown<F, Fut>(send: F) -> Reply
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Reply>,
-{
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let reply = send().await;
-        let cooling =
-            reply.status == 503 && reply.json().get("code") == Some(&json!("retryable_cooldown"));
-        if !cooling {
-            return reply;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still cooling down after 15 s: {reply}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn under_uncertain_retry_an_upstream_timeout_cools_down_then_one_retry_runs() {
     let stack = Stack::start(timing_out("retry")).await;
@@ -61,8 +38,10 @@ async fn under_uncertain_retry_an_upstream_timeout_cools_down_then_one_retry_run
     during.assert_problem(503, "retryable_cooldown");
     assert_eq!(stack.upstream_executions().await, 1);
 
-    let retry =
-        retry_past_the_cooldown(|| stack.post(SLOW_PATH).key("slow").json(&body).send()).await;
+    let retry = retry_while_refused(&["retryable_cooldown"], Duration::ZERO, || {
+        stack.post(SLOW_PATH).key("slow").json(&body).send()
+    })
+    .await;
     assert_eq!(
         retry.status, 504,
         "the retry ran (and timed out again): {retry}"
@@ -94,7 +73,10 @@ async fn under_uncertain_retry_an_upstream_killed_mid_request_cools_down_then_on
 
     stack.restart_upstream().await;
     stack.open_gate("doomed").await;
-    let retry = retry_past_the_cooldown(|| stack.post(path).key("reset").json(&body).send()).await;
+    let retry = retry_while_refused(&["retryable_cooldown"], Duration::ZERO, || {
+        stack.post(path).key("reset").json(&body).send()
+    })
+    .await;
     assert_eq!(retry.status, 201, "the retry ran: {retry}");
     assert_eq!(
         stack.upstream_executions().await,
