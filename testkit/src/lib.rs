@@ -7,8 +7,8 @@
 //! ([`pg`], [`ha`], [`database`]), supervised child processes ([`process`]), where the
 //! programs are ([`binaries`]), and the shipped Envoy configs rendered for a stack
 //! ([`envoy_config`], [`envoy_variants`], [`lds`]), network namespaces whose links can be
-//! cut ([`net`]), and a previous release built from git history for the upgrade tests
-//! ([`previous_release`]).
+//! cut ([`net`]), a previous release built from git history for the upgrade tests
+//! ([`previous_release`]), and the files keyflight ships as tests read them ([`shipped`]).
 
 pub mod binaries;
 pub mod database;
@@ -23,5 +23,6 @@ pub mod pg;
 pub mod pki;
 pub mod previous_release;
 pub mod process;
+pub mod shipped;
 pub mod stack;
 pub mod yaml_lines;

@@ -21,55 +21,7 @@ pub(crate) struct Found {
     pub(crate) object: Option<Value>,
 }
 
-pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the filter crate sits in the workspace")
-        .to_owned()
-}
-
-/// Vendored third-party data (Istio's CRDs), not configuration keyflight ships.
-pub(crate) const VENDORED: &str = "deploy/checks/schemas";
-
-/// Files under `dir` (recursively) whose name ends with one of `extensions`, sorted;
-/// [`VENDORED`] is left out.
-pub(crate) fn files_under(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries {
-        let path = entry.expect("readable directory entry").path();
-        if path.ends_with(VENDORED) {
-            continue;
-        }
-        if path.is_dir() {
-            out.extend(files_under(&path, extensions));
-        } else if extensions
-            .iter()
-            .any(|ext| path.to_string_lossy().ends_with(ext))
-        {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Every YAML document in `text`, as JSON values (empty documents skipped).
-pub(crate) fn yaml_documents(text: &str, origin: &Path) -> Vec<Value> {
-    use serde::Deserialize as _;
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|doc| {
-            let yaml = serde_yaml_ng::Value::deserialize(doc)
-                .unwrap_or_else(|e| panic!("{}: invalid YAML: {e}", origin.display()));
-            serde_json::to_value(yaml).unwrap_or_else(|e| {
-                panic!("{}: YAML not representable as JSON: {e}", origin.display())
-            })
-        })
-        .filter(|doc| !doc.is_null())
-        .collect()
-}
+pub(crate) use keyflight_testkit::shipped::{files_under, workspace_root, yaml_documents};
 
 /// Collects the plugin configurations inside one YAML document.
 pub(crate) fn collect_from_document(file: &Path, doc: &Value, out: &mut Vec<Found>) {

@@ -10,47 +10,14 @@
 //! applies its connection pool to the calling sidecar's cluster and to the store pod's
 //! inbound one), sets an idle timeout below the store's default.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keyflight_lease_store::config::DEFAULT_HEADER_READ_TIMEOUT;
+use keyflight_testkit::shipped::{files_under, workspace_root, yaml_documents};
 use serde_json::Value;
 
 /// The HTTP protocol options extension of an Envoy cluster.
 const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-/// YAML files under `dir`, recursively (vendored CRD schemas left out).
-fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.ends_with("checks/schemas") {
-            continue;
-        }
-        if path.is_dir() {
-            out.extend(yaml_files(&path));
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(path);
-        }
-    }
-    out
-}
-
-fn documents(path: &Path) -> Vec<Value> {
-    use serde::Deserialize as _;
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| serde_json::to_value(serde_yaml_ng::Value::deserialize(doc).unwrap()).unwrap())
-        .filter(|doc| !doc.is_null())
-        .collect()
-}
 
 /// A duration as Envoy and Istio spell it (`5s`, `300s`, `1.5s`, `500ms`).
 fn duration(text: &str) -> Duration {
@@ -88,10 +55,11 @@ fn idle_timeouts() -> Vec<(String, Option<Duration>)> {
     let mut found = Vec::new();
     for file in [root.join("envoy"), root.join("deploy")]
         .iter()
-        .flat_map(|d| yaml_files(d))
+        .flat_map(|d| files_under(d, &[".yaml", ".yml"]))
     {
         let shown = file.strip_prefix(&root).unwrap().display().to_string();
-        for doc in documents(&file) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for doc in yaml_documents(&text, &file) {
             let mut clusters = Vec::new();
             store_clusters(&doc, &mut clusters);
             for cluster in clusters {
