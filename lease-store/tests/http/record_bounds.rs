@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::support::{TOKEN, fresh_digest, start_server};
+use crate::support::{Server, TOKEN, fresh_digest, start_server};
 
 /// Ten years, the longest retention a filter policy may ask for.
 const TEN_YEARS_S: u64 = 10 * 365 * 86_400;
@@ -71,20 +71,42 @@ async fn a_record_past_the_maximum_size_is_refused() {
     api.finalize(&scope, &claim_id).await;
 }
 
-/// Opens a connection from `from` (any 127/8 address) and sends a finalize head declaring a
-/// `length` byte body, without the body: the store must decide before the body arrives.
-async fn large_finalize_head(store: SocketAddr, from: [u8; 4], length: usize) -> TcpStream {
+/// How a finalize head says its body is framed.
+enum Framing {
+    /// `content-length`: this many bytes.
+    Length(usize),
+    /// `transfer-encoding: chunked`: a length the store cannot know up front.
+    Chunked,
+}
+
+/// Opens a connection from `from` (any 127/8 address) and sends a finalize head framed by
+/// `framing`, without the body: the store must decide before the body arrives.
+async fn finalize_head(store: SocketAddr, from: [u8; 4], framing: Framing) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket
         .bind(SocketAddr::from((from, 0)))
         .expect("bind a loopback source address");
     let mut stream = socket.connect(store).await.unwrap();
+    let framing = match framing {
+        Framing::Length(length) => format!("content-length: {length}"),
+        Framing::Chunked => "transfer-encoding: chunked".to_owned(),
+    };
     let head = format!(
-        "POST /v1/claims/{}/finalize HTTP/1.1\r\nhost: store\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n",
-        fresh_digest("large")
+        "POST /v1/claims/{}/finalize HTTP/1.1\r\nhost: store\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\n{framing}\r\n\r\n",
+        fresh_digest("finalize-head")
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream
+}
+
+/// The store's listening address.
+fn address_of(server: &Server) -> SocketAddr {
+    server
+        .api
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap()
 }
 
 /// The status line of the store's answer, if one arrives within `wait`.
@@ -109,22 +131,17 @@ async fn large_finalizes_past_the_body_budget_are_shed_before_they_are_read() {
         &(2 * MIB).to_string(),
     ])
     .await;
-    let store: SocketAddr = server
-        .api
-        .base
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
+    let store = address_of(&server);
 
     // One caller's budget holds one 1.5 MiB body; its second one is shed at once.
-    let mut first = large_finalize_head(store, [127, 0, 0, 1], 3 * MIB / 2).await;
+    let mut first = finalize_head(store, [127, 0, 0, 1], Framing::Length(3 * MIB / 2)).await;
     assert_eq!(
         answer_within(&mut first, Duration::from_millis(500)).await,
         None,
         "a finalize within the budget is read, not shed"
     );
     let mut held = vec![first];
-    let mut shed = large_finalize_head(store, [127, 0, 0, 1], 3 * MIB / 2).await;
+    let mut shed = finalize_head(store, [127, 0, 0, 1], Framing::Length(3 * MIB / 2)).await;
     let answer = answer_within(&mut shed, Duration::from_secs(5))
         .await
         .expect("a finalize past the caller's budget must be answered at once");
@@ -133,7 +150,7 @@ async fn large_finalizes_past_the_body_budget_are_shed_before_they_are_read() {
     assert!(answer.contains("budget"), "{answer}");
 
     // Another caller still has its own share of the overall budget…
-    let mut other = large_finalize_head(store, [127, 0, 0, 2], 3 * MIB / 2).await;
+    let mut other = finalize_head(store, [127, 0, 0, 2], Framing::Length(3 * MIB / 2)).await;
     assert_eq!(
         answer_within(&mut other, Duration::from_millis(500)).await,
         None,
@@ -141,7 +158,7 @@ async fn large_finalizes_past_the_body_budget_are_shed_before_they_are_read() {
     );
     held.push(other);
     // …until the overall budget is spent.
-    let mut third = large_finalize_head(store, [127, 0, 0, 3], 3 * MIB / 2).await;
+    let mut third = finalize_head(store, [127, 0, 0, 3], Framing::Length(3 * MIB / 2)).await;
     let answer = answer_within(&mut third, Duration::from_secs(5))
         .await
         .expect("a finalize past the overall budget must be answered at once");
@@ -171,22 +188,10 @@ async fn a_call_without_a_body_reserves_nothing_of_the_budget() {
         &MIB.to_string(),
     ])
     .await;
-    let store: SocketAddr = server
-        .api
-        .base
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
+    let store = address_of(&server);
 
     // A chunked finalize head: its length is unknown, so it holds the caller's whole budget.
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-    let mut held = socket.connect(store).await.unwrap();
-    let head = format!(
-        "POST /v1/claims/{}/finalize HTTP/1.1\r\nhost: store\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
-        fresh_digest("chunked")
-    );
-    held.write_all(head.as_bytes()).await.unwrap();
+    let mut held = finalize_head(store, [127, 0, 0, 1], Framing::Chunked).await;
     assert_eq!(
         answer_within(&mut held, Duration::from_millis(500)).await,
         None,
