@@ -143,6 +143,11 @@ struct Cli {
     /// also counts the operations that paid more than once, and fails on any.
     #[arg(long)]
     upstream_effects: bool,
+    /// Both policies record after the reply (`record: after_reply`,
+    /// `docs/stream-machine.md#recording-after-the-reply`): every recorded answer reaches its
+    /// caller before its record lands, through the outbox.
+    #[arg(long)]
+    record_after_reply: bool,
     /// Where runs are written (default: target/chaos in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -178,7 +183,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     };
     let duration_ms = u64::try_from(duration.as_millis()).map_err(|_| "--duration is too long")?;
     let seed = cli.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
-    let plugin = plugin()?;
+    let plugin = plugin(cli.record_after_reply)?;
     let fault_kinds = match &cli.faults {
         Some(kinds) => kinds.clone(),
         None if cli.ha => default_kinds(&FaultKind::REPLICATED_POSTGRES),
@@ -293,6 +298,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if cli.upstream_effects {
         flags.push("--upstream-effects".to_owned());
     }
+    if cli.record_after_reply {
+        flags.push("--record-after-reply".to_owned());
+    }
     let mut replay = match cli.short {
         true => format!("make chaos-short SEED={seed}"),
         false => format!("make chaos SEED={seed} DURATION={}s", duration.as_secs()),
@@ -391,8 +399,9 @@ fn default_kinds(allowed: &[FaultKind]) -> FaultKinds {
 /// The shipped plugin configuration with the chaos policies: the demo's `payments` policy
 /// with `lease_ms: 3000` and `uncertain: hold` (see the module doc), preceded by a copy
 /// named `payments-retry` for paths under [`plan::RETRY_PREFIX`] with `uncertain: retry`
-/// (first match wins), so the judge meets both settings' rows.
-fn plugin() -> Result<Value, String> {
+/// (first match wins), so the judge meets both settings' rows. With `after_reply` both
+/// record after the reply.
+fn plugin(after_reply: bool) -> Result<Value, String> {
     let mut plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
         .map_err(|e| e.to_string())?;
     let policies = plugin["policies"]
@@ -405,6 +414,9 @@ fn plugin() -> Result<Value, String> {
     hold.insert("lease_ms".into(), json!(LEASE_MS));
     hold.insert("renew_interval_ms".into(), json!(RENEW_INTERVAL_MS));
     hold.insert("uncertain".into(), json!("hold"));
+    if after_reply {
+        hold.insert("record".into(), json!("after_reply"));
+    }
     let mut retry = hold.clone();
     retry.insert("name".into(), json!("payments-retry"));
     retry.insert("uncertain".into(), json!("retry"));
