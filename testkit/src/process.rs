@@ -260,13 +260,17 @@ where
 /// When `child` is given, the panic message carries its log tail, and an
 /// early exit of the child fails at once instead of waiting out the timeout.
 pub async fn wait_http_ok(url: &str, timeout: Duration, mut child: Option<&mut ChildGuard>) {
+    // No keep-alive: the server ends each probe's connection once it has answered, so a
+    // probe never holds one of a part's connection slots after it is ready.
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(0)
         .build()
         .expect("build an HTTP client");
     let deadline = Instant::now() + timeout;
     loop {
-        let last = match client.get(url).send().await {
+        let probe = client.get(url).header(reqwest::header::CONNECTION, "close");
+        let last = match probe.send().await {
             Ok(resp) if resp.status() == reqwest::StatusCode::OK => return,
             Ok(resp) => format!("status {}", resp.status()),
             Err(e) => format!("error: {e}"),
