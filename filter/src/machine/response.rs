@@ -196,6 +196,10 @@ impl Machine {
             Outcome::CompletedUncacheable
         };
         self.count_outcome(out, outcome);
+        if replayable && owned.policy.record == RecordWhen::AfterReply {
+            let call = finalize_call(&owned, response, replayable);
+            return self.record_after_reply(out, owned, call, held);
+        }
         let cache = if replayable {
             // The store counts the record's retention from its claim, made
             // after this stream read the cache.
@@ -215,9 +219,6 @@ impl Machine {
             None
         };
         let call = finalize_call(&owned, response, replayable);
-        if replayable && owned.policy.record == RecordWhen::AfterReply {
-            return self.record_after_reply(out, owned, call, held);
-        }
         self.record(out, owned, call, held, cache);
     }
 
