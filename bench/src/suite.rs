@@ -93,20 +93,17 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         None => None,
     };
 
-    let after_reply_envoy = match only.wants(&["p4"]) {
-        true => match stack
+    let after_reply_envoy = if only.wants(&["p4"]) {
+        let started = stack
             .start_guarded_variant("after-reply", |plugin| {
                 plugin["policies"][0]["record"] = serde_json::Value::String("after_reply".into());
             })
-            .await
-        {
-            Ok(envoy) => Some(envoy),
-            Err(e) => {
-                notes.push(format!("record: after_reply not measured: {e}"));
-                None
-            }
-        },
-        false => None,
+            .await;
+        started
+            .map_err(|e| notes.push(format!("record: after_reply not measured: {e}")))
+            .ok()
+    } else {
+        None
     };
 
     let redis = match (RedisServer::binary(), only.wants(&["p1", "p4"])) {

@@ -1,6 +1,8 @@
 //! `record: after_reply`: a recorded answer goes out at once and the outbox lands
 //! its finalize (`docs/stream-machine.md#recording-after-the-reply`).
 
+use keyflight_protocol::wire::FinalizeRequest;
+
 use super::*;
 use crate::metrics::{EventKind, OutboxEvent, Outcome};
 use crate::outbox::HeldDelivery;
@@ -13,8 +15,8 @@ fn after_reply() -> Rc<Config> {
 }
 
 /// The stream makes no call of its own, resumes the response, and the outbox holds the
-/// finalize, due at once, with the lease still renewed.
-fn assert_handed_off_and_delivered(s: &Harness, out: &[Action]) {
+/// finalize, due at once, with the lease still renewed; returns that finalize.
+fn assert_handed_off_and_delivered(s: &Harness, out: &[Action]) -> FinalizeRequest {
     assert_eq!(
         calls(out),
         Vec::<&StoreCall>::new(),
@@ -55,6 +57,7 @@ fn assert_handed_off_and_delivered(s: &Harness, out: &[Action]) {
     };
     assert!(request.replayable, "{request:?}");
     assert_eq!(next_attempt_ms, NOW_MS, "sent from the worker's next tick");
+    request
 }
 
 #[test]
@@ -79,18 +82,7 @@ fn an_answer_with_a_body_goes_out_before_its_record_lands() {
         .into_iter()
         .filter(|a| !matches!(a, Action::ReadResponseBody { .. }))
         .collect();
-    assert_handed_off_and_delivered(&s, &out);
-    let Some(Held {
-        delivery:
-            Some(HeldDelivery {
-                call: StoreCall::Finalize { request, .. },
-                ..
-            }),
-        ..
-    }) = s.held()
-    else {
-        panic!("{:?}", s.held())
-    };
+    let request = assert_handed_off_and_delivered(&s, &out);
     assert_eq!(request.response.body, br#"{"id":"p-1"}"#);
 }
 
