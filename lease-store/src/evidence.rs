@@ -14,7 +14,8 @@
 //! [`WonHow`] spelling; a reader must treat a value it does not know as a new
 //! way to win), `call` (`finalize`, `finalize_not_replayable`,
 //! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome`
-//! (`applied`, `lease_lost`, `refused`), and for an operator change `action` (the
+//! (`applied`, `lease_lost`, `refused`) — a release's line also says whether it was a
+//! `repeat` and when the database applied it and ends its cooldown ([`released`]) — and for an operator change `action` (the
 //! audit's: `erase`, `resolve_completed`, `resolve_failed`) and `operator`. A claim id is a fencing token, not a
 //! credential: every write also needs the bearer token, which is never logged
 //! (`docs/configuration.md#logs`). Answers other than a win, and settle
@@ -25,7 +26,9 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, ReleaseAs, ResolveAs, WonHow};
 use uuid::Uuid;
 
-use crate::store::StoreError;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::store::{Released, StoreError};
 
 /// Logs a won claim.
 pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimResponse) {
@@ -70,16 +73,8 @@ pub fn release_call(release_as: ReleaseAs) -> &'static str {
 /// Logs what became of a settle call `call` of claim `claim_id`: applied (a
 /// repeat of one that landed is applied again), `lease_lost`, or refused.
 pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T, StoreError>) {
-    let outcome = match answer {
-        Ok(_) => "applied",
-        Err(StoreError::LeaseLost) => "lease_lost",
-        Err(
-            StoreError::Invalid(_)
-            | StoreError::Rejected(_)
-            | StoreError::NotFound
-            | StoreError::NotUnknown,
-        ) => "refused",
-        Err(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => return,
+    let Some(outcome) = settle_outcome(answer) else {
+        return;
     };
     tracing::info!(
         evidence = "settle",
@@ -89,6 +84,48 @@ pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T,
         outcome,
         "settle {outcome}"
     );
+}
+
+/// [`settled`] for a release, with what the database stamped on the record
+/// ([`Released`]): `repeat`, and as Unix milliseconds `released_at_unix_ms` and
+/// `cooldown_ends_at_unix_ms` when known. A judge times the record's freedom from these,
+/// not from the line's own time: the store may be frozen between its commit and this line.
+pub fn released(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<Released, StoreError>) {
+    let Some(outcome) = settle_outcome(answer) else {
+        return;
+    };
+    let released = answer.as_ref().ok();
+    let unix_ms = |at: Option<SystemTime>| {
+        at.and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+            .and_then(|since| u64::try_from(since.as_millis()).ok())
+    };
+    tracing::info!(
+        evidence = "settle",
+        scope = %scope.to_hex(),
+        %claim_id,
+        call,
+        outcome,
+        repeat = released.map(|r| r.repeat),
+        released_at_unix_ms = unix_ms(released.and_then(|r| r.at)),
+        cooldown_ends_at_unix_ms = unix_ms(released.and_then(|r| r.cooldown_ends_at)),
+        "settle {outcome}"
+    );
+}
+
+/// The `outcome` of a settle call's answer; `None` for an answer that is no fact about
+/// the record (the database never answered).
+fn settle_outcome<T>(answer: &Result<T, StoreError>) -> Option<&'static str> {
+    Some(match answer {
+        Ok(_) => "applied",
+        Err(StoreError::LeaseLost) => "lease_lost",
+        Err(
+            StoreError::Invalid(_)
+            | StoreError::Rejected(_)
+            | StoreError::NotFound
+            | StoreError::NotUnknown,
+        ) => "refused",
+        Err(StoreError::Unavailable(_) | StoreError::ReadOnly(_)) => return None,
+    })
 }
 
 /// The audit's name of a resolution (`keyflight_operator_audit.action`).

@@ -432,22 +432,22 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "lease.rs",
         "RELEASE_COOLDOWN_SQL",
-        "cc08e6c21e216f2ff8f36b832d52e3a900f1ee9d55d1fd3ae7cfcfd43f6583d1",
+        "c98a0e1f8a76bd8ed27e54f53e30ea0467d54d240f057d9b36fb399f666a951e",
     ),
     (
         "lease.rs",
         "RELEASE_UNKNOWN_SQL",
-        "fa4cc754f3c213b04938ff7affcdcefd59e52f5f54414cea88f2196403191336",
+        "20ab52f4742f934dcca7cf34c8870ab249fa9f7da9f1dfad471d003dcb2b7ff5",
     ),
     (
         "lease.rs",
         "RELEASE_FORGET_SQL",
-        "07d3f789c0dbca4a70f0b9cd6f1a859e8d122793946f75cecb7c6bf91f14aa56",
+        "c200970a505b259553861be2181a5622c3f5295265eadc3390ae31834113d5f6",
     ),
     (
         "lease.rs",
         "OWNER_SQL",
-        "9fec2eb2afc7921fd8f272cb261b718faee3b5405913dbcc6fa3960a9560da9e",
+        "932a86b3a657ace5cbe01d1777fa599e5f8645ed960ff867de6756a39762b2e6",
     ),
     (
         "retention.rs",

@@ -60,6 +60,17 @@ pub struct StoreSettle {
     pub call: String,
     /// `applied`, `lease_lost` or `refused`.
     pub outcome: String,
+    /// A release that only recognised its own earlier landing (`repeat=true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeat: bool,
+    /// A release: when the database applied it, on the run's clock — the database's own
+    /// stamp, which a store frozen between its commit and this line cannot delay. A store
+    /// that predates the field, or a forget's repeat, logs none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at_ms: Option<Ms>,
+    /// A release as cooldown: when the database ends the cooldown, on the run's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_ends_at_ms: Option<Ms>,
 }
 
 impl StoreSettle {
@@ -68,6 +79,31 @@ impl StoreSettle {
         self.outcome == "applied"
     }
 }
+
+/// When a claim's release freed its record, from the store's settle lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// `release_forget` or `release_cooldown`.
+    pub call: String,
+    /// When a store first logged it applied.
+    pub logged_ms: Ms,
+    /// When the database applied it and ended its cooldown, on its own clock
+    /// ([`DbStamps`]), when a line carries them.
+    pub stamps: Option<DbStamps>,
+}
+
+/// A release's database stamps, on the run's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbStamps {
+    /// When the release was applied (before its commit).
+    pub applied_ms: Ms,
+    /// When the cooldown ends (a release as cooldown).
+    pub cooldown_ends_ms: Option<Ms>,
+}
+
+/// How far a database stamp and a log line's time may disagree from rounding to whole
+/// milliseconds alone (both are truncated).
+pub const STAMP_ROUNDING_MS: Ms = 1;
 
 /// An operator change a lease-store committed (its `operator` line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +252,13 @@ impl Evidence {
                     text("call"),
                     text("outcome"),
                 ) {
+                    let run_ms = |name: &str| {
+                        let unix_ms = line.fields.get(name).and_then(serde_json::Value::as_u64)?;
+                        Some(on_run_clock(
+                            i64::try_from(unix_ms).ok()?,
+                            run_start_unix_ms,
+                        ))
+                    };
                     self.store_settles.push(StoreSettle {
                         at_ms,
                         store,
@@ -223,6 +266,13 @@ impl Evidence {
                         claim_id,
                         call,
                         outcome,
+                        repeat: line
+                            .fields
+                            .get("repeat")
+                            .and_then(serde_json::Value::as_bool)
+                            .unwrap_or(false),
+                        applied_at_ms: run_ms("released_at_unix_ms"),
+                        cooldown_ends_at_ms: run_ms("cooldown_ends_at_unix_ms"),
                     });
                 }
             }
@@ -290,23 +340,61 @@ impl Evidence {
         by_store.chain(by_proxy).min()
     }
 
+    /// The release (one of `calls`) a store applied to `claim`, if one did: when it was
+    /// first logged, and the database's stamps from any of its lines (the first landing's
+    /// or a repeat's: both read the same record). `Err` when the stamps contradict the
+    /// log: applied after a line that reported it, or two lines that disagree.
+    pub fn release(&self, claim: &ClaimWon, calls: &[&str]) -> Result<Option<Release>, String> {
+        let lines: Vec<&StoreSettle> = self
+            .store_settles
+            .iter()
+            .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
+            .filter(|settle| calls.contains(&settle.call.as_str()))
+            .collect();
+        let Some(first) = lines.iter().min_by_key(|settle| settle.at_ms) else {
+            return Ok(None);
+        };
+        let mut stamps = lines.iter().filter_map(|settle| {
+            Some(DbStamps {
+                applied_ms: settle.applied_at_ms?,
+                cooldown_ends_ms: settle.cooldown_ends_at_ms,
+            })
+        });
+        let stamp = stamps.next();
+        if let Some(stamp) = stamp {
+            if stamps.any(|other| other != stamp) {
+                return Err(format!(
+                    "the stores' lines of fence {}'s release disagree on when it was applied",
+                    claim.fence
+                ));
+            }
+            if stamp.applied_ms > first.at_ms + STAMP_ROUNDING_MS {
+                return Err(format!(
+                    "fence {}'s release is stamped applied at {} ms, after a store logged it \
+                     at {} ms",
+                    claim.fence, stamp.applied_ms, first.at_ms
+                ));
+            }
+        }
+        Ok(Some(Release {
+            call: first.call.clone(),
+            logged_ms: first.at_ms,
+            stamps: stamp,
+        }))
+    }
+
     /// When a store applied the `release_forget` of a claim a proxy logged it did not
     /// forward (`evidence=not_forwarded`, a `won` answered too late to keep its lease:
     /// `docs/stream-machine.md#the-claim`); `Err` names the missing line. Whether the
     /// upstream ran the fence anyway is for the judge to check against its log.
-    pub fn released_unforwarded(&self, claim: &ClaimWon) -> Result<Ms, String> {
+    pub fn released_unforwarded(&self, claim: &ClaimWon) -> Result<Release, String> {
         let fence = claim.fence;
         if !self.proxy_settles.iter().any(|settle| {
             settle.event == "not_forwarded" && settle.fence == fence && settle.scope == claim.scope
         }) {
             return Err("no proxy logged it not forwarded".to_owned());
         }
-        self.store_settles
-            .iter()
-            .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
-            .filter(|settle| settle.call == "release_forget")
-            .map(|settle| settle.at_ms)
-            .min()
+        self.release(claim, &["release_forget"])?
             .ok_or_else(|| "no store applied its release_forget".to_owned())
     }
 
@@ -453,5 +541,24 @@ not json"#;
             }]
         );
         assert_eq!(evidence.first_landed(&evidence.claims[0]), Some(200));
+    }
+
+    /// A release's line carries the database's stamps (Unix ms), read onto the run's clock:
+    /// the judge times the record's cooldown from them, not from the line.
+    #[test]
+    fn a_releases_database_stamps_are_read_on_the_runs_clock() {
+        let start = 1_796_143_004_000;
+        let line = r#"{"timestamp":"2026-12-01T16:36:46.500Z","level":"INFO","fields":{"message":"settle applied","evidence":"settle","scope":"ab","claim_id":"0190-x","call":"release_cooldown","outcome":"applied","repeat":true,"released_at_unix_ms":1796143004290,"cooldown_ends_at_unix_ms":1796143006290},"target":"keyflight_lease_store::evidence"}"#;
+        let evidence = Evidence::read(&[line.to_owned()], &[], start);
+        let settle = &evidence.store_settles[0];
+        assert_eq!(
+            (
+                settle.at_ms,
+                settle.repeat,
+                settle.applied_at_ms,
+                settle.cooldown_ends_at_ms
+            ),
+            (2500, true, Some(290), Some(2290))
+        );
     }
 }

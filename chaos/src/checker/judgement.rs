@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::evidence::{ClaimWon, TAKEOVER};
+use super::evidence::{ClaimWon, DbStamps, Release, STAMP_ROUNDING_MS, TAKEOVER};
 use super::lifecycle::{
     answered_by_the_previous_release, parent_exited, previous_release_forgot, process_ended,
     vm_retired,
@@ -724,10 +724,12 @@ pub(super) fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<()
         }
         let released = released_unrun(before, history)
             .map_err(|why| format!("{not_a_takeover}, and fence {}: {why}", before.fence))?;
-        if claim.at_ms < released - SETTLE_LOG_SLACK_MS {
+        if claim.at_ms < freed_from(&released) {
             return Err(format!(
-                "{not_a_takeover}, at {} ms, before fence {}'s release at {released} ms",
-                claim.at_ms, before.fence
+                "{not_a_takeover}, at {} ms, before fence {}'s release at {} ms",
+                claim.at_ms,
+                before.fence,
+                applied_ms(&released)
             ));
         }
     }
@@ -737,7 +739,7 @@ pub(super) fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<()
 /// When `claim` was released as never run: its proxy logged it not forwarded, a store
 /// applied its `release_forget`, and the upstream's log holds no execution with its fence.
 /// `Err` says which of these is not shown.
-fn released_unrun(claim: &ClaimWon, history: &History) -> Result<Ms, String> {
+fn released_unrun(claim: &ClaimWon, history: &History) -> Result<Release, String> {
     if let Some(ran) = history
         .executions
         .iter()
@@ -815,11 +817,7 @@ fn settled_row(
     let fence = claim.fence;
     let Some(release) = history
         .evidence
-        .store_settles
-        .iter()
-        .filter(|settle| settle.claim_id == claim.claim_id && settle.applied())
-        .filter(|settle| matches!(settle.call.as_str(), "release_forget" | "release_cooldown"))
-        .min_by_key(|settle| settle.at_ms)
+        .release(claim, &["release_forget", "release_cooldown"])?
     else {
         return Ok(None);
     };
@@ -835,14 +833,17 @@ fn settled_row(
                 shown(answered)
             ));
         };
-        if took_the_pending_lease_over(successor, release.at_ms) {
+        if took_the_pending_lease_over(successor, &release) {
             return Ok(None);
         }
-        if successor.how != "claimed" || successor.at_ms < release.at_ms - SETTLE_LOG_SLACK_MS {
+        if successor.how != "claimed" || successor.at_ms < freed_from(&release) {
             return Err(format!(
                 "fence {} won by `{}` at {} ms, not by a fresh insert after the forget of \
                  fence {fence} at {} ms",
-                successor.fence, successor.how, successor.at_ms, release.at_ms
+                successor.fence,
+                successor.how,
+                successor.at_ms,
+                applied_ms(&release)
             ));
         }
         return Ok(Some(match previous {
@@ -852,7 +853,7 @@ fn settled_row(
             _ => Row::Forgotten { status },
         }));
     }
-    if took_the_pending_lease_over(successor, release.at_ms) {
+    if took_the_pending_lease_over(successor, &release) {
         return Ok(None);
     }
     let retry = history.policy.uncertain_retry(&earlier.path);
@@ -877,17 +878,64 @@ fn settled_row(
         }
     };
     let cooldown = Ms::try_from(history.policy.failure_cooldown_ms).unwrap_or(Ms::MAX);
-    let released = cooling_seen_by(earlier, claim, successor, attempts_by_id)
-        .map_or(release.at_ms, |seen| seen.min(release.at_ms));
-    let cooled = released.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS;
+    let cooled = match release.stamps {
+        // The database's own times: the takeover needed the cooldown's end.
+        Some(DbStamps {
+            applied_ms,
+            cooldown_ends_ms: Some(ends),
+        }) => {
+            if ends - applied_ms < cooldown - STAMP_ROUNDING_MS {
+                return Err(format!(
+                    "fence {fence} cooled down for {} ms, not the policy's {cooldown} ms",
+                    ends - applied_ms
+                ));
+            }
+            ends - STAMP_ROUNDING_MS
+        }
+        Some(DbStamps {
+            cooldown_ends_ms: None,
+            ..
+        }) => {
+            return Err(format!(
+                "fence {fence}'s release as cooldown names no end of the cooldown"
+            ));
+        }
+        // A store that predates the stamps: from its log line, or from a caller told the
+        // record was cooling down before the line.
+        None => {
+            let released = cooling_seen_by(earlier, claim, successor, attempts_by_id)
+                .map_or(release.logged_ms, |seen| seen.min(release.logged_ms));
+            released.saturating_add(cooldown) - SETTLE_LOG_SLACK_MS
+        }
+    };
     if successor.how != TAKEOVER || successor.at_ms < cooled {
         return Err(format!(
             "fence {} won by `{}` at {} ms, not by a takeover after the cooldown of fence \
              {fence} released at {} ms",
-            successor.fence, successor.how, successor.at_ms, release.at_ms
+            successor.fence,
+            successor.how,
+            successor.at_ms,
+            applied_ms(&release)
         ));
     }
     Ok(Some(Row::Cooldown { cause }))
+}
+
+/// The earliest a claim that needed `release`'s commit may be logged: the database's stamp
+/// (less rounding), or — from a store that predates the stamps — its first line less
+/// [`SETTLE_LOG_SLACK_MS`].
+fn freed_from(release: &Release) -> Ms {
+    match release.stamps {
+        Some(stamps) => stamps.applied_ms - STAMP_ROUNDING_MS,
+        None => release.logged_ms - SETTLE_LOG_SLACK_MS,
+    }
+}
+
+/// When `release` was applied, as best known: its stamp, or its first line.
+fn applied_ms(release: &Release) -> Ms {
+    release
+        .stamps
+        .map_or(release.logged_ms, |stamps| stamps.applied_ms)
 }
 
 /// When a caller of the key was told the record is cooling down (`503
@@ -911,11 +959,11 @@ fn cooling_seen_by(
 }
 
 /// Whether `successor` took the earlier claim's lease over while it was still `pending`:
-/// before the release, logged at `released_ms`, landed (its outbox delivered it late, or
-/// as a repeat). Then the release settled nothing, and the takeover is judged by the other
-/// rows (a dead or cut-off proxy, an outbox that gave up).
-fn took_the_pending_lease_over(successor: &ClaimWon, released_ms: Ms) -> bool {
-    successor.how == TAKEOVER && successor.at_ms < released_ms
+/// before `release` landed (its outbox delivered it late, or as a repeat). Then the release
+/// settled nothing, and the takeover is judged by the other rows (a dead or cut-off proxy,
+/// an outbox that gave up).
+fn took_the_pending_lease_over(successor: &ClaimWon, release: &Release) -> bool {
+    successor.how == TAKEOVER && successor.at_ms < applied_ms(release)
 }
 
 /// When `execution`'s caller received its answer, if it did by `limit`.

@@ -113,8 +113,8 @@ pub async fn release(
     let answer = to_the_end(async move {
         let answer = store.release(&scope, &request).await;
         let call = evidence::release_call(request.release_as);
-        evidence::settled(&scope, request.claim_id, call, &answer);
-        answer
+        evidence::released(&scope, request.claim_id, call, &answer);
+        answer.map(drop)
     })
     .await;
     counted(&state.metrics, Event::Release, answer)

@@ -43,6 +43,7 @@ use super::claim::{
     CLAIM_SQL, ClaimParams, HOLD_LAPSED_SQL, MAX_ATTEMPTS, READ_SQL, RecordSnapshot, held,
     won_attempt,
 };
+use super::lease::{Written, run_written};
 use super::orphan::OrphanGuard;
 use super::{ClaimAttempt, Store, StoreError};
 
@@ -229,13 +230,13 @@ pub(super) async fn settle_both(
     scope: &Digest,
     previous: &Digest,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<u64, StoreError> {
+) -> Result<Written, StoreError> {
     let on = async |scope: &Digest| {
         let scope = scope.0.as_slice();
         let mut all: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(params.len() + 1);
         all.push(&scope);
         all.extend_from_slice(params);
-        client.execute(statement, &all).await
+        run_written(client, statement, &all).await
     };
     // Byte order, as the claim locks them.
     let (first, second) = if scope <= previous {
@@ -249,7 +250,7 @@ pub(super) async fn settle_both(
         "a settle names its claim id first".into(),
     ))?;
     let check_params: [&(dyn ToSql + Sync); 3] = [&first_scope, &second_scope, claim_id];
-    let (begin, rows_first, rows_second, none_taken, commit) = futures_util::join!(
+    let (begin, first_written, second_written, none_taken, commit) = futures_util::join!(
         client.batch_execute("BEGIN"),
         on(first),
         on(second),
@@ -257,17 +258,21 @@ pub(super) async fn settle_both(
         client.batch_execute("COMMIT"),
     );
     begin?;
-    let (rows_first, rows_second) = (rows_first?, rows_second?);
+    let (first_written, second_written) = (first_written?, second_written?);
     if let Err(e) = none_taken {
         if e.code() != Some(&SqlState::DIVISION_BY_ZERO) {
             return Err(e.into());
         }
         // Rolled back: the caller reads who holds the records (a repeat, or a lost lease).
         commit?;
-        return Ok(0);
+        return Ok(Written::default());
     }
     commit?;
-    Ok(rows_first + rows_second)
+    // The stamps of the record the claim was made under, when it changed.
+    Ok(match first == scope {
+        true => first_written.and(second_written),
+        false => second_written.and(first_written),
+    })
 }
 
 /// What a record (or its absence) tells a claimant with `fingerprint` that did not win.

@@ -33,8 +33,11 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
     FinalizeRequest, ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse,
 };
-use tokio_postgres::Statement;
+use std::time::SystemTime;
+
+use futures_util::TryStreamExt;
 use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::{Row, Statement};
 use uuid::Uuid;
 
 use deadpool_postgres::Object;
@@ -60,27 +63,59 @@ UPDATE keyflight_records
 
 /// `$1` scope, `$2` claim id, `$3` cooldown ms. The fingerprint stays, so only
 /// the same request may retry after the cooldown (the claim's `steal` branch).
+/// Every release returns when it was applied and when its cooldown ends, on the
+/// database's clock ([`Released`]).
 const RELEASE_COOLDOWN_SQL: &str = "
 UPDATE keyflight_records
    SET state = 'failed',
        lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond',
        updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
+ WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+RETURNING updated_at, lease_expires_at";
 
 /// `$1` scope, `$2` claim id.
 const RELEASE_UNKNOWN_SQL: &str = "
 UPDATE keyflight_records
    SET state = 'unknown', lease_expires_at = NULL, updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
+ WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+RETURNING updated_at, lease_expires_at";
 
 /// `$1` scope, `$2` claim id.
 const RELEASE_FORGET_SQL: &str = "
 DELETE FROM keyflight_records
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
+ WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+RETURNING clock_timestamp() AS updated_at, NULL::timestamptz AS lease_expires_at";
 
-/// `$1` scope: who owns the record now and in which state, read after a fenced
-/// write matched nothing, to tell a repeat from a lost lease.
-const OWNER_SQL: &str = "SELECT claim_id, state FROM keyflight_records WHERE scope = $1";
+/// `$1` scope: who owns the record now and in which state (and since when, and until
+/// when it cools down), read after a fenced write matched nothing, to tell a repeat from
+/// a lost lease.
+const OWNER_SQL: &str = "
+SELECT claim_id, state, updated_at, lease_expires_at FROM keyflight_records WHERE scope = $1";
+
+/// What a release that landed left in the record, on the database's clock. A fault run's
+/// judge times the record's freedom from these rather than from the evidence line, which a
+/// store frozen between its commit and its log writes late (`chaos/README.md#known-gaps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Released {
+    /// The call had landed before; this one only recognised it.
+    pub repeat: bool,
+    /// When the database applied it; unknown for the repeat of a forget (no row is left
+    /// to read it from).
+    pub at: Option<SystemTime>,
+    /// When the `failed` record's cooldown ends (`lease_expires_at`): a release as cooldown.
+    pub cooldown_ends_at: Option<SystemTime>,
+}
+
+impl Released {
+    /// The stamps of a row returned by a release statement or [`OWNER_SQL`].
+    fn stamped(row: &Row, repeat: bool) -> Result<Released, StoreError> {
+        Ok(Released {
+            repeat,
+            at: row.try_get("updated_at")?,
+            cooldown_ends_at: row.try_get("lease_expires_at")?,
+        })
+    }
+}
 
 /// The record a settle call leaves behind, for recognising its repeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +183,11 @@ impl Store {
         self.run(async |client| {
             let statement = client.prepare_cached(RENEW_SQL).await?;
             let rest: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &lease_ms];
-            owned(write(client, &statement, scope, req.previous_scope, &rest).await?)
+            owned(
+                write(client, &statement, scope, req.previous_scope, &rest)
+                    .await?
+                    .rows,
+            )
         })
         .await?;
         Ok(RenewResponse {
@@ -171,9 +210,12 @@ impl Store {
                     FinalizeReply::NotOwned => {
                         return self
                             .run(async |client| {
-                                settled(client, scope, None, claim_id, 0, Settled::Completed).await
+                                let nothing = Written::default();
+                                settled(client, scope, None, claim_id, nothing, Settled::Completed)
+                                    .await
                             })
-                            .await;
+                            .await
+                            .map(drop);
                     }
                     FinalizeReply::RunSingly(req) => req,
                 }
@@ -196,16 +238,29 @@ impl Store {
             let statement = client.prepare_cached(FINALIZE_SQL).await?;
             let rest: [&(dyn ToSql + Sync); 5] =
                 [&req.claim_id, &status, &headers, body, &req.replayable];
-            let rows = write(client, &statement, scope, req.previous_scope, &rest).await?;
+            let written = write(client, &statement, scope, req.previous_scope, &rest).await?;
             let done = Settled::Completed;
-            settled(client, scope, req.previous_scope, req.claim_id, rows, done).await
+            settled(
+                client,
+                scope,
+                req.previous_scope,
+                req.claim_id,
+                written,
+                done,
+            )
+            .await
         })
         .await
+        .map(drop)
     }
 
     /// Gives the lease up without a recorded response (F6): `failed` with a
     /// cooldown, `unknown` for an operator, or the record forgotten.
-    pub async fn release(&self, scope: &Digest, req: &ReleaseRequest) -> Result<(), StoreError> {
+    pub async fn release(
+        &self,
+        scope: &Digest,
+        req: &ReleaseRequest,
+    ) -> Result<Released, StoreError> {
         let cooldown_ms = match req.cooldown_ms {
             Some(ms) => millis_param("cooldown_ms", ms)?,
             None => duration_millis(self.default_cooldown),
@@ -218,24 +273,61 @@ impl Store {
                 ReleaseAs::Forget => (RELEASE_FORGET_SQL, &with_cooldown[..1]),
             };
             let statement = client.prepare_cached(sql).await?;
-            let rows = write(client, &statement, scope, req.previous_scope, rest).await?;
+            let written = write(client, &statement, scope, req.previous_scope, rest).await?;
             let expected = Settled::of_release(req.release_as);
             let previous = req.previous_scope;
-            settled(client, scope, previous, req.claim_id, rows, expected).await
+            settled(client, scope, previous, req.claim_id, written, expected).await
         })
         .await
     }
 }
 
+/// What a fenced write did: the rows it changed, and the first row it returned (a
+/// release's stamps).
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    pub(super) rows: u64,
+    pub(super) returned: Option<Row>,
+}
+
+impl Written {
+    /// Both records of a dual settle: the rows changed on either, the stamps of `first`'s
+    /// when it returned any.
+    pub(super) fn and(self, other: Written) -> Written {
+        Written {
+            rows: self.rows + other.rows,
+            returned: self.returned.or(other.returned),
+        }
+    }
+}
+
+/// Runs `statement` with `params`: the rows it changed and the first row it returned.
+pub(super) async fn run_written(
+    client: &Object,
+    statement: &Statement,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Written, tokio_postgres::Error> {
+    let stream = client.query_raw(statement, params.iter().copied()).await?;
+    futures_util::pin_mut!(stream);
+    let mut returned = None;
+    while let Some(row) = stream.try_next().await? {
+        returned.get_or_insert(row);
+    }
+    Ok(Written {
+        rows: stream.rows_affected().unwrap_or(0),
+        returned,
+    })
+}
+
 /// Runs a fenced write on `scope` (`$1`) with `rest` (`$2`…), and on the previous
-/// scope of a dual claim in the same transaction; the rows changed.
+/// scope of a dual claim in the same transaction.
 async fn write(
     client: &Object,
     statement: &Statement,
     scope: &Digest,
     previous_scope: Option<Digest>,
     rest: &[&(dyn ToSql + Sync)],
-) -> Result<u64, StoreError> {
+) -> Result<Written, StoreError> {
     match previous_scope {
         Some(previous) if previous != *scope => {
             settle_both(client, statement, scope, &previous, rest).await
@@ -244,13 +336,13 @@ async fn write(
             let scope = scope.0.as_slice();
             let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope];
             params.extend_from_slice(rest);
-            Ok(client.execute(statement, &params).await?)
+            Ok(run_written(client, statement, &params).await?)
         }
     }
 }
 
-/// The answer of a settle call that changed `rows` rows: one means it landed
-/// now; none means it landed before (a repeat, success) or the lease is lost. A dual
+/// The answer of a settle call that `written`: a changed row means it landed now;
+/// none means it landed before (a repeat, success) or the lease is lost. A dual
 /// settle lands when the claim holds either record (`dual.rs`), so its repeat is read on
 /// both ([`Settled::already_done_on`]).
 async fn settled(
@@ -258,11 +350,14 @@ async fn settled(
     scope: &Digest,
     previous_scope: Option<Digest>,
     mine: Uuid,
-    rows: u64,
+    written: Written,
     expected: Settled,
-) -> Result<(), StoreError> {
-    if rows > 0 {
-        return Ok(());
+) -> Result<Released, StoreError> {
+    if written.rows > 0 {
+        return match &written.returned {
+            Some(row) => Released::stamped(row, false),
+            None => Ok(Released::default()),
+        };
     }
     let statement = client.prepare_cached(OWNER_SQL).await?;
     let mut read = Vec::with_capacity(2);
@@ -273,16 +368,26 @@ async fn settled(
     for row in &read {
         owners.push(match row {
             Some(row) => Some((
-                row.try_get::<_, Option<Uuid>>(0)?,
-                row.try_get::<_, &str>(1)?,
+                row.try_get::<_, Option<Uuid>>("claim_id")?,
+                row.try_get::<_, &str>("state")?,
             )),
             None => None,
         });
     }
-    if expected.already_done_on(mine, &owners) {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
+    if !expected.already_done_on(mine, &owners) {
+        return Err(StoreError::LeaseLost);
+    }
+    // The stamps of the first record this claim's call left behind.
+    let mut done = read
+        .iter()
+        .zip(&owners)
+        .filter_map(|(row, owner)| row.as_ref().filter(|_| expected.already_done(mine, *owner)));
+    match done.next() {
+        Some(row) => Released::stamped(row, true),
+        None => Ok(Released {
+            repeat: true,
+            ..Released::default()
+        }),
     }
 }
 

@@ -81,7 +81,7 @@ pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use dual::BOTH_HELD_SQL;
-pub use lease::FINALIZE_SQL;
+pub use lease::{FINALIZE_SQL, Released};
 pub use records::response_digest;
 
 /// How much longer than `statement_timeout` a call waits for the database's

@@ -350,3 +350,28 @@ async fn a_dual_claim_taken_over_under_one_scope_settles_neither() {
         .await
         .unwrap();
 }
+
+/// A dual release answers the stamps of the record the claim was made under.
+#[tokio::test]
+async fn a_dual_release_carries_the_stamps_of_its_own_record() {
+    let store = store().await;
+    let recipes = Recipes::fresh("stamped");
+    let (scope, req) = recipes.dual();
+    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    let released = store
+        .release(
+            &scope,
+            &ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Cooldown,
+                cooldown_ms: Some(5_000),
+                previous_scope: Some(recipes.old.0),
+            },
+        )
+        .await
+        .unwrap();
+    let (Some(at), Some(ends)) = (released.at, released.cooldown_ends_at) else {
+        panic!("a cooldown release names both stamps: {released:?}");
+    };
+    assert!((4_999..=5_001).contains(&ends.duration_since(at).unwrap().as_millis()));
+}

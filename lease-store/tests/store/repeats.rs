@@ -123,3 +123,65 @@ async fn concurrent_duplicates_of_one_finalize_all_succeed() {
         call.await.unwrap().unwrap();
     }
 }
+
+/// A release answers when the database applied it and when its cooldown ends, on the
+/// database's clock; its repeat reads the same stamps back (a fault run's judge times the
+/// record from them: `chaos/README.md#known-gaps`). Only a forget's repeat has no row to read.
+#[tokio::test]
+async fn a_release_and_its_repeat_carry_the_databases_stamps() {
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = fresh_scope();
+    let (claim_id, _, _) =
+        must_win(&store, &scope, &claim_req(fingerprint("stamped"), 10_000)).await;
+    let first = store
+        .release(&scope, &release(claim_id, ReleaseAs::Cooldown))
+        .await
+        .unwrap();
+    let (Some(at), Some(ends)) = (first.at, first.cooldown_ends_at) else {
+        panic!("a cooldown release names both stamps: {first:?}");
+    };
+    assert!(!first.repeat);
+    let cooldown = ends.duration_since(at).unwrap();
+    assert!(
+        (59_999..=60_001).contains(&cooldown.as_millis()),
+        "the cooldown runs from the release: {cooldown:?}"
+    );
+    let row = db
+        .query_one(
+            "SELECT updated_at, lease_expires_at FROM keyflight_records WHERE scope = $1",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap();
+    let stored: (std::time::SystemTime, std::time::SystemTime) = (row.get(0), row.get(1));
+    assert_eq!((at, ends), stored, "the stamps are the record's");
+    let repeat = store
+        .release(&scope, &release(claim_id, ReleaseAs::Cooldown))
+        .await
+        .unwrap();
+    assert_eq!(
+        (repeat.repeat, repeat.at, repeat.cooldown_ends_at),
+        (true, Some(at), Some(ends))
+    );
+
+    let scope = fresh_scope();
+    let (claim_id, _, _) =
+        must_win(&store, &scope, &claim_req(fingerprint("forgot"), 10_000)).await;
+    let before = std::time::SystemTime::now();
+    let forgot = store
+        .release(&scope, &release(claim_id, ReleaseAs::Forget))
+        .await
+        .unwrap();
+    assert!(
+        forgot
+            .at
+            .is_some_and(|at| at >= before - std::time::Duration::from_secs(1))
+    );
+    assert_eq!(forgot.cooldown_ends_at, None);
+    let again = store
+        .release(&scope, &release(claim_id, ReleaseAs::Forget))
+        .await
+        .unwrap();
+    assert_eq!((again.repeat, again.at), (true, None));
+}
