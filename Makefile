@@ -16,7 +16,7 @@ export PG_BIN
 WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
-.PHONY: help prereqs ha-prereqs net-prereqs bench-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
+.PHONY: help prereqs ha-prereqs net-prereqs bench-prereqs partition-prereqs ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         unit test-net test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance openapi-overlay \
         chaos chaos-short model-check model
@@ -67,6 +67,11 @@ net-prereqs:
 bench-prereqs:
 	@scripts/bench-prereqs.sh
 
+# PL/Proxy (Debian package) for a partitioned store's router (docs/distributed-sql.md):
+# installed when missing (as root), or one line saying how.
+partition-prereqs:
+	@PG_BIN="$(PG_BIN)" scripts/partition-prereqs.sh
+
 rust-targets:
 	@installed=$$(rustup target list --installed); \
 	for t in wasm32-wasip1 wasm32-unknown-unknown; do \
@@ -109,7 +114,7 @@ clippy: rust-targets
 
 # Unit and property tests, and the lease-store and keyflight-effects (through the workspace
 # line) against a throwaway Postgres; installs nothing.
-unit: prereqs
+unit: prereqs partition-prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit --exclude keyflight-model
 	$(CARGO) test -p keyflight-testkit --lib --bins
 	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http

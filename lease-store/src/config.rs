@@ -136,9 +136,21 @@ impl std::fmt::Debug for Secret {
 /// Where the database is (`serve`, `migrate`).
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
-    /// Postgres connection URL (`postgres://user:pass@host:port/db`).
+    /// Postgres connection URL (`postgres://user:pass@host:port/db`); with partitions, the
+    /// PL/Proxy router's.
     #[arg(long, env = "KEYFLIGHT_DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
+    /// A partition of a partitioned database, once per partition in slot order (comma
+    /// separated in the environment): `--database-url` is then their PL/Proxy router
+    /// (`docs/distributed-sql.md#pl-proxy-partitioned-postgres`).
+    #[arg(
+        long = "partition-url",
+        env = "KEYFLIGHT_PARTITION_URLS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub partition_urls: Vec<String>,
 }
 
 /// Flags and environment of `lease-store migrate`.
@@ -540,6 +552,7 @@ impl ServeArgs {
                     workers: self.batch_workers,
                     max_items: self.batch_max,
                 },
+                partitions: self.database.partition_urls,
             },
             tokens: Tokens {
                 filter: filter.map(Arc::new),

@@ -5,7 +5,8 @@
 //! single-replica setups). Migrations are forward-only (L3). The job runs as the schema
 //! owner; with `--grant-runtime ROLE` it then gives the role `serve` runs as exactly the
 //! rights this release's statements need (`docs/threat-model.md#the-database-roles`), every
-//! release again, so a release that uses a new object brings its grant.
+//! release again, so a release that uses a new object brings its grant. With partitions it
+//! migrates each of them, then installs their router (`store/partitions.rs`).
 
 use crate::config::MigrateArgs;
 use crate::store;
@@ -15,6 +16,16 @@ use super::CliError;
 /// Runs the migrations, then the grants, and prints what was done.
 pub async fn run(args: MigrateArgs) -> Result<(), CliError> {
     let url = &args.database.database_url;
+    let partitions = &args.database.partition_urls;
+    if !partitions.is_empty() {
+        let role = args.grant_runtime.as_deref();
+        let report = store::migrate_partitioned(url, partitions, role).await?;
+        println!("{report}");
+        if let Some(role) = role {
+            println!("granted the runtime role {role} what serving needs on every partition");
+        }
+        return Ok(());
+    }
     let report = store::migrate(url).await?;
     println!("{report}");
     if let Some(role) = &args.grant_runtime {

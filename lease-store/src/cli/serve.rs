@@ -72,8 +72,17 @@ async fn check_role(store: &Store, require: bool) -> Result<(), CliError> {
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let config = args.into_config()?;
     if config.migrate {
-        let report = store::migrate(&config.store.database_url).await?;
-        tracing::info!(%report, "migrations applied");
+        let (url, partitions) = (&config.store.database_url, &config.store.partitions);
+        match partitions.is_empty() {
+            true => {
+                let report = store::migrate(url).await?;
+                tracing::info!(%report, "migrations applied");
+            }
+            false => {
+                let report = store::migrate_partitioned(url, partitions, None).await?;
+                tracing::info!(%report, "partitions migrated, router installed");
+            }
+        }
     }
     let store = Store::connect(&config.store).await?;
     check_role(&store, config.require_least_privilege).await?;
@@ -85,11 +94,13 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         store.lapses_held_counter(),
     );
     let served_metrics = metrics.clone();
-    let (longpoll, listen_task) = LongPoll::start_capped(
-        &config.store.database_url,
-        config.waiters,
-        shutdown.subscribe(),
-    );
+    // A partitioned database's settles are announced by its partitions, not its router.
+    let announcing = match config.store.partitions.is_empty() {
+        true => vec![config.store.database_url.clone()],
+        false => config.store.partitions.clone(),
+    };
+    let (longpoll, listen_task) =
+        LongPoll::start_capped(&announcing, config.waiters, shutdown.subscribe());
     let cleanup = cleanup::spawn(
         store.clone(),
         config.cleanup,

@@ -143,11 +143,11 @@ async fn listen_once(
         return Err(e);
     }
     *backoff = MIN_BACKOFF;
-    waiters.listening.store(true, Ordering::Release);
+    waiters.listeners_up.fetch_add(1, Ordering::AcqRel);
     tracing::info!(channel = CHANNEL, "long-poll listener connected");
     waiters.wake_all();
     let outcome = dispatch(&client, waiters, &mut rx, needs_primary).await;
-    waiters.listening.store(false, Ordering::Release);
+    waiters.listeners_up.fetch_sub(1, Ordering::AcqRel);
     drop(client);
     driver.abort();
     outcome

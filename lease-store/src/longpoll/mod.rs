@@ -43,6 +43,8 @@ pub use waiters::{
 #[derive(Clone)]
 pub struct LongPoll {
     waiters: Arc<Waiters>,
+    /// How many LISTEN connections it keeps: one per database whose settles it hears.
+    listeners: usize,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -52,7 +54,7 @@ impl LongPoll {
         database_url: &str,
         shutdown: watch::Receiver<bool>,
     ) -> (LongPoll, JoinHandle<()>) {
-        Self::start_capped(database_url, WaiterCaps::default(), shutdown)
+        Self::start_capped(&[database_url.to_owned()], WaiterCaps::default(), shutdown)
     }
 
     /// Starts the process's single LISTEN connection (reconnecting with
@@ -60,23 +62,44 @@ impl LongPoll {
     /// deadlines) and returns the fan-out handle with the listener task's
     /// handle. At most `caps` long-polls wait at once. The listener stops when
     /// `shutdown` turns `true`.
+    ///
+    /// A partitioned database keeps one LISTEN connection per partition
+    /// (`database_urls`): a `NOTIFY` reaches only the sessions of the database that fired
+    /// it. The handle returned ends when every listener has.
     pub fn start_capped(
-        database_url: &str,
+        database_urls: &[String],
         caps: WaiterCaps,
         shutdown: watch::Receiver<bool>,
     ) -> (LongPoll, JoinHandle<()>) {
         let waiters = Arc::new(Waiters::new(caps));
-        let listener = tokio::spawn(listener::listen(
-            database_url.to_owned(),
-            Arc::clone(&waiters),
-            shutdown.clone(),
-        ));
-        (LongPoll { waiters, shutdown }, listener)
+        let listeners: Vec<JoinHandle<()>> = database_urls
+            .iter()
+            .map(|url| {
+                tokio::spawn(listener::listen(
+                    url.clone(),
+                    Arc::clone(&waiters),
+                    shutdown.clone(),
+                ))
+            })
+            .collect();
+        let all = tokio::spawn(async move {
+            for listener in listeners {
+                if let Err(e) = listener.await {
+                    tracing::error!(error = %e, "a long-poll LISTEN task ended abnormally");
+                }
+            }
+        });
+        let longpoll = LongPoll {
+            waiters,
+            listeners: database_urls.len(),
+            shutdown,
+        };
+        (longpoll, all)
     }
 
-    /// Whether the LISTEN connection is up (notifications are being received).
+    /// Whether every LISTEN connection is up (notifications are being received).
     pub fn listening(&self) -> bool {
-        self.waiters.listening.load(Ordering::Acquire)
+        self.waiters.listeners_up.load(Ordering::Acquire) == self.listeners
     }
 
     /// How many long-polls are parked right now, waiting for a settle, a

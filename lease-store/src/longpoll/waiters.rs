@@ -15,7 +15,7 @@
 //! it sleeps.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use keyflight_protocol::Digest;
@@ -101,8 +101,8 @@ type Shard = HashMap<Digest, ScopeEntry>;
 
 /// Waiters per scope. `std` mutexes: held only for O(1) map edits, never across an await.
 pub(super) struct Waiters {
-    /// The LISTEN connection is up (set by the listener).
-    pub(super) listening: AtomicBool,
+    /// How many of the LISTEN connections are up (counted by the listeners).
+    pub(super) listeners_up: AtomicUsize,
     /// Long-polls parked right now.
     pub(super) parked: AtomicUsize,
     /// Shared and own reads run by re-checks.
@@ -118,7 +118,7 @@ impl Waiters {
     /// An empty registry with `caps`.
     pub(super) fn new(caps: WaiterCaps) -> Self {
         Waiters {
-            listening: AtomicBool::new(false),
+            listeners_up: AtomicUsize::new(0),
             parked: AtomicUsize::new(0),
             reads: AtomicU64::new(0),
             claims: AtomicU64::new(0),

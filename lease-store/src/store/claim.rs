@@ -46,6 +46,7 @@ use uuid::Uuid;
 
 use super::batch::ClaimReply;
 use super::orphan::OrphanGuard;
+use super::partitions::Routed;
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
 /// What the `ttl` and `steal` branches of [`CLAIM_SQL`] make of the row they
@@ -169,6 +170,12 @@ SELECT state, fingerprint, replayable, response_status, response_headers, respon
            AS expires_in_ms
   FROM keyflight_records
  WHERE scope = $1";
+
+/// [`CLAIM_SQL`] on a partitioned database (`partitions.rs`).
+pub(super) static CLAIM: Routed = Routed::by_scope("claim", CLAIM_SQL);
+
+/// [`READ_SQL`] on a partitioned database.
+pub(super) static READ: Routed = Routed::by_scope("read", READ_SQL);
 
 /// How many times a claim re-runs when the record changes between the claim
 /// and the read. Each re-run needs a concurrent transition, so a handful is
@@ -326,6 +333,7 @@ impl Store {
         req: &ClaimRequest,
     ) -> Result<ClaimAttempt, StoreError> {
         let params = self.claim_params(req)?;
+        self.one_scope_only(scope, req.previous.as_ref().map(|p| &p.scope))?;
         if let Some(previous) = &req.previous {
             return self.claim_dual(scope, &params, previous).await;
         }
@@ -393,8 +401,8 @@ impl Store {
         let held_until = self.takeovers_held_until();
         let may_take_over = held_until.is_none();
         self.run(async |client| {
-            let claim = client.prepare_cached(CLAIM_SQL).await?;
-            let read = client.prepare_cached(READ_SQL).await?;
+            let claim = client.prepare_cached(self.sql(&CLAIM)).await?;
+            let read = client.prepare_cached(self.sql(&READ)).await?;
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
                 let guard = OrphanGuard::new(self, *scope, claim_id);

@@ -5,15 +5,25 @@
 //! completed record reclaimed past its retention (migration V4 says which
 //! rows and why). Reading it is one primary-key lookup on a one-row table.
 
+use super::partitions::Routed;
 use super::{Store, StoreError};
 
 const EPOCH_SQL: &str = "SELECT epoch FROM keyflight_operator_epoch";
+
+/// [`EPOCH_SQL`] on a partitioned database (`partitions.rs`): the mesh-wide epoch is the
+/// sum of every partition's. Each only grows, so the sum grows with any of them: an erase on
+/// any partition changes it.
+pub(super) static EPOCH: Routed = Routed::on_all(
+    "epoch",
+    EPOCH_SQL,
+    Some("SELECT COALESCE(sum(epoch), 0)::bigint AS epoch FROM keyflight_epoch()"),
+);
 
 impl Store {
     /// The current operator epoch.
     pub async fn epoch(&self) -> Result<u64, StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(EPOCH_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&EPOCH)).await?;
             let row = client.query_one(&statement, &[]).await?;
             let epoch: i64 = row.try_get("epoch")?;
             u64::try_from(epoch)

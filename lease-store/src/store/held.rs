@@ -17,6 +17,7 @@
 
 use keyflight_protocol::Digest;
 
+use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis};
 
 /// `$1` batch size, `$2` the settle horizon in ms, `$3` whether lapses may be held now
@@ -35,6 +36,11 @@ UPDATE keyflight_records
    AND expires_at >= clock_timestamp()
 RETURNING scope, fence";
 
+/// [`HOLD_ABANDONED_SQL`] on a partitioned database (`partitions.rs`): up to the batch on
+/// every partition.
+pub(super) static HOLD_ABANDONED: Routed =
+    Routed::on_all("hold_abandoned", HOLD_ABANDONED_SQL, None);
+
 impl Store {
     /// Makes up to `limit` at-most-once records whose lease ran out more than the settle
     /// horizon ago `unknown`; returns how many (each counted as a held lapse).
@@ -48,7 +54,7 @@ impl Store {
         let may_hold = self.takeovers_held_until().is_none();
         let rows = self
             .run(async |client| {
-                let statement = client.prepare_cached(HOLD_ABANDONED_SQL).await?;
+                let statement = client.prepare_cached(self.sql(&HOLD_ABANDONED)).await?;
                 Ok(client
                     .query(&statement, &[&limit, &horizon_ms, &may_hold])
                     .await?)

@@ -44,6 +44,7 @@ use deadpool_postgres::Object;
 
 use super::batch::FinalizeReply;
 use super::dual::settle_both;
+use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis, millis_param};
 
 /// `$1` scope, `$2` claim id, `$3` lease ms.
@@ -91,6 +92,16 @@ RETURNING clock_timestamp() AS updated_at, NULL::timestamptz AS lease_expires_at
 /// a lost lease.
 const OWNER_SQL: &str = "
 SELECT claim_id, state, updated_at, lease_expires_at FROM keyflight_records WHERE scope = $1";
+
+/// The settle statements on a partitioned database (`partitions.rs`).
+pub(super) static RENEW: Routed = Routed::by_scope("renew", RENEW_SQL);
+pub(super) static FINALIZE: Routed = Routed::by_scope("finalize", FINALIZE_SQL);
+pub(super) static RELEASE_COOLDOWN: Routed =
+    Routed::by_scope("release_cooldown", RELEASE_COOLDOWN_SQL);
+pub(super) static RELEASE_UNKNOWN: Routed =
+    Routed::by_scope("release_unknown", RELEASE_UNKNOWN_SQL);
+pub(super) static RELEASE_FORGET: Routed = Routed::by_scope("release_forget", RELEASE_FORGET_SQL);
+pub(super) static OWNER: Routed = Routed::by_scope("owner", OWNER_SQL);
 
 /// What a release that landed left in the record, on the database's clock. A fault run's
 /// judge times the record's freedom from these rather than from the evidence line, which a
@@ -180,8 +191,9 @@ impl Store {
             return Err(StoreError::Invalid("lease_ms must be positive".into()));
         }
         let lease_ms = millis_param("lease_ms", req.lease_ms)?;
+        self.one_scope_only(scope, req.previous_scope.as_ref())?;
         self.run(async |client| {
-            let statement = client.prepare_cached(RENEW_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&RENEW)).await?;
             let rest: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &lease_ms];
             owned(
                 write(client, &statement, scope, req.previous_scope, &rest)
@@ -211,8 +223,9 @@ impl Store {
                         return self
                             .run(async |client| {
                                 let nothing = Written::default();
-                                settled(client, scope, None, claim_id, nothing, Settled::Completed)
-                                    .await
+                                let owner = self.sql(&OWNER);
+                                let done = Settled::Completed;
+                                settled(client, owner, scope, None, claim_id, nothing, done).await
                             })
                             .await
                             .map(drop);
@@ -231,17 +244,19 @@ impl Store {
         scope: &Digest,
         req: &FinalizeRequest,
     ) -> Result<(), StoreError> {
+        self.one_scope_only(scope, req.previous_scope.as_ref())?;
         let body = &req.response.body;
         let status = i32::from(req.response.status);
         let headers = Json(&req.response.headers);
         self.run(async |client| {
-            let statement = client.prepare_cached(FINALIZE_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&FINALIZE)).await?;
             let rest: [&(dyn ToSql + Sync); 5] =
                 [&req.claim_id, &status, &headers, body, &req.replayable];
             let written = write(client, &statement, scope, req.previous_scope, &rest).await?;
             let done = Settled::Completed;
             settled(
                 client,
+                self.sql(&OWNER),
                 scope,
                 req.previous_scope,
                 req.claim_id,
@@ -265,18 +280,29 @@ impl Store {
             Some(ms) => millis_param("cooldown_ms", ms)?,
             None => duration_millis(self.default_cooldown),
         };
+        self.one_scope_only(scope, req.previous_scope.as_ref())?;
         self.run(async |client| {
             let with_cooldown: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &cooldown_ms];
             let (sql, rest) = match req.release_as {
-                ReleaseAs::Cooldown => (RELEASE_COOLDOWN_SQL, &with_cooldown[..]),
-                ReleaseAs::Unknown => (RELEASE_UNKNOWN_SQL, &with_cooldown[..1]),
-                ReleaseAs::Forget => (RELEASE_FORGET_SQL, &with_cooldown[..1]),
+                ReleaseAs::Cooldown => (&RELEASE_COOLDOWN, &with_cooldown[..]),
+                ReleaseAs::Unknown => (&RELEASE_UNKNOWN, &with_cooldown[..1]),
+                ReleaseAs::Forget => (&RELEASE_FORGET, &with_cooldown[..1]),
             };
-            let statement = client.prepare_cached(sql).await?;
+            let statement = client.prepare_cached(self.sql(sql)).await?;
             let written = write(client, &statement, scope, req.previous_scope, rest).await?;
             let expected = Settled::of_release(req.release_as);
             let previous = req.previous_scope;
-            settled(client, scope, previous, req.claim_id, written, expected).await
+            let owner = self.sql(&OWNER);
+            settled(
+                client,
+                owner,
+                scope,
+                previous,
+                req.claim_id,
+                written,
+                expected,
+            )
+            .await
         })
         .await
     }
@@ -347,6 +373,7 @@ async fn write(
 /// both ([`Settled::already_done_on`]).
 async fn settled(
     client: &Object,
+    owner_sql: &str,
     scope: &Digest,
     previous_scope: Option<Digest>,
     mine: Uuid,
@@ -354,12 +381,16 @@ async fn settled(
     expected: Settled,
 ) -> Result<Released, StoreError> {
     if written.rows > 0 {
-        return match &written.returned {
-            Some(row) => Released::stamped(row, false),
-            None => Ok(Released::default()),
+        // A release returns its stamps; a finalize returns none (on a partitioned
+        // database, a row per record it changed).
+        return match (&written.returned, expected) {
+            (Some(row), Settled::Failed | Settled::Unknown | Settled::Gone) => {
+                Released::stamped(row, false)
+            }
+            _ => Ok(Released::default()),
         };
     }
-    let statement = client.prepare_cached(OWNER_SQL).await?;
+    let statement = client.prepare_cached(owner_sql).await?;
     let mut read = Vec::with_capacity(2);
     for scope in std::iter::once(*scope).chain(previous_scope.filter(|p| p != scope)) {
         read.push(client.query_opt(&statement, &[&scope.0.as_slice()]).await?);

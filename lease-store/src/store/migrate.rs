@@ -70,7 +70,7 @@ pub async fn grant_runtime(database_url: &str, role: &str) -> Result<(), StoreEr
 
 /// One connection of the schema owner, with [`LOCK_TIMEOUT`] set; the task that drives it
 /// ends once the client is dropped.
-async fn owner_connection(
+pub(super) async fn owner_connection(
     database_url: &str,
 ) -> Result<
     (
@@ -157,7 +157,7 @@ pub(super) async fn check_current(client: &tokio_postgres::Client) -> Result<(),
 }
 
 /// The newest migration version compiled into this binary.
-fn latest_embedded() -> i64 {
+pub(super) fn latest_embedded() -> i64 {
     migrations::runner()
         .get_migrations()
         .iter()

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use keyflight_protocol::Digest;
 use uuid::Uuid;
 
+use super::partitions::Routed;
 use super::{Store, StoreError};
 
 /// The `forget` release's statement, returning the fence it released.
@@ -31,6 +32,9 @@ const RELEASE_ORPHAN_SQL: &str = "
 DELETE FROM keyflight_records
  WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
 RETURNING fence";
+
+/// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).
+pub(super) static RELEASE_ORPHAN: Routed = Routed::by_scope("release_orphan", RELEASE_ORPHAN_SQL);
 
 /// How long a release keeps retrying while the database does not answer: the outbox's
 /// default budget (`docs/record-outbox.md#delivery`).
@@ -125,7 +129,7 @@ impl Store {
         claim_id: Uuid,
     ) -> Result<Option<i64>, StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(RELEASE_ORPHAN_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&RELEASE_ORPHAN)).await?;
             let row = client
                 .query_opt(&statement, &[&scope.0.as_slice(), &claim_id])
                 .await?;

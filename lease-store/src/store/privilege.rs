@@ -214,7 +214,7 @@ fn grant_statements(role: &str, schema: &str) -> String {
 
 /// `name` as a quoted SQL identifier (`"…"`, inner quotes doubled), so any role name,
 /// including one with capitals or spaces, names exactly that role and nothing else.
-fn quote_identifier(name: &str) -> String {
+pub(super) fn quote_identifier(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
@@ -299,6 +299,13 @@ impl Store {
     /// role granted by `migrate --grant-runtime`; for the owner, a superuser or a role with
     /// broader grants, one line per excess right.
     pub async fn excess_privileges(&self) -> Result<Vec<String>, StoreError> {
+        if self.partitioned {
+            return Err(StoreError::Invalid(
+                "a partitioned database's router holds no records; its partitions' roles are \
+                 granted by `lease-store migrate --grant-runtime` (docs/distributed-sql.md)"
+                    .into(),
+            ));
+        }
         let forbidden = forbidden();
         self.run(async |client| {
             query_triples(client, EXCESS_PRIVILEGES_SQL, None, &forbidden).await

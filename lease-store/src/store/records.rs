@@ -22,6 +22,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
 use super::claim::stored_response;
+use super::partitions::Routed;
 use super::{Store, StoreError};
 
 /// The summary columns, shared by list and get.
@@ -98,6 +99,19 @@ WITH erased AS (
 )
 SELECT count(*) AS erased FROM erased";
 
+/// The operator's statements on a partitioned database (`partitions.rs`): a list merges
+/// every partition's newest, ordered and cut as one database's list.
+pub(super) static LIST: Routed = Routed::on_all(
+    "list",
+    LIST_SQL,
+    Some("SELECT * FROM keyflight_list($1, $2) ORDER BY created_at DESC LIMIT $2"),
+);
+pub(super) static GET: Routed = Routed::by_scope("get", GET_SQL);
+pub(super) static RESOLVE_COMPLETED: Routed =
+    Routed::by_scope("resolve_completed", RESOLVE_COMPLETED_SQL);
+pub(super) static RESOLVE_FAILED: Routed = Routed::by_scope("resolve_failed", RESOLVE_FAILED_SQL);
+pub(super) static ERASE: Routed = Routed::by_scope("erase", ERASE_SQL);
+
 impl Store {
     /// Up to `limit` records, newest first, optionally only those in `state`.
     pub async fn list(
@@ -106,7 +120,7 @@ impl Store {
         limit: u32,
     ) -> Result<RecordList, StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(LIST_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&LIST)).await?;
             let rows = client
                 .query(
                     &statement,
@@ -122,7 +136,7 @@ impl Store {
     /// One record with its response.
     pub async fn get(&self, scope: &Digest) -> Result<RecordDetail, StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(GET_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&GET)).await?;
             let row = client
                 .query_opt(&statement, &[&scope.0.as_slice()])
                 .await?
@@ -154,7 +168,7 @@ impl Store {
                         None => (None, None, None),
                     };
                     let authored = req.response.as_ref().map(response_digest);
-                    let statement = client.prepare_cached(RESOLVE_COMPLETED_SQL).await?;
+                    let statement = client.prepare_cached(self.sql(&RESOLVE_COMPLETED)).await?;
                     client
                         .query_one(
                             &statement,
@@ -171,7 +185,7 @@ impl Store {
                         .await?
                 }
                 ResolveAs::Failed => {
-                    let statement = client.prepare_cached(RESOLVE_FAILED_SQL).await?;
+                    let statement = client.prepare_cached(self.sql(&RESOLVE_FAILED)).await?;
                     client
                         .query_one(&statement, &[&scope.0.as_slice(), &actor, &req.reason])
                         .await?
@@ -193,7 +207,7 @@ impl Store {
     /// acknowledged that risk.
     pub async fn erase(&self, scope: &Digest, actor: &str, reason: &str) -> Result<(), StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(ERASE_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&ERASE)).await?;
             let row = client
                 .query_one(&statement, &[&scope.0.as_slice(), &actor, &reason])
                 .await?;

@@ -34,6 +34,7 @@
 //! overlapping batches, and an overlap deletes nothing twice. The predicate
 //! is covered by migration V2's partial index.
 
+use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis};
 
 /// `$1` batch size, `$2` the settle horizon in ms, `$3` whether `pending` rows
@@ -59,6 +60,11 @@ DELETE FROM keyflight_records
         OR ($3 AND lease_expires_at
                    < clock_timestamp() - $2::bigint * interval '1 millisecond'))";
 
+/// [`DELETE_EXPIRED_SQL`] on a partitioned database (`partitions.rs`): up to the batch on
+/// every partition.
+pub(super) static DELETE_EXPIRED: Routed =
+    Routed::on_all("delete_expired", DELETE_EXPIRED_SQL, None);
+
 impl Store {
     /// Deletes up to `limit` expired records (terminal, or `pending` whose
     /// lease ran out more than the settle horizon ago, past retention); returns
@@ -72,7 +78,7 @@ impl Store {
         let horizon_ms = duration_millis(self.settle_horizon);
         let pending_may_go = self.takeovers_held_until().is_none();
         self.run(async |client| {
-            let statement = client.prepare_cached(DELETE_EXPIRED_SQL).await?;
+            let statement = client.prepare_cached(self.sql(&DELETE_EXPIRED)).await?;
             Ok(client
                 .execute(&statement, &[&limit, &horizon_ms, &pending_may_go])
                 .await?)

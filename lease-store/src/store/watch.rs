@@ -18,7 +18,8 @@
 
 use keyflight_protocol::Digest;
 
-use super::claim::READ_SQL;
+use super::claim::READ;
+use super::partitions::Routed;
 use super::{RecordSnapshot, Store, StoreError};
 
 /// `$1` scope. Marks a `pending` record so that its settle is announced.
@@ -38,6 +39,9 @@ UPDATE keyflight_records
   FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
  WHERE scope = $1 AND state = 'pending' AND NOT watched";
 
+/// [`WATCH_SQL`] on a partitioned database (`partitions.rs`).
+pub(super) static WATCH: Routed = Routed::by_scope("watch", WATCH_SQL);
+
 impl Store {
     /// Marks the record on `scope` watched (if it is `pending`), then reads it
     /// with the read-only statement ([`READ_SQL`]); `None` when there is no
@@ -48,8 +52,8 @@ impl Store {
     ) -> Result<Option<RecordSnapshot>, StoreError> {
         let scope = scope.0.as_slice();
         self.run(async |client| {
-            let watch = client.prepare_cached(WATCH_SQL).await?;
-            let read = client.prepare_cached(READ_SQL).await?;
+            let watch = client.prepare_cached(self.sql(&WATCH)).await?;
+            let read = client.prepare_cached(self.sql(&READ)).await?;
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&scope];
             let (_marked, row) = futures_util::try_join!(
                 client.execute(&watch, &params),

@@ -16,6 +16,7 @@ mod frozen;
 mod least_privilege;
 mod longpoll;
 mod orphans;
+mod partitioned;
 mod read_only_node;
 mod records;
 mod repeats;

@@ -54,6 +54,7 @@ pub fn settings(url: &str) -> StoreSettings {
         takeover_grace: Duration::ZERO,
         settle_horizon: SETTLE_HORIZON,
         batch: BatchSettings::default(),
+        partitions: Vec::new(),
     }
 }
 
