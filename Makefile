@@ -2,7 +2,8 @@
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
 #   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, OpenAPI overlay validation, end-to-end tests, a short chaos run (what CI runs)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
-#                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes)
+#                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes,
+#                         PARTITIONS=N for the records on N Postgres partitions behind a PL/Proxy router)
 #   make chaos            fault injection on the two-replica stack with a history checker (DURATION=10m, SEED=…,
 #                         HA=1 on a replicated Postgres with primary-node deaths)
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (default 300) each; make test runs them 5 s each
@@ -26,6 +27,7 @@ help:
 	@echo "make test   - everything CI runs"
 	@echo "make up / make down - start / stop the demo stack in the background (keyflight-stack; .run/stack.json says what runs where)"
 	@echo "                      REPLICAS=2: two Envoys (:10000, :10001) and two lease-stores; HA=1: a replicated Postgres (etcd + two Patroni nodes)"
+	@echo "                      PARTITIONS=N: the records on N Postgres partitions behind a PL/Proxy router"
 	@echo "make ha-kill-primary / ha-restart-nodes - with HA=1: kill the primary's node / bring killed nodes back"
 	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, judge the history (DURATION=10m, SEED=N, HA=1)"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
@@ -141,7 +143,7 @@ envoy-validate: envoy wasm
 validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
-e2e: net-prereqs envoy wasm build
+e2e: net-prereqs partition-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
 # The protocol model over the real filter code (docs/model.md): the bounded check, every
@@ -177,9 +179,10 @@ fuzz:
 # The one launcher (testkit's keyflight-stack) runs the stack in the background; what runs
 # where is in .run/stack.json, every part's log in .run/logs/.
 STACK := target/release/keyflight-stack
-STACK_FLAGS = --dir .run --release --replicas $(or $(REPLICAS),1) $(if $(filter 1,$(HA)),--ha)
+STACK_FLAGS = --dir .run --release --replicas $(or $(REPLICAS),1) $(if $(filter 1,$(HA)),--ha) \
+	$(if $(PARTITIONS),--partitions $(PARTITIONS))
 
-up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs)
+up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs) $(if $(PARTITIONS),partition-prereqs)
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(STACK) up $(STACK_FLAGS)
 
 # With `make up HA=1`: kill the primary's node (Patroni promotes the standby; the answer is

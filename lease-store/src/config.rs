@@ -142,7 +142,7 @@ pub struct DatabaseArgs {
     pub database_url: String,
     /// A partition of a partitioned database, once per partition in slot order (comma
     /// separated in the environment): `--database-url` is then their PL/Proxy router
-    /// (`docs/distributed-sql.md#pl-proxy-partitioned-postgres`).
+    /// (`docs/distributed-sql.md#plproxy-partitioned-postgres`).
     #[arg(
         long = "partition-url",
         env = "KEYFLIGHT_PARTITION_URLS",
@@ -164,6 +164,24 @@ pub struct MigrateArgs {
     /// anything broader; run as the schema owner, with the runtime role's name.
     #[arg(long, env = "KEYFLIGHT_GRANT_RUNTIME", value_name = "ROLE")]
     pub grant_runtime: Option<String>,
+}
+
+/// Flags and environment of `lease-store move-slot`.
+#[derive(Debug, Clone, Args)]
+pub struct MoveSlotArgs {
+    /// The router's and the partitions' URLs, as the schema owner (as for `migrate`).
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// The slot to move (0 to 63).
+    #[arg(long)]
+    pub slot: usize,
+    /// The partition to move it to: its place in the `--partition-url` list, from 0.
+    #[arg(long)]
+    pub to: usize,
+    /// How long to wait after parking the slot for calls already routed to its old
+    /// partition to end: the stores' `--statement-timeout` and a margin.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
+    pub drain: Duration,
 }
 
 /// The admin token, inline or as a file (`records …`, and part of `serve`).

@@ -1,15 +1,23 @@
-//! The database under a test or chaos stack: one throwaway Postgres, or a replicated
-//! Patroni pair. Both stacks start the same two kinds and hand the lease-store one URL.
+//! The database under a test or chaos stack: one throwaway Postgres, a replicated Patroni
+//! pair, or a PL/Proxy router over throwaway partitions. The lease-store is handed one URL
+//! (a partitioned database's router's), and a partitioned one's partitions besides.
 
 use crate::ha::HaCluster;
 use crate::pg::PgCluster;
 
-/// One throwaway node, or etcd + two Patroni nodes.
+/// One throwaway node, etcd + two Patroni nodes, or a router and its partitions.
 pub enum Database {
     /// One throwaway node.
     Single(PgCluster),
     /// etcd + two Patroni nodes (boxed: it is much the larger).
     Replicated(Box<HaCluster>),
+    /// A PL/Proxy router over throwaway partitions (`docs/distributed-sql.md`).
+    Partitioned {
+        /// The router the lease-stores send every statement to.
+        router: PgCluster,
+        /// The partitions, in slot order.
+        partitions: Vec<PgCluster>,
+    },
 }
 
 impl Database {
@@ -19,6 +27,15 @@ impl Database {
         match self {
             Database::Single(cluster) => cluster.url(),
             Database::Replicated(cluster) => cluster.url(),
+            Database::Partitioned { router, .. } => router.url(),
+        }
+    }
+
+    /// The partitions of a partitioned database (none for the others).
+    pub fn partitions(&self) -> &[PgCluster] {
+        match self {
+            Database::Partitioned { partitions, .. } => partitions,
+            Database::Single(_) | Database::Replicated(_) => &[],
         }
     }
 
@@ -29,6 +46,9 @@ impl Database {
             Database::Single(cluster) => cluster,
             Database::Replicated(_) => {
                 panic!("this needs a single-node database; a replicated stack's is its HaCluster")
+            }
+            Database::Partitioned { .. } => {
+                panic!("this needs a single-node database; a partitioned stack has partitions")
             }
         }
     }

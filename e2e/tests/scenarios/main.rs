@@ -28,6 +28,7 @@ mod leases_are_renewed_while_running;
 mod media_types_are_part_of_the_request;
 mod mtls_peers_are_isolated;
 mod oversized_answers_are_delivered_not_replayed;
+mod partitioned_records_run_once;
 mod partitioned_winners_are_taken_over;
 mod principal_sources_never_share_a_scope;
 mod principals_are_isolated;

@@ -8,7 +8,7 @@
 //! release again, so a release that uses a new object brings its grant. With partitions it
 //! migrates each of them, then installs their router (`store/partitions.rs`).
 
-use crate::config::MigrateArgs;
+use crate::config::{MigrateArgs, MoveSlotArgs};
 use crate::store;
 
 use super::CliError;
@@ -32,5 +32,19 @@ pub async fn run(args: MigrateArgs) -> Result<(), CliError> {
         store::grant_runtime(url, role).await?;
         println!("granted the runtime role {role} what serving needs, and nothing more");
     }
+    Ok(())
+}
+
+/// `lease-store move-slot`: moves one slot of a partitioned database to another partition
+/// (`docs/distributed-sql.md#adding-a-partition`), and prints what it did.
+pub async fn move_slot(args: MoveSlotArgs) -> Result<(), CliError> {
+    let (router, partitions) = (&args.database.database_url, &args.database.partition_urls);
+    if partitions.is_empty() {
+        return Err(CliError::Store(store::StoreError::Invalid(
+            "move-slot needs the partitions (--partition-url, once each)".into(),
+        )));
+    }
+    let report = store::move_slot(router, partitions, args.slot, args.to, args.drain).await?;
+    println!("{report}");
     Ok(())
 }

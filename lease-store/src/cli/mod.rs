@@ -21,7 +21,7 @@ pub mod serve;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, MigrateArgs, ServeArgs};
+use crate::config::{ConfigError, MigrateArgs, MoveSlotArgs, ServeArgs};
 use crate::store::StoreError;
 
 /// keyflight lease-store: idempotency leases over Postgres.
@@ -40,6 +40,8 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Apply pending schema migrations (and grant the runtime role), print what was done, and exit.
     Migrate(MigrateArgs),
+    /// Move one slot of a partitioned database to another partition (adding a partition).
+    MoveSlot(MoveSlotArgs),
     /// Inspect, resolve or erase records through a running store's admin API.
     Records(records::RecordsArgs),
     /// Print a request's canonical form and fingerprint (and optionally its scope).
@@ -93,6 +95,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve(args) => serve::run(*args).await,
         Command::Migrate(args) => migrate::run(args).await,
+        Command::MoveSlot(args) => migrate::move_slot(args).await,
         Command::Records(args) => Ok(records::run(args).await?),
         Command::Fingerprint(args) => Ok(fingerprint::run(*args)?),
         Command::RecipeDiff(args) => Ok(recipe_diff::run(args)?),

@@ -79,7 +79,9 @@ pub use batch::{
     DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS, MAX_BATCH_BYTES,
 };
 pub use migrate::{MigrationReport, grant_runtime, migrate};
-pub use partitions::{PartitionedReport, SLOTS, migrate_partitioned, slot_of};
+pub use partitions::{
+    MoveReport, PartitionedReport, SLOTS, migrate_partitioned, move_slot, slot_of,
+};
 pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};

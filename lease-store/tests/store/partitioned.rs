@@ -1,5 +1,5 @@
 //! A partitioned database: three Postgres partitions behind a PL/Proxy router
-//! (`docs/distributed-sql.md#pl-proxy-partitioned-postgres`). The store runs the same
+//! (`docs/distributed-sql.md#plproxy-partitioned-postgres`). The store runs the same
 //! statements, each on the partition that owns its scope; every guarantee of one database
 //! must hold, and one partition's outage must fail only the scopes it owns.
 
@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
-use keyflight_lease_store::store::{SLOTS, Store, StoreError, migrate_partitioned, slot_of};
+use keyflight_lease_store::store::{
+    SLOTS, Store, StoreError, migrate_partitioned, move_slot, slot_of,
+};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
     ClaimResponse, PreviousIdentity, ReleaseAs, ReleaseRequest, RenewRequest, WonHow,
@@ -367,4 +369,126 @@ async fn a_partition_down_fails_only_the_scopes_it_owns() {
         || async { store.claim(&on_the_dead, &req).await.is_ok() },
     )
     .await;
+}
+
+/// A fresh scope in `slot`.
+fn scope_in_slot(slot: usize) -> Digest {
+    loop {
+        let scope = fresh_scope();
+        if slot_of(&scope.0) == slot {
+            return scope;
+        }
+    }
+}
+
+/// Adding a partition (`docs/distributed-sql.md#adding-a-partition`): it joins owning no
+/// slot; a slot moved to it fails closed while parked, arrives with its records (a settled
+/// one replays, a running one stays running and its winner's finalize lands), and new
+/// claims there get fences above the old ones. No scope is ever claimable on two partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_moves_to_a_new_partition_with_its_records() {
+    let db = Partitioned::start(2);
+    let store = db.store().await;
+    let slot = 5;
+    let req = claim_req(fingerprint("moved"), 60_000);
+    let (settled, running) = (scope_in_slot(slot), scope_in_slot(slot));
+    let (settled_claim, settled_fence, _) = must_win(&store, &settled, &req).await;
+    store
+        .finalize(&settled, finalize_ok(settled_claim))
+        .await
+        .unwrap();
+    let (running_claim, running_fence, _) = must_win(&store, &running, &req).await;
+
+    let third = PgCluster::start();
+    let mut urls = db.partition_urls();
+    urls.push(third.url());
+    let router = db.router.url();
+    let report = migrate_partitioned(&router, &urls, None).await.unwrap();
+    assert_eq!(
+        report.slots,
+        vec![SLOTS / 2, SLOTS / 2, 0],
+        "a new partition owns no slot"
+    );
+    let mut reordered = urls.clone();
+    reordered.swap(0, 1);
+    assert!(
+        matches!(
+            migrate_partitioned(&router, &reordered, None).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "a list that would hand another partition's fences out is refused"
+    );
+
+    let mover = {
+        let (router, urls) = (router.clone(), urls.clone());
+        tokio::spawn(
+            async move { move_slot(&router, &urls, slot, 2, Duration::from_secs(2)).await },
+        )
+    };
+    let probe = scope_in_slot(slot);
+    eventually("the slot is parked", Duration::from_secs(10), || async {
+        matches!(store.get(&probe).await, Err(StoreError::Unavailable(_)))
+    })
+    .await;
+    assert!(
+        matches!(
+            store.claim(&scope_in_slot(slot), &req).await,
+            Err(StoreError::Unavailable(_))
+        ),
+        "a parked slot's scopes fail closed"
+    );
+    let moved = mover.await.unwrap().unwrap();
+    assert_eq!((moved.from, moved.to, moved.copied), (Some(1), 2, 2));
+
+    let held = |scopes: Vec<Digest>| {
+        let (third, scopes) = (third.url(), scopes);
+        async move {
+            let db = raw_client(&third).await;
+            let scopes: Vec<&[u8]> = scopes.iter().map(|s| s.0.as_slice()).collect();
+            let row = db
+                .query_one(
+                    "SELECT count(*) FROM keyflight_records WHERE scope = ANY($1)",
+                    &[&scopes],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        held(vec![settled, running]).await,
+        2,
+        "the records are on the new partition"
+    );
+    assert_eq!(
+        db.held_by(1, &[settled, running]).await,
+        0,
+        "and nowhere else"
+    );
+    assert_eq!(
+        store.claim(&settled, &req).await.unwrap().response,
+        ClaimResponse::Completed {
+            response: sample_response()
+        }
+    );
+    assert!(matches!(
+        store.claim(&running, &req).await.unwrap().response,
+        ClaimResponse::InProgress { .. }
+    ));
+    store
+        .finalize(&running, finalize_ok(running_claim))
+        .await
+        .unwrap();
+    let (_, fence, _) = must_win(&store, &scope_in_slot(slot), &req).await;
+    let stride = i64::try_from(SLOTS).unwrap();
+    assert_eq!(fence % stride, 3, "the new partition's own fences");
+    assert!(
+        fence > settled_fence.max(running_fence),
+        "above every moved fence"
+    );
+    // Run again, the move changes nothing.
+    let again = move_slot(&router, &urls, slot, 2, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!((again.copied, again.cleaned), (0, 0));
 }

@@ -83,6 +83,10 @@ struct StackArgs {
     /// A replicated Postgres that fails over (etcd + two Patroni nodes; `make ha-prereqs`).
     #[arg(long)]
     ha: bool,
+    /// The records on this many Postgres partitions behind a PL/Proxy router
+    /// (`docs/distributed-sql.md`; `make partition-prereqs`); 0: one database.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=64))]
+    partitions: u8,
     /// `shipped`: the ports `envoy/*.yaml` name (Envoy on :10000); `free`: any free ports.
     #[arg(long, value_enum, default_value_t = Ports::Shipped)]
     ports: Ports,
@@ -157,6 +161,9 @@ async fn up(args: &StackArgs) -> Result<(), String> {
     if args.ha {
         command.arg("--ha");
     }
+    if args.partitions > 0 {
+        command.arg("--partitions").arg(args.partitions.to_string());
+    }
     if args.release {
         command.arg("--release");
     }
@@ -199,8 +206,14 @@ async fn run(args: StackArgs) -> Result<(), String> {
             Ports::Shipped => PortPlan::Shipped,
             Ports::Free => PortPlan::Free,
         });
+    if args.ha && args.partitions > 0 {
+        return Err("--ha and --partitions: a partition on Patroni is not built yet".to_owned());
+    }
     if args.ha {
         options = options.replicated_postgres();
+    }
+    if args.partitions > 0 {
+        options = options.partitioned(usize::from(args.partitions));
     }
     if args.release {
         options = options.binaries(Binaries::locate_profile("release"));
@@ -399,6 +412,17 @@ fn summary(description: &str) -> String {
         "  Postgres                   {}\n",
         d["postgres"]["url"].as_str().unwrap_or_default()
     );
+    for (index, partition) in d["postgres"]["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        out += &format!(
+            "    partition {index}              {}\n",
+            partition.as_str().unwrap_or_default()
+        );
+    }
     out += &format!(
         "  tokens: filter {}, admin {}\n",
         d["tokens"]["filter"], d["tokens"]["admin"]

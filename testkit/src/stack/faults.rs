@@ -27,6 +27,8 @@ pub enum Crash {
     Primary(usize, u32),
     /// A replicated Postgres had no primary to crash.
     NoPrimary,
+    /// This partition of a partitioned database was stopped at once.
+    Partition(usize),
 }
 
 impl Stack {
@@ -97,13 +99,15 @@ impl Stack {
     }
 
     /// Crashes Postgres: `pg_ctl stop -m immediate` on a single node; on a replicated one,
-    /// `SIGKILL` to the primary's postmaster (its Patroni agent restarts it in place).
+    /// `SIGKILL` to the primary's postmaster (its Patroni agent restarts it in place); on a
+    /// partitioned one, partition 0 stopped at once ([`Stack::crash_partition`] picks one).
     pub async fn crash_postgres(&self) -> Crash {
         match &self.database {
             Database::Single(postgres) => {
                 tokio::task::block_in_place(|| postgres.stop());
                 Crash::Single
             }
+            Database::Partitioned { .. } => self.crash_partition(0),
             Database::Replicated(ha) => match ha.leader().await {
                 Some(leader) => Crash::Primary(leader, ha.kill_postmaster(leader)),
                 None => Crash::NoPrimary,
@@ -126,9 +130,23 @@ impl Stack {
                 // restarted pair re-registered one would have no node it may promote.
                 ha.wait_for_leader_and_sync_standby(FAILOVER_TIMEOUT).await;
             }
-            (Database::Replicated(_), _) => {}
+            (Database::Partitioned { partitions, .. }, Crash::Partition(index)) => {
+                tokio::task::block_in_place(|| partitions[index].restart());
+            }
+            (Database::Replicated(_) | Database::Partitioned { .. }, _) => {}
         }
         self.wait_stores_ready().await;
+    }
+
+    /// Stops partition `index` of a partitioned database at once (`pg_ctl stop -m
+    /// immediate`), as its primary's crash would; [`Stack::recover_postgres`] brings it back.
+    /// Panics on a stack with one database.
+    pub fn crash_partition(&self, index: usize) -> Crash {
+        let partition = self.database.partitions().get(index).unwrap_or_else(|| {
+            panic!("there is no partition {index}: use StackOptions::partitioned")
+        });
+        tokio::task::block_in_place(|| partition.stop());
+        Crash::Partition(index)
     }
 
     /// Kills the primary's node of a replicated Postgres and waits until the standby is
@@ -156,7 +174,7 @@ impl Stack {
     pub fn ha(&self) -> &HaCluster {
         match &self.database {
             Database::Replicated(cluster) => cluster,
-            Database::Single(_) => {
+            Database::Single(_) | Database::Partitioned { .. } => {
                 panic!("not a replicated stack: use StackOptions::replicated_postgres")
             }
         }

@@ -371,6 +371,7 @@ impl Stack {
             "postgres": {
                 "url": self.database.url(),
                 "replicated": matches!(self.database, Database::Replicated(_)),
+                "partitions": self.database.partitions().iter().map(PgCluster::url).collect::<Vec<_>>(),
             },
             "tokens": {"filter": self.options.filter_token(), "admin": ADMIN_TOKEN},
         });
@@ -424,6 +425,10 @@ impl Stack {
             migrate,
         );
         command.envs(self.options.store_env.iter().map(|(k, v)| (k, v)));
+        let partitions = network::partition_urls(&self.database, place, self.host_side);
+        if !partitions.is_empty() {
+            command.env("KEYFLIGHT_PARTITION_URLS", partitions.join(","));
+        }
         if let Some(mesh) = &self.options.mesh {
             // The caller is its mesh identity, which only the sidecar on loopback vouches for.
             command
@@ -564,10 +569,20 @@ async fn start_database(options: &StackOptions, net: Option<&NetLab>) -> Databas
         also_listen: net.map(NetLab::host_side_ip),
         ..PgOptions::default()
     };
-    let cluster = tokio::task::spawn_blocking(move || PgCluster::start_with(pg))
-        .await
-        .unwrap_or_else(|e| panic!("starting Postgres failed: {e}"));
-    Database::Single(cluster)
+    let start = |pg: PgOptions| async move {
+        tokio::task::spawn_blocking(move || PgCluster::start_with(pg))
+            .await
+            .unwrap_or_else(|e| panic!("starting Postgres failed: {e}"))
+    };
+    if options.partitions == 0 {
+        return Database::Single(start(pg).await);
+    }
+    let router = start(pg).await;
+    let mut partitions = Vec::with_capacity(options.partitions);
+    for _ in 0..options.partitions {
+        partitions.push(start(pg).await);
+    }
+    Database::Partitioned { router, partitions }
 }
 
 /// Where the parts of a stack run: every Envoy and lease-store, and the host side (the

@@ -78,8 +78,14 @@ impl Stack {
                 LinkFault::Partition { peers: stores() },
             ),
             NetFault::StoreDbPartition { store } => {
-                let port = self.database.single().port();
-                let peers = vec![Peer::service(net.host_side_ip(), port)];
+                let ports = match self.database.partitions() {
+                    [] => vec![self.database.single().port()],
+                    partitions => partitions.iter().map(crate::pg::PgCluster::port).collect(),
+                };
+                let peers = ports
+                    .into_iter()
+                    .map(|port| Peer::service(net.host_side_ip(), port))
+                    .collect();
                 (self.store(store).place, LinkFault::Partition { peers })
             }
             NetFault::OneWayLoss { envoy } => (
@@ -171,8 +177,21 @@ pub(super) fn inside(net: Option<&NetLab>, place: Place, command: Command) -> Co
 pub(super) fn database_url(database: &Database, place: Place, host_side: IpAddr) -> String {
     match (database, place.netns) {
         (Database::Single(postgres), Some(_)) => postgres.url_at(host_side),
+        (Database::Partitioned { router, .. }, Some(_)) => router.url_at(host_side),
         _ => database.url(),
     }
+}
+
+/// The partitions' URLs as a part at `place` reaches them (none for one database).
+pub(super) fn partition_urls(database: &Database, place: Place, host_side: IpAddr) -> Vec<String> {
+    database
+        .partitions()
+        .iter()
+        .map(|partition| match place.netns {
+            Some(_) => partition.url_at(host_side),
+            None => partition.url(),
+        })
+        .collect()
 }
 
 /// Envoy `index`'s rendered config with every socket on its part's address: its listener

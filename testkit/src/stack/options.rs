@@ -54,6 +54,8 @@ pub struct StackOptions {
     /// [`super::Stack::upgrade_wasm`]).
     pub(super) listener_from_file: bool,
     pub(super) replicated: bool,
+    /// How many partitions behind a PL/Proxy router; 0: one database.
+    pub(super) partitions: usize,
     pub(super) durable: bool,
     /// Each Envoy and lease-store in its own network namespace ([`StackOptions::own_networks`]).
     pub(super) own_networks: bool,
@@ -89,6 +91,7 @@ impl Default for StackOptions {
             store_env: Vec::new(),
             listener_from_file: false,
             replicated: false,
+            partitions: partitions_from_env(),
             durable: false,
             own_networks: false,
             ports: PortPlan::Free,
@@ -102,6 +105,15 @@ impl Default for StackOptions {
             upstream_effects: false,
         }
     }
+}
+
+/// How many partitions a default stack's records are on: `KEYFLIGHT_STACK_PARTITIONS`
+/// (`make e2e-partitioned` runs the end-to-end suite so), else one database.
+fn partitions_from_env() -> usize {
+    std::env::var("KEYFLIGHT_STACK_PARTITIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 impl StackOptions {
@@ -155,6 +167,19 @@ impl StackOptions {
     /// `target_session_attrs=read-write`. Needs `make ha-prereqs`.
     pub fn replicated_postgres(mut self) -> Self {
         self.replicated = true;
+        self.partitions = 0;
+        self
+    }
+
+    /// Runs the records on `partitions` throwaway Postgres partitions behind a PL/Proxy
+    /// router (`docs/distributed-sql.md`; `make partition-prereqs`): the lease-stores send
+    /// every statement to the router and listen for settles on every partition.
+    pub fn partitioned(mut self, partitions: usize) -> Self {
+        assert!(
+            (1..=64).contains(&partitions),
+            "a partitioned database has 1 to 64 partitions (its slots), not {partitions}"
+        );
+        self.partitions = partitions;
         self
     }
 

@@ -1,0 +1,392 @@
+//! `lease-store migrate` with partitions: every partition migrated and given its functions,
+//! then the router (`docs/distributed-sql.md#what-runs-where`).
+
+use tokio_postgres::Client;
+use tokio_postgres::config::TargetSessionAttrs;
+use tokio_postgres::types::{Kind, Type};
+
+use super::{CLUSTER, Routed, RunOn, SLOTS, routed};
+use crate::store::StoreError;
+
+/// A function's signature, read from its statement prepared on a partition.
+struct Signature {
+    /// Parameter types, in order.
+    params: Vec<String>,
+    /// Returned columns (name, type); none for a statement without `RETURNING`.
+    columns: Vec<(String, String)>,
+}
+
+impl Signature {
+    async fn of(client: &Client, routed: &Routed) -> Result<Signature, StoreError> {
+        let statement = client.prepare(routed.sql).await?;
+        Ok(Signature {
+            params: statement.params().iter().map(type_name).collect(),
+            columns: statement
+                .columns()
+                .iter()
+                .map(|column| (column.name().to_owned(), type_name(column.type_())))
+                .collect(),
+        })
+    }
+
+    /// `keyflight_<name>(types) RETURNS …`: a statement that returns no rows becomes one
+    /// returning a row per row it changed, so the router's caller still counts them.
+    fn head(&self, name: &str) -> String {
+        let returns = match self.columns.is_empty() {
+            true => "SETOF integer".to_owned(),
+            false => {
+                let columns: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|(name, ty)| format!("\"{name}\" {ty}"))
+                    .collect();
+                format!("TABLE ({})", columns.join(", "))
+            }
+        };
+        format!(
+            "CREATE OR REPLACE FUNCTION keyflight_{name}({}) RETURNS {returns}",
+            self.params.join(", ")
+        )
+    }
+
+    /// The partition's function: the statement itself.
+    fn on_partition(&self, routed: &Routed) -> String {
+        let returning = match self.columns.is_empty() {
+            true => " RETURNING 1",
+            false => "",
+        };
+        format!(
+            "{} LANGUAGE sql VOLATILE AS $keyflight${}{returning}$keyflight$;",
+            self.head(routed.name),
+            routed.sql
+        )
+    }
+
+    /// The router's function: the same signature, run where the scope lives.
+    fn on_router(&self, routed: &Routed) -> String {
+        let run_on = match routed.on {
+            RunOn::Scope => "RUN ON keyflight_partition($1)",
+            RunOn::All => "RUN ON ALL",
+        };
+        format!(
+            "{} LANGUAGE plproxy AS $keyflight$ CLUSTER '{CLUSTER}'; {run_on}; $keyflight$;",
+            self.head(routed.name)
+        )
+    }
+}
+
+/// A parameter or column type as DDL spells it.
+fn type_name(ty: &Type) -> String {
+    match ty.kind() {
+        Kind::Array(element) => format!("{}[]", type_name(element)),
+        _ => ty.name().to_owned(),
+    }
+}
+
+/// The router's own objects: the hash PL/Proxy runs on a scope (its first four bytes as a
+/// signed integer; PL/Proxy masks it to the slot count).
+const ROUTER_SQL: &str = "
+CREATE EXTENSION IF NOT EXISTS plproxy;
+CREATE OR REPLACE FUNCTION keyflight_partition(bytea) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT
+    AS $$ SELECT ('x' || encode(substring($1 FROM 1 FOR 4), 'hex'))::bit(32)::integer $$;";
+
+/// What `migrate` with partitions did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionedReport {
+    /// Each partition's migrations, in order.
+    pub partitions: Vec<crate::store::MigrationReport>,
+    /// How many slots each partition owns.
+    pub slots: Vec<usize>,
+}
+
+impl std::fmt::Display for PartitionedReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (report, slots)) in self.partitions.iter().zip(&self.slots).enumerate() {
+            writeln!(f, "partition {i}: {report}; owns {slots} of {SLOTS} slots")?;
+        }
+        write!(f, "router: {} functions routed", routed().len())
+    }
+}
+
+/// `lease-store migrate` with partitions, in a safe order: every partition migrated and
+/// given its functions first, then the router (its extension, slot map and functions), so
+/// a router never routes to a partition without the function it calls. A new router's slot
+/// `s` belongs to partition `s mod n`; an installed router keeps its slot map
+/// ([`slot_map`]).
+pub async fn migrate_partitioned(
+    router_url: &str,
+    partition_urls: &[String],
+    runtime_role: Option<&str>,
+) -> Result<PartitionedReport, StoreError> {
+    if partition_urls.is_empty() || partition_urls.len() > SLOTS {
+        return Err(StoreError::Invalid(format!(
+            "a partitioned database has 1 to {SLOTS} partitions"
+        )));
+    }
+    let mut partitions = Vec::with_capacity(partition_urls.len());
+    let mut signatures = Vec::new();
+    for (index, url) in partition_urls.iter().enumerate() {
+        partitions.push(crate::store::migrate(url).await?);
+        let (client, driver) = crate::store::migrate::owner_connection(url).await?;
+        let installed = match own_fences(&client, index, 0).await {
+            Ok(()) => install_on_partition(&client).await,
+            Err(e) => Err(e),
+        };
+        if let (Ok(_), Some(role)) = (&installed, runtime_role) {
+            crate::store::privilege::grant_runtime(&client, role).await?;
+        }
+        drop(client);
+        let _ = driver.await;
+        signatures = installed?;
+    }
+    let (client, driver) = crate::store::migrate::owner_connection(router_url).await?;
+    let installed = install_on_router(&client, partition_urls, &signatures, runtime_role).await;
+    drop(client);
+    let _ = driver.await;
+    let slots = installed?;
+    Ok(PartitionedReport { partitions, slots })
+}
+
+/// Installs every routed statement's function on a migrated partition; their signatures.
+async fn install_on_partition(
+    client: &Client,
+) -> Result<Vec<(&'static Routed, Signature)>, StoreError> {
+    let mut installed = Vec::new();
+    for routed in routed() {
+        let signature = Signature::of(client, routed).await?;
+        client
+            .batch_execute(&signature.on_partition(routed))
+            .await?;
+        installed.push((routed, signature));
+    }
+    Ok(installed)
+}
+
+/// Installs the router: PL/Proxy, the slot map (a foreign server whose option `pN` is slot
+/// N's partition), the user mapping PL/Proxy connects with, and the routed functions; how
+/// many slots each partition owns.
+async fn install_on_router(
+    client: &Client,
+    partition_urls: &[String],
+    signatures: &[(&'static Routed, Signature)],
+    runtime_role: Option<&str>,
+) -> Result<Vec<usize>, StoreError> {
+    let partitions: Vec<Partition> = partition_urls
+        .iter()
+        .map(|url| Partition::parse(url))
+        .collect::<Result<_, _>>()?;
+    let credentials = &partitions[0];
+    if partitions
+        .iter()
+        .any(|p| p.user != credentials.user || p.password != credentials.password)
+    {
+        return Err(StoreError::Invalid(
+            "every partition URL must name the same user and password: the router connects \
+             to all of them with one user mapping"
+                .into(),
+        ));
+    }
+    let connstrs: Vec<&str> = partitions.iter().map(|p| p.connstr.as_str()).collect();
+    let map = slot_map(client, &connstrs).await?;
+    let slots: Vec<String> = map
+        .iter()
+        .enumerate()
+        .map(|(slot, connstr)| format!("p{slot} {}", quote_literal(connstr)))
+        .collect();
+    let mut ddl = String::from("BEGIN;\n");
+    ddl.push_str(ROUTER_SQL);
+    ddl.push_str(&format!(
+        "\nDROP SERVER IF EXISTS {CLUSTER} CASCADE;\n\
+         CREATE SERVER {CLUSTER} FOREIGN DATA WRAPPER plproxy OPTIONS (\
+         connection_lifetime '1800', {});\n",
+        slots.join(", ")
+    ));
+    let mut mapping = vec![format!("user {}", quote_literal(&credentials.user))];
+    if let Some(password) = &credentials.password {
+        mapping.push(format!("password {}", quote_literal(password)));
+    }
+    ddl.push_str(&format!(
+        "CREATE USER MAPPING FOR PUBLIC SERVER {CLUSTER} OPTIONS ({});\n",
+        mapping.join(", ")
+    ));
+    for (routed, signature) in signatures {
+        ddl.push_str(&signature.on_router(routed));
+        ddl.push('\n');
+    }
+    ddl.push_str(&format!(
+        "CREATE OR REPLACE FUNCTION keyflight_router_schema() RETURNS bigint LANGUAGE sql \
+         IMMUTABLE AS $$ SELECT {}::bigint $$;\n",
+        crate::store::migrate::latest_embedded()
+    ));
+    if let Some(role) = runtime_role {
+        let role = crate::store::privilege::quote_identifier(role);
+        ddl.push_str(&format!(
+            "GRANT USAGE ON FOREIGN SERVER {CLUSTER} TO {role};\n"
+        ));
+    }
+    ddl.push_str("COMMIT;");
+    client.batch_execute(&ddl).await?;
+    Ok(connstrs
+        .iter()
+        .map(|partition| map.iter().filter(|slot| slot == partition).count())
+        .collect())
+}
+
+/// The slot map to install: the installed one when the router has one (a partition added
+/// since owns no slot until slots are moved to it: `docs/distributed-sql.md#adding-a-partition`),
+/// else slot `s` on partition `s mod n`. Refuses a map whose slot names a partition not
+/// given: its records would be out of reach.
+pub(super) async fn slot_map(
+    client: &Client,
+    partitions: &[&str],
+) -> Result<Vec<String>, StoreError> {
+    let installed = client
+        .query_opt(
+            "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1",
+            &[&CLUSTER],
+        )
+        .await?;
+    let Some(installed) = installed else {
+        return Ok((0..SLOTS)
+            .map(|slot| partitions[slot % partitions.len()].to_owned())
+            .collect());
+    };
+    let options: Vec<String> = installed
+        .try_get::<_, Option<Vec<String>>>(0)?
+        .unwrap_or_default();
+    let mut map = vec![String::new(); SLOTS];
+    for option in options {
+        let Some((name, connstr)) = option.split_once('=') else {
+            continue;
+        };
+        if let Some(slot) = name.strip_prefix('p').and_then(|n| n.parse::<usize>().ok())
+            && slot < SLOTS
+        {
+            map[slot] = connstr.to_owned();
+        }
+    }
+    if let Some((slot, connstr)) = map.iter().enumerate().find(|(_, connstr)| {
+        !partitions.contains(&connstr.as_str()) && !connstr.contains(&format!("dbname={PARKED}"))
+    }) {
+        return Err(StoreError::Invalid(format!(
+            "slot {slot} is on `{connstr}`, which is not among the partitions given: every \
+             partition holding slots must be listed (docs/distributed-sql.md#adding-a-partition)"
+        )));
+    }
+    Ok(map)
+}
+
+/// One partition as the router's slot map names it.
+pub(super) struct Partition {
+    /// libpq `key=value` connection string, without credentials.
+    pub(super) connstr: String,
+    /// The same without the database name.
+    server: String,
+    user: String,
+    password: Option<String>,
+}
+
+impl Partition {
+    /// Every host of the URL (a Patroni pair's two, say) with `target_session_attrs` kept,
+    /// so PL/Proxy's libpq follows a partition's failover as the store's own pool does.
+    pub(super) fn parse(url: &str) -> Result<Partition, StoreError> {
+        let config = crate::db::parse(url)?.config;
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|host| match host {
+                tokio_postgres::config::Host::Tcp(host) => host.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+        let mut parts = vec![format!("host={}", hosts.join(","))];
+        if !ports.is_empty() {
+            parts.push(format!("port={}", ports.join(",")));
+        }
+        if config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite {
+            parts.push("target_session_attrs=read-write".to_owned());
+        }
+        let server = parts.join(" ");
+        if let Some(dbname) = config.get_dbname() {
+            parts.push(format!("dbname={dbname}"));
+        }
+        let user = config
+            .get_user()
+            .ok_or_else(|| StoreError::Invalid("a partition URL names no user".into()))?
+            .to_owned();
+        let password = config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
+        Ok(Partition {
+            connstr: parts.join(" "),
+            server,
+            user,
+            password,
+        })
+    }
+
+    /// Where a parked slot points: this partition's server, a database that does not exist,
+    /// so every call routed there fails (closed) until the slot is pointed somewhere again.
+    pub(super) fn parked(&self, slot: usize) -> String {
+        format!("{} dbname={PARKED}{slot}", self.server)
+    }
+}
+
+/// The database a parked slot names ([`Partition::parked`]).
+const PARKED: &str = "keyflight_parked_slot_";
+
+/// Makes partition `index`'s fences its own residue class modulo [`SLOTS`], above `floor`:
+/// unique across partitions (a fence names one claim in the whole mesh, as on one
+/// database), and still increasing on each, and for every scope moved to it (whose fences
+/// are all at most `floor`). Run once per partition; again, it checks the partition kept
+/// its place (moving a partition moves its scopes: `docs/distributed-sql.md#adding-a-partition`).
+pub(super) async fn own_fences(
+    client: &Client,
+    index: usize,
+    floor: i64,
+) -> Result<(), StoreError> {
+    let stride = i64::try_from(SLOTS).unwrap_or(i64::MAX);
+    let residue = i64::try_from(index).unwrap_or(i64::MAX) % stride;
+    let increment: i64 = client
+        .query_one(
+            "SELECT increment_by FROM pg_sequences WHERE sequencename = 'keyflight_fence_seq'",
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    // The sequence's own row: `last_value` is the last fence handed out, or (not yet
+    // called) the next one; either way no fence above it was handed out.
+    let last: i64 = client
+        .query_one("SELECT last_value FROM keyflight_fence_seq", &[])
+        .await?
+        .try_get(0)?;
+    let in_class = last.rem_euclid(stride) == (residue + 1) % stride;
+    if increment == stride {
+        if !in_class {
+            return Err(StoreError::Invalid(format!(
+                "partition {index} hands out another partition's fences: partitions must be \
+                 named in the order they were first migrated"
+            )));
+        }
+        if last > floor {
+            return Ok(());
+        }
+    }
+    // The first fence above every fence handed out so far and `floor`, in this class.
+    let mut next = last.max(floor) + 1;
+    next += (residue + 1 - next).rem_euclid(stride);
+    client
+        .batch_execute(&format!(
+            "ALTER SEQUENCE keyflight_fence_seq INCREMENT BY {stride}; \
+             SELECT setval('keyflight_fence_seq', {next}, false);"
+        ))
+        .await?;
+    Ok(())
+}
+
+/// An SQL string literal.
+pub(super) fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
