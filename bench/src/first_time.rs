@@ -34,6 +34,11 @@ pub struct Side {
     pub guarded: (RequestTemplate, Watched),
     /// The lease-store process.
     pub store: Watched,
+    /// Its database's processes: the stack's Postgres, or a partitioned database's router
+    /// and partitions.
+    pub postgres: Vec<Watched>,
+    /// How many partitions its database has; 0: one database.
+    pub partitions: usize,
 }
 
 /// What every side shares.
@@ -66,7 +71,7 @@ struct Slots {
 impl Setup {
     /// Whether anything here is selected.
     pub fn wanted(&self) -> bool {
-        self.selection.wants(&["p1", "p4", "p5", "p6"])
+        self.selection.wants(&["p1", "p4", "p5", "p6", "p9"])
     }
 
     /// Runs the rotation at concurrency `c` and returns its rows.
@@ -114,7 +119,12 @@ impl Setup {
                 Some(label) => format!("{base} [{label}]"),
                 None => base.to_owned(),
             };
-            let cycle = if wants(&["p1", "p6"]) {
+            // Each side is charged its own database's processes.
+            let with = |extra: &[Watched]| -> Vec<Watched> {
+                extra.iter().chain(&side.postgres).copied().collect()
+            };
+            let postgres_group = || vec![("postgres", side.postgres.clone())];
+            let cycle = if wants(&["p1", "p6", "p9"]) {
                 push(
                     load(
                         &name("store cycle"),
@@ -225,9 +235,14 @@ impl Setup {
                 None,
             ));
         }
-        // The A/B itself: the stack's store against the variant, same rounds.
+        // The A/B itself: the stack's store against the variant, same rounds; a partitioned
+        // store against the stack's one database (P9: the router hop's cost).
         if let ([first, ..], [_, rest @ ..]) = (&slots[..], &self.sides[..]) {
             for (side, slot) in rest.iter().zip(&slots[1..]) {
+                if side.partitions > 0 {
+                    partition_rows(&mut rows, side.partitions, at(slot.cycle), at(first.cycle));
+                    continue;
+                }
                 let label = side.label.as_deref().unwrap_or("variant");
                 for (what, a, b) in [
                     ("lease-store cycle", first.cycle, slot.cycle),
@@ -247,6 +262,34 @@ impl Setup {
         }
         Ok(rows)
     }
+}
+
+/// P9: the store cycle on a partitioned database ÷ on one database, in rate and in the
+/// databases' CPU per cycle (router and partitions against the one Postgres).
+fn partition_rows(
+    rows: &mut Vec<Row>,
+    partitions: usize,
+    partitioned: Option<&Measurement>,
+    single: Option<&Measurement>,
+) {
+    let (Some(partitioned), Some(single)) = (partitioned, single) else {
+        return;
+    };
+    rows.push(Row::measured(
+        "P9",
+        &format!("lease-store cycle on {partitions} partitions (PL/Proxy) ÷ on one database"),
+        partitioned,
+        Some(single),
+        None,
+    ));
+    rows.push(Row::cpu_compared(
+        "—",
+        &format!("Postgres CPU per cycle: router + {partitions} partitions ÷ one database"),
+        partitioned,
+        partitioned.group_cpu_us_per_op("postgres"),
+        (single, single.group_cpu_us_per_op("postgres")),
+        None,
+    ));
 }
 
 /// P1, P4, P5, P6 and their companions for one side, from whichever measurements ran.

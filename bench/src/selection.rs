@@ -14,7 +14,7 @@ use std::str::FromStr;
 use crate::error::BenchError;
 
 /// The row ids `--only` knows.
-const IDS: [&str; 8] = ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"];
+const IDS: [&str; 9] = ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"];
 
 /// Which of the suite's rows to measure.
 #[derive(Debug, Clone, Default)]

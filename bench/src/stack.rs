@@ -12,7 +12,9 @@
 
 use std::path::Path;
 
+use keyflight_lease_store::store::migrate_partitioned;
 use keyflight_testkit::envoy_config::Ports;
+use keyflight_testkit::pg::{PgCluster, PgOptions};
 use keyflight_testkit::stack::{ExtraEnvoy, ExtraStore, Stack, StackOptions};
 use serde_json::Value;
 
@@ -48,6 +50,8 @@ pub struct BenchStack {
     pub plain: Option<ExtraEnvoy>,
     /// A second lease-store with other settings ([`BenchStack::start_variant_store`]).
     variant_store: Option<ExtraStore>,
+    /// A lease-store on a partitioned database ([`BenchStack::start_partitioned_store`]).
+    partitioned: Option<Partitioned>,
     /// The Envoy with the keyflight filter.
     pub guarded: Envoy,
     /// The plugin JSON the guarded Envoy runs (the shipped demo policy).
@@ -74,6 +78,7 @@ impl BenchStack {
         Ok(BenchStack {
             plain: None,
             variant_store: None,
+            partitioned: None,
             guarded,
             plugin,
             stack,
@@ -159,6 +164,69 @@ impl BenchStack {
         self.start_guarded(name, |_| {}, ports).await
     }
 
+    /// Starts a lease-store on `partitions` durable Postgres partitions behind a PL/Proxy
+    /// router of its own (`docs/distributed-sql.md#plproxy-partitioned-postgres`), migrated
+    /// as `lease-store migrate` does, and waits until it is ready.
+    pub async fn start_partitioned_store(&mut self, partitions: usize) -> Result<(), BenchError> {
+        let durable = PgOptions {
+            durable: true,
+            ..PgOptions::default()
+        };
+        let mut clusters = Vec::with_capacity(partitions + 1);
+        for _ in 0..=partitions {
+            let cluster = tokio::task::spawn_blocking(move || PgCluster::start_with(durable))
+                .await
+                .map_err(|e| BenchError::Answer(format!("starting a partition: {e}")))?;
+            clusters.push(cluster);
+        }
+        let router = clusters.remove(0);
+        let urls: Vec<String> = clusters.iter().map(PgCluster::url).collect();
+        migrate_partitioned(&router.url(), &urls, None)
+            .await
+            .map_err(|e| BenchError::Answer(format!("migrating the partitions: {e}")))?;
+        let env = [
+            ("KEYFLIGHT_DATABASE_URL".to_owned(), router.url()),
+            ("KEYFLIGHT_PARTITION_URLS".to_owned(), urls.join(",")),
+        ];
+        let store = self.stack.start_extra_store("partitioned", &env).await;
+        self.partitioned = Some(Partitioned {
+            store,
+            router,
+            partitions: clusters,
+        });
+        Ok(())
+    }
+
+    /// The partitioned lease-store's `host:port` and process id, and its databases'
+    /// processes (router and partitions), once started.
+    pub fn partitioned_store(&self) -> Option<(String, u32, Vec<Watched>)> {
+        self.partitioned.as_ref().map(|p| {
+            let postgres = std::iter::once(&p.router)
+                .chain(&p.partitions)
+                .filter_map(|cluster| procfs::postmaster(cluster.port()).map(Watched::Tree))
+                .collect();
+            (
+                format!("127.0.0.1:{}", p.store.port),
+                p.store.pid(),
+                postgres,
+            )
+        })
+    }
+
+    /// Starts another guarded Envoy, with the shipped plugin, whose lease-store is the
+    /// partitioned one ([`BenchStack::start_partitioned_store`]).
+    pub async fn start_guarded_on_partitioned_store(&self) -> Result<ExtraEnvoy, BenchError> {
+        let store = self
+            .partitioned
+            .as_ref()
+            .ok_or_else(|| BenchError::Input("no partitioned lease-store was started".into()))?;
+        let ports = Ports {
+            lease_stores: vec![store.store.port],
+            ..self.stack.fresh_envoy_ports()
+        };
+        self.start_guarded("partitioned", |_| {}, ports).await
+    }
+
     /// Starts another guarded Envoy whose plugin JSON is the shipped one changed by `edit`
     /// (e.g. the edge cache off). An Envoy that refuses the plugin is an error, not a panic:
     /// the filter build under test may not know the field.
@@ -240,4 +308,11 @@ impl BenchStack {
             self.guarded.ports.admin
         )
     }
+}
+
+/// A lease-store on a partitioned database, and the databases (dropped after the store).
+struct Partitioned {
+    store: ExtraStore,
+    router: PgCluster,
+    partitions: Vec<PgCluster>,
 }

@@ -37,6 +37,9 @@ use crate::wake::{self, WakeSetup};
 use crate::workload::{RequestTemplate, StoreCycle};
 use crate::{large_body, replays};
 
+/// How many partitions P9's partitioned database has.
+const PARTITIONS: usize = 2;
+
 /// The body every payment request carries.
 const PAYMENT_BODY: &str = r#"{"amount":1,"currency":"EUR"}"#;
 
@@ -93,6 +96,20 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         None => None,
     };
 
+    // P9: the same cycle and POST through a store on a partitioned database.
+    let partitioned_envoy = if only.wants(&["p9"]) {
+        let started = async {
+            stack.start_partitioned_store(PARTITIONS).await?;
+            stack.start_guarded_on_partitioned_store().await
+        };
+        started
+            .await
+            .map_err(|e| notes.push(format!("P9 not measured: {e}")))
+            .ok()
+    } else {
+        None
+    };
+
     let after_reply_envoy = if only.wants(&["p4"]) {
         let started = stack
             .start_guarded_variant("after-reply", |plugin| {
@@ -136,6 +153,8 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         cycle: StoreCycle::new(stack.store_authority(), &stack.filter_token())?,
         guarded: (guarded_first, guarded_envoy),
         store,
+        postgres: postgres.clone(),
+        partitions: 0,
     }];
     if let (Some(variant), Some(envoy), Some((authority, pid))) = (
         &options.compare_store,
@@ -150,6 +169,23 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 Watched::Process(envoy.pid()),
             ),
             store: Watched::Process(pid),
+            postgres: postgres.clone(),
+            partitions: 0,
+        });
+    }
+    if let (Some(envoy), Some((authority, pid, databases))) =
+        (&partitioned_envoy, stack.partitioned_store())
+    {
+        sides.push(Side {
+            label: Some(format!("{PARTITIONS} partitions")),
+            cycle: StoreCycle::new(authority, &stack.filter_token())?,
+            guarded: (
+                payment(&envoy.url("/payments"), "{unique}")?,
+                Watched::Process(envoy.pid()),
+            ),
+            store: Watched::Process(pid),
+            postgres: databases,
+            partitions: PARTITIONS,
         });
     }
     let first_time = Setup {

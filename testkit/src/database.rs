@@ -31,6 +31,19 @@ impl Database {
         }
     }
 
+    /// The nodes that hold the records, for tests that read or break them directly: the single
+    /// node, or every partition. Panics on a replicated database, whose nodes are reached
+    /// through its [`HaCluster`].
+    pub fn record_nodes(&self) -> Vec<&PgCluster> {
+        match self {
+            Database::Single(cluster) => vec![cluster],
+            Database::Partitioned { partitions, .. } => partitions.iter().collect(),
+            Database::Replicated(_) => {
+                panic!("a replicated stack's nodes are reached through its HaCluster")
+            }
+        }
+    }
+
     /// The partitions of a partitioned database (none for the others).
     pub fn partitions(&self) -> &[PgCluster] {
         match self {

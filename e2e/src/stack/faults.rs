@@ -56,14 +56,19 @@ impl Stack {
         self.parts_mut().restart_upstream().await;
     }
 
-    /// Stops Postgres at once, as a crash would (the lease-store keeps running).
+    /// Stops Postgres at once, as a crash would (the lease-store keeps running): every
+    /// partition of a partitioned stack.
     pub fn stop_postgres(&self) {
-        self.parts().database().single().stop();
+        for node in self.parts().database().record_nodes() {
+            node.stop();
+        }
     }
 
     /// Starts Postgres again after [`Stack::stop_postgres`] (crash recovery runs).
     pub fn restart_postgres(&self) {
-        self.parts().database().single().restart();
+        for node in self.parts().database().record_nodes() {
+            node.restart();
+        }
     }
 
     /// The replicated database of a [`super::StackOptions::replicated_postgres`] stack, for

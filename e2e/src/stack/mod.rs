@@ -262,9 +262,15 @@ impl Stack {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
-    /// Runs `sql` on the stack's database with `psql` (see [`PgCluster::psql`]).
+    /// Runs `sql` with `psql` (see [`PgCluster::psql`]) where the stack's records are: its
+    /// database, or each partition of a partitioned one in turn (what each printed, in order).
     pub fn sql(&self, sql: &str) -> String {
-        self.inner.database().single().psql(sql)
+        self.inner
+            .database()
+            .record_nodes()
+            .iter()
+            .map(|node| node.psql(sql))
+            .collect()
     }
 
     /// Claims a fresh, random scope directly at lease-store replica 0 (no upstream runs)

@@ -58,9 +58,20 @@ async fn answer_into_the_outbox(stack: &mut Stack, key: &str) -> keyflight_e2e::
     first
 }
 
-/// The state of `key`'s record in the database (`pending` while the outbox holds it).
+/// The states of the records in the database, oldest first (`pending` while the outbox
+/// holds one), comma-separated; on a partitioned stack, ordered across the partitions.
 fn record_states(stack: &Stack) -> String {
-    stack.sql("SELECT string_agg(state, ',' ORDER BY created_at) FROM keyflight_records")
+    let rows = stack.sql(
+        "SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || ' ' || state \
+           FROM keyflight_records",
+    );
+    let mut rows: Vec<&str> = rows.lines().filter(|line| !line.is_empty()).collect();
+    rows.sort_unstable();
+    let states: Vec<&str> = rows
+        .iter()
+        .filter_map(|row| row.rsplit_once(' ').map(|(_, state)| state))
+        .collect();
+    states.join(",")
 }
 
 /// Waits until Envoy 0's log holds `needle` `count` times, at most `timeout`.
