@@ -39,6 +39,9 @@ pub struct Side {
     pub postgres: Vec<Watched>,
     /// How many partitions its database has; 0: one database.
     pub partitions: usize,
+    /// Parts of `postgres` charged on their own as well (a partitioned database's
+    /// `router` and `partitions`).
+    pub groups: Vec<(&'static str, Vec<Watched>)>,
 }
 
 /// What every side shares.
@@ -123,7 +126,11 @@ impl Setup {
             let with = |extra: &[Watched]| -> Vec<Watched> {
                 extra.iter().chain(&side.postgres).copied().collect()
             };
-            let postgres_group = || vec![("postgres", side.postgres.clone())];
+            let postgres_group = || {
+                let mut groups = vec![("postgres", side.postgres.clone())];
+                groups.extend(side.groups.iter().cloned());
+                groups
+            };
             let cycle = if wants(&["p1", "p6", "p9"]) {
                 push(
                     load(
@@ -290,6 +297,21 @@ fn partition_rows(
         (single, single.group_cpu_us_per_op("postgres")),
         None,
     ));
+    for (group, what) in [
+        ("router", "the router's Postgres CPU per cycle".to_owned()),
+        (
+            "partitions",
+            format!("the {partitions} partitions' Postgres CPU per cycle"),
+        ),
+    ] {
+        rows.push(Row::cpu_of(
+            "—",
+            &what,
+            partitioned,
+            partitioned.group_cpu_us_per_op(group),
+            None,
+        ));
+    }
 }
 
 /// P1, P4, P5, P6 and their companions for one side, from whichever measurements ran.

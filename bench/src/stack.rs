@@ -198,17 +198,21 @@ impl BenchStack {
     }
 
     /// The partitioned lease-store's `host:port` and process id, and its databases'
-    /// processes (router and partitions), once started.
-    pub fn partitioned_store(&self) -> Option<(String, u32, Vec<Watched>)> {
+    /// processes (the router's, the partitions'), once started.
+    pub fn partitioned_store(&self) -> Option<(String, u32, Vec<Watched>, Vec<Watched>)> {
         self.partitioned.as_ref().map(|p| {
-            let postgres = std::iter::once(&p.router)
-                .chain(&p.partitions)
-                .filter_map(|cluster| procfs::postmaster(cluster.port()).map(Watched::Tree))
-                .collect();
+            let watch = |clusters: &[&PgCluster]| -> Vec<Watched> {
+                clusters
+                    .iter()
+                    .filter_map(|cluster| procfs::postmaster(cluster.port()).map(Watched::Tree))
+                    .collect()
+            };
+            let partitions: Vec<&PgCluster> = p.partitions.iter().collect();
             (
                 format!("127.0.0.1:{}", p.store.port),
                 p.store.pid(),
-                postgres,
+                watch(&[&p.router]),
+                watch(&partitions),
             )
         })
     }

@@ -155,6 +155,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         store,
         postgres: postgres.clone(),
         partitions: 0,
+        groups: Vec::new(),
     }];
     if let (Some(variant), Some(envoy), Some((authority, pid))) = (
         &options.compare_store,
@@ -171,9 +172,10 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             store: Watched::Process(pid),
             postgres: postgres.clone(),
             partitions: 0,
+            groups: Vec::new(),
         });
     }
-    if let (Some(envoy), Some((authority, pid, databases))) =
+    if let (Some(envoy), Some((authority, pid, router, partitions))) =
         (&partitioned_envoy, stack.partitioned_store())
     {
         sides.push(Side {
@@ -184,8 +186,9 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 Watched::Process(envoy.pid()),
             ),
             store: Watched::Process(pid),
-            postgres: databases,
+            postgres: router.iter().chain(&partitions).copied().collect(),
             partitions: PARTITIONS,
+            groups: vec![("router", router), ("partitions", partitions)],
         });
     }
     let first_time = Setup {

@@ -49,14 +49,18 @@ impl Signature {
         )
     }
 
-    /// The partition's function: the statement itself.
+    /// The partition's function: the statement itself, in PL/pgSQL so that its plan is
+    /// cached for the session as a prepared statement's is (an SQL function is planned
+    /// again on every call in Postgres 15). Its columns are the statement's, never the
+    /// function's output variables of the same names (`use_column`).
     fn on_partition(&self, routed: &Routed) -> String {
         let returning = match self.columns.is_empty() {
             true => " RETURNING 1",
             false => "",
         };
         format!(
-            "{} LANGUAGE sql VOLATILE AS $keyflight${}{returning}$keyflight$;",
+            "{} LANGUAGE plpgsql VOLATILE AS $keyflight$ #variable_conflict use_column\n\
+             BEGIN RETURN QUERY {}{returning}; END $keyflight$;",
             self.head(routed.name),
             routed.sql
         )
