@@ -212,12 +212,14 @@ bench: prereqs bench-prereqs envoy wasm
 # Exits non-zero on an unexplained duplicate execution, a divergent answer or a lost record.
 # CHAOS_FLAGS passes more options (e.g. --faults envoy-kill, or --faults none --no-give-up).
 # HA=1 runs it on a replicated Postgres (etcd + two Patroni nodes) and adds the
-# primary-node-death fault.
+# primary-node-death fault; PARTITIONS=N on N Postgres partitions behind a PL/Proxy router,
+# where postgres-crash kills one partition's database.
 DURATION ?= 10m
 CHAOS_FLAGS ?=
 CHAOS_SEED = $(if $(SEED),--seed $(SEED))
-chaos: prereqs net-prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs)
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(if $(filter 1,$(HA)),--ha) $(CHAOS_SEED) $(CHAOS_FLAGS)
+chaos: prereqs net-prereqs envoy wasm build $(if $(filter 1,$(HA)),ha-prereqs) $(if $(PARTITIONS),partition-prereqs)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) run -q -p keyflight-chaos -- --duration $(DURATION) $(if $(filter 1,$(HA)),--ha) \
+		$(if $(PARTITIONS),--partitions $(PARTITIONS)) $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 # The short run (under 2 minutes in all), meant for make test: the same menu (every fault
 # but the rolling upgrade, drawn only when --faults names it: chaos/README.md#known-gaps).

@@ -121,7 +121,13 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
     match step.kind {
         FaultKind::StoreKill => stack.kill_store(step.target),
         FaultKind::StoreFreeze => stack.signal_store(step.target, Signal::Stop),
-        FaultKind::PostgresCrash => injected.crash = Some(stack.crash_postgres().await),
+        FaultKind::PostgresCrash => {
+            // On a partitioned database, the partition the plan drew as the target.
+            injected.crash = Some(match stack.database().partitions().len() {
+                0 => stack.crash_postgres().await,
+                _ => stack.crash_partition(step.target),
+            });
+        }
         FaultKind::PrimaryNodeDeath => {
             if let Some((old_primary, window)) = stack.fail_primary_node().await {
                 injected.fault.failover_window_ms = u64::try_from(window.as_millis()).ok();

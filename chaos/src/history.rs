@@ -412,6 +412,9 @@ pub struct History {
     /// The run's Postgres was a replicated Patroni pair (`--ha`).
     #[serde(default)]
     pub replicated_postgres: bool,
+    /// How many Postgres partitions the records were on (`--partitions`); 0: one database.
+    #[serde(default)]
+    pub partitions: usize,
     /// What the run's plugin policies say about failures, forgotten statuses and
     /// uncertain outcomes: what the judge's cooldown and forget rows hold a re-run to.
     #[serde(default)]

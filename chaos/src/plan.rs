@@ -138,6 +138,8 @@ pub struct Settings {
     pub fault_kinds: Vec<FaultKind>,
     /// Whether some callers give up mid-request.
     pub give_up: bool,
+    /// Postgres partitions (0: one database): a postgres-crash kills one of them.
+    pub partitions: usize,
 }
 
 /// One caller: a sequence of attempts with one key, body and path.
@@ -390,6 +392,10 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
     while planned_ms < settings.duration_ms {
         let kind = weighted(rng, &weights);
         let target = match kind {
+            // The partition whose database dies, on a partitioned one.
+            FaultKind::PostgresCrash if settings.partitions > 1 => {
+                rng.random_range(0..settings.partitions)
+            }
             // Only Envoy 0 of the stack takes its listener from LDS.
             FaultKind::PostgresCrash
             | FaultKind::PrimaryNodeDeath
@@ -547,6 +553,7 @@ mod tests {
             replicas: 2,
             fault_kinds: FaultKind::ALL.to_vec(),
             give_up: true,
+            partitions: 0,
         }
     }
 

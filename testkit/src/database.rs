@@ -44,6 +44,20 @@ impl Database {
         }
     }
 
+    /// The ports a lease-store reaches its database on, to cut it off: the single node's, or
+    /// a partitioned database's router's and partitions'. Panics on a replicated database
+    /// (link faults run on a single host's network only).
+    pub fn store_ports(&self) -> Vec<u16> {
+        match self {
+            Database::Single(cluster) => vec![cluster.port()],
+            Database::Partitioned { router, partitions } => std::iter::once(router)
+                .chain(partitions)
+                .map(PgCluster::port)
+                .collect(),
+            Database::Replicated(_) => panic!("link faults need a single-host database"),
+        }
+    }
+
     /// The partitions of a partitioned database (none for the others).
     pub fn partitions(&self) -> &[PgCluster] {
         match self {

@@ -78,10 +78,7 @@ impl Stack {
                 LinkFault::Partition { peers: stores() },
             ),
             NetFault::StoreDbPartition { store } => {
-                let ports = match self.database.partitions() {
-                    [] => vec![self.database.single().port()],
-                    partitions => partitions.iter().map(crate::pg::PgCluster::port).collect(),
-                };
+                let ports = self.database.store_ports();
                 let peers = ports
                     .into_iter()
                     .map(|port| Peer::service(net.host_side_ip(), port))
