@@ -164,6 +164,16 @@ pub struct MigrateArgs {
     /// anything broader; run as the schema owner, with the runtime role's name.
     #[arg(long, env = "KEYFLIGHT_GRANT_RUNTIME", value_name = "ROLE")]
     pub grant_runtime: Option<String>,
+    /// With partitions and `--grant-runtime`: the runtime role's password on the
+    /// partitions, which their router's PL/Proxy connects with (none: they trust the role
+    /// or check its certificate).
+    #[arg(
+        long,
+        env = "KEYFLIGHT_RUNTIME_PASSWORD",
+        hide_env_values = true,
+        requires = "grant_runtime"
+    )]
+    pub runtime_password: Option<String>,
 }
 
 /// Flags and environment of `lease-store move-slot`.

@@ -18,11 +18,18 @@ pub async fn run(args: MigrateArgs) -> Result<(), CliError> {
     let url = &args.database.database_url;
     let partitions = &args.database.partition_urls;
     if !partitions.is_empty() {
-        let role = args.grant_runtime.as_deref();
-        let report = store::migrate_partitioned(url, partitions, role).await?;
+        let runtime = args.grant_runtime.map(|role| store::RuntimeRole {
+            role,
+            password: args.runtime_password,
+        });
+        let report = store::migrate_partitioned(url, partitions, runtime.as_ref()).await?;
         println!("{report}");
-        if let Some(role) = role {
-            println!("granted the runtime role {role} what serving needs on every partition");
+        if let Some(runtime) = runtime {
+            println!(
+                "granted the runtime role {} what serving needs on every partition; the \
+                 router connects to them as it",
+                runtime.role
+            );
         }
         return Ok(());
     }

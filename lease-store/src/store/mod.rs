@@ -80,7 +80,7 @@ pub use batch::{
 };
 pub use migrate::{MigrationReport, grant_runtime, migrate};
 pub use partitions::{
-    MoveReport, PartitionedReport, SLOTS, migrate_partitioned, move_slot, slot_of,
+    MoveReport, PartitionedReport, RuntimeRole, SLOTS, migrate_partitioned, move_slot, slot_of,
 };
 pub use takeover::TakeoverGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.

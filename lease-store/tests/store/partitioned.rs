@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::{
-    SLOTS, Store, StoreError, migrate_partitioned, move_slot, slot_of,
+    RuntimeRole, SLOTS, Store, StoreError, migrate_partitioned, move_slot, slot_of,
 };
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
@@ -491,4 +491,63 @@ async fn a_slot_moves_to_a_new_partition_with_its_records() {
         .await
         .unwrap();
     assert_eq!((again.copied, again.cleaned), (0, 0));
+}
+
+/// Least privilege on a partitioned database: with `--grant-runtime`, the runtime role alone
+/// may call the routed functions, and the router reaches the partitions as that role (not
+/// as the owner that migrated them), so a routed statement has the runtime role's rights.
+#[tokio::test]
+async fn the_router_runs_the_statements_as_the_runtime_role_and_only_for_it() {
+    let db = Partitioned::start(2);
+    for cluster in std::iter::once(&db.router).chain(&db.partitions) {
+        cluster.psql("CREATE ROLE keyflight_app LOGIN; CREATE ROLE intruder LOGIN");
+    }
+    let runtime = RuntimeRole {
+        role: "keyflight_app".into(),
+        password: None,
+    };
+    migrate_partitioned(&db.router.url(), &db.partition_urls(), Some(&runtime))
+        .await
+        .unwrap();
+    let as_role = |url: String, role: &str| url.replacen("postgres@", &format!("{role}@"), 1);
+    let settings = keyflight_lease_store::store::StoreSettings {
+        partitions: db
+            .partitions
+            .iter()
+            .map(|p| as_role(p.url(), "keyflight_app"))
+            .collect(),
+        ..settings(&as_role(db.router.url(), "keyflight_app"))
+    };
+    let store = Store::connect(&settings).await.unwrap();
+    store.readiness().await.unwrap();
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("least privilege"), 30_000);
+    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
+    assert_eq!(
+        store.claim(&scope, &req).await.unwrap().response,
+        ClaimResponse::Completed {
+            response: sample_response()
+        }
+    );
+
+    let owner = db.partitions[db.owner(&scope)].psql(
+        "SELECT string_agg(DISTINCT usename, ',') FROM pg_stat_activity \
+          WHERE backend_type = 'client backend' AND usename <> 'postgres'",
+    );
+    assert_eq!(
+        owner.trim(),
+        "keyflight_app",
+        "the router's sessions on the partition"
+    );
+    let intruder = raw_client(&as_role(db.router.url(), "intruder")).await;
+    let denied = intruder
+        .query("SELECT * FROM keyflight_read($1)", &[&scope.0.as_slice()])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        denied.code(),
+        Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        "{denied}"
+    );
 }

@@ -121,7 +121,7 @@ impl std::fmt::Display for PartitionedReport {
 pub async fn migrate_partitioned(
     router_url: &str,
     partition_urls: &[String],
-    runtime_role: Option<&str>,
+    runtime: Option<&RuntimeRole>,
 ) -> Result<PartitionedReport, StoreError> {
     if partition_urls.is_empty() || partition_urls.len() > SLOTS {
         return Err(StoreError::Invalid(format!(
@@ -137,19 +137,57 @@ pub async fn migrate_partitioned(
             Ok(()) => install_on_partition(&client).await,
             Err(e) => Err(e),
         };
-        if let (Ok(_), Some(role)) = (&installed, runtime_role) {
-            crate::store::privilege::grant_runtime(&client, role).await?;
+        if let (Ok(installed), Some(runtime)) = (&installed, runtime) {
+            crate::store::privilege::grant_runtime(&client, &runtime.role).await?;
+            client
+                .batch_execute(&execute_only_by(&runtime.role, installed, &[]))
+                .await?;
         }
         drop(client);
         let _ = driver.await;
         signatures = installed?;
     }
     let (client, driver) = crate::store::migrate::owner_connection(router_url).await?;
-    let installed = install_on_router(&client, partition_urls, &signatures, runtime_role).await;
+    let installed = install_on_router(&client, partition_urls, &signatures, runtime).await;
     drop(client);
     let _ = driver.await;
     let slots = installed?;
     Ok(PartitionedReport { partitions, slots })
+}
+
+/// The role a partitioned database's stores run as (`migrate --grant-runtime`): granted what
+/// serving needs on every partition, the only role that may call the routed functions, and
+/// the one PL/Proxy connects to the partitions as (with `password`, when the partitions ask
+/// for one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeRole {
+    /// The role's name.
+    pub role: String,
+    /// Its password on the partitions, if they authenticate it by one.
+    pub password: Option<String>,
+}
+
+/// Takes the routed functions (and `others`, by signature) from `PUBLIC` and gives them to
+/// `role` alone: a function is executable by everyone unless revoked.
+fn execute_only_by(
+    role: &str,
+    signatures: &[(&'static Routed, Signature)],
+    others: &[&str],
+) -> String {
+    let role = crate::store::privilege::quote_identifier(role);
+    signatures
+        .iter()
+        .map(|(routed, signature)| {
+            format!("keyflight_{}({})", routed.name, signature.params.join(", "))
+        })
+        .chain(others.iter().map(|other| (*other).to_owned()))
+        .map(|function| {
+            format!(
+                "REVOKE ALL ON FUNCTION {function} FROM PUBLIC; \
+                 GRANT EXECUTE ON FUNCTION {function} TO {role};\n"
+            )
+        })
+        .collect()
 }
 
 /// Installs every routed statement's function on a migrated partition; their signatures.
@@ -174,16 +212,17 @@ async fn install_on_router(
     client: &Client,
     partition_urls: &[String],
     signatures: &[(&'static Routed, Signature)],
-    runtime_role: Option<&str>,
+    runtime: Option<&RuntimeRole>,
 ) -> Result<Vec<usize>, StoreError> {
     let partitions: Vec<Partition> = partition_urls
         .iter()
         .map(|url| Partition::parse(url))
         .collect::<Result<_, _>>()?;
     let credentials = &partitions[0];
-    if partitions
-        .iter()
-        .any(|p| p.user != credentials.user || p.password != credentials.password)
+    if runtime.is_none()
+        && partitions
+            .iter()
+            .any(|p| p.user != credentials.user || p.password != credentials.password)
     {
         return Err(StoreError::Invalid(
             "every partition URL must name the same user and password: the router connects \
@@ -206,12 +245,26 @@ async fn install_on_router(
          connection_lifetime '1800', {});\n",
         slots.join(", ")
     ));
-    let mut mapping = vec![format!("user {}", quote_literal(&credentials.user))];
-    if let Some(password) = &credentials.password {
+    // PL/Proxy connects to the partitions as the runtime role when there is one (so the
+    // routed statements run with its grants, not the owner's), else with the URLs' user.
+    let (mapped, user, password) = match runtime {
+        Some(runtime) => (
+            crate::store::privilege::quote_identifier(&runtime.role),
+            &runtime.role,
+            &runtime.password,
+        ),
+        None => (
+            "PUBLIC".to_owned(),
+            &credentials.user,
+            &credentials.password,
+        ),
+    };
+    let mut mapping = vec![format!("user {}", quote_literal(user))];
+    if let Some(password) = password {
         mapping.push(format!("password {}", quote_literal(password)));
     }
     ddl.push_str(&format!(
-        "CREATE USER MAPPING FOR PUBLIC SERVER {CLUSTER} OPTIONS ({});\n",
+        "CREATE USER MAPPING FOR {mapped} SERVER {CLUSTER} OPTIONS ({});\n",
         mapping.join(", ")
     ));
     for (routed, signature) in signatures {
@@ -223,10 +276,15 @@ async fn install_on_router(
          IMMUTABLE AS $$ SELECT {}::bigint $$;\n",
         crate::store::migrate::latest_embedded()
     ));
-    if let Some(role) = runtime_role {
-        let role = crate::store::privilege::quote_identifier(role);
+    if let Some(runtime) = runtime {
+        let role = crate::store::privilege::quote_identifier(&runtime.role);
         ddl.push_str(&format!(
             "GRANT USAGE ON FOREIGN SERVER {CLUSTER} TO {role};\n"
+        ));
+        ddl.push_str(&execute_only_by(
+            &runtime.role,
+            signatures,
+            &["keyflight_partition(bytea)", "keyflight_router_schema()"],
         ));
     }
     ddl.push_str("COMMIT;");

@@ -1,14 +1,17 @@
 //! L9: a partitioned database — the records spread over several Postgres clusters, behind
 //! a PL/Proxy router (`docs/distributed-sql.md#plproxy-partitioned-postgres`).
 //!
-//! Every statement the store runs on one scope is also installed, verbatim, as an SQL
-//! function `keyflight_<name>` on each partition, and as a PL/Proxy function of the same
+//! Every statement the store runs on one scope is also installed, verbatim, as a function
+//! `keyflight_<name>` on each partition (`RETURN QUERY` in PL/pgSQL, so its plan is cached
+//! per session), and as a PL/Proxy function of the same
 //! signature on the router database, which runs it on the partition that owns the scope
 //! (`RUN ON keyflight_partition($1)`). A statement over all records (cleanup, the epoch, the
 //! operator's list) runs on every partition (`RUN ON ALL`) and the store combines the rows.
 //! A store serving a partitioned database sends the router the call
 //! ([`Routed::call`]) instead of the statement; nothing else in it changes, so each claim
-//! still runs whole, with single-node semantics, on one partition.
+//! still runs whole, with single-node semantics, on one partition. What is not routed is
+//! refused on a partitioned database: group commit is off, and a call on two scopes (a
+//! claim across a recipe change) is `Invalid` (`Store::one_scope_only`).
 //!
 //! The functions are generated from the statements themselves when `lease-store migrate`
 //! runs with partitions ([`install`]): each statement is prepared on the first partition
@@ -28,7 +31,7 @@ use tokio_postgres::Client;
 
 use super::StoreError;
 
-pub use install::{PartitionedReport, migrate_partitioned};
+pub use install::{PartitionedReport, RuntimeRole, migrate_partitioned};
 pub use move_slot::{MoveReport, move_slot};
 
 /// How many slots the router hashes scopes into: a power of two (PL/Proxy's rule), and

@@ -13,9 +13,14 @@ use super::{CLUSTER, SLOTS};
 use crate::store::StoreError;
 use crate::store::migrate::owner_connection;
 
-/// The rows of slot `$1` (the router's `keyflight_partition`, masked as PL/Proxy masks it).
-const IN_SLOT: &str =
-    "(('x' || encode(substring(scope FROM 1 FOR 4), 'hex'))::bit(32)::integer & 63) = $1";
+/// The rows of slot `$1`: the router's `keyflight_partition` of the scope, masked to the
+/// slots as PL/Proxy masks it.
+fn in_slot() -> String {
+    format!(
+        "(('x' || encode(substring(scope FROM 1 FOR 4), 'hex'))::bit(32)::integer & {}) = $1",
+        SLOTS - 1
+    )
+}
 
 /// What a move did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +103,7 @@ pub async fn move_slot(
             let slot_param = slot_param(slot);
             cleaned += client
                 .execute(
-                    &format!("DELETE FROM keyflight_records WHERE {IN_SLOT}"),
+                    &format!("DELETE FROM keyflight_records WHERE {}", in_slot()),
                     &[&slot_param],
                 )
                 .await?;
@@ -139,7 +144,7 @@ async fn rows_in_slot(client: &Client, slot: usize) -> Result<i64, StoreError> {
     let slot = slot_param(slot);
     Ok(client
         .query_one(
-            &format!("SELECT count(*) FROM keyflight_records WHERE {IN_SLOT}"),
+            &format!("SELECT count(*) FROM keyflight_records WHERE {}", in_slot()),
             &[&slot],
         )
         .await?
@@ -160,14 +165,14 @@ async fn copy_slot(
     let copied = async {
         target
             .execute(
-                &format!("DELETE FROM keyflight_records WHERE {IN_SLOT}"),
+                &format!("DELETE FROM keyflight_records WHERE {}", in_slot()),
                 &[&slot_param],
             )
             .await?;
         let out = source
             .copy_out(&format!(
                 "COPY (SELECT * FROM keyflight_records WHERE {}) TO STDOUT (FORMAT binary)",
-                IN_SLOT.replace("$1", &slot_param.to_string())
+                in_slot().replace("$1", &slot_param.to_string())
             ))
             .await?;
         let sink = target
@@ -181,7 +186,10 @@ async fn copy_slot(
         let copied = sink.as_mut().finish().await?;
         let highest: Option<i64> = target
             .query_one(
-                &format!("SELECT max(fence) FROM keyflight_records WHERE {IN_SLOT}"),
+                &format!(
+                    "SELECT max(fence) FROM keyflight_records WHERE {}",
+                    in_slot()
+                ),
                 &[&slot_param],
             )
             .await?
