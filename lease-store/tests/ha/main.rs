@@ -20,9 +20,10 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
-use keyflight_lease_store::store::{Store, StoreError};
+use keyflight_lease_store::store::{Store, StoreError, migrate_partitioned, slot_of};
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse};
 use keyflight_testkit::ha::{HaCluster, HaOptions};
+use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::eventually;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -405,4 +406,89 @@ async fn a_standby_that_missed_acknowledged_claims_is_never_promoted() {
         store_support::row_state(&on_leader, &alone).await.is_some(),
         "the claim acknowledged by the lone primary survived"
     );
+}
+
+/// A fresh scope that partition `p` of `n` owns (slot `s` is partition `s mod n` on a fresh
+/// router: `docs/distributed-sql.md#what-runs-where`).
+fn scope_on_partition(p: usize, n: usize) -> keyflight_protocol::Digest {
+    loop {
+        let scope = store_support::fresh_scope();
+        if slot_of(&scope.0) % n == p {
+            return scope;
+        }
+    }
+}
+
+/// A partition on a Patroni pair fails over like one database does: the router reaches
+/// the pair by a multi-host connection string that asks for the primary, so after the
+/// primary's node dies its scopes fail closed, then work on the promoted standby with
+/// every acknowledged record there; the other partition never notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_on_a_patroni_pair_fails_over_and_loses_nothing() {
+    let ha = HaCluster::start(HaOptions::default()).await;
+    let (router, single) = tokio::task::spawn_blocking(|| (PgCluster::start(), PgCluster::start()))
+        .await
+        .unwrap();
+    let partitions = vec![ha.url(), single.url()];
+    migrate_partitioned(&router.url(), &partitions, None)
+        .await
+        .unwrap();
+    let settings = keyflight_lease_store::store::StoreSettings {
+        partitions: partitions.clone(),
+        ..store_support::settings(&router.url())
+    };
+    let store = Store::connect(&settings).await.unwrap();
+    let req = |label: &str| store_support::claim_req(store_support::fingerprint(label), 60_000);
+    let mut settled = Vec::new();
+    for i in 0..8 {
+        let scope = scope_on_partition(0, 2);
+        let (claim_id, _, _) = store_support::must_win(&store, &scope, &req("ha partition")).await;
+        store
+            .finalize(&scope, store_support::finalize_ok(claim_id))
+            .await
+            .unwrap();
+        settled.push(scope);
+        report(&format!("settled {i} on the Patroni partition"));
+    }
+    let running = scope_on_partition(0, 2);
+    let (running_claim, _, _) = store_support::must_win(&store, &running, &req("running")).await;
+
+    let failover = ha.fail_primary_node(FAILOVER).await;
+    report(&format!(
+        "partition 0 failed over in {:?}",
+        failover.window()
+    ));
+    let other = scope_on_partition(1, 2);
+    store_support::must_win(&store, &other, &req("other partition")).await;
+    let (answer, refused) = until_answered("a claim on the failed-over partition", async || {
+        store.claim(&scope_on_partition(0, 2), &req("after")).await
+    })
+    .await;
+    assert!(matches!(answer.response, ClaimResponse::Won { .. }));
+    report(&format!("{refused} claims refused during the failover"));
+    for scope in &settled {
+        assert_eq!(
+            store
+                .claim(scope, &req("ha partition"))
+                .await
+                .unwrap()
+                .response,
+            ClaimResponse::Completed {
+                response: store_support::sample_response()
+            },
+            "an acknowledged record survived the failover"
+        );
+    }
+    assert!(matches!(
+        store
+            .claim(&running, &req("running"))
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::InProgress { .. }
+    ));
+    store
+        .finalize(&running, store_support::finalize_ok(running_claim))
+        .await
+        .unwrap();
 }
