@@ -129,7 +129,7 @@ test-net: net-prereqs
 
 # The replicated-Postgres tests (etcd + two Patroni nodes): the lease-store following a
 # failover, and a failover under a guarded request end to end.
-test-ha: ha-prereqs envoy wasm build
+test-ha: ha-prereqs partition-prereqs envoy wasm build
 	$(CARGO) test -p keyflight-lease-store --test ha
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test ha
 
