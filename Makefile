@@ -116,7 +116,7 @@ clippy: rust-targets
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 # Unit and property tests, and the lease-store and keyflight-effects (through the workspace
-# line) against a throwaway Postgres; installs nothing.
+# line) against a throwaway Postgres (and partitions behind PL/Proxy, installed when missing).
 unit: prereqs partition-prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit --exclude keyflight-model
 	$(CARGO) test -p keyflight-testkit --lib --bins
