@@ -45,10 +45,7 @@ impl Procfs {
             .iter()
             .map(|w| match *w {
                 Watched::Process(pid) => own_ticks(pid).unwrap_or(0),
-                Watched::Tree(pid) => {
-                    reaped_and_own_ticks(pid).unwrap_or(0)
-                        + children(pid).into_iter().filter_map(own_ticks).sum::<u64>()
-                }
+                Watched::Tree(pid) => tree_ticks(pid),
             })
             .sum();
         ticks as f64 / self.ticks_per_second as f64
@@ -108,6 +105,23 @@ pub fn parse_stat(stat: &str) -> Option<Vec<u64>> {
 fn own_ticks(pid: u32) -> Option<u64> {
     let fields = stat_fields(pid)?;
     Some(fields.get(11)? + fields.get(12)?)
+}
+
+/// CPU ticks of `pid` and its children, living or reaped, as one consistent reading: a
+/// child reaped while its siblings are read moves its ticks into the parent's `cutime`
+/// between the two reads and would be missed (pgbench's one backend, at the end of a round),
+/// so the reading is taken again until the parent's own figures did not move meanwhile.
+fn tree_ticks(pid: u32) -> u64 {
+    let mut tries = 0;
+    loop {
+        let before = reaped_and_own_ticks(pid).unwrap_or(0);
+        let children: u64 = children(pid).into_iter().filter_map(own_ticks).sum();
+        let after = reaped_and_own_ticks(pid).unwrap_or(0);
+        tries += 1;
+        if after == before || tries == 10 {
+            return after + children;
+        }
+    }
 }
 
 fn reaped_and_own_ticks(pid: u32) -> Option<u64> {
