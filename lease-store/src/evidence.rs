@@ -73,17 +73,9 @@ pub fn release_call(release_as: ReleaseAs) -> &'static str {
 /// Logs what became of a settle call `call` of claim `claim_id`: applied (a
 /// repeat of one that landed is applied again), `lease_lost`, or refused.
 pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T, StoreError>) {
-    let Some(outcome) = settle_outcome(answer) else {
-        return;
-    };
-    tracing::info!(
-        evidence = "settle",
-        scope = %scope.to_hex(),
-        %claim_id,
-        call,
-        outcome,
-        "settle {outcome}"
-    );
+    if let Some(outcome) = settle_outcome(answer) {
+        settle_line(scope, claim_id, call, outcome, None);
+    }
 }
 
 /// [`settled`] for a release, with what the database stamped on the record
@@ -91,10 +83,19 @@ pub fn settled<T>(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<T,
 /// `cooldown_ends_at_unix_ms` when known. A judge times the record's freedom from these,
 /// not from the line's own time: the store may be frozen between its commit and this line.
 pub fn released(scope: &Digest, claim_id: Uuid, call: &str, answer: &Result<Released, StoreError>) {
-    let Some(outcome) = settle_outcome(answer) else {
-        return;
-    };
-    let released = answer.as_ref().ok();
+    if let Some(outcome) = settle_outcome(answer) {
+        settle_line(scope, claim_id, call, outcome, answer.as_ref().ok());
+    }
+}
+
+/// One `settle` line; a release's stamps, when given (absent fields are not logged).
+fn settle_line(
+    scope: &Digest,
+    claim_id: Uuid,
+    call: &str,
+    outcome: &str,
+    released: Option<&Released>,
+) {
     let unix_ms = |at: Option<SystemTime>| {
         at.and_then(|at| at.duration_since(UNIX_EPOCH).ok())
             .and_then(|since| u64::try_from(since.as_millis()).ok())

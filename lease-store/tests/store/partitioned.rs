@@ -63,17 +63,22 @@ impl Partitioned {
 
     /// How many records partition `p` holds among `scopes`.
     async fn held_by(&self, p: usize, scopes: &[Digest]) -> usize {
-        let db = raw_client(&self.partitions[p].url()).await;
-        let scopes: Vec<&[u8]> = scopes.iter().map(|s| s.0.as_slice()).collect();
-        let row = db
-            .query_one(
-                "SELECT count(*) FROM keyflight_records WHERE scope = ANY($1)",
-                &[&scopes],
-            )
-            .await
-            .unwrap();
-        usize::try_from(row.get::<_, i64>(0)).unwrap()
+        records_among(&self.partitions[p], scopes).await
     }
+}
+
+/// How many records `cluster` holds among `scopes`.
+async fn records_among(cluster: &PgCluster, scopes: &[Digest]) -> usize {
+    let db = raw_client(&cluster.url()).await;
+    let scopes: Vec<&[u8]> = scopes.iter().map(|s| s.0.as_slice()).collect();
+    let row = db
+        .query_one(
+            "SELECT count(*) FROM keyflight_records WHERE scope = ANY($1)",
+            &[&scopes],
+        )
+        .await
+        .unwrap();
+    usize::try_from(row.get::<_, i64>(0)).unwrap()
 }
 
 /// The binary's partitioned database: three partitions, shared by the tests that never
@@ -440,23 +445,8 @@ async fn a_slot_moves_to_a_new_partition_with_its_records() {
     let moved = mover.await.unwrap().unwrap();
     assert_eq!((moved.from, moved.to, moved.copied), (Some(1), 2, 2));
 
-    let held = |scopes: Vec<Digest>| {
-        let (third, scopes) = (third.url(), scopes);
-        async move {
-            let db = raw_client(&third).await;
-            let scopes: Vec<&[u8]> = scopes.iter().map(|s| s.0.as_slice()).collect();
-            let row = db
-                .query_one(
-                    "SELECT count(*) FROM keyflight_records WHERE scope = ANY($1)",
-                    &[&scopes],
-                )
-                .await
-                .unwrap();
-            row.get::<_, i64>(0)
-        }
-    };
     assert_eq!(
-        held(vec![settled, running]).await,
+        records_among(&third, &[settled, running]).await,
         2,
         "the records are on the new partition"
     );
