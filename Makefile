@@ -147,12 +147,11 @@ validate-manifests: envoy wasm
 e2e: net-prereqs partition-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
-# The end-to-end suite on three partitions behind a PL/Proxy router (docs/distributed-sql.md):
-# every scenario but the claims across a recipe change, which a partitioned store refuses.
-# About 9 minutes; not part of make test (which runs the partitioned scenarios of make e2e).
+# The whole end-to-end suite on three partitions behind a PL/Proxy router
+# (docs/distributed-sql.md). About 9 minutes; not part of make test (which runs the
+# partitioned scenarios of make e2e).
 e2e-partitioned: net-prereqs partition-prereqs envoy wasm build
-	KEYFLIGHT_STACK_PARTITIONS=3 KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- \
-		--skip recipe_changes_run_once --skip upgrades_run_once::a_retry_after_a_rollback_runs_once
+	KEYFLIGHT_STACK_PARTITIONS=3 KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
 # The protocol model over the real filter code (docs/model.md): the bounded check, every
 # mutation caught, the mirrored SQL pinned; optimized (profile `model`), about a minute.

@@ -79,7 +79,7 @@ pub async fn wait_subscribed(
     let deadline = Instant::now() + budget;
     let mut shutdown = longpoll.shutdown.clone();
     let mut wake = Wake::Own;
-    // A dual claim (`store/dual.rs`) also waits on the previous recipe's scope: the request
+    // A dual claim (`store/dual/`) also waits on the previous recipe's scope: the request
     // may run under either. Past the caps it waits on its own scope and its timers only.
     let mut previous = req
         .previous

@@ -95,7 +95,7 @@ macro_rules! held_lapse {
 
 /// The `held` branch alone: `$1` scope, `$2` whether a lapsed lease may be held now.
 /// A dual claim's transaction rolls back when it did not win both records, and a
-/// lapse it held with them, so it holds the lapse again on its own (`dual.rs`).
+/// lapse it held with them, so it holds the lapse again on its own (`dual/`).
 pub const HOLD_LAPSED_SQL: &str = concat!(
     held_lapse!("$2"),
     "
@@ -326,14 +326,13 @@ impl Store {
     /// (`batch/claims.rs`): a fresh scope may be won there, together with
     /// other claims queued at the same moment; any other outcome comes from
     /// the single path below, as without batching. A claim that names the previous
-    /// recipe's identity is never batched (`dual.rs`).
+    /// recipe's identity is never batched (`dual/`).
     pub async fn claim(
         &self,
         scope: &Digest,
         req: &ClaimRequest,
     ) -> Result<ClaimAttempt, StoreError> {
         let params = self.claim_params(req)?;
-        self.one_scope_only(scope, req.previous.as_ref().map(|p| &p.scope))?;
         if let Some(previous) = &req.previous {
             return self.claim_dual(scope, &params, previous).await;
         }

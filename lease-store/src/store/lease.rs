@@ -21,8 +21,9 @@
 //! write, so it sees a concurrent duplicate that committed while the write
 //! waited for the row lock.
 //!
-//! A settle that names `previous_scope` (a dual claim, `dual.rs`) runs its statement on
-//! both records in one transaction, and lands when the claim still held either.
+//! A settle that names `previous_scope` (a dual claim, `dual/`) runs its statement on
+//! both records in one transaction (in turn on a partitioned database), and lands when the
+//! claim still held either.
 //!
 //! Leaving `pending` fires the `keyflight_settled` NOTIFY (a trigger, see
 //! migrations V1 and V3) when a follower watches the record, which wakes
@@ -43,7 +44,7 @@ use uuid::Uuid;
 use deadpool_postgres::Object;
 
 use super::batch::FinalizeReply;
-use super::dual::settle_both;
+use super::dual::{settle_both, settle_in_turn};
 use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis, millis_param};
 
@@ -191,14 +192,19 @@ impl Store {
             return Err(StoreError::Invalid("lease_ms must be positive".into()));
         }
         let lease_ms = millis_param("lease_ms", req.lease_ms)?;
-        self.one_scope_only(scope, req.previous_scope.as_ref())?;
         self.run(async |client| {
             let statement = client.prepare_cached(self.sql(&RENEW)).await?;
             let rest: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &lease_ms];
             owned(
-                write(client, &statement, scope, req.previous_scope, &rest)
-                    .await?
-                    .rows,
+                self.write(
+                    client,
+                    &statement,
+                    scope,
+                    req.previous_scope,
+                    (req.claim_id, &rest),
+                )
+                .await?
+                .rows,
             )
         })
         .await?;
@@ -215,7 +221,7 @@ impl Store {
     pub async fn finalize(&self, scope: &Digest, req: FinalizeRequest) -> Result<(), StoreError> {
         let claim_id = req.claim_id;
         let req = match &self.batch {
-            // Two records settle in one transaction of their own (`dual.rs`).
+            // Two records settle in one transaction of their own (`dual/`).
             Some(queues) if req.previous_scope.is_none() => {
                 match queues.finalize(*scope, req).await {
                     FinalizeReply::Answered(answer) => return answer,
@@ -244,7 +250,6 @@ impl Store {
         scope: &Digest,
         req: &FinalizeRequest,
     ) -> Result<(), StoreError> {
-        self.one_scope_only(scope, req.previous_scope.as_ref())?;
         let body = &req.response.body;
         let status = i32::from(req.response.status);
         let headers = Json(&req.response.headers);
@@ -252,7 +257,15 @@ impl Store {
             let statement = client.prepare_cached(self.sql(&FINALIZE)).await?;
             let rest: [&(dyn ToSql + Sync); 5] =
                 [&req.claim_id, &status, &headers, body, &req.replayable];
-            let written = write(client, &statement, scope, req.previous_scope, &rest).await?;
+            let written = self
+                .write(
+                    client,
+                    &statement,
+                    scope,
+                    req.previous_scope,
+                    (req.claim_id, &rest),
+                )
+                .await?;
             let done = Settled::Completed;
             settled(
                 client,
@@ -280,7 +293,6 @@ impl Store {
             Some(ms) => millis_param("cooldown_ms", ms)?,
             None => duration_millis(self.default_cooldown),
         };
-        self.one_scope_only(scope, req.previous_scope.as_ref())?;
         self.run(async |client| {
             let with_cooldown: [&(dyn ToSql + Sync); 2] = [&req.claim_id, &cooldown_ms];
             let (sql, rest) = match req.release_as {
@@ -289,7 +301,15 @@ impl Store {
                 ReleaseAs::Forget => (&RELEASE_FORGET, &with_cooldown[..1]),
             };
             let statement = client.prepare_cached(self.sql(sql)).await?;
-            let written = write(client, &statement, scope, req.previous_scope, rest).await?;
+            let written = self
+                .write(
+                    client,
+                    &statement,
+                    scope,
+                    req.previous_scope,
+                    (req.claim_id, rest),
+                )
+                .await?;
             let expected = Settled::of_release(req.release_as);
             let previous = req.previous_scope;
             let owner = self.sql(&OWNER);
@@ -345,31 +365,40 @@ pub(super) async fn run_written(
     })
 }
 
-/// Runs a fenced write on `scope` (`$1`) with `rest` (`$2`…), and on the previous
-/// scope of a dual claim in the same transaction.
-async fn write(
-    client: &Object,
-    statement: &Statement,
-    scope: &Digest,
-    previous_scope: Option<Digest>,
-    rest: &[&(dyn ToSql + Sync)],
-) -> Result<Written, StoreError> {
-    match previous_scope {
-        Some(previous) if previous != *scope => {
-            settle_both(client, statement, scope, &previous, rest).await
-        }
-        _ => {
-            let scope = scope.0.as_slice();
-            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope];
-            params.extend_from_slice(rest);
-            Ok(run_written(client, statement, &params).await?)
+impl Store {
+    /// Runs a fenced write on `scope` (`$1`) with `rest` (`$2`…, the claim id `mine` first), and
+    /// on the previous scope of a dual claim: in the same transaction on one database, in
+    /// turn on a partitioned one (`dual/across_partitions.rs`).
+    async fn write(
+        &self,
+        client: &Object,
+        statement: &Statement,
+        scope: &Digest,
+        previous_scope: Option<Digest>,
+        (mine, rest): (Uuid, &[&(dyn ToSql + Sync)]),
+    ) -> Result<Written, StoreError> {
+        match previous_scope {
+            Some(previous) if previous != *scope && self.partitioned() => {
+                let hold_ms = duration_millis(self.answer_timeout).saturating_mul(3);
+                let both = (scope, &previous);
+                settle_in_turn(client, statement, both, mine, rest, hold_ms).await
+            }
+            Some(previous) if previous != *scope => {
+                settle_both(client, statement, scope, &previous, rest).await
+            }
+            _ => {
+                let scope = scope.0.as_slice();
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope];
+                params.extend_from_slice(rest);
+                Ok(run_written(client, statement, &params).await?)
+            }
         }
     }
 }
 
 /// The answer of a settle call that `written`: a changed row means it landed now;
 /// none means it landed before (a repeat, success) or the lease is lost. A dual
-/// settle lands when the claim holds either record (`dual.rs`), so its repeat is read on
+/// settle lands when the claim holds either record (`dual/`), so its repeat is read on
 /// both ([`Settled::already_done_on`]).
 async fn settled(
     client: &Object,

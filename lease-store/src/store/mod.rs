@@ -67,7 +67,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use keyflight_protocol::Digest;
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::error::SqlState;
@@ -204,9 +203,10 @@ pub struct Store {
     batch: Option<Arc<batch::Queues>>,
     /// Sizes of the batches run, for `/metrics`.
     batch_sizes: BatchSizes,
-    /// Whether the database is a partitioned one's router: every statement is then sent as
-    /// its routed call ([`Store::sql`]).
-    partitioned: bool,
+    /// A partitioned database's partitions (`partitions/`), empty for one database: the
+    /// database is then their router, and every statement is sent as its routed call
+    /// ([`Store::sql`]).
+    partitions: Arc<[String]>,
     /// Orphan claims released ([`orphan`]), for `/metrics`.
     orphans_released: prometheus_client::metrics::counter::Counter,
     /// Lapsed at-most-once leases held as `unknown` (`claim.rs`), for `/metrics`.
@@ -249,7 +249,7 @@ impl Store {
                 Instant::now(),
             ))),
             settle_horizon: settings.settle_horizon,
-            partitioned: !settings.partitions.is_empty(),
+            partitions: settings.partitions.clone().into(),
             batch: None,
             batch_sizes: BatchSizes::default(),
             orphans_released: prometheus_client::metrics::counter::Counter::default(),
@@ -259,11 +259,7 @@ impl Store {
         // A queued call waits at most as long as a single call may: for a pooled
         // connection (the pool's wait timeout), then for the database's answer.
         let queue_bound = settings.statement_timeout.saturating_add(answer_timeout);
-        let batch = match single.partitioned {
-            // Group commit over partitions is not built yet (docs/distributed-sql.md).
-            true => None,
-            false => batch::Queues::start(&single, &settings.batch, queue_bound),
-        };
+        let batch = batch::Queues::start(&single, &settings.batch, queue_bound);
         Ok(Store {
             batch,
             _probe: Some(probe::Probe::start(&single)),
@@ -292,7 +288,7 @@ impl Store {
     /// `Ok` when the database answers and its schema is at or past the newest
     /// migration embedded in this binary (L8 `/readyz`).
     pub async fn readiness(&self) -> Result<(), StoreError> {
-        let partitioned = self.partitioned;
+        let partitioned = self.partitioned();
         self.run(async |client| match partitioned {
             true => partitions::check_router(client).await,
             false => migrate::check_current(client).await,
@@ -300,26 +296,17 @@ impl Store {
         .await
     }
 
+    /// Whether the database is a partitioned one's router.
+    fn partitioned(&self) -> bool {
+        !self.partitions.is_empty()
+    }
+
     /// The statement as this store's database runs it: itself, or on a partitioned
     /// database its router's call.
     fn sql(&self, statement: &'static partitions::Routed) -> &'static str {
-        match self.partitioned {
+        match self.partitioned() {
             true => statement.call(),
             false => statement.sql,
-        }
-    }
-
-    /// Refuses a call on two scopes (a claim across a recipe change, `dual.rs`) on a
-    /// partitioned database: the two records may live on two partitions, and no
-    /// transaction spans them.
-    fn one_scope_only(&self, scope: &Digest, previous: Option<&Digest>) -> Result<(), StoreError> {
-        match previous {
-            Some(previous) if self.partitioned && previous != scope => Err(StoreError::Invalid(
-                "a claim across a recipe change (a previous scope) is not supported on a \
-                 partitioned database (docs/distributed-sql.md)"
-                    .into(),
-            )),
-            _ => Ok(()),
         }
     }
 

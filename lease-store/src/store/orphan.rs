@@ -98,12 +98,7 @@ impl Store {
         loop {
             match self.release_orphan_once(&scope, claim_id).await {
                 Ok(Some(fence)) => {
-                    self.orphans_released.inc();
-                    tracing::info!(
-                        scope = %scope.to_hex(),
-                        fence,
-                        "released an orphan claim: committed after its caller stopped waiting"
-                    );
+                    self.orphan_released(&scope, fence);
                     return;
                 }
                 Ok(None) if Instant::now() >= settled_by => return,
@@ -122,8 +117,18 @@ impl Store {
         }
     }
 
+    /// Counts and logs an orphan claim released.
+    pub(super) fn orphan_released(&self, scope: &Digest, fence: i64) {
+        self.orphans_released.inc();
+        tracing::info!(
+            scope = %scope.to_hex(),
+            fence,
+            "released an orphan claim: it committed, and its caller never got the answer"
+        );
+    }
+
     /// One attempt: the fence released, or `None` when no pending row carries `claim_id`.
-    async fn release_orphan_once(
+    pub(super) async fn release_orphan_once(
         &self,
         scope: &Digest,
         claim_id: Uuid,

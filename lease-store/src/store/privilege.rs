@@ -298,21 +298,101 @@ impl Store {
     /// What this store's role can do beyond serving ([`RUNTIME_GRANTS`]): empty for a runtime
     /// role granted by `migrate --grant-runtime`; for the owner, a superuser or a role with
     /// broader grants, one line per excess right.
+    ///
+    /// On a partitioned database the role is checked on the router (it may call the routed
+    /// functions and nothing more: never own them or the slot map, nor create objects
+    /// beside them) and on every partition, through its partition URL, as on one database
+    /// (the partition's functions included). Each finding names where it was found.
     pub async fn excess_privileges(&self) -> Result<Vec<String>, StoreError> {
-        if self.partitioned {
-            return Err(StoreError::Invalid(
-                "a partitioned database's router holds no records; its partitions' roles are \
-                 granted by `lease-store migrate --grant-runtime` (docs/distributed-sql.md)"
-                    .into(),
-            ));
-        }
         let forbidden = forbidden();
-        self.run(async |client| {
-            query_triples(client, EXCESS_PRIVILEGES_SQL, None, &forbidden).await
-        })
-        .await
+        if !self.partitioned() {
+            return self
+                .run(async |client| {
+                    query_triples(client, EXCESS_PRIVILEGES_SQL, None, &forbidden).await
+                })
+                .await;
+        }
+        let mut excess: Vec<String> = self
+            .run(async |client| {
+                let mut found = query_findings(client, ROUTER_EXCESS_SQL).await?;
+                found.extend(query_findings(client, FUNCTIONS_OWNED_SQL).await?);
+                Ok(found)
+            })
+            .await?
+            .into_iter()
+            .map(|finding| format!("router: {finding}"))
+            .collect();
+        for (index, url) in self.partitions.iter().enumerate() {
+            let database = crate::db::parse(url)?;
+            let (client, connection) = database.config.connect(database.tls).await?;
+            let driver = tokio::spawn(connection);
+            let found = async {
+                let mut found =
+                    query_triples(&client, EXCESS_PRIVILEGES_SQL, None, &forbidden).await?;
+                found.extend(query_findings(&client, FUNCTIONS_OWNED_SQL).await?);
+                Ok::<_, StoreError>(found)
+            }
+            .await;
+            drop(client);
+            let _ = driver.await;
+            excess.extend(
+                found?
+                    .into_iter()
+                    .map(|finding| format!("partition {index}: {finding}")),
+            );
+        }
+        Ok(excess)
     }
 }
+
+/// Runs `sql` (no parameters) and collects its one text column.
+async fn query_findings(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<String>, StoreError> {
+    client
+        .query(sql, &[])
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get::<_, String>(0)?))
+        .collect()
+}
+
+/// The routed and partition functions (`keyflight_*`) the current role may act as the owner
+/// of: it could rewrite what a statement does, or where the router sends it.
+const FUNCTIONS_OWNED_SQL: &str = "
+SELECT format('may act as the owner of %s (%s)', p.oid::regprocedure, pg_get_userbyid(p.proowner))
+  FROM pg_proc p
+ WHERE p.proname LIKE 'keyflight\\_%'
+   AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+   AND pg_has_role(p.proowner, 'MEMBER')";
+
+/// What the current role can do on a partitioned database's router beyond calling the
+/// routed functions (whose owners [`FUNCTIONS_OWNED_SQL`] finds), one finding per row: a
+/// superuser or a role that may create roles (as in [`EXCESS_PRIVILEGES_SQL`]), the owner
+/// of the slot map (it could send a slot anywhere), and the right to create objects beside
+/// the functions (a function of the same name earlier on the search path).
+const ROUTER_EXCESS_SQL: &str = "
+WITH me AS (
+    SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = current_user
+)
+SELECT 'is a superuser' AS finding FROM me WHERE rolsuper
+UNION ALL
+SELECT 'may create roles, so may make itself the owner''s member' FROM me
+ WHERE rolcreaterole AND NOT rolsuper
+UNION ALL
+SELECT format('may act as the owner of the slot map %s (%s)', srvname, pg_get_userbyid(srvowner))
+  FROM pg_foreign_server
+ WHERE srvname = 'keyflight_partitions'
+   AND NOT (SELECT rolsuper FROM me) AND pg_has_role(srvowner, 'MEMBER')
+UNION ALL
+SELECT format('may CREATE in schema %s', n.nspname)
+  FROM pg_namespace n
+ WHERE n.oid IN (SELECT pronamespace FROM pg_proc WHERE proname = 'keyflight_claim')
+   AND NOT (SELECT rolsuper FROM me) AND has_schema_privilege(n.oid, 'CREATE')
+UNION ALL
+SELECT format('may CREATE in database %s', current_database())
+ WHERE NOT (SELECT rolsuper FROM me) AND has_database_privilege(current_database(), 'CREATE')";
 
 #[cfg(test)]
 mod tests {

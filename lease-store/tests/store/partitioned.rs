@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::{
-    RuntimeRole, SLOTS, Store, StoreError, migrate_partitioned, move_slot, slot_of,
+    BatchKind, ClaimAttempt, RuntimeRole, SLOTS, Store, StoreError, migrate_partitioned, move_slot,
+    slot_of,
 };
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
-    ClaimResponse, PreviousIdentity, ReleaseAs, ReleaseRequest, RenewRequest, WonHow,
+    ClaimRequest, ClaimResponse, PreviousIdentity, ReleaseAs, ReleaseRequest, RenewRequest, WonHow,
 };
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::eventually;
@@ -336,19 +337,205 @@ async fn a_follower_is_woken_by_its_own_partitions_settle() {
 
 /// No transaction spans two partitions, so a claim across a recipe change is refused
 /// rather than half-made.
-#[tokio::test]
-async fn a_claim_on_two_scopes_is_refused() {
+/// One request under a new recipe (`new`) and its previous one (`old`), their scopes on two
+/// partitions, the new one first in byte order when `new_first`.
+struct Recipes {
+    new: (Digest, Digest),
+    old: (Digest, Digest),
+}
+
+impl Recipes {
+    fn on_two_partitions(db: &Partitioned, new_first: bool, body: &str) -> Recipes {
+        loop {
+            let (new, old) = (scope_on(db, 0), scope_on(db, 1));
+            if (new < old) == new_first {
+                return Recipes {
+                    new: (new, fingerprint(&format!("new {body}"))),
+                    old: (old, fingerprint(&format!("old {body}"))),
+                };
+            }
+        }
+    }
+
+    /// A proxy on the new recipe naming the previous one: the dual claim.
+    fn dual(&self) -> ClaimRequest {
+        let mut req = claim_req(self.new.1, 30_000);
+        req.previous = Some(PreviousIdentity {
+            scope: self.old.0,
+            fingerprint: self.old.1,
+        });
+        req
+    }
+
+    /// A proxy still on the old recipe.
+    fn old_only(&self) -> ClaimRequest {
+        claim_req(self.old.1, 30_000)
+    }
+
+    /// The record of `scope` on its partition: `(state, fence, claim_id)`.
+    async fn record(
+        &self,
+        db: &Partitioned,
+        scope: &Digest,
+    ) -> Option<(String, i64, Option<uuid::Uuid>)> {
+        row_state(
+            &raw_client(&db.partitions[db.owner(scope)].url()).await,
+            scope,
+        )
+        .await
+    }
+}
+
+/// A recipe change on a partitioned database: proxies on the new recipe claim both scopes
+/// (on two partitions, so in turn), proxies still on the old one claim theirs, and of all of
+/// them exactly one wins, whichever scope comes first; the winner's settles cover both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_across_a_recipe_change_have_one_winner_across_partitions() {
     let db = three();
     let store = db.store().await;
-    let mut req = claim_req(fingerprint("dual"), 30_000);
-    req.previous = Some(PreviousIdentity {
-        scope: fresh_scope(),
-        fingerprint: fingerprint("dual, v1"),
-    });
+    for new_first in [true, false] {
+        let recipes = Arc::new(Recipes::on_two_partitions(db, new_first, "race"));
+        let barrier = Arc::new(Barrier::new(32));
+        let racers: Vec<_> = (0..32)
+            .map(|i| {
+                let (store, barrier, recipes) =
+                    (store.clone(), Arc::clone(&barrier), Arc::clone(&recipes));
+                tokio::spawn(async move {
+                    let (dual, (scope, req)) = match i % 2 {
+                        0 => (true, (recipes.new.0, recipes.dual())),
+                        _ => (false, (recipes.old.0, recipes.old_only())),
+                    };
+                    barrier.wait().await;
+                    (dual, store.claim(&scope, &req).await.unwrap().response)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                (
+                    dual,
+                    ClaimResponse::Won {
+                        claim_id, fence, ..
+                    },
+                ) => winners.push((dual, claim_id, fence)),
+                (_, ClaimResponse::InProgress { .. }) => {}
+                (_, other) => panic!("unexpected answer {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "new first: {new_first}: {winners:?}");
+        let (dual, claim_id, _) = winners[0];
+        let held = |record: Option<(String, i64, Option<uuid::Uuid>)>| {
+            record.is_some_and(|(state, _, id)| state == "pending" && id == Some(claim_id))
+        };
+        assert!(held(recipes.record(db, &recipes.old.0).await));
+        match dual {
+            true => assert!(held(recipes.record(db, &recipes.new.0).await)),
+            false => assert_eq!(
+                recipes.record(db, &recipes.new.0).await,
+                None,
+                "a dual claim that lost gave back what it had won"
+            ),
+        }
+        let (scope, previous_scope) = match dual {
+            true => (recipes.new.0, Some(recipes.old.0)),
+            false => (recipes.old.0, None),
+        };
+        store
+            .renew(
+                &scope,
+                &RenewRequest {
+                    claim_id,
+                    lease_ms: 30_000,
+                    previous_scope,
+                },
+            )
+            .await
+            .unwrap();
+        let mut finalize = finalize_ok(claim_id);
+        finalize.previous_scope = previous_scope;
+        store.finalize(&scope, finalize.clone()).await.unwrap();
+        store.finalize(&scope, finalize).await.unwrap();
+        let replayed = ClaimResponse::Completed {
+            response: sample_response(),
+        };
+        assert_eq!(
+            store
+                .claim(&recipes.new.0, &recipes.dual())
+                .await
+                .unwrap()
+                .response,
+            replayed
+        );
+        assert_eq!(
+            store
+                .claim(&recipes.old.0, &recipes.old_only())
+                .await
+                .unwrap()
+                .response,
+            replayed
+        );
+    }
+}
+
+/// A dual claim that wins its first scope and loses its second (a proxy on the old recipe
+/// runs the request) gives the first back before it answers: nothing of it is left to hold
+/// the new recipe's key, and it follows the running request to its answer.
+#[tokio::test]
+async fn a_dual_claim_that_loses_its_second_scope_gives_the_first_back() {
+    let db = three();
+    let store = db.store().await;
+    let recipes = Recipes::on_two_partitions(db, true, "given back");
+    let (claim_id, _, _) = must_win(&store, &recipes.old.0, &recipes.old_only()).await;
     assert!(matches!(
-        store.claim(&fresh_scope(), &req).await,
-        Err(StoreError::Invalid(_))
+        store
+            .claim(&recipes.new.0, &recipes.dual())
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::InProgress { .. }
     ));
+    assert_eq!(recipes.record(db, &recipes.new.0).await, None);
+    store
+        .finalize(&recipes.old.0, finalize_ok(claim_id))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .claim(&recipes.new.0, &recipes.dual())
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::Completed {
+            response: sample_response()
+        }
+    );
+}
+
+/// A dual claim's settle lands on neither record when another claim holds one of them (it
+/// took the record over after this claim's lease ran out): the two recipes never keep two
+/// different answers of one request.
+#[tokio::test]
+async fn a_dual_settle_lands_nowhere_when_another_claim_took_either_record() {
+    let db = three();
+    let store = db.store().await;
+    let recipes = Recipes::on_two_partitions(db, false, "taken");
+    let (claim_id, _, _) = must_win(&store, &recipes.new.0, &recipes.dual()).await;
+    let old = raw_client(&db.partitions[db.owner(&recipes.old.0)].url()).await;
+    old.execute(
+        "UPDATE keyflight_records SET claim_id = gen_random_uuid() WHERE scope = $1",
+        &[&recipes.old.0.0.as_slice()],
+    )
+    .await
+    .unwrap();
+    let mut finalize = finalize_ok(claim_id);
+    finalize.previous_scope = Some(recipes.old.0);
+    assert!(matches!(
+        store.finalize(&recipes.new.0, finalize).await,
+        Err(StoreError::LeaseLost)
+    ));
+    let (state, _, held_by) = recipes.record(db, &recipes.new.0).await.unwrap();
+    assert_eq!((state.as_str(), held_by), ("pending", Some(claim_id)));
 }
 
 /// One partition down fails closed the scopes it owns, and only those; when it is back,
@@ -510,6 +697,45 @@ async fn the_router_runs_the_statements_as_the_runtime_role_and_only_for_it() {
     };
     let store = Store::connect(&settings).await.unwrap();
     store.readiness().await.unwrap();
+    assert_eq!(
+        store.excess_privileges().await.unwrap(),
+        Vec::<String>::new(),
+        "the runtime role can do what serving needs and no more, on the router and on \
+         every partition"
+    );
+    // A role that may act as the router's owner could rewrite the routed functions or send
+    // a slot anywhere: found on the router, and only there.
+    db.router
+        .psql("CREATE ROLE owner_member LOGIN; GRANT postgres TO owner_member");
+    let on_router = Store::connect(&keyflight_lease_store::store::StoreSettings {
+        database_url: as_role(db.router.url(), "owner_member"),
+        ..settings.clone()
+    })
+    .await
+    .unwrap()
+    .excess_privileges()
+    .await
+    .unwrap();
+    for finding in [
+        "router: may act as the owner of the slot map keyflight_partitions (postgres)",
+        "router: may act as the owner of keyflight_claim(bytea,bytea,uuid,bigint,bigint,boolean,boolean) (postgres)",
+    ] {
+        assert!(
+            on_router.iter().any(|f| f == finding),
+            "no `{finding}` in {on_router:?}"
+        );
+    }
+    assert!(
+        on_router.iter().all(|f| f.starts_with("router: ")),
+        "{on_router:?}"
+    );
+    let as_owner = db.store().await.excess_privileges().await.unwrap();
+    for place in ["router", "partition 0", "partition 1"] {
+        assert!(
+            as_owner.contains(&format!("{place}: is a superuser")),
+            "{as_owner:?}"
+        );
+    }
     let scope = fresh_scope();
     let req = claim_req(fingerprint("least privilege"), 30_000);
     let (claim_id, _, _) = must_win(&store, &scope, &req).await;
@@ -540,4 +766,292 @@ async fn the_router_runs_the_statements_as_the_runtime_role_and_only_for_it() {
         Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
         "{denied}"
     );
+}
+
+/// A store with one batch worker per kind on `db`, so a test can hold that worker on a
+/// partition and queue calls behind it.
+async fn one_worker_store_on(db: &Partitioned) -> Store {
+    let settings = keyflight_lease_store::store::StoreSettings {
+        partitions: db.partition_urls(),
+        batch: keyflight_lease_store::store::BatchSettings {
+            workers: 1,
+            max_items: 64,
+        },
+        ..settings(&db.router.url())
+    };
+    Store::connect(&settings).await.unwrap()
+}
+
+/// A batch worker held on partition `p` by a transaction that locks a record there, until
+/// [`PartitionGate::open`].
+struct PartitionGate {
+    db: tokio_postgres::Client,
+    held: tokio::task::JoinHandle<bool>,
+}
+
+impl PartitionGate {
+    /// Holds the claim worker: a claim of a scope a transaction on `p` is inserting.
+    async fn claims(db: &Partitioned, p: usize, store: &Store) -> PartitionGate {
+        let scope = scope_on(db, p);
+        let gate = PartitionGate::begin(db, p, &scope, INSERT_PENDING).await;
+        let (store, req) = (store.clone(), claim_req(fingerprint("gate"), 30_000));
+        let held = tokio::spawn(async move {
+            matches!(
+                store.claim(&scope, &req).await.unwrap().response,
+                ClaimResponse::Won { .. }
+            )
+        });
+        gate.held_by(db, p, held).await
+    }
+
+    /// Holds the finalize worker: the finalize of a record a transaction on `p` has locked.
+    async fn finalizes(db: &Partitioned, p: usize, store: &Store) -> PartitionGate {
+        let scope = scope_on(db, p);
+        let (claim_id, _, _) =
+            must_win(store, &scope, &claim_req(fingerprint("gate"), 30_000)).await;
+        let gate = PartitionGate::begin(db, p, &scope, LOCK_RECORD).await;
+        let store = store.clone();
+        let held =
+            tokio::spawn(
+                async move { store.finalize(&scope, finalize_ok(claim_id)).await.is_ok() },
+            );
+        gate.held_by(db, p, held).await
+    }
+
+    async fn begin(db: &Partitioned, p: usize, scope: &Digest, sql: &str) -> PartitionGate {
+        let client = raw_client(&db.partitions[p].url()).await;
+        client.batch_execute("BEGIN").await.unwrap();
+        client.execute(sql, &[&scope.0.as_slice()]).await.unwrap();
+        PartitionGate {
+            db: client,
+            held: tokio::spawn(async { true }),
+        }
+    }
+
+    /// Waits until `held` waits for the gate's lock on partition `p`.
+    async fn held_by(
+        self,
+        db: &Partitioned,
+        p: usize,
+        held: tokio::task::JoinHandle<bool>,
+    ) -> PartitionGate {
+        let watcher = raw_client(&db.partitions[p].url()).await;
+        eventually(
+            "the worker waits for the gate",
+            Duration::from_secs(20),
+            || async {
+                watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    >= 1
+            },
+        )
+        .await;
+        PartitionGate { held, ..self }
+    }
+
+    /// Rolls the gate back: the held call goes through, and the worker moves on.
+    async fn open(self) {
+        self.db.batch_execute("ROLLBACK").await.unwrap();
+        assert!(self.held.await.unwrap(), "the held call went through");
+    }
+}
+
+/// A pending row for `$1`, as a claim's insert writes it (uncommitted, it holds every claim
+/// of the scope).
+const INSERT_PENDING: &str = "INSERT INTO keyflight_records
+     (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+      created_at, retention, expires_at, updated_at)
+ VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
+         now() + interval '1 minute', now(), interval '1 hour',
+         now() + interval '1 hour', now())";
+
+/// Locks the record `$1` (held, it holds the record's finalize).
+const LOCK_RECORD: &str = "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE";
+
+/// Waits until `n` calls of `kind` wait in `store`'s queue.
+async fn queued(store: &Store, kind: BatchKind, n: usize) {
+    eventually(
+        &format!("{n} {kind:?} calls queued"),
+        Duration::from_secs(20),
+        || async { store.batch_queued(kind) == n },
+    )
+    .await;
+}
+
+/// How many transactions last wrote the records of `scopes`, on each partition (the rows
+/// one transaction wrote share its id, `xmin`).
+async fn transactions_per_partition(db: &Partitioned, scopes: &[Digest]) -> Vec<i64> {
+    let scopes: Vec<&[u8]> = scopes.iter().map(|s| s.0.as_slice()).collect();
+    let mut counts = Vec::new();
+    for partition in &db.partitions {
+        let client = raw_client(&partition.url()).await;
+        let row = client
+            .query_one(
+                "SELECT count(DISTINCT xmin::text) FROM keyflight_records WHERE scope = ANY($1)",
+                &[&scopes],
+            )
+            .await
+            .unwrap();
+        counts.push(row.get(0));
+    }
+    counts
+}
+
+/// Ten fresh scopes on each of `db`'s partitions, interleaved.
+fn scopes_on_every_partition(db: &Partitioned) -> Vec<Digest> {
+    (0..10)
+        .flat_map(|_| (0..db.partitions.len()).map(|p| scope_on(db, p)))
+        .collect()
+}
+
+/// Group commit survives partitioning: claims queued together run as one routed batch,
+/// which PL/Proxy splits by partition (each partition inserts its share in one statement),
+/// and every call gets the answer one database would give; the same for finalizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_and_finalizes_queued_together_run_as_one_batch_split_by_partition() {
+    let db = Partitioned::start(2);
+    let store = one_worker_store_on(&db).await;
+    let scopes = scopes_on_every_partition(&db);
+    let req = claim_req(fingerprint("batched"), 30_000);
+
+    let gate = PartitionGate::claims(&db, 0, &store).await;
+    let claims: Vec<_> = scopes
+        .iter()
+        .map(|scope| {
+            let (store, scope, req) = (store.clone(), *scope, req.clone());
+            tokio::spawn(async move { store.claim(&scope, &req).await.unwrap().response })
+        })
+        .collect();
+    queued(&store, BatchKind::Claim, scopes.len()).await;
+    gate.open().await;
+    let mut won = Vec::new();
+    let mut fences = std::collections::HashSet::new();
+    for (scope, claim) in scopes.iter().zip(claims) {
+        let ClaimResponse::Won {
+            claim_id,
+            fence,
+            how: WonHow::Claimed,
+            ..
+        } = claim.await.unwrap()
+        else {
+            panic!("a fresh scope in a batch must be won");
+        };
+        assert!(fences.insert(fence), "fence {fence} handed out twice");
+        let owner = raw_client(&db.partitions[db.owner(scope)].url()).await;
+        assert_eq!(
+            row_state(&owner, scope).await,
+            Some(("pending".into(), fence, Some(claim_id))),
+            "the record is on its owner, held by the answered claim"
+        );
+        won.push((*scope, claim_id));
+    }
+    let claims = store.batch_sizes().totals(BatchKind::Claim);
+    assert_eq!((claims.batches, claims.largest), (2, 20), "{claims:?}");
+    assert_eq!(
+        transactions_per_partition(&db, &scopes).await,
+        vec![1, 1],
+        "each partition inserted its share in one transaction"
+    );
+
+    let gate = PartitionGate::finalizes(&db, 1, &store).await;
+    let finalizes: Vec<_> = won
+        .iter()
+        .map(|(scope, claim_id)| {
+            let (store, scope, claim_id) = (store.clone(), *scope, *claim_id);
+            tokio::spawn(async move { store.finalize(&scope, finalize_ok(claim_id)).await })
+        })
+        .collect();
+    queued(&store, BatchKind::Finalize, won.len()).await;
+    gate.open().await;
+    for finalize in finalizes {
+        finalize.await.unwrap().unwrap();
+    }
+    let finalizes = store.batch_sizes().totals(BatchKind::Finalize);
+    assert_eq!(
+        (finalizes.batches, finalizes.largest),
+        (2, 20),
+        "{finalizes:?}"
+    );
+    for (scope, _) in &won {
+        assert_eq!(
+            store.claim(scope, &req).await.unwrap().response,
+            ClaimResponse::Completed {
+                response: sample_response()
+            }
+        );
+    }
+}
+
+/// A batch over a partition that is down fails only the calls whose scopes that partition
+/// owns: the others land, and nothing the batch may have won on the live partition is
+/// left behind as an orphan that would hold its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_a_partition_that_is_down_fails_only_its_calls() {
+    let db = Partitioned::start(2);
+    let store = one_worker_store_on(&db).await;
+    let req = claim_req(fingerprint("outage"), 30_000);
+    let settling = scopes_on_every_partition(&db);
+    let mut won = Vec::new();
+    for scope in &settling {
+        won.push((*scope, must_win(&store, scope, &req).await.0));
+    }
+    db.partitions[1].stop();
+
+    let gate = PartitionGate::finalizes(&db, 0, &store).await;
+    let finalizes: Vec<_> = won
+        .iter()
+        .map(|(scope, claim_id)| {
+            let (store, scope, claim_id) = (store.clone(), *scope, *claim_id);
+            tokio::spawn(async move { store.finalize(&scope, finalize_ok(claim_id)).await })
+        })
+        .collect();
+    queued(&store, BatchKind::Finalize, won.len()).await;
+    gate.open().await;
+    for ((scope, _), finalize) in won.iter().zip(finalizes) {
+        match (db.owner(scope), finalize.await.unwrap()) {
+            (0, Ok(())) | (1, Err(StoreError::Unavailable(_))) => {}
+            (p, other) => panic!("a finalize on partition {p} answered {other:?}"),
+        }
+    }
+
+    let claiming = scopes_on_every_partition(&db);
+    let gate = PartitionGate::claims(&db, 0, &store).await;
+    let claims: Vec<_> = claiming
+        .iter()
+        .map(|scope| {
+            let (store, scope, req) = (store.clone(), *scope, req.clone());
+            tokio::spawn(async move { store.claim(&scope, &req).await })
+        })
+        .collect();
+    queued(&store, BatchKind::Claim, claiming.len()).await;
+    gate.open().await;
+    let live = raw_client(&db.partitions[0].url()).await;
+    for (scope, claim) in claiming.iter().zip(claims) {
+        match (db.owner(scope), claim.await.unwrap()) {
+            (
+                0,
+                Ok(ClaimAttempt {
+                    response:
+                        ClaimResponse::Won {
+                            claim_id,
+                            how: WonHow::Claimed,
+                            fence,
+                            ..
+                        },
+                    ..
+                }),
+            ) => assert_eq!(
+                row_state(&live, scope).await,
+                Some(("pending".into(), fence, Some(claim_id)))
+            ),
+            (1, Err(StoreError::Unavailable(_))) => {}
+            (p, other) => panic!("a claim on partition {p} answered {other:?}"),
+        }
+    }
 }

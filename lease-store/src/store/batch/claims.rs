@@ -14,7 +14,8 @@
 //! Lock order: the rows are inserted in scope order, in every batch, so two
 //! batches that touch the same fresh scopes wait for each other in one
 //! direction only. A batch that still deadlocks (with a transaction outside
-//! the store) runs its calls singly ([`super::run_singly_instead`]).
+//! the store) runs its calls singly, as after any failure of the whole batch
+//! ([`Store::claim_singly_after`]).
 //!
 //! The takeover grace does not apply: the batch only inserts fresh rows and
 //! never takes a lease over, nor holds a lapsed one (a fresh row carries its
@@ -28,8 +29,9 @@ use keyflight_protocol::wire::{ClaimResponse, WonHow};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{BatchKind, Item, Queues, run_singly_instead};
+use super::{BatchKind, Item, Queues};
 use crate::store::claim::ClaimParams;
+use crate::store::partitions::Routed;
 use crate::store::{ClaimAttempt, Store, StoreError};
 
 /// `$1` scopes, `$2` fingerprints, `$3` claim ids, `$4` lease ms, `$5`
@@ -49,6 +51,9 @@ SELECT c.scope, 'pending', c.fingerprint, c.claim_id, nextval('keyflight_fence_s
  ORDER BY c.scope
 ON CONFLICT (scope) DO NOTHING
 RETURNING scope, fence";
+
+/// [`CLAIM_BATCH_SQL`] on a partitioned database: each partition inserts its share.
+pub(in crate::store) static CLAIM_BATCH: Routed = Routed::split("claim_batch", CLAIM_BATCH_SQL);
 
 /// A queued claim.
 pub(in crate::store) struct ClaimItem {
@@ -134,7 +139,7 @@ impl Store {
         let claim_ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
         let inserted = self
             .run(async |client| {
-                let statement = client.prepare_cached(CLAIM_BATCH_SQL).await?;
+                let statement = client.prepare_cached(self.sql(&CLAIM_BATCH)).await?;
                 let scopes: Vec<&[u8]> = batch.iter().map(|i| i.scope.0.as_slice()).collect();
                 let fingerprints: Vec<&[u8]> = batch
                     .iter()
@@ -144,7 +149,7 @@ impl Store {
                 let retentions: Vec<i64> = batch.iter().map(|i| i.params.retention_ms).collect();
                 let at_most_once: Vec<bool> = batch.iter().map(|i| i.params.at_most_once).collect();
                 let sent = Instant::now();
-                let rows = match client
+                let rows = client
                     .query(
                         &statement,
                         &[
@@ -156,25 +161,17 @@ impl Store {
                             &at_most_once,
                         ],
                     )
-                    .await
-                {
-                    Ok(rows) => rows,
-                    Err(e) if run_singly_instead(&e) => {
-                        tracing::info!(error = %e, calls = batch.len(), "claim batch failed; running its calls singly");
-                        return Ok(None);
-                    }
-                    Err(e) => return Err(e.into()),
-                };
+                    .await?;
                 let mut won = Vec::with_capacity(rows.len());
                 for row in &rows {
                     let scope: &[u8] = row.try_get("scope")?;
                     won.push((scope.to_vec(), row.try_get::<_, i64>("fence")?));
                 }
-                Ok(Some((won, sent)))
+                Ok((won, sent))
             })
             .await;
         match inserted {
-            Ok(Some((won, sent))) => {
+            Ok((won, sent)) => {
                 let mut fences: Vec<Option<i64>> = vec![None; batch.len()];
                 for (scope, fence) in won {
                     if let Ok(at) = batch.binary_search_by(|i| i.scope.0.as_slice().cmp(&scope)) {
@@ -204,10 +201,52 @@ impl Store {
                     }
                 }
             }
-            Ok(None) => batch.into_iter().for_each(Item::run_singly),
-            Err(e) => batch
-                .into_iter()
-                .for_each(|item| item.answer(self, Err(e.clone()))),
+            Err(e) => self.claim_singly_after(batch, claim_ids, e).await,
+        }
+    }
+
+    /// After a batch that failed as a whole (`batch/mod.rs`): each call alone, once the
+    /// batch's own claim on its scope is surely gone.
+    ///
+    /// The batch may have committed anyway, wholly (its answer was lost) or, on a
+    /// partitioned database, in part: each partition commits its share, so one
+    /// partition's deadlock or outage fails the statement after the others committed.
+    /// Nobody holds the claim ids the batch drew, so whatever it won is an orphan,
+    /// released by claim id first (`store/orphan.rs`); each call then runs alone, and one
+    /// partition's failure is the answer only of the calls whose scopes it owns. A call
+    /// whose release could not reach its database gets that error, and the release goes
+    /// on in the background, as it does for a call whose batch may still commit late.
+    async fn claim_singly_after(
+        &self,
+        batch: Vec<ClaimItem>,
+        claim_ids: Vec<Uuid>,
+        error: StoreError,
+    ) {
+        tracing::info!(error = %error, calls = batch.len(), "claim batch failed; releasing what it may have won and running its calls singly");
+        let settled_by = Instant::now() + self.answer_timeout;
+        let released = futures_util::future::join_all(batch.iter().zip(&claim_ids).map(
+            async |(item, claim_id)| match item.abandoned() {
+                true => None,
+                false => Some(self.release_orphan_once(&item.scope, *claim_id).await),
+            },
+        ))
+        .await;
+        for ((item, claim_id), released) in batch.into_iter().zip(claim_ids).zip(released) {
+            match released {
+                Some(Ok(Some(fence))) => {
+                    self.orphan_released(&item.scope, fence);
+                    item.run_singly();
+                }
+                Some(Ok(None)) => {
+                    self.release_orphan(item.scope, claim_id, settled_by);
+                    item.run_singly();
+                }
+                Some(Err(e)) => {
+                    self.release_orphan(item.scope, claim_id, settled_by);
+                    item.answer(self, Err(e));
+                }
+                None => self.release_orphan(item.scope, claim_id, settled_by),
+            }
         }
     }
 }

@@ -15,7 +15,7 @@
 //! Lock order: the statement joins the sorted arrays to the table; two
 //! batches can only meet on one scope when a finalize is repeated, and if
 //! their plans lock rows in different orders and deadlock, the batch runs its
-//! calls singly ([`super::run_singly_instead`]).
+//! calls singly, as after any failure of the whole batch.
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::FinalizeRequest;
@@ -23,7 +23,8 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::Json;
 use uuid::Uuid;
 
-use super::{BatchKind, Item, Queues, run_singly_instead};
+use super::{BatchKind, Item, Queues};
+use crate::store::partitions::Routed;
 use crate::store::{Store, StoreError};
 
 /// `$1` scopes, `$2` claim ids, `$3` statuses, `$4` headers, `$5` bodies, `$6`
@@ -37,6 +38,10 @@ UPDATE keyflight_records r
        AS f(scope, claim_id, status, headers, body, replayable)
  WHERE r.scope = f.scope AND r.claim_id = f.claim_id AND r.state = 'pending'
 RETURNING r.scope";
+
+/// [`FINALIZE_BATCH_SQL`] on a partitioned database: each partition updates its share.
+pub(in crate::store) static FINALIZE_BATCH: Routed =
+    Routed::split("finalize_batch", FINALIZE_BATCH_SQL);
 
 /// A queued finalize.
 pub(in crate::store) struct FinalizeItem {
@@ -122,7 +127,7 @@ impl Store {
         batch.sort_by_key(|item| item.scope);
         let updated = self
             .run(async |client| {
-                let statement = client.prepare_cached(FINALIZE_BATCH_SQL).await?;
+                let statement = client.prepare_cached(self.sql(&FINALIZE_BATCH)).await?;
                 let scopes: Vec<&[u8]> = batch.iter().map(|i| i.scope.0.as_slice()).collect();
                 let claim_ids: Vec<Uuid> = batch.iter().map(|i| i.request.claim_id).collect();
                 let statuses: Vec<i32> = batch
@@ -138,30 +143,29 @@ impl Store {
                     .map(|i| i.request.response.body.as_slice())
                     .collect();
                 let replayable: Vec<bool> = batch.iter().map(|i| i.request.replayable).collect();
-                let rows = match client
+                let rows = client
                     .query(
                         &statement,
-                        &[&scopes, &claim_ids, &statuses, &headers, &bodies, &replayable],
+                        &[
+                            &scopes,
+                            &claim_ids,
+                            &statuses,
+                            &headers,
+                            &bodies,
+                            &replayable,
+                        ],
                     )
-                    .await
-                {
-                    Ok(rows) => rows,
-                    Err(e) if run_singly_instead(&e) => {
-                        tracing::info!(error = %e, calls = batch.len(), "finalize batch failed; running its calls singly");
-                        return Ok(None);
-                    }
-                    Err(e) => return Err(e.into()),
-                };
+                    .await?;
                 let mut landed = Vec::with_capacity(rows.len());
                 for row in &rows {
                     let scope: &[u8] = row.try_get("scope")?;
                     landed.push(scope.to_vec());
                 }
-                Ok(Some(landed))
+                Ok(landed)
             })
             .await;
         match updated {
-            Ok(Some(landed)) => {
+            Ok(landed) => {
                 let mut owned = vec![false; batch.len()];
                 for scope in landed {
                     if let Ok(at) = batch.binary_search_by(|i| i.scope.0.as_slice().cmp(&scope)) {
@@ -176,10 +180,15 @@ impl Store {
                     });
                 }
             }
-            Ok(None) => batch.into_iter().for_each(Item::run_singly),
-            Err(e) => batch
-                .into_iter()
-                .for_each(|item| item.answer(FinalizeReply::Answered(Err(e.clone())))),
+            // A batch that failed as a whole (`batch/mod.rs`) may have landed, wholly or
+            // (on a partitioned database, where each partition commits its share) in
+            // part. A finalize is fenced and the repeat of a landed one succeeds, so each
+            // call simply runs alone: one partition's failure is the answer only of the
+            // calls whose scopes it owns.
+            Err(e) => {
+                tracing::info!(error = %e, calls = batch.len(), "finalize batch failed; running its calls singly");
+                batch.into_iter().for_each(Item::run_singly);
+            }
         }
     }
 }

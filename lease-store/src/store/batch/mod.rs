@@ -28,6 +28,15 @@
 //! than the budget runs alone). What the batch does not settle for a call —
 //! the scope was not fresh, the lease was not found — that call finishes on
 //! the unchanged single path (`claims.rs`, `finalizes.rs`).
+//!
+//! A batch statement that fails as a whole is never its calls' answer. It may
+//! have failed before doing anything (a deadlock with a transaction outside the
+//! store, a value the database refused, which must be the one bad call's answer,
+//! not its neighbours', a partitioned database's router installed before the
+//! batch functions), or it may have committed, wholly (its answer was lost) or,
+//! on a partitioned database, in part (each partition commits its share). So
+//! each call then runs alone, after the claims' worker released whatever the
+//! batch may have won for them (`claims.rs`).
 
 mod assembly;
 mod claims;
@@ -39,7 +48,6 @@ use std::time::Duration;
 
 use keyflight_protocol::Digest;
 use tokio::sync::{Mutex, mpsc};
-use tokio_postgres::error::SqlState;
 
 use super::{Store, StoreError};
 use assembly::{Assembly, Limits, Offer};
@@ -48,8 +56,8 @@ use finalizes::FinalizeItem;
 
 pub use sizes::{BatchLabel, BatchSizeFamily, BatchSizes, BatchTotals};
 
-pub(super) use claims::ClaimReply;
-pub(super) use finalizes::FinalizeReply;
+pub(super) use claims::{CLAIM_BATCH, ClaimReply};
+pub(super) use finalizes::{FINALIZE_BATCH, FinalizeReply};
 
 /// Default worker tasks per kind: one, which makes each batch the whole backlog (measured
 /// against two and four: `docs/group-commit.md#choosing-the-worker-count`).
@@ -249,21 +257,6 @@ fn assemble<I: Item>(
         }
     }
     assembly.items
-}
-
-/// Whether a batch statement that failed with `error` should be re-run one
-/// call at a time instead of failing every call in it: a deadlock or
-/// serialization failure (concurrent batches locked rows in different
-/// orders; alone, each call takes one row lock and cannot deadlock), or a
-/// value the database refused (class 22/23), which must be the one bad call's
-/// answer, not its neighbours'.
-fn run_singly_instead(error: &tokio_postgres::Error) -> bool {
-    error.code().is_some_and(|code| {
-        *code == SqlState::T_R_DEADLOCK_DETECTED
-            || *code == SqlState::T_R_SERIALIZATION_FAILURE
-            || code.code().starts_with("22")
-            || code.code().starts_with("23")
-    })
 }
 
 /// The callers' side of both kinds' queues.

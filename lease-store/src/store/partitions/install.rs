@@ -71,6 +71,7 @@ impl Signature {
         let run_on = match routed.on {
             RunOn::Scope => "RUN ON keyflight_partition($1)",
             RunOn::All => "RUN ON ALL",
+            RunOn::Split => "SPLIT ALL; RUN ON keyflight_partition($1)",
         };
         format!(
             "{} LANGUAGE plproxy AS $keyflight$ CLUSTER '{CLUSTER}'; {run_on}; $keyflight$;",

@@ -9,9 +9,11 @@
 //! operator's list) runs on every partition (`RUN ON ALL`) and the store combines the rows.
 //! A store serving a partitioned database sends the router the call
 //! ([`Routed::call`]) instead of the statement; nothing else in it changes, so each claim
-//! still runs whole, with single-node semantics, on one partition. What is not routed is
-//! refused on a partitioned database: group commit is off, and a call on two scopes (a
-//! claim across a recipe change) is `Invalid` (`Store::one_scope_only`).
+//! still runs whole, with single-node semantics, on one partition. A group-commit batch
+//! (`batch/`) is split by partition (PL/Proxy's `SPLIT`, [`RunOn::Split`]): each partition
+//! runs its share as one statement, so a batch is one transaction per partition it touches,
+//! never one across partitions. A call on two scopes (a claim across a recipe change)
+//! runs on both partitions in turn (`dual/across_partitions.rs`).
 //!
 //! The functions are generated from the statements themselves when `lease-store migrate`
 //! runs with partitions ([`install`]): each statement is prepared on the first partition
@@ -48,6 +50,11 @@ pub enum RunOn {
     Scope,
     /// On every partition; the store combines the rows ([`Routed::call`]).
     All,
+    /// A batch: every parameter is an array with one element per call, and `$1` holds the
+    /// scopes. PL/Proxy splits the arrays by the partition of each scope and runs the
+    /// statement once on each partition that owns one, in parallel and each in its own
+    /// transaction; the rows come back concatenated.
+    Split,
 }
 
 /// A statement, and how a partitioned database runs it.
@@ -73,6 +80,17 @@ impl Routed {
             name,
             sql,
             on: RunOn::Scope,
+            combine: None,
+            call: OnceLock::new(),
+        }
+    }
+
+    /// A batch statement over arrays of calls, split by partition ([`RunOn::Split`]).
+    pub const fn split(name: &'static str, sql: &'static str) -> Routed {
+        Routed {
+            name,
+            sql,
+            on: RunOn::Split,
             combine: None,
             call: OnceLock::new(),
         }
@@ -140,8 +158,8 @@ fn parameter_count(sql: &str) -> usize {
 }
 
 /// Every statement a partitioned database runs, in the order their functions are installed.
-pub fn routed() -> [&'static Routed; 18] {
-    use super::{claim, epoch, held, lease, orphan, records, retention, watch};
+pub fn routed() -> [&'static Routed; 21] {
+    use super::{batch, claim, dual, epoch, held, lease, orphan, records, retention, watch};
     [
         &claim::CLAIM,
         &claim::READ,
@@ -161,6 +179,9 @@ pub fn routed() -> [&'static Routed; 18] {
         &epoch::EPOCH,
         &retention::DELETE_EXPIRED,
         &held::HOLD_ABANDONED,
+        &batch::CLAIM_BATCH,
+        &batch::FINALIZE_BATCH,
+        &dual::HOLD_FOR_SETTLE,
     ]
 }
 

@@ -9,7 +9,9 @@
 //! it back. Every statement is sent before the first answer is awaited, so a caller that
 //! goes away cannot leave a transaction open on a pooled connection. Rows are locked in
 //! byte order of their scopes, the order group commit locks in too (`batch/claims.rs`), so
-//! dual claimers and batches never deadlock; a single-scope claimer locks one row.
+//! dual claimers and batches never deadlock; a single-scope claimer locks one row. On a
+//! partitioned database, where the two scopes may live on two partitions, the claim takes
+//! them in turn instead ([`across_partitions`]).
 //!
 //! An at-most-once claim that meets a lapsed lease on either scope holds it as `unknown`
 //! (`claim.rs`); the transaction that did so then rolls back (the claim did not win both),
@@ -38,6 +40,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use deadpool_postgres::Object;
+use tokio_postgres::Statement;
 
 use super::claim::{
     CLAIM_SQL, ClaimParams, HOLD_LAPSED_SQL, MAX_ATTEMPTS, READ_SQL, RecordSnapshot, held,
@@ -46,6 +49,10 @@ use super::claim::{
 use super::lease::{Written, run_written};
 use super::orphan::OrphanGuard;
 use super::{ClaimAttempt, Store, StoreError};
+
+mod across_partitions;
+
+pub(super) use across_partitions::{HOLD_FOR_SETTLE, settle_in_turn};
 
 /// `$1`, `$2` the two scopes, `$3` the claim id: fails (division by zero, SQLSTATE 22012)
 /// unless this transaction holds both records, so its `COMMIT` rolls both claims back.
@@ -76,7 +83,10 @@ impl Store {
             };
             return self.claim_single(scope, &under_previous).await;
         }
-        self.claim_both(scope, params, previous).await
+        match self.partitioned() {
+            true => self.claim_in_turn(scope, params, previous).await,
+            false => self.claim_both(scope, params, previous).await,
+        }
     }
 
     /// [`CLAIM_SQL`] on both scopes in one transaction; when it did not win both, the
@@ -164,49 +174,68 @@ impl Store {
                     };
                     return won_attempt(row, claim_id, params.lease_ms, sent);
                 }
-                let (current_scope, older_scope) = (current.0.0.as_slice(), older.0.0.as_slice());
-                let (current_param, older_param): (
-                    [&(dyn ToSql + Sync); 1],
-                    [&(dyn ToSql + Sync); 1],
-                ) = ([&current_scope], [&older_scope]);
-                let (current_row, older_row) = futures_util::try_join!(
-                    client.query_opt(&read, &current_param),
-                    client.query_opt(&read, &older_param),
-                )?;
-                let current_record = current_row
-                    .as_ref()
-                    .map(RecordSnapshot::from_row)
-                    .transpose()?;
-                let older_record = older_row
-                    .as_ref()
-                    .map(RecordSnapshot::from_row)
-                    .transpose()?;
-                let answers = [
-                    answer_of(current_record.as_ref(), &current.1)?,
-                    answer_of(older_record.as_ref(), &older.1)?,
-                ];
-                if let Some(attempt) = decide(answers) {
+                if let Some(attempt) =
+                    answer_from_records(client, &read, current, older, held_until).await?
+                {
                     return Ok(attempt);
                 }
-                // An expired lease this replica may not take over yet (takeover.rs).
-                let pending = [&current_record, &older_record]
-                    .into_iter()
-                    .any(|record| record.as_ref().is_some_and(RecordSnapshot::is_pending));
-                if let Some(until) = held_until
-                    && pending
-                {
-                    return Ok(super::claim::held_in_progress(until));
-                }
             }
-            Ok(ClaimAttempt {
-                response: ClaimResponse::InProgress { retry_after_s: 1 },
-                pending_until: None,
-                record_expires_at: None,
-                statement_sent: None,
-            })
+            Ok(come_back_shortly())
         })
         .await
     }
+}
+
+/// A dual claim that found both records winnable [`MAX_ATTEMPTS`] times, and won neither:
+/// the caller comes back shortly.
+fn come_back_shortly() -> ClaimAttempt {
+    ClaimAttempt {
+        response: ClaimResponse::InProgress { retry_after_s: 1 },
+        pending_until: None,
+        record_expires_at: None,
+        statement_sent: None,
+    }
+}
+
+/// The answer to a dual claim that did not win both records, from what both records say
+/// now ([`decide`]); `None` when both may be won (the claim runs again).
+async fn answer_from_records(
+    client: &Object,
+    read: &Statement,
+    current: (Digest, Digest),
+    older: (Digest, Digest),
+    held_until: Option<Instant>,
+) -> Result<Option<ClaimAttempt>, StoreError> {
+    let (current_scope, older_scope) = (current.0.0.as_slice(), older.0.0.as_slice());
+    let (current_param, older_param): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
+        ([&current_scope], [&older_scope]);
+    let (current_row, older_row) = futures_util::try_join!(
+        client.query_opt(read, &current_param),
+        client.query_opt(read, &older_param),
+    )?;
+    let current_record = current_row
+        .as_ref()
+        .map(RecordSnapshot::from_row)
+        .transpose()?;
+    let older_record = older_row
+        .as_ref()
+        .map(RecordSnapshot::from_row)
+        .transpose()?;
+    let answers = [
+        answer_of(current_record.as_ref(), &current.1)?,
+        answer_of(older_record.as_ref(), &older.1)?,
+    ];
+    if let Some(attempt) = decide(answers) {
+        return Ok(Some(attempt));
+    }
+    // An expired lease this replica may not take over yet (takeover.rs).
+    let pending = [&current_record, &older_record]
+        .into_iter()
+        .any(|record| record.as_ref().is_some_and(RecordSnapshot::is_pending));
+    Ok(match held_until {
+        Some(until) if pending => Some(super::claim::held_in_progress(until)),
+        _ => None,
+    })
 }
 
 /// `$1`, `$2` the two scopes, `$3` the claim id: fails (division by zero, SQLSTATE 22012)
