@@ -147,11 +147,13 @@ validate-manifests: envoy wasm
 e2e: net-prereqs partition-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
-# The whole end-to-end suite on three partitions behind a PL/Proxy router
-# (docs/distributed-sql.md). About 9 minutes; not part of make test (which runs the
-# partitioned scenarios of make e2e).
+# The end-to-end suite on three partitions behind a PL/Proxy router (docs/distributed-sql.md):
+# every scenario but the rollback to the previous release, which predates partitions (its
+# stores fail closed on a router: docs/distributed-sql.md#rolling-back-past-partitions).
+# About 9 minutes; not part of make test (which runs the partitioned scenarios of make e2e).
 e2e-partitioned: net-prereqs partition-prereqs envoy wasm build
-	KEYFLIGHT_STACK_PARTITIONS=3 KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
+	KEYFLIGHT_STACK_PARTITIONS=3 KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- \
+		--skip upgrades_run_once::a_retry_after_a_rollback_runs_once
 
 # The protocol model over the real filter code (docs/model.md): the bounded check, every
 # mutation caught, the mirrored SQL pinned; optimized (profile `model`), about a minute.

@@ -50,7 +50,10 @@ impl fmt::Display for MigrationReport {
 /// Applies every embedded migration the database lacks.
 pub async fn migrate(database_url: &str) -> Result<MigrationReport, StoreError> {
     let (mut client, driver) = owner_connection(database_url).await?;
-    let result = run_with_retries(&mut client).await;
+    let result = match super::partitions::refuse_router(&client).await {
+        Ok(()) => run_with_retries(&mut client).await,
+        Err(e) => Err(e),
+    };
     drop(client);
     // The connection task ends once the client is gone; its result adds nothing.
     let _ = driver.await;
@@ -135,6 +138,9 @@ pub(super) async fn check_current(client: &tokio_postgres::Client) -> Result<(),
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&HISTORY_TABLE])
         .await?
         .try_get(0)?;
+    if !exists {
+        super::partitions::refuse_router(client).await?;
+    }
     let applied: i64 = if exists {
         client
             .query_one(

@@ -538,6 +538,49 @@ async fn a_dual_settle_lands_nowhere_when_another_claim_took_either_record() {
     assert_eq!((state.as_str(), held_by), ("pending", Some(claim_id)));
 }
 
+/// A lease-store started on the router without its partitions (a rollback to a release
+/// without partitions, a missing `--partition-url`) fails closed: its migration is refused
+/// and every claim fails with the reason, so it never serves an empty table of its own
+/// beside the partitions' records.
+#[tokio::test]
+async fn a_store_without_its_partitions_fails_closed_on_the_router() {
+    let db = Partitioned::start(1);
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("rolled back"), 30_000);
+    must_win(&db.store().await, &scope, &req).await;
+
+    let told = |answer: Result<(), StoreError>| match answer {
+        Err(StoreError::Invalid(message)) => {
+            assert!(message.contains("--partition-url"), "{message}")
+        }
+        other => panic!("the router alone answered {other:?}"),
+    };
+    told(
+        keyflight_lease_store::store::migrate(&db.router.url())
+            .await
+            .map(drop),
+    );
+    let unpartitioned = Store::connect(&settings(&db.router.url())).await.unwrap();
+    told(unpartitioned.readiness().await);
+    // A store that does not ask (an older release) fails closed on every statement.
+    assert!(matches!(
+        unpartitioned.claim(&scope, &req).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    let direct = raw_client(&db.router.url()).await;
+    let refused = direct
+        .query("SELECT * FROM keyflight_records", &[])
+        .await
+        .unwrap_err();
+    let reason = refused.as_db_error().map(|e| e.message().to_owned());
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("holds no records")),
+        "{refused:?}"
+    );
+}
+
 /// One partition down fails closed the scopes it owns, and only those; when it is back,
 /// they work again.
 #[tokio::test]

@@ -195,6 +195,28 @@ pub fn slot_of(scope: &[u8]) -> usize {
     u32::from_be_bytes(head) as usize % SLOTS
 }
 
+/// Refuses a partitioned database's router where one database is expected (a store or a
+/// `migrate` without `--partition-url`): it holds no records, and migrating it would make
+/// an empty table beside the partitions' records (`install.rs` makes every statement on it
+/// fail closed, for releases that do not ask).
+pub(super) async fn refuse_router(client: &Client) -> Result<(), StoreError> {
+    let router: bool = client
+        .query_one(
+            "SELECT to_regprocedure('keyflight_router_holds_no_records()') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    match router {
+        true => Err(StoreError::Invalid(
+            "this database is the PL/Proxy router of a partitioned keyflight database: give \
+             the lease-store each partition with --partition-url (docs/distributed-sql.md)"
+                .into(),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// The schema version a router was installed for; `/readyz` compares it with the binary's.
 const ROUTER_SCHEMA_SQL: &str = "SELECT keyflight_router_schema()";
 
