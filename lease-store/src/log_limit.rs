@@ -24,9 +24,11 @@ pub enum Kind {
     NotReady,
     /// A workload not on the allowlist called the data plane.
     CallerRefused,
+    /// A possible orphan claim was left to its lease (`store/orphan.rs`).
+    OrphanLeftToLease,
 }
 
-const KINDS: usize = 4;
+const KINDS: usize = 5;
 
 impl Kind {
     fn index(self) -> usize {
@@ -35,6 +37,7 @@ impl Kind {
             Kind::DatabaseRefused => 1,
             Kind::NotReady => 2,
             Kind::CallerRefused => 3,
+            Kind::OrphanLeftToLease => 4,
         }
     }
 }

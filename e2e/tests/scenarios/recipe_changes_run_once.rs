@@ -4,8 +4,9 @@
 //! a keyed retry that crosses them runs once in both directions (same body replays, another
 //! body is a 409, a follower on the other recipe waits). A rollback to the old recipe that
 //! names the new one as previous finds what the new recipe alone recorded. A change of
-//! principal sources crosses the same way (`identity.previous`). And a store of the
-//! previous release refuses the dual claim, so the request fails closed.
+//! principal sources crosses the same way (`identity.previous`), and all of it on a
+//! partitioned store too. And a store of the previous release refuses the dual claim, so
+//! the request fails closed.
 
 use keyflight_e2e::{Stack, StackOptions};
 use keyflight_testkit::previous_release::previous_release;
@@ -58,7 +59,20 @@ fn options() -> StackOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_across_a_recipe_change_runs_once_in_both_directions() {
-    let mut stack = Stack::start(options()).await;
+    a_retry_across_a_recipe_change_runs_once(options()).await;
+}
+
+/// The same on three Postgres partitions, where the two recipes' records of a request
+/// usually live on two of them: the claim takes both in turn, or neither
+/// (`docs/distributed-sql.md#claims-across-a-recipe-change`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_across_a_recipe_change_runs_once_on_a_partitioned_store() {
+    a_retry_across_a_recipe_change_runs_once(options().partitioned(3)).await;
+}
+
+/// The rollout, the end of the transition and the rollback, on the stack `options` start.
+async fn a_retry_across_a_recipe_change_runs_once(options: StackOptions) {
+    let mut stack = Stack::start(options).await;
     let body = json!({"amount": 7});
     let before = stack
         .post_via(OLD_RECIPE, "/payments")

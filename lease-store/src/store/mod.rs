@@ -78,6 +78,7 @@ pub use batch::{
     DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS, MAX_BATCH_BYTES,
 };
 pub use migrate::{MigrationReport, grant_runtime, migrate};
+pub use orphan::MAX_RELEASES_IN_FLIGHT;
 pub use partitions::{
     MoveReport, PartitionedReport, RuntimeRole, SLOTS, migrate_partitioned, move_slot, slot_of,
 };
@@ -209,6 +210,8 @@ pub struct Store {
     partitions: Arc<[String]>,
     /// Orphan claims released ([`orphan`]), for `/metrics`.
     orphans_released: prometheus_client::metrics::counter::Counter,
+    /// The orphan releases that may retry in the background at once ([`orphan`]).
+    orphan_releases: Arc<tokio::sync::Semaphore>,
     /// Lapsed at-most-once leases held as `unknown` (`claim.rs`), for `/metrics`.
     lapses_held: prometheus_client::metrics::counter::Counter,
     /// The database probe that feeds the takeover grace; `None` in the handle the probe
@@ -253,6 +256,7 @@ impl Store {
             batch: None,
             batch_sizes: BatchSizes::default(),
             orphans_released: prometheus_client::metrics::counter::Counter::default(),
+            orphan_releases: Arc::new(tokio::sync::Semaphore::new(orphan::MAX_RELEASES_IN_FLIGHT)),
             lapses_held: prometheus_client::metrics::counter::Counter::default(),
             _probe: None,
         };

@@ -17,7 +17,14 @@
 //! carries another id (the claim lost, or was taken over since) matches nothing. Whether the
 //! statement committed may not be known yet, so the release retries until the statement is
 //! surely over (its answer bound), and through an outage for as long as an outbox would.
+//!
+//! During an outage nearly every call fails that way, and most of those never reached a
+//! database at all (a partition that refuses connections behind its router). So at most
+//! [`MAX_RELEASES_IN_FLIGHT`] releases retry at once: past that, a possible orphan is left
+//! to its lease, as one whose replica died is, rather than have retries take the pool from
+//! the calls that can still be served (`docs/records.md#orphan-claims`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
@@ -25,6 +32,7 @@ use uuid::Uuid;
 
 use super::partitions::Routed;
 use super::{Store, StoreError};
+use crate::log_limit::{self, Kind};
 
 /// The `forget` release's statement, returning the fence it released.
 /// `$1` scope, `$2` claim id.
@@ -35,6 +43,10 @@ RETURNING fence";
 
 /// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).
 pub(super) static RELEASE_ORPHAN: Routed = Routed::by_scope("release_orphan", RELEASE_ORPHAN_SQL);
+
+/// Most releases retrying in the background at once, each holding a pooled connection only
+/// while it runs a statement.
+pub const MAX_RELEASES_IN_FLIGHT: usize = 512;
 
 /// How long a release keeps retrying while the database does not answer: the outbox's
 /// default budget (`docs/record-outbox.md#delivery`).
@@ -88,8 +100,28 @@ impl Store {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Ok(permit) = Arc::clone(&self.orphan_releases).try_acquire_owned() else {
+            if let Some(suppressed) = log_limit::global().admit(Kind::OrphanLeftToLease) {
+                tracing::warn!(
+                    scope = %scope.to_hex(),
+                    in_flight = MAX_RELEASES_IN_FLIGHT,
+                    suppressed,
+                    "too many orphan releases retrying; this possible orphan claim is left to \
+                     its lease"
+                );
+            }
+            return;
+        };
         let store = self.clone();
-        runtime.spawn(async move { store.release_until_done(scope, claim_id, settled_by).await });
+        runtime.spawn(async move {
+            store.release_until_done(scope, claim_id, settled_by).await;
+            drop(permit);
+        });
+    }
+
+    /// Releases retrying in the background now.
+    pub fn orphan_releases_in_flight(&self) -> usize {
+        MAX_RELEASES_IN_FLIGHT - self.orphan_releases.available_permits()
     }
 
     async fn release_until_done(&self, scope: Digest, claim_id: Uuid, settled_by: Instant) {
@@ -103,11 +135,14 @@ impl Store {
                 }
                 Ok(None) if Instant::now() >= settled_by => return,
                 Err(e) if Instant::now() >= give_up_at => {
-                    tracing::warn!(
-                        scope = %scope.to_hex(),
-                        error = %e,
-                        "could not release a possible orphan claim; its lease will expire"
-                    );
+                    if let Some(suppressed) = log_limit::global().admit(Kind::OrphanLeftToLease) {
+                        tracing::warn!(
+                            scope = %scope.to_hex(),
+                            error = %e,
+                            suppressed,
+                            "could not release a possible orphan claim; its lease will expire"
+                        );
+                    }
                     return;
                 }
                 Ok(None) | Err(_) => {}

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::{
-    BatchKind, ClaimAttempt, RuntimeRole, SLOTS, Store, StoreError, migrate_partitioned, move_slot,
-    slot_of,
+    BatchKind, ClaimAttempt, MAX_RELEASES_IN_FLIGHT, RuntimeRole, SLOTS, Store, StoreError,
+    migrate_partitioned, move_slot, slot_of,
 };
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
@@ -604,6 +604,31 @@ async fn a_partition_down_fails_only_the_scopes_it_owns() {
         || async { store.claim(&on_the_dead, &req).await.is_ok() },
     )
     .await;
+}
+
+/// Through one partition's outage every claim it owns fails, and each may have left an
+/// orphan claim to release; at most [`MAX_RELEASES_IN_FLIGHT`] releases retry at once, so
+/// their retries cannot take the pool from the partitions that still serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn releases_retrying_through_a_partition_outage_are_bounded() {
+    let db = Partitioned::start(2);
+    let store = db.store().await;
+    let req = claim_req(fingerprint("outage"), 30_000);
+    db.partitions[1].stop();
+    let claims: Vec<_> = (0..MAX_RELEASES_IN_FLIGHT + 100)
+        .map(|_| {
+            let (store, scope, req) = (store.clone(), scope_on(&db, 1), req.clone());
+            tokio::spawn(async move { store.claim(&scope, &req).await })
+        })
+        .collect();
+    for claim in claims {
+        assert!(matches!(
+            claim.await.unwrap(),
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+    assert_eq!(store.orphan_releases_in_flight(), MAX_RELEASES_IN_FLIGHT);
+    must_win(&store, &scope_on(&db, 0), &req).await;
 }
 
 /// A fresh scope in `slot`.
