@@ -26,9 +26,11 @@ pub enum Kind {
     CallerRefused,
     /// A possible orphan claim was left to its lease (`store/orphan.rs`).
     OrphanLeftToLease,
+    /// A group-commit batch failed as a whole and its calls ran singly (`store/batch/`).
+    BatchFailed,
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 
 impl Kind {
     fn index(self) -> usize {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::NotReady => 2,
             Kind::CallerRefused => 3,
             Kind::OrphanLeftToLease => 4,
+            Kind::BatchFailed => 5,
         }
     }
 }

@@ -97,6 +97,30 @@ impl Store {
     /// Releases, in the background, a claim whose answer its caller never got; the
     /// claim's statement is surely over (committed or not) by `settled_by`.
     pub(super) fn release_orphan(&self, scope: Digest, claim_id: Uuid, settled_by: Instant) {
+        self.spawn_release(scope, claim_id, settled_by, None);
+    }
+
+    /// For a claim whose release just found nothing: one more look once its statement is
+    /// surely over (`settled_by`), in case it committed late — rather than a retry every
+    /// few hundred milliseconds until then, which through one partition's outage would add
+    /// several statements per call to the partitions that still serve (`batch/claims.rs`).
+    pub(super) fn release_orphan_if_late(
+        &self,
+        scope: Digest,
+        claim_id: Uuid,
+        settled_by: Instant,
+    ) {
+        self.spawn_release(scope, claim_id, settled_by, Some(settled_by));
+    }
+
+    /// Spawns the release, first waiting until `start_at` when given.
+    fn spawn_release(
+        &self,
+        scope: Digest,
+        claim_id: Uuid,
+        settled_by: Instant,
+        start_at: Option<Instant>,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -114,6 +138,9 @@ impl Store {
         };
         let store = self.clone();
         runtime.spawn(async move {
+            if let Some(start_at) = start_at {
+                tokio::time::sleep_until(start_at.into()).await;
+            }
             store.release_until_done(scope, claim_id, settled_by).await;
             drop(permit);
         });

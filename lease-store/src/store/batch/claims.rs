@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{BatchKind, Item, Queues};
+use crate::log_limit::{self, Kind};
 use crate::store::claim::ClaimParams;
 use crate::store::partitions::Routed;
 use crate::store::{ClaimAttempt, Store, StoreError};
@@ -215,14 +216,17 @@ impl Store {
     /// released by claim id first (`store/orphan.rs`); each call then runs alone, and one
     /// partition's failure is the answer only of the calls whose scopes it owns. A call
     /// whose release could not reach its database gets that error, and the release goes
-    /// on in the background, as it does for a call whose batch may still commit late.
+    /// on in the background; one whose release found nothing is looked at once more when
+    /// the batch is surely over, in case it committed late.
     async fn claim_singly_after(
         &self,
         batch: Vec<ClaimItem>,
         claim_ids: Vec<Uuid>,
         error: StoreError,
     ) {
-        tracing::info!(error = %error, calls = batch.len(), "claim batch failed; releasing what it may have won and running its calls singly");
+        if let Some(suppressed) = log_limit::global().admit(Kind::BatchFailed) {
+            tracing::info!(error = %error, calls = batch.len(), suppressed, "claim batch failed; releasing what it may have won and running its calls singly");
+        }
         let settled_by = Instant::now() + self.answer_timeout;
         let released = futures_util::future::join_all(batch.iter().zip(&claim_ids).map(
             async |(item, claim_id)| match item.abandoned() {
@@ -238,7 +242,7 @@ impl Store {
                     item.run_singly();
                 }
                 Some(Ok(None)) => {
-                    self.release_orphan(item.scope, claim_id, settled_by);
+                    self.release_orphan_if_late(item.scope, claim_id, settled_by);
                     item.run_singly();
                 }
                 Some(Err(e)) => {

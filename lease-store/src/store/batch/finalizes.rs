@@ -24,6 +24,7 @@ use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use super::{BatchKind, Item, Queues};
+use crate::log_limit::{self, Kind};
 use crate::store::partitions::Routed;
 use crate::store::{Store, StoreError};
 
@@ -186,7 +187,9 @@ impl Store {
             // call simply runs alone: one partition's failure is the answer only of the
             // calls whose scopes it owns.
             Err(e) => {
-                tracing::info!(error = %e, calls = batch.len(), "finalize batch failed; running its calls singly");
+                if let Some(suppressed) = log_limit::global().admit(Kind::BatchFailed) {
+                    tracing::info!(error = %e, calls = batch.len(), suppressed, "finalize batch failed; running its calls singly");
+                }
                 batch.into_iter().for_each(Item::run_singly);
             }
         }
