@@ -289,6 +289,11 @@ async fn query_triples(
                 .await?
         }
     };
+    first_column(&rows)
+}
+
+/// Each row's one text column.
+fn first_column(rows: &[tokio_postgres::Row]) -> Result<Vec<String>, StoreError> {
     rows.iter()
         .map(|row| Ok(row.try_get::<_, String>(0)?))
         .collect()
@@ -350,12 +355,7 @@ async fn query_findings(
     client: &tokio_postgres::Client,
     sql: &str,
 ) -> Result<Vec<String>, StoreError> {
-    client
-        .query(sql, &[])
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get::<_, String>(0)?))
-        .collect()
+    first_column(&client.query(sql, &[]).await?)
 }
 
 /// The routed and partition functions (`keyflight_*`) the current role may act as the owner

@@ -861,7 +861,8 @@ impl PartitionGate {
     /// Holds the claim worker: a claim of a scope a transaction on `p` is inserting.
     async fn claims(db: &Partitioned, p: usize, store: &Store) -> PartitionGate {
         let scope = scope_on(db, p);
-        let gate = PartitionGate::begin(db, p, &scope, INSERT_PENDING).await;
+        let gate = begin(db, p).await;
+        insert_pending_row(&gate, &scope).await;
         let (store, req) = (store.clone(), claim_req(fingerprint("gate"), 30_000));
         let held = tokio::spawn(async move {
             matches!(
@@ -869,7 +870,7 @@ impl PartitionGate {
                 ClaimResponse::Won { .. }
             )
         });
-        gate.held_by(db, p, held).await
+        PartitionGate::held_by(db, p, gate, held).await
     }
 
     /// Holds the finalize worker: the finalize of a record a transaction on `p` has locked.
@@ -877,30 +878,26 @@ impl PartitionGate {
         let scope = scope_on(db, p);
         let (claim_id, _, _) =
             must_win(store, &scope, &claim_req(fingerprint("gate"), 30_000)).await;
-        let gate = PartitionGate::begin(db, p, &scope, LOCK_RECORD).await;
+        let gate = begin(db, p).await;
+        gate.execute(
+            "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap();
         let store = store.clone();
         let held =
             tokio::spawn(
                 async move { store.finalize(&scope, finalize_ok(claim_id)).await.is_ok() },
             );
-        gate.held_by(db, p, held).await
+        PartitionGate::held_by(db, p, gate, held).await
     }
 
-    async fn begin(db: &Partitioned, p: usize, scope: &Digest, sql: &str) -> PartitionGate {
-        let client = raw_client(&db.partitions[p].url()).await;
-        client.batch_execute("BEGIN").await.unwrap();
-        client.execute(sql, &[&scope.0.as_slice()]).await.unwrap();
-        PartitionGate {
-            db: client,
-            held: tokio::spawn(async { true }),
-        }
-    }
-
-    /// Waits until `held` waits for the gate's lock on partition `p`.
+    /// The gate `db` holds, once `held` waits for its lock on partition `p`.
     async fn held_by(
-        self,
         db: &Partitioned,
         p: usize,
+        gate: tokio_postgres::Client,
         held: tokio::task::JoinHandle<bool>,
     ) -> PartitionGate {
         let watcher = raw_client(&db.partitions[p].url()).await;
@@ -920,7 +917,7 @@ impl PartitionGate {
             },
         )
         .await;
-        PartitionGate { held, ..self }
+        PartitionGate { db: gate, held }
     }
 
     /// Rolls the gate back: the held call goes through, and the worker moves on.
@@ -930,26 +927,24 @@ impl PartitionGate {
     }
 }
 
-/// A pending row for `$1`, as a claim's insert writes it (uncommitted, it holds every claim
-/// of the scope).
-const INSERT_PENDING: &str = "INSERT INTO keyflight_records
-     (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-      created_at, retention, expires_at, updated_at)
- VALUES ($1, 'pending', $1, gen_random_uuid(), nextval('keyflight_fence_seq'),
-         now() + interval '1 minute', now(), interval '1 hour',
-         now() + interval '1 hour', now())";
+/// A session on partition `p` with a transaction open.
+async fn begin(db: &Partitioned, p: usize) -> tokio_postgres::Client {
+    let client = raw_client(&db.partitions[p].url()).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+}
 
-/// Locks the record `$1` (held, it holds the record's finalize).
-const LOCK_RECORD: &str = "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE";
-
-/// Waits until `n` calls of `kind` wait in `store`'s queue.
-async fn queued(store: &Store, kind: BatchKind, n: usize) {
-    eventually(
-        &format!("{n} {kind:?} calls queued"),
-        Duration::from_secs(20),
-        || async { store.batch_queued(kind) == n },
-    )
-    .await;
+/// Finalizes every `(scope, claim_id)` of `won` at once, each in its own task.
+fn spawn_finalizes(
+    store: &Store,
+    won: &[(Digest, uuid::Uuid)],
+) -> Vec<tokio::task::JoinHandle<Result<(), StoreError>>> {
+    won.iter()
+        .map(|(scope, claim_id)| {
+            let (store, scope, claim_id) = (store.clone(), *scope, *claim_id);
+            tokio::spawn(async move { store.finalize(&scope, finalize_ok(claim_id)).await })
+        })
+        .collect()
 }
 
 /// How many transactions last wrote the records of `scopes`, on each partition (the rows
@@ -996,7 +991,7 @@ async fn claims_and_finalizes_queued_together_run_as_one_batch_split_by_partitio
             tokio::spawn(async move { store.claim(&scope, &req).await.unwrap().response })
         })
         .collect();
-    queued(&store, BatchKind::Claim, scopes.len()).await;
+    wait_for_queued(&store, BatchKind::Claim, scopes.len()).await;
     gate.open().await;
     let mut won = Vec::new();
     let mut fences = std::collections::HashSet::new();
@@ -1028,14 +1023,8 @@ async fn claims_and_finalizes_queued_together_run_as_one_batch_split_by_partitio
     );
 
     let gate = PartitionGate::finalizes(&db, 1, &store).await;
-    let finalizes: Vec<_> = won
-        .iter()
-        .map(|(scope, claim_id)| {
-            let (store, scope, claim_id) = (store.clone(), *scope, *claim_id);
-            tokio::spawn(async move { store.finalize(&scope, finalize_ok(claim_id)).await })
-        })
-        .collect();
-    queued(&store, BatchKind::Finalize, won.len()).await;
+    let finalizes = spawn_finalizes(&store, &won);
+    wait_for_queued(&store, BatchKind::Finalize, won.len()).await;
     gate.open().await;
     for finalize in finalizes {
         finalize.await.unwrap().unwrap();
@@ -1072,14 +1061,8 @@ async fn a_batch_over_a_partition_that_is_down_fails_only_its_calls() {
     db.partitions[1].stop();
 
     let gate = PartitionGate::finalizes(&db, 0, &store).await;
-    let finalizes: Vec<_> = won
-        .iter()
-        .map(|(scope, claim_id)| {
-            let (store, scope, claim_id) = (store.clone(), *scope, *claim_id);
-            tokio::spawn(async move { store.finalize(&scope, finalize_ok(claim_id)).await })
-        })
-        .collect();
-    queued(&store, BatchKind::Finalize, won.len()).await;
+    let finalizes = spawn_finalizes(&store, &won);
+    wait_for_queued(&store, BatchKind::Finalize, won.len()).await;
     gate.open().await;
     for ((scope, _), finalize) in won.iter().zip(finalizes) {
         match (db.owner(scope), finalize.await.unwrap()) {
@@ -1097,7 +1080,7 @@ async fn a_batch_over_a_partition_that_is_down_fails_only_its_calls() {
             tokio::spawn(async move { store.claim(&scope, &req).await })
         })
         .collect();
-    queued(&store, BatchKind::Claim, claiming.len()).await;
+    wait_for_queued(&store, BatchKind::Claim, claiming.len()).await;
     gate.open().await;
     let live = raw_client(&db.partitions[0].url()).await;
     for (scope, claim) in claiming.iter().zip(claims) {

@@ -32,7 +32,7 @@ use super::super::lease::{OWNER, Written, run_written};
 use super::super::orphan::RELEASE_ORPHAN;
 use super::super::partitions::Routed;
 use super::super::{ClaimAttempt, Store, StoreError};
-use super::{answer_from_records, come_back_shortly};
+use super::{Identities, answer_from_records, come_back_shortly};
 
 /// `$1` scope, `$2` claim id, `$3` ms: keeps a lease this claim holds for at least `$3` ms
 /// more, never less than it had, so that no claim can take the record over while the settle
@@ -55,13 +55,11 @@ impl Store {
         params: &ClaimParams,
         previous: &PreviousIdentity,
     ) -> Result<ClaimAttempt, StoreError> {
-        let current = (*scope, params.fingerprint);
-        let older = (previous.scope, previous.fingerprint);
-        let [first, second] = if current.0 <= older.0 {
-            [current, older]
-        } else {
-            [older, current]
-        };
+        let Identities {
+            current,
+            older,
+            in_byte_order: [first, second],
+        } = Identities::of(scope, params, previous);
         let held_until = self.takeovers_held_until();
         let may_take_over = held_until.is_none();
         self.run(async |client| {

@@ -97,13 +97,11 @@ impl Store {
         params: &ClaimParams,
         previous: &PreviousIdentity,
     ) -> Result<ClaimAttempt, StoreError> {
-        let current = (*scope, params.fingerprint);
-        let older = (previous.scope, previous.fingerprint);
-        let [first, second] = if current.0 <= older.0 {
-            [current, older]
-        } else {
-            [older, current]
-        };
+        let Identities {
+            current,
+            older,
+            in_byte_order: [first, second],
+        } = Identities::of(scope, params, previous);
         let held_until = self.takeovers_held_until();
         let may_take_over = held_until.is_none();
         self.run(async |client| {
@@ -183,6 +181,31 @@ impl Store {
             Ok(come_back_shortly())
         })
         .await
+    }
+}
+
+/// The request's identity under both recipes, `(scope, fingerprint)` each.
+struct Identities {
+    current: (Digest, Digest),
+    older: (Digest, Digest),
+    /// Both, in the byte order of their scopes: the order every claim takes them in.
+    in_byte_order: [(Digest, Digest); 2],
+}
+
+impl Identities {
+    fn of(scope: &Digest, params: &ClaimParams, previous: &PreviousIdentity) -> Identities {
+        let current = (*scope, params.fingerprint);
+        let older = (previous.scope, previous.fingerprint);
+        let in_byte_order = if current.0 <= older.0 {
+            [current, older]
+        } else {
+            [older, current]
+        };
+        Identities {
+            current,
+            older,
+            in_byte_order,
+        }
     }
 }
 
