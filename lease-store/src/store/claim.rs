@@ -340,9 +340,36 @@ impl Store {
             match queues.claim(*scope, params).await {
                 ClaimReply::Answered(answer) => return answer,
                 ClaimReply::RunSingly => {}
+                ClaimReply::RunSinglyAfterFailure { batch_claim } => {
+                    return self
+                        .claim_after_failed_batch(scope, &params, batch_claim)
+                        .await;
+                }
             }
         }
         self.claim_single(scope, &params).await
+    }
+
+    /// The single path after a batch that failed as a whole. When it finds the record
+    /// running, that may be the batch's own claim, landed after the batch was answered
+    /// (`batch/claims.rs`): nobody holds it, so it is given back and the claim runs again.
+    async fn claim_after_failed_batch(
+        &self,
+        scope: &Digest,
+        params: &ClaimParams,
+        batch_claim: Uuid,
+    ) -> Result<ClaimAttempt, StoreError> {
+        let attempt = self.claim_single(scope, params).await?;
+        if !matches!(attempt.response, ClaimResponse::InProgress { .. }) {
+            return Ok(attempt);
+        }
+        match self.release_orphan_once(scope, batch_claim).await {
+            Ok(Some(fence)) => {
+                self.orphan_released(scope, fence);
+                self.claim_single(scope, params).await
+            }
+            Ok(None) | Err(_) => Ok(attempt),
+        }
     }
 
     /// Lapsed at-most-once leases this store held as `unknown` (`/metrics`).

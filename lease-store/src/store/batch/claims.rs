@@ -69,6 +69,10 @@ pub(in crate::store) enum ClaimReply {
     Answered(Result<ClaimAttempt, StoreError>),
     /// Take the single path (the scope was not fresh, or may not share the batch).
     RunSingly,
+    /// Take the single path after a batch that failed as a whole, whose claim on the scope
+    /// (`batch_claim`) was released or not found, but may still land late
+    /// ([`Store::claim_singly_after`]).
+    RunSinglyAfterFailure { batch_claim: Uuid },
 }
 
 impl Item for ClaimItem {
@@ -90,6 +94,13 @@ impl Item for ClaimItem {
 }
 
 impl ClaimItem {
+    /// Tells its caller to take the single path after its failed batch (`batch_claim`).
+    fn run_singly_after_failure(self, batch_claim: Uuid) {
+        let _gone = self
+            .reply
+            .send(ClaimReply::RunSinglyAfterFailure { batch_claim });
+    }
+
     /// Answers the caller; a claim won for a caller that already gave up is an orphan,
     /// released at once (its statement committed: `store/orphan.rs`).
     fn answer(self, store: &Store, answer: Result<ClaimAttempt, StoreError>) {
@@ -217,7 +228,10 @@ impl Store {
     /// partition's failure is the answer only of the calls whose scopes it owns. A call
     /// whose release could not reach its database gets that error, and the release goes
     /// on in the background; one whose release found nothing is looked at once more when
-    /// the batch is surely over, in case it committed late.
+    /// the batch is surely over, in case it committed late. A partition's share can land
+    /// after the router answered another's failure (PL/Proxy does not wait for it): the
+    /// caller then meets its own batch's claim alone, and gives it back first
+    /// (`Store::claim`).
     async fn claim_singly_after(
         &self,
         batch: Vec<ClaimItem>,
@@ -239,11 +253,11 @@ impl Store {
             match released {
                 Some(Ok(Some(fence))) => {
                     self.orphan_released(&item.scope, fence);
-                    item.run_singly();
+                    item.run_singly_after_failure(claim_id);
                 }
                 Some(Ok(None)) => {
                     self.release_orphan_if_late(item.scope, claim_id, settled_by);
-                    item.run_singly();
+                    item.run_singly_after_failure(claim_id);
                 }
                 Some(Err(e)) => {
                     self.release_orphan(item.scope, claim_id, settled_by);
