@@ -9,6 +9,8 @@ use uuid::Uuid;
 
 use crate::Digest;
 
+pub mod batch;
+
 /// The longest lease a claim or renew may ask for (one day, in milliseconds):
 /// far above any policy (the filter allows an hour), and small enough that
 /// lease arithmetic in the database can never overflow.
