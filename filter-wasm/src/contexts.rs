@@ -2,17 +2,20 @@
 //! call of a driver.
 //!
 //! The root context forwards to [`Root`], each HTTP context to its
-//! [`Stream`]; the verdict comes back as the callback's return value. What
-//! both contexts share (callout answers, retirement) is one generic impl over
-//! the pure side's [`Driver`] trait. Nothing here decides anything
+//! [`Stream`]; the verdict comes back as the callback's return value. A stream's
+//! driver is shared with the root context, which delivers the answers to the calls it
+//! sent for the stream. Nothing here decides anything
 //! (`docs/stream-machine.md#the-driver`).
 
-use std::rc::Rc;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
 
 use keyflight_filter::drive::host::{CalloutAnswered, Driver};
 use keyflight_filter::drive::stream::{Callback, Stream, Verdict};
 use keyflight_filter::drive::worker::Root;
-use proxy_wasm::traits::{HttpContext, RootContext};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::HttpContext;
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
 use crate::host::{Counters, HostCalls};
@@ -25,19 +28,59 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|panic| {
         crate::host::log(LogLevel::Critical, &format!("panic, the Wasm VM stops: {panic}"));
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(Context::<Root>::default())
+    proxy_wasm::set_root_context(|id| -> Box<dyn proxy_wasm::traits::RootContext> {
+        Box::new(RootContext {
+            id,
+            driver: Root::default(),
+            counters: Rc::default(),
+            streams: Rc::default(),
+        })
     });
 }}
 
-/// A proxy-wasm context: a driver and the counters its host calls increment.
-#[derive(Default)]
-struct Context<D> {
-    driver: D,
+/// The streams of this worker by context id, for the root context to deliver the answers
+/// to the calls it sent for them (`docs/stream-machine.md#coalesced-calls`).
+type Streams = Rc<RefCell<HashMap<u32, Weak<RefCell<Stream>>>>>;
+
+/// The root context: its driver, the counters its host calls increment, and the
+/// streams it delivers answers to.
+struct RootContext {
+    id: u32,
+    driver: Root,
     counters: Rc<Counters>,
+    streams: Streams,
 }
 
-impl<D: Driver> proxy_wasm::traits::Context for Context<D> {
+impl RootContext {
+    /// Hands each stream the answer the root context received for its call. The host
+    /// acts on the stream for the calls its driver makes meanwhile (`proxy_set_effective_context`);
+    /// resumes and replies it defers until this callback returns, as for a stream's own
+    /// callout (`docs/envoy-facts.md#waking-the-root-context`).
+    fn deliver(&mut self) {
+        let deliveries = self.driver.take_deliveries();
+        if deliveries.is_empty() {
+            return;
+        }
+        for delivery in deliveries {
+            let stream = self
+                .streams
+                .borrow()
+                .get(&delivery.stream)
+                .and_then(Weak::upgrade);
+            let Some(stream) = stream else { continue };
+            let Ok(mut stream) = stream.try_borrow_mut() else {
+                continue;
+            };
+            if hostcalls::set_effective_context(delivery.stream).is_ok() {
+                let mut host = HostCalls::new(&self.counters);
+                stream.on_delivered(delivery.answer, &mut host);
+            }
+        }
+        let _ = hostcalls::set_effective_context(self.id);
+    }
+}
+
+impl proxy_wasm::traits::Context for RootContext {
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -52,15 +95,17 @@ impl<D: Driver> proxy_wasm::traits::Context for Context<D> {
         };
         let mut host = HostCalls::new(&self.counters);
         self.driver.on_call_answer(answered, &mut host);
+        self.deliver();
     }
 
+    /// The root context may ask to stay until its outbox is settled.
     fn on_done(&mut self) -> bool {
         let mut host = HostCalls::new(&self.counters);
         self.driver.on_done(&mut host)
     }
 }
 
-impl RootContext for Context<Root> {
+impl proxy_wasm::traits::RootContext for RootContext {
     fn on_configure(&mut self, _size: usize) -> bool {
         let mut host = HostCalls::new(&self.counters);
         let configured = self.driver.configure(&mut host);
@@ -75,11 +120,25 @@ impl RootContext for Context<Root> {
         self.driver.on_tick(&mut host);
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    /// A stream queued a call: every stream's call of this event-loop turn goes out now.
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
+        let mut host = HostCalls::new(&self.counters);
+        self.driver.on_wake(&mut host);
+        self.deliver();
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let stream = Rc::new(RefCell::new(Stream::for_root(&self.driver, context_id)));
+        self.streams
+            .borrow_mut()
+            .insert(context_id, Rc::downgrade(&stream));
         // The SDK panics if this returns `None`.
-        Some(Box::new(Context {
-            driver: Stream::for_root(&self.driver),
+        Some(Box::new(StreamContext {
+            id: context_id,
+            stream,
             counters: Rc::clone(&self.counters),
+            streams: Rc::clone(&self.streams),
         }))
     }
 
@@ -88,17 +147,70 @@ impl RootContext for Context<Root> {
     }
 }
 
-impl Context<Stream> {
+/// An HTTP stream's context: its driver, shared with the root context's delivery.
+struct StreamContext {
+    id: u32,
+    stream: Rc<RefCell<Stream>>,
+    counters: Rc<Counters>,
+    streams: Streams,
+}
+
+impl StreamContext {
     fn callback(&mut self, callback: Callback) -> Action {
         let mut host = HostCalls::new(&self.counters);
-        match self.driver.on_callback(callback, &mut host) {
+        let Ok(mut stream) = self.stream.try_borrow_mut() else {
+            return Action::Continue;
+        };
+        match stream.on_callback(callback, &mut host) {
             Verdict::Continue => Action::Continue,
             Verdict::Pause => Action::Pause,
         }
     }
+
+    fn done(&mut self) {
+        let mut host = HostCalls::new(&self.counters);
+        if let Ok(mut stream) = self.stream.try_borrow_mut() {
+            stream.on_done(&mut host);
+        }
+    }
 }
 
-impl HttpContext for Context<Stream> {
+/// The root context no longer delivers to a stream the host deleted.
+impl Drop for StreamContext {
+    fn drop(&mut self) {
+        if let Ok(mut streams) = self.streams.try_borrow_mut() {
+            streams.remove(&self.id);
+        }
+    }
+}
+
+impl proxy_wasm::traits::Context for StreamContext {
+    /// The answer to a call the stream dispatched itself (a worker that does not coalesce).
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _: usize,
+    ) {
+        let answered = CalloutAnswered {
+            token,
+            num_headers,
+            body_size,
+        };
+        let mut host = HostCalls::new(&self.counters);
+        if let Ok(mut stream) = self.stream.try_borrow_mut() {
+            stream.on_call_answer(answered, &mut host);
+        }
+    }
+
+    fn on_done(&mut self) -> bool {
+        self.done();
+        true
+    }
+}
+
+impl HttpContext for StreamContext {
     /// A guarded request is paused here, and the Envoy config sets
     /// `allow_on_headers_stop_iteration: true`, so the body callbacks still
     /// arrive while the headers are held (`docs/envoy-facts.md#pausing-and-buffering`).
@@ -136,7 +248,6 @@ impl HttpContext for Context<Stream> {
     /// The access-log callback comes just before `on_done`; either one ends
     /// the stream for the machine, whichever the host delivers first.
     fn on_log(&mut self) {
-        let mut host = HostCalls::new(&self.counters);
-        self.driver.on_done(&mut host);
+        self.done();
     }
 }

@@ -9,6 +9,8 @@
 //! `docs/envoy-facts.md`.
 
 use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, UNIX_EPOCH};
 
 use keyflight_filter::config::LeaseStore;
@@ -190,6 +192,41 @@ impl Host for HostCalls<'_> {
                     ),
                 );
                 None
+            }
+        }
+    }
+
+    /// A shared queue under a name no other worker's VM uses: Envoy keeps one queue per
+    /// VM id and name, and the last to register it is the one woken
+    /// (`docs/envoy-facts.md#waking-the-root-context`). `RandomState` draws its keys from
+    /// WASI's `random_get`, once per VM.
+    fn register_wake_queue(&mut self) -> Option<u32> {
+        let nonce = RandomState::new().build_hasher().finish();
+        match hostcalls::register_shared_queue(&format!("keyflight-wake-{nonce:016x}")) {
+            Ok(queue) => Some(queue),
+            Err(status) => {
+                log(
+                    types::LogLevel::Warn,
+                    &format!(
+                        "could not register the wake-up queue ({status:?}): streams send their own store calls"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn wake(&mut self, queue: u32) -> bool {
+        match hostcalls::enqueue_shared_queue(queue, None) {
+            Ok(()) => true,
+            Err(status) => {
+                log(
+                    types::LogLevel::Warn,
+                    &format!(
+                        "could not wake the root context ({status:?}): the stream sends its call itself"
+                    ),
+                );
+                false
             }
         }
     }

@@ -327,6 +327,9 @@ pub struct LeaseStore {
     /// The largest request body the lease-store accepts (its
     /// `--max-body-bytes`): a finalize carries the response base64-encoded.
     pub max_body_bytes: u64,
+    /// Send the claims (finalizes) a worker's streams make in one event-loop turn as one
+    /// batch (`docs/stream-machine.md#coalesced-calls`); on unless set to `false`.
+    pub coalesce_calls: bool,
 }
 
 /// Where the effective principal comes from (K2).

@@ -15,6 +15,7 @@
 //! denies `unwrap`, `expect`, `panic` and indexing outside tests (the
 //! `[lints]` table in its `Cargo.toml`).
 
+pub mod coalesce;
 pub mod config;
 pub mod contract;
 pub mod drive;

@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::ProblemCode;
+use keyflight_protocol::wire::batch::{
+    BatchedClaim, BatchedFinalize, BorrowedBatchAnswer, ClaimBatch, FinalizeBatch,
+};
 use keyflight_protocol::wire::{
     ClaimAnswer, ClaimRequest, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
 };
@@ -71,16 +74,22 @@ pub enum StoreRoute {
     /// `GET /v1/epoch`: the operator epoch the edge cache is checked against
     /// (F9). Asked by each worker's root context, about no scope.
     Epoch,
+    /// `POST /v1/batch/claims`: claims a worker coalesced (`docs/records.md#batches`).
+    ClaimBatch,
+    /// `POST /v1/batch/finalizes`: finalizes a worker coalesced.
+    FinalizeBatch,
 }
 
 impl StoreRoute {
     /// Every request the filter sends to the lease-store.
-    pub const ALL: [StoreRoute; 5] = [
+    pub const ALL: [StoreRoute; 7] = [
         StoreRoute::Claim,
         StoreRoute::Renew,
         StoreRoute::Finalize,
         StoreRoute::Release,
         StoreRoute::Epoch,
+        StoreRoute::ClaimBatch,
+        StoreRoute::FinalizeBatch,
     ];
 
     /// What stands for the scope digest (hex) in [`StoreRoute::pattern`].
@@ -90,9 +99,12 @@ impl StoreRoute {
     pub fn method(self) -> &'static str {
         match self {
             StoreRoute::Epoch => "GET",
-            StoreRoute::Claim | StoreRoute::Renew | StoreRoute::Finalize | StoreRoute::Release => {
-                "POST"
-            }
+            StoreRoute::Claim
+            | StoreRoute::Renew
+            | StoreRoute::Finalize
+            | StoreRoute::Release
+            | StoreRoute::ClaimBatch
+            | StoreRoute::FinalizeBatch => "POST",
         }
     }
 
@@ -104,10 +116,12 @@ impl StoreRoute {
             StoreRoute::Finalize => "/v1/claims/{scope}/finalize",
             StoreRoute::Release => "/v1/claims/{scope}/release",
             StoreRoute::Epoch => "/v1/epoch",
+            StoreRoute::ClaimBatch => "/v1/batch/claims",
+            StoreRoute::FinalizeBatch => "/v1/batch/finalizes",
         }
     }
 
-    /// The path of a request about `scope` (none for the epoch).
+    /// The path of a request about `scope` (none for the epoch and the batches).
     fn path(self, scope: Option<Digest>) -> String {
         match scope {
             Some(scope) => self.pattern().replace(Self::SCOPE, &scope.to_hex()),
@@ -181,6 +195,14 @@ pub enum Callout {
         /// How long the host waits for its answer.
         timeout: Duration,
     },
+    /// Claims, or finalizes, of one kind, sent as one batch (`docs/records.md#batches`).
+    Batch {
+        /// The calls, all claims or all finalizes; a claim's `wait_ms` is not sent (a
+        /// batch never long-polls).
+        calls: Vec<StoreCall>,
+        /// How long the host waits for its answer.
+        timeout: Duration,
+    },
 }
 
 impl Callout {
@@ -189,6 +211,10 @@ impl Callout {
         match self {
             Callout::Call { call, .. } => call.route(),
             Callout::Epoch { .. } => StoreRoute::Epoch,
+            Callout::Batch { calls, .. } => match calls.first() {
+                Some(StoreCall::Finalize { .. }) => StoreRoute::FinalizeBatch,
+                _ => StoreRoute::ClaimBatch,
+            },
         }
     }
 
@@ -201,7 +227,7 @@ impl Callout {
     pub fn path(&self) -> String {
         match self {
             Callout::Call { call, .. } => call.path(),
-            Callout::Epoch { .. } => self.route().path(None),
+            Callout::Epoch { .. } | Callout::Batch { .. } => self.route().path(None),
         }
     }
 
@@ -210,6 +236,7 @@ impl Callout {
         match self {
             Callout::Call { call, .. } => Some(call.body()),
             Callout::Epoch { .. } => None,
+            Callout::Batch { calls, .. } => Some(batch_body(calls)),
         }
     }
 
@@ -232,9 +259,73 @@ impl Callout {
     /// How long the host waits, never zero: a zero timeout would mean none
     /// at all (`docs/envoy-facts.md#callouts`).
     pub fn timeout(&self) -> Duration {
-        let (Callout::Call { timeout, .. } | Callout::Epoch { timeout }) = self;
+        let (Callout::Call { timeout, .. }
+        | Callout::Epoch { timeout }
+        | Callout::Batch { timeout, .. }) = self;
         (*timeout).max(Duration::from_millis(1))
     }
+}
+
+/// The JSON body of a batch of `calls`: the claims' (without `wait_ms`), or the
+/// finalizes'; a call of another kind is not sent (the root batches one kind at a time).
+fn batch_body(calls: &[StoreCall]) -> Vec<u8> {
+    let claims: Vec<BatchedClaim> = calls
+        .iter()
+        .filter_map(|call| match call {
+            StoreCall::Claim { scope, request } => Some(BatchedClaim {
+                scope: *scope,
+                request: ClaimRequest {
+                    wait_ms: None,
+                    ..request.clone()
+                },
+            }),
+            _ => None,
+        })
+        .collect();
+    let body = if claims.is_empty() {
+        let calls = calls
+            .iter()
+            .filter_map(|call| match call {
+                StoreCall::Finalize { scope, request } => Some(BatchedFinalize {
+                    scope: *scope,
+                    request: request.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        serde_json::to_vec(&FinalizeBatch { calls })
+    } else {
+        serde_json::to_vec(&ClaimBatch { calls: claims })
+    };
+    // As for a single call: an empty body is refused by the store, never a crash.
+    body.unwrap_or_default()
+}
+
+/// Splits a batch's answer into the answer each of its `calls` calls would have had
+/// alone. `Err` gives back the whole answer when it is not a readable batch answer of
+/// `calls` entries: a failed call, a refusal, garbage — then no call has an answer of
+/// its own, and each must be treated as if its own call had failed so.
+pub fn split_batch_answer(answer: Answer, calls: usize) -> Result<Vec<Answer>, Answer> {
+    let split = match &answer {
+        Answer::Received {
+            status: Some(200),
+            body,
+        } => serde_json::from_slice::<BorrowedBatchAnswer<'_>>(body)
+            .ok()
+            .filter(|batch| batch.answers.len() == calls)
+            .map(|batch| {
+                batch
+                    .answers
+                    .into_iter()
+                    .map(|one| Answer::Received {
+                        status: Some(one.status),
+                        body: one.body.get().as_bytes().to_vec(),
+                    })
+                    .collect()
+            }),
+        _ => None,
+    };
+    split.ok_or(answer)
 }
 
 /// What came back for a callout, as the host reported it, not yet parsed.
@@ -543,6 +634,7 @@ mod tests {
             token_env: crate::config::DEFAULT_TOKEN_ENV.into(),
             timeout: Duration::from_millis(1000),
             max_body_bytes: 1 << 20,
+            coalesce_calls: true,
         };
         let epoch = Callout::Epoch {
             timeout: Duration::ZERO,

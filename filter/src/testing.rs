@@ -58,6 +58,13 @@ pub struct FakeHost {
     pub finished: bool,
     /// The last token handed out.
     pub next_token: u32,
+    /// The wake-up queue `register_wake_queue` hands out (`None`: refused, so streams
+    /// dispatch their own calls).
+    pub wake_queue: Option<u32>,
+    /// The queues woken, in order.
+    pub wakes: Vec<u32>,
+    /// Refuse every wake-up.
+    pub refuse_wake: bool,
 }
 
 impl FakeHost {
@@ -193,6 +200,15 @@ impl Host for FakeHost {
         self.next_token += 1;
         self.dispatched.push((self.next_token, callout.clone()));
         Some(self.next_token)
+    }
+
+    fn register_wake_queue(&mut self) -> Option<u32> {
+        self.wake_queue
+    }
+
+    fn wake(&mut self, queue: u32) -> bool {
+        self.wakes.push(queue);
+        !self.refuse_wake
     }
 
     fn set_tick_period(&mut self, period: Duration) {

@@ -49,6 +49,7 @@ pub(super) struct LeaseStore {
     pub token_env: Option<String>,
     pub timeout_ms: Option<u64>,
     pub max_body_bytes: Option<u64>,
+    pub coalesce_calls: Option<bool>,
 }
 
 #[derive(Deserialize)]

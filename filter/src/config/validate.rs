@@ -293,6 +293,7 @@ fn validate_lease_store(raw: raw::LeaseStore) -> Result<LeaseStore, ConfigError>
         token_env,
         timeout: Duration::from_millis(timeout_ms),
         max_body_bytes,
+        coalesce_calls: raw.coalesce_calls.unwrap_or(true),
     })
 }
 

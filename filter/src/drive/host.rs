@@ -82,6 +82,12 @@ pub trait Host {
     /// Dispatches a lease-store request; returns its token, `None` when the
     /// host refused it.
     fn dispatch(&mut self, store: &LeaseStore, callout: &Callout) -> Option<u32>;
+    /// Registers the root context's wake-up queue, which only this worker reads; `None`
+    /// when the host refused (`docs/envoy-facts.md#waking-the-root-context`).
+    fn register_wake_queue(&mut self) -> Option<u32>;
+    /// Wakes the root context that registered `queue`: the host calls it after the
+    /// callbacks of the current event-loop turn. `false` when the host refused.
+    fn wake(&mut self, queue: u32) -> bool;
     /// Sets the root context's tick period.
     fn set_tick_period(&mut self, period: Duration);
     /// Tells the host a retired root context has finished its work.

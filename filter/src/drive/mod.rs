@@ -10,3 +10,6 @@
 pub mod host;
 pub mod stream;
 pub mod worker;
+
+#[cfg(test)]
+mod coalesced_tests;

@@ -24,6 +24,7 @@ use std::rc::Rc;
 
 use super::host::{Buffer, CalloutAnswered, Driver, HeaderMap, Host, LogLevel, read_answer};
 use super::worker::{Root, Worker};
+use crate::coalesce::{Queued, StreamId};
 use crate::identity;
 use crate::machine::{Action, Event, Machine};
 use crate::status_matrix;
@@ -75,39 +76,64 @@ pub enum Callback {
 /// it waits for.
 #[derive(Debug)]
 pub struct Stream {
+    /// The host's name for it (its context id), which the root context delivers
+    /// answers to.
+    id: StreamId,
     /// `None` when the plugin has no valid configuration: the stream then
     /// passes everything through.
     run: Option<(Machine, Rc<Worker>)>,
-    /// The store call in flight (one at a time): its token and when it was
-    /// dispatched (the host's clock, ms).
-    call: Option<(u32, u64)>,
+    /// The store call in flight (one at a time).
+    call: Option<InFlight>,
+}
+
+/// A stream's store call in flight, and when it was made (the host's clock, ms).
+#[derive(Debug, Clone, Copy)]
+enum InFlight {
+    /// Dispatched by the stream itself: its answer comes with this token.
+    Dispatched { token: u32, since_ms: u64 },
+    /// Queued for the root context, which delivers the answer
+    /// (`docs/stream-machine.md#coalesced-calls`).
+    Queued { since_ms: u64 },
 }
 
 impl Stream {
     /// The driver of a new HTTP stream on `root`'s worker. Without a
     /// configuration (the plugin failed to start) the stream passes everything
     /// through.
-    pub fn for_root(root: &Root) -> Self {
+    pub fn for_root(root: &Root, id: StreamId) -> Self {
         match root.worker() {
-            Some(worker) => Stream::new(Rc::clone(worker)),
-            None => Stream::unconfigured(),
+            Some(worker) => Stream::new(Rc::clone(worker), id),
+            None => Stream::unconfigured(id),
         }
     }
 
-    /// A stream of `worker`.
-    pub fn new(worker: Rc<Worker>) -> Self {
+    /// Stream `id` of `worker`.
+    pub fn new(worker: Rc<Worker>, id: StreamId) -> Self {
         Stream {
+            id,
             run: Some((Machine::new(Rc::clone(&worker.config)), worker)),
             call: None,
         }
     }
 
     /// A stream of a plugin that failed to configure: every callback continues.
-    pub fn unconfigured() -> Self {
+    pub fn unconfigured(id: StreamId) -> Self {
         Stream {
+            id,
             run: None,
             call: None,
         }
+    }
+
+    /// The root context delivers the answer to the call this stream queued (an ended
+    /// stream's machine takes nothing from it).
+    pub fn on_delivered(&mut self, answer: Answer, host: &mut impl Host) {
+        let Some(InFlight::Queued { since_ms }) = self.call else {
+            return;
+        };
+        self.call = None;
+        let elapsed_ms = host.now_ms().saturating_sub(since_ms);
+        self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
     }
 
     /// A host callback; returns what the callback returns.
@@ -227,17 +253,33 @@ impl Stream {
                     }
                     None
                 }
+                // Queued for the root context when the worker coalesces; its answer
+                // then comes through `on_delivered`, after this callback.
                 Action::CallStore { call, timeout } => {
-                    let callout = Callout::Call { call, timeout };
-                    match host.dispatch(&worker.config.lease_store, &callout) {
-                        Some(token) => {
-                            self.call = Some((token, host.now_ms()));
+                    let since_ms = host.now_ms();
+                    let queued = Queued {
+                        stream: self.id,
+                        call,
+                        timeout,
+                    };
+                    match worker.queue_call(queued, host) {
+                        Ok(()) => {
+                            self.call = Some(InFlight::Queued { since_ms });
                             None
                         }
-                        None => Some(Event::StoreAnswered {
-                            answer: Answer::NotSent,
-                            elapsed_ms: 0,
-                        }),
+                        Err(Queued { call, timeout, .. }) => {
+                            let callout = Callout::Call { call, timeout };
+                            match host.dispatch(&worker.config.lease_store, &callout) {
+                                Some(token) => {
+                                    self.call = Some(InFlight::Dispatched { token, since_ms });
+                                    None
+                                }
+                                None => Some(Event::StoreAnswered {
+                                    answer: Answer::NotSent,
+                                    elapsed_ms: 0,
+                                }),
+                            }
+                        }
                     }
                 }
                 Action::Reply(reply) => {
@@ -283,7 +325,7 @@ impl Driver for Stream {
     /// Only the answer to this stream's call in flight is read; any other
     /// token is not ours.
     fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
-        let Some((token, dispatched_ms)) = self.call else {
+        let Some(InFlight::Dispatched { token, since_ms }) = self.call else {
             return;
         };
         if token != answered.token {
@@ -291,7 +333,7 @@ impl Driver for Stream {
         }
         self.call = None;
         let answer = read_answer(host, answered);
-        let elapsed_ms = host.now_ms().saturating_sub(dispatched_ms);
+        let elapsed_ms = host.now_ms().saturating_sub(since_ms);
         self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
     }
 

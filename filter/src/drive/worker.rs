@@ -23,11 +23,18 @@ use std::rc::Rc;
 use uuid::Uuid;
 
 use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
+use crate::coalesce::{self, CallQueue, Delivery, Queued, Send};
 use crate::config::{Config, TokenSource, parse_plugin_config};
 use crate::epoch::EpochWatch;
 use crate::metrics::{EventKind, Metric};
 use crate::outbox::{CallId, Handoff, Lease, Outbox, OutboxAction};
-use crate::store_call::{CallError, Callout, StoreCall, parse_ack_answer, parse_epoch_answer};
+use crate::store_call::{
+    Answer, CallError, Callout, StoreCall, parse_ack_answer, parse_epoch_answer,
+};
+
+/// How long a worker sends its calls alone after the lease-store refused a batch route
+/// as unknown (a store from before batches, `docs/stream-machine.md#coalesced-calls`).
+const BATCHES_UNSUPPORTED_MS: u64 = 60_000;
 
 /// What a worker's streams share.
 #[derive(Debug)]
@@ -40,6 +47,10 @@ pub struct Worker {
     /// The operator epoch the edge cache is checked against (F9); `None` when
     /// no request can use the cache.
     epoch: Option<RefCell<EpochWatch>>,
+    /// The calls streams queued for the root context to send, and the queue that wakes
+    /// it; `None` when this worker's streams send their own (`coalesce_calls: false`,
+    /// or the host refused the wake-up queue).
+    coalesce: Option<(Rc<RefCell<CallQueue>>, u32)>,
 }
 
 impl Worker {
@@ -51,7 +62,34 @@ impl Worker {
                 .map(|cache| RefCell::new(EpochWatch::new(&cache))),
             config,
             outbox,
+            coalesce: None,
         }
+    }
+
+    /// The same worker, its streams queueing their calls in `calls` and waking the
+    /// root context through `wake_queue`.
+    pub fn coalescing(self, calls: Rc<RefCell<CallQueue>>, wake_queue: u32) -> Self {
+        Worker {
+            coalesce: Some((calls, wake_queue)),
+            ..self
+        }
+    }
+
+    /// Queues a stream's call for the root context to send, waking it for the first
+    /// call of an event-loop turn. Gives the call back when this worker's streams send
+    /// their own.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the call goes back to its stream by value, once"
+    )]
+    pub fn queue_call(&self, queued: Queued, host: &mut impl Host) -> Result<(), Queued> {
+        let Some((calls, wake_queue)) = &self.coalesce else {
+            return Err(queued);
+        };
+        let Ok(mut calls) = calls.try_borrow_mut() else {
+            return Err(queued);
+        };
+        calls.push(queued, || host.wake(*wake_queue))
     }
 
     /// The epoch streams may read the edge cache under at `now_ms` (`None`:
@@ -176,11 +214,29 @@ fn log_token_source(host: &mut impl Host, source: TokenSource, token_env: &str) 
     host.log(level, &message);
 }
 
+/// A callout the root context sent for streams' calls.
+#[derive(Debug)]
+enum Flight {
+    Alone(Queued),
+    Batch(Vec<Queued>),
+}
+
 /// The root context of one worker.
 #[derive(Debug, Default)]
 pub struct Root {
     worker: Option<Rc<Worker>>,
     outbox: Option<Rc<RefCell<Outbox>>>,
+    /// Streams' calls waiting for the next wake-up: the root context's, not the
+    /// configuration's, so calls queued under a replaced configuration still go out.
+    stream_calls: Rc<RefCell<CallQueue>>,
+    /// The wake-up queue, registered once.
+    wake_queue: Option<u32>,
+    /// Streams' calls in flight: token → which.
+    flights: BTreeMap<u32, Flight>,
+    /// Answers for streams, for the adapter to hand over.
+    deliveries: Vec<Delivery>,
+    /// Until when (host clock, ms) calls go alone: the store refused a batch route.
+    batches_unsupported_until_ms: u64,
     /// Outbox calls in flight: token → which call.
     calls: BTreeMap<u32, CallId>,
     /// The epoch question in flight.
@@ -211,7 +267,18 @@ impl Root {
                 if let Ok(mut held) = outbox.try_borrow_mut() {
                     held.set_max_bytes(config.outbox.max_bytes);
                 }
-                self.worker = Some(Rc::new(Worker::new(Rc::new(config), outbox)));
+                if config.lease_store.coalesce_calls && self.wake_queue.is_none() {
+                    self.wake_queue = host.register_wake_queue();
+                }
+                let coalesce = self
+                    .wake_queue
+                    .filter(|_| config.lease_store.coalesce_calls);
+                let worker = Worker::new(Rc::new(config), outbox);
+                let worker = match coalesce {
+                    Some(queue) => worker.coalescing(Rc::clone(&self.stream_calls), queue),
+                    None => worker,
+                };
+                self.worker = Some(Rc::new(worker));
                 true
             }
             Err(error) => {
@@ -264,6 +331,83 @@ impl Root {
         }
     }
 
+    /// The wake-up a stream asked for: sends every call queued since the last one,
+    /// batched by kind (`docs/stream-machine.md#coalesced-calls`).
+    pub fn on_wake(&mut self, host: &mut impl Host) {
+        let Some(worker) = self.worker.clone() else {
+            return;
+        };
+        let calls = match self.stream_calls.try_borrow_mut() {
+            Ok(mut queue) => queue.take(),
+            Err(_) => return,
+        };
+        let batches = host.now_ms() >= self.batches_unsupported_until_ms;
+        let store = &worker.config.lease_store;
+        for send in coalesce::pack(calls, store.max_body_bytes, batches) {
+            self.send(&worker, send, host);
+        }
+    }
+
+    /// The answers streams are owed, for the adapter to hand to each.
+    pub fn take_deliveries(&mut self) -> Vec<Delivery> {
+        std::mem::take(&mut self.deliveries)
+    }
+
+    /// Dispatches one callout for streams' calls; one the host refuses is answered
+    /// at once.
+    fn send(&mut self, worker: &Worker, send: Send, host: &mut impl Host) {
+        let store = &worker.config.lease_store;
+        let (callout, flight) = match send {
+            Send::Alone(queued) => (
+                Callout::Call {
+                    call: queued.call.clone(),
+                    timeout: queued.timeout,
+                },
+                Flight::Alone(queued),
+            ),
+            Send::Batch(calls) => (
+                Callout::Batch {
+                    calls: calls.iter().map(|queued| queued.call.clone()).collect(),
+                    timeout: store.timeout,
+                },
+                Flight::Batch(calls),
+            ),
+        };
+        match host.dispatch(store, &callout) {
+            Some(token) => {
+                self.flights.insert(token, flight);
+            }
+            None => self.land(worker, flight, Answer::NotSent, host),
+        }
+    }
+
+    /// A callout for streams' calls answered: each call's answer is delivered, and what
+    /// must go again alone goes.
+    fn land(&mut self, worker: &Worker, flight: Flight, answer: Answer, host: &mut impl Host) {
+        match flight {
+            Flight::Alone(queued) => self.deliveries.push(Delivery {
+                stream: queued.stream,
+                answer,
+            }),
+            Flight::Batch(calls) => {
+                let outcome = coalesce::answer_batch(calls, answer);
+                if outcome.batches_unsupported {
+                    self.batches_unsupported_until_ms = host.now_ms() + BATCHES_UNSUPPORTED_MS;
+                    host.log(
+                        LogLevel::Warn,
+                        "the lease-store has no batch routes (it predates them): store calls \
+                         go one by one for a minute; upgrade the lease-store, or set \
+                         lease_store.coalesce_calls: false",
+                    );
+                }
+                self.deliveries.extend(outcome.delivered);
+                for queued in outcome.resend {
+                    self.send(worker, Send::Alone(queued), host);
+                }
+            }
+        }
+    }
+
     /// Performs what the outbox asked for; a call the host refuses to
     /// dispatch is answered at once, and what that answer asks runs too.
     fn perform(&mut self, worker: &Worker, actions: Vec<OutboxAction>, host: &mut impl Host) {
@@ -299,6 +443,11 @@ impl Driver for Root {
         let Some(worker) = self.worker.clone() else {
             return;
         };
+        if let Some(flight) = self.flights.remove(&answered.token) {
+            let answer = read_answer(host, answered);
+            self.land(&worker, flight, answer, host);
+            return;
+        }
         if self.epoch_call == Some(answered.token) {
             self.epoch_call = None;
             let answer = read_answer(host, answered);

@@ -47,7 +47,7 @@ fn answer(root: &mut Root, host: &mut FakeHost, token: u32, status: u16, body: &
 /// A stream of `root` that won its claim and whose caller then left: the
 /// claim is the outbox's now.
 fn hand_off_one(root: &Root, host: &mut FakeHost) {
-    let mut stream = Stream::for_root(root);
+    let mut stream = Stream::for_root(root, 7);
     host.request_headers = [
         (":method", "POST"),
         (":path", "/payments"),
@@ -98,7 +98,7 @@ fn an_invalid_configuration_is_refused_naming_the_field() {
     );
     assert_eq!(host.tick_period, None);
     // Its streams pass everything through.
-    let mut stream = Stream::for_root(&root);
+    let mut stream = Stream::for_root(&root, 7);
     let verdict = stream.on_callback(
         Callback::RequestHeaders {
             end_of_stream: true,

@@ -127,7 +127,7 @@ fn a_headerless_answer_is_read_without_touching_the_map() {
 
 #[test]
 fn an_unconfigured_plugin_passes_everything_through() {
-    let mut stream = Stream::unconfigured();
+    let mut stream = Stream::unconfigured(7);
     let mut host = FakeHost::default();
     for callback in [
         Callback::RequestHeaders {

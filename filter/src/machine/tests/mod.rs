@@ -135,7 +135,7 @@ impl Harness {
         let worker = Rc::new(Worker::new(config, outbox));
         worker.hear_epoch(epoch, NOW_MS);
         Harness {
-            stream: Stream::new(Rc::clone(&worker)),
+            stream: Stream::new(Rc::clone(&worker), 7),
             host: FakeHost {
                 now_ms: NOW_MS,
                 ..FakeHost::default()
@@ -148,7 +148,7 @@ impl Harness {
     /// shared data (the edge cache).
     fn next_stream(&self) -> Harness {
         Harness {
-            stream: Stream::new(Rc::clone(&self.worker)),
+            stream: Stream::new(Rc::clone(&self.worker), 7),
             host: FakeHost {
                 now_ms: self.host.now_ms,
                 shared: self.host.shared.clone(),
