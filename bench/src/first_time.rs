@@ -7,9 +7,10 @@
 //! `--compare-store` a second one with other settings, whose contenders join the same
 //! rotation, so both sides meet the same machine state round by round. With `redis-server`
 //! installed, a durable Redis pair ([`crate::redis`]) joins the rotation too: the store a
-//! team would otherwise put under an idempotency proxy, measured in the same rounds. A
-//! guarded Envoy whose policy records after the reply joins it too, so the latency a caller
-//! saves by `record: after_reply` is measured against the default in the same rounds.
+//! team would otherwise put under an idempotency proxy, measured in the same rounds. Guarded
+//! Envoys with one filter setting changed ([`FilterVariant`]: `record: after_reply`, calls
+//! not coalesced) join it too, so what each setting buys is measured against the default
+//! in the same rounds.
 
 use std::sync::Arc;
 
@@ -60,9 +61,18 @@ pub struct Setup {
     pub sides: Vec<Side>,
     /// The durable Redis baseline and its server, when `redis-server` is installed.
     pub redis: Option<(RedisPair, Watched)>,
-    /// A guarded first-time POST through an Envoy whose policy records after the reply
-    /// (`docs/stream-machine.md#recording-after-the-reply`), and that Envoy.
-    pub after_reply: Option<(RequestTemplate, Watched)>,
+    /// Guarded Envoys with one filter setting changed, on the stack's store.
+    pub filter_variants: Vec<FilterVariant>,
+}
+
+/// A guarded Envoy whose filter configuration differs from the default in one setting.
+pub struct FilterVariant {
+    /// The setting, as the rows name it (e.g. `record: after_reply`).
+    pub setting: &'static str,
+    /// The rows' name for the default it is compared with.
+    pub default: &'static str,
+    /// A guarded first-time POST through it, and that Envoy.
+    pub guarded: (RequestTemplate, Watched),
 }
 
 /// Where each side's measurements sit in the rotation's answer.
@@ -168,18 +178,22 @@ impl Setup {
             )),
             _ => None,
         };
-        let after_reply = match (&self.after_reply, &self.sides[..], wants(&["p4"])) {
-            (Some((request, envoy)), [side, ..], true) => push(
-                load(
-                    "guarded POST [record: after_reply]",
-                    Workload::Request(request.clone()),
-                    c,
-                    with(&[*envoy, side.store, self.upstream]),
-                )
-                .grouped(postgres_group()),
-            ),
-            _ => None,
-        };
+        let mut variants = Vec::new();
+        if let ([side, ..], true) = (&self.sides[..], wants(&["p4"])) {
+            for variant in &self.filter_variants {
+                let (request, envoy) = &variant.guarded;
+                let slot = push(
+                    load(
+                        &format!("guarded POST [{}]", variant.setting),
+                        Workload::Request(request.clone()),
+                        c,
+                        with(&[*envoy, side.store, self.upstream]),
+                    )
+                    .grouped(postgres_group()),
+                );
+                variants.push((variant, slot));
+            }
+        }
         let m = rotation::rotate(&contenders, schedule, unique).await?;
         let at = |slot: Option<usize>| slot.and_then(|i| m.get(i));
         let (pg, unguarded, redis) = (at(pg), at(unguarded), at(redis));
@@ -229,18 +243,31 @@ impl Setup {
                 redis_rows(&mut rows, &mark, at(slot.cycle), at(slot.guarded), redis);
             }
         }
-        // Recording after the reply against the default, through the stack's own store.
-        if let (Some(after), Some(before)) = (
-            at(after_reply),
-            slots.first().and_then(|first| at(first.guarded)),
-        ) {
-            rows.push(Row::measured(
-                "A/B",
-                "guarded first-time POST: record: after_reply ÷ before_reply (the default)",
-                after,
-                Some(before),
-                None,
-            ));
+        // Each filter setting against the default, through the stack's own store: the rate,
+        // and the CPU of every process a request crosses.
+        let default = slots.first().and_then(|first| at(first.guarded));
+        for (variant, slot) in variants {
+            if let (Some(changed), Some(default)) = (at(slot), default) {
+                let scenario = format!(
+                    "guarded first-time POST: {} ÷ {} (the default)",
+                    variant.setting, variant.default
+                );
+                rows.push(Row::measured(
+                    "A/B",
+                    &scenario,
+                    changed,
+                    Some(default),
+                    None,
+                ));
+                rows.push(Row::cpu_compared(
+                    "A/B",
+                    &format!("CPU per {scenario}"),
+                    changed,
+                    changed.cpu_us_per_op(),
+                    (default, default.cpu_us_per_op()),
+                    None,
+                ));
+            }
         }
         // The A/B itself: the stack's store against the variant, same rounds; a partitioned
         // store against the stack's one database (P9: the router hop's cost).

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hyper::StatusCode;
 
 use crate::error::BenchError;
-use crate::first_time::{Setup, Side};
+use crate::first_time::{FilterVariant, Setup, Side};
 use crate::http::Connection;
 use crate::load::UniqueSource;
 use crate::pgbench::Pgbench;
@@ -110,18 +110,36 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         None
     };
 
-    let after_reply_envoy = if only.wants(&["p4"]) {
-        let started = stack
-            .start_guarded_variant("after-reply", |plugin| {
-                plugin["policies"][0]["record"] = serde_json::Value::String("after_reply".into());
-            })
-            .await;
-        started
-            .map_err(|e| notes.push(format!("record: after_reply not measured: {e}")))
-            .ok()
-    } else {
-        None
-    };
+    // Filter settings measured against the default (A/B rows): recording after the reply,
+    // and every stream sending its own store calls (`lease_store.coalesce_calls: false`).
+    let mut variant_envoys = Vec::new();
+    if only.wants(&["p4"]) {
+        type Change = fn(&mut serde_json::Value);
+        let variants: [(&str, &str, &str, Change); 2] = [
+            (
+                "after-reply",
+                "record: after_reply",
+                "before_reply",
+                |plugin| {
+                    plugin["policies"][0]["record"] = "after_reply".into();
+                },
+            ),
+            (
+                "calls-alone",
+                "each store call alone",
+                "calls coalesced",
+                |plugin| {
+                    plugin["lease_store"]["coalesce_calls"] = false.into();
+                },
+            ),
+        ];
+        for (name, setting, default, change) in variants {
+            match stack.start_guarded_variant(name, change).await {
+                Ok(envoy) => variant_envoys.push((setting, default, envoy)),
+                Err(e) => notes.push(format!("{setting} not measured: {e}")),
+            }
+        }
+    }
 
     let redis = match (RedisServer::binary(), only.wants(&["p1", "p4"])) {
         (Some(binary), true) => {
@@ -210,13 +228,19 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 Watched::Process(server.pid()),
             )
         }),
-        after_reply: match &after_reply_envoy {
-            Some(envoy) => Some((
-                payment(&envoy.url("/payments"), "{unique}")?,
-                Watched::Process(envoy.pid()),
-            )),
-            None => None,
-        },
+        filter_variants: variant_envoys
+            .iter()
+            .map(|(setting, default, envoy)| {
+                Ok(FilterVariant {
+                    setting,
+                    default,
+                    guarded: (
+                        payment(&envoy.url("/payments"), "{unique}")?,
+                        Watched::Process(envoy.pid()),
+                    ),
+                })
+            })
+            .collect::<Result<_, BenchError>>()?,
     };
 
     let mut rows = Vec::new();
@@ -294,7 +318,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     }
 
     drop(variant_envoy);
-    drop(after_reply_envoy);
+    drop(variant_envoys);
     let memory = MemoryReport {
         lease_store: procfs::memory(stack.lease_store_pid()),
         envoy_with_filter: procfs::memory(stack.guarded.pid()),

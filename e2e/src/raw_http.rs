@@ -37,6 +37,13 @@ pub async fn send_bytes(
     headers: &[(&[u8], &[u8])],
     body: &[u8],
 ) -> Reply {
+    let bytes = request_bytes(method, target, headers, body);
+    parse(&exchange(port, &bytes).await)
+}
+
+/// The request as written: the head (with `host` if none is given, `content-length` and
+/// `connection: close`), then the body.
+fn request_bytes(method: &[u8], target: &[u8], headers: &[(&[u8], &[u8])], body: &[u8]) -> Vec<u8> {
     let mut bytes = [method, b" ", target, b" HTTP/1.1\r\n"].concat();
     if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(b"host")) {
         bytes.extend_from_slice(b"host: 127.0.0.1\r\n");
@@ -52,7 +59,50 @@ pub async fn send_bytes(
         .as_bytes(),
     );
     bytes.extend_from_slice(body);
-    parse(&exchange(port, &bytes).await)
+    bytes
+}
+
+/// A POST written but for its body's last byte: the proxy holds it, waiting for the rest,
+/// until [`Held::finish`] writes it. Finishing many at once while the proxy is frozen lets
+/// it find them all in one event-loop turn.
+pub struct Held {
+    stream: TcpStream,
+    last: u8,
+}
+
+impl Held {
+    /// Writes a POST of `body` (at least one byte) to `127.0.0.1:port`, all but the last byte.
+    pub async fn post(port: u16, target: &str, headers: &[(&str, &str)], body: &[u8]) -> Held {
+        let headers: Vec<(&[u8], &[u8])> = headers
+            .iter()
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        let mut bytes = request_bytes(b"POST", target.as_bytes(), &headers, body);
+        let last = bytes.pop().expect("a held request has a body");
+        let mut stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"));
+        stream
+            .write_all(&bytes)
+            .await
+            .unwrap_or_else(|e| panic!("write the request: {e}"));
+        Held { stream, last }
+    }
+
+    /// Writes the last byte.
+    pub async fn finish(&mut self) {
+        self.stream
+            .write_all(&[self.last])
+            .await
+            .unwrap_or_else(|e| panic!("write the last byte: {e}"));
+    }
+
+    /// Reads the answer to the end.
+    pub async fn answer(mut self) -> Reply {
+        let mut answer = Vec::new();
+        let _ = self.stream.read_to_end(&mut answer).await;
+        parse(&answer)
+    }
 }
 
 /// Writes `bytes` to `127.0.0.1:port` and reads until the peer closes.

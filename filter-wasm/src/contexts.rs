@@ -118,6 +118,7 @@ impl proxy_wasm::traits::RootContext for RootContext {
     fn on_tick(&mut self) {
         let mut host = HostCalls::new(&self.counters);
         self.driver.on_tick(&mut host);
+        self.deliver();
     }
 
     /// A stream queued a call: every stream's call of this event-loop turn goes out now.

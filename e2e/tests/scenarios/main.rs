@@ -42,6 +42,7 @@ mod retryable_failures_cool_down;
 mod rollout_modes_never_block;
 mod router_retries_never_rerun_a_guarded_request;
 mod stale_winners_are_fenced;
+mod store_calls_are_coalesced;
 mod store_down_never_dispatches;
 mod store_token_stays_out_of_config_dump;
 mod the_cli_agrees_with_the_filter;

@@ -356,3 +356,18 @@ fn a_delivered_answer_is_not_an_answer_to_a_dispatched_call() {
     stream.on_delivered(Answer::ok(won()), &mut host);
     assert!(host.did.is_empty(), "{:?}", host.did);
 }
+
+#[test]
+fn calls_whose_wake_up_never_came_go_out_on_the_tick() {
+    let (mut root, mut host) = configured(true);
+    let _first = claiming(&root, &mut host, 1, "k-1");
+    let _second = claiming(&root, &mut host, 2, "k-2");
+    root.on_tick(&mut host);
+    let shapes: Vec<_> = host
+        .dispatched
+        .iter()
+        .map(|(_, c)| callout_shape(c))
+        .filter(|(route, _)| *route != "epoch")
+        .collect();
+    assert_eq!(shapes, [("batch", 2)]);
+}

@@ -298,11 +298,13 @@ impl Root {
 
     /// `on_tick`: asks for the operator epoch when it is due, runs the
     /// outbox's due renewals and deliveries, and finishes a retired plugin
-    /// once its outbox is settled.
+    /// once its outbox is settled. Streams' calls still queued (a wake-up the host
+    /// lost) go out too.
     pub fn on_tick(&mut self, host: &mut impl Host) {
         let Some(worker) = self.worker.clone() else {
             return;
         };
+        self.on_wake(host);
         if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut)
             && watch.due(host.now_ms())
         {
