@@ -12,22 +12,27 @@
 //! schema-valid request the store refuses: the wire types carry their ranges,
 //! and [`exact_inputs`] adds what derive attributes cannot say — every
 //! `{scope}` is a digest, recorded headers follow the recorded-header rule
-//! (built from `keyflight_protocol::headers`' own patterns), and the erase
-//! acknowledgment must be `true`.
+//! (built from `keyflight_protocol::headers`' own patterns), the erase
+//! acknowledgment must be `true`, and a batch carries 1 to `MAX_BATCH_CALLS`
+//! calls. (A batched claim that asks to wait is still schema-valid: the batch
+//! answers 200 and that call 400.)
 
 use std::sync::LazyLock;
 
 use keyflight_protocol::headers;
 use keyflight_protocol::problem::{Problem, ProblemCode};
+use keyflight_protocol::wire::batch::MAX_BATCH_CALLS;
 use keyflight_protocol::wire::{
-    ACK_REPLAY_RISK_HEADER, ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest,
-    PreviousIdentity, RecordDetail, RecordList, RecordState, RecordSummary, ReleaseAs,
-    ReleaseRequest, RenewRequest, RenewResponse, ResolveAs, ResolveRequest, StoredResponse, WonHow,
+    ACK_REPLAY_RISK_HEADER, ClaimAnswer, ClaimRequest, ClaimResponse, EpochResponse,
+    FinalizeRequest, PreviousIdentity, RecordDetail, RecordList, RecordState, RecordSummary,
+    ReleaseAs, ReleaseRequest, RenewRequest, RenewResponse, ResolveAs, ResolveRequest,
+    StoredResponse, WonHow,
 };
+use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-use utoipa::{Modify, OpenApi};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::api;
 
@@ -43,6 +48,8 @@ use crate::api;
         api::lease::renew,
         api::lease::finalize,
         api::lease::release,
+        api::batch::claims,
+        api::batch::finalizes,
         api::epoch::epoch,
         api::records::list,
         api::records::show,
@@ -61,6 +68,53 @@ use crate::api;
     modifiers(&V1Conventions),
 )]
 pub struct ApiDoc;
+
+// The batch answers as the document describes them. The store writes the wire type
+// (`OwnedBatchAnswer`), whose bodies are each single route's JSON carried as is; these name
+// what that JSON is, so a client generated from the document reads the bodies too.
+
+/// What `POST /v1/batch/claims` answers: one answer per claim.
+#[derive(ToSchema)]
+pub struct ClaimBatchAnswer {
+    /// One per claim, in the calls' order.
+    pub answers: Vec<BatchedClaimAnswer>,
+}
+
+/// What `POST /v1/claims/{scope}` answers for one claim of a batch.
+#[derive(ToSchema)]
+pub struct BatchedClaimAnswer {
+    /// The single route's HTTP status.
+    pub status: u16,
+    /// The single route's body: the claim's answer for a 200, a problem otherwise.
+    pub body: ClaimBatchBody,
+}
+
+/// A batched claim's body.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ClaimBatchBody {
+    /// Status 200.
+    Answer(ClaimAnswer),
+    /// Any other status.
+    Problem(Problem),
+}
+
+/// What `POST /v1/batch/finalizes` answers: one answer per finalize.
+#[derive(ToSchema)]
+pub struct FinalizeBatchAnswer {
+    /// One per finalize, in the calls' order.
+    pub answers: Vec<BatchedFinalizeAnswer>,
+}
+
+/// What `POST /v1/claims/{scope}/finalize` answers for one finalize of a batch.
+#[derive(ToSchema)]
+pub struct BatchedFinalizeAnswer {
+    /// The single route's HTTP status.
+    pub status: u16,
+    /// `null` for a 200 (the single route's has no body), a problem otherwise.
+    #[schema(required = true)]
+    pub body: Option<Problem>,
+}
 
 /// Adds the bearer scheme and the errors common to every `/v1` call.
 struct V1Conventions;
@@ -191,6 +245,11 @@ fn exact_inputs(doc: &mut Value) {
         "maxItems": 2,
     });
     doc["components"]["schemas"]["StoredResponse"]["properties"]["headers"]["items"] = header;
+    for batch in ["ClaimBatch", "FinalizeBatch"] {
+        let calls = &mut doc["components"]["schemas"][batch]["properties"]["calls"];
+        calls["minItems"] = json!(1);
+        calls["maxItems"] = json!(MAX_BATCH_CALLS);
+    }
     add_links(doc);
     let Some(paths) = doc["paths"].as_object_mut() else {
         return;
@@ -236,6 +295,8 @@ mod tests {
             ("/v1/claims/{scope}/renew", "post"),
             ("/v1/claims/{scope}/finalize", "post"),
             ("/v1/claims/{scope}/release", "post"),
+            ("/v1/batch/claims", "post"),
+            ("/v1/batch/finalizes", "post"),
             ("/v1/epoch", "get"),
             ("/v1/records", "get"),
             ("/v1/records/{scope}", "get"),
@@ -305,6 +366,44 @@ mod tests {
                 text.contains(field),
                 "{field} missing from ClaimAnswer: {text}"
             );
+        }
+    }
+
+    /// A batch takes 1 to 64 calls, and its answer's bodies are named: a claim's answer or a
+    /// problem, a finalize's `null` or a problem.
+    #[test]
+    fn batches_document_their_size_and_each_answers_body() {
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        for (path, batch, answer) in [
+            ("/v1/batch/claims", "ClaimBatch", "ClaimBatchAnswer"),
+            (
+                "/v1/batch/finalizes",
+                "FinalizeBatch",
+                "FinalizeBatchAnswer",
+            ),
+        ] {
+            let post = &doc["paths"][path]["post"];
+            assert_eq!(
+                post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+                format!("#/components/schemas/{batch}")
+            );
+            assert_eq!(
+                post["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+                format!("#/components/schemas/{answer}")
+            );
+            let calls = &schemas[batch]["properties"]["calls"];
+            assert_eq!(calls["minItems"], 1, "{batch}");
+            assert_eq!(calls["maxItems"], MAX_BATCH_CALLS, "{batch}");
+        }
+        let claim_body = serde_json::to_string(&schemas["ClaimBatchBody"]).expect("serializable");
+        for schema in ["ClaimAnswer", "Problem"] {
+            assert!(claim_body.contains(schema), "{claim_body}");
+        }
+        let finalize_answer =
+            serde_json::to_string(&schemas["BatchedFinalizeAnswer"]).expect("serializable");
+        for part in ["\"null\"", "Problem"] {
+            assert!(finalize_answer.contains(part), "{finalize_answer}");
         }
     }
 

@@ -40,8 +40,24 @@ pub async fn claim(
     State(state): State<AppState>,
     record: RecordScope,
     slot: Option<Extension<Slot>>,
-    ApiJson(mut request): ApiJson<ClaimRequest>,
+    ApiJson(request): ApiJson<ClaimRequest>,
 ) -> Result<Json<ClaimAnswer>, ApiError> {
+    let slot = slot.map(|Extension(slot)| slot);
+    answer_claim(&state, record, request, slot.as_ref())
+        .await
+        .map(Json)
+}
+
+/// One claim, checked, run and counted: what `POST /v1/claims/{scope}` answers, and what a
+/// batch answers for each of its claims (`api/batch.rs`). `slot` is the call's place under
+/// the concurrency cap, given back before a long-poll parks; a batch has none to give, as
+/// its claims never wait.
+pub async fn answer_claim(
+    state: &AppState,
+    record: RecordScope,
+    mut request: ClaimRequest,
+    slot: Option<&Slot>,
+) -> Result<ClaimAnswer, ApiError> {
     let received = Instant::now();
     let scope = record.scope;
     request.previous = record.previous_identity(request.previous.take(), request.fingerprint)?;
@@ -61,7 +77,7 @@ pub async fn claim(
             Ok(subscription) => {
                 state.metrics.event(Event::FollowerWait);
                 // A parked long-poll holds no database connection; its caps are its own.
-                if let Some(Extension(slot)) = slot {
+                if let Some(slot) = slot {
                     slot.release();
                 }
                 longpoll::wait_subscribed(&state.store, &state.longpoll, subscription, &request)
@@ -86,12 +102,12 @@ pub async fn claim(
     let response = attempt.response;
     state.metrics.claim_answered(&response);
     evidence::claim_answered(&scope, &request, &response);
-    Ok(Json(ClaimAnswer {
+    Ok(ClaimAnswer {
         record_expires_in_ms: record_expires_in_ms
             .filter(|_| matches!(response, ClaimResponse::Completed { .. })),
         claimed_after_ms,
         response,
-    }))
+    })
 }
 
 /// The caller's wait, in milliseconds, no longer than the configured cap.

@@ -6,7 +6,9 @@
 //! contract is readable in one `match`. The HTTP status comes from the
 //! protocol's one table ([`ProblemCode::status`]), shared with the filter.
 //! The response carries the [`ProblemCode`] in its extensions too, which lets
-//! the metrics middleware count errors by code without re-parsing bodies.
+//! the metrics middleware count errors by code without re-parsing bodies. A
+//! batched call's problem is the same [`ApiError::into_problem`], carried in the
+//! batch's answer and counted by the batch (`api/batch.rs`).
 //!
 //! Store failures keep their cause out of the answer: `journal_unavailable`
 //! says the database cannot be reached, a value the database refused is a
@@ -129,9 +131,12 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        // Rate-limited: an outage fails every call alike (the metrics count each one).
+impl ApiError {
+    /// The problem this error answers: the single route's body, and a batched call's
+    /// (`api/batch.rs`), so the two cannot differ. The causes that stay out of the answer
+    /// are logged here, rate-limited: an outage fails every call alike (the metrics count
+    /// each one).
+    pub fn into_problem(self) -> Problem {
         if let ApiError::Store(StoreError::Unavailable(cause) | StoreError::ReadOnly(cause)) = &self
             && let Some(suppressed) = log_limit::global().admit(Kind::DatabaseUnavailable)
         {
@@ -142,17 +147,28 @@ impl IntoResponse for ApiError {
         {
             tracing::warn!(%cause, suppressed, "the database refused a request value");
         }
-        problem_response(self.code(), self.detail())
+        let code = self.code();
+        Problem::new(code, code.status(), self.detail())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        problem_answer(self.into_problem())
     }
 }
 
 /// Renders `code` as an `application/problem+json` answer with its status
 /// from the protocol's table and the headers that status needs.
 pub fn problem_response(code: ProblemCode, detail: impl Into<String>) -> Response {
-    let status = code.status();
-    let problem = Problem::new(code, status, detail);
+    problem_answer(Problem::new(code, code.status(), detail))
+}
+
+/// Renders `problem` as an `application/problem+json` answer with the headers its
+/// status needs, its code in the extensions for the metrics middleware.
+fn problem_answer(problem: Problem) -> Response {
     let body = serde_json::to_vec(&problem).unwrap_or_default();
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -165,6 +181,6 @@ pub fn problem_response(code: ProblemCode, detail: impl Into<String>) -> Respons
     if status == StatusCode::UNAUTHORIZED {
         headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
-    response.extensions_mut().insert(code);
+    response.extensions_mut().insert(problem.code);
     response
 }

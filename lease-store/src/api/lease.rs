@@ -66,7 +66,18 @@ pub async fn renew(
 pub async fn finalize(
     State(state): State<AppState>,
     record: RecordScope,
-    ApiJson(mut request): ApiJson<FinalizeRequest>,
+    ApiJson(request): ApiJson<FinalizeRequest>,
+) -> Result<(), ApiError> {
+    answer_finalize(&state, record, request).await
+}
+
+/// One finalize, checked, run to the end and counted: what
+/// `POST /v1/claims/{scope}/finalize` answers, and what a batch answers for each of its
+/// finalizes (`api/batch.rs`).
+pub async fn answer_finalize(
+    state: &AppState,
+    record: RecordScope,
+    mut request: FinalizeRequest,
 ) -> Result<(), ApiError> {
     let scope = record.scope;
     request.previous_scope = record.previous_scope(request.previous_scope);

@@ -1,7 +1,8 @@
 //! The HTTP API v1 (`docs/records.md#the-api`): routes, shared state and input extractors.
 //!
 //! One file per call family — [`claims`] (the claim and its long-poll),
-//! [`lease`] (renew, finalize, release), [`epoch`] (what edge caches check
+//! [`lease`] (renew, finalize, release), [`batch`] (many claims or finalizes in
+//! one exchange), [`epoch`] (what edge caches check
 //! against), [`records`] (the operator API) and [`health`] (the
 //! unauthenticated operability endpoints). This module wires
 //! them into one router with the cross-cutting layers: bearer auth per family
@@ -18,6 +19,7 @@
 //! axum's `Allow` header) answer problem+json too, through the router's two
 //! fallbacks.
 
+pub mod batch;
 pub mod budget;
 pub mod claims;
 pub mod epoch;
@@ -71,9 +73,9 @@ pub struct AppState {
     pub namespace_transition: bool,
 }
 
-/// Builds the data-plane router: `/v1/claims…` and `/v1/epoch` behind the filter's
-/// credentials ([`crate::auth`]) and the per-call limits ([`limits`]), operability
-/// endpoints open.
+/// Builds the data-plane router: `/v1/claims…`, `/v1/batch/…` and `/v1/epoch` behind the
+/// filter's credentials ([`crate::auth`]) and the per-call limits ([`limits`]), operability
+/// endpoints open. A batch never long-polls, so it has the short deadline.
 pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
     let long_poll = Router::new()
         .route("/v1/claims/{scope}", post(claims::claim))
@@ -85,6 +87,8 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
         .route("/v1/claims/{scope}/renew", post(lease::renew))
         .route("/v1/claims/{scope}/finalize", post(lease::finalize))
         .route("/v1/claims/{scope}/release", post(lease::release))
+        .route("/v1/batch/claims", post(batch::claims))
+        .route("/v1/batch/finalizes", post(batch::finalizes))
         .route("/v1/epoch", get(epoch::epoch))
         .route_layer(middleware::from_fn_with_state(
             limits.request_timeout,
@@ -249,18 +253,51 @@ impl FromRequestParts<AppState> for RecordScope {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        let namespace = Namespace::from_request_parts(parts, state).await?;
+        let Scope(scope) = Scope::from_request_parts(parts, state).await?;
+        Ok(namespace.record(scope))
+    }
+}
+
+/// The authenticated caller's namespace: what turns a scope a call names into the
+/// [`RecordScope`] it reaches. The single routes take it with the path's scope; a batch
+/// takes it once for all its calls' scopes ([`batch`]), so each call reaches the record its
+/// single route would.
+#[derive(Debug, Clone)]
+pub struct Namespace {
+    caller: Caller,
+    /// `--namespace-transition`.
+    transition: bool,
+}
+
+impl Namespace {
+    /// The record `scope` names for this caller.
+    pub fn record(&self, scope: Digest) -> RecordScope {
+        let shared =
+            (self.transition && matches!(self.caller, Caller::Workload(_))).then_some(scope);
+        RecordScope {
+            scope: self.caller.record_scope(&scope),
+            caller: self.caller.clone(),
+            shared,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Namespace {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let caller = parts
             .extensions
             .get::<Caller>()
             .cloned()
             .ok_or(ApiError::Unauthorized)?;
-        let Scope(scope) = Scope::from_request_parts(parts, state).await?;
-        let shared =
-            (state.namespace_transition && matches!(caller, Caller::Workload(_))).then_some(scope);
-        Ok(RecordScope {
-            scope: caller.record_scope(&scope),
+        Ok(Namespace {
             caller,
-            shared,
+            transition: state.namespace_transition,
         })
     }
 }

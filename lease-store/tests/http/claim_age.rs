@@ -37,16 +37,6 @@ fn holding_cluster() -> PgCluster {
     cluster
 }
 
-/// A plain client on `cluster` (a transaction's view of `pg_stat_activity` is frozen, so
-/// the test watches from a connection of its own).
-async fn connect(cluster: &PgCluster) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
 /// A claim the hold applies to.
 fn marked(fingerprint: &str, lease_ms: u64, wait_ms: u64) -> Value {
     json!({
@@ -113,39 +103,9 @@ async fn a_reply_held_after_a_long_polls_takeover_counts_as_lease_age() {
 async fn a_reply_held_after_a_group_commit_batch_counts_as_lease_age() {
     let cluster = holding_cluster();
     let server = start_server_on(&cluster.url(), &["--batch-workers", "1"]).await;
-    // The one claim worker is held by a claim of a scope a transaction is inserting; the
-    // marked claims made meanwhile queue, and run as one batch once the gate rolls back.
-    let (gate, watcher) = (connect(&cluster).await, connect(&cluster).await);
-    let gated = fresh_digest("gate");
-    gate.batch_execute(&format!(
-        "BEGIN; INSERT INTO keyflight_records
-           (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-            created_at, retention, expires_at, updated_at)
-         VALUES (decode('{gated}', 'hex'), 'pending', decode('{gated}', 'hex'),
-                 gen_random_uuid(), nextval('keyflight_fence_seq'), now() + interval '1 minute',
-                 now(), interval '1 hour', now() + interval '1 hour', now())"
-    ))
-    .await
-    .unwrap();
-    let api = server.api.clone();
-    let held = tokio::spawn(async move { api.claim(&gated, &fresh_digest("fp"), 0).await });
-    keyflight_testkit::process::eventually(
-        "the gated claim waits for the gate's row",
-        Duration::from_secs(20),
-        || async {
-            watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = 'keyflight-lease-store' AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get::<_, i64>(0)
-                >= 1
-        },
-    )
-    .await;
+    // The one claim worker is held; the marked claims made meanwhile queue, and run as one
+    // batch once the gate opens.
+    let gate = ClaimGate::hold(&server.api, &cluster.url(), "keyflight-lease-store").await;
     let queued: Vec<_> = (0..2)
         .map(|n| {
             let api = server.api.clone();
@@ -158,8 +118,7 @@ async fn a_reply_held_after_a_group_commit_batch_counts_as_lease_age() {
         .api
         .wait_counter("keyflight_store_batch_queued{kind=\"claim\"}", 2)
         .await;
-    gate.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(held.await.unwrap().outcome(), "won");
+    gate.open().await;
     for claim in queued {
         let (answer, round_trip) = claim.await.unwrap();
         assert_eq!(answer.json["how"], "claimed");

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod auth;
+mod batches;
 mod claim_age;
 mod claims;
 mod cli;

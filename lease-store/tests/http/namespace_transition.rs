@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use keyflight_lease_store::caller::record_scope;
+use keyflight_protocol::Digest;
 use serde_json::json;
 
 use crate::mesh_identity::{CART, CHECKOUT, claim_as, post_as};
@@ -165,4 +167,83 @@ async fn during_the_transition_workloads_meet_in_the_shared_namespace_and_not_af
         let expected = if met { "completed" } else { "won" };
         assert_eq!(cart.outcome(), expected, "{}", cart.text);
     }
+}
+
+/// A batch's calls reach the records their single routes reach: the caller's own, and
+/// during the transition the shared namespace's too (`docs/records.md#batches`).
+#[tokio::test]
+async fn a_batch_reaches_the_records_its_single_routes_reach() {
+    let (shared, moved) = fleet(true).await;
+    let (before, before_fp, before_claim) = shared.api.win("batch-before-switch").await;
+    let (after, after_fp) = (fresh_digest("batch-after-switch"), fresh_digest("fp"));
+    let claim = |scope: &str, fingerprint: &str| {
+        let request = json!({ "fingerprint": fingerprint, "lease_ms": 60_000 });
+        json!({ "scope": scope, "request": request })
+    };
+    let mut naming_previous = claim(&fresh_digest("batch-two-transitions"), &after_fp);
+    naming_previous["request"]["previous"] =
+        json!({ "scope": fresh_digest("old"), "fingerprint": fresh_digest("fp") });
+    let calls = [
+        claim(&before, &before_fp),
+        claim(&after, &after_fp),
+        naming_previous,
+    ];
+    let claims = post_as(
+        &moved.api,
+        CHECKOUT,
+        "/v1/batch/claims",
+        &json!({ "calls": calls }),
+    )
+    .await;
+    assert_eq!(claims.status, 200, "{}", claims.text);
+    let answers = &claims.json["answers"];
+    assert_eq!(
+        answers[0]["body"]["outcome"], "in_progress",
+        "{}",
+        claims.text
+    );
+    assert_eq!(answers[1]["body"]["outcome"], "won", "{}", claims.text);
+    assert_eq!(answers[2]["status"], 400, "{}", claims.text);
+    let detail = answers[2]["body"]["detail"].as_str().unwrap();
+    assert!(detail.contains("--namespace-transition"), "{detail}");
+
+    // The batch's win holds the caller's own record and the shared namespace's.
+    let own = record_scope(CHECKOUT, &Digest::from_hex(&after).unwrap()).to_hex();
+    let shown = shared
+        .admin
+        .get(&format!("/v1/records/{own}"), Some(ADMIN))
+        .await;
+    assert_eq!(shown.json["state"], "pending", "{}", shown.text);
+    let running = shared.api.claim(&after, &after_fp, 0).await;
+    assert_eq!(running.outcome(), "in_progress", "{}", running.text);
+
+    let finalize = |scope: &str, claim_id: &str| {
+        json!({
+            "scope": scope,
+            "request": { "claim_id": claim_id, "response": sample_response(), "replayable": true },
+        })
+    };
+    let after_claim = answers[1]["body"]["claim_id"].as_str().unwrap();
+    let finalizes = post_as(
+        &moved.api,
+        CHECKOUT,
+        "/v1/batch/finalizes",
+        &json!({ "calls": [finalize(&before, &before_claim), finalize(&after, after_claim)] }),
+    )
+    .await;
+    assert_eq!(
+        finalizes.json,
+        json!({ "answers": [{ "status": 200, "body": null }, { "status": 200, "body": null }] }),
+        "{}",
+        finalizes.text
+    );
+    for (scope, fingerprint) in [(&before, &before_fp), (&after, &after_fp)] {
+        let replay = shared.api.claim(scope, fingerprint, 0).await;
+        assert_eq!(replay.outcome(), "completed", "{}", replay.text);
+    }
+    let shown = shared
+        .admin
+        .get(&format!("/v1/records/{own}"), Some(ADMIN))
+        .await;
+    assert_eq!(shown.json["state"], "completed", "{}", shown.text);
 }

@@ -362,6 +362,75 @@ pub async fn assert_long_poll_woken_across(follower_side: &Api, winner_side: &Ap
     );
 }
 
+/// A plain client on the database at `url`, its connection driven in the background.
+pub async fn db_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// A store's one claim worker (`--batch-workers 1`) held busy, so that the claims sent
+/// meanwhile queue and run as one group-commit batch once it opens: the worker runs a claim
+/// of a scope this gate's transaction is inserting, which waits for that row.
+pub struct ClaimGate {
+    db: tokio_postgres::Client,
+    held: tokio::task::JoinHandle<Answer>,
+}
+
+impl ClaimGate {
+    /// Holds the claim worker of `api`'s store, whose database is `database_url` and whose
+    /// connections are named `app` (`application_name`; the store's default is
+    /// `keyflight-lease-store`).
+    pub async fn hold(api: &Api, database_url: &str, app: &str) -> ClaimGate {
+        let db = db_client(database_url).await;
+        let gated = fresh_digest("gate");
+        db.batch_execute(&format!(
+            "BEGIN; INSERT INTO keyflight_records
+               (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+                created_at, retention, expires_at, updated_at)
+             VALUES (decode('{gated}', 'hex'), 'pending', decode('{gated}', 'hex'),
+                     gen_random_uuid(), nextval('keyflight_fence_seq'),
+                     now() + interval '1 minute', now(), interval '1 hour',
+                     now() + interval '1 hour', now())"
+        ))
+        .await
+        .unwrap();
+        let held = tokio::spawn({
+            let api = api.clone();
+            async move { api.claim(&gated, &fresh_digest("fp"), 0).await }
+        });
+        // A transaction's view of `pg_stat_activity` is frozen: watch from another connection.
+        let watcher = db_client(database_url).await;
+        keyflight_testkit::process::eventually(
+            "the gated claim waits for the gate's row",
+            Duration::from_secs(20),
+            || async {
+                watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                          WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                        &[&app],
+                    )
+                    .await
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    >= 1
+            },
+        )
+        .await;
+        ClaimGate { db, held }
+    }
+
+    /// Rolls the gate's row back: the held claim wins its scope, and the worker takes
+    /// whatever queued meanwhile.
+    pub async fn open(self) {
+        self.db.batch_execute("ROLLBACK").await.unwrap();
+        assert_eq!(self.held.await.unwrap().outcome(), "won");
+    }
+}
+
 /// The response the tests record.
 pub fn sample_response() -> Value {
     json!({

@@ -1,0 +1,183 @@
+//! `POST /v1/batch/claims` and `POST /v1/batch/finalizes`: many claims (finalizes) in one
+//! HTTP exchange (`docs/records.md#batches`).
+//!
+//! An edge worker sends the calls its streams make at the same moment as one batch. Its
+//! calls run concurrently, so they reach the store's group-commit queues together and share
+//! statements and commits (`docs/group-commit.md`): one exchange, and few commits, for many
+//! calls.
+//!
+//! A batch changes only the transport. Each call goes through its single route's own
+//! function ([`answer_claim`], [`answer_finalize`]) on the record its single route's path
+//! would name ([`Namespace::record`]), and its answer carries that route's status and JSON
+//! body. Only two things are the batch's own: a batch of no calls or of more than
+//! [`MAX_BATCH_CALLS`] is refused whole, before any call runs; and a claim that asks to
+//! wait is refused, because its long-poll would hold back every other call's answer.
+
+use axum::Json;
+use axum::extract::State;
+use futures_util::future::join_all;
+use keyflight_protocol::wire::ClaimRequest;
+use keyflight_protocol::wire::batch::{
+    BatchAnswer, BatchedAnswer, ClaimBatch, FinalizeBatch, MAX_BATCH_CALLS, OwnedBatchAnswer,
+};
+use serde::Serialize;
+use serde_json::value::{RawValue, to_raw_value};
+
+use super::claims::answer_claim;
+use super::lease::answer_finalize;
+use super::{ApiJson, AppState, Namespace};
+use crate::api::error::ApiError;
+use crate::metrics::Metrics;
+
+/// Answers each claim of the batch as `POST /v1/claims/{scope}` would, in order.
+#[utoipa::path(
+    post,
+    path = "/v1/batch/claims",
+    tag = "claims",
+    request_body = ClaimBatch,
+    responses(
+        (status = 200, description = "One answer per claim, in order: the status and body `POST /v1/claims/{scope}` answers (a claim with `wait_ms` > 0 is answered 400: a batch never waits)", body = crate::openapi::ClaimBatchAnswer),
+        (status = 400, description = "`bad_request`: malformed body, unknown field, or no calls or more than 64; no call ran", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn claims(
+    State(state): State<AppState>,
+    namespace: Namespace,
+    ApiJson(batch): ApiJson<ClaimBatch>,
+) -> Result<Json<OwnedBatchAnswer>, ApiError> {
+    sized(batch.calls.len())?;
+    let state = &state;
+    let answers = join_all(batch.calls.into_iter().map(|call| {
+        let record = namespace.record(call.scope);
+        async move {
+            never_waits(&call.request)?;
+            answer_claim(state, record, call.request, None).await
+        }
+    }))
+    .await;
+    Ok(Json(carried(&state.metrics, answers)))
+}
+
+/// Answers each finalize of the batch as `POST /v1/claims/{scope}/finalize` would, in order.
+#[utoipa::path(
+    post,
+    path = "/v1/batch/finalizes",
+    tag = "claims",
+    request_body = FinalizeBatch,
+    responses(
+        (status = 200, description = "One answer per finalize, in order: the status and body `POST /v1/claims/{scope}/finalize` answers (`null` for its 200)", body = crate::openapi::FinalizeBatchAnswer),
+        (status = 400, description = "`bad_request`: malformed body, unknown field, or no calls or more than 64; no call ran", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload_too_large`: the whole batch exceeds --max-body-bytes", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn finalizes(
+    State(state): State<AppState>,
+    namespace: Namespace,
+    ApiJson(batch): ApiJson<FinalizeBatch>,
+) -> Result<Json<OwnedBatchAnswer>, ApiError> {
+    sized(batch.calls.len())?;
+    let state = &state;
+    let answers = join_all(
+        batch
+            .calls
+            .into_iter()
+            .map(|call| answer_finalize(state, namespace.record(call.scope), call.request)),
+    )
+    .await;
+    Ok(Json(carried(&state.metrics, answers)))
+}
+
+/// Refuses a batch of no calls or of more than [`MAX_BATCH_CALLS`], before any call runs.
+fn sized(calls: usize) -> Result<(), ApiError> {
+    if (1..=MAX_BATCH_CALLS).contains(&calls) {
+        return Ok(());
+    }
+    Err(ApiError::BadRequest(format!(
+        "a batch carries 1 to {MAX_BATCH_CALLS} calls, not {calls}"
+    )))
+}
+
+/// Refuses a claim that asks to wait: its long-poll would hold back the answers of every
+/// other call in the batch. The edge sends such a claim alone.
+fn never_waits(request: &ClaimRequest) -> Result<(), ApiError> {
+    match request.wait_ms {
+        Some(wait_ms) if wait_ms > 0 => Err(ApiError::BadRequest(format!(
+            "wait_ms is {wait_ms}, but a batch never waits: send a claim that waits alone, \
+             to POST /v1/claims/{{scope}}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The batch's answer: each call's as its single route writes it.
+fn carried<T: Serialize>(metrics: &Metrics, answers: Vec<Result<T, ApiError>>) -> OwnedBatchAnswer {
+    BatchAnswer {
+        answers: answers
+            .into_iter()
+            .map(|answer| carried_one(metrics, answer))
+            .collect(),
+    }
+}
+
+/// One call's answer: 200 and its body (`()` is `null`: a finalize's 200 has none), or the
+/// problem its single route answers. That route's problem is counted by the metrics
+/// middleware from its response; a batched one is counted here, so
+/// `keyflight_store_errors_total` reads the same whether the edge batches or not.
+fn carried_one<T: Serialize>(
+    metrics: &Metrics,
+    answer: Result<T, ApiError>,
+) -> BatchedAnswer<Box<RawValue>> {
+    let (status, body) = match answer {
+        Ok(body) => (200, to_raw_value(&body)),
+        Err(error) => {
+            let problem = error.into_problem();
+            metrics.error(problem.code);
+            (problem.status, to_raw_value(&problem))
+        }
+    };
+    match body {
+        Ok(body) => BatchedAnswer { status, body },
+        // The wire types always serialize (no map with non-string keys, no serializer of
+        // their own that fails); were one not to, the call must not read as answered.
+        Err(failed) => {
+            tracing::error!(%failed, "a batched answer could not be written as JSON");
+            BatchedAnswer {
+                status: 500,
+                body: RawValue::NULL.to_owned(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keyflight_protocol::Digest;
+
+    use super::*;
+
+    fn claim_waiting(wait_ms: Option<u64>) -> ClaimRequest {
+        serde_json::from_value(serde_json::json!({
+            "fingerprint": Digest::of(b"fp").to_hex(),
+            "lease_ms": 1000,
+            "wait_ms": wait_ms,
+        }))
+        .expect("a valid claim")
+    }
+
+    #[test]
+    fn a_batch_carries_one_to_the_most_calls() {
+        assert!(sized(0).is_err());
+        assert!(sized(1).is_ok());
+        assert!(sized(MAX_BATCH_CALLS).is_ok());
+        assert!(sized(MAX_BATCH_CALLS + 1).is_err());
+    }
+
+    #[test]
+    fn only_a_claim_that_asks_to_wait_is_refused() {
+        assert!(never_waits(&claim_waiting(None)).is_ok());
+        assert!(never_waits(&claim_waiting(Some(0))).is_ok());
+        assert!(never_waits(&claim_waiting(Some(1))).is_err());
+    }
+}
