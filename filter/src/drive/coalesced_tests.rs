@@ -4,7 +4,6 @@
 
 use keyflight_protocol::wire::{ClaimResponse, WonHow};
 
-use super::host::Host;
 use super::stream::{Callback, Stream};
 use super::worker::Root;
 use crate::coalesce::Delivery;
