@@ -112,14 +112,10 @@ pub fn pack(calls: Vec<Queued>, max_body_bytes: u64, batches: bool) -> Vec<Send>
 }
 
 /// A batch of `calls`, or the one call alone.
-fn batch(mut calls: Vec<Queued>) -> Send {
-    match calls.pop() {
-        Some(only) if calls.is_empty() => Send::Alone(only),
-        Some(last) => {
-            calls.push(last);
-            Send::Batch(calls)
-        }
-        None => Send::Batch(calls),
+fn batch(calls: Vec<Queued>) -> Send {
+    match <[Queued; 1]>::try_from(calls) {
+        Ok([only]) => Send::Alone(only),
+        Err(calls) => Send::Batch(calls),
     }
 }
 

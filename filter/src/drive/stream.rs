@@ -262,24 +262,21 @@ impl Stream {
                         call,
                         timeout,
                     };
-                    match worker.queue_call(queued, host) {
-                        Ok(()) => {
-                            self.call = Some(InFlight::Queued { since_ms });
+                    let in_flight = match worker.queue_call(queued, host) {
+                        Ok(()) => Some(InFlight::Queued { since_ms }),
+                        Err(Queued { call, timeout, .. }) => host
+                            .dispatch(&worker.config.lease_store, &Callout::Call { call, timeout })
+                            .map(|token| InFlight::Dispatched { token, since_ms }),
+                    };
+                    match in_flight {
+                        Some(in_flight) => {
+                            self.call = Some(in_flight);
                             None
                         }
-                        Err(Queued { call, timeout, .. }) => {
-                            let callout = Callout::Call { call, timeout };
-                            match host.dispatch(&worker.config.lease_store, &callout) {
-                                Some(token) => {
-                                    self.call = Some(InFlight::Dispatched { token, since_ms });
-                                    None
-                                }
-                                None => Some(Event::StoreAnswered {
-                                    answer: Answer::NotSent,
-                                    elapsed_ms: 0,
-                                }),
-                            }
-                        }
+                        None => Some(Event::StoreAnswered {
+                            answer: Answer::NotSent,
+                            elapsed_ms: 0,
+                        }),
                     }
                 }
                 Action::Reply(reply) => {
