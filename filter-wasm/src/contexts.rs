@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
+use keyflight_filter::coalesce::Delivery;
 use keyflight_filter::drive::host::{CalloutAnswered, Driver};
 use keyflight_filter::drive::stream::{Callback, Stream, Verdict};
 use keyflight_filter::drive::worker::Root;
@@ -52,15 +53,25 @@ struct RootContext {
 }
 
 impl RootContext {
-    /// Hands each stream the answer the root context received for its call. The host
-    /// acts on the stream for the calls its driver makes meanwhile (`proxy_set_effective_context`);
-    /// resumes and replies it defers until this callback returns, as for a stream's own
-    /// callout (`docs/envoy-facts.md#waking-the-root-context`).
+    /// Hands each stream the answer the root context received for its call. The calls
+    /// streams queue meanwhile go out once all are handed theirs, and what those are
+    /// answered at once (a refused dispatch) is handed over in turn.
     fn deliver(&mut self) {
-        let deliveries = self.driver.take_deliveries();
-        if deliveries.is_empty() {
-            return;
+        loop {
+            let deliveries = self.driver.take_deliveries();
+            if deliveries.is_empty() {
+                return;
+            }
+            self.hand_over(deliveries);
+            let mut host = HostCalls::new(&self.counters);
+            self.driver.on_wake(&mut host);
         }
+    }
+
+    /// The host acts on the stream for what its driver does meanwhile
+    /// (`proxy_set_effective_context`); resumes and replies it defers until this callback
+    /// returns, as for a stream's own callout (`docs/envoy-facts.md#waking-the-root-context`).
+    fn hand_over(&mut self, deliveries: Vec<Delivery>) {
         for delivery in deliveries {
             let stream = self
                 .streams

@@ -56,6 +56,12 @@ impl CallQueue {
         Ok(())
     }
 
+    /// The root context is awake and takes the queue before its callback returns
+    /// (it is handing streams their answers): calls queued meanwhile need no wake-up.
+    pub fn root_awake(&mut self) {
+        self.wake_pending = true;
+    }
+
     /// The root context woke: every call queued so far.
     pub fn take(&mut self) -> Vec<Queued> {
         self.wake_pending = false;

@@ -2,11 +2,14 @@
 //! calls (`docs/stream-machine.md#coalesced-calls`): the streams queue, the root sends
 //! on its wake-up and delivers each answer to its stream.
 
+use std::rc::Rc;
+
 use keyflight_protocol::wire::{ClaimResponse, WonHow};
 
 use super::stream::{Callback, Stream};
 use super::worker::Root;
-use crate::coalesce::Delivery;
+
+use crate::coalesce::{Delivery, Queued};
 use crate::drive::host::{CalloutAnswered, Driver};
 use crate::machine::Action;
 use crate::problem::LocalReply;
@@ -84,16 +87,25 @@ fn callout_shape(callout: &Callout) -> (&'static str, usize) {
     }
 }
 
+/// What the adapter does after the root context's callback: hands out the answers, then
+/// sends what the streams queued meanwhile, until nothing more is owed.
 fn deliver(root: &mut Root, streams: &mut [(u32, &mut Stream)], host: &mut FakeHost) -> usize {
-    let deliveries: Vec<Delivery> = root.take_deliveries();
-    for delivery in &deliveries {
-        for (id, stream) in streams.iter_mut() {
-            if *id == delivery.stream {
-                stream.on_delivered(delivery.answer.clone(), host);
+    let mut delivered = 0;
+    loop {
+        let deliveries: Vec<Delivery> = root.take_deliveries();
+        if deliveries.is_empty() {
+            return delivered;
+        }
+        delivered += deliveries.len();
+        for delivery in &deliveries {
+            for (id, stream) in streams.iter_mut() {
+                if *id == delivery.stream {
+                    stream.on_delivered(delivery.answer.clone(), host);
+                }
             }
         }
+        root.on_wake(host);
     }
-    deliveries.len()
 }
 
 fn replies(host: &FakeHost) -> Vec<u16> {
@@ -369,4 +381,37 @@ fn calls_whose_wake_up_never_came_go_out_on_the_tick() {
         .filter(|(route, _)| *route != "epoch")
         .collect();
     assert_eq!(shapes, [("batch", 2)]);
+}
+
+#[test]
+fn a_call_queued_while_the_root_hands_out_answers_goes_out_from_the_root_without_a_wake_up() {
+    let (mut root, mut host) = configured(true);
+    let _stream = claiming(&root, &mut host, 1, "k-1");
+    root.on_wake(&mut host);
+    let (token, claim) = host.dispatched.last().cloned().unwrap();
+    let Callout::Call { call, timeout } = claim else {
+        panic!("{claim:?}")
+    };
+    answer_root(&mut root, &mut host, token, 200, &won());
+    host.wakes.clear();
+    host.refuse_wake = true;
+    assert_eq!(root.take_deliveries().len(), 1);
+    let follow_up = Queued {
+        stream: 1,
+        call,
+        timeout,
+    };
+    let worker = Rc::clone(root.worker().unwrap());
+    assert_eq!(
+        worker.queue_call(follow_up, &mut host),
+        Ok(()),
+        "queued although the host would refuse a wake-up"
+    );
+    assert!(host.wakes.is_empty(), "no wake-up: {:?}", host.wakes);
+    root.on_wake(&mut host);
+    let again = host.last_token().unwrap();
+    assert_ne!(again, token, "the root sent the follow-up");
+    answer_root(&mut root, &mut host, again, 200, &won());
+    let delivered: Vec<u32> = root.take_deliveries().iter().map(|d| d.stream).collect();
+    assert_eq!(delivered, [1], "its answer reaches the stream");
 }

@@ -350,8 +350,17 @@ impl Root {
         }
     }
 
-    /// The answers streams are owed, for the adapter to hand to each.
+    /// The answers streams are owed, for the adapter to hand to each and then call
+    /// [`Root::on_wake`]: the calls streams queue while they are handed their answers
+    /// go out then, with no wake-up. A wake-up the host refused there would leave a
+    /// stream to send its own call from the root context, whose answer the root
+    /// would not know (`docs/stream-machine.md#coalesced-calls`).
     pub fn take_deliveries(&mut self) -> Vec<Delivery> {
+        if !self.deliveries.is_empty()
+            && let Ok(mut queue) = self.stream_calls.try_borrow_mut()
+        {
+            queue.root_awake();
+        }
         std::mem::take(&mut self.deliveries)
     }
 
