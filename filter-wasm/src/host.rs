@@ -20,7 +20,7 @@ use keyflight_filter::problem::LocalReply;
 use keyflight_filter::store_call::Callout;
 use keyflight_protocol::time::millis;
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{self, BufferType, MapType, MetricType, Status};
+use proxy_wasm::types::{self, BufferType, MapType, MetricType};
 
 /// Writes one log line prefixed with `keyflight:`.
 pub fn log(level: types::LogLevel, message: &str) {
@@ -158,11 +158,10 @@ impl Host for HostCalls<'_> {
             .and_then(|(value, _)| value)
     }
 
+    /// Without compare-and-swap: reading the slot for its version would copy the entry
+    /// it replaces, for a check that guards only the moment between the two calls.
     fn replace_shared_data(&mut self, key: &str, value: &[u8]) {
-        let (_, cas) = hostcalls::get_shared_data(key).unwrap_or((None, None));
-        if let Err(status) = hostcalls::set_shared_data(key, Some(value), cas)
-            && !matches!(status, Status::CasMismatch)
-        {
+        if let Err(status) = hostcalls::set_shared_data(key, Some(value), None) {
             log(
                 types::LogLevel::Warn,
                 &format!("could not write edge cache slot {key}: {status:?}"),

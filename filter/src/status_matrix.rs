@@ -64,6 +64,24 @@ const NOT_SENT_FLAGS: u64 =
 /// `URX`: the upstream retry limit was exceeded (15).
 const RETRY_LIMIT_EXCEEDED: u64 = 1 << 15;
 
+/// `response.code_details` of a response the upstream sent.
+const VIA_UPSTREAM: &[u8] = b"via_upstream";
+
+/// [`origin`], reading each property through `property` (a host call each), the flags and
+/// the attempt count only for a response Envoy did not mark as the upstream's: nearly
+/// every response is, and needs one read.
+pub fn read_origin(mut property: impl FnMut(&[&str]) -> Option<Vec<u8>>) -> ResponseOrigin {
+    let code_details = property(&["response", "code_details"]);
+    if code_details.as_deref() == Some(VIA_UPSTREAM) {
+        return ResponseOrigin::Upstream;
+    }
+    origin(
+        code_details.as_deref(),
+        property(&["response", "flags"]).as_deref(),
+        property(&["upstream", "request_attempt_count"]).as_deref(),
+    )
+}
+
 /// Classifies who produced a response from Envoy's `response.code_details`,
 /// `response.flags` and `upstream.request_attempt_count` properties (any may
 /// be missing).
@@ -78,7 +96,7 @@ pub fn origin(
     flags: Option<&[u8]>,
     attempts: Option<&[u8]>,
 ) -> ResponseOrigin {
-    if code_details == Some(b"via_upstream".as_slice()) {
+    if code_details == Some(VIA_UPSTREAM) {
         return ResponseOrigin::Upstream;
     }
     let mut bits = flags.and_then(le_u64).unwrap_or(0);
@@ -232,6 +250,41 @@ mod tests {
 
     fn flags(bits: u64) -> [u8; 8] {
         bits.to_le_bytes()
+    }
+
+    #[test]
+    fn an_upstream_answer_is_told_by_one_property_read() {
+        let mut read = Vec::new();
+        let origin = read_origin(|path| {
+            read.push(path.join("."));
+            (path == ["response", "code_details"]).then(|| b"via_upstream".to_vec())
+        });
+        assert_eq!(origin, ResponseOrigin::Upstream);
+        assert_eq!(read, ["response.code_details"]);
+    }
+
+    #[test]
+    fn a_proxy_answer_reads_the_flags_and_the_attempts_too() {
+        let mut read = Vec::new();
+        let origin = read_origin(|path| {
+            read.push(path.join("."));
+            match path {
+                ["response", "code_details"] => {
+                    Some(b"upstream_reset_before_response_started{connection_refused}".to_vec())
+                }
+                ["response", "flags"] => Some(flags(1 << 5).to_vec()),
+                _ => None,
+            }
+        });
+        assert_eq!(origin, ResponseOrigin::ProxyNotSent);
+        assert_eq!(
+            read,
+            [
+                "response.code_details",
+                "response.flags",
+                "upstream.request_attempt_count"
+            ]
+        );
     }
 
     #[test]

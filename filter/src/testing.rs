@@ -112,6 +112,9 @@ impl Host for FakeHost {
     }
 
     fn headers(&mut self, map: HeaderMap) -> Vec<(String, Vec<u8>)> {
+        if map == HeaderMap::Response {
+            self.head_reads += 1;
+        }
         self.map(map).to_vec()
     }
 

@@ -343,26 +343,20 @@ impl Driver for Stream {
     }
 }
 
-/// The response head the machine asked for with `ReadResponseHeaders`.
+/// The response head the machine asked for with `ReadResponseHeaders`: one read of the
+/// header map, the status with it, and the properties that tell who produced the response
+/// (`docs/envoy-facts.md#who-produced-a-response`).
 fn response_head(host: &mut impl Host, end_of_stream: bool) -> Event {
-    let status = host
-        .header(HeaderMap::Response, ":status")
-        .and_then(|v| parse_status(&v))
+    let headers = host.headers(HeaderMap::Response);
+    let status = headers
+        .iter()
+        .find(|(name, _)| name == ":status")
+        .and_then(|(_, value)| parse_status(value))
         .unwrap_or(502);
-    // F6: Envoy marks responses that came from the upstream `via_upstream`;
-    // for the ones it generated, the response flags and the attempt count say
-    // whether the request may have reached the upstream
-    // (`docs/envoy-facts.md#who-produced-a-response`).
-    let origin = status_matrix::origin(
-        host.property(&["response", "code_details"]).as_deref(),
-        host.property(&["response", "flags"]).as_deref(),
-        host.property(&["upstream", "request_attempt_count"])
-            .as_deref(),
-    );
     Event::ResponseHeadersRead {
         status,
-        headers: host.headers(HeaderMap::Response),
-        origin,
+        headers,
+        origin: status_matrix::read_origin(|path| host.property(path)),
         end_of_stream,
     }
 }
