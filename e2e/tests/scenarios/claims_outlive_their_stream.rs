@@ -140,9 +140,13 @@ async fn a_lease_store_frozen_past_the_call_timeout_does_not_lose_the_record() {
         stack.open_gate("freeze").await;
     };
     let (first, ()) = tokio::join!(caller, fault);
-    // The caller's answer came after the finalize timed out; the store stays frozen a
-    // while longer (three outbox attempts' worth), then thaws.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The caller's answer came after the stream's finalize timed out; the store thaws
+    // once the outbox's first attempt timed out too and it sent the next.
+    stack
+        .eventually("the outbox sent the finalize again", || async {
+            stack.filter_counter("outbox.retried").await >= 2
+        })
+        .await;
     stack.signal_lease_store(0, Signal::Cont);
     assert_eq!(
         first.status, 201,
