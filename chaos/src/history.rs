@@ -190,6 +190,12 @@ pub struct Fault {
     /// `None` when it was not seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_gone_ms: Option<Ms>,
+    /// A drain's or rolling upgrade's moment the old Envoy process was seen exited, after
+    /// its `SIGTERM` and before its replacement started: Envoy runs on for a moment after
+    /// the signal, so a claim the store stamps in between came from the old process.
+    /// `None` when it was not recorded (the `SIGTERM` then stands for the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_exited_ms: Option<Ms>,
     /// A hot restart's parent: the restart epoch of the process that drained and exited
     /// (its evidence lines carry it, `checker/evidence.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,9 +7,12 @@
 //! takeover, no settle of the earlier fence landed before the takeover).
 //!
 //! - **A process that ended** ([`process_ended`]): an Envoy kill ends it at its start, a
-//!   drain at its `SIGTERM` (`proxy_gone_ms`). The dead-proxy row then holds it to the
-//!   kill's conditions: the claim won before that moment, the moment before the takeover
-//!   and any landed settle, the hand-off logged if the caller had its answer.
+//!   drain or a rolling upgrade when the process was seen exited after its `SIGTERM`
+//!   (`proxy_exited_ms`; the `SIGTERM`, `proxy_gone_ms`, in a history that lacks it). Until
+//!   then the process runs on, and a claim it sent may be stamped by the store after the
+//!   signal. The dead-proxy row then holds it to the kill's conditions: the claim won
+//!   before that moment, the moment before the takeover and any landed settle, the
+//!   hand-off logged if the caller had its answer.
 //! - **A VM a module push destroyed** ([`vm_retired`]): the Envoy that forwarded the
 //!   earlier execution logged, on retiring a root context, that fence's settle call still
 //!   in its outbox (`evidence=retired`); a `wasm_upgrade` of that Envoy then saw the old
@@ -39,12 +42,20 @@ use super::partition::Earlier;
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 
 /// When `fault` ended the Envoy process it hit, for the faults that end one: an Envoy
-/// kill at its start, a drain or a rolling upgrade at its `SIGTERM`. `None` for any other
-/// fault, and for one whose `SIGTERM` was not recorded.
+/// kill at its start, a drain or a rolling upgrade when the process was seen exited (no
+/// later instance of that Envoy existed before), or at its `SIGTERM` when the exit was not
+/// recorded. `None` for any other fault, and for one whose `SIGTERM` was not recorded.
 pub fn process_ended(fault: &Fault) -> Option<Ms> {
     match fault.kind {
         FaultKind::EnvoyKill => Some(fault.start_ms),
-        FaultKind::EnvoyDrain | FaultKind::RollingUpgrade => fault.proxy_gone_ms,
+        FaultKind::EnvoyDrain | FaultKind::RollingUpgrade => {
+            let signalled = fault.proxy_gone_ms?;
+            Some(
+                fault
+                    .proxy_exited_ms
+                    .map_or(signalled, |exited| exited.max(signalled)),
+            )
+        }
         _ => None,
     }
 }

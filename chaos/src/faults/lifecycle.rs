@@ -4,10 +4,10 @@
 //!
 //! | kind | inject | heal |
 //! |---|---|---|
-//! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit, start it again on the same ports |
+//! | envoy drain | `POST /drain_listeners?graceful` on Envoy N (a pod's termination drain), held 0.3–2.5 s while its listeners keep serving and its outbox keeps delivering | `SIGTERM` (its moment is the fault's `proxy_gone_ms`), wait for the exit (`proxy_exited_ms`), start it again on the same ports |
 //! | wasm upgrade | Envoy 0's `.wasm` replaced by LDS: a rebuilt module (an upgrade), and by the next one the original again (a rollback); new VMs; the old listener drained for `--drain-time-s` (at once when it holds no connection), then its plugin retired and its VMs destroyed. A watcher polls Envoy's VM counts from just before the push | wait for the watcher: the moment Envoy had created new VMs and held no more than before the push, the old VMs destroyed, is `proxy_gone_ms` (seen while another fault holds too) |
 //! | envoy hot restart | Envoy N's next restart epoch started on its base id (`Stack::hot_restart_envoy`), `--parent-shutdown-time-s 2`: the child takes the listen sockets, the parent drains (`--drain-time-s 1`) and keeps its outbox delivering | wait for the parent's exit: the moment it was seen exited is `proxy_gone_ms`, its epoch `parent_epoch` |
-//! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
+//! | rolling upgrade | Envoy 1 replaced as a rollout replaces a pod (`SIGTERM`, its moment `proxy_gone_ms`; the exit seen, `proxy_exited_ms`; a new process on the same ports) by one running the previous release's `.wasm` (`keyflight_testkit::previous_release`), and by the next one by this release's again: the mesh runs both releases in between | nothing |
 //!
 //! What each may cost is the guarantee's first at-least-once row: Envoy exits at once on
 //! `SIGTERM`, a module push destroys the retired VM with its outbox, and a hot restart's
@@ -48,6 +48,8 @@ pub struct Pending {
     old_vms_gone: Option<JoinHandle<Option<Ms>>>,
     /// A rolling upgrade's `SIGTERM`.
     terminated_ms: Option<Ms>,
+    /// A rolling upgrade's old process seen exited, before its replacement started.
+    exited_ms: Option<Ms>,
     /// A rolling upgrade's result: the Envoy runs the previous release now.
     previous_release: Option<bool>,
     /// A hot restart's parent: its restart epoch.
@@ -78,9 +80,12 @@ pub async fn inject(stack: &mut Stack, kind: FaultKind, target: usize, clock: Cl
                 false => stack.binaries().clone(),
             };
             let terminated_ms = Some(clock.now_ms());
+            stack.terminate_envoy(target);
+            let exited_ms = Some(clock.now_ms());
             stack.replace_envoy(target, binaries).await;
             Pending {
                 terminated_ms,
+                exited_ms,
                 previous_release: Some(to_previous),
                 ..Pending::default()
             }
@@ -114,6 +119,7 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
         FaultKind::EnvoyDrain => {
             let gone = clock.now_ms();
             stack.terminate_envoy(fault.target);
+            fault.proxy_exited_ms = Some(clock.now_ms());
             stack.start_envoy(fault.target).await;
             Some(gone)
         }
@@ -121,7 +127,10 @@ pub async fn heal(stack: &mut Stack, fault: &mut Fault, pending: Pending, clock:
             Some(watcher) => watcher.await.ok().flatten(),
             None => None,
         },
-        FaultKind::RollingUpgrade => pending.terminated_ms,
+        FaultKind::RollingUpgrade => {
+            fault.proxy_exited_ms = pending.exited_ms;
+            pending.terminated_ms
+        }
         FaultKind::EnvoyHotRestart => {
             stack.wait_envoy_parent_exit(fault.target);
             Some(clock.now_ms())
