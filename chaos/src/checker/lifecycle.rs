@@ -167,7 +167,7 @@ pub const PREVIOUS_RELEASE_ALSO_FORGETS: [u16; 1] = [303];
 
 /// The rolling upgrade (fault id) that had moved `earlier`'s Envoy to the previous release
 /// when it ran `earlier`, if the upstream answered it a status that release forgets: the
-/// last rolling upgrade of that Envoy begun by then moved it there.
+/// last rolling upgrade of that Envoy whose replacement could run by then moved it there.
 pub fn previous_release_forgot(history: &History, earlier: &Execution) -> Option<usize> {
     let status = earlier.answered?;
     let envoy = earlier.via?;
@@ -178,9 +178,16 @@ pub fn previous_release_forgot(history: &History, earlier: &Execution) -> Option
         .faults
         .iter()
         .filter(|fault| fault.kind == FaultKind::RollingUpgrade && fault.target == envoy)
-        .filter(|fault| fault.start_ms <= earlier.at_ms)
-        .max_by_key(|fault| fault.start_ms)?;
+        .filter(|fault| replacement_from(fault) <= earlier.at_ms)
+        .max_by_key(|fault| replacement_from(fault))?;
     (last.previous_release == Some(true)).then_some(last.id)
+}
+
+/// The earliest moment a rolling upgrade's new process could forward a request: when the
+/// old one was seen exited (it forwards on for a moment after its `SIGTERM`), or the
+/// upgrade's start in a history that lacks the exit.
+fn replacement_from(upgrade: &Fault) -> Ms {
+    upgrade.proxy_exited_ms.unwrap_or(upgrade.start_ms)
 }
 
 /// The caller attempts whose answer came from an execution the previous release forgot.
