@@ -135,7 +135,10 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
                 injected.old_primary = Some(old_primary);
             }
         }
-        FaultKind::EnvoyKill => stack.kill_envoy(step.target),
+        FaultKind::EnvoyKill => {
+            stack.kill_envoy(step.target);
+            injected.fault.proxy_exited_ms = Some(clock.now_ms());
+        }
         FaultKind::PluginPush => plugin_push::push(stack).await,
         FaultKind::ProxyPartition
         | FaultKind::StoreDbPartition

@@ -190,10 +190,11 @@ pub struct Fault {
     /// `None` when it was not seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_gone_ms: Option<Ms>,
-    /// A drain's or rolling upgrade's moment the old Envoy process was seen exited, after
-    /// its `SIGTERM` and before its replacement started: Envoy runs on for a moment after
-    /// the signal, so a claim the store stamps in between came from the old process.
-    /// `None` when it was not recorded (the `SIGTERM` then stands for the end).
+    /// An Envoy kill's, drain's or rolling upgrade's moment the old Envoy process was seen
+    /// exited (reaped after its `SIGKILL`, or after its `SIGTERM`), before its replacement
+    /// started: the process runs on for a moment after the fault's start, so a claim the
+    /// store stamps in between came from it. `None` when it was not recorded (the kill's
+    /// start or the `SIGTERM` then stands for the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_exited_ms: Option<Ms>,
     /// A hot restart's parent: the restart epoch of the process that drained and exited

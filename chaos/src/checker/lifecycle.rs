@@ -6,11 +6,11 @@
 //! shown what every row needs (same body and fingerprint, every claim in between a
 //! takeover, no settle of the earlier fence landed before the takeover).
 //!
-//! - **A process that ended** ([`process_ended`]): an Envoy kill ends it at its start, a
-//!   drain or a rolling upgrade when the process was seen exited after its `SIGTERM`
-//!   (`proxy_exited_ms`; the `SIGTERM`, `proxy_gone_ms`, in a history that lacks it). Until
-//!   then the process runs on, and a claim it sent may be stamped by the store after the
-//!   signal. The dead-proxy row then holds it to the kill's conditions: the claim won
+//! - **A process that ended** ([`process_ended`]): an Envoy kill, a drain or a rolling
+//!   upgrade ends it when the process was seen exited after its `SIGKILL` or `SIGTERM`
+//!   (`proxy_exited_ms`; in a history that lacks it, the kill's start or the `SIGTERM`,
+//!   `proxy_gone_ms`). Until then the process runs on, and a claim it sent may be stamped
+//!   by the store after the fault began. The dead-proxy row then holds it to the kill's conditions: the claim won
 //!   before that moment, the moment before the takeover and any landed settle, the
 //!   hand-off logged if the caller had its answer.
 //! - **A VM a module push destroyed** ([`vm_retired`]): the Envoy that forwarded the
@@ -41,23 +41,21 @@ use super::judgement::{Rerun, RerunVerdict, Row, SETTLE_LOG_SLACK_MS, answered_b
 use super::partition::Earlier;
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 
-/// When `fault` ended the Envoy process it hit, for the faults that end one: an Envoy
-/// kill at its start, a drain or a rolling upgrade when the process was seen exited (no
-/// later instance of that Envoy existed before), or at its `SIGTERM` when the exit was not
-/// recorded. `None` for any other fault, and for one whose `SIGTERM` was not recorded.
+/// When `fault` ended the Envoy process it hit, for the faults that end one (an Envoy
+/// kill, a drain, a rolling upgrade): when the process was seen exited (no later instance
+/// of that Envoy existed before), else at the kill's start or the `SIGTERM`. `None` for
+/// any other fault, and for a drain or upgrade whose `SIGTERM` was not recorded.
 pub fn process_ended(fault: &Fault) -> Option<Ms> {
-    match fault.kind {
-        FaultKind::EnvoyKill => Some(fault.start_ms),
-        FaultKind::EnvoyDrain | FaultKind::RollingUpgrade => {
-            let signalled = fault.proxy_gone_ms?;
-            Some(
-                fault
-                    .proxy_exited_ms
-                    .map_or(signalled, |exited| exited.max(signalled)),
-            )
-        }
-        _ => None,
-    }
+    let signalled = match fault.kind {
+        FaultKind::EnvoyKill => fault.start_ms,
+        FaultKind::EnvoyDrain | FaultKind::RollingUpgrade => fault.proxy_gone_ms?,
+        _ => return None,
+    };
+    Some(
+        fault
+            .proxy_exited_ms
+            .map_or(signalled, |exited| exited.max(signalled)),
+    )
 }
 
 /// The row of a record destroyed with its retired VM: `Ok(None)` when Envoy `envoy` logged
