@@ -10,9 +10,9 @@
 //!   upgrade ends it when the process was seen exited after its `SIGKILL` or `SIGTERM`
 //!   (`proxy_exited_ms`; in a history that lacks it, the kill's start or the `SIGTERM`,
 //!   `proxy_gone_ms`). Until then the process runs on, and a claim it sent may be stamped
-//!   by the store after the fault began. The dead-proxy row then holds it to the kill's conditions: the claim won
-//!   before that moment, the moment before the takeover and any landed settle, the
-//!   hand-off logged if the caller had its answer.
+//!   by the store after the fault began. The dead-proxy row then holds it to the kill's
+//!   conditions: the claim won before that moment, the moment before the takeover and any
+//!   landed settle, the hand-off logged if the caller had its answer.
 //! - **A VM a module push destroyed** ([`vm_retired`]): the Envoy that forwarded the
 //!   earlier execution logged, on retiring a root context, that fence's settle call still
 //!   in its outbox (`evidence=retired`); a `wasm_upgrade` of that Envoy then saw the old
