@@ -1,8 +1,9 @@
 //! RFC 8785 (JCS) canonical JSON for fingerprints, with the K4 exactness rule.
 //!
-//! `canonicalize` parses the body (`tree.rs`), checks its numbers
-//! (`numbers.rs`) and writes the canonical text (`write.rs`). Two things JCS
-//! leaves to its caller are decided here:
+//! `canonicalize` parses the body into a flat list of nodes (`tree.rs`),
+//! gives each number its token in the body and checks it (`numbers.rs`), and
+//! writes the canonical text (`write.rs`). Two things JCS leaves to its caller
+//! are decided here:
 //!
 //! - **I-JSON input.** RFC 8785 is defined for I-JSON (RFC 7493), which forbids
 //!   duplicate object keys. `serde_json::Value` would silently keep the last
@@ -32,17 +33,16 @@ mod tree;
 mod write;
 
 use crate::fingerprint::RawReason;
-use tree::Tree;
 
 /// The RFC 8785 canonical form of `body`, or why the raw bytes must be used.
 pub fn canonicalize(body: &[u8]) -> Result<String, RawReason> {
-    let mut tree: Tree<'_> = serde_json::from_slice(body).map_err(|_| RawReason::InvalidJson)?;
-    if !numbers::exact(body) {
+    let mut nodes = tree::parse(body).map_err(|_| RawReason::InvalidJson)?;
+    if !numbers::read_tokens(&mut nodes, body) {
         return Err(RawReason::LossyNumber);
     }
     // The canonical text is never longer than a body without whitespace.
     let mut canonical = String::with_capacity(body.len());
-    write::canonical(&mut tree, &mut canonical).map_err(|_| RawReason::InvalidJson)?;
+    write::canonical(&nodes, &mut canonical).map_err(|_| RawReason::InvalidJson)?;
     Ok(canonical)
 }
 

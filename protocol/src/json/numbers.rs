@@ -1,5 +1,8 @@
 //! The K4 exactness check: every number token of the body compared, as a
-//! decimal value, with the number the canonical text prints for it.
+//! decimal value, with the number the canonical text prints for it; and
+//! the canonical text of the tokens that need no ryu-js to print.
+
+use super::tree::Node;
 
 /// The most significant digits a double's shortest representation has.
 const MAX_DIGITS: usize = 17;
@@ -7,25 +10,26 @@ const MAX_DIGITS: usize = 17;
 /// The significant decimal digits every double holds exactly (C's `DBL_DIG`).
 const DBL_DIG: usize = 15;
 
-/// True when every number token of `json` (valid JSON) denotes the same
-/// decimal value as the number the canonicalizer prints for it.
+/// Gives every number node its token in `body` (nodes and tokens are both
+/// in document order) and says whether every token is exact: denotes the
+/// same decimal value as the number the canonical text prints for it. One
+/// pass for both, as the tokens are found by scanning the whole body.
 ///
-/// The token is read with serde_json, as the document was, and printed
-/// with ryu-js, as the canonicalizer prints it. Comparing token by token
-/// is the multiset comparison of the body's and the canonical text's
-/// numbers, without building it: canonicalization moves whole members,
-/// and a printed number re-reads as itself, so a lossy token can never be
-/// matched by another token's printed value.
-pub(super) fn exact(json: &[u8]) -> bool {
+/// The token's value is the node's, as serde_json read the document, printed
+/// with ryu-js, as the canonicalizer prints it. Comparing token by token is
+/// the multiset comparison of the body's and the canonical text's numbers,
+/// without building it: canonicalization moves whole members, and a printed
+/// number re-reads as itself, so a lossy token can never be matched by
+/// another token's printed value.
+pub(super) fn read_tokens<'a>(nodes: &mut [Node<'a>], body: &'a [u8]) -> bool {
+    let mut tokens = tokens(body);
     let mut printed = ryu_js::Buffer::new();
-    tokens(json).all(|token| {
-        few_digits(token)
-            || match serde_json::from_slice::<f64>(token) {
-                Ok(value) if value.is_finite() => {
-                    same_value(token, printed.format_finite(value).as_bytes())
-                }
-                _ => false,
-            }
+    nodes.iter_mut().all(|node| match node {
+        Node::Number(value, token) => {
+            *token = tokens.next().unwrap_or_default();
+            few_digits(token) || same_value(token, printed.format_finite(*value).as_bytes())
+        }
+        _ => true,
     })
 }
 
@@ -49,6 +53,18 @@ pub(super) fn same_value(a: &[u8], b: &[u8]) -> bool {
     match (Decimal::parse(a), Decimal::parse(b)) {
         (Some(a), Some(b)) => a == b,
         _ => false,
+    }
+}
+
+/// The value of `token` when it is a plain decimal of at most 15 digits
+/// ([`few_digits`]): such a value is the shortest decimal of its double, so its
+/// canonical text can be written from the token's own digits
+/// ([`Decimal::write_ecmascript`]) without finding them again with ryu-js.
+pub(super) fn plain(token: &[u8]) -> Option<Decimal> {
+    if token.iter().any(u8::is_ascii_digit) && few_digits(token) {
+        Decimal::parse(token)
+    } else {
+        None
     }
 }
 
@@ -149,6 +165,48 @@ impl Decimal {
             exponent,
         })
     }
+
+    /// Appends the value as ECMAScript's `Number.prototype.toString` prints a
+    /// double whose shortest digits are these (ECMA-262 Number::toString, with
+    /// n the position of the decimal point relative to the first digit): plain
+    /// digits up to 21 integer places, a leading `0.` down to six zeros after
+    /// the point, exponent notation beyond; zero as `0`, never `-0`.
+    pub(super) fn write_ecmascript(&self, out: &mut String) {
+        let digits = self.digits.get(..self.len).unwrap_or_default();
+        let Some((first, rest)) = digits.split_first() else {
+            out.push('0');
+            return;
+        };
+        if self.negative {
+            out.push('-');
+        }
+        let push = |out: &mut String, digits: &[u8]| {
+            digits.iter().for_each(|&d| out.push(char::from(d)));
+        };
+        let k = i64::try_from(self.len).unwrap_or(i64::MAX);
+        let n = self.exponent.saturating_add(k);
+        if (k..=21).contains(&n) {
+            push(out, digits);
+            (k..n).for_each(|_| out.push('0'));
+        } else if (1..=21).contains(&n) {
+            let (integer, fraction) = digits.split_at(usize::try_from(n).unwrap_or(0));
+            push(out, integer);
+            out.push('.');
+            push(out, fraction);
+        } else if (-5..=0).contains(&n) {
+            out.push_str("0.");
+            (n..0).for_each(|_| out.push('0'));
+            push(out, digits);
+        } else {
+            out.push(char::from(*first));
+            if !rest.is_empty() {
+                out.push('.');
+                push(out, rest);
+            }
+            out.push_str(if n > 0 { "e+" } else { "e-" });
+            out.push_str(itoa::Buffer::new().format(n.saturating_sub(1).unsigned_abs()));
+        }
+    }
 }
 
 /// `bytes` before and after the first byte that `is_separator` accepts
@@ -219,6 +277,11 @@ mod tests {
             "trailing zeros are not significant"
         );
         assert!(!same_value(b"123456789012345678", b"123456789012345680"));
+    }
+
+    fn exact(json: &[u8]) -> bool {
+        let mut nodes = super::super::tree::parse(json).unwrap();
+        read_tokens(&mut nodes, json)
     }
 
     #[test]

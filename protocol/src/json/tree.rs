@@ -1,20 +1,50 @@
-//! The parsed body: a JSON tree that keeps every object member as sent.
+//! The parsed body: every value of the document as one flat list of nodes.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-/// A parsed JSON document that keeps object members as sent, duplicates
-/// included, so the canonicalizer can refuse them. Strings without escapes
-/// borrow from the body: a large document is parsed without a copy of each.
-pub(super) enum Tree<'a> {
+/// One value of a parsed JSON document. The nodes are in document order: an
+/// array's items, and an object's members (each a `String` node for its name,
+/// then its value), follow their container's node and take its `span` nodes.
+/// So the whole document is one allocation, however many containers it has,
+/// and object members keep their order and duplicates, for the canonicalizer
+/// to sort and refuse. Strings without escapes borrow from the body.
+pub(super) enum Node<'a> {
     Null,
     Bool(bool),
-    Number(f64),
+    /// The value as serde_json reads it, and its token in the body (given
+    /// after parsing, by `numbers::read_tokens`).
+    Number(f64, &'a [u8]),
     String(Cow<'a, str>),
-    Array(Vec<Tree<'a>>),
-    Object(Vec<(Cow<'a, str>, Tree<'a>)>),
+    Array {
+        span: usize,
+    },
+    Object {
+        span: usize,
+    },
+}
+
+/// Parses `body` as serde_json parses any document (its recursion limit, its
+/// checks of strings, numbers and trailing characters) into nodes.
+pub(super) fn parse(body: &[u8]) -> Result<Vec<Node<'_>>, serde_json::Error> {
+    let mut nodes = Vec::new();
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    Append(&mut nodes).deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(nodes)
+}
+
+/// The nodes after the value that starts `nodes`.
+pub(super) fn after_value<'n, 'a>(nodes: &'n [Node<'a>]) -> &'n [Node<'a>] {
+    match nodes.split_first() {
+        Some((Node::Array { span } | Node::Object { span }, rest)) => {
+            rest.get(*span..).unwrap_or_default()
+        }
+        Some((_, rest)) => rest,
+        None => nodes,
+    }
 }
 
 /// With serde_json's `arbitrary_precision` feature (never enabled by this
@@ -23,16 +53,10 @@ pub(super) enum Tree<'a> {
 /// of silently hashing a different canonical form.
 const ARBITRARY_PRECISION_TOKEN: &str = "$serde_json::private::Number";
 
-impl<'de> Deserialize<'de> for Tree<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(TreeVisitor)
-    }
-}
-
 /// An object member's name, borrowed from the body when it has no escapes.
 struct Key<'a>(Cow<'a, str>);
 
-impl<'de> Deserialize<'de> for Key<'de> {
+impl<'de> de::Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_str(KeyVisitor)
     }
@@ -60,93 +84,133 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
-struct TreeVisitor;
+/// Appends the next value of the document, and everything in it, to the nodes.
+struct Append<'n, 'a>(&'n mut Vec<Node<'a>>);
 
-impl<'de> Visitor<'de> for TreeVisitor {
-    type Value = Tree<'de>;
+impl Append<'_, '_> {
+    /// Sets the span of the container whose node is at `at` to the nodes pushed since.
+    fn close(self, at: usize) {
+        let span = self.0.len() - at - 1;
+        if let Some(Node::Array { span: open } | Node::Object { span: open }) = self.0.get_mut(at) {
+            *open = span;
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Append<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Append<'_, 'de> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Tree<'de>, E> {
-        Ok(Tree::Null)
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.0.push(Node::Null);
+        Ok(())
     }
 
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Tree<'de>, E> {
-        Ok(Tree::Bool(v))
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.0.push(Node::Bool(v));
+        Ok(())
     }
 
     // JCS treats every number as an IEEE 754 double (the canonicalizer converts
     // integers the same way); the exactness check catches what this rounds.
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tree<'de>, E> {
-        Ok(Tree::Number(v as f64))
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.0.push(Node::Number(v as f64, &[]));
+        Ok(())
     }
 
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Tree<'de>, E> {
-        Ok(Tree::Number(v as f64))
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.0.push(Node::Number(v as f64, &[]));
+        Ok(())
     }
 
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Tree<'de>, E> {
-        Ok(Tree::Number(v))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.0.push(Node::Number(v, &[]));
+        Ok(())
     }
 
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Tree<'de>, E> {
-        Ok(Tree::String(Cow::Borrowed(v)))
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<(), E> {
+        self.0.push(Node::String(Cow::Borrowed(v)));
+        Ok(())
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Tree<'de>, E> {
-        Ok(Tree::String(Cow::Owned(v.to_owned())))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.push(Node::String(Cow::Owned(v.to_owned())));
+        Ok(())
     }
 
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Tree<'de>, E> {
-        Ok(Tree::String(Cow::Owned(v)))
+    fn visit_string<E: de::Error>(self, v: String) -> Result<(), E> {
+        self.0.push(Node::String(Cow::Owned(v)));
+        Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree<'de>, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Tree::Array(items))
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let at = self.0.len();
+        self.0.push(Node::Array { span: 0 });
+        while seq.next_element_seed(Append(&mut *self.0))?.is_some() {}
+        self.close(at);
+        Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree<'de>, A::Error> {
-        let mut members = Vec::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let at = self.0.len();
+        self.0.push(Node::Object { span: 0 });
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             if key == ARBITRARY_PRECISION_TOKEN {
                 return Err(de::Error::custom(
                     "serde_json arbitrary_precision is not supported",
                 ));
             }
-            members.push((key, map.next_value()?));
+            self.0.push(Node::String(key));
+            map.next_value_seed(Append(&mut *self.0))?;
         }
-        Ok(Tree::Object(members))
+        self.close(at);
+        Ok(())
     }
 }
 
-/// The test oracle serializes the same tree through `serde_json_canonicalizer`.
+/// The value that starts a list of nodes, for the test oracle to serialize
+/// through `serde_json_canonicalizer`.
 #[cfg(test)]
-impl serde::Serialize for Tree<'_> {
+pub(super) struct Value<'n, 'a>(pub &'n [Node<'a>]);
+
+#[cfg(test)]
+impl serde::Serialize for Value<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Tree::Null => serializer.serialize_unit(),
-            Tree::Bool(b) => serializer.serialize_bool(*b),
-            Tree::Number(n) => serializer.serialize_f64(*n),
-            Tree::String(s) => serializer.serialize_str(s),
-            Tree::Array(items) => {
-                use serde::ser::SerializeSeq as _;
-                let mut seq = serializer.serialize_seq(Some(items.len()))?;
-                for item in items {
-                    seq.serialize_element(item)?;
+        use serde::ser::{SerializeMap as _, SerializeSeq as _};
+        let Some((node, rest)) = self.0.split_first() else {
+            return serializer.serialize_unit();
+        };
+        match node {
+            Node::Null => serializer.serialize_unit(),
+            Node::Bool(b) => serializer.serialize_bool(*b),
+            Node::Number(n, _) => serializer.serialize_f64(*n),
+            Node::String(s) => serializer.serialize_str(s),
+            Node::Array { span } => {
+                let mut items = rest.get(..*span).unwrap_or_default();
+                let mut seq = serializer.serialize_seq(None)?;
+                while !items.is_empty() {
+                    seq.serialize_element(&Value(items))?;
+                    items = after_value(items);
                 }
                 seq.end()
             }
-            Tree::Object(members) => {
-                use serde::ser::SerializeMap as _;
-                let mut map = serializer.serialize_map(Some(members.len()))?;
-                for (key, value) in members {
-                    map.serialize_entry(&**key, value)?;
+            Node::Object { span } => {
+                let mut members = rest.get(..*span).unwrap_or_default();
+                let mut map = serializer.serialize_map(None)?;
+                while let Some((Node::String(name), value)) = members.split_first() {
+                    map.serialize_entry(&**name, &Value(value))?;
+                    members = after_value(value);
                 }
                 map.end()
             }

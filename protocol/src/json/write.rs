@@ -11,83 +11,118 @@
 //! serde_json, buffers every member's text and sorts each object in a
 //! `BTreeMap` keyed by a UTF-16 copy of the name. For a large body, that
 //! allocation was most of the filter's CPU per request. This writer sorts each
-//! object's members in place (the tree is ours and thrown away after) and
-//! writes every string and number once, into one buffer.
+//! object's members as references into the parsed nodes (`super::tree`), in
+//! one list for the whole document, and writes every string and number once,
+//! into one buffer.
 
 use std::cmp::Ordering;
 
-use super::tree::Tree;
+use super::tree::{Node, after_value};
 
 /// An object with two members of the same name (after escapes are decoded):
 /// not I-JSON, so there is no canonical form.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct DuplicateName;
 
-/// Appends the canonical text of `tree` to `out`, sorting every object of the
-/// tree in place on the way.
-pub(super) fn canonical(tree: &mut Tree<'_>, out: &mut String) -> Result<(), DuplicateName> {
-    let mut numbers = ryu_js::Buffer::new();
-    value(tree, out, &mut numbers)
+/// Appends the canonical text of the document `nodes` to `out`.
+pub(super) fn canonical(nodes: &[Node<'_>], out: &mut String) -> Result<(), DuplicateName> {
+    let mut writer = Writer {
+        out,
+        numbers: ryu_js::Buffer::new(),
+        members: Vec::new(),
+    };
+    writer.value(nodes).map(|_| ())
 }
 
-fn value(
-    tree: &mut Tree<'_>,
-    out: &mut String,
-    numbers: &mut ryu_js::Buffer,
-) -> Result<(), DuplicateName> {
-    match tree {
-        Tree::Null => out.push_str("null"),
-        Tree::Bool(true) => out.push_str("true"),
-        Tree::Bool(false) => out.push_str("false"),
-        Tree::Number(n) => number(*n, out, numbers),
-        Tree::String(s) => string(s, out),
-        Tree::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter_mut().enumerate() {
-                if i > 0 {
-                    out.push(',');
+struct Writer<'n, 'a, 'o> {
+    out: &'o mut String,
+    numbers: ryu_js::Buffer,
+    /// The (name, value) members of the objects being written, innermost
+    /// last: each object sorts its own members at the end, writes them and
+    /// takes them off, so one list serves the whole document.
+    members: Vec<(&'n str, &'n [Node<'a>])>,
+}
+
+impl<'n, 'a> Writer<'n, 'a, '_> {
+    /// Writes the value that starts `nodes`; returns the nodes after it.
+    fn value(&mut self, nodes: &'n [Node<'a>]) -> Result<&'n [Node<'a>], DuplicateName> {
+        let Some((node, rest)) = nodes.split_first() else {
+            return Ok(nodes);
+        };
+        match node {
+            Node::Null => self.out.push_str("null"),
+            Node::Bool(true) => self.out.push_str("true"),
+            Node::Bool(false) => self.out.push_str("false"),
+            Node::Number(n, token) => number(*n, token, self.out, &mut self.numbers),
+            Node::String(s) => string(s, self.out),
+            Node::Array { span } => {
+                let mut items = rest.get(..*span).unwrap_or_default();
+                self.out.push('[');
+                while !items.is_empty() {
+                    items = self.value(items)?;
+                    if !items.is_empty() {
+                        self.out.push(',');
+                    }
                 }
-                value(item, out, numbers)?;
+                self.out.push(']');
             }
-            out.push(']');
+            Node::Object { span } => self.object(rest.get(..*span).unwrap_or_default())?,
         }
-        Tree::Object(members) => {
-            members.sort_by(|(a, _), (b, _)| utf16_order(a, b));
-            if members
-                .windows(2)
-                .any(|pair| matches!(pair, [(a, _), (b, _)] if a == b))
-            {
-                return Err(DuplicateName);
-            }
-            out.push('{');
-            for (i, (name, member)) in members.iter_mut().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                string(name, out);
-                out.push(':');
-                value(member, out, numbers)?;
-            }
-            out.push('}');
-        }
+        Ok(after_value(nodes))
     }
-    Ok(())
+
+    /// Writes an object whose members are `members` (each a name node, then
+    /// its value's nodes), sorted by name.
+    fn object(&mut self, mut members: &'n [Node<'a>]) -> Result<(), DuplicateName> {
+        let first = self.members.len();
+        while let Some((Node::String(name), value)) = members.split_first() {
+            self.members.push((name, value));
+            members = after_value(value);
+        }
+        let own = self.members.get_mut(first..).unwrap_or_default();
+        own.sort_by(|(a, _), (b, _)| utf16_order(a, b));
+        if own
+            .windows(2)
+            .any(|pair| matches!(pair, [(a, _), (b, _)] if a == b))
+        {
+            return Err(DuplicateName);
+        }
+        self.out.push('{');
+        for i in first..self.members.len() {
+            if let Some(&(name, value)) = self.members.get(i) {
+                if i > first {
+                    self.out.push(',');
+                }
+                string(name, self.out);
+                self.out.push(':');
+                self.value(value)?;
+            }
+        }
+        self.out.push('}');
+        self.members.truncate(first);
+        Ok(())
+    }
 }
 
 /// The largest integer below which every integral double is printed by
 /// ECMAScript as its plain digits and is exact in an `i64`.
 const PLAIN_INTEGER_BELOW: f64 = 1e15;
 
-/// A finite number as ECMAScript prints it. Integral values of moderate size
-/// (counts, amounts in minor units) are printed as integers, which is what
-/// ryu-js would print for them, without the shortest-digits search.
-fn number(n: f64, out: &mut String, numbers: &mut ryu_js::Buffer) {
+/// A finite number as ECMAScript prints it, read from its `token` in the body.
+/// Integral values of moderate size (counts, amounts in minor units) are
+/// printed as integers, and plain decimals of up to 15 digits (prices) from
+/// their own digits: both are what ryu-js would print for them, without the
+/// shortest-digits search, which in wasm (no 128-bit multiply) costs more than
+/// the rest of a number's canonicalization.
+fn number(n: f64, token: &[u8], out: &mut String, numbers: &mut ryu_js::Buffer) {
     if n.fract() == 0.0 && n.abs() < PLAIN_INTEGER_BELOW {
         // In range and integral, so the cast is exact; `-0.0` becomes `0`, as
         // ECMAScript prints it.
         #[allow(clippy::cast_possible_truncation)]
         let integer = n as i64;
         out.push_str(itoa::Buffer::new().format(integer));
+    } else if let Some(decimal) = super::numbers::plain(token) {
+        decimal.write_ecmascript(out);
     } else {
         out.push_str(numbers.format_finite(n));
     }
@@ -214,7 +249,7 @@ mod tests {
             (0.5, "0.5"),
         ] {
             let mut out = String::new();
-            number(n, &mut out, &mut numbers);
+            number(n, b"", &mut out, &mut numbers);
             assert_eq!(out, printed, "{n}");
         }
     }
