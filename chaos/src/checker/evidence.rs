@@ -187,10 +187,12 @@ impl Evidence {
             }
         }
         for (envoy, log) in envoys.iter().enumerate() {
-            evidence.proxy_settles.extend(
-                log.lines()
-                    .filter_map(|line| proxy_settle(envoy, line, run_start_unix_ms)),
-            );
+            evidence
+                .proxy_settles
+                .extend(log.lines().filter_map(|line| {
+                    proxy_settle(envoy, line, run_start_unix_ms)
+                        .or_else(|| previous_release_handoff(envoy, line, run_start_unix_ms))
+                }));
         }
         evidence
     }
@@ -433,6 +435,39 @@ fn proxy_settle(envoy: usize, line: &str, run_start_unix_ms: u64) -> Option<Prox
     })
 }
 
+/// What the previous release (`testkit/src/previous_release.rs`), which a rolling upgrade
+/// may have put on an Envoy, logs where this one logs `evidence=handoff`: a settle call
+/// that failed, handed to the outbox as the response goes out. That release logs no other
+/// hand-off, and logs this line with the hand-off itself (its `filter/src/machine/
+/// settle.rs`): `[date time.ms][thread][warning][wasm] … keyflight: scope HEX fence N:
+/// CALL failed: ERROR; delivering the response, the outbox keeps the lease and retries`.
+/// `CALL` is that release's name of the call (`finalize`, `release`).
+fn previous_release_handoff(
+    envoy: usize,
+    line: &str,
+    run_start_unix_ms: u64,
+) -> Option<ProxySettle> {
+    const HANDED_OFF: &str = "; delivering the response, the outbox keeps the lease and retries";
+    let (_, said) = line
+        .strip_suffix(HANDED_OFF)?
+        .split_once("keyflight: scope ")?;
+    let (scope, rest) = said.split_once(" fence ")?;
+    let (fence, rest) = rest.split_once(": ")?;
+    let (call, _) = rest.split_once(" failed: ")?;
+    let stamp = line.strip_prefix('[')?.get(..23)?;
+    let (date, time) = stamp.split_once(' ')?;
+    Some(ProxySettle {
+        at_ms: on_run_clock(unix_ms(date, time)?, run_start_unix_ms),
+        envoy,
+        event: "handoff".to_owned(),
+        scope: scope.to_owned(),
+        fence: fence.parse().ok()?,
+        call: call.to_owned(),
+        by: "stream".to_owned(),
+        epoch: 0,
+    })
+}
+
 fn on_run_clock(unix_ms: i64, run_start_unix_ms: u64) -> Ms {
     unix_ms - i64::try_from(run_start_unix_ms).unwrap_or(i64::MAX)
 }
@@ -476,6 +511,42 @@ mod tests {
             Some(1_796_143_004_123)
         );
         assert_eq!(unix_ms("2024-02-29", "23:59:59.9"), Some(1_709_251_199_900));
+    }
+
+    #[test]
+    fn the_previous_releases_hand_off_line_is_a_hand_off() {
+        let line = |said: &str| {
+            format!(
+                "[2026-12-01 16:36:44.250][24270][warning][wasm] [source/extensions/common/\
+                 wasm/context.cc:1154] wasm log keyflight keyflight keyflight: keyflight: {said}"
+            )
+        };
+        let handed_off = line(
+            "scope 91ab fence 2643: finalize failed: answered with HTTP 503; delivering the \
+             response, the outbox keeps the lease and retries",
+        );
+        let evidence = Evidence::read(&[], &[String::new(), handed_off], 1_796_143_004_000);
+        assert_eq!(
+            evidence.proxy_settles,
+            vec![ProxySettle {
+                at_ms: 250,
+                envoy: 1,
+                event: "handoff".into(),
+                scope: "91ab".into(),
+                fence: 2643,
+                call: "finalize".into(),
+                by: "stream".into(),
+                epoch: 0,
+            }]
+        );
+        for not_a_hand_off in [
+            "policy payments: scope 91ab: lease-store claim failed: answered with HTTP 503",
+            "finalize: the lease was stolen; delivering the response unrecorded",
+            "scope 91ab fence 2643: finalize failed: answered with HTTP 503",
+        ] {
+            let evidence = Evidence::read(&[], &[line(not_a_hand_off)], 0);
+            assert_eq!(evidence.proxy_settles, vec![], "{not_a_hand_off}");
+        }
     }
 
     #[test]
