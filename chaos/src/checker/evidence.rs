@@ -421,10 +421,8 @@ fn proxy_settle(envoy: usize, line: &str, run_start_unix_ms: u64) -> Option<Prox
     let mut tokens = fields.split_whitespace();
     let event = tokens.next()?.to_owned();
     let fields: BTreeMap<&str, &str> = tokens.filter_map(|t| t.split_once('=')).collect();
-    let stamp = line.strip_prefix('[')?.get(..23)?;
-    let (date, time) = stamp.split_once(' ')?;
     Some(ProxySettle {
-        at_ms: on_run_clock(unix_ms(date, time)?, run_start_unix_ms),
+        at_ms: envoy_line_ms(line, run_start_unix_ms)?,
         envoy,
         event,
         scope: (*fields.get("scope")?).to_owned(),
@@ -454,10 +452,8 @@ fn previous_release_handoff(
     let (scope, rest) = said.split_once(" fence ")?;
     let (fence, rest) = rest.split_once(": ")?;
     let (call, _) = rest.split_once(" failed: ")?;
-    let stamp = line.strip_prefix('[')?.get(..23)?;
-    let (date, time) = stamp.split_once(' ')?;
     Some(ProxySettle {
-        at_ms: on_run_clock(unix_ms(date, time)?, run_start_unix_ms),
+        at_ms: envoy_line_ms(line, run_start_unix_ms)?,
         envoy,
         event: "handoff".to_owned(),
         scope: scope.to_owned(),
@@ -466,6 +462,14 @@ fn previous_release_handoff(
         by: "stream".to_owned(),
         epoch: 0,
     })
+}
+
+/// When Envoy logged `line` (`[date time.ms]…`, in UTC: the run starts Envoy with
+/// `TZ=UTC`), on the run's clock.
+fn envoy_line_ms(line: &str, run_start_unix_ms: u64) -> Option<Ms> {
+    let stamp = line.strip_prefix('[')?.get(..23)?;
+    let (date, time) = stamp.split_once(' ')?;
+    Some(on_run_clock(unix_ms(date, time)?, run_start_unix_ms))
 }
 
 fn on_run_clock(unix_ms: i64, run_start_unix_ms: u64) -> Ms {
