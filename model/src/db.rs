@@ -213,8 +213,8 @@ impl Db {
         let ttl = r.expires_at < now
             && (matches!(r.state, RowState::Completed | RowState::Failed)
                 || (r.state == RowState::Pending && expired(r.lease_expires_at) && may_take_over));
-        // steal: expires_at >= now AND (failed OR pending AND $6 AND NOT at_most_once)
-        //        AND lease ran out AND same fingerprint
+        // steal: expires_at >= now AND (failed OR pending AND $6 AND NOT at_most_once
+        //        AND NOT $7) AND lease ran out AND same fingerprint
         let same_fingerprint = r.fingerprint == a.fingerprint
             || params.mutation == Some(Mutation::StealIgnoresFingerprint);
         let steal = !ttl
@@ -222,14 +222,16 @@ impl Db {
             && (r.state == RowState::Failed
                 || (r.state == RowState::Pending
                     && may_take_over
-                    && (!r.at_most_once || params.mutation == Some(Mutation::StealIgnoresHold))))
+                    && ((!r.at_most_once && !a.at_most_once)
+                        || params.mutation == Some(Mutation::StealIgnoresHold))))
             && expired(r.lease_expires_at)
             && same_fingerprint;
-        // held (held_lapse!): pending AND at_most_once AND $6 AND lease ran out AND
-        //        expires_at >= now, and not ins or ttl: the row becomes `unknown`.
+        // held (held_lapse!): pending AND (at_most_once OR $7 AND same fingerprint) AND $6
+        //        AND lease ran out AND expires_at >= now, and not ins or ttl: the row
+        //        becomes `unknown`.
         let held = !ttl
             && r.state == RowState::Pending
-            && r.at_most_once
+            && (r.at_most_once || (a.at_most_once && r.fingerprint == a.fingerprint))
             && may_take_over
             && expired(r.lease_expires_at)
             && r.expires_at >= now;
@@ -407,12 +409,12 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "claim.rs",
         "held_lapse",
-        "eb73de790ccb546187a41096b41da646c82c7ebed580194b0000b88a2649097d",
+        "32b172afd65c1aee518b9aa9fce4f25cbdc8e076b1b86c8f2626e45b3ea40eff",
     ),
     (
         "claim.rs",
         "CLAIM_SQL",
-        "3bd38bfcbafe17daa55ec3a3beeb4f5bbd7daef845b37eaa5e93425b1597c5d2",
+        "a4a73fe28e95e0aeb95aa0a49a88401ea136fe9973005205cc381772fe743815",
     ),
     (
         "claim.rs",

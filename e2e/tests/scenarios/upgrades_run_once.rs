@@ -9,7 +9,9 @@
 //! rollout order, store first), and `an_old_store_serves_the_new_filter` runs the new
 //! filter against old lease-stores only (a store rolled back under new proxies).
 
-use keyflight_e2e::{Stack, StackOptions};
+use std::time::Duration;
+
+use keyflight_e2e::{Stack, StackOptions, retry_while_refused};
 use keyflight_testkit::previous_release::previous_release;
 use serde_json::json;
 
@@ -301,4 +303,56 @@ async fn a_303_is_replayed_across_versions_when_the_new_proxy_answered_it() {
         stack.filter_counter_at(OLD, "outcome.not_recorded").await,
         1
     );
+}
+
+/// Under `uncertain: hold` a winner lost on a proxy of the previous release — whose claims
+/// carry no `at_most_once` — is held `unknown` when its retry comes through a proxy of this
+/// release, whose claim does (`docs/records.md#a-lapsed-at-most-once-lease`): the payment
+/// ran once. The same story on one release is `dead_winners_of_hold_policies_are_held`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hold_policys_winner_lost_on_an_old_proxy_is_held_when_retried_through_a_new_one() {
+    const LEASE_MS: u64 = 3000;
+    let stack = Stack::start(
+        StackOptions::default()
+            .two_replicas()
+            .envoy_binaries(OLD, previous_release())
+            .policy(|policy| {
+                policy.insert("lease_ms".into(), json!(LEASE_MS));
+                policy.insert("follower_wait_ms".into(), json!(0));
+                policy.insert("uncertain".into(), json!("hold"));
+            })
+            .inline_filter_token(),
+    )
+    .await;
+    let body = json!({"amount": 78});
+    let path = "/payments?hold=old-proxy-lost";
+
+    let winner = stack
+        .post_via(OLD, path)
+        .key("held-across")
+        .json(&body)
+        .try_send();
+    let crash = async {
+        stack.wait_for_gate("old-proxy-lost", 1).await;
+        stack.kill_envoy(OLD);
+    };
+    let (winner, ()) = tokio::join!(winner, crash);
+    assert!(winner.is_err(), "the caller lost its proxy: {winner:?}");
+    stack.open_gate("old-proxy-lost").await;
+
+    let retry = retry_while_refused(
+        &["request_in_progress", "journal_unavailable"],
+        Duration::from_millis(LEASE_MS),
+        || {
+            stack
+                .post_via(NEW, path)
+                .key("held-across")
+                .json(&body)
+                .send()
+        },
+    )
+    .await;
+    retry.assert_problem(409, "operation_unknown");
+    assert_eq!(stack.upstream_executions().await, 1, "the payment ran once");
+    assert_eq!(stack.store_event_total("recovered_abandoned").await, 0);
 }

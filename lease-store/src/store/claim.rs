@@ -10,13 +10,13 @@
 //!   never a `pending` row whose lease is still live, and never an `unknown`
 //!   row (an uncertain outcome waits for an operator, `docs/records.md#operators`).
 //! * `steal` takes over, **with the same fingerprint only**, a `pending` row
-//!   whose lease ran out (crashed winner; not an at-most-once claim's) or a
-//!   `failed` row whose cooldown elapsed. Concurrent stealers serialize on the
-//!   row lock and Postgres re-checks the predicate on the new row version, so
-//!   one wins.
-//! * `held` makes a lapsed lease of an at-most-once claim `unknown` instead
-//!   (`steal` never takes one): nobody wins, and the read that follows answers
-//!   `unknown` like any other ([`held_lapse`]).
+//!   whose lease ran out (crashed winner; when neither its claim nor this one is
+//!   at-most-once) or a `failed` row whose cooldown elapsed. Concurrent stealers
+//!   serialize on the row lock and Postgres re-checks the predicate on the new
+//!   row version, so one wins.
+//! * `held` makes such a lapsed lease `unknown` instead when its claim was
+//!   at-most-once, or this claim is (`steal` never takes one): nobody wins, and
+//!   the read that follows answers `unknown` like any other ([`held_lapse`]).
 //!
 //! All lease math uses `clock_timestamp()` (which advances during the
 //! statement), not `now()`, so waiting on a row lock cannot mint an
@@ -68,23 +68,30 @@ macro_rules! reopened_row {
     };
 }
 
-/// What the `held` branch of [`CLAIM_SQL`] and [`HOLD_LAPSED_SQL`] make of an
-/// at-most-once claim's lapsed lease (`$1` the scope; the argument says whether a
-/// lapsed lease may be held now, as it may be taken over: not during the takeover
-/// grace): `unknown`, for an operator
+/// What the `held` branch of [`CLAIM_SQL`] and [`HOLD_LAPSED_SQL`] make of a
+/// lapsed lease that is at-most-once — claimed so, or retried so by a claim of the
+/// same fingerprint (`$1` the scope; the arguments: whether a lapsed lease may be held
+/// now, as it may be taken over: not during the takeover grace; the claim's
+/// fingerprint; whether the claim is at-most-once): `unknown`, for an operator
 /// (`docs/records.md#a-lapsed-at-most-once-lease`). The winner may have run the
 /// operation before it died; nobody knows, so nobody runs it again. A renew or
 /// settle that lands first keeps the row out of reach (the predicate is re-checked
 /// on the locked row, as for `steal`). Past retention the `ttl` branch reuses the
 /// row instead, as it reuses every settled record.
 macro_rules! held_lapse {
-    ($may_hold:literal) => {
+    ($may_hold:literal, $fingerprint:literal, $at_most_once:literal) => {
         concat!(
             "
     UPDATE keyflight_records r
        SET state = 'unknown', lease_expires_at = NULL, updated_at = clock_timestamp()
      WHERE r.scope = $1
-       AND r.state = 'pending' AND r.at_most_once AND ",
+       AND r.state = 'pending'
+       AND (r.at_most_once OR (",
+            $at_most_once,
+            " AND r.fingerprint = ",
+            $fingerprint,
+            "))
+       AND ",
             $may_hold,
             "
        AND r.lease_expires_at < clock_timestamp()
@@ -93,11 +100,12 @@ macro_rules! held_lapse {
     };
 }
 
-/// The `held` branch alone: `$1` scope, `$2` whether a lapsed lease may be held now.
-/// A dual claim's transaction rolls back when it did not win both records, and a
-/// lapse it held with them, so it holds the lapse again on its own (`dual/`).
+/// The `held` branch alone: `$1` scope, `$2` the claim's fingerprint, `$3` whether a
+/// lapsed lease may be held now, `$4` whether the claim is at-most-once. A dual claim's
+/// transaction rolls back when it did not win both records, and a lapse it held with
+/// them, so it holds the lapse again on its own (`dual/`).
 pub const HOLD_LAPSED_SQL: &str = concat!(
-    held_lapse!("$2"),
+    held_lapse!("$3", "$2", "$4"),
     "
  RETURNING r.fence"
 );
@@ -105,7 +113,8 @@ pub const HOLD_LAPSED_SQL: &str = concat!(
 /// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms,
 /// `$6` whether an expired `pending` lease may be taken over (false during the
 /// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless),
-/// `$7` whether this claim is at-most-once (its policy holds uncertain outcomes).
+/// `$7` whether this claim is at-most-once (its policy holds uncertain outcomes: a
+/// lapsed lease of its own fingerprint is held, never taken over).
 pub const CLAIM_SQL: &str = concat!(
     "
 WITH ins AS (
@@ -139,13 +148,14 @@ steal AS (
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND NOT EXISTS (SELECT 1 FROM ttl)
        AND r.expires_at >= clock_timestamp()
-       AND (r.state = 'failed' OR (r.state = 'pending' AND $6 AND NOT r.at_most_once))
+       AND (r.state = 'failed'
+            OR (r.state = 'pending' AND $6 AND NOT r.at_most_once AND NOT $7))
        AND r.lease_expires_at < clock_timestamp()
        AND r.fingerprint = $2
     RETURNING 'recovered_abandoned'::text AS how, r.fence
 ),
 held AS (",
-    held_lapse!("$6"),
+    held_lapse!("$6", "$2", "$7"),
     "
        AND NOT EXISTS (SELECT 1 FROM ins)
        AND NOT EXISTS (SELECT 1 FROM ttl)

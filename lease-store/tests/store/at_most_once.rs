@@ -117,17 +117,29 @@ async fn a_renewed_at_most_once_lease_is_in_progress_not_held() {
     store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
 }
 
+/// A claim without the flag — made under a policy that was `retry` then, or through a
+/// proxy on a release that predates the flag — whose lease lapsed is held when a hold
+/// policy's retry of the same operation finds it: that retry's policy speaks for the
+/// operation now, and the outcome is just as uncertain. Another body holds nothing.
 #[tokio::test]
-async fn a_taken_over_record_carries_the_new_claims_setting() {
+async fn a_lapsed_lease_is_held_when_the_retry_that_finds_it_is_at_most_once() {
     let store = store().await;
     let db = raw_client(&cluster().url()).await;
     let scope = fresh_scope();
-    let label = "policy changed to hold";
-    must_win(&store, &scope, &claim_req(fingerprint(label), 300)).await;
+    let label = "claimed before the flag, retried under hold";
+    let (claim_id, fence, _) = must_win(&store, &scope, &claim_req(fingerprint(label), 300)).await;
     wait_for_lease_expiry(&db, &scope).await;
-    let (_, _, how) = must_win(&store, &scope, &held_req(label)).await;
-    assert_eq!(how, WonHow::RecoveredAbandoned);
-    wait_for_lease_expiry(&db, &scope).await;
+    let held_before = store.lapses_held();
+
+    assert_eq!(
+        store
+            .claim(&scope, &held_req("another body"))
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::Conflict
+    );
+    assert_eq!(row_state(&db, &scope).await.unwrap().0, "pending");
     assert_eq!(
         store
             .claim(&scope, &held_req(label))
@@ -135,6 +147,35 @@ async fn a_taken_over_record_carries_the_new_claims_setting() {
             .unwrap()
             .response,
         ClaimResponse::Unknown
+    );
+    assert_eq!(store.lapses_held(), held_before + 1);
+    assert_eq!(
+        row_state(&db, &scope).await.unwrap(),
+        ("unknown".into(), fence, Some(claim_id)),
+        "nobody won: the lapsed claim and its fence stay on the record"
+    );
+}
+
+#[tokio::test]
+async fn a_record_reopened_past_its_retention_carries_the_new_claims_setting() {
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = fresh_scope();
+    let label = "policy changed to hold";
+    must_win(&store, &scope, &claim_req(fingerprint(label), 300)).await;
+    wait_for_lease_expiry(&db, &scope).await;
+    age_past_retention(&db, &scope).await;
+    let (_, _, how) = must_win(&store, &scope, &held_req(label)).await;
+    assert_eq!(how, WonHow::RecoveredTtl);
+    wait_for_lease_expiry(&db, &scope).await;
+    assert_eq!(
+        store
+            .claim(&scope, &claim_req(fingerprint(label), 300))
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::Unknown,
+        "the reopened record is at-most-once whatever the next claim says"
     );
 }
 
@@ -243,6 +284,37 @@ async fn a_lapsed_at_most_once_dual_claim_holds_both_records() {
 
     assert_eq!(
         store.claim(&new_scope, &req).await.unwrap().response,
+        ClaimResponse::Unknown
+    );
+    assert_eq!(store.lapses_held(), held_before + 2);
+    for scope in [new_scope, old_scope] {
+        assert_eq!(row_state(&db, &scope).await.unwrap().0, "unknown");
+    }
+}
+
+#[tokio::test]
+async fn a_lapsed_dual_claim_without_the_flag_is_held_by_a_hold_policys_retry() {
+    let store = store().await;
+    let db = raw_client(&cluster().url()).await;
+    let (new_scope, old_scope) = (fresh_scope(), fresh_scope());
+    let previous = Some(PreviousIdentity {
+        scope: old_scope,
+        fingerprint: fingerprint("old recipe, unmarked"),
+    });
+    let unmarked = ClaimRequest {
+        previous,
+        ..claim_req(fingerprint("new recipe, unmarked"), 300)
+    };
+    must_win(&store, &new_scope, &unmarked).await;
+    wait_for_lease_expiry(&db, &new_scope).await;
+    let held_before = store.lapses_held();
+
+    let retry = ClaimRequest {
+        at_most_once: true,
+        ..unmarked
+    };
+    assert_eq!(
+        store.claim(&new_scope, &retry).await.unwrap().response,
         ClaimResponse::Unknown
     );
     assert_eq!(store.lapses_held(), held_before + 2);

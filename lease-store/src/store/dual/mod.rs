@@ -142,12 +142,16 @@ impl Store {
                 begin?;
                 let (won_first, won_second) = (won_first?, won_second?);
                 // A lapse held in the transaction rolled back with it: hold it on its own.
-                for (row, scope) in [(&won_first, &first.0), (&won_second, &second.0)] {
+                for (row, (scope, fingerprint)) in [(&won_first, &first), (&won_second, &second)] {
+                    let hold_params: [&(dyn ToSql + Sync); 4] = [
+                        &scope.0.as_slice(),
+                        &fingerprint.0.as_slice(),
+                        &may_take_over,
+                        &params.at_most_once,
+                    ];
                     if let Some(row) = row
                         && held(row)?
-                        && let Some(held) = client
-                            .query_opt(&hold, &[&scope.0.as_slice(), &may_take_over])
-                            .await?
+                        && let Some(held) = client.query_opt(&hold, &hold_params).await?
                     {
                         self.lapses_held.inc();
                         crate::evidence::lapse_held(scope, held.try_get("fence")?);
