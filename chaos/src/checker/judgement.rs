@@ -520,8 +520,9 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    before the takeover and any landed settle, or a hot restart's parent logged that
 ///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
 ///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
-///    the claim up before the takeover — never when a claim whose lease was taken over
-///    was made at-most-once (a hold policy's).
+///    the claim up before the takeover — never when a lease taken over was claimed
+///    at-most-once (a hold policy's), or taken over by a claim that was
+///    ([`at_most_once_takeover`]).
 pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
@@ -599,16 +600,7 @@ fn excused(
             takeover.fence, takeover.how
         ));
     }
-    // A hold policy is at-most-once (`docs/guarantee.md#at-most-once-and-at-least-once-policies`):
-    // no row excuses the takeover of a lease claimed under one, whatever befell its proxy.
-    let mut taken_over = std::iter::once(first).chain(between.iter().rev().skip(1).copied());
-    if let Some(held) = taken_over.find(|claim| claim.at_most_once) {
-        return Err(format!(
-            "fence {} was claimed at-most-once (`uncertain: hold` or `record`), yet its lease \
-             was taken over: a lapsed at-most-once lease must become `unknown`",
-            held.fence
-        ));
-    }
+    at_most_once_takeover(first, &between)?;
     let (row, envoy) = lost_with_its_proxy(earlier, first, takeover, attempts_by_id, history)?;
     Ok(RerunVerdict::Excused {
         row,
@@ -617,6 +609,40 @@ fn excused(
         takeover_fence: takeover.fence,
         later_fence,
     })
+}
+
+/// A hold policy is at-most-once (`docs/guarantee.md#at-most-once-and-at-least-once-policies`):
+/// no row excuses a takeover in the chain from `first` through `between` of a lapsed lease
+/// that was claimed at-most-once, or by a claim that is — its policy holds the lapse of
+/// its own fingerprint whoever claimed it (`docs/records.md#a-lapsed-at-most-once-lease`),
+/// whatever befell the lost claim's proxy. A claim released unrun and then claimed afresh
+/// was not taken over.
+fn at_most_once_takeover(first: &ClaimWon, between: &[&ClaimWon]) -> Result<(), String> {
+    let chain: Vec<&ClaimWon> = std::iter::once(first)
+        .chain(between.iter().copied())
+        .collect();
+    for pair in chain.windows(2) {
+        let [taken, taker] = pair else { continue };
+        if taker.how != TAKEOVER {
+            continue;
+        }
+        if taken.at_most_once {
+            return Err(format!(
+                "fence {} was claimed at-most-once (`uncertain: hold` or `record`), yet fence \
+                 {} took its lease over: a lapsed at-most-once lease must become `unknown`",
+                taken.fence, taker.fence
+            ));
+        }
+        if taker.at_most_once {
+            return Err(format!(
+                "fence {} was claimed at-most-once (`uncertain: hold` or `record`), yet it took \
+                 fence {}'s lapsed lease over: a retry of a hold policy holds a lapse of its \
+                 own fingerprint `unknown`, whoever claimed it",
+                taker.fence, taken.fence
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The row that shows `earlier`'s claim `first` lost with its proxy before `until` (the
