@@ -148,7 +148,14 @@ impl Db {
         let was_pending = self.row.as_ref().map(|r| r.state) == Some(RowState::Pending);
         if let Some(won) = self.claim_sql(now, args, params) {
             let (how, fence) = won.0;
-            ghost.claimed(fence, op, how, now, won.1, args.fingerprint);
+            ghost.claimed(
+                fence,
+                op,
+                how,
+                now,
+                won.1,
+                (args.fingerprint, args.at_most_once),
+            );
             return Ok((how, fence));
         }
         let Some(row) = &self.row else {
@@ -215,6 +222,8 @@ impl Db {
                 || (r.state == RowState::Pending && expired(r.lease_expires_at) && may_take_over));
         // steal: expires_at >= now AND (failed OR pending AND $6 AND NOT at_most_once
         //        AND NOT $7) AND lease ran out AND same fingerprint
+        let claim_at_most_once =
+            a.at_most_once && params.mutation != Some(Mutation::HoldIgnoresTheRetrysFlag);
         let same_fingerprint = r.fingerprint == a.fingerprint
             || params.mutation == Some(Mutation::StealIgnoresFingerprint);
         let steal = !ttl
@@ -222,7 +231,7 @@ impl Db {
             && (r.state == RowState::Failed
                 || (r.state == RowState::Pending
                     && may_take_over
-                    && ((!r.at_most_once && !a.at_most_once)
+                    && ((!r.at_most_once && !claim_at_most_once)
                         || params.mutation == Some(Mutation::StealIgnoresHold))))
             && expired(r.lease_expires_at)
             && same_fingerprint;
@@ -231,7 +240,7 @@ impl Db {
         //        becomes `unknown`.
         let held = !ttl
             && r.state == RowState::Pending
-            && (r.at_most_once || (a.at_most_once && r.fingerprint == a.fingerprint))
+            && (r.at_most_once || (claim_at_most_once && r.fingerprint == a.fingerprint))
             && may_take_over
             && expired(r.lease_expires_at)
             && r.expires_at >= now;

@@ -63,6 +63,8 @@ pub struct ClaimWon {
     pub displaced: Option<Displaced>,
     /// Its fingerprint.
     pub fingerprint: Digest,
+    /// It was at-most-once (a hold policy's, through a proxy that flags it).
+    pub at_most_once: bool,
 }
 
 /// One run of the upstream.
@@ -138,7 +140,7 @@ impl Ghost {
         how: How,
         at: u64,
         displaced: Option<Displaced>,
-        fingerprint: Digest,
+        (fingerprint, at_most_once): (Digest, bool),
     ) {
         let deleted = self.deleted.take();
         self.claims.push(ClaimWon {
@@ -149,6 +151,7 @@ impl Ghost {
             at,
             displaced: displaced.or(deleted),
             fingerprint,
+            at_most_once,
         });
     }
 
@@ -205,6 +208,13 @@ impl Ghost {
         if took.at_most_once && !took.past_retention {
             return Err(format!(
                 "fence {} took over at-most-once fence {f1}'s lapsed lease",
+                first.fence
+            ));
+        }
+        // A hold policy's retry holds a lapse of its own fingerprint whoever claimed it.
+        if first.at_most_once && !took.past_retention {
+            return Err(format!(
+                "at-most-once fence {} took over fence {f1}'s lapsed lease",
                 first.fence
             ));
         }

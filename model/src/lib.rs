@@ -54,6 +54,9 @@ pub enum Mutation {
     /// The `steal` branch without `NOT at_most_once`: a hold policy's lapsed lease is
     /// taken over instead of held.
     StealIgnoresHold,
+    /// `steal` and `held` read only the row's `at_most_once`, not the claim's: a hold
+    /// policy's retry takes over the lapsed lease of a claim that carried no flag.
+    HoldIgnoresTheRetrysFlag,
 }
 
 /// The filter's plugin configuration, in the few numbers the model varies.
@@ -107,6 +110,9 @@ pub struct Params {
     pub settle_horizon_ms: u64,
     /// The filter's configuration.
     pub filter: FilterParams,
+    /// A proxy on a release before at-most-once leases: its claims carry no
+    /// `at_most_once` whatever the policy (`docs/operations.md#upgrades`).
+    pub unflagged_proxy: Option<u8>,
     /// A deliberate bug.
     pub mutation: Option<Mutation>,
 }
@@ -136,6 +142,7 @@ impl Params {
                 hold: true,
                 after_reply: false,
             },
+            unflagged_proxy: None,
             mutation: None,
         }
     }
@@ -152,6 +159,9 @@ impl Params {
     /// `self` with `mutation`, and the filter set up as the mutation needs.
     pub fn mutated(mut self, mutation: Mutation) -> Params {
         self.mutation = Some(mutation);
+        if mutation == Mutation::HoldIgnoresTheRetrysFlag {
+            self.unflagged_proxy = Some(0);
+        }
         if mutation == Mutation::RenewTimeoutPastSlack {
             self.filter.timeout_override_ms = Some(self.filter.lease_ms);
         }

@@ -243,7 +243,7 @@ fn uuid(claim: u16) -> Uuid {
 }
 
 impl Wire {
-    fn of(call: &StoreCall, params: &Params) -> Wire {
+    fn of(call: &StoreCall, proxy: u8, params: &Params) -> Wire {
         match call {
             StoreCall::Claim { request, .. } => Wire::Claim {
                 fingerprint: request.fingerprint,
@@ -251,7 +251,7 @@ impl Wire {
                 retention_ms: request
                     .retention_s
                     .map_or(params.filter.retention_s * 1000, |s| s * 1000),
-                at_most_once: request.at_most_once,
+                at_most_once: request.at_most_once && params.unflagged_proxy != Some(proxy),
             },
             StoreCall::Renew { request, .. } => Wire::Renew {
                 claim: id16(request.claim_id),
@@ -741,7 +741,7 @@ impl World {
                         },
                         sent_at: self.now,
                         deadline: self.now + timeout,
-                        call: Wire::of(&call, params),
+                        call: Wire::of(&call, proxy, params),
                         waiter: Waiter::Proxy,
                         delayed: false,
                         served: false,
@@ -785,7 +785,7 @@ impl World {
                         },
                         sent_at: now,
                         deadline: now + timeout_ms,
-                        call: Wire::of(&call, params),
+                        call: Wire::of(&call, proxy, params),
                         waiter: Waiter::Proxy,
                         delayed: false,
                         served: false,

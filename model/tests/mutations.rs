@@ -108,6 +108,20 @@ fn a_renew_timeout_past_the_lease_slack_is_caught() {
 }
 
 #[test]
+fn a_proxy_whose_claims_carry_no_flag_holds_every_property() {
+    let mut params = short(8);
+    params.unflagged_proxy = Some(0);
+    let report = check(params, 2, false);
+    let violated: Vec<&str> = report.violations.iter().map(|(name, _)| *name).collect();
+    assert!(violated.is_empty(), "violated: {violated:?}");
+}
+
+#[test]
+fn a_hold_that_ignores_the_retrys_flag_is_caught() {
+    caught(short(8), Mutation::HoldIgnoresTheRetrysFlag, ONE_RUN);
+}
+
+#[test]
 fn a_steal_that_takes_over_a_hold_policys_lapsed_lease_is_caught() {
     caught(short(8), Mutation::StealIgnoresHold, ONE_RUN);
 }

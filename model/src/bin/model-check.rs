@@ -2,7 +2,7 @@
 //! explored, depth reached and every property's verdict; a violation prints its
 //! counterexample trace and fails (`docs/model.md#running-it`).
 //!
-//! `model-check [--deep] [--threads N] [--mutation NAME] [--after-reply]`
+//! `model-check [--deep] [--threads N] [--mutation NAME] [--after-reply] [--unflagged-proxy]`
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -19,6 +19,7 @@ fn mutation(name: &str) -> Option<Mutation> {
         "outbox-drops-on-transient-error" => Mutation::OutboxDropsOnTransientError,
         "renew-timeout-past-slack" => Mutation::RenewTimeoutPastSlack,
         "steal-ignores-hold" => Mutation::StealIgnoresHold,
+        "hold-ignores-the-retrys-flag" => Mutation::HoldIgnoresTheRetrysFlag,
         _ => return None,
     })
 }
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
                 .clients
                 .push(keyflight_model::ClientSpec { op: 1, attempts: 1 }),
             "--after-reply" => params.filter.after_reply = true,
+            "--unflagged-proxy" => params.unflagged_proxy = Some(0),
             "--faults" => params.faults = args.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--threads" => threads = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
             "--mutation" => match args.next().as_deref().and_then(mutation) {
