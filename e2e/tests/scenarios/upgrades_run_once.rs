@@ -9,11 +9,13 @@
 //! rollout order, store first), and `an_old_store_serves_the_new_filter` runs the new
 //! filter against old lease-stores only (a store rolled back under new proxies).
 
-use std::time::Duration;
-
-use keyflight_e2e::{Stack, StackOptions, retry_while_refused};
+use keyflight_e2e::{Stack, StackOptions};
 use keyflight_testkit::previous_release::previous_release;
 use serde_json::json;
+
+use crate::dead_winners_of_hold_policies_are_held::{
+    LEASE_MS, a_killed_winner_is_held_not_run_again,
+};
 
 /// Envoy index of the proxy on the previous release in a mixed stack.
 const OLD: usize = 0;
@@ -311,7 +313,6 @@ async fn a_303_is_replayed_across_versions_when_the_new_proxy_answered_it() {
 /// ran once. The same story on one release is `dead_winners_of_hold_policies_are_held`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hold_policys_winner_lost_on_an_old_proxy_is_held_when_retried_through_a_new_one() {
-    const LEASE_MS: u64 = 3000;
     let stack = Stack::start(
         StackOptions::default()
             .two_replicas()
@@ -325,34 +326,5 @@ async fn a_hold_policys_winner_lost_on_an_old_proxy_is_held_when_retried_through
     )
     .await;
     let body = json!({"amount": 78});
-    let path = "/payments?hold=old-proxy-lost";
-
-    let winner = stack
-        .post_via(OLD, path)
-        .key("held-across")
-        .json(&body)
-        .try_send();
-    let crash = async {
-        stack.wait_for_gate("old-proxy-lost", 1).await;
-        stack.kill_envoy(OLD);
-    };
-    let (winner, ()) = tokio::join!(winner, crash);
-    assert!(winner.is_err(), "the caller lost its proxy: {winner:?}");
-    stack.open_gate("old-proxy-lost").await;
-
-    let retry = retry_while_refused(
-        &["request_in_progress", "journal_unavailable"],
-        Duration::from_millis(LEASE_MS),
-        || {
-            stack
-                .post_via(NEW, path)
-                .key("held-across")
-                .json(&body)
-                .send()
-        },
-    )
-    .await;
-    retry.assert_problem(409, "operation_unknown");
-    assert_eq!(stack.upstream_executions().await, 1, "the payment ran once");
-    assert_eq!(stack.store_event_total("recovered_abandoned").await, 0);
+    a_killed_winner_is_held_not_run_again(&stack, (OLD, NEW), "old-proxy-lost", &body).await;
 }
