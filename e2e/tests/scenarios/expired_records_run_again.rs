@@ -7,9 +7,17 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_retry_after_retention_runs_again() {
-    let stack = Stack::start(StackOptions::default().policy(|policy| {
-        policy.insert("retention_s".into(), json!(1));
-    }))
+    // A cleanup pass between the expiry and the retry would delete the record, and the
+    // retry would then insert a fresh one (`claimed`, not `recovered_ttl`). The first pass
+    // comes at a random moment within the interval (`lease-store/src/cleanup.rs`): within
+    // the default minute it landed in that gap once in CI; within a week it does not.
+    let stack = Stack::start(
+        StackOptions::default()
+            .policy(|policy| {
+                policy.insert("retention_s".into(), json!(1));
+            })
+            .store_env("KEYFLIGHT_CLEANUP_INTERVAL", "7d"),
+    )
     .await;
     let body = json!({"amount": 11});
 
