@@ -17,7 +17,8 @@ use keyflight_protocol::wire::batch::{
     BatchedClaim, BatchedFinalize, BorrowedBatchAnswer, ClaimBatch, FinalizeBatch,
 };
 use keyflight_protocol::wire::{
-    ClaimAnswer, ClaimRequest, EpochResponse, FinalizeRequest, ReleaseRequest, RenewRequest,
+    ClaimAnswer, ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest, ReleaseRequest,
+    RenewRequest, framed,
 };
 use serde::Deserialize;
 
@@ -242,7 +243,8 @@ impl Callout {
 
     /// The request headers. A callout needs `:method`, `:path` and
     /// `:authority` (`docs/envoy-facts.md#callouts`); the bearer token is the
-    /// filter's (`docs/records.md#the-api`).
+    /// filter's (`docs/records.md#the-api`). A claim on its single route asks for a
+    /// replay's body as raw bytes ([`framed`]); a store that predates frames answers JSON.
     pub fn headers(&self, store: &LeaseStore) -> Vec<(&'static str, String)> {
         let mut headers = vec![
             (":method", self.method().to_owned()),
@@ -250,6 +252,12 @@ impl Callout {
             (":authority", store.authority.clone()),
             ("content-type", "application/json".to_owned()),
         ];
+        if self.route() == StoreRoute::Claim {
+            headers.push((
+                "accept",
+                format!("{}, application/json", framed::MEDIA_TYPE),
+            ));
+        }
         if let Some(token) = &store.token {
             headers.push(("authorization", format!("Bearer {token}")));
         }
@@ -310,6 +318,7 @@ pub fn split_batch_answer(answer: Answer, calls: usize) -> Result<Vec<Answer>, A
         Answer::Received {
             status: Some(200),
             body,
+            framed: false,
         } => serde_json::from_slice::<BorrowedBatchAnswer<'_>>(body)
             .ok()
             .filter(|batch| batch.answers.len() == calls)
@@ -320,6 +329,7 @@ pub fn split_batch_answer(answer: Answer, calls: usize) -> Result<Vec<Answer>, A
                     .map(|one| Answer::Received {
                         status: Some(one.status),
                         body: one.body.get().as_bytes().to_vec(),
+                        framed: false,
                     })
                     .collect()
             }),
@@ -340,6 +350,9 @@ pub enum Answer {
         status: Option<u16>,
         /// The response body.
         body: Vec<u8>,
+        /// Its `Content-Type` names a frame ([`framed`]): a `completed` claim answer with
+        /// the recorded body as raw bytes after its JSON.
+        framed: bool,
     },
 }
 
@@ -349,6 +362,17 @@ impl Answer {
         Answer::Received {
             status: Some(200),
             body: body.into(),
+            framed: false,
+        }
+    }
+
+    /// A 200 answer with a framed claim answer, as the lease-store sends a replay to a
+    /// claim that asks for frames.
+    pub fn framed(frame: impl Into<Vec<u8>>) -> Answer {
+        Answer::Received {
+            status: Some(200),
+            body: frame.into(),
+            framed: true,
         }
     }
 
@@ -360,8 +384,14 @@ impl Answer {
             Answer::Received {
                 status: Some(status),
                 body,
+                ..
             } => Ok((*status, body)),
         }
+    }
+
+    /// Whether the body is a frame.
+    fn is_framed(&self) -> bool {
+        matches!(self, Answer::Received { framed: true, .. })
     }
 }
 
@@ -384,9 +414,9 @@ pub enum CallError {
     #[error("the answer could not be parsed")]
     Malformed,
     /// A claim's `completed` answer whose recorded response cannot be read
-    /// (a body that is not base64, a status out of range): the operation
-    /// ran, so the request is refused, never forwarded, whatever the
-    /// policy's `failure_mode`.
+    /// (a body that is not base64, a status out of range, a damaged frame):
+    /// the operation ran, so the request is refused, never forwarded, whatever
+    /// the policy's `failure_mode`.
     #[error("the recorded response could not be read")]
     MalformedRecord,
 }
@@ -420,27 +450,45 @@ struct ClaimedAfter {
 /// unreadable is `None`: the replay is then not cached, never cached longer.
 pub fn parse_claim_answer(answer: &Answer) -> Result<ClaimAnswer, CallError> {
     match answer.http()? {
-        (200, body) => {
-            let response =
-                serde_json::from_slice(body).map_err(|_| {
-                    match serde_json::from_slice::<OutcomeOnly>(body) {
-                        Ok(answer) if answer.outcome == "completed" => CallError::MalformedRecord,
-                        _ => CallError::Malformed,
-                    }
-                })?;
-            let record_expires_in_ms = serde_json::from_slice::<RecordExpiry>(body)
-                .ok()
-                .and_then(|e| e.record_expires_in_ms);
-            let claimed_after_ms = serde_json::from_slice::<ClaimedAfter>(body)
-                .ok()
-                .and_then(|c| c.claimed_after_ms);
-            Ok(ClaimAnswer {
-                response,
-                record_expires_in_ms,
-                claimed_after_ms,
-            })
-        }
+        (200, frame) if answer.is_framed() => parse_framed_claim_answer(frame),
+        (200, body) => parse_json_claim_answer(body),
         (other, _) => Err(CallError::Status(other)),
+    }
+}
+
+/// Reads a claim answer's JSON.
+fn parse_json_claim_answer(body: &[u8]) -> Result<ClaimAnswer, CallError> {
+    let response = serde_json::from_slice(body).map_err(|_| {
+        match serde_json::from_slice::<OutcomeOnly>(body) {
+            Ok(answer) if answer.outcome == "completed" => CallError::MalformedRecord,
+            _ => CallError::Malformed,
+        }
+    })?;
+    let record_expires_in_ms = serde_json::from_slice::<RecordExpiry>(body)
+        .ok()
+        .and_then(|e| e.record_expires_in_ms);
+    let claimed_after_ms = serde_json::from_slice::<ClaimedAfter>(body)
+        .ok()
+        .and_then(|c| c.claimed_after_ms);
+    Ok(ClaimAnswer {
+        response,
+        record_expires_in_ms,
+        claimed_after_ms,
+    })
+}
+
+/// Reads a framed claim answer: a `completed` one whose head's `body_b64` is empty, the
+/// body after it. The store frames nothing else, so any other frame is a record that
+/// cannot be read: refused, never forwarded.
+fn parse_framed_claim_answer(frame: &[u8]) -> Result<ClaimAnswer, CallError> {
+    let (head, body) = framed::split(frame).ok_or(CallError::MalformedRecord)?;
+    let mut answer = parse_json_claim_answer(head).map_err(|_| CallError::MalformedRecord)?;
+    match &mut answer.response {
+        ClaimResponse::Completed { response } if response.body.is_empty() => {
+            response.body = body.to_vec();
+            Ok(answer)
+        }
+        _ => Err(CallError::MalformedRecord),
     }
 }
 
@@ -482,6 +530,7 @@ mod tests {
         Answer::Received {
             status,
             body: body.to_vec(),
+            framed: false,
         }
     }
 
@@ -575,6 +624,41 @@ mod tests {
                 Err(CallError::MalformedRecord)
             );
         }
+    }
+
+    /// A frame reads as the same replay its JSON would, body bytes as they came; a frame
+    /// that is not a readable `completed` answer is a record that cannot be read.
+    #[test]
+    fn framed_claim_answers() {
+        let head = br#"{"outcome":"completed","response":{"status":201,"headers":[["etag","\"1\""]],"body_b64":""},"record_expires_in_ms":900}"#;
+        let body = b"\n\x00\xffraw";
+        let frame = [head.as_slice(), b"\n", body].concat();
+        let answer = parse_claim_answer(&Answer::framed(frame)).unwrap();
+        assert_eq!(
+            answer.response,
+            ClaimResponse::Completed {
+                response: keyflight_protocol::wire::StoredResponse::new(
+                    201,
+                    vec![("etag".into(), "\"1\"".into())],
+                    body
+                )
+            }
+        );
+        assert_eq!(answer.record_expires_in_ms, Some(900));
+        for damaged in [
+            head.to_vec(),
+            [br#"{"outcome":"completed","response":{"status":201,"headers":[],"body_b64":"AA=="}}"#.as_slice(), b"\n"].concat(),
+            [br#"{"outcome":"conflict"}"#.as_slice(), b"\n"].concat(),
+            [br#"{"outcome":"completed"}"#.as_slice(), b"\nbody"].concat(),
+            b"\nbody".to_vec(),
+        ] {
+            assert_eq!(
+                parse_claim_answer(&Answer::framed(damaged)),
+                Err(CallError::MalformedRecord)
+            );
+        }
+        // A frame is no batch answer, and no 200 but a claim's is read as one.
+        assert!(split_batch_answer(Answer::framed(br#"{"answers":[]}"#.to_vec()), 0).is_err());
     }
 
     #[test]
@@ -685,6 +769,51 @@ mod tests {
         );
         assert!(release.body().is_some_and(|b| !b.is_empty()));
         assert_eq!(release.timeout(), Duration::from_millis(250));
+        assert!(
+            release
+                .headers(&store)
+                .iter()
+                .all(|(name, _)| *name != "accept"),
+            "only a claim asks for frames"
+        );
+        let claim = Callout::Call {
+            call: claim_call(),
+            timeout: Duration::from_millis(250),
+        };
+        let accept = claim
+            .headers(&store)
+            .into_iter()
+            .find(|(name, _)| *name == "accept")
+            .map(|(_, value)| value);
+        assert!(
+            accept.as_deref().is_some_and(framed::accepted),
+            "{accept:?}"
+        );
+        let batch = Callout::Batch {
+            calls: vec![claim_call(), claim_call()],
+            timeout: Duration::from_millis(250),
+        };
+        assert!(
+            batch
+                .headers(&store)
+                .iter()
+                .all(|(name, _)| *name != "accept"),
+            "a batch answer carries JSON bodies only"
+        );
+    }
+
+    fn claim_call() -> StoreCall {
+        StoreCall::Claim {
+            scope: scope(),
+            request: ClaimRequest {
+                fingerprint: Digest([1; 32]),
+                lease_ms: 30_000,
+                wait_ms: None,
+                retention_s: None,
+                previous: None,
+                at_most_once: false,
+            },
+        }
     }
 
     #[test]

@@ -14,7 +14,9 @@ fuzz_target!(|body: &[u8]| {
     let _ = parse_ack_answer(&Answer::Received {
         status: Some(409),
         body: body.to_vec(),
+        framed: false,
     });
+    let _ = parse_claim_answer(&Answer::framed(body));
     if let Ok(answer) = parse_claim_answer(&Answer::ok(body)) {
         let bytes = serde_json::to_vec(&answer).expect("wire types serialize");
         let again: ClaimAnswer = serde_json::from_slice(&bytes).expect("and parse back");

@@ -192,6 +192,7 @@ struct Inner {
     shed: Family<ReasonLabel, Counter>,
     caller_calls: Family<WorkloadLabel, Counter>,
     caller_refused: Family<RefusedLabel, Counter>,
+    framed_answers: Counter,
 }
 
 impl Metrics {
@@ -296,6 +297,12 @@ impl Metrics {
             "Data-plane calls refused by authentication, by workload (allowlisted id, bearer or other) and reason",
             caller_refused.clone(),
         );
+        let framed_answers = Counter::default();
+        registry.register(
+            "keyflight_store_framed_answers",
+            "Completed claim answers sent with the recorded body as raw bytes, to edges that ask",
+            framed_answers.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             claims,
@@ -311,7 +318,14 @@ impl Metrics {
             shed,
             caller_calls,
             caller_refused,
+            framed_answers,
         }))
+    }
+
+    /// Counts a `completed` claim answer sent as a frame
+    /// (`docs/records.md#the-recorded-body-as-bytes`).
+    pub fn framed_answer(&self) {
+        self.0.framed_answers.inc();
     }
 
     /// Counts a data-plane call let in for `workload` (a bounded label, [`crate::caller`]).

@@ -99,6 +99,13 @@ pub enum ClaimBatchBody {
     Problem(Problem),
 }
 
+/// A `completed` claim answer as a frame, for a caller whose `Accept` names it
+/// (`docs/records.md#the-recorded-body-as-bytes`): the JSON answer with `body_b64` empty,
+/// a newline, then the recorded body's bytes.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct FramedClaimAnswer(pub String);
+
 /// What `POST /v1/batch/finalizes` answers: one answer per finalize.
 #[derive(ToSchema)]
 pub struct FinalizeBatchAnswer {
@@ -367,6 +374,26 @@ mod tests {
                 "{field} missing from ClaimAnswer: {text}"
             );
         }
+    }
+
+    /// The claim's 200 names both of its media types: JSON, and the frame an edge asks for.
+    #[test]
+    fn the_claim_answer_documents_its_frame() {
+        let doc = doc();
+        let content = &doc["paths"]["/v1/claims/{scope}"]["post"]["responses"]["200"]["content"];
+        let frame = &content[keyflight_protocol::wire::framed::MEDIA_TYPE]["schema"];
+        let frame = match frame.get("$ref").and_then(Value::as_str) {
+            Some(reference) => {
+                &doc["components"]["schemas"][reference.trim_start_matches("#/components/schemas/")]
+            }
+            None => frame,
+        };
+        assert_eq!(
+            (&frame["type"], &frame["format"]),
+            (&json!("string"), &json!("binary")),
+            "{content}"
+        );
+        assert!(content.get("application/json").is_some(), "{content}");
     }
 
     /// A batch takes 1 to 64 calls, and its answer's bodies are named: a claim's answer or a

@@ -152,6 +152,7 @@ impl Fed {
                 answer: Answer::Received {
                     status: *status,
                     body: body.clone(),
+                    framed: false,
                 },
                 elapsed_ms: *elapsed_ms,
             },

@@ -721,7 +721,11 @@ impl World {
                         CallKind::Settle
                     },
                 };
-                let result = parse_ack_answer(&Answer::Received { status, body });
+                let result = parse_ack_answer(&Answer::Received {
+                    status,
+                    body,
+                    framed: false,
+                });
                 let actions = self.proxies[p].outbox.0.on_answer(id, result, self.now);
                 self.outbox_actions(params, proxy, actions);
             }

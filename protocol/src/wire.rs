@@ -10,6 +10,7 @@ use uuid::Uuid;
 use crate::Digest;
 
 pub mod batch;
+pub mod framed;
 
 /// The longest lease a claim or renew may ask for (one day, in milliseconds):
 /// far above any policy (the filter allows an hour), and small enough that

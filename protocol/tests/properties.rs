@@ -475,3 +475,30 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A framed `completed` answer reads back as the same answer, whatever bytes its
+    /// body holds and whatever characters its headers do (a newline in one is escaped
+    /// in the head, so it never ends the head early).
+    #[test]
+    fn a_framed_answer_reads_back_whole(
+        status in 100u16..=599,
+        headers in proptest::collection::vec((".{0,8}", ".{0,12}"), 0..4),
+        body in proptest::collection::vec(any::<u8>(), 0..512),
+        record_expires_in_ms in proptest::option::of(any::<u64>()),
+    ) {
+        use keyflight_protocol::wire::{ClaimAnswer, ClaimResponse, StoredResponse, framed};
+        let answer = |body: &[u8]| ClaimAnswer {
+            response: ClaimResponse::Completed {
+                response: StoredResponse::new(status, headers.clone(), body),
+            },
+            record_expires_in_ms,
+            claimed_after_ms: None,
+        };
+        let frame = framed::write(answer(&body)).unwrap();
+        let (head, rest) = framed::split(&frame).unwrap();
+        prop_assert_eq!(rest, &body[..]);
+        let head: ClaimAnswer = serde_json::from_slice(head).unwrap();
+        prop_assert_eq!(head, answer(b""));
+    }
+}

@@ -115,3 +115,43 @@ async fn a_non_json_body_is_guarded_and_replayed_as_well() {
     assert_eq!(retry.body, first.body);
     assert_eq!(stack.upstream_executions().await, 1);
 }
+
+/// A replay from the store travels as a frame: the recorded body as raw bytes after the
+/// answer's JSON, not base64 (`docs/records.md#the-recorded-body-as-bytes`). A gzipped
+/// answer (bytes of every value, newlines among them) replays byte for byte, each time.
+#[tokio::test]
+async fn a_replay_from_the_store_arrives_as_raw_bytes() {
+    // The replays must come from the store, not from this proxy's edge cache.
+    let stack = Stack::start(StackOptions::default().policy(|p| {
+        p.insert("edge_cache".into(), serde_json::Value::Bool(false));
+    }))
+    .await;
+    let pay = || {
+        stack
+            .post("/payments?gzip=always")
+            .key("framed-1")
+            .header("accept-encoding", "gzip")
+            .json(&json!({"amount": 3}))
+            .send()
+    };
+    let first = pay().await;
+    assert_eq!(first.status, 201, "{first}");
+    assert_eq!(first.header("content-encoding"), Some("gzip"), "{first}");
+    assert!(
+        first.body.iter().any(|&b| !b.is_ascii()),
+        "the recorded body is binary: {first}"
+    );
+
+    for replays in 1..=2 {
+        let replay = pay().await;
+        replay.assert_replayed();
+        assert_eq!(replay.body, first.body, "the recorded body, byte for byte");
+        let metrics = stack.store_metrics().await;
+        assert_eq!(
+            metrics.get("keyflight_store_framed_answers_total"),
+            f64::from(replays),
+            "the store sent the replay as a frame"
+        );
+    }
+    assert_eq!(stack.upstream_executions().await, 1);
+}

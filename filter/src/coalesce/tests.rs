@@ -197,7 +197,8 @@ fn each_call_gets_its_own_answer_in_order() {
                 stream: 2,
                 answer: Answer::Received {
                     status: Some(409),
-                    body: lost.as_bytes().to_vec()
+                    body: lost.as_bytes().to_vec(),
+                    framed: false,
                 }
             },
         ]
@@ -228,10 +229,12 @@ fn an_unreadable_batch_answer_is_every_calls_failed_answer() {
         Answer::Received {
             status: None,
             body: Vec::new(),
+            framed: false,
         },
         Answer::Received {
             status: Some(503),
             body: b"{}".to_vec(),
+            framed: false,
         },
         Answer::ok("not json"),
         // One answer for two calls: none can be matched to its call.
@@ -263,6 +266,7 @@ fn a_store_without_batch_routes_gets_each_call_again_alone() {
         let refused = Answer::Received {
             status: Some(status),
             body: Vec::new(),
+            framed: false,
         };
         let outcome = answer_batch(vec![claim(1, None), finalize(2, 1)], refused);
         assert!(outcome.batches_unsupported);

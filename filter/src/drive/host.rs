@@ -13,6 +13,8 @@
 
 use std::time::Duration;
 
+use keyflight_protocol::wire::framed;
+
 use crate::config::LeaseStore;
 pub use crate::log::LogLevel;
 use crate::metrics::{Gauge, Metric};
@@ -123,13 +125,18 @@ pub fn read_answer(host: &mut impl Host, answered: CalloutAnswered) -> Answer {
         return Answer::Received {
             status: None,
             body: Vec::new(),
+            framed: false,
         };
     }
     let status = host
         .header(HeaderMap::CallResponse, ":status")
         .and_then(|v| parse_status(&v));
+    let framed = host
+        .header(HeaderMap::CallResponse, "content-type")
+        .is_some_and(|v| std::str::from_utf8(&v).is_ok_and(framed::is_framed));
     Answer::Received {
         status,
         body: host.buffer(Buffer::CallResponseBody, answered.body_size),
+        framed,
     }
 }

@@ -10,10 +10,12 @@
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{
-    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_WAIT_MS,
+    ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_WAIT_MS, framed,
 };
 
 use super::limits::Slot;
@@ -31,7 +33,10 @@ use crate::metrics::{Event, Shed};
     params(("scope" = String, Path, description = "Scope digest, 64 lowercase hex")),
     request_body = ClaimRequest,
     responses(
-        (status = 200, description = "The claim's outcome", body = ClaimAnswer),
+        (status = 200, description = "The claim's outcome. A `completed` one comes as a frame (its JSON with `body_b64` empty, a newline, the body's bytes) when `Accept` names application/vnd.keyflight.framed.v1 (docs/records.md#the-recorded-body-as-bytes)", content(
+            (ClaimAnswer = "application/json"),
+            (crate::openapi::FramedClaimAnswer = "application/vnd.keyflight.framed.v1"),
+        )),
         (status = 400, description = "`bad_request`: malformed body or a value out of range; or `previous` named while the store moves workloads into their own namespaces (`--namespace-transition`)", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -40,12 +45,37 @@ pub async fn claim(
     State(state): State<AppState>,
     record: RecordScope,
     slot: Option<Extension<Slot>>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<ClaimRequest>,
-) -> Result<Json<ClaimAnswer>, ApiError> {
+) -> Result<Response, ApiError> {
     let slot = slot.map(|Extension(slot)| slot);
-    answer_claim(&state, record, request, slot.as_ref())
-        .await
-        .map(Json)
+    let answer = answer_claim(&state, record, request, slot.as_ref()).await?;
+    Ok(if frames_accepted(&headers) {
+        framed_or_json(answer, &state)
+    } else {
+        Json(answer).into_response()
+    })
+}
+
+/// Whether the caller's `Accept` names frames (an edge that reads them).
+fn frames_accepted(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(framed::accepted)
+}
+
+/// A `completed` answer as a frame, any other as JSON
+/// (`docs/records.md#the-recorded-body-as-bytes`).
+fn framed_or_json(answer: ClaimAnswer, state: &AppState) -> Response {
+    match framed::write(answer) {
+        Ok(frame) => {
+            state.metrics.framed_answer();
+            ([(header::CONTENT_TYPE, framed::MEDIA_TYPE)], frame).into_response()
+        }
+        Err(answer) => Json(answer).into_response(),
+    }
 }
 
 /// One claim, checked, run and counted: what `POST /v1/claims/{scope}` answers, and what a

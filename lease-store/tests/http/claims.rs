@@ -108,3 +108,106 @@ async fn a_replay_carries_the_retention_its_record_has_left() {
         "{left} + {elapsed:?}"
     );
 }
+
+/// An edge that names frames in `Accept` gets a `completed` answer with the recorded body
+/// as raw bytes after its JSON (`docs/records.md#the-recorded-body-as-bytes`). A caller that
+/// does not ask (an operator, the CLI, a filter that predates frames) gets JSON, and no
+/// other outcome is framed.
+#[tokio::test]
+async fn a_replay_is_framed_only_for_a_caller_that_asks() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use keyflight_protocol::wire::framed;
+
+    let server = start_server(&[]).await;
+    let api = &server.api;
+    let (scope, fingerprint, claim_id) = api.win("framed").await;
+    let path = format!("/v1/claims/{scope}");
+    let claim = json!({ "fingerprint": fingerprint, "lease_ms": 60_000 });
+    let accept = format!("application/json, {}", framed::MEDIA_TYPE);
+    let asking = |accept: String| {
+        let claim = claim.clone();
+        move |r: reqwest::RequestBuilder| r.header("accept", accept).json(&claim)
+    };
+    let content_type = |headers: &reqwest::header::HeaderMap| {
+        headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+
+    let pending = api
+        .send(
+            reqwest::Method::POST,
+            &path,
+            Some(TOKEN),
+            asking(accept.clone()),
+        )
+        .await;
+    assert_eq!(pending.outcome(), "in_progress");
+    assert_eq!(
+        content_type(&pending.headers).as_deref(),
+        Some("application/json")
+    );
+
+    let recorded: &[u8] = b"\x00\xff\n{\"id\":42}\r\n";
+    let response = json!({
+        "status": 201,
+        "headers": [["content-type", "application/octet-stream"]],
+        "body_b64": STANDARD.encode(recorded),
+    });
+    api.finalize_with(&scope, &claim_id, &response).await;
+
+    let answer = reqwest::Client::new()
+        .post(format!("{}{path}", api.base))
+        .bearer_auth(TOKEN)
+        .header("accept", &accept)
+        .json(&claim)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        content_type(answer.headers()).as_deref(),
+        Some(framed::MEDIA_TYPE)
+    );
+    let frame = answer.bytes().await.unwrap();
+    let (head, body) = framed::split(&frame).unwrap();
+    assert_eq!(body, recorded);
+    let head: serde_json::Value = serde_json::from_slice(head).unwrap();
+    assert_eq!(head["outcome"], "completed", "{head}");
+    assert_eq!(
+        head["response"],
+        json!({ "status": 201, "headers": [["content-type", "application/octet-stream"]], "body_b64": "" })
+    );
+    assert!(head["record_expires_in_ms"].as_u64().is_some(), "{head}");
+    assert_eq!(api.counter("keyflight_store_framed_answers_total").await, 1);
+
+    for accept in [
+        None,
+        Some("*/*".to_owned()),
+        Some(format!("{};q=0, application/json", framed::MEDIA_TYPE)),
+    ] {
+        let plain = api
+            .send(
+                reqwest::Method::POST,
+                &path,
+                Some(TOKEN),
+                |r| match accept {
+                    Some(accept) => r.header("accept", accept).json(&claim),
+                    None => r.json(&claim),
+                },
+            )
+            .await;
+        assert_eq!(plain.outcome(), "completed");
+        assert_eq!(
+            content_type(&plain.headers).as_deref(),
+            Some("application/json")
+        );
+        assert_eq!(
+            plain.json["response"]["body_b64"],
+            STANDARD.encode(recorded)
+        );
+    }
+    assert_eq!(api.counter("keyflight_store_framed_answers_total").await, 1);
+}

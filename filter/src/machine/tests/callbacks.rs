@@ -110,7 +110,8 @@ fn a_headerless_answer_is_read_without_touching_the_map() {
         ),
         Answer::Received {
             status: None,
-            body: vec![]
+            body: vec![],
+            framed: false,
         }
     );
     let answered = CalloutAnswered {
@@ -123,6 +124,38 @@ fn a_headerless_answer_is_read_without_touching_the_map() {
         host.header(HeaderMap::CallResponse, ":status"),
         Some(b"200".to_vec())
     );
+}
+
+/// An answer whose `Content-Type` names a frame is read as one (any parameters aside);
+/// any other is JSON (`docs/records.md#the-recorded-body-as-bytes`).
+#[test]
+fn a_framed_answer_is_told_by_its_content_type() {
+    let answered = CalloutAnswered {
+        token: 1,
+        num_headers: 2,
+        body_size: 2,
+    };
+    for (content_type, framed) in [
+        ("application/vnd.keyflight.framed.v1", true),
+        ("Application/Vnd.Keyflight.Framed.V1; x=y", true),
+        ("application/json", false),
+        ("application/vnd.keyflight.framed.v2", false),
+    ] {
+        let mut host = FakeHost {
+            call_headers: vec![h(":status", "200"), h("content-type", content_type)],
+            call_body: b"{}".to_vec(),
+            ..FakeHost::default()
+        };
+        assert_eq!(
+            read_answer(&mut host, answered),
+            Answer::Received {
+                status: Some(200),
+                body: b"{}".to_vec(),
+                framed,
+            },
+            "{content_type}"
+        );
+    }
 }
 
 #[test]
