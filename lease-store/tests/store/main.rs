@@ -18,6 +18,7 @@ mod longpoll;
 mod orphans;
 mod partitioned;
 mod read_only_node;
+mod recorded_bodies;
 mod records;
 mod repeats;
 mod support;
