@@ -280,6 +280,10 @@ pub struct ServeArgs {
     /// Postgres connections per replica.
     #[arg(long, env = "KEYFLIGHT_POOL_SIZE", default_value_t = 16)]
     pool_size: usize,
+    /// A pooled connection idle this long is closed; keep it below any idle cut-off between
+    /// the replica and Postgres (a firewall's, `idle_session_timeout`).
+    #[arg(long, env = "KEYFLIGHT_POOL_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pool_idle_timeout: Duration,
     /// Record retention when a claim does not say (e.g. `24h`).
     #[arg(long, env = "KEYFLIGHT_DEFAULT_RETENTION", default_value = "24h", value_parser = parse_duration)]
     default_retention: Duration,
@@ -468,6 +472,11 @@ impl ServeArgs {
         )?;
         check(self.pool_size > 0, "pool-size", "must be at least 1")?;
         check(
+            self.pool_idle_timeout >= Duration::from_secs(1),
+            "pool-idle-timeout",
+            "must be at least 1s",
+        )?;
+        check(
             !self.statement_timeout.is_zero(),
             "statement-timeout",
             "must be positive",
@@ -571,6 +580,7 @@ impl ServeArgs {
             store: StoreSettings {
                 database_url: self.database.database_url,
                 pool_size: self.pool_size,
+                pool_idle_timeout: self.pool_idle_timeout,
                 default_retention: self.default_retention,
                 default_cooldown: self.default_cooldown,
                 statement_timeout: self.statement_timeout,

@@ -66,7 +66,9 @@ mod watch;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, QueueMode, RecyclingMethod, Runtime,
+};
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimResponse;
 use tokio_postgres::error::SqlState;
@@ -113,6 +115,8 @@ pub struct StoreSettings {
     pub database_url: String,
     /// Maximum pooled connections per replica.
     pub pool_size: usize,
+    /// A pooled connection idle this long is closed ([`Store::retire_idle_connections`]).
+    pub pool_idle_timeout: Duration,
     /// Retention for claims that do not ask for one (L5).
     pub default_retention: Duration,
     /// Cooldown for `release as: cooldown` without `cooldown_ms` (F6).
@@ -190,6 +194,8 @@ pub struct ClaimAttempt {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// See [`StoreSettings::pool_idle_timeout`].
+    pool_idle_timeout: Duration,
     default_retention: Duration,
     default_cooldown: Duration,
     /// `statement_timeout` + [`ANSWER_MARGIN`]: the most a call's database work may take.
@@ -233,8 +239,12 @@ impl Store {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // The most recently used connection first, as PgBouncer hands out its server
+        // connections: one caller's calls stay on one warm backend instead of visiting every
+        // connection in turn, and the ones the load does not need go idle and are closed.
         let pool = Pool::builder(manager)
             .max_size(settings.pool_size.max(1))
+            .queue_mode(QueueMode::Lifo)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(settings.statement_timeout))
             .create_timeout(Some(settings.statement_timeout))
@@ -244,6 +254,7 @@ impl Store {
         let answer_timeout = settings.statement_timeout.saturating_add(ANSWER_MARGIN);
         let single = Store {
             pool,
+            pool_idle_timeout: settings.pool_idle_timeout,
             default_retention: settings.default_retention,
             default_cooldown: settings.default_cooldown,
             answer_timeout,

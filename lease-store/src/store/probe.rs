@@ -7,6 +7,9 @@
 //! over a lease the moment the database returned, before the winner's outbox lands its
 //! record. So every store runs this probe: a trivial query every [`PROBE_INTERVAL`]
 //! through the same `run`, whose failures and answers feed the grace like any call's.
+//!
+//! The same task closes the pooled connections that stayed idle past `--pool-idle-timeout`
+//! ([`Store::retire_idle_connections`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +46,7 @@ impl Probe {
                 if let Err(e) = store.probe().await {
                     tracing::debug!(error = %e, "database probe failed");
                 }
+                store.retire_idle_connections();
             }
         });
         Arc::new(Probe(task.abort_handle()))
@@ -50,6 +54,24 @@ impl Probe {
 }
 
 impl Store {
+    /// Closes the pooled connections idle longer than `--pool-idle-timeout`. The pool hands
+    /// out the most recently used connection first, so the ones the load no longer needs
+    /// are the ones left idle; closing them keeps a connection that a firewall or the
+    /// server's `idle_session_timeout` may have cut from waiting in the pool for the next
+    /// burst, and the database from keeping backends nobody uses
+    /// (`docs/configuration.md#the-connection-pool`).
+    pub(super) fn retire_idle_connections(&self) {
+        let idle_timeout = self.pool_idle_timeout;
+        let retired = self
+            .pool
+            .retain(|_, metrics| metrics.last_used() < idle_timeout)
+            .removed
+            .len();
+        if retired > 0 {
+            tracing::debug!(retired, "closed idle database connections");
+        }
+    }
+
     /// One round trip to the database.
     async fn probe(&self) -> Result<(), StoreError> {
         self.run(async |client| {

@@ -48,6 +48,7 @@ pub fn settings(url: &str) -> StoreSettings {
     StoreSettings {
         database_url: url.to_owned(),
         pool_size: 16,
+        pool_idle_timeout: Duration::from_secs(60),
         default_retention: Duration::from_secs(3600),
         default_cooldown: Duration::from_millis(300),
         statement_timeout: Duration::from_secs(2),
