@@ -657,7 +657,7 @@ mod tests {
                 Err(CallError::MalformedRecord)
             );
         }
-        // A frame is no batch answer, and no 200 but a claim's is read as one.
+        // A frame is never read as a batch answer: the store frames single claims only.
         assert!(split_batch_answer(Answer::framed(br#"{"answers":[]}"#.to_vec()), 0).is_err());
     }
 
