@@ -78,6 +78,7 @@ macro_rules! reopened_row {
 /// settle that lands first keeps the row out of reach (the predicate is re-checked
 /// on the locked row, as for `steal`). Past retention the `ttl` branch reuses the
 /// row instead, as it reuses every settled record.
+/// `(r.state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 macro_rules! held_lapse {
     ($may_hold:literal, $fingerprint:literal, $at_most_once:literal) => {
         concat!(
@@ -85,7 +86,7 @@ macro_rules! held_lapse {
     UPDATE keyflight_records r
        SET state = 'unknown', lease_expires_at = NULL, updated_at = clock_timestamp()
      WHERE r.scope = $1
-       AND r.state = 'pending'
+       AND (r.state || '') = 'pending'
        AND (r.at_most_once OR (",
             $at_most_once,
             " AND r.fingerprint = ",

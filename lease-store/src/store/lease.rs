@@ -1,7 +1,8 @@
 //! L2: what the lease's owner does with it — renew, finalize, release.
 //!
 //! Every statement is fenced: it acts only `WHERE scope = $1 AND claim_id = $2
-//! AND state = 'pending'`. A winner whose lease was stolen (or which already
+//! AND (state || '') = 'pending'` (the concatenation keeps the row's lookup on the
+//! primary key: `docs/records.md#the-indexes`). A winner whose lease was stolen (or which already
 //! settled the record) matches no row, and the call reports
 //! [`StoreError::LeaseLost`] without touching the record — the new owner's
 //! work is never overwritten.
@@ -53,7 +54,7 @@ const RENEW_SQL: &str = "
 UPDATE keyflight_records
    SET lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond',
        updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'";
 
 /// `$1` scope, `$2` claim id, `$3` status, `$4` headers, `$5` body, `$6` replayable.
 pub const FINALIZE_SQL: &str = "
@@ -61,7 +62,7 @@ UPDATE keyflight_records
    SET state = 'completed', lease_expires_at = NULL,
        response_status = $3, response_headers = $4, response_body = $5,
        replayable = $6, updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'";
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'";
 
 /// `$1` scope, `$2` claim id, `$3` cooldown ms. The fingerprint stays, so only
 /// the same request may retry after the cooldown (the claim's `steal` branch).
@@ -72,20 +73,20 @@ UPDATE keyflight_records
    SET state = 'failed',
        lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond',
        updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
 RETURNING updated_at, lease_expires_at";
 
 /// `$1` scope, `$2` claim id.
 const RELEASE_UNKNOWN_SQL: &str = "
 UPDATE keyflight_records
    SET state = 'unknown', lease_expires_at = NULL, updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
 RETURNING updated_at, lease_expires_at";
 
 /// `$1` scope, `$2` claim id.
 const RELEASE_FORGET_SQL: &str = "
 DELETE FROM keyflight_records
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
 RETURNING clock_timestamp() AS updated_at, NULL::timestamptz AS lease_expires_at";
 
 /// `$1` scope: who owns the record now and in which state (and since when, and until

@@ -52,6 +52,8 @@ mod claim;
 mod dual;
 mod epoch;
 mod held;
+#[cfg(test)]
+mod keyed_plans_tests;
 mod lease;
 mod migrate;
 mod orphan;

@@ -36,9 +36,10 @@ use crate::log_limit::{self, Kind};
 
 /// The `forget` release's statement, returning the fence it released.
 /// `$1` scope, `$2` claim id.
+/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 const RELEASE_ORPHAN_SQL: &str = "
 DELETE FROM keyflight_records
- WHERE scope = $1 AND claim_id = $2 AND state = 'pending'
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
 RETURNING fence";
 
 /// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).

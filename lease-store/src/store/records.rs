@@ -57,13 +57,14 @@ const GET_SQL: &str = concat!(
 /// `$5` actor, `$6` reason, `$7` the response's digest.
 /// `state_before` reads the statement's snapshot, i.e. the state before the
 /// update, so one statement tells "resolved", "not unknown" and "not found" apart.
+/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 const RESOLVE_COMPLETED_SQL: &str = "
 WITH resolved AS (
     UPDATE keyflight_records
        SET state = 'completed', lease_expires_at = NULL,
            response_status = $2::integer, response_headers = $3::jsonb, response_body = $4::bytea,
            replayable = $4::bytea IS NOT NULL, updated_at = clock_timestamp()
-     WHERE scope = $1 AND state = 'unknown'
+     WHERE scope = $1 AND (state || '') = 'unknown'
     RETURNING scope
 ), audited AS (
     INSERT INTO keyflight_operator_audit (actor, action, scope, reason, response_sha256)
@@ -74,13 +75,14 @@ SELECT (SELECT count(*) FROM resolved) AS resolved,
 
 /// `$1` scope, `$2` actor, `$3` reason. The cooldown ends now, so the next
 /// same-fingerprint claim steals.
+/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 const RESOLVE_FAILED_SQL: &str = "
 WITH resolved AS (
     UPDATE keyflight_records
        SET state = 'failed', lease_expires_at = clock_timestamp(),
            response_status = NULL, response_headers = NULL, response_body = NULL,
            updated_at = clock_timestamp()
-     WHERE scope = $1 AND state = 'unknown'
+     WHERE scope = $1 AND (state || '') = 'unknown'
     RETURNING scope
 ), audited AS (
     INSERT INTO keyflight_operator_audit (actor, action, scope, reason)

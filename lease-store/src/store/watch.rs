@@ -33,11 +33,12 @@ use super::{RecordSnapshot, Store, StoreError};
 /// lost in a database crash is harmless, because the crash also drops every
 /// LISTEN connection and a reconnected listener wakes all its waiters to
 /// check (and mark) again.
+/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 const WATCH_SQL: &str = "
 UPDATE keyflight_records
    SET watched = true
   FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
- WHERE scope = $1 AND state = 'pending' AND NOT watched";
+ WHERE scope = $1 AND (state || '') = 'pending' AND NOT watched";
 
 /// [`WATCH_SQL`] on a partitioned database (`partitions.rs`).
 pub(super) static WATCH: Routed = Routed::by_scope("watch", WATCH_SQL);

@@ -30,6 +30,7 @@ use crate::store::{Store, StoreError};
 
 /// `$1` scopes, `$2` claim ids, `$3` statuses, `$4` headers, `$5` bodies, `$6`
 /// replayable, one element per call, sorted by scope.
+/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 pub(in crate::store) const FINALIZE_BATCH_SQL: &str = "
 UPDATE keyflight_records r
    SET state = 'completed', lease_expires_at = NULL,
@@ -37,7 +38,7 @@ UPDATE keyflight_records r
        replayable = f.replayable, updated_at = clock_timestamp()
   FROM unnest($1::bytea[], $2::uuid[], $3::integer[], $4::jsonb[], $5::bytea[], $6::boolean[])
        AS f(scope, claim_id, status, headers, body, replayable)
- WHERE r.scope = f.scope AND r.claim_id = f.claim_id AND r.state = 'pending'
+ WHERE r.scope = f.scope AND r.claim_id = f.claim_id AND (r.state || '') = 'pending'
 RETURNING r.scope";
 
 /// [`FINALIZE_BATCH_SQL`] on a partitioned database: each partition updates its share.

@@ -137,7 +137,7 @@ fn placeholders(n: usize) -> String {
 
 /// The highest `$n` a statement names: its parameter count (every statement names all of
 /// its parameters).
-fn parameter_count(sql: &str) -> usize {
+pub(super) fn parameter_count(sql: &str) -> usize {
     let bytes = sql.as_bytes();
     let mut highest = 0;
     let mut at = 0;

@@ -1,0 +1,96 @@
+//! Every statement that finds its rows by scope reaches them through the primary key,
+//! even once the statistics say almost no row is `pending`
+//! (`docs/records.md#the-indexes`, `docs/postgres-facts.md#a-rare-state-and-the-state-index`).
+//!
+//! Each statement is planned as a pooled connection runs it after its fifth execution:
+//! generically, and then kept until the table's statistics change.
+
+#![allow(clippy::unwrap_used)]
+
+use keyflight_testkit::pg::PgCluster;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use super::claim::HOLD_LAPSED_SQL;
+use super::partitions::{RunOn, parameter_count, routed};
+
+/// The table as a busy store leaves it between two vacuums: many settled rows, and in
+/// the `(state, created_at)` index an entry for every `pending` version a settle
+/// replaced; analyzed, so the statistics say almost no row is `pending`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_statement_by_scope_never_scans_the_state_index() {
+    let cluster = PgCluster::start();
+    let client = generic_session(&cluster).await;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE keyflight_records SET (autovacuum_enabled = off);
+             INSERT INTO keyflight_records
+                 (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+                  created_at, retention, expires_at, updated_at)
+             SELECT sha256(i::text::bytea), 'pending', sha256(i::text::bytea),
+                    gen_random_uuid(), i, now() + interval '1 minute', now(),
+                    interval '1 day', now() + interval '1 day', now()
+               FROM generate_series(1, {SETTLED_ROWS}) AS i;
+             UPDATE keyflight_records
+                SET state = 'completed', lease_expires_at = NULL, response_status = 201,
+                    response_headers = '[]', response_body = '\\x7b7d';
+             ANALYZE keyflight_records;"
+        ))
+        .await
+        .unwrap();
+    let wrong = plans_naming(&client, "keyflight_records_state_idx").await;
+    assert!(
+        wrong.is_empty(),
+        "statements by scope planned through the state index:\n{}",
+        wrong.join("\n\n")
+    );
+}
+
+/// Rows settled since the last vacuum.
+const SETTLED_ROWS: u32 = 20_000;
+
+/// A migrated cluster, and a session on it that plans generically.
+async fn generic_session(cluster: &PgCluster) -> Client {
+    let url = cluster.url();
+    super::migrate(&url).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    client
+}
+
+/// Each statement by scope (by name) whose generic plan names `what`, with the plan.
+async fn plans_naming(client: &Client, what: &str) -> Vec<String> {
+    let keyed = routed()
+        .into_iter()
+        .filter(|statement| matches!(statement.on, RunOn::Scope | RunOn::Split))
+        .map(|statement| (statement.name, statement.sql))
+        .chain([("hold_lapsed", HOLD_LAPSED_SQL)]);
+    let mut naming = Vec::new();
+    for (name, sql) in keyed {
+        let nulls = vec!["NULL"; parameter_count(sql)].join(", ");
+        let plan = client
+            .simple_query(&format!(
+                "PREPARE keyed AS {sql};
+                 EXPLAIN EXECUTE keyed({nulls});
+                 DEALLOCATE keyed;"
+            ))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|message| match message {
+                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        if plan.contains(what) {
+            naming.push(format!("{name}:\n{plan}"));
+        }
+    }
+    naming
+}
