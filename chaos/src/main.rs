@@ -247,6 +247,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     );
 
     let options = stack::options(&dir, &plugin, REPLICAS, cli.ha, own_networks)
+        .binaries(stack::snapshot_binaries(&dir)?)
         .upstream_effects_if(cli.upstream_effects);
     let options = match cli.partitions {
         0 => options,
@@ -289,6 +290,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     };
     let (store_logs, envoy_logs) = stack::logs(&stack);
     drop(stack);
+    stack::remove_snapshot(&dir);
     let evidence = Evidence::read(&store_logs, &envoy_logs, run_start_unix_ms);
 
     let history = History {
