@@ -13,6 +13,7 @@
 use std::path::Path;
 
 use keyflight_lease_store::store::migrate_partitioned;
+use keyflight_testkit::binaries::Binaries;
 use keyflight_testkit::envoy_config::Ports;
 use keyflight_testkit::pg::{PgCluster, PgOptions};
 use keyflight_testkit::stack::{ExtraEnvoy, ExtraStore, Stack, StackOptions};
@@ -61,9 +62,12 @@ pub struct BenchStack {
 
 impl BenchStack {
     /// Starts Postgres (durable), lease-store, upstream and the guarded Envoy; Envoy
-    /// configs and logs go under `config_dir`.
+    /// configs and logs go under `config_dir`. The lease-store and upstream are the release
+    /// builds unless the environment names others (`keyflight_testkit::binaries`): the
+    /// test stack's debug builds would measure the compiler's settings, not the code.
     pub async fn start(config_dir: &Path) -> Result<BenchStack, BenchError> {
         let options = StackOptions::default()
+            .binaries(Binaries::locate_profile("release"))
             .durable_postgres()
             .run_dir(config_dir)
             .envoy_log_level("warn");
