@@ -418,7 +418,7 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "claim.rs",
         "held_lapse",
-        "32b172afd65c1aee518b9aa9fce4f25cbdc8e076b1b86c8f2626e45b3ea40eff",
+        "081d8a443a47135e1c33f1dbba3247c1ecc587b07818e29d77eabf35fccb75b7",
     ),
     (
         "claim.rs",
@@ -433,27 +433,27 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "lease.rs",
         "RENEW_SQL",
-        "810d3ffda7171e9c7e5f158add36e037e883adedf05bb2f20d2cf9b6476bf2fb",
+        "1669665c2f047a80c8dc45b58bed0a98092f72d757c63a86b2e1cb62bdd5c66e",
     ),
     (
         "lease.rs",
         "FINALIZE_SQL",
-        "be7d9d07a690ea2c1983e24a870705405dfaae933620935b2110aede3f929a49",
+        "111fabf0a29d2ad1c9c0e043fc17b78891e7958743be463ab9c001e673976ddc",
     ),
     (
         "lease.rs",
         "RELEASE_COOLDOWN_SQL",
-        "c98a0e1f8a76bd8ed27e54f53e30ea0467d54d240f057d9b36fb399f666a951e",
+        "c5fa0ab793a61f259bdfdc9f7467cdf9f50a03d5c9dacf06c6999b8a5d2ee4bc",
     ),
     (
         "lease.rs",
         "RELEASE_UNKNOWN_SQL",
-        "20ab52f4742f934dcca7cf34c8870ab249fa9f7da9f1dfad471d003dcb2b7ff5",
+        "aed1f0ead4aad67251467ebb6fd01dac14fb5a086ff0aff532913628bde58335",
     ),
     (
         "lease.rs",
         "RELEASE_FORGET_SQL",
-        "c200970a505b259553861be2181a5622c3f5295265eadc3390ae31834113d5f6",
+        "99a6c18d2e3d029c12c2b96987a4c9adc096aa22386465db592006ae4fe1110c",
     ),
     (
         "lease.rs",
@@ -473,6 +473,6 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "orphan.rs",
         "RELEASE_ORPHAN_SQL",
-        "a78cbf5199471c1ead5d288e4f3d0f742e0ccf6b813d62f803ad3a9150492418",
+        "b6a86d3b175e281d74fa6fd7d5488a73c4140072b5cab44f7b89321a0ba04512",
     ),
 ];
