@@ -1,17 +1,25 @@
 //! Every statement that finds its rows by scope reaches them through the primary key,
 //! even once the statistics say almost no row is `pending`
-//! (`docs/records.md#the-indexes`, `docs/postgres-facts.md#a-rare-state-and-the-state-index`).
+//! (`docs/records.md#the-indexes`, `docs/postgres-facts.md#a-rare-state-and-the-state-index`),
+//! and even when it was planned while the table was empty
+//! (`docs/postgres-facts.md#plans-made-on-a-young-table`); the operators' list reads
+//! only the rows it returns.
 //!
 //! Each statement is planned as a pooled connection runs it after its fifth execution:
-//! generically, and then kept until the table's statistics change.
+//! generically, and then kept until the table's statistics change. The sessions are
+//! the store's own ([`pg_config`]).
 
 #![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
 
 use keyflight_testkit::pg::PgCluster;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::claim::HOLD_LAPSED_SQL;
 use super::partitions::{RunOn, parameter_count, routed};
+use super::pg_config;
+use super::records::LIST;
 
 /// The table as a busy store leaves it between two vacuums: many settled rows, and in
 /// the `(state, created_at)` index an entry for every `pending` version a settle
@@ -45,14 +53,72 @@ async fn a_statement_by_scope_never_scans_the_state_index() {
     );
 }
 
+/// A new installation: the table analyzed while empty, so the planner knows it has no
+/// pages, and every connection plans its statements then and keeps those plans.
+#[tokio::test(flavor = "current_thread")]
+async fn a_statement_by_scope_planned_on_an_empty_table_never_scans_it() {
+    let cluster = PgCluster::start();
+    let client = generic_session(&cluster).await;
+    client
+        .batch_execute("ANALYZE keyflight_records")
+        .await
+        .unwrap();
+    let wrong = plans_naming(&client, "Seq Scan on keyflight_records").await;
+    assert!(
+        wrong.is_empty(),
+        "statements by scope planned to scan the whole table:\n{}",
+        wrong.join("\n\n")
+    );
+}
+
+/// However large the table, a list of `limit` records reads at most `limit` rows of
+/// each state.
+#[tokio::test(flavor = "current_thread")]
+async fn the_operators_list_reads_only_the_newest_of_each_state() {
+    let cluster = PgCluster::start();
+    let client = generic_session(&cluster).await;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO keyflight_records
+                 (scope, state, fingerprint, claim_id, fence, lease_expires_at,
+                  created_at, retention, expires_at, updated_at, response_status,
+                  response_headers, response_body)
+             SELECT sha256(i::text::bytea), 'completed', sha256(i::text::bytea),
+                    gen_random_uuid(), i, NULL, now() - i * interval '1 ms',
+                    interval '1 day', now() + interval '1 day', now(), 201, '[]', '\\x7b7d'
+               FROM generate_series(1, {SETTLED_ROWS}) AS i;
+             ANALYZE keyflight_records;"
+        ))
+        .await
+        .unwrap();
+    let limit = 10;
+    for state in ["NULL", "'completed'"] {
+        let read = rows_read(
+            &client,
+            LIST.sql,
+            &format!("{state}, {limit}"),
+            "keyflight_records",
+        )
+        .await;
+        assert!(
+            read <= 4 * limit,
+            "a list of {limit} with state {state} read {read} rows"
+        );
+    }
+}
+
 /// Rows settled since the last vacuum.
 const SETTLED_ROWS: u32 = 20_000;
 
-/// A migrated cluster, and a session on it that plans generically.
+/// A migrated cluster, and a session on it set up as the store's are, that plans
+/// generically.
 async fn generic_session(cluster: &PgCluster) -> Client {
     let url = cluster.url();
     super::migrate(&url).await.unwrap();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+    let database = pg_config(&url, Duration::from_secs(5)).unwrap();
+    let (client, connection) = database
+        .config
+        .connect(tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
@@ -93,4 +159,47 @@ async fn plans_naming(client: &Client, what: &str) -> Vec<String> {
         }
     }
     naming
+}
+
+/// How many rows the generic plan of `sql` with `arguments` read from `table`, in all
+/// its loops.
+async fn rows_read(client: &Client, sql: &str, arguments: &str, table: &str) -> u32 {
+    let plan = client
+        .simple_query(&format!(
+            "PREPARE read AS {sql};
+             EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE read({arguments});
+             DEALLOCATE read;"
+        ))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|message| match message {
+            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    let on_table = format!(" on {table} ");
+    let reading: Vec<&String> = plan
+        .iter()
+        .filter(|line| line.contains(&on_table))
+        .collect();
+    assert!(
+        !reading.is_empty(),
+        "no scan of {table}:\n{}",
+        plan.join("\n")
+    );
+    reading
+        .iter()
+        .map(|line| actual(line, "rows=") * actual(line, "loops="))
+        .sum()
+}
+
+/// The number after `key` in a plan line's `(actual …)` part.
+fn actual(line: &str, key: &str) -> u32 {
+    let after = line
+        .rsplit_once(key)
+        .map_or("", |(_, after)| after)
+        .trim_start();
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap()
 }

@@ -417,14 +417,27 @@ pub(crate) fn per_host_connect_timeout(
     budget / u32::try_from(hosts).unwrap_or(u32::MAX)
 }
 
+/// Every statement the store runs on its hot path finds its rows through an index, so its
+/// sessions never plan a sequential scan where an index serves: a plan cached while the
+/// table was young would keep scanning it as it grows (`docs/postgres-facts.md#plans-made-on-a-young-table`).
+/// JIT is off because a statement that has only a sequential scan to use (a one-row
+/// table, a catalog, the epoch trigger's update) is then costed past JIT's thresholds,
+/// and compiling never pays off for statements that each touch a few rows.
+pub(crate) const PLANNER_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
+
 /// Parses the URL (TLS included, `crate::db`) and adds the settings every pooled connection needs.
 fn pg_config(database_url: &str, statement_timeout: Duration) -> Result<Database, StoreError> {
     let mut database = db::parse(database_url)?;
     let config = &mut database.config;
-    let timeout_option = format!("-c statement_timeout={}", statement_timeout.as_millis());
+    let planner = PLANNER_SETTINGS.map(|(name, value)| format!(" -c {name}={value}"));
+    let session_options = format!(
+        "-c statement_timeout={}{}",
+        statement_timeout.as_millis(),
+        planner.concat()
+    );
     let options = match config.get_options() {
-        Some(existing) if !existing.is_empty() => format!("{existing} {timeout_option}"),
-        _ => timeout_option,
+        Some(existing) if !existing.is_empty() => format!("{existing} {session_options}"),
+        _ => session_options,
     };
     config.options(&options);
     if config.get_application_name().is_none() {

@@ -231,6 +231,111 @@ async fn a_record_is_claimed_renewed_settled_and_replayed_through_the_router() {
     assert!(released.cooldown_ends_at.is_some(), "the stamps come back");
 }
 
+/// On a new installation each partition's table is empty when PL/Proxy's sessions first
+/// plan the statements by scope, and those plans are kept; none of them may scan the
+/// whole table (`docs/postgres-facts.md#plans-made-on-a-young-table`).
+#[tokio::test]
+async fn statements_planned_on_an_empty_partition_never_scan_its_table() {
+    let db = Partitioned::start(1);
+    let partition = raw_client(&db.partitions[0].url()).await;
+    // The migration's sessions scanned the table; count from when they are gone (a
+    // session reports its scans before it leaves `pg_stat_activity`).
+    eventually(
+        "the migration's sessions ended",
+        Duration::from_secs(10),
+        || async {
+            let others: i64 = partition
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND backend_type = 'client backend'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            others == 0
+        },
+    )
+    .await;
+    partition
+        .batch_execute(
+            "ANALYZE keyflight_records;
+             SELECT pg_stat_reset_single_table_counters('keyflight_records'::regclass);",
+        )
+        .await
+        .unwrap();
+    let store = db.store().await;
+    // Past the fifth run, after which a session keeps one generic plan.
+    for _ in 0..8 {
+        let scope = fresh_scope();
+        let (claim_id, _, _) =
+            must_win(&store, &scope, &claim_req(fingerprint("young"), 30_000)).await;
+        store
+            .renew(
+                &scope,
+                &RenewRequest {
+                    claim_id,
+                    lease_ms: 30_000,
+                    previous_scope: None,
+                },
+            )
+            .await
+            .unwrap();
+        store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
+        store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
+    }
+    // An idle session reports its scans within ten seconds; a renew and two
+    // finalizes per record are 24 lookups at least.
+    let scans = || async {
+        let row = partition
+            .query_one(
+                "SELECT seq_scan, idx_scan FROM pg_stat_user_tables
+                  WHERE relname = 'keyflight_records'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    eventually(
+        "the partition's sessions reported their scans",
+        Duration::from_secs(30),
+        || async {
+            let (seq, index) = scans().await;
+            seq + index >= 24
+        },
+    )
+    .await;
+    assert_eq!(
+        scans().await.0,
+        0,
+        "sequential scans of the partition's table"
+    );
+    // With sequential scans off, a statement that has only a sequential scan to use (the
+    // epoch trigger's update of its one row) is costed past JIT's thresholds: the
+    // functions that turn them off turn JIT off too.
+    let settings: Vec<Vec<String>> = partition
+        .query(
+            "SELECT proconfig FROM pg_proc
+              WHERE proname LIKE 'keyflight\\_%'
+                AND proconfig @> ARRAY['enable_seqscan=off']",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(
+        !settings.is_empty(),
+        "the statements by scope carry settings"
+    );
+    for config in settings {
+        assert!(config.contains(&"jit=off".to_owned()), "{config:?}");
+    }
+}
+
 /// The operator epoch is mesh-wide: an erase on any partition changes it, so every edge
 /// cache drops what it holds (F9).
 #[tokio::test]

@@ -76,6 +76,59 @@ async fn list_filters_by_state_newest_first() {
     assert_eq!(store.list(None, 1).await.unwrap().records.len(), 1);
 }
 
+/// The list reads each state's newest from the state index and merges them
+/// (`LIST_SQL`): a record of any state the table allows is listed, in creation
+/// order across states.
+#[tokio::test]
+async fn every_state_is_listed() {
+    let store = store().await;
+    let completed = fresh_scope();
+    let (claim_id, _, _) = must_win(
+        &store,
+        &completed,
+        &claim_req(fingerprint("listed"), 10_000),
+    )
+    .await;
+    store
+        .finalize(&completed, finalize_ok(claim_id))
+        .await
+        .unwrap();
+    let failed = fresh_scope();
+    let (claim_id, _, _) =
+        must_win(&store, &failed, &claim_req(fingerprint("listed"), 10_000)).await;
+    store
+        .release(
+            &failed,
+            &ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Cooldown,
+                cooldown_ms: Some(60_000),
+                previous_scope: None,
+            },
+        )
+        .await
+        .unwrap();
+    let unknown = fresh_scope();
+    unknown_record(&store, &unknown, "listed").await;
+    let pending = fresh_scope();
+    must_win(&store, &pending, &claim_req(fingerprint("listed"), 10_000)).await;
+
+    let listed = store.list(None, 100_000).await.unwrap();
+    let position = |scope| listed.records.iter().position(|r| r.scope == scope);
+    let positions: Vec<_> = [pending, unknown, failed, completed]
+        .into_iter()
+        .map(position)
+        .collect();
+    assert!(
+        positions.iter().all(Option::is_some),
+        "every state listed: {positions:?}"
+    );
+    assert!(
+        positions.is_sorted(),
+        "newest first across states: {positions:?}"
+    );
+}
+
 #[tokio::test]
 async fn resolve_failed_lets_the_same_request_run_again() {
     let store = store().await;

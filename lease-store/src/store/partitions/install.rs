@@ -6,7 +6,7 @@ use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::types::{Kind, Type};
 
 use super::{CLUSTER, Routed, RunOn, SLOTS, routed};
-use crate::store::StoreError;
+use crate::store::{PLANNER_SETTINGS, StoreError};
 
 /// A function's signature, read from its statement prepared on a partition.
 struct Signature {
@@ -52,14 +52,23 @@ impl Signature {
     /// The partition's function: the statement itself, in PL/pgSQL so that its plan is
     /// cached for the session as a prepared statement's is (an SQL function is planned
     /// again on every call in Postgres 15). Its columns are the statement's, never the
-    /// function's output variables of the same names (`use_column`).
+    /// function's output variables of the same names (`use_column`). A statement by
+    /// scope is planned as the store's own sessions plan it ([`PLANNER_SETTINGS`]):
+    /// PL/Proxy's sessions on the partition do not carry the store's settings.
+    /// Statements run on every partition keep the partition's settings.
     fn on_partition(&self, routed: &Routed) -> String {
         let returning = match self.columns.is_empty() {
             true => " RETURNING 1",
             false => "",
         };
+        let planner = match routed.on {
+            RunOn::Scope | RunOn::Split => PLANNER_SETTINGS
+                .map(|(name, value)| format!(" SET {name} = {value}"))
+                .concat(),
+            RunOn::All => String::new(),
+        };
         format!(
-            "{} LANGUAGE plpgsql VOLATILE AS $keyflight$ #variable_conflict use_column\n\
+            "{} LANGUAGE plpgsql VOLATILE{planner} AS $keyflight$ #variable_conflict use_column\n\
              BEGIN RETURN QUERY {}{returning}; END $keyflight$;",
             self.head(routed.name),
             routed.sql
