@@ -468,7 +468,7 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
     (
         "held.rs",
         "HOLD_ABANDONED_SQL",
-        "f6f0df6da12d0731dd723767935dee6b7160cd84be52b7bc89fd6861d86b5ed9",
+        "a2468479de86f7ad4639942324d6e10fcb32f68ecafd32d357ec191e64587cfd",
     ),
     (
         "orphan.rs",

@@ -17,17 +17,50 @@ use keyflight_testkit::pg::PgCluster;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::claim::HOLD_LAPSED_SQL;
+use super::held::HOLD_ABANDONED;
 use super::partitions::{RunOn, parameter_count, routed};
 use super::pg_config;
 use super::records::LIST;
+use super::retention::DELETE_EXPIRED;
 
-/// The table as a busy store leaves it between two vacuums: many settled rows, and in
-/// the `(state, created_at)` index an entry for every `pending` version a settle
-/// replaced; analyzed, so the statistics say almost no row is `pending`.
+/// On a table between two vacuums ([`settle_between_vacuums`]).
 #[tokio::test(flavor = "current_thread")]
 async fn a_statement_by_scope_never_scans_the_state_index() {
     let cluster = PgCluster::start();
     let client = generic_session(&cluster).await;
+    settle_between_vacuums(&client).await;
+    let wrong = plans_naming(&client, "keyflight_records_state_idx").await;
+    assert!(
+        wrong.is_empty(),
+        "statements by scope planned through the state index:\n{}",
+        wrong.join("\n\n")
+    );
+}
+
+/// Cleanup's statements pick their rows in a subquery through an index and change each
+/// one found by its primary key, not by scanning the state index again.
+#[tokio::test(flavor = "current_thread")]
+async fn cleanup_reaches_the_rows_it_changes_by_the_primary_key() {
+    let cluster = PgCluster::start();
+    let client = generic_session(&cluster).await;
+    settle_between_vacuums(&client).await;
+    for (name, sql) in [
+        ("hold_abandoned", HOLD_ABANDONED.sql),
+        ("delete_expired", DELETE_EXPIRED.sql),
+    ] {
+        let plan = generic_plan(&client, sql).await;
+        assert!(
+            plan.lines()
+                .any(|line| line.ends_with("using keyflight_records_pkey on keyflight_records")),
+            "{name} changes rows it did not reach by the primary key:\n{plan}"
+        );
+    }
+}
+
+/// The table as a busy store leaves it between two vacuums: many settled rows, and in
+/// the `(state, created_at)` index an entry for every `pending` version a settle
+/// replaced; analyzed, so the statistics say almost no row is `pending`.
+async fn settle_between_vacuums(client: &Client) {
     client
         .batch_execute(&format!(
             "ALTER TABLE keyflight_records SET (autovacuum_enabled = off);
@@ -45,12 +78,6 @@ async fn a_statement_by_scope_never_scans_the_state_index() {
         ))
         .await
         .unwrap();
-    let wrong = plans_naming(&client, "keyflight_records_state_idx").await;
-    assert!(
-        wrong.is_empty(),
-        "statements by scope planned through the state index:\n{}",
-        wrong.join("\n\n")
-    );
 }
 
 /// A new installation: the table analyzed while empty, so the planner knows it has no
@@ -138,27 +165,32 @@ async fn plans_naming(client: &Client, what: &str) -> Vec<String> {
         .chain([("hold_lapsed", HOLD_LAPSED_SQL)]);
     let mut naming = Vec::new();
     for (name, sql) in keyed {
-        let nulls = vec!["NULL"; parameter_count(sql)].join(", ");
-        let plan = client
-            .simple_query(&format!(
-                "PREPARE keyed AS {sql};
-                 EXPLAIN EXECUTE keyed({nulls});
-                 DEALLOCATE keyed;"
-            ))
-            .await
-            .unwrap()
-            .into_iter()
-            .filter_map(|message| match message {
-                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = generic_plan(client, sql).await;
         if plan.contains(what) {
             naming.push(format!("{name}:\n{plan}"));
         }
     }
     naming
+}
+
+/// The generic plan of `sql`, without costs.
+async fn generic_plan(client: &Client, sql: &str) -> String {
+    let nulls = vec!["NULL"; parameter_count(sql)].join(", ");
+    client
+        .simple_query(&format!(
+            "PREPARE keyed AS {sql};
+             EXPLAIN (COSTS OFF) EXECUTE keyed({nulls});
+             DEALLOCATE keyed;"
+        ))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|message| match message {
+            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// How many rows the generic plan of `sql` with `arguments` read from `table`, in all

@@ -419,7 +419,8 @@ pub(crate) fn per_host_connect_timeout(
 
 /// Every statement the store runs on its hot path finds its rows through an index, so its
 /// sessions never plan a sequential scan where an index serves: a plan cached while the
-/// table was young would keep scanning it as it grows (`docs/postgres-facts.md#plans-made-on-a-young-table`).
+/// table was young would keep scanning it as it grows
+/// (`docs/postgres-facts.md#plans-made-on-a-young-table`).
 /// JIT is off because a statement that has only a sequential scan to use (a one-row
 /// table, a catalog, the epoch trigger's update) is then costed past JIT's thresholds,
 /// and compiling never pays off for statements that each touch a few rows.

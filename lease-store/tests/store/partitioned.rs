@@ -313,8 +313,8 @@ async fn statements_planned_on_an_empty_partition_never_scan_its_table() {
         "sequential scans of the partition's table"
     );
     // With sequential scans off, a statement that has only a sequential scan to use (the
-    // epoch trigger's update of its one row) is costed past JIT's thresholds: the
-    // functions that turn them off turn JIT off too.
+    // epoch, or its trigger's update of its one row) is costed past JIT's thresholds:
+    // every function that turns them off turns JIT off too.
     let settings: Vec<Vec<String>> = partition
         .query(
             "SELECT proconfig FROM pg_proc
@@ -329,7 +329,7 @@ async fn statements_planned_on_an_empty_partition_never_scan_its_table() {
         .collect();
     assert!(
         !settings.is_empty(),
-        "the statements by scope carry settings"
+        "the partition functions carry the store's planner settings"
     );
     for config in settings {
         assert!(config.contains(&"jit=off".to_owned()), "{config:?}");

@@ -52,21 +52,17 @@ impl Signature {
     /// The partition's function: the statement itself, in PL/pgSQL so that its plan is
     /// cached for the session as a prepared statement's is (an SQL function is planned
     /// again on every call in Postgres 15). Its columns are the statement's, never the
-    /// function's output variables of the same names (`use_column`). A statement by
-    /// scope is planned as the store's own sessions plan it ([`PLANNER_SETTINGS`]):
-    /// PL/Proxy's sessions on the partition do not carry the store's settings.
-    /// Statements run on every partition keep the partition's settings.
+    /// function's output variables of the same names (`use_column`). It is planned as
+    /// the store's own sessions plan the statement ([`PLANNER_SETTINGS`]): PL/Proxy's
+    /// sessions on the partition do not carry the store's settings.
     fn on_partition(&self, routed: &Routed) -> String {
         let returning = match self.columns.is_empty() {
             true => " RETURNING 1",
             false => "",
         };
-        let planner = match routed.on {
-            RunOn::Scope | RunOn::Split => PLANNER_SETTINGS
-                .map(|(name, value)| format!(" SET {name} = {value}"))
-                .concat(),
-            RunOn::All => String::new(),
-        };
+        let planner = PLANNER_SETTINGS
+            .map(|(name, value)| format!(" SET {name} = {value}"))
+            .concat();
         format!(
             "{} LANGUAGE plpgsql VOLATILE{planner} AS $keyflight$ #variable_conflict use_column\n\
              BEGIN RETURN QUERY {}{returning}; END $keyflight$;",
