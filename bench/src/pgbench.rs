@@ -8,6 +8,9 @@
 //! claim id, the same lease, retention, status, headers and body. The per-cycle `:scope`
 //! is random over 2^63, so every cycle claims a fresh scope, as P1's HTTP cycle does.
 //!
+//! Its sessions plan them with the store's own planner settings ([`PLANNER_SETTINGS`],
+//! through `PGOPTIONS`), so both sides plan the statements alike on any table.
+//!
 //! The script runs the claim, then the finalize, each in its own implicit transaction:
 //! exactly the two durable commits the store makes per cycle, over the extended protocol
 //! with prepared statements (`-M prepared`) as tokio-postgres uses. pgbench's TPS is
@@ -19,7 +22,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use keyflight_lease_store::store::{CLAIM_SQL, FINALIZE_SQL};
+use keyflight_lease_store::store::{CLAIM_SQL, FINALIZE_SQL, PLANNER_SETTINGS};
 
 use crate::error::BenchError;
 use crate::stats::Recorder;
@@ -175,6 +178,7 @@ impl Pgbench {
             .map_err(BenchError::io(format!("create {}", log_dir.display())))?;
         let threads = clients.clamp(1, 2);
         let output = Command::new(&self.binary)
+            .env("PGOPTIONS", planner_options())
             .args(["-n", "-M", "prepared", "-h", "127.0.0.1", "-U", "postgres"])
             .arg("-p")
             .arg(self.port.to_string())
@@ -265,9 +269,21 @@ pub fn parse_log(text: &str) -> impl Iterator<Item = Duration> + '_ {
         .map(Duration::from_micros)
 }
 
+/// [`PLANNER_SETTINGS`] as libpq's `PGOPTIONS` spells them.
+fn planner_options() -> String {
+    PLANNER_SETTINGS
+        .map(|(name, value)| format!("-c {name}={value}"))
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pgbench_sessions_plan_with_the_stores_settings() {
+        assert_eq!(planner_options(), "-c enable_seqscan=off -c jit=off");
+    }
 
     #[test]
     fn every_placeholder_is_replaced_including_two_digit_ones() {

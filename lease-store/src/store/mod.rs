@@ -424,7 +424,7 @@ pub(crate) fn per_host_connect_timeout(
 /// JIT is off because a statement that has only a sequential scan to use (a one-row
 /// table, a catalog, the epoch trigger's update) is then costed past JIT's thresholds,
 /// and compiling never pays off for statements that each touch a few rows.
-pub(crate) const PLANNER_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
+pub const PLANNER_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
 
 /// Parses the URL (TLS included, `crate::db`) and adds the settings every pooled connection needs.
 fn pg_config(database_url: &str, statement_timeout: Duration) -> Result<Database, StoreError> {
