@@ -8,7 +8,7 @@
 //! claim id, the same lease, retention, status, headers and body. The per-cycle `:scope`
 //! is random over 2^63, so every cycle claims a fresh scope, as P1's HTTP cycle does.
 //!
-//! Its sessions plan them with the store's own planner settings ([`PLANNER_SETTINGS`],
+//! Its sessions plan them with the store's own planner settings ([`planner_options`],
 //! through `PGOPTIONS`), so both sides plan the statements alike on any table.
 //!
 //! The script runs the claim, then the finalize, each in its own implicit transaction:
@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use keyflight_lease_store::store::{CLAIM_SQL, FINALIZE_SQL, PLANNER_SETTINGS};
+use keyflight_lease_store::store::{CLAIM_SQL, FINALIZE_SQL, planner_options};
 
 use crate::error::BenchError;
 use crate::stats::Recorder;
@@ -267,13 +267,6 @@ pub fn parse_log(text: &str) -> impl Iterator<Item = Duration> + '_ {
     text.lines()
         .filter_map(|line| line.split_whitespace().nth(2)?.parse::<u64>().ok())
         .map(Duration::from_micros)
-}
-
-/// [`PLANNER_SETTINGS`] as libpq's `PGOPTIONS` spells them.
-fn planner_options() -> String {
-    PLANNER_SETTINGS
-        .map(|(name, value)| format!("-c {name}={value}"))
-        .join(" ")
 }
 
 #[cfg(test)]

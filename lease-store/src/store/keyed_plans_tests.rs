@@ -176,11 +176,16 @@ async fn plans_naming(client: &Client, what: &str) -> Vec<String> {
 /// The generic plan of `sql`, without costs.
 async fn generic_plan(client: &Client, sql: &str) -> String {
     let nulls = vec!["NULL"; parameter_count(sql)].join(", ");
+    explain(client, "COSTS OFF", sql, &nulls).await.join("\n")
+}
+
+/// The lines of `EXPLAIN (options)` of `sql` prepared and executed with `arguments`.
+async fn explain(client: &Client, options: &str, sql: &str, arguments: &str) -> Vec<String> {
     client
         .simple_query(&format!(
-            "PREPARE keyed AS {sql};
-             EXPLAIN (COSTS OFF) EXECUTE keyed({nulls});
-             DEALLOCATE keyed;"
+            "PREPARE explained AS {sql};
+             EXPLAIN ({options}) EXECUTE explained({arguments});
+             DEALLOCATE explained;"
         ))
         .await
         .unwrap()
@@ -189,27 +194,13 @@ async fn generic_plan(client: &Client, sql: &str) -> String {
             SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
             _ => None,
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect()
 }
 
 /// How many rows the generic plan of `sql` with `arguments` read from `table`, in all
 /// its loops.
 async fn rows_read(client: &Client, sql: &str, arguments: &str, table: &str) -> u32 {
-    let plan = client
-        .simple_query(&format!(
-            "PREPARE read AS {sql};
-             EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE read({arguments});
-             DEALLOCATE read;"
-        ))
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|message| match message {
-            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect::<Vec<_>>();
+    let plan = explain(client, "ANALYZE, COSTS OFF, TIMING OFF", sql, arguments).await;
     let on_table = format!(" on {table} ");
     let reading: Vec<&String> = plan
         .iter()

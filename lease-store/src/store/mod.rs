@@ -424,17 +424,24 @@ pub(crate) fn per_host_connect_timeout(
 /// JIT is off because a statement that has only a sequential scan to use (a one-row
 /// table, a catalog, the epoch trigger's update) is then costed past JIT's thresholds,
 /// and compiling never pays off for statements that each touch a few rows.
-pub const PLANNER_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
+pub(crate) const PLANNER_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
+
+/// [`PLANNER_SETTINGS`] as a connection's `options` (libpq's `PGOPTIONS`) spell them: the
+/// store's pooled sessions and the bench's pgbench baseline start with them.
+pub fn planner_options() -> String {
+    PLANNER_SETTINGS
+        .map(|(name, value)| format!("-c {name}={value}"))
+        .join(" ")
+}
 
 /// Parses the URL (TLS included, `crate::db`) and adds the settings every pooled connection needs.
 fn pg_config(database_url: &str, statement_timeout: Duration) -> Result<Database, StoreError> {
     let mut database = db::parse(database_url)?;
     let config = &mut database.config;
-    let planner = PLANNER_SETTINGS.map(|(name, value)| format!(" -c {name}={value}"));
     let session_options = format!(
-        "-c statement_timeout={}{}",
+        "-c statement_timeout={} {}",
         statement_timeout.as_millis(),
-        planner.concat()
+        planner_options()
     );
     let options = match config.get_options() {
         Some(existing) if !existing.is_empty() => format!("{existing} {session_options}"),

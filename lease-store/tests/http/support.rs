@@ -289,11 +289,14 @@ impl Api {
     pub async fn counter(&self, series: &str) -> u64 {
         let metrics = self.get("/metrics", None).await;
         assert_eq!(metrics.status, 200);
-        metrics
-            .text
-            .lines()
-            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(0)
+        series_value(&metrics.text, series)
+    }
+
+    /// [`Api::counter`], or `None` while the store resets the connection (at its
+    /// connection cap).
+    pub async fn try_counter(&self, series: &str) -> Option<u64> {
+        let metrics = reqwest::get(format!("{}/metrics", self.base)).await.ok()?;
+        Some(series_value(&metrics.text().await.ok()?, series))
     }
 
     /// Polls `/metrics` until `series` reaches `at_least` (paced; panics after 20 s).
@@ -305,6 +308,14 @@ impl Api {
         )
         .await;
     }
+}
+
+/// The value of `series` in a `/metrics` text; 0 while it has not been counted.
+fn series_value(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// A follower long-polling on `follower_side` is woken, well before its 30 s budget, by a

@@ -247,8 +247,8 @@ async fn statements_planned_on_an_empty_partition_never_scan_its_table() {
             let others: i64 = partition
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity
-                  WHERE datname = current_database() AND pid <> pg_backend_pid()
-                    AND backend_type = 'client backend'",
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()
+                        AND backend_type = 'client backend'",
                     &[],
                 )
                 .await

@@ -11,14 +11,25 @@ use keyflight_protocol::wire::{
 
 /// Claims `scope` and releases it as `unknown`.
 async fn unknown_record(store: &Store, scope: &Digest, label: &str) {
+    released_record(store, scope, label, ReleaseAs::Unknown, None).await;
+}
+
+/// Claims `scope` and releases it as `release_as`.
+async fn released_record(
+    store: &Store,
+    scope: &Digest,
+    label: &str,
+    release_as: ReleaseAs,
+    cooldown_ms: Option<u64>,
+) {
     let (claim_id, _, _) = must_win(store, scope, &claim_req(fingerprint(label), 10_000)).await;
     store
         .release(
             scope,
             &ReleaseRequest {
                 claim_id,
-                release_as: ReleaseAs::Unknown,
-                cooldown_ms: None,
+                release_as,
+                cooldown_ms,
                 previous_scope: None,
             },
         )
@@ -94,20 +105,7 @@ async fn every_state_is_listed() {
         .await
         .unwrap();
     let failed = fresh_scope();
-    let (claim_id, _, _) =
-        must_win(&store, &failed, &claim_req(fingerprint("listed"), 10_000)).await;
-    store
-        .release(
-            &failed,
-            &ReleaseRequest {
-                claim_id,
-                release_as: ReleaseAs::Cooldown,
-                cooldown_ms: Some(60_000),
-                previous_scope: None,
-            },
-        )
-        .await
-        .unwrap();
+    released_record(&store, &failed, "listed", ReleaseAs::Cooldown, Some(60_000)).await;
     let unknown = fresh_scope();
     unknown_record(&store, &unknown, "listed").await;
     let pending = fresh_scope();
