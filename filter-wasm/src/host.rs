@@ -164,7 +164,7 @@ impl Host for HostCalls<'_> {
         if let Err(status) = hostcalls::set_shared_data(key, Some(value), None) {
             log(
                 types::LogLevel::Warn,
-                &format!("could not write edge cache slot {key}: {status:?}"),
+                &format!("could not write shared data slot {key}: {status:?}"),
             );
         }
     }

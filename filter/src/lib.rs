@@ -6,7 +6,7 @@
 //! [`config`] (the validated plugin configuration), [`machine`] (the sans-IO
 //! state machine of one HTTP stream), and its pure helpers [`identity`],
 //! [`jwt_claims`], [`encoding`], [`replay`], [`router_retries`], [`problem`],
-//! [`status_matrix`], [`store_call`], [`outbox`], [`edge_cache`], [`epoch`],
+//! [`status_matrix`], [`store_call`], [`outbox`], [`body_memo`], [`edge_cache`], [`epoch`],
 //! [`metrics`] and [`contract`] (what a guarded route answers, for documenting
 //! it). The thin `cdylib` Envoy loads, `keyflight-filter-wasm` (`filter-wasm/`),
 //! moves bytes between the host and these decisions.
@@ -15,6 +15,7 @@
 //! denies `unwrap`, `expect`, `panic` and indexing outside tests (the
 //! `[lints]` table in its `Cargo.toml`).
 
+pub mod body_memo;
 pub mod coalesce;
 pub mod config;
 pub mod contract;

@@ -116,11 +116,15 @@ pub enum EventKind {
     /// Under `record: after_reply`, an answer went out before its record
     /// landed: the outbox records it (F7).
     RecordedAfterReply,
+    /// A large JSON body's digest came from the body-digest memo (the same
+    /// bytes were fingerprinted before): it was not canonicalized again
+    /// (`docs/stream-machine.md#the-body-digest-memo`).
+    BodyDigestRemembered,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -136,6 +140,7 @@ impl EventKind {
         EventKind::EpochFailed,
         EventKind::TargetUndecodable,
         EventKind::RecordedAfterReply,
+        EventKind::BodyDigestRemembered,
     ];
 
     /// The counter's name suffix.
@@ -156,6 +161,7 @@ impl EventKind {
             EventKind::EpochFailed => "epoch_failed",
             EventKind::TargetUndecodable => "target_undecodable",
             EventKind::RecordedAfterReply => "recorded_after_reply",
+            EventKind::BodyDigestRemembered => "body_digest_remembered",
         }
     }
 }

@@ -16,6 +16,9 @@ use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
 use crate::store_call::Callout;
 
+/// The body-digest memo's slots, told apart from the edge cache's by key.
+const BODY_MEMO_PREFIX: &str = "keyflight.body_digest.";
+
 /// The host's side of one stream or root context.
 #[derive(Debug, Default)]
 pub struct FakeHost {
@@ -166,13 +169,24 @@ impl Host for FakeHost {
     }
 
     fn shared_data(&mut self, key: &str) -> Option<Vec<u8>> {
-        self.did.push(Action::ReadEdgeCache {
-            key: key.to_owned(),
+        let key = key.to_owned();
+        self.did.push(if key.starts_with(BODY_MEMO_PREFIX) {
+            Action::ReadBodyDigest { key: key.clone() }
+        } else {
+            Action::ReadEdgeCache { key: key.clone() }
         });
-        self.shared.get(key).cloned()
+        self.shared.get(&key).cloned()
     }
 
     fn replace_shared_data(&mut self, key: &str, value: &[u8]) {
+        if key.starts_with(BODY_MEMO_PREFIX) {
+            self.did.push(Action::WriteBodyDigest {
+                key: key.to_owned(),
+                value: value.to_vec(),
+            });
+            self.shared.insert(key.to_owned(), value.to_vec());
+            return;
+        }
         let slot = edge_cache::decode(value).expect("the filter writes whole entries");
         self.did.push(Action::WriteEdgeCache {
             key: key.to_owned(),

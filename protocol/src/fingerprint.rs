@@ -33,6 +33,11 @@ use crate::target::Target;
 
 const DOMAIN_TAG: &str = "keyflight/fingerprint/v2";
 
+/// The version of the fingerprint's canonical forms: anything that keeps a
+/// body's [`BodyDigest`] (the edge's memo) keeps it under this version, so a
+/// filter that canonicalizes differently never reads another's.
+pub const VERSION: &str = "v2";
+
 /// Headers that enter the fingerprint unless a policy says otherwise (K4):
 /// a conditional write's precondition and an approval's digest change what
 /// the request means, while transport headers never do.
@@ -73,6 +78,17 @@ pub enum RawReason {
     LossyNumber,
 }
 
+/// How a body entered the fingerprint, by digest alone: all the fingerprint
+/// needs of the body, and what the edge may remember of a body it has seen
+/// (`docs/stream-machine.md#the-body-digest-memo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyDigest {
+    /// The body entered as RFC 8785 canonical text (`jcs`), not as raw bytes.
+    pub canonical: bool,
+    /// SHA-256 of the canonical text, or of the raw bytes.
+    pub digest: Digest,
+}
+
 /// Every intermediate of a fingerprint, for `lease-store fingerprint` (K5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Explanation {
@@ -106,29 +122,12 @@ pub fn fingerprint(input: &FingerprintInput<'_>) -> Digest {
 pub fn explain(input: &FingerprintInput<'_>) -> Explanation {
     let target = input.target;
     let (body_form, body_digest) = body(input.media_type, input.body);
-    let headers = selected_headers(input.selected_headers);
-
-    let mut h = FramedHasher::new(DOMAIN_TAG);
-    h.field(target.method.as_bytes())
-        .field(target.path.as_bytes());
-    h.count(target.query.len());
-    for (name, value) in &target.query {
-        h.field(name.as_bytes()).field(value.as_bytes());
-    }
-    input.media_type.frame(&mut h);
-    let form_marker: &[u8] = match body_form {
-        BodyForm::CanonicalJson(_) => b"jcs",
-        BodyForm::Raw(_) => b"raw",
+    let digested = BodyDigest {
+        canonical: matches!(body_form, BodyForm::CanonicalJson(_)),
+        digest: body_digest,
     };
-    h.field(form_marker).field(&body_digest.0);
-    h.count(headers.len());
-    for (name, value) in &headers {
-        h.field(name.as_bytes());
-        match value {
-            Some(value) => h.field(PRESENT).field(value),
-            None => h.field(ABSENT),
-        };
-    }
+    let headers = selected_headers(input.selected_headers);
+    let fingerprint = frame(input, digested, &headers);
 
     Explanation {
         method: target.method.clone(),
@@ -141,8 +140,54 @@ pub fn explain(input: &FingerprintInput<'_>) -> Explanation {
             .into_iter()
             .map(|(name, value)| (name, value.map(|v| String::from_utf8_lossy(v).into_owned())))
             .collect(),
-        fingerprint: h.finish(),
+        fingerprint,
     }
+}
+
+/// How `body` enters the fingerprint of a request whose media type is
+/// `media_type`: the one costly step (canonicalizing and hashing), kept apart
+/// so that the edge may remember it for a body it has seen.
+pub fn body_digest(media_type: &MediaType, body: &[u8]) -> BodyDigest {
+    let (form, digest) = self::body(media_type, body);
+    BodyDigest {
+        canonical: matches!(form, BodyForm::CanonicalJson(_)),
+        digest,
+    }
+}
+
+/// The fingerprint of `input` with its body already digested: equal to
+/// [`fingerprint`] whenever `body` is [`body_digest`] of `input.body`, which
+/// this never reads.
+pub fn fingerprint_digested(input: &FingerprintInput<'_>, body: BodyDigest) -> Digest {
+    frame(input, body, &selected_headers(input.selected_headers))
+}
+
+/// Frames every field but the body's bytes into the fingerprint.
+fn frame(
+    input: &FingerprintInput<'_>,
+    body: BodyDigest,
+    headers: &[(String, Option<&[u8]>)],
+) -> Digest {
+    let target = input.target;
+    let mut h = FramedHasher::new(DOMAIN_TAG);
+    h.field(target.method.as_bytes())
+        .field(target.path.as_bytes());
+    h.count(target.query.len());
+    for (name, value) in &target.query {
+        h.field(name.as_bytes()).field(value.as_bytes());
+    }
+    input.media_type.frame(&mut h);
+    let form_marker: &[u8] = if body.canonical { b"jcs" } else { b"raw" };
+    h.field(form_marker).field(&body.digest.0);
+    h.count(headers.len());
+    for (name, value) in headers {
+        h.field(name.as_bytes());
+        match value {
+            Some(value) => h.field(PRESENT).field(value),
+            None => h.field(ABSENT),
+        };
+    }
+    h.finish()
 }
 
 const PRESENT: &[u8] = &[1];

@@ -17,11 +17,15 @@
 //!    soon as the headers are in, so a bad key is refused before any body is
 //!    buffered.
 //! 2. [`RequestHead::identify`] takes the principal, the scope mode and the
-//!    body and computes both digests.
+//!    body and computes both digests. The filter calls its twin
+//!    [`RequestHead::identify_digested`] with the body's
+//!    [`fingerprint::body_digest`], which it may have remembered from the same
+//!    bytes (`docs/stream-machine.md#the-body-digest-memo`): both frame the
+//!    same fields with the same code.
 
 use crate::IdempotencyKey;
 use crate::digest::Digest;
-use crate::fingerprint::{self, Explanation, FingerprintInput};
+use crate::fingerprint::{self, BodyDigest, Explanation, FingerprintInput};
 use crate::headers::values;
 use crate::key::{self, KeyError};
 use crate::media_type::{MediaType, trim_ows};
@@ -90,26 +94,59 @@ impl RequestHead {
 
     /// Step 2: the scope (if there is a key) and the fingerprint.
     pub fn identify(&self, principal: Principal<'_>, mode: ScopeMode, body: &[u8]) -> Identified {
-        let scope = self.key.as_ref().map(|key| {
+        let selected = self.selected();
+        let explanation = fingerprint::explain(&self.fingerprint_input(body, &selected));
+        Identified {
+            scope: self.scope(principal, mode),
+            explanation,
+        }
+    }
+
+    /// Step 2 with the body already digested ([`fingerprint::body_digest`] of
+    /// this head's media type and the body): the scope and the fingerprint
+    /// [`RequestHead::identify`] computes, without the body's bytes.
+    pub fn identify_digested(
+        &self,
+        principal: Principal<'_>,
+        mode: ScopeMode,
+        body: BodyDigest,
+    ) -> (Option<Digest>, Digest) {
+        let selected = self.selected();
+        let input = self.fingerprint_input(&[], &selected);
+        let fingerprint = fingerprint::fingerprint_digested(&input, body);
+        (self.scope(principal, mode), fingerprint)
+    }
+
+    /// The scope, when the request carries a key.
+    fn scope(&self, principal: Principal<'_>, mode: ScopeMode) -> Option<Digest> {
+        self.key.as_ref().map(|key| {
             scope::scope(&ScopeInput {
                 principal,
                 target: &self.target,
                 key,
                 mode,
             })
-        });
-        let selected: Vec<(&str, Option<&[u8]>)> = self
-            .selected
+        })
+    }
+
+    fn selected(&self) -> Vec<(&str, Option<&[u8]>)> {
+        self.selected
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_deref()))
-            .collect();
-        let explanation = fingerprint::explain(&FingerprintInput {
+            .collect()
+    }
+
+    fn fingerprint_input<'a>(
+        &'a self,
+        body: &'a [u8],
+        selected: &'a [(&'a str, Option<&'a [u8]>)],
+    ) -> FingerprintInput<'a> {
+        FingerprintInput {
             target: &self.target,
             media_type: &self.media_type,
             body,
-            selected_headers: &selected,
-        });
-        Identified { scope, explanation }
+            selected_headers: selected,
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use keyflight_protocol::authority::Authority;
-use keyflight_protocol::fingerprint::{BodyForm, explain};
+use keyflight_protocol::fingerprint::{BodyForm, body_digest, explain, fingerprint_digested};
 use keyflight_protocol::json::canonicalize;
 use keyflight_protocol::key::parse_key;
 use keyflight_protocol::media_type::MediaType;
@@ -257,6 +257,22 @@ proptest! {
     }
 
     #[test]
+    fn a_digested_json_body_frames_to_the_same_fingerprint(doc in json(), spelling in spelling()) {
+        let body = render(&doc, &spelling);
+        let target = Target::new("POST", "/p", "h", Some("https"));
+        let media_type = MediaType::parse(b"application/json");
+        let input = FingerprintInput {
+            target: &target,
+            media_type: &media_type,
+            body: body.as_bytes(),
+            selected_headers: &[("if-match", Some(b"\"v1\"".as_slice()))],
+        };
+        let digested = body_digest(&media_type, body.as_bytes());
+        prop_assert!(digested.canonical, "{body}");
+        prop_assert_eq!(fingerprint_digested(&input, digested), fingerprint(&input));
+    }
+
+    #[test]
     fn canonical_text_is_a_fixed_point(doc in json(), spelling in spelling()) {
         let canonical = canonicalize(render(&doc, &spelling).as_bytes()).expect("exact JSON");
         prop_assert_eq!(canonicalize(canonical.as_bytes()), Ok(canonical.clone()));
@@ -369,6 +385,12 @@ proptest! {
             if let Ok(head) = RequestHead::read(target, &headers, &rules) {
                 let id = head.identify(Principal::AnonymousShared, ScopeMode::Route, &body);
                 let e = &id.explanation;
+                // What the edge's memo keeps of a body gives the same identity.
+                let digested = body_digest(&head.media_type, &body);
+                prop_assert_eq!(
+                    head.identify_digested(Principal::AnonymousShared, ScopeMode::Route, digested),
+                    (id.scope, e.fingerprint)
+                );
                 if let BodyForm::CanonicalJson(text) = &e.body_form {
                     prop_assert_eq!(e.body_digest, Digest::of(text.as_bytes()));
                 } else {

@@ -24,6 +24,7 @@ mod invalid_configuration_is_refused;
 mod jwt_actors_are_isolated;
 mod key_reuse_conflicts;
 mod keys_are_validated;
+mod large_bodies_are_canonicalized_once;
 mod leases_are_renewed_while_running;
 mod media_types_are_part_of_the_request;
 mod mtls_peers_are_isolated;

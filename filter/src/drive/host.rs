@@ -76,7 +76,8 @@ pub trait Host {
     fn resume_response(&mut self);
     /// Sends a local reply; its response callbacks come back through the stream.
     fn send_reply(&mut self, reply: &LocalReply);
-    /// A shared-data value (the edge cache's slots), `None` when absent.
+    /// A shared-data value (the edge cache's and the body-digest memo's
+    /// slots), `None` when absent.
     fn shared_data(&mut self, key: &str) -> Option<Vec<u8>>;
     /// Overwrites a shared-data value, compare-and-swap against the version
     /// just read: if another worker wrote it in between, its value stays.

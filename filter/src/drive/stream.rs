@@ -237,8 +237,16 @@ impl Stream {
                     host.set_request_header(&name, value.as_deref());
                     None
                 }
-                // F9: shared data is process-wide (every worker of this VM);
-                // a read is synchronous, so its answer is a follow-up.
+                // Shared data is process-wide (every worker of this VM); a
+                // read is synchronous, so its answer is a follow-up.
+                Action::ReadBodyDigest { key } => Some(Event::BodyDigestRead {
+                    slot: host.shared_data(&key),
+                }),
+                Action::WriteBodyDigest { key, value } => {
+                    host.replace_shared_data(&key, &value);
+                    None
+                }
+                // F9: the edge cache is in shared data too.
                 Action::ReadEdgeCache { key } => {
                     let now_ms = host.now_ms();
                     Some(Event::EdgeCacheRead {

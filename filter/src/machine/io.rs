@@ -6,7 +6,7 @@
 //! produced the event; the machine appends one of them to the actions of
 //! every callback event (for response headers that need reading, to the
 //! actions of the read's follow-up). A read the driver answers at once
-//! (`ReadRequestBody`, `ReadEdgeCache`, `ReadResponseHeaders`, and a call the
+//! (`ReadRequestBody`, `ReadBodyDigest`, `ReadEdgeCache`, `ReadResponseHeaders`, and a call the
 //! host refused to dispatch) comes back as a follow-up event whose actions run
 //! first, so the first `Continue…`/`Pause…` the driver meets is the
 //! callback's answer (`docs/stream-machine.md#callback-rules`).
@@ -58,6 +58,12 @@ pub enum Event {
     RequestBodyComplete {
         /// The body.
         body: Vec<u8>,
+    },
+    /// The body-digest memo's slot read for [`Action::ReadBodyDigest`],
+    /// `None` when the slot was never written.
+    BodyDigestRead {
+        /// The slot's bytes.
+        slot: Option<Vec<u8>>,
     },
     /// The edge-cache slot read for [`Action::ReadEdgeCache`] (F9), with the
     /// host's clock at the time of the read.
@@ -140,6 +146,19 @@ pub enum Action {
     },
     /// Resume the paused request (`resume_http_request`).
     ResumeRequest,
+    /// Read the body-digest memo's slot `key` from shared data and report it
+    /// as [`Event::BodyDigestRead`] (`docs/stream-machine.md#the-body-digest-memo`).
+    ReadBodyDigest {
+        /// The shared-data key.
+        key: String,
+    },
+    /// Write `value` into the body-digest memo's slot `key`, whatever it held.
+    WriteBodyDigest {
+        /// The shared-data key.
+        key: String,
+        /// The encoded entry.
+        value: Vec<u8>,
+    },
     /// Read the edge-cache slot `key` from shared data and report it as
     /// [`Event::EdgeCacheRead`] (F9).
     ReadEdgeCache {

@@ -43,6 +43,7 @@ use uuid::Uuid;
 
 pub use io::{Action, Event};
 
+use crate::body_memo::RawDigest;
 use crate::config::{Config, Mode, Policy};
 use crate::edge_cache::Entry;
 use crate::encoding::Accepted;
@@ -157,6 +158,13 @@ enum State {
     Passthrough,
     /// Guarded; the body is being buffered for the fingerprint (F1).
     BufferingRequest(Pending),
+    /// The body-digest memo is being read for this large JSON body, whose
+    /// raw digest is `raw`.
+    DigestLookup {
+        pending: Pending,
+        body: Vec<u8>,
+        raw: RawDigest,
+    },
     /// The edge cache is being read before the claim (F9).
     CacheLookup(Ready),
     /// The claim call is in flight; the request is held (F2).
@@ -255,7 +263,8 @@ impl Machine {
                 }
                 out.push(self.request_verdict());
             }
-            Event::RequestBodyComplete { body } => self.request_body_complete(&mut out, &body),
+            Event::RequestBodyComplete { body } => self.request_body_complete(&mut out, body),
+            Event::BodyDigestRead { slot } => self.body_digest_read(&mut out, slot.as_deref()),
             Event::EdgeCacheRead {
                 slot,
                 now_ms,
@@ -308,6 +317,7 @@ impl Machine {
     fn request_verdict(&self) -> Action {
         match self.state {
             State::BufferingRequest(_)
+            | State::DigestLookup { .. }
             | State::CacheLookup(_)
             | State::Claiming { .. }
             | State::Replied => Action::PauseRequest,

@@ -1,15 +1,17 @@
-//! The request side: headers → body → claim → edge-cache read (F1, F2, F9,
-//! K1–K4; `docs/stream-machine.md#request-side`).
+//! The request side: headers → body → body-digest memo → claim → edge-cache
+//! read (F1, F2, F9, K1–K4; `docs/stream-machine.md#request-side`).
 //!
 //! On the headers the machine drops a client-sent fence and scope, finds the policy,
 //! reads the request's identity (key, principal) and checks a declared
 //! length; it then buffers the body, and once it has all of it computes the
-//! scope and the fingerprint and asks for the claim — after an edge-cache
-//! read, when the cache is on for the policy.
+//! scope and the fingerprint — a large JSON body's digest through the memo —
+//! and asks for the claim, after an edge-cache read when the cache is on for
+//! the policy.
 
 use std::rc::Rc;
 use std::time::Duration;
 
+use keyflight_protocol::fingerprint::{self, BodyDigest};
 use keyflight_protocol::headers::values;
 use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::time::millis;
@@ -17,6 +19,7 @@ use keyflight_protocol::wire::{ClaimRequest, PreviousIdentity};
 use keyflight_protocol::{RequestHead, Rules, Target};
 
 use super::{Action, FILTER_ONLY_HEADERS, Machine, Pending, Ready, State, Who};
+use crate::body_memo::{self, RawDigest};
 use crate::config::{Anonymous, Mode, Uncertain, Unreadable};
 use crate::edge_cache::{self, Lookup};
 use crate::encoding::{self, Accepted};
@@ -115,7 +118,8 @@ impl Machine {
             buffered: 0,
         };
         if end_of_stream {
-            self.claim(out, pending, &[]);
+            let digested = fingerprint::body_digest(&pending.head.media_type, &[]);
+            self.claim(out, pending, digested);
         } else {
             self.state = State::BufferingRequest(pending);
         }
@@ -171,7 +175,7 @@ impl Machine {
         }
     }
 
-    pub(super) fn request_body_complete(&mut self, out: &mut Vec<Action>, body: &[u8]) {
+    pub(super) fn request_body_complete(&mut self, out: &mut Vec<Action>, body: Vec<u8>) {
         let pending = match std::mem::take(&mut self.state) {
             State::BufferingRequest(pending) => pending,
             other => {
@@ -182,17 +186,56 @@ impl Machine {
         if body.len() > pending.policy.max_request_body_bytes {
             return self.refuse_too_large_in_callback(out, &Rc::clone(&pending.policy));
         }
-        self.claim(out, pending, body);
+        if body_memo::applies(&pending.head.media_type, body.len()) {
+            let raw = RawDigest::of(&body);
+            out.push(Action::ReadBodyDigest {
+                key: body_memo::slot_key(&raw),
+            });
+            self.state = State::DigestLookup { pending, body, raw };
+            return;
+        }
+        let digested = fingerprint::body_digest(&pending.head.media_type, &body);
+        self.claim(out, pending, digested);
     }
 
-    pub(super) fn claim(&mut self, out: &mut Vec<Action>, pending: Pending, body: &[u8]) {
+    /// The memo's slot for a large JSON body: a byte-identical body seen
+    /// before is not canonicalized again; any other is, and is remembered.
+    pub(super) fn body_digest_read(&mut self, out: &mut Vec<Action>, slot: Option<&[u8]>) {
+        let (pending, body, raw) = match std::mem::take(&mut self.state) {
+            State::DigestLookup { pending, body, raw } => (pending, body, raw),
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let digested = match body_memo::lookup(slot, &raw) {
+            Some(remembered) => {
+                out.push(Action::Count(Metric::Event(
+                    EventKind::BodyDigestRemembered,
+                )));
+                remembered
+            }
+            None => {
+                let digested = fingerprint::body_digest(&pending.head.media_type, &body);
+                out.push(Action::WriteBodyDigest {
+                    key: body_memo::slot_key(&raw),
+                    value: body_memo::encode(&raw, digested),
+                });
+                digested
+            }
+        };
+        drop(body);
+        self.claim(out, pending, digested);
+    }
+
+    pub(super) fn claim(&mut self, out: &mut Vec<Action>, pending: Pending, body: BodyDigest) {
         let policy = pending.policy;
-        let identified = pending
-            .head
-            .identify(pending.principal.principal(), policy.scope, body);
-        let fingerprint = identified.explanation.fingerprint;
+        let (scope, fingerprint) =
+            pending
+                .head
+                .identify_digested(pending.principal.principal(), policy.scope, body);
         // The head was read with a key (request_headers returned otherwise).
-        let Some(scope) = identified.scope else {
+        let Some(scope) = scope else {
             return;
         };
         let previous_scope = recipe::previous_scope(

@@ -23,6 +23,7 @@ impl Machine {
             State::Start
             | State::Passthrough
             | State::BufferingRequest(_)
+            | State::DigestLookup { .. }
             | State::CacheLookup(_)
             | State::Claiming { .. }
             | State::Upstream(_)

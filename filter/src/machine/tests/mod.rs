@@ -6,6 +6,7 @@
 //! ([`Action`]); a callback's answer is appended as its `Continue…`/`Pause…`
 //! action, so a step reads like the adapter's view of it.
 
+mod body_memo;
 mod callbacks;
 mod claim;
 mod claim_answers;
