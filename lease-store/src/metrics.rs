@@ -170,6 +170,9 @@ pub struct PoolStatus {
     pub available: usize,
     /// Callers waiting for a connection.
     pub waiting: usize,
+    /// The database probe found its session without the settings every connection asks
+    /// for (`docs/configuration.md#the-connection-pool`).
+    pub settings_missing: bool,
 }
 
 /// The lease-store's metrics registry and handles.
@@ -187,6 +190,7 @@ struct Inner {
     pool_size: Gauge,
     pool_available: Gauge,
     pool_waiting: Gauge,
+    pool_settings_missing: Gauge,
     longpoll_waiting: Gauge,
     batch_queued: Family<KindLabel, Gauge>,
     shed: Family<ReasonLabel, Counter>,
@@ -207,7 +211,8 @@ impl Metrics {
         let durations = Family::<RouteLabel, Histogram>::new_with_constructor(
             (|| Histogram::new(LATENCY_BUCKETS)) as fn() -> Histogram,
         );
-        let (pool_size, pool_available, pool_waiting, longpoll_waiting) = (
+        let (pool_size, pool_available, pool_waiting, pool_settings_missing, longpoll_waiting) = (
+            Gauge::default(),
             Gauge::default(),
             Gauge::default(),
             Gauge::default(),
@@ -252,6 +257,11 @@ impl Metrics {
             "keyflight_store_pool_waiting",
             "Callers waiting for a Postgres connection",
             pool_waiting.clone(),
+        );
+        registry.register(
+            "keyflight_store_pool_settings_missing",
+            "1 when the last probe found a pooled session without the settings the store asks for (a pooler dropping `options`)",
+            pool_settings_missing.clone(),
         );
         registry.register(
             "keyflight_store_longpoll_waiting",
@@ -313,6 +323,7 @@ impl Metrics {
             pool_size,
             pool_available,
             pool_waiting,
+            pool_settings_missing,
             longpoll_waiting,
             batch_queued,
             shed,
@@ -430,6 +441,9 @@ impl Metrics {
         self.0.pool_size.set(gauge_value(pool.size));
         self.0.pool_available.set(gauge_value(pool.available));
         self.0.pool_waiting.set(gauge_value(pool.waiting));
+        self.0
+            .pool_settings_missing
+            .set(i64::from(pool.settings_missing));
         self.0.longpoll_waiting.set(gauge_value(longpoll_waiting));
         let mut text = String::new();
         // Writing into a String cannot fail; an encoder error would only drop the scrape.
@@ -484,6 +498,7 @@ mod tests {
                 size: 4,
                 available: 3,
                 waiting: 0,
+                settings_missing: true,
             },
             2,
             BatchQueued {
@@ -496,6 +511,7 @@ mod tests {
             "keyflight_store_events_total{event=\"follower_wait\"} 1",
             "keyflight_store_ttl_deletes_total 3",
             "keyflight_store_lapses_held_total 1",
+            "keyflight_store_pool_settings_missing 1",
             "keyflight_store_shed_total{reason=\"concurrency\"} 1",
             "keyflight_store_caller_calls_total{workload=\"spiffe://td/ns/a/sa/b\"} 1",
             "keyflight_store_caller_refused_total{workload=\"other\",reason=\"not_allowed\"} 1",

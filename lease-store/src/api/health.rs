@@ -58,6 +58,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             size: pool.size,
             available: pool.available,
             waiting: pool.waiting,
+            settings_missing: state.store.session_settings_missing(),
         },
         state.longpoll.waiting(),
         BatchQueued {

@@ -65,6 +65,7 @@ mod retention;
 mod takeover;
 mod watch;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -222,6 +223,10 @@ pub struct Store {
     orphan_releases: Arc<tokio::sync::Semaphore>,
     /// Lapsed at-most-once leases held as `unknown` (`claim.rs`), for `/metrics`.
     lapses_held: prometheus_client::metrics::counter::Counter,
+    /// The probe's query ([`probe::session_settings_sql`]).
+    session_settings_sql: Arc<str>,
+    /// The last probe found its session without the settings `pg_config` asked for.
+    session_settings_missing: Arc<AtomicBool>,
     /// The database probe that feeds the takeover grace; `None` in the handle the probe
     /// and the batch workers use, so it stops with the last handle given out.
     _probe: Option<Arc<probe::Probe>>,
@@ -271,6 +276,8 @@ impl Store {
             orphans_released: prometheus_client::metrics::counter::Counter::default(),
             orphan_releases: Arc::new(tokio::sync::Semaphore::new(orphan::MAX_RELEASES_IN_FLIGHT)),
             lapses_held: prometheus_client::metrics::counter::Counter::default(),
+            session_settings_sql: probe::session_settings_sql(settings.statement_timeout).into(),
+            session_settings_missing: Arc::default(),
             _probe: None,
         };
         // A queued call waits at most as long as a single call may: for a pooled
@@ -282,6 +289,12 @@ impl Store {
             _probe: Some(probe::Probe::start(&single)),
             ..single
         })
+    }
+
+    /// Whether the database probe last found its pooled session without the settings
+    /// every connection asks for (`/metrics`, `docs/configuration.md#the-connection-pool`).
+    pub fn session_settings_missing(&self) -> bool {
+        self.session_settings_missing.load(Ordering::Relaxed)
     }
 
     /// Sizes of the claim and finalize batches this store ran (`/metrics`).

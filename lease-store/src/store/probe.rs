@@ -9,15 +9,21 @@
 //! through the same `run`, whose failures and answers feed the grace like any call's.
 //!
 //! The same task closes the pooled connections that stayed idle past `--pool-idle-timeout`
-//! ([`Store::retire_idle_connections`]).
+//! ([`Store::retire_idle_connections`]), and its query also reads whether the session has
+//! the settings every pooled connection asks for in its `options`: a pooler in front of
+//! Postgres may drop that startup parameter without a word
+//! (`docs/configuration.md#the-connection-pool`).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 
-use super::{Store, StoreError};
+use tokio_postgres::SimpleQueryMessage;
+
+use super::{PLANNER_SETTINGS, Store, StoreError};
 
 /// Time between two probes of the database.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
@@ -43,8 +49,9 @@ impl Probe {
             loop {
                 ticks.tick().await;
                 // The outcome has fed the grace; a failure is logged by nothing else.
-                if let Err(e) = store.probe().await {
-                    tracing::debug!(error = %e, "database probe failed");
+                match store.probe().await {
+                    Ok(applied) => store.note_session_settings(applied),
+                    Err(e) => tracing::debug!(error = %e, "database probe failed"),
                 }
                 store.retire_idle_connections();
             }
@@ -72,12 +79,122 @@ impl Store {
         }
     }
 
-    /// One round trip to the database.
-    async fn probe(&self) -> Result<(), StoreError> {
-        self.run(async |client| {
-            client.simple_query("SELECT 1").await?;
-            Ok(())
+    /// One round trip to the database: whether its session has the settings the store
+    /// asked for.
+    async fn probe(&self) -> Result<bool, StoreError> {
+        let sql = Arc::clone(&self.session_settings_sql);
+        self.run(async move |client| {
+            let answer = client.simple_query(&sql).await?;
+            Ok(answer.iter().any(|message| {
+                matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("t"))
+            }))
         })
         .await
+    }
+
+    /// Says so once when pooled sessions stop (or start again) having the settings the
+    /// store asked for; `/metrics` shows the state as `keyflight_store_pool_settings_missing`.
+    fn note_session_settings(&self, applied: bool) {
+        let was_missing = self
+            .session_settings_missing
+            .swap(!applied, Ordering::Relaxed);
+        match (was_missing, applied) {
+            (false, false) => tracing::warn!(
+                "a pooled database session lacks the settings the store starts every connection \
+                 with (statement_timeout, enable_seqscan = off, jit = off): a pooler in front of \
+                 Postgres may be dropping the `options` startup parameter; pass it on, or set \
+                 them on the store's role (docs/configuration.md#the-connection-pool)"
+            ),
+            (true, true) => {
+                tracing::info!("pooled database sessions have the store's settings again")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The probe's query: `t` when the session runs with `statement_timeout` and every
+/// [`PLANNER_SETTINGS`] as `pg_config` asked, however they got there (the connection's
+/// `options`, or the role's own settings behind a pooler that drops them).
+pub(super) fn session_settings_sql(statement_timeout: Duration) -> String {
+    let planner: String = PLANNER_SETTINGS
+        .map(|(name, value)| format!(" AND current_setting('{name}') = '{value}'"))
+        .concat();
+    format!(
+        "SELECT current_setting('statement_timeout')::interval = interval '{} milliseconds'{planner}",
+        statement_timeout.as_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use keyflight_testkit::pg::PgCluster;
+    use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+
+    use super::session_settings_sql;
+    use crate::db;
+    use crate::store::pg_config;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    async fn connect(config: &Config) -> Client {
+        let (client, connection) = config.connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    /// What the probe's query says of `client`'s session for a store with `timeout`.
+    async fn applied(client: &Client, timeout: Duration) -> bool {
+        let answer = client
+            .simple_query(&session_settings_sql(timeout))
+            .await
+            .unwrap();
+        answer
+            .iter()
+            .any(|m| matches!(m, SimpleQueryMessage::Row(row) if row.get(0) == Some("t")))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_probe_tells_a_session_with_the_stores_settings_from_one_without() {
+        let cluster = PgCluster::start();
+        let url = cluster.url();
+        let pooled = connect(&pg_config(&url, TIMEOUT).unwrap().config).await;
+        assert!(applied(&pooled, TIMEOUT).await);
+        assert!(
+            !applied(&pooled, Duration::from_secs(7)).await,
+            "another statement_timeout is not the store's"
+        );
+        // What a pooler that drops `options` hands over: a session without them.
+        let dropped = connect(&db::parse(&url).unwrap().config).await;
+        assert!(!applied(&dropped, TIMEOUT).await);
+        dropped
+            .batch_execute("SET statement_timeout = '5s'; SET enable_seqscan = off")
+            .await
+            .unwrap();
+        assert!(!applied(&dropped, TIMEOUT).await, "jit is still on");
+        dropped.batch_execute("SET jit = off").await.unwrap();
+        assert!(applied(&dropped, TIMEOUT).await);
+    }
+
+    /// The workaround configuration.md gives for a pooler that drops `options`.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_roles_own_settings_satisfy_the_probe() {
+        let cluster = PgCluster::start();
+        let url = cluster.url();
+        let admin = connect(&db::parse(&url).unwrap().config).await;
+        admin
+            .batch_execute(
+                "ALTER ROLE CURRENT_USER SET statement_timeout = '5000ms';
+                 ALTER ROLE CURRENT_USER SET enable_seqscan = off;
+                 ALTER ROLE CURRENT_USER SET jit = off;",
+            )
+            .await
+            .unwrap();
+        let behind_a_pooler = connect(&db::parse(&url).unwrap().config).await;
+        assert!(applied(&behind_a_pooler, TIMEOUT).await);
     }
 }

@@ -105,6 +105,7 @@ async fn claims_queued_together_run_as_one_batch_and_each_wins_its_fresh_scope()
             size: 0,
             available: 0,
             waiting: 0,
+            settings_missing: false,
         },
         0,
         BatchQueued::default(),
