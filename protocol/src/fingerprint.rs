@@ -31,12 +31,20 @@ use crate::json;
 use crate::media_type::{MediaType, trim_ows};
 use crate::target::Target;
 
-const DOMAIN_TAG: &str = "keyflight/fingerprint/v2";
+/// The fingerprint's version, spelled once for [`VERSION`] and the domain tag.
+macro_rules! version {
+    () => {
+        "v2"
+    };
+}
 
-/// The version of the fingerprint's canonical forms: anything that keeps a
-/// body's [`BodyDigest`] (the edge's memo) keeps it under this version, so a
-/// filter that canonicalizes differently never reads another's.
-pub const VERSION: &str = "v2";
+const DOMAIN_TAG: &str = concat!("keyflight/fingerprint/", version!());
+
+/// The version of the fingerprint and its canonical forms (the domain tag's
+/// last part): anything that keeps a body's [`BodyDigest`] (the edge's memo)
+/// keeps it under this version, so a filter that canonicalizes differently
+/// never reads another's.
+pub const VERSION: &str = version!();
 
 /// Headers that enter the fingerprint unless a policy says otherwise (K4):
 /// a conditional write's precondition and an approval's digest change what
