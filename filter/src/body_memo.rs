@@ -53,6 +53,9 @@ pub const SLOTS: u32 = 4096;
 /// about what the memo's hash and shared-data read would.
 pub const MIN_BODY_BYTES: usize = 16 * 1024;
 
+/// Prefix of every slot key in shared data (the fingerprint's version follows).
+pub const KEY_PREFIX: &str = "keyflight.body_digest.";
+
 /// Identifies the encoding; a slot written by another version is a miss.
 const MAGIC: &[u8; 4] = b"KFM1";
 
@@ -69,7 +72,7 @@ pub fn slot_key(raw: &RawDigest) -> String {
     let mut first = [0u8; 8];
     first.copy_from_slice(&raw.0[..8]);
     let index = u64::from_be_bytes(first) % u64::from(SLOTS);
-    format!("keyflight.body_digest.{}.{index}", fingerprint::VERSION)
+    format!("{KEY_PREFIX}{}.{index}", fingerprint::VERSION)
 }
 
 /// The slot value remembering that the body whose raw digest is `raw`
@@ -164,7 +167,7 @@ mod tests {
     #[test]
     fn slot_keys_name_the_fingerprint_version_and_stay_in_range() {
         let key = slot_key(&RawDigest([0xff; 32]));
-        let prefix = format!("keyflight.body_digest.{}.", fingerprint::VERSION);
+        let prefix = format!("{KEY_PREFIX}{}.", fingerprint::VERSION);
         let index: u32 = key
             .strip_prefix(&prefix)
             .and_then(|i| i.parse().ok())

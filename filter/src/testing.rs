@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::body_memo;
 use crate::config::LeaseStore;
 use crate::drive::host::{Buffer, HeaderMap, Host, LogLevel};
 use crate::edge_cache::{self, Entry};
@@ -15,9 +16,6 @@ use crate::machine::Action;
 use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
 use crate::store_call::Callout;
-
-/// The body-digest memo's slots, told apart from the edge cache's by key.
-const BODY_MEMO_PREFIX: &str = "keyflight.body_digest.";
 
 /// The host's side of one stream or root context.
 #[derive(Debug, Default)]
@@ -170,7 +168,7 @@ impl Host for FakeHost {
 
     fn shared_data(&mut self, key: &str) -> Option<Vec<u8>> {
         let key = key.to_owned();
-        self.did.push(if key.starts_with(BODY_MEMO_PREFIX) {
+        self.did.push(if key.starts_with(body_memo::KEY_PREFIX) {
             Action::ReadBodyDigest { key: key.clone() }
         } else {
             Action::ReadEdgeCache { key: key.clone() }
@@ -179,7 +177,7 @@ impl Host for FakeHost {
     }
 
     fn replace_shared_data(&mut self, key: &str, value: &[u8]) {
-        if key.starts_with(BODY_MEMO_PREFIX) {
+        if key.starts_with(body_memo::KEY_PREFIX) {
             self.did.push(Action::WriteBodyDigest {
                 key: key.to_owned(),
                 value: value.to_vec(),

@@ -130,12 +130,8 @@ pub fn fingerprint(input: &FingerprintInput<'_>) -> Digest {
 pub fn explain(input: &FingerprintInput<'_>) -> Explanation {
     let target = input.target;
     let (body_form, body_digest) = body(input.media_type, input.body);
-    let digested = BodyDigest {
-        canonical: matches!(body_form, BodyForm::CanonicalJson(_)),
-        digest: body_digest,
-    };
     let headers = selected_headers(input.selected_headers);
-    let fingerprint = frame(input, digested, &headers);
+    let fingerprint = frame(input, digested(&body_form, body_digest), &headers);
 
     Explanation {
         method: target.method.clone(),
@@ -157,6 +153,11 @@ pub fn explain(input: &FingerprintInput<'_>) -> Explanation {
 /// so that the edge may remember it for a body it has seen.
 pub fn body_digest(media_type: &MediaType, body: &[u8]) -> BodyDigest {
     let (form, digest) = self::body(media_type, body);
+    digested(&form, digest)
+}
+
+/// What the fingerprint keeps of a body that entered it as `form` with `digest`.
+fn digested(form: &BodyForm, digest: Digest) -> BodyDigest {
     BodyDigest {
         canonical: matches!(form, BodyForm::CanonicalJson(_)),
         digest,

@@ -158,12 +158,13 @@ enum State {
     Passthrough,
     /// Guarded; the body is being buffered for the fingerprint (F1).
     BufferingRequest(Pending),
-    /// The body-digest memo is being read for this large JSON body, whose
-    /// raw digest is `raw`.
+    /// The body-digest memo's slot `key` is being read for this large JSON
+    /// body, whose raw digest is `raw`.
     DigestLookup {
         pending: Pending,
         body: Vec<u8>,
         raw: RawDigest,
+        key: String,
     },
     /// The edge cache is being read before the claim (F9).
     CacheLookup(Ready),

@@ -188,10 +188,14 @@ impl Machine {
         }
         if body_memo::applies(&pending.head.media_type, body.len()) {
             let raw = RawDigest::of(&body);
-            out.push(Action::ReadBodyDigest {
-                key: body_memo::slot_key(&raw),
-            });
-            self.state = State::DigestLookup { pending, body, raw };
+            let key = body_memo::slot_key(&raw);
+            out.push(Action::ReadBodyDigest { key: key.clone() });
+            self.state = State::DigestLookup {
+                pending,
+                body,
+                raw,
+                key,
+            };
             return;
         }
         let digested = fingerprint::body_digest(&pending.head.media_type, &body);
@@ -201,8 +205,13 @@ impl Machine {
     /// The memo's slot for a large JSON body: a byte-identical body seen
     /// before is not canonicalized again; any other is, and is remembered.
     pub(super) fn body_digest_read(&mut self, out: &mut Vec<Action>, slot: Option<&[u8]>) {
-        let (pending, body, raw) = match std::mem::take(&mut self.state) {
-            State::DigestLookup { pending, body, raw } => (pending, body, raw),
+        let (pending, body, raw, key) = match std::mem::take(&mut self.state) {
+            State::DigestLookup {
+                pending,
+                body,
+                raw,
+                key,
+            } => (pending, body, raw, key),
             other => {
                 self.state = other;
                 return;
@@ -218,13 +227,12 @@ impl Machine {
             None => {
                 let digested = fingerprint::body_digest(&pending.head.media_type, &body);
                 out.push(Action::WriteBodyDigest {
-                    key: body_memo::slot_key(&raw),
+                    key,
                     value: body_memo::encode(&raw, digested),
                 });
                 digested
             }
         };
-        drop(body);
         self.claim(out, pending, digested);
     }
 

@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
-
 use tokio_postgres::SimpleQueryMessage;
 
 use super::{PLANNER_SETTINGS, Store, StoreError};
