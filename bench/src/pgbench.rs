@@ -275,7 +275,10 @@ mod tests {
 
     #[test]
     fn pgbench_sessions_plan_with_the_stores_settings() {
-        assert_eq!(planner_options(), "-c enable_seqscan=off -c jit=off");
+        assert_eq!(
+            planner_options(),
+            "-c enable_seqscan=off -c jit=off -c plan_cache_mode=force_generic_plan"
+        );
     }
 
     #[test]

@@ -14,8 +14,11 @@
 use std::time::Duration;
 
 use keyflight_testkit::pg::PgCluster;
+use tokio_postgres::types::Json;
 use tokio_postgres::{Client, SimpleQueryMessage};
+use uuid::Uuid;
 
+use super::batch::{CLAIM_BATCH, FINALIZE_BATCH};
 use super::claim::HOLD_LAPSED_SQL;
 use super::held::HOLD_ABANDONED;
 use super::partitions::{RunOn, parameter_count, routed};
@@ -134,11 +137,75 @@ async fn the_operators_list_reads_only_the_newest_of_each_state() {
     }
 }
 
+/// The batch statements are the hot path's busiest, and with Postgres' default
+/// `plan_cache_mode` (`auto`) a plan that sees the arrays' few elements always costs less
+/// than the generic one, so every run would be planned again; the store's sessions plan
+/// each statement once (`docs/postgres-facts.md#plans-made-on-a-young-table`).
+#[tokio::test(flavor = "current_thread")]
+async fn the_stores_sessions_plan_a_batch_statement_once() {
+    let cluster = PgCluster::start();
+    let client = generic_session(&cluster).await;
+    let claim = client.prepare(CLAIM_BATCH.sql).await.unwrap();
+    let finalize = client.prepare(FINALIZE_BATCH.sql).await.unwrap();
+    for round in 0..RUNS_PAST_CUSTOM_PLANS {
+        let scopes: Vec<Vec<u8>> = (0..2).map(|i| vec![round * 2 + i; 32]).collect();
+        let claim_ids = [Uuid::now_v7(), Uuid::now_v7()];
+        let won = client
+            .query(
+                &claim,
+                &[
+                    &scopes,
+                    &scopes,
+                    &claim_ids.as_slice(),
+                    &[60_000_i64, 60_000].as_slice(),
+                    &[86_400_000_i64, 86_400_000].as_slice(),
+                    &[false, false].as_slice(),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(won.len(), 2);
+        let no_headers: Vec<(String, String)> = Vec::new();
+        let landed = client
+            .query(
+                &finalize,
+                &[
+                    &scopes,
+                    &claim_ids.as_slice(),
+                    &[201_i32, 201].as_slice(),
+                    &[Json(&no_headers), Json(&no_headers)].as_slice(),
+                    &[b"{}".as_slice(), b"{}".as_slice()].as_slice(),
+                    &[true, true].as_slice(),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(landed.len(), 2);
+    }
+    let custom: Vec<(String, i64)> = client
+        .query(
+            "SELECT statement, custom_plans FROM pg_prepared_statements WHERE custom_plans > 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert!(
+        custom.is_empty(),
+        "statements planned again for their arguments: {custom:?}"
+    );
+}
+
+/// More runs than the five custom plans `auto` makes before it compares them with the
+/// generic one.
+const RUNS_PAST_CUSTOM_PLANS: u8 = 10;
+
 /// Rows settled since the last vacuum.
 const SETTLED_ROWS: u32 = 20_000;
 
-/// A migrated cluster, and a session on it set up as the store's are, that plans
-/// generically.
+/// A migrated cluster, and a session on it set up as the store's are.
 async fn generic_session(cluster: &PgCluster) -> Client {
     let url = cluster.url();
     super::migrate(&url).await.unwrap();
@@ -149,10 +216,6 @@ async fn generic_session(cluster: &PgCluster) -> Client {
         .await
         .unwrap();
     tokio::spawn(connection);
-    client
-        .batch_execute("SET plan_cache_mode = force_generic_plan")
-        .await
-        .unwrap();
     client
 }
 

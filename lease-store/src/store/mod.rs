@@ -437,7 +437,14 @@ pub(crate) fn per_host_connect_timeout(
 /// JIT is off because a statement that has only a sequential scan to use (a one-row
 /// table, a catalog, the epoch trigger's update) is then costed past JIT's thresholds,
 /// and compiling never pays off for statements that each touch a few rows.
-pub(crate) const PLANNER_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
+/// Each prepared statement is planned once, generically: the default would plan a batch
+/// statement again on every run, for the length of its arrays
+/// (`docs/postgres-facts.md#plans-made-on-a-young-table`).
+pub(crate) const PLANNER_SETTINGS: [(&str, &str); 3] = [
+    ("enable_seqscan", "off"),
+    ("jit", "off"),
+    ("plan_cache_mode", "force_generic_plan"),
+];
 
 /// [`PLANNER_SETTINGS`] as a connection's `options` (libpq's `PGOPTIONS`) spell them: the
 /// store's pooled sessions and the bench's pgbench baseline start with them.

@@ -99,10 +99,11 @@ impl Store {
             .swap(!applied, Ordering::Relaxed);
         match (was_missing, applied) {
             (false, false) => tracing::warn!(
+                settings = %asked_settings(),
                 "a pooled database session lacks the settings the store starts every connection \
-                 with (statement_timeout, enable_seqscan = off, jit = off): a pooler in front of \
-                 Postgres may be dropping the `options` startup parameter; pass it on, or set \
-                 them on the store's role (docs/configuration.md#the-connection-pool)"
+                 with: a pooler in front of Postgres may be dropping the `options` startup \
+                 parameter; pass it on, or set them on the store's role \
+                 (docs/configuration.md#the-connection-pool)"
             ),
             (true, true) => {
                 tracing::info!("pooled database sessions have the store's settings again")
@@ -110,6 +111,12 @@ impl Store {
             _ => {}
         }
     }
+}
+
+/// The settings the probe looks for, as an operator would set them on a role.
+fn asked_settings() -> String {
+    let planner = PLANNER_SETTINGS.map(|(name, value)| format!("{name} = {value}"));
+    format!("statement_timeout, {}", planner.join(", "))
 }
 
 /// The probe's query: `t` when the session runs with `statement_timeout` and every
@@ -176,6 +183,14 @@ mod tests {
             .unwrap();
         assert!(!applied(&dropped, TIMEOUT).await, "jit is still on");
         dropped.batch_execute("SET jit = off").await.unwrap();
+        assert!(
+            !applied(&dropped, TIMEOUT).await,
+            "each statement is still planned for its arguments"
+        );
+        dropped
+            .batch_execute("SET plan_cache_mode = force_generic_plan")
+            .await
+            .unwrap();
         assert!(applied(&dropped, TIMEOUT).await);
     }
 
@@ -189,7 +204,8 @@ mod tests {
             .batch_execute(
                 "ALTER ROLE CURRENT_USER SET statement_timeout = '5000ms';
                  ALTER ROLE CURRENT_USER SET enable_seqscan = off;
-                 ALTER ROLE CURRENT_USER SET jit = off;",
+                 ALTER ROLE CURRENT_USER SET jit = off;
+                 ALTER ROLE CURRENT_USER SET plan_cache_mode = force_generic_plan;",
             )
             .await
             .unwrap();
