@@ -75,11 +75,16 @@ async fn connections_on_a_node_that_turned_read_only_are_replaced_on_the_writabl
         scope
     }))
     .await;
-    futures_util::future::join_all((0..POOL).map(|_| store.readiness()))
-        .await
-        .into_iter()
-        .for_each(|ready| ready.unwrap());
-    assert_eq!(store.pool_status().size, POOL);
+    // Checks that overlap each open a connection; one that ends before the next starts
+    // hands its connection on, so check until they have overlapped.
+    eventually("the pool is full", Duration::from_secs(20), || async {
+        futures_util::future::join_all((0..POOL).map(|_| store.readiness()))
+            .await
+            .into_iter()
+            .for_each(|ready| ready.unwrap());
+        store.pool_status().size == POOL
+    })
+    .await;
     let on_a = raw_client(&a.url()).await;
     assert!(row_state(&on_a, &warm[0]).await.is_some(), "written on a");
 
