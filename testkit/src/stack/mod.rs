@@ -490,11 +490,12 @@ impl Drop for Stack {
                 "keyflight stack: kept for inspection in {}",
                 self.dir.display()
             );
-            for envoy in &self.envoys {
+            let envoys = self.envoys.iter().map(|envoy| &envoy.part);
+            for part in envoys.chain(self.stores.iter().map(|store| &store.part)) {
                 eprintln!(
                     "--- {} tail ---\n{}",
-                    envoy.part.log().display(),
-                    envoy.part.log_tail()
+                    part.log().display(),
+                    part.log_tail()
                 );
             }
         } else if self.temporary {
