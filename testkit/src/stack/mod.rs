@@ -492,11 +492,7 @@ impl Drop for Stack {
             );
             let envoys = self.envoys.iter().map(|envoy| &envoy.part);
             for part in envoys.chain(self.stores.iter().map(|store| &store.part)) {
-                eprintln!(
-                    "--- {} tail ---\n{}",
-                    part.log().display(),
-                    part.log_tail()
-                );
+                eprintln!("--- {} tail ---\n{}", part.log().display(), part.log_tail());
             }
         } else if self.temporary {
             // Best effort: a leftover temp dir harms nothing.
