@@ -15,6 +15,7 @@
 //! configured is required.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -277,6 +278,10 @@ pub struct ServeArgs {
     /// audit); without it such a role only gets a warning at start.
     #[arg(long, env = "KEYFLIGHT_REQUIRE_LEAST_PRIVILEGE")]
     require_least_privilege: bool,
+    /// Threads that run the replica's tasks; by default one per core the process may use
+    /// (`docs/configuration.md#worker-threads`).
+    #[arg(long, env = "KEYFLIGHT_WORKER_THREADS")]
+    worker_threads: Option<NonZeroUsize>,
     /// Postgres connections per replica.
     #[arg(long, env = "KEYFLIGHT_POOL_SIZE", default_value_t = 16)]
     pool_size: usize,
@@ -435,6 +440,11 @@ pub struct ServeConfig {
 }
 
 impl ServeArgs {
+    /// `--worker-threads`, which the runtime is built with before anything else runs.
+    pub fn worker_threads(&self) -> Option<NonZeroUsize> {
+        self.worker_threads
+    }
+
     /// Validates the flags into a [`ServeConfig`], reading token files.
     pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
         let filter = match (self.token, self.token_file) {

@@ -20,10 +20,7 @@ fn main() -> ExitCode {
         Command::Serve(_) => "info",
         _ => "warn",
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match cli::runtime(&cli) {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("lease-store: error: cannot start the async runtime: {e}");

@@ -90,6 +90,18 @@ pub enum CliError {
     OpenapiOverlay(#[from] openapi_overlay::OpenapiOverlayError),
 }
 
+/// The runtime the subcommand runs on: `serve`'s `--worker-threads` threads, else one per
+/// core the process may use (`docs/configuration.md#worker-threads`).
+pub fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(args) = &cli.command
+        && let Some(threads) = args.worker_threads()
+    {
+        builder.worker_threads(threads.get());
+    }
+    builder.enable_all().build()
+}
+
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -100,5 +112,79 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Fingerprint(args) => Ok(fingerprint::run(*args)?),
         Command::RecipeDiff(args) => Ok(recipe_diff::run(args)?),
         Command::OpenapiOverlay(args) => Ok(openapi_overlay::run(args)?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::{ArgAction, CommandFactory, Parser};
+
+    use super::{Cli, runtime};
+
+    /// Variables the shipped manifests set that are not `serve` flags: the log's own.
+    const LOGGING_ENV: [&str; 2] = ["RUST_LOG", "KEYFLIGHT_LOG_FORMAT"];
+
+    fn serve(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let args = [
+            "lease-store",
+            "serve",
+            "--database-url",
+            "postgres://db/keyflight",
+        ];
+        Cli::try_parse_from(args.iter().chain(extra))
+    }
+
+    #[test]
+    fn serve_runs_on_as_many_worker_threads_as_it_is_told() {
+        let cli = serve(&["--worker-threads", "5"]).expect("valid flags");
+        let runtime = runtime(&cli).expect("a runtime");
+        assert_eq!(runtime.metrics().num_workers(), 5);
+    }
+
+    #[test]
+    fn without_the_flag_serve_takes_a_thread_per_core() {
+        let cli = serve(&[]).expect("valid flags");
+        let runtime = runtime(&cli).expect("a runtime");
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(runtime.metrics().num_workers(), cores);
+    }
+
+    #[test]
+    fn zero_worker_threads_is_refused_naming_the_flag() {
+        let error = serve(&["--worker-threads", "0"]).expect_err("zero threads");
+        assert!(error.to_string().contains("--worker-threads"), "{error}");
+    }
+
+    /// `serve` as the shipped Deployment runs it: every variable of `configmap.yaml` names a
+    /// `serve` setting (a misspelt one would be ignored silently) and its value is valid.
+    #[test]
+    fn the_shipped_configmap_sets_only_serve_settings_with_valid_values() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/k8s/configmap.yaml");
+        let text = std::fs::read_to_string(path).expect("the shipped configmap");
+        let configmap: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+        let data: BTreeMap<String, String> =
+            serde_yaml_ng::from_value(configmap["data"].clone()).expect("string data");
+        let command = Cli::command();
+        let serve_command = command.find_subcommand("serve").expect("serve");
+        let mut flags = Vec::new();
+        for (name, value) in data
+            .iter()
+            .filter(|(name, _)| !LOGGING_ENV.contains(&name.as_str()))
+        {
+            let arg = serve_command
+                .get_arguments()
+                .find(|arg| arg.get_env().is_some_and(|env| env == name.as_str()))
+                .unwrap_or_else(|| panic!("{name} in configmap.yaml is no `serve` setting"));
+            let flag = format!("--{}", arg.get_long().expect("a long flag"));
+            match arg.get_action() {
+                ArgAction::SetTrue if value == "true" => flags.push(flag),
+                ArgAction::SetTrue => panic!("{name}: a switch is set with \"true\""),
+                _ => flags.extend([flag, value.clone()]),
+            }
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        serve(&flags).unwrap_or_else(|e| panic!("configmap.yaml's settings: {e}"));
     }
 }
