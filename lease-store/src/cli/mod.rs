@@ -187,4 +187,19 @@ mod tests {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         serve(&flags).unwrap_or_else(|e| panic!("configmap.yaml's settings: {e}"));
     }
+
+    /// Every `serve` flag is in docs/configuration.md, where operators look it up.
+    #[test]
+    fn every_serve_flag_is_documented() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+        let doc = std::fs::read_to_string(path).expect("docs/configuration.md");
+        let command = Cli::command();
+        let serve_command = command.find_subcommand("serve").expect("serve");
+        let missing: Vec<&str> = serve_command
+            .get_arguments()
+            .filter_map(|arg| arg.get_long())
+            .filter(|long| *long != "help" && !doc.contains(&format!("`--{long}`")))
+            .collect();
+        assert!(missing.is_empty(), "not in configuration.md: {missing:?}");
+    }
 }
