@@ -113,6 +113,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             previous_release: None,
             parent_epoch: None,
             operator: None,
+            in_place_ms: None,
         },
         crash: None,
         old_primary: None,
@@ -143,7 +144,11 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         FaultKind::ProxyPartition
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
-        | FaultKind::SlowLink => injected.cut = Some(network::cut(stack, step)),
+        | FaultKind::SlowLink => {
+            injected.cut = Some(network::cut(stack, step));
+            let in_place = clock.now_ms();
+            injected.fault.in_place_ms = Some((in_place, in_place));
+        }
         FaultKind::EnvoyDrain
         | FaultKind::WasmUpgrade
         | FaultKind::RollingUpgrade
@@ -187,6 +192,9 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => {
             if let Some(cut) = cut {
+                if let Some((_, lifting)) = &mut fault.in_place_ms {
+                    *lifting = clock.now_ms();
+                }
                 stack.heal(cut);
             }
         }
@@ -221,6 +229,7 @@ mod tests {
                 previous_release: None,
                 parent_epoch: None,
                 operator: None,
+                in_place_ms: None,
             },
             crash: None,
             old_primary: None,

@@ -207,6 +207,12 @@ pub struct Fault {
     /// An operator action's record: on which scope, and what the admin API answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<OperatorAction>,
+    /// A link fault's span in which it certainly held: from the moment its rules were in
+    /// place (the command that applied them had returned) to the moment their removal
+    /// began. `start_ms`..`end_ms` brackets it; the partition row is judged on this span
+    /// (`checker/partition.rs`), and excuses nothing without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place_ms: Option<(Ms, Ms)>,
 }
 
 /// What an operator action did (its [`Fault`] says when: from the list call to the
@@ -429,6 +435,19 @@ pub struct History {
     /// The policy's `lease_ms` (the partition row needs it: a cut must outlast the lease).
     #[serde(default)]
     pub lease_ms: Option<u64>,
+    /// The policy's `renew_interval_ms` and the filter's store-call timeout: the partition
+    /// row bounds with them when a proxy that could reach a store would have renewed.
+    #[serde(default)]
+    pub renewal: Option<Renewal>,
+}
+
+/// How a winner's proxy keeps its lease (`docs/record-outbox.md#renewal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewal {
+    /// A renew is sent this long after the last one was (`renew_interval_ms`).
+    pub interval_ms: u64,
+    /// A renew that gets no answer fails after this long (`lease_store.timeout_ms`).
+    pub call_timeout_ms: u64,
 }
 
 /// The parts of the run's plugin configuration the judge's rows depend on.

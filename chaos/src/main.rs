@@ -88,7 +88,7 @@ use keyflight_testkit::stack::Stack;
 use serde_json::{Value, json};
 
 use crate::checker::evidence::Evidence;
-use crate::history::{FaultKind, History, PolicyFacts};
+use crate::history::{FaultKind, History, PolicyFacts, Renewal};
 use crate::plan::Settings;
 use crate::workload::Clock;
 
@@ -304,6 +304,10 @@ async fn run(cli: Cli) -> Result<bool, String> {
         partitions: usize::from(cli.partitions),
         policy: policy_facts(&plugin),
         lease_ms: Some(LEASE_MS),
+        renewal: Some(Renewal {
+            interval_ms: settings.renew_interval_ms,
+            call_timeout_ms: settings.call_timeout_ms,
+        }),
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;

@@ -698,11 +698,37 @@ fn lost_with_its_proxy(
     }
     Err(format!(
         "envoy-{envoy}, which won fence {earlier_fence} at {} ms, was neither killed nor cut \
-         off from the lease-stores before the takeover at {} ms{} and logged no give-up of it",
+         off from the lease-stores before the takeover at {} ms{} and logged no give-up of \
+         it; {}",
         first.at_ms,
         takeover.at_ms,
-        landed.map_or(String::new(), |at| format!(" or the settle at {at} ms"))
+        landed.map_or(String::new(), |at| format!(" or the settle at {at} ms")),
+        faults_between(history, first.at_ms, takeover.at_ms)
     ))
+}
+
+/// The faults active at some point of `[from, to]`, said for a finding: what the reader of
+/// a failed run looks at first.
+fn faults_between(history: &History, from: Ms, to: Ms) -> String {
+    let active: Vec<String> = history
+        .faults
+        .iter()
+        .filter(|fault| fault.overlaps(from, to))
+        .map(|fault| {
+            format!(
+                "fault {} ({}, target {}) from {} to {} ms",
+                fault.id,
+                fault.kind.name(),
+                fault.target,
+                fault.start_ms,
+                fault.end_ms
+            )
+        })
+        .collect();
+    match active.is_empty() {
+        true => "no fault was active meanwhile".to_owned(),
+        false => format!("faults active meanwhile: {}", active.join(", ")),
+    }
 }
 
 /// Under a hold policy a lost proxy's claim is held `unknown`, not re-run: the answer of

@@ -6,13 +6,24 @@
 //! before the takeover); this row then needs, from the history:
 //!
 //! 1. a `proxy_partition` of the very Envoy that forwarded the earlier execution, which
-//!    began after its claim was won (so after it could dispatch upstream) and before the
-//!    takeover and any landed settle of that claim;
-//! 2. that cut lasted longer than the policy's lease (the history records `lease_ms`;
-//!    without it nothing is excused);
-//! 3. no other fault was active from the cut to the takeover: the stores and Postgres were
-//!    healthy, so the lease ran out for the partition and nothing else;
-//! 4. if the earlier caller had its answer before the takeover, the proxy logged handing
+//!    began before the takeover and any landed settle of that claim and ended after the
+//!    claim was won. Its span is the one it certainly held (`Fault::in_place_ms`: from the
+//!    moment its rules were in place to the moment their removal began): the history
+//!    records the lease and how the proxy renews it (`History::lease_ms`,
+//!    `History::renewal`), and without all three nothing is excused;
+//! 2. that span was longer than the lease: the lease was last renewed before the cut was
+//!    in place, so it ran out inside the cut;
+//! 3. the takeover came no earlier than a lease less two renew intervals after the cut
+//!    was in place: a proxy that reaches a store renews every interval (give or take a
+//!    tick and a busy Envoy: the second interval), so a takeover earlier than that ran
+//!    out a lease the proxy could still renew when the cut came;
+//! 4. the takeover came no later than a call timeout and two renew intervals after the
+//!    cut began to lift: by then the proxy's hung renews have timed out and its next one
+//!    has landed, and a renew of a lease not taken over keeps it, lapsed or not
+//!    (`lease-store/src/store/lease.rs`);
+//! 5. no other fault was active from the cut to the takeover: the stores and Postgres
+//!    were healthy, so the lease ran out for the partition and nothing else;
+//! 6. if the earlier caller had its answer before the takeover, the proxy logged handing
 //!    the record to its outbox before then (the answer went out with the record waiting,
 //!    and the record then lost to the takeover: its late settle gets `lease_lost`). A
 //!    caller that got its answer only after the takeover (the stream held it while its
@@ -45,8 +56,8 @@ impl Earlier<'_> {
     }
 }
 
-/// `Ok(None)` when no partition of the earlier fence's proxy fits; `Err` when one fits in
-/// time but another condition of the row is not shown.
+/// `Ok(None)` when no partition of the earlier fence's proxy overlaps its claim's lease;
+/// `Err` when one does but another condition of the row is not shown.
 pub fn proxy_partitioned(
     earlier: &Earlier<'_>,
     takeover: &ClaimWon,
@@ -54,27 +65,50 @@ pub fn proxy_partitioned(
     history: &History,
 ) -> Result<Option<Row>, String> {
     let before = earlier.deadline(takeover);
+    let envoy = earlier.envoy;
     let Some(cut) = history.faults.iter().find(|fault| {
         fault.kind == FaultKind::ProxyPartition
-            && fault.target == earlier.envoy
-            && earlier.claim.at_ms <= fault.start_ms
+            && fault.target == envoy
             && fault.start_ms < before
+            && earlier.claim.at_ms < fault.end_ms
     }) else {
         return Ok(None);
     };
-    let envoy = earlier.envoy;
-    let Some(lease_ms) = history.lease_ms else {
+    let (Some(lease_ms), Some(renewal), Some((in_place, lifting))) =
+        (history.lease_ms, history.renewal, cut.in_place_ms)
+    else {
         return Err(format!(
-            "envoy-{envoy} was cut off at {} ms, but the history does not record the lease",
-            cut.start_ms
+            "envoy-{envoy} was cut off at {} ms (fault {}), but the history does not record \
+             the lease, how it is renewed, or when the cut was in place",
+            cut.start_ms, cut.id
         ));
     };
-    let lasted = cut.end_ms - cut.start_ms;
-    if lasted <= i64::try_from(lease_ms).unwrap_or(i64::MAX) {
+    let ms = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+    let (lease, interval) = (ms(lease_ms), ms(renewal.interval_ms));
+    let held = lifting - in_place;
+    if held <= lease {
         return Err(format!(
-            "envoy-{envoy} was cut off from the lease-stores for {lasted} ms (fault {}), \
+            "envoy-{envoy} was cut off from the lease-stores for {held} ms (fault {}), \
              not longer than the {lease_ms} ms lease",
             cut.id
+        ));
+    }
+    let renewed_until = in_place + lease - 2 * interval;
+    if takeover.at_ms < renewed_until {
+        return Err(format!(
+            "fence {} took the lease over at {} ms, but envoy-{envoy} was cut off only from \
+             {in_place} ms (fault {}): renewing every {} ms until then, it held the lease \
+             until {renewed_until} ms at least",
+            takeover.fence, takeover.at_ms, cut.id, renewal.interval_ms
+        ));
+    }
+    let renewed_again_by = lifting + ms(renewal.call_timeout_ms) + 2 * interval;
+    if takeover.at_ms > renewed_again_by {
+        return Err(format!(
+            "fence {} took the lease over at {} ms, but envoy-{envoy}'s cut (fault {}) began \
+             to lift at {lifting} ms: its renew, landing by {renewed_again_by} ms, would have \
+             kept the lease",
+            takeover.fence, takeover.at_ms, cut.id
         ));
     }
     if let Some(other) = history

@@ -137,6 +137,7 @@ fn kill(envoy: usize, start: Ms) -> Fault {
         previous_release: None,
         parent_epoch: None,
         operator: None,
+        in_place_ms: None,
     }
 }
 
@@ -361,6 +362,7 @@ fn requests_and_keys_count_under_every_fault_kind_they_overlapped() {
         previous_release: None,
         parent_epoch: None,
         operator: None,
+        in_place_ms: None,
     });
     let mut quiet = attempt("r9", 0, 10_000, 10_100, created("Q"));
     quiet.key = "quiet".into();

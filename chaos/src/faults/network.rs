@@ -9,8 +9,9 @@
 //! | one way loss | nftables in Envoy N's namespace drop every packet from every lease-store: calls arrive, answers never come back | delete the table |
 //! | slow link | `htb` + `tbf` in Envoy N's namespace and on its host-side veth end: its traffic with the lease-stores at a few hundred bytes a second each way, so calls outlast the 1 s call timeout | delete the qdiscs |
 //!
-//! The fault's end is the moment the link healed: the partition row of the guarantee
-//! is judged on how long the cut lasted (`checker/judgement.rs`).
+//! The fault's end is the moment the link healed; its `in_place_ms` is the span the cut
+//! certainly held (from the rules in place to the start of their removal), on which the
+//! partition row of the guarantee is judged (`checker/partition.rs`).
 
 use keyflight_testkit::net::CutId;
 use keyflight_testkit::stack::{NetFault, Stack};
