@@ -95,7 +95,8 @@ struct Injected {
     fault: Fault,
     crash: Option<Crash>,
     old_primary: Option<usize>,
-    cut: Option<CutId>,
+    /// A link fault's cut, and when its rules were in place.
+    cut: Option<(CutId, Ms)>,
     lifecycle: Option<lifecycle::Pending>,
 }
 
@@ -145,9 +146,8 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => {
-            injected.cut = Some(network::cut(stack, step));
-            let in_place = clock.now_ms();
-            injected.fault.in_place_ms = Some((in_place, in_place));
+            let cut = network::cut(stack, step);
+            injected.cut = Some((cut, clock.now_ms()));
         }
         FaultKind::EnvoyDrain
         | FaultKind::WasmUpgrade
@@ -191,10 +191,8 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss
         | FaultKind::SlowLink => {
-            if let Some(cut) = cut {
-                if let Some((_, lifting)) = &mut fault.in_place_ms {
-                    *lifting = clock.now_ms();
-                }
+            if let Some((cut, in_place)) = cut {
+                fault.in_place_ms = Some((in_place, clock.now_ms()));
                 stack.heal(cut);
             }
         }
