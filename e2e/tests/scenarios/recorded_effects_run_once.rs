@@ -111,6 +111,14 @@ async fn a_retry_after_the_caller_hung_up_under_uncertain_retry_gets_the_answer_
     let (caller, ()) = tokio::join!(caller, stack.wait_for_gate("gone", 1));
     assert!(caller.is_err(), "the caller timed out and hung up");
     assert_eq!(stack.upstream_payments().await, 1, "the payment committed");
+    // Envoy must see the caller gone before the service answers: a busy Envoy that reads
+    // the hang-up only after the answer came back records that answer, and the retry is
+    // then a replay, not the re-run this scenario is about.
+    stack
+        .eventually("the filter saw the caller hang up", || async {
+            stack.filter_counter("event.caller_gone").await >= 1
+        })
+        .await;
     stack.open_gate("gone").await;
 
     let retry = retry_while_refused(&["retryable_cooldown"], Duration::ZERO, || {
