@@ -22,7 +22,7 @@ use crate::redis::RedisPair;
 use crate::report::Row;
 use crate::rotation::{self, Contender, Drive, Measurement, Schedule, contender, load};
 use crate::selection::Selection;
-use crate::stats::Target;
+use crate::targets;
 use crate::workload::{RequestTemplate, StoreCycle, Workload};
 
 /// One lease-store and what runs through it.
@@ -356,7 +356,7 @@ fn side_rows(
             &mark("lease-store claim+finalize over HTTP"),
             cycle,
             Some(pg),
-            Some(p1_target(cycle.concurrency)),
+            Some(targets::p1(cycle.concurrency)),
         ));
         rows.push(Row::cpu_compared(
             "P6",
@@ -364,7 +364,7 @@ fn side_rows(
             cycle,
             cycle.group_cpu_us_per_op("postgres"),
             (pg, pg.group_cpu_us_per_op("postgres")),
-            Some(Target::RatioAtMost { max: 1.1 }),
+            Some(targets::p6(cycle.concurrency)),
         ));
     }
     let Some(guarded) = guarded else { return };
@@ -374,7 +374,7 @@ fn side_rows(
             &mark("guarded first-time POST, unique keys"),
             guarded,
             Some(pg),
-            Some(Target::RatioAtLeast { min: 0.80 }),
+            Some(targets::p4(guarded.concurrency)),
         ));
         rows.push(Row::cpu_compared(
             "—",
@@ -399,7 +399,7 @@ fn side_rows(
             guarded,
             guarded.cpu_us_per_op(),
             (unguarded, unguarded.cpu_us_per_op()),
-            Some(Target::RatioAtMost { max: 3.0 }),
+            Some(targets::p5(guarded.concurrency)),
         ));
     }
 }
@@ -439,11 +439,4 @@ fn redis_rows(
             None,
         ));
     }
-}
-
-/// P1's target: at least pgbench's rate once calls overlap (group commit can share their
-/// flushes), 0.9 of it at one connection (every call crosses one more process).
-fn p1_target(concurrency: usize) -> Target {
-    let min = if concurrency > 1 { 1.0 } else { 0.90 };
-    Target::RatioAtLeast { min }
 }

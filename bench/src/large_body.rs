@@ -12,7 +12,7 @@ use crate::rotation::{self, Schedule, load};
 use keyflight_testkit::stack::ExtraEnvoy;
 
 use crate::stack::BenchStack;
-use crate::stats::Target;
+use crate::targets;
 use crate::suite::prime_replay;
 use crate::workload::{RequestTemplate, UNIQUE, Workload};
 
@@ -128,7 +128,7 @@ pub async fn rows(
         "guarded first-time POST, a new large body each, answer recorded",
         large_guarded_m,
         Some(large_unguarded_m),
-        Some(Target::RatioAtLeast { min: 0.5 }),
+        Some(targets::p7()),
     ));
     rows.push(Row::cpu_compared(
         "—",
@@ -146,7 +146,7 @@ pub async fn rows(
         "replay of that large record via the store: Envoy CPU per replay",
         large_replay_m,
         large_replay_m.group_cpu_us_per_op("envoy"),
-        Some(Target::CpuAtMostUs { max: 3300.0 }),
+        Some(targets::p8()),
     ));
     Ok(rows)
 }

@@ -14,7 +14,8 @@
 //! Postgres baseline from the store's own SQL), [`procfs`] (CPU and memory), [`envoy`] and
 //! [`stack`] (the processes under test), [`rotation`] (interleaving), [`first_time`] (P1,
 //! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`wake`] (P3), [`selection`]
-//! (`--only`, `--compare-store`), [`suite`] (the whole run), [`report`] (table and JSON).
+//! (`--only`, `--compare-store`), [`targets`] (each row's target and the issue that set it),
+//! [`suite`] (the whole run), [`report`] (table and JSON).
 
 mod envoy;
 mod error;
@@ -32,6 +33,7 @@ mod selection;
 mod stack;
 mod stats;
 mod suite;
+mod targets;
 mod wake;
 mod workload;
 

@@ -15,7 +15,7 @@ use crate::rotation::{self, Schedule, load};
 use keyflight_testkit::stack::ExtraEnvoy;
 
 use crate::stack::BenchStack;
-use crate::stats::Target;
+use crate::targets;
 use crate::suite::{edge_cache_hits, prime_replay};
 use crate::workload::{RequestTemplate, Workload};
 
@@ -107,7 +107,7 @@ pub async fn rows(
         _ => return Err(BenchError::Answer("a rotation lost a contender".into())),
     };
     let hits = edge_cache_hits(stack).await?.saturating_sub(hits_before);
-    let p2 = Some(Target::RatioAtLeast { min: 0.90 });
+    let p2 = Some(targets::p2());
     rows.push(Row::measured(
         "base",
         "Envoy direct_response, same request",

@@ -299,7 +299,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             &wake.from_gate,
             wake.failures,
             wake.first_failure.clone(),
-            Some(Target::P50AtMostMs { max: 5.0 }),
+            Some(crate::targets::p3()),
         ));
         rows.push(wake_row(
             "follower wake: winner's answer → follower answer",
