@@ -12,8 +12,8 @@ use crate::rotation::{self, Schedule, load};
 use keyflight_testkit::stack::ExtraEnvoy;
 
 use crate::stack::BenchStack;
-use crate::targets;
 use crate::suite::prime_replay;
+use crate::targets;
 use crate::workload::{RequestTemplate, UNIQUE, Workload};
 
 /// Concurrency of the large-body comparison (the issue measured it at two connections).

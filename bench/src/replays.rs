@@ -15,8 +15,8 @@ use crate::rotation::{self, Schedule, load};
 use keyflight_testkit::stack::ExtraEnvoy;
 
 use crate::stack::BenchStack;
-use crate::targets;
 use crate::suite::{edge_cache_hits, prime_replay};
+use crate::targets;
 use crate::workload::{RequestTemplate, Workload};
 
 /// Builds a payment request to `url` with idempotency key `key`.
