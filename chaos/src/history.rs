@@ -432,11 +432,12 @@ pub struct History {
     /// uncertain outcomes: what the judge's cooldown and forget rows hold a re-run to.
     #[serde(default)]
     pub policy: PolicyFacts,
-    /// The policy's `lease_ms` (the partition row needs it: a cut must outlast the lease).
+    /// The policy's `lease_ms` (the partition row needs it: the lease must have run out).
     #[serde(default)]
     pub lease_ms: Option<u64>,
     /// The policy's `renew_interval_ms` and the filter's store-call timeout: the partition
-    /// row bounds with them when a proxy that could reach a store would have renewed.
+    /// row bounds with them when a proxy that could reach a store would have renewed, and
+    /// whether the stores logged the renews that landed.
     #[serde(default)]
     pub renewal: Option<Renewal>,
 }
@@ -448,6 +449,11 @@ pub struct Renewal {
     pub interval_ms: u64,
     /// A renew that gets no answer fails after this long (`lease_store.timeout_ms`).
     pub call_timeout_ms: u64,
+    /// The lease-stores log each renew that extended a lease (`evidence=renewed`), so the
+    /// judge can tell when a lease was last extended. A history recorded before they did
+    /// says `false`, and the partition row excuses nothing in it.
+    #[serde(default)]
+    pub logged: bool,
 }
 
 /// The parts of the run's plugin configuration the judge's rows depend on.

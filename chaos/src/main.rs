@@ -307,6 +307,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         renewal: Some(Renewal {
             interval_ms: settings.renew_interval_ms,
             call_timeout_ms: settings.call_timeout_ms,
+            logged: true,
         }),
     };
     let report = checker::check(&history);

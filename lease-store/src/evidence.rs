@@ -1,29 +1,30 @@
 //! Evidence lines: one log event per fact a history checker (or an operator
 //! reconstructing what happened to one record) needs — which claim won a
 //! scope, with which fence, and *how* (a fresh insert, a takeover of an
-//! expired lease, the reuse of a record past its retention), and which settle
-//! calls the store applied or refused, and each operator change (an erase, a
-//! resolve) that committed.
+//! expired lease, the reuse of a record past its retention), which renews
+//! extended a lease, which settle calls the store applied or refused, and each
+//! operator change (an erase, a resolve) that committed.
 //!
 //! They go through the store's one log (`logging.rs`: text, or JSON lines with
 //! `KEYFLIGHT_LOG_FORMAT=json`) under the target `keyflight_lease_store::evidence`,
-//! with stable field names: `evidence` (`claim_won`, `settle`, `operator` or `lapse_held`),
-//! `scope` and
-//! `fingerprint` (digests), `claim_id` and `fence`, `at_most_once` (the claim's policy
-//! holds uncertain outcomes: its lapsed lease is never taken over), `how` (the wire's
-//! [`WonHow`] spelling; a reader must treat a value it does not know as a new
-//! way to win), `call` (`finalize`, `finalize_not_replayable`,
-//! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome`
-//! (`applied`, `lease_lost`, `refused`) — a release's line also says whether it was a
-//! `repeat` and when the database applied it and ends its cooldown ([`released`]) — and for an operator change `action` (the
-//! audit's: `erase`, `resolve_completed`, `resolve_failed`) and `operator`. A claim id is a fencing token, not a
-//! credential: every write also needs the bearer token, which is never logged
-//! (`docs/configuration.md#logs`). Answers other than a win, and settle
-//! calls the database never answered, are not facts about the record and are
-//! not logged here.
+//! with stable field names: `evidence` (`claim_won`, `renewed`, `settle`, `operator` or
+//! `lapse_held`), `scope` and `fingerprint` (digests), `claim_id` and `fence`, `lease_ms`,
+//! `at_most_once` (the claim's policy holds uncertain outcomes: its lapsed lease is never
+//! taken over), `how` (the wire's [`WonHow`] spelling; a reader must treat a value it does
+//! not know as a new way to win), `call` (`finalize`, `finalize_not_replayable`,
+//! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome` (`applied`,
+//! `lease_lost`, `refused`) — a release's line also says whether it was a `repeat` and when
+//! the database applied it and ends its cooldown ([`released`]) — and for an operator
+//! change `action` (the audit's: `erase`, `resolve_completed`, `resolve_failed`) and
+//! `operator`. A claim id is a fencing token, not a credential: every write also needs the
+//! bearer token, which is never logged (`docs/configuration.md#logs`). Answers other than a
+//! win or an extended lease, and settle calls the database never answered, are not facts
+//! about the record and are not logged here.
 
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, ReleaseAs, ResolveAs, WonHow};
+use keyflight_protocol::wire::{
+    ClaimRequest, ClaimResponse, ReleaseAs, RenewRequest, RenewResponse, ResolveAs, WonHow,
+};
 use uuid::Uuid;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -49,6 +50,21 @@ pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimRe
             lease_ms,
             at_most_once = request.at_most_once,
             "claim won"
+        );
+    }
+}
+
+/// Logs a renew that extended its claim's lease. A judge times the lease's end from the
+/// last of these (`chaos/src/checker/partition.rs`): without them it could not tell a
+/// proxy cut off right after its last renew from one that had stopped renewing.
+pub fn renewed(scope: &Digest, request: &RenewRequest, answer: &Result<RenewResponse, StoreError>) {
+    if answer.is_ok() {
+        tracing::info!(
+            evidence = "renewed",
+            scope = %scope.to_hex(),
+            claim_id = %request.claim_id,
+            lease_ms = request.lease_ms,
+            "lease renewed"
         );
     }
 }

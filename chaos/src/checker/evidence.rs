@@ -1,6 +1,7 @@
 //! The facts the judge reasons from, read from the processes' own logs: which claim won
 //! each scope with which fence and *how* (the lease-store's `claim_won` lines), which
-//! settle calls the store applied or refused (its `settle` lines), and what each Envoy's
+//! renews extended a lease (its `renewed` lines), which settle calls the store applied or
+//! refused (its `settle` lines), and what each Envoy's
 //! filter did with its claims' settle calls — handed off to the outbox, landed (by the
 //! stream or the outbox), given up, lease lost (its `evidence=` lines). The formats are
 //! the components' own (`lease-store/src/evidence.rs`, `filter/src/log.rs`); this file
@@ -42,6 +43,17 @@ pub struct ClaimWon {
     /// never be taken over. A store that predates the field logs none: `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub at_most_once: bool,
+}
+
+/// A renew that extended a claim's lease (the lease-store's `renewed` line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewed {
+    /// When the store logged it (after the commit).
+    pub at_ms: Ms,
+    /// Which lease-store replica.
+    pub store: usize,
+    /// The claim whose lease it extended.
+    pub claim_id: String,
 }
 
 /// A settle call the lease-store answered.
@@ -164,6 +176,9 @@ fn is_zero(epoch: &u32) -> bool {
 pub struct Evidence {
     /// Won claims, from the lease-stores.
     pub claims: Vec<ClaimWon>,
+    /// Renews that extended a lease, from the lease-stores.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub renewals: Vec<Renewed>,
     /// Settle calls the lease-stores answered.
     pub store_settles: Vec<StoreSettle>,
     /// Settle facts the Envoys logged.
@@ -278,6 +293,15 @@ impl Evidence {
                     });
                 }
             }
+            Some("renewed") => {
+                if let Some(claim_id) = text("claim_id") {
+                    self.renewals.push(Renewed {
+                        at_ms,
+                        store,
+                        claim_id,
+                    });
+                }
+            }
             Some("lapse_held") => {
                 if let (Some(scope), Some(fence)) = (text("scope"), fence) {
                     self.lapses_held.push(LapseHeld {
@@ -308,6 +332,16 @@ impl Evidence {
             .iter()
             .filter(|held| held.fence == fence)
             .min_by_key(|held| held.at_ms)
+    }
+
+    /// When the lease of `claim` was last extended at or before `by`: its last logged renew
+    /// then, or the claim itself.
+    pub fn lease_last_extended(&self, claim: &ClaimWon, by: Ms) -> Ms {
+        self.renewals
+            .iter()
+            .filter(|renewed| renewed.claim_id == claim.claim_id && renewed.at_ms <= by)
+            .map(|renewed| renewed.at_ms)
+            .fold(claim.at_ms, Ms::max)
     }
 
     /// The won claim with `fence`.

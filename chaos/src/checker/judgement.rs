@@ -76,7 +76,7 @@ pub enum Row {
         /// Why the record cooled down.
         cause: CooldownCause,
     },
-    /// The winner's proxy was cut off from every lease-store for longer than the lease
+    /// The winner's proxy was cut off from every lease-store until its lease ran out,
     /// while the stores and Postgres were healthy (`partition.rs`).
     ProxyPartitioned {
         /// The proxy partition (fault id).
@@ -206,7 +206,7 @@ pub struct KeyVerdict {
     /// Every execution after the first, judged.
     pub reruns: Vec<Rerun>,
     /// Delivered answers (2xx, or a recorded 3xx or 4xx) whose execution's record was lost with its proxy: it
-    /// died, or was cut off past its lease (excused from replaying; the documented case
+    /// died, or was cut off until its lease ran out (excused from replaying; the documented case
     /// seen from the caller).
     pub died_with_proxy: Vec<(u16, String)>,
     /// The distinct successful answers beyond those, when there was more than one.
@@ -279,7 +279,7 @@ pub fn judge_key(
         .collect();
 
     // An answer is excused from replaying only when its own execution's record was lost
-    // with its proxy (dead, or cut off past its lease) after the answer went out: taken
+    // with its proxy (dead, or cut off until its lease ran out) after the answer went out: taken
     // over by a re-run, or held `unknown` under a hold policy.
     let held_lost = executions
         .iter()
@@ -648,7 +648,7 @@ fn at_most_once_takeover(first: &ClaimWon, between: &[&ClaimWon]) -> Result<(), 
 /// The row that shows `earlier`'s claim `first` lost with its proxy before `until` (the
 /// takeover of its lease, or the moment a store held its lapse): no settle of it landed
 /// (store or proxy) before, and its Envoy was killed or drained, retired the VM holding
-/// it, was cut off from every lease-store past the lease, or its outbox gave it up. With
+/// it, was cut off from every lease-store until its lease ran out, or its outbox gave it up. With
 /// the row, the Envoy.
 fn lost_with_its_proxy(
     earlier: &Execution,

@@ -1,5 +1,5 @@
 //! The partition row of the guarantee table (`docs/guarantee.md#where-it-is-at-least-once`):
-//! the winner's proxy could not reach any lease-store for longer than the lease while the
+//! the winner's proxy could not reach any lease-store while its lease ran out, and the
 //! stores and Postgres stayed healthy, so a retry through another proxy took the expired
 //! lease over. `judgement.rs` has already shown what every row needs (same body and
 //! fingerprint, every claim in between a takeover, no settle of the earlier fence landed
@@ -8,19 +8,24 @@
 //! 1. a `proxy_partition` of the very Envoy that forwarded the earlier execution, which
 //!    began before the takeover and any landed settle of that claim and ended after the
 //!    claim was won. Its span is the one it certainly held (`Fault::in_place_ms`: from the
-//!    moment its rules were in place to the moment their removal began): the history
-//!    records the lease and how the proxy renews it (`History::lease_ms`,
-//!    `History::renewal`), and without all three nothing is excused;
-//! 2. that span was longer than the lease: the lease was last renewed before the cut was
-//!    in place, so it ran out inside the cut;
-//! 3. the takeover came no earlier than a lease less two renew intervals after the cut
-//!    was in place: a proxy that reaches a store renews every interval (give or take a
-//!    tick and a busy Envoy: the second interval), so a takeover earlier than that ran
-//!    out a lease the proxy could still renew when the cut came;
+//!    moment its rules were in place to the moment their removal began). The history
+//!    records the lease, how the proxy renews it, and the renews that landed (the stores'
+//!    `renewed` lines: `History::lease_ms`, `History::renewal`); without all of them
+//!    nothing is excused;
+//! 2. the lease was last extended (by its last renew before the takeover, or by the claim)
+//!    no earlier than a lease before the takeover, give or take how late a store may log a
+//!    renew it committed: a takeover of a lease that had not run out is the store's fault,
+//!    not the partition's;
+//! 3. the cut was in place no later than two renew intervals after that: a proxy that
+//!    reaches a store renews every interval (give or take a tick and a busy Envoy: the
+//!    second interval), so a renew that should have landed before the cut and did not is
+//!    a proxy that stopped renewing, not one that was cut off;
 //! 4. the takeover came no later than a call timeout and two renew intervals after the
 //!    cut began to lift: by then the proxy's hung renews have timed out and its next one
 //!    has landed, and a renew of a lease not taken over keeps it, lapsed or not
-//!    (`lease-store/src/store/lease.rs`);
+//!    (`lease-store/src/store/lease.rs`). With 2. and 3. this also bounds the cut from
+//!    below: one shorter than the lease may let it run out (a cut just after a renew, the
+//!    renew sent last before the lift hanging until its timeout), one much shorter may not;
 //! 5. no other fault was active from the cut to the takeover: the stores and Postgres
 //!    were healthy, so the lease ran out for the partition and nothing else;
 //! 6. if the earlier caller had its answer before the takeover, the proxy logged handing
@@ -31,9 +36,13 @@
 //!    logged that fence's settle refused as `lease_lost` (by the stream or its outbox).
 
 use super::evidence::ClaimWon;
-use super::judgement::{Row, answered_by, handed_off_by};
+use super::judgement::{Row, SETTLE_LOG_SLACK_MS, answered_by, handed_off_by};
 use crate::history::{Attempt, Execution, FaultKind, History, Ms};
 use std::collections::HashMap;
+
+/// How much earlier than its log line a renew may have committed: a store logs it after
+/// the commit, as it logs a settle ([`SETTLE_LOG_SLACK_MS`]).
+const RENEW_LOG_SLACK_MS: Ms = SETTLE_LOG_SLACK_MS;
 
 /// What every row of a re-run reads about the earlier execution (the dead-proxy, VM,
 /// hot-restart and partition rows).
@@ -83,23 +92,32 @@ pub fn proxy_partitioned(
             cut.start_ms, cut.id
         ));
     };
-    let ms = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
-    let (lease, interval) = (ms(lease_ms), ms(renewal.interval_ms));
-    let held = lifting - in_place;
-    if held <= lease {
+    if !renewal.logged {
         return Err(format!(
-            "envoy-{envoy} was cut off from the lease-stores for {held} ms (fault {}), \
-             not longer than the {lease_ms} ms lease",
-            cut.id
+            "envoy-{envoy} was cut off at {} ms (fault {}), but the history does not record \
+             which renews landed, so when its lease was last extended is not known",
+            cut.start_ms, cut.id
         ));
     }
-    let renewed_until = in_place + lease - 2 * interval;
-    if takeover.at_ms < renewed_until {
+    let ms = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+    let (lease, interval) = (ms(lease_ms), ms(renewal.interval_ms));
+    let extended = history
+        .evidence
+        .lease_last_extended(earlier.claim, takeover.at_ms);
+    if takeover.at_ms + RENEW_LOG_SLACK_MS < extended + lease {
         return Err(format!(
-            "fence {} took the lease over at {} ms, but envoy-{envoy} was cut off only from \
-             {in_place} ms (fault {}): renewing every {} ms until then, it held the lease \
-             until {renewed_until} ms at least",
-            takeover.fence, takeover.at_ms, cut.id, renewal.interval_ms
+            "fence {} took the lease over at {} ms, but fence {}'s lease was extended at \
+             {extended} ms for {lease_ms} ms: it had not run out",
+            takeover.fence, takeover.at_ms, earlier.claim.fence
+        ));
+    }
+    let renew_due_by = extended + 2 * interval;
+    if in_place > renew_due_by {
+        return Err(format!(
+            "envoy-{envoy} last extended fence {}'s lease at {extended} ms and was cut off \
+             only from {in_place} ms (fault {}): renewing every {} ms, it had stopped \
+             renewing before the cut",
+            earlier.claim.fence, cut.id, renewal.interval_ms
         ));
     }
     let renewed_again_by = lifting + ms(renewal.call_timeout_ms) + 2 * interval;

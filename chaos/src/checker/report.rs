@@ -72,7 +72,7 @@ pub struct Counts {
     /// Keys executed more than once with at least one re-run no row excuses.
     pub executed_twice_unexcused: u64,
     /// Keys with a delivered answer whose record was lost with its proxy's outbox: the
-    /// proxy died, or was cut off past its lease (excused).
+    /// proxy died, or was cut off until its lease ran out (excused).
     pub delivered_then_lost_with_proxy: u64,
     /// Keys whose callers got two different successful answers beyond those.
     pub divergent: u64,

@@ -41,7 +41,13 @@ pub async fn renew(
     let scope = record.scope;
     request.previous_scope = record.previous_scope(request.previous_scope);
     within("lease_ms", request.lease_ms, 1..=MAX_LEASE_MS)?;
-    let answer = state.store.renew(&scope, &request).await;
+    let store = state.store.clone();
+    let answer = to_the_end(async move {
+        let answer = store.renew(&scope, &request).await;
+        evidence::renewed(&scope, &request, &answer);
+        answer
+    })
+    .await;
     counted(&state.metrics, Event::Renew, answer).map(Json)
 }
 
@@ -131,9 +137,9 @@ pub async fn release(
     counted(&state.metrics, Event::Release, answer)
 }
 
-/// Runs a settle call and its evidence line to the end even when its caller hangs up (a
+/// Runs a fenced write and its evidence line to the end even when its caller hangs up (a
 /// store frozen mid-call, a row lock held past the caller's timeout): the statement may
-/// commit all the same, and a judge times the record from that line.
+/// commit all the same, and a judge times the record (or the lease) from that line.
 async fn to_the_end<T: Send + 'static>(
     settle: impl Future<Output = Result<T, StoreError>> + Send + 'static,
 ) -> Result<T, StoreError> {

@@ -1,5 +1,5 @@
 //! The evidence lines (`lease-store/src/evidence.rs`): a won claim with its fence and how
-//! it was won, and each settle call applied or refused, as JSON lines a history checker
+//! it was won, each renew that extended a lease, and each settle call applied or refused, as JSON lines a history checker
 //! parses (`chaos/src/checker/evidence.rs`).
 
 #![allow(clippy::unwrap_used)]
@@ -128,6 +128,70 @@ async fn claims_and_settles_are_logged_with_fence_how_and_outcome() {
             ),
         ]
     );
+}
+
+/// A renew that extended its lease is a fact the judge times the lease's end from; one that
+/// found the lease taken over extended nothing and is not logged as renewed.
+#[tokio::test]
+async fn renews_that_extended_a_lease_are_logged() {
+    let port = free_port();
+    let mut command = serve_command(&cluster().url(), port, &["--takeover-grace", "0s"]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server { mut child, api, .. } = start_command(command, port).await;
+    let scope = fresh_digest("evidence-renewed");
+    let fingerprint = fresh_digest("evidence-renewed-body");
+    let path = format!("/v1/claims/{scope}");
+    let body = json!({ "fingerprint": fingerprint, "lease_ms": 50 });
+    let first = api.post(&path, Some(TOKEN), &body).await;
+    assert_eq!(first.outcome(), "won", "{}", first.text);
+    let renew_path = format!("{path}/renew");
+    let renew = json!({ "claim_id": first.json["claim_id"], "lease_ms": 60 });
+    let renewed = api.post(&renew_path, Some(TOKEN), &renew).await;
+    assert_eq!(renewed.status, 200, "{}", renewed.text);
+    let taken = loop {
+        let answer = api.post(&path, Some(TOKEN), &body).await;
+        if answer.outcome() == "won" {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    api.post(&renew_path, Some(TOKEN), &renew)
+        .await
+        .assert_problem(409, "lease_lost");
+
+    child.signal(keyflight_testkit::process::Signal::Term);
+    child.wait_exit(Duration::from_secs(30));
+    let lines = evidence(&child.log());
+    let bare = scope.trim_start_matches("sha256:");
+    let of_scope: Vec<(&str, &str)> = lines
+        .iter()
+        .filter(|f| f["scope"] == bare)
+        .map(|f| {
+            (
+                f["evidence"].as_str().unwrap(),
+                f["claim_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let (first_id, taken_id) = (
+        first.json["claim_id"].as_str().unwrap(),
+        taken.json["claim_id"].as_str().unwrap(),
+    );
+    assert_eq!(
+        of_scope,
+        vec![
+            ("claim_won", first_id),
+            ("renewed", first_id),
+            ("claim_won", taken_id),
+        ],
+        "log at {}",
+        child.log_path().display()
+    );
+    let line = lines
+        .iter()
+        .find(|f| f["evidence"] == "renewed")
+        .expect("the renew is logged");
+    assert_eq!(line["lease_ms"], 60);
 }
 
 /// A hold policy's lapsed lease held as `unknown` is a fact the judge needs (the answer
