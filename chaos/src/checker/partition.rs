@@ -5,7 +5,8 @@
 //! fingerprint, every claim in between a takeover, no settle of the earlier fence landed
 //! before the takeover); this row then needs, from the history:
 //!
-//! 1. a `proxy_partition` of the very Envoy that forwarded the earlier execution, which
+//! 1. a `proxy_partition` of the very Envoy that forwarded the earlier execution (or a
+//!    `slow_link` of it, slowed until its calls time out: a partition for its renews), which
 //!    began before the takeover and any landed settle of that claim and ended after the
 //!    claim was won. Its span is the one it certainly held (`Fault::in_place_ms`: from the
 //!    moment its rules were in place to the moment their removal began). The history
@@ -65,6 +66,11 @@ impl Earlier<'_> {
     }
 }
 
+/// The link faults that keep a proxy's renews from landing: a cut, or a link slowed until
+/// calls time out. A one-way loss is not one: the stores still get the renews and apply
+/// them, so a lease cannot run out under it.
+const KEEPS_RENEWS_OUT: [FaultKind; 2] = [FaultKind::ProxyPartition, FaultKind::SlowLink];
+
 /// `Ok(None)` when no partition of the earlier fence's proxy overlaps its claim's lease;
 /// `Err` when one does but another condition of the row is not shown.
 pub fn proxy_partitioned(
@@ -76,27 +82,28 @@ pub fn proxy_partitioned(
     let before = earlier.deadline(takeover);
     let envoy = earlier.envoy;
     let Some(cut) = history.faults.iter().find(|fault| {
-        fault.kind == FaultKind::ProxyPartition
+        KEEPS_RENEWS_OUT.contains(&fault.kind)
             && fault.target == envoy
             && fault.start_ms < before
             && earlier.claim.at_ms < fault.end_ms
     }) else {
         return Ok(None);
     };
+    let named = format!("fault {}, {}", cut.id, cut.kind.name());
     let (Some(lease_ms), Some(renewal), Some((in_place, lifting))) =
         (history.lease_ms, history.renewal, cut.in_place_ms)
     else {
         return Err(format!(
-            "envoy-{envoy} was cut off at {} ms (fault {}), but the history does not record \
+            "envoy-{envoy} was cut off at {} ms ({named}), but the history does not record \
              the lease, how it is renewed, or when the cut was in place",
-            cut.start_ms, cut.id
+            cut.start_ms
         ));
     };
     if !renewal.logged {
         return Err(format!(
-            "envoy-{envoy} was cut off at {} ms (fault {}), but the history does not record \
+            "envoy-{envoy} was cut off at {} ms ({named}), but the history does not record \
              which renews landed, so when its lease was last extended is not known",
-            cut.start_ms, cut.id
+            cut.start_ms
         ));
     }
     let ms = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
@@ -115,18 +122,18 @@ pub fn proxy_partitioned(
     if in_place > renew_due_by {
         return Err(format!(
             "envoy-{envoy} last extended fence {}'s lease at {extended} ms and was cut off \
-             only from {in_place} ms (fault {}): renewing every {} ms, it had stopped \
+             only from {in_place} ms ({named}): renewing every {} ms, it had stopped \
              renewing before the cut",
-            earlier.claim.fence, cut.id, renewal.interval_ms
+            earlier.claim.fence, renewal.interval_ms
         ));
     }
     let renewed_again_by = lifting + ms(renewal.call_timeout_ms) + 2 * interval;
     if takeover.at_ms > renewed_again_by {
         return Err(format!(
-            "fence {} took the lease over at {} ms, but envoy-{envoy}'s cut (fault {}) began \
+            "fence {} took the lease over at {} ms, but envoy-{envoy}'s cut ({named}) began \
              to lift at {lifting} ms: its renew, landing by {renewed_again_by} ms, would have \
              kept the lease",
-            takeover.fence, takeover.at_ms, cut.id
+            takeover.fence, takeover.at_ms
         ));
     }
     if let Some(other) = history
@@ -135,9 +142,8 @@ pub fn proxy_partitioned(
         .find(|fault| fault.id != cut.id && fault.overlaps(cut.start_ms, takeover.at_ms))
     {
         return Err(format!(
-            "while envoy-{envoy} was cut off (fault {}), fault {} ({}) was active before the \
+            "while envoy-{envoy} was cut off ({named}), fault {} ({}) was active before the \
              takeover at {} ms: the stores and Postgres were not shown healthy",
-            cut.id,
             other.id,
             other.kind.name(),
             takeover.at_ms

@@ -7,7 +7,7 @@
 //! | proxy partition | nftables in Envoy N's namespace drop every packet to and from every lease-store (a third held past the lease, a third for lengths that may let a lease run out or not) | delete the table |
 //! | store db partition | nftables in lease-store N's namespace drop every packet to and from Postgres's port | delete the table |
 //! | one way loss | nftables in Envoy N's namespace drop every packet from every lease-store: calls arrive, answers never come back | delete the table |
-//! | slow link | `htb` + `tbf` in Envoy N's namespace and on its host-side veth end: its traffic with the lease-stores at a few hundred bytes a second each way, so calls outlast the 1 s call timeout | delete the qdiscs |
+//! | slow link | `htb` + `tbf` in Envoy N's namespace and on its host-side veth end: its traffic with the lease-stores at a few hundred bytes a second each way, so calls outlast the 1 s call timeout (held as a proxy partition is) | delete the qdiscs |
 //!
 //! The fault's end is the moment the link healed; its `in_place_ms` is the span the cut
 //! certainly held (from the rules in place to the start of their removal), on which the
