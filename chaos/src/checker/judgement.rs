@@ -365,11 +365,20 @@ pub fn judge_key(
         })
         .collect();
     let since_last_change = changes.last().map_or(Ms::MIN, |change| change.landed_ms);
+    // A replay that started within the edge cache's staleness bound after the last change
+    // may be the record as it was before it (`operator::across`): no promise of the record
+    // after the run.
+    let seen_last_change = |attempt: &&&Attempt| match attempt.outcome {
+        Outcome::Answered { replayed: true, .. } => {
+            attempt.start_ms > since_last_change.saturating_add(staleness)
+        }
+        _ => attempt.start_ms >= since_last_change,
+    };
     // An answer the previous release forgot was never recorded: it does not replay.
     let forgotten = answered_by_the_previous_release(&reruns, &executions);
     let last_segment: Vec<&Attempt> = attempts
         .iter()
-        .filter(|attempt| attempt.start_ms >= since_last_change)
+        .filter(seen_last_change)
         .filter(|attempt| !forgotten.contains(attempt.id.as_str()))
         .filter(|attempt| !lost_with_proxy.contains(attempt.id.as_str()))
         .copied()
