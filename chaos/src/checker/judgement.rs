@@ -508,8 +508,10 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 /// Judges execution `later` of a key against the execution just before it, `earlier`.
 /// Excused only when every condition of one row is shown:
 ///
-/// 1. both carry a fence, the re-run's higher, and the same body;
-/// 2. the store logged both claims, in one scope, with the same fingerprint;
+/// 1. both carry a fence, the re-run's higher, and the same body (any body after an erase,
+///    4., which frees the key for any request);
+/// 2. the store logged both claims, in one scope, with the same fingerprint (but after an
+///    erase);
 /// 3. every claim of that scope after the earlier one's successor, up to the re-run's, won
 ///    by taking over an expired lease ([`TAKEOVER`]) — never a reuse, a way of winning
 ///    this judge does not know, or a fresh insert (the record vanished) unless the claim
@@ -527,8 +529,8 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    then, the hand-off to the outbox must be in its log) — or it retired a root context
 ///    with that claim's settle call in its outbox and a module push then destroyed that VM
 ///    before the takeover and any landed settle, or a hot restart's parent logged that
-///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every lease-store for longer than the
-///    lease, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
+///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every
+///    lease-store until its lease ran out, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
 ///    the claim up before the takeover — never when a lease taken over was claimed
 ///    at-most-once (a hold policy's), or taken over by a claim that was
 ///    ([`at_most_once_takeover`]).
@@ -560,22 +562,19 @@ fn excused(
             "the re-run's fence {later_fence} is not above the earlier {earlier_fence}"
         ));
     }
-    if earlier.body_sha256 != later.body_sha256 {
-        return Err(format!(
-            "the re-run sent another body ({} after {})",
-            later.body_sha256, earlier.body_sha256
-        ));
-    }
     let claim = |fence: u64| {
         evidence
             .claim(fence)
             .ok_or_else(|| format!("no lease-store logged the claim of fence {fence}"))
     };
     let (first, last) = (claim(earlier_fence)?, claim(later_fence)?);
-    if first.scope != last.scope || first.fingerprint != last.fingerprint {
-        return Err(format!(
+    let another_scope = || {
+        format!(
             "fences {earlier_fence} and {later_fence} were won for another scope or fingerprint"
-        ));
+        )
+    };
+    if first.scope != last.scope {
+        return Err(another_scope());
     }
     let between = evidence.claims_between(&first.scope, earlier_fence, later_fence);
     let Some(takeover) = between.first().copied() else {
@@ -583,7 +582,19 @@ fn excused(
             "no claim after fence {earlier_fence} in its scope was logged"
         ));
     };
-    if let Some((row, successor)) = operator::erased(first, &between, history)? {
+    // An erase frees the key for any request (`docs/guarantee.md#operator-changes`): the
+    // re-run may carry another body, which found no record to conflict with.
+    let erased = operator::erased(first, &between, history)?;
+    if erased.is_none() && earlier.body_sha256 != later.body_sha256 {
+        return Err(format!(
+            "the re-run sent another body ({} after {})",
+            later.body_sha256, earlier.body_sha256
+        ));
+    }
+    if erased.is_none() && first.fingerprint != last.fingerprint {
+        return Err(another_scope());
+    }
+    if let Some((row, successor)) = erased {
         return Ok(RerunVerdict::Excused {
             row,
             envoy: earlier.via.unwrap_or_default(),
