@@ -370,7 +370,7 @@ pub fn judge_key(
     // after the run.
     let seen_last_change = |attempt: &&&Attempt| match attempt.outcome {
         Outcome::Answered { replayed: true, .. } => {
-            attempt.start_ms > since_last_change.saturating_add(staleness)
+            operator::must_have_seen(since_last_change, attempt.start_ms, staleness)
         }
         _ => attempt.start_ms >= since_last_change,
     };
@@ -585,14 +585,16 @@ fn excused(
     // An erase frees the key for any request (`docs/guarantee.md#operator-changes`): the
     // re-run may carry another body, which found no record to conflict with.
     let erased = operator::erased(first, &between, history)?;
-    if erased.is_none() && earlier.body_sha256 != later.body_sha256 {
-        return Err(format!(
-            "the re-run sent another body ({} after {})",
-            later.body_sha256, earlier.body_sha256
-        ));
-    }
-    if erased.is_none() && first.fingerprint != last.fingerprint {
-        return Err(another_scope());
+    if erased.is_none() {
+        if earlier.body_sha256 != later.body_sha256 {
+            return Err(format!(
+                "the re-run sent another body ({} after {})",
+                later.body_sha256, earlier.body_sha256
+            ));
+        }
+        if first.fingerprint != last.fingerprint {
+            return Err(another_scope());
+        }
     }
     if let Some((row, successor)) = erased {
         return Ok(RerunVerdict::Excused {

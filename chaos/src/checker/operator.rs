@@ -126,6 +126,12 @@ pub struct Across {
     pub unknown_after_resolve: Vec<(usize, (u16, String), Outcome)>,
 }
 
+/// Whether a request that started at `start` must have seen a change that landed at
+/// `landed`: an edge may serve the record as it was for `staleness_ms` after a change.
+pub fn must_have_seen(landed: Ms, start: Ms, staleness_ms: Ms) -> bool {
+    landed.saturating_add(staleness_ms) < start
+}
+
 /// Judges the successful `answers` and the `unknowns` (`operation_unknown` attempts) of
 /// one key across its shown `changes`. A fresh answer belongs to the segment its claim was
 /// won in; a replay to any segment from the last change its request must have seen (one
@@ -141,7 +147,7 @@ pub fn across(
     let seen_by = |start: Ms| {
         changes
             .iter()
-            .filter(|c| c.landed_ms + staleness_ms < start)
+            .filter(|c| must_have_seen(c.landed_ms, start, staleness_ms))
             .count()
     };
     let mut sets: Vec<BTreeSet<(u16, String)>> = vec![BTreeSet::new(); changes.len() + 1];
