@@ -14,7 +14,7 @@
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
 //! | proxy partition, store db partition, one way loss, slow link | the links of one namespace cut, one way or slowed (`faults/network.rs`) | the link restored |
 //! | envoy drain, wasm upgrade, rolling upgrade | a graceful drain, a module push, Envoy 1 replaced by another release (`faults/lifecycle.rs`) | `SIGTERM` and a restart; the old VMs seen destroyed; nothing |
-//! | operator erase, operator resolve | the newest `completed` record erased, or the newest `unknown` one resolved, through a lease-store's admin API (`faults/operator.rs`; the scope and the answer are recorded) | nothing |
+//! | operator erase, operator resolve, operator resolve failed | the newest `completed`, `pending` or `unknown` record (in turn) erased, or the newest `unknown` one resolved as completed or as failed, through a lease-store's admin API (`faults/operator.rs`; the scope, the state and the answer are recorded) | nothing |
 //!
 //! No fault starts after the run's duration; the one in progress then is healed as usual.
 
@@ -156,9 +156,12 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
             injected.lifecycle =
                 Some(lifecycle::inject(stack, step.kind, step.target, clock).await);
         }
-        FaultKind::OperatorErase | FaultKind::OperatorResolve => {
+        FaultKind::OperatorErase
+        | FaultKind::OperatorResolve
+        | FaultKind::OperatorResolveFailed => {
             let nth = injected.fault.start_ms;
-            injected.fault.operator = Some(operator::act(stack, step.kind, step.target, nth).await);
+            injected.fault.operator =
+                Some(operator::act(stack, step.kind, injected.fault.id, step.target, nth).await);
         }
     }
     injected
@@ -186,7 +189,10 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
             }
         }
         FaultKind::EnvoyKill => stack.start_envoy(fault.target).await,
-        FaultKind::PluginPush | FaultKind::OperatorErase | FaultKind::OperatorResolve => {}
+        FaultKind::PluginPush
+        | FaultKind::OperatorErase
+        | FaultKind::OperatorResolve
+        | FaultKind::OperatorResolveFailed => {}
         FaultKind::ProxyPartition
         | FaultKind::StoreDbPartition
         | FaultKind::OneWayLoss

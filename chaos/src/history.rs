@@ -66,17 +66,21 @@ pub enum FaultKind {
     /// takes its sockets over; the old process (the parent) drains and exits a few seconds
     /// later, its VMs and outbox with it (`faults/lifecycle.rs`).
     EnvoyHotRestart,
-    /// An operator erases the newest completed record through a lease-store's admin API
-    /// (`DELETE /v1/records/{scope}`): a retry with its key runs again.
+    /// An operator erases the newest record in one state (`completed`, `pending` or
+    /// `unknown`, in turn) through a lease-store's admin API (`DELETE /v1/records/{scope}`):
+    /// a retry with its key runs again.
     OperatorErase,
     /// An operator resolves the newest `unknown` record as completed, with a response of
     /// its own, through a lease-store's admin API.
     OperatorResolve,
+    /// An operator resolves the newest `unknown` record as failed (the operation did not
+    /// happen): the next same-body request takes it over and runs.
+    OperatorResolveFailed,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 16] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -93,10 +97,11 @@ impl FaultKind {
         FaultKind::EnvoyHotRestart,
         FaultKind::OperatorErase,
         FaultKind::OperatorResolve,
+        FaultKind::OperatorResolveFailed,
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 15] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 16] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -112,11 +117,12 @@ impl FaultKind {
         FaultKind::EnvoyHotRestart,
         FaultKind::OperatorErase,
         FaultKind::OperatorResolve,
+        FaultKind::OperatorResolveFailed,
     ];
 
     /// The kinds a run on a replicated Postgres can inject (its parts share the host's
     /// network: no link faults).
-    pub const REPLICATED_POSTGRES: [FaultKind; 12] = [
+    pub const REPLICATED_POSTGRES: [FaultKind; 13] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
@@ -129,6 +135,7 @@ impl FaultKind {
         FaultKind::EnvoyHotRestart,
         FaultKind::OperatorErase,
         FaultKind::OperatorResolve,
+        FaultKind::OperatorResolveFailed,
     ];
 
     /// The kinds made by cutting links: they need the parts in network namespaces.
@@ -163,6 +170,7 @@ impl FaultKind {
             FaultKind::EnvoyHotRestart => "envoy hot restart",
             FaultKind::OperatorErase => "operator erase",
             FaultKind::OperatorResolve => "operator resolve",
+            FaultKind::OperatorResolveFailed => "operator resolve failed",
         }
     }
 }
@@ -226,6 +234,10 @@ pub struct OperatorAction {
     /// A resolve's recorded answer, status and body: what every later replay must be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<(u16, String)>,
+    /// The state of the record it acted on (absent in histories before erases of other
+    /// states were drawn: `completed` for an erase, `unknown` for a resolve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 impl OperatorAction {

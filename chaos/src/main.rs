@@ -62,7 +62,8 @@
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
 //! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
 //! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`,
-//! `envoy-hot-restart`, `operator-erase`, `operator-resolve`; `none` for none) and `--no-give-up` keeps every caller
+//! `envoy-hot-restart`, `operator-erase`, `operator-resolve`, `operator-resolve-failed`;
+//! `none` for none) and `--no-give-up` keeps every caller
 //! patient (`make chaos CHAOS_FLAGS='--faults envoy-kill --no-give-up'`). `--faults none
 //! --no-give-up` is the control run: the happy path alone, which must pass; one kind at a
 //! time shows which fault a failure comes from.
@@ -509,7 +510,8 @@ mod tests {
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
         let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
                    plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
-                   wasm-upgrade,rolling-upgrade,envoy-hot-restart,operator-erase,operator-resolve";
+                   wasm-upgrade,rolling-upgrade,envoy-hot-restart,operator-erase,operator-resolve,\
+                   operator-resolve-failed";
         assert_eq!(
             parse_fault_kinds(all),
             Ok(FaultKinds(FaultKind::ALL.to_vec()))

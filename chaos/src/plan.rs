@@ -86,7 +86,7 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 16] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 17] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
@@ -104,6 +104,7 @@ const FAULT_WEIGHTS: [(FaultKind, u32); 16] = [
     (FaultKind::EnvoyHotRestart, 10),
     (FaultKind::OperatorErase, 5),
     (FaultKind::OperatorResolve, 5),
+    (FaultKind::OperatorResolveFailed, 5),
 ];
 
 /// The Envoy a rolling upgrade moves to the previous release and back (Envoy 0 takes the
@@ -246,9 +247,10 @@ impl FaultStep {
             | FaultKind::WasmUpgrade
             | FaultKind::RollingUpgrade
             | FaultKind::EnvoyHotRestart => Part::Envoy(self.target),
-            FaultKind::StoreDbPartition | FaultKind::OperatorErase | FaultKind::OperatorResolve => {
-                Part::Store(self.target)
-            }
+            FaultKind::StoreDbPartition
+            | FaultKind::OperatorErase
+            | FaultKind::OperatorResolve
+            | FaultKind::OperatorResolveFailed => Part::Store(self.target),
             FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
         }
     }
@@ -455,7 +457,9 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
                 rng.random_range(settings.call_timeout_ms + 100..=renewable(settings))
             }
             // One admin call; the pause lets retries of the key meet the change.
-            FaultKind::OperatorErase | FaultKind::OperatorResolve => rng.random_range(100..600),
+            FaultKind::OperatorErase
+            | FaultKind::OperatorResolve
+            | FaultKind::OperatorResolveFailed => rng.random_range(100..600),
         };
         let gap_ms = rng.random_range(200..1000);
         // After a link fault, a lease of quiet: the partition row excuses one cut longer

@@ -292,7 +292,7 @@ mod tests {
                 "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin \
                  push | proxy partition | store db partition | one way loss | slow link | envoy drain \
                  | wasm upgrade | rolling upgrade | envoy hot restart | operator erase | operator \
-                 resolve | all |"
+                 resolve | operator resolve failed | all |"
             ),
             "{table}"
         );

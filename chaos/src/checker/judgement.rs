@@ -90,6 +90,12 @@ pub enum Row {
         /// The erase (fault id).
         fault: usize,
     },
+    /// An operator resolved the `unknown` record as failed after the earlier claim, and the
+    /// re-run's chain starts with the takeover of that failed record (`operator.rs`).
+    OperatorResolvedFailed {
+        /// The resolve (fault id).
+        fault: usize,
+    },
 }
 
 impl Row {
@@ -394,14 +400,15 @@ pub fn judge_key(
     if conflicted {
         expected.push((true, Expected::Conflict));
     }
-    // An `unknown` record runs again only after an operator erased it.
+    // An `unknown` record runs again only after an operator erased it or resolved it as
+    // failed.
     let ran_after_unknown = executions
         .iter()
         .filter(|execution| {
             unknowns.iter().any(|unknown| {
                 unknown.end_ms < execution.at_ms
                     && !changes.iter().any(|change| {
-                        change.erase
+                        change.action.frees_the_key()
                             && unknown.end_ms < change.landed_ms
                             && change.landed_ms <= execution.at_ms
                     })
@@ -519,6 +526,9 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 /// 4. or an operator erased the record after the earlier claim, and the first claim after
 ///    the erase inserted a fresh record, with the chain from there holding
 ///    ([`operator::erased`]);
+///    or resolved the `unknown` record as failed after the earlier claim and before any
+///    later one, and the first claim after the resolve took the failed record over, with the
+///    chain from there holding ([`operator::resolved_failed`]);
 /// 5. either the earlier claim was settled by a release that lets a retry run again
 ///    ([`settled_row`]: the upstream's own answer or an uncertain outcome under
 ///    `uncertain: retry` called for it, and the successor won only as that release
@@ -597,6 +607,15 @@ fn excused(
         }
     }
     if let Some((row, successor)) = erased {
+        return Ok(RerunVerdict::Excused {
+            row,
+            envoy: earlier.via.unwrap_or_default(),
+            earlier_fence,
+            takeover_fence: successor.fence,
+            later_fence,
+        });
+    }
+    if let Some((row, successor)) = operator::resolved_failed(first, &between, history)? {
         return Ok(RerunVerdict::Excused {
             row,
             envoy: earlier.via.unwrap_or_default(),

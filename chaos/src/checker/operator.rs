@@ -2,27 +2,68 @@
 //! (`docs/guarantee.md#operator-changes`).
 //!
 //! A change counts only when it is *shown*: the run's record of the action says the admin
-//! API answered 200 for the scope, and a lease-store logged the change committed
-//! (`evidence=operator`, `lease-store/src/evidence.rs`) while the action ran. Its time is
-//! the store's line. Then:
+//! API answered 200 for the scope, and a lease-store logged that very change committed
+//! (`evidence=operator` with its `action`, `lease-store/src/evidence.rs`) while the action
+//! ran. Its time is the store's line. Then:
 //!
-//! - **an erase** lets the key run again: a re-run is excused when the erase landed after
-//!   the earlier claim was won, the first claim after the erase inserted a fresh record,
-//!   and the chain from there to the re-run holds ([`erased`]);
+//! - **an erase** lets the key run again, with any body: a re-run is excused when the
+//!   erase landed after the earlier claim was won, the first claim after the erase
+//!   inserted a fresh record, and the chain from there to the re-run holds ([`erased`]);
+//! - **a resolve as failed** lets the key run again with the same request: a re-run is
+//!   excused when the resolve landed after the earlier claim was won and before any later
+//!   claim, the first claim after it took the failed record over, and the chain from there
+//!   holds ([`resolved_failed`]);
 //! - each shown change starts a new *segment* of the key's answers: answers are judged
 //!   divergent within a segment only, and only the last segment's answers must replay
 //!   after the run. A replay is allowed to be the old record's only when its request
 //!   started within the edge cache's staleness bound after the change
 //!   (`edge_cache.max_staleness_ms`, `docs/stream-machine.md#the-edge-cache`); later, a
-//!   replay of an answer an earlier segment delivered is stale, and after a resolve every
-//!   replay must be the resolved answer — and a `409 operation_unknown` is a record that
-//!   no longer answers as it must ([`across`]).
+//!   replay of an answer an earlier segment delivered is stale, and after a resolve as
+//!   completed every replay must be the resolved answer — and a `409 operation_unknown` is
+//!   a record that no longer answers as it must ([`across`]).
 
 use std::collections::BTreeSet;
 
-use super::evidence::ClaimWon;
+use super::evidence::{ClaimWon, TAKEOVER};
 use super::judgement::{Row, SETTLE_LOG_SLACK_MS, chain_holds};
 use crate::history::{Attempt, FaultKind, History, Ms, Outcome};
+
+/// What an operator did to a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Deleted it.
+    Erase,
+    /// Settled an `unknown` record as completed.
+    ResolveCompleted,
+    /// Settled an `unknown` record as failed: the operation did not happen.
+    ResolveFailed,
+}
+
+impl Action {
+    /// The action a fault of `kind` makes.
+    fn of(kind: FaultKind) -> Option<Action> {
+        match kind {
+            FaultKind::OperatorErase => Some(Action::Erase),
+            FaultKind::OperatorResolve => Some(Action::ResolveCompleted),
+            FaultKind::OperatorResolveFailed => Some(Action::ResolveFailed),
+            _ => None,
+        }
+    }
+
+    /// Its spelling in the store's evidence line (`lease-store/src/evidence.rs`).
+    fn logged_as(self) -> &'static str {
+        match self {
+            Action::Erase => "erase",
+            Action::ResolveCompleted => "resolve_completed",
+            Action::ResolveFailed => "resolve_failed",
+        }
+    }
+
+    /// Whether the key may run again after it: an erase, or a resolve as failed.
+    pub fn frees_the_key(self) -> bool {
+        matches!(self, Action::Erase | Action::ResolveFailed)
+    }
+}
 
 /// A shown operator change of one scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +72,8 @@ pub struct Change {
     pub fault: usize,
     /// When the store logged it committed.
     pub landed_ms: Ms,
-    /// An erase (else a resolve).
-    pub erase: bool,
+    /// What was done.
+    pub action: Action,
     /// A resolve's recorded answer.
     pub resolved: Option<(u16, String)>,
 }
@@ -43,22 +84,22 @@ pub fn shown(history: &History, scope: &str) -> Vec<Change> {
         .faults
         .iter()
         .filter_map(|fault| {
-            let action = fault.operator.as_ref()?;
-            if !action.done() || action.scope.as_deref() != Some(scope) {
+            let made = fault.operator.as_ref()?;
+            let action = Action::of(fault.kind)?;
+            if !made.done() || made.scope.as_deref() != Some(scope) {
                 return None;
             }
-            let erase = fault.kind == FaultKind::OperatorErase;
             let landed = history.evidence.operator_changes.iter().find(|change| {
                 change.scope == scope
-                    && (change.action == "erase") == erase
+                    && change.action == action.logged_as()
                     && fault.start_ms - SETTLE_LOG_SLACK_MS <= change.at_ms
                     && change.at_ms <= fault.end_ms + SETTLE_LOG_SLACK_MS
             })?;
             Some(Change {
                 fault: fault.id,
                 landed_ms: landed.at_ms,
-                erase,
-                resolved: action.resolved.clone(),
+                action,
+                resolved: made.resolved.clone(),
             })
         })
         .collect();
@@ -78,7 +119,7 @@ pub fn erased<'a>(
         return Ok(None);
     };
     let Some(erase) = shown(history, &first.scope).into_iter().find(|change| {
-        change.erase
+        change.action == Action::Erase
             && first.at_ms < change.landed_ms
             && change.landed_ms <= last.at_ms + SETTLE_LOG_SLACK_MS
     }) else {
@@ -98,6 +139,49 @@ pub fn erased<'a>(
     chain_holds(&between[from..], history)?;
     Ok(Some((
         Row::OperatorErased { fault: erase.fault },
+        successor,
+    )))
+}
+
+/// The resolve-as-failed row: `Ok(None)` when no shown resolve as failed of the scope
+/// landed after the earlier claim `first` and by the re-run's claim (the last of
+/// `between`); `Err` when one did but a claim came before it (a record the operator found
+/// `unknown` had no later claim), or the first claim after it did not take the failed
+/// record over, or the chain from there does not hold. The resolve keeps the record's
+/// fingerprint, so the re-run's body is checked as for any other row.
+pub fn resolved_failed<'a>(
+    first: &ClaimWon,
+    between: &[&'a ClaimWon],
+    history: &History,
+) -> Result<Option<(Row, &'a ClaimWon)>, String> {
+    let (Some(successor), Some(last)) = (between.first(), between.last()) else {
+        return Ok(None);
+    };
+    let Some(resolve) = shown(history, &first.scope).into_iter().find(|change| {
+        change.action == Action::ResolveFailed
+            && first.at_ms < change.landed_ms
+            && change.landed_ms <= last.at_ms + SETTLE_LOG_SLACK_MS
+    }) else {
+        return Ok(None);
+    };
+    if successor.at_ms + SETTLE_LOG_SLACK_MS < resolve.landed_ms {
+        return Err(format!(
+            "fence {} was won at {} ms, before the resolve as failed landed at {} ms",
+            successor.fence, successor.at_ms, resolve.landed_ms
+        ));
+    }
+    if successor.how != TAKEOVER {
+        return Err(format!(
+            "fence {} won by `{}` after the resolve as failed at {} ms, not by taking the \
+             failed record over",
+            successor.fence, successor.how, resolve.landed_ms
+        ));
+    }
+    chain_holds(between, history)?;
+    Ok(Some((
+        Row::OperatorResolvedFailed {
+            fault: resolve.fault,
+        },
         successor,
     )))
 }

@@ -1,9 +1,11 @@
 //! The operator actions, made as an operator makes them during load: through a
 //! lease-store's admin API on its own listener, with the operator token
-//! (`docs/records.md#operators`). Each acts on the newest record in the state it needs —
-//! `completed` to erase, `unknown` to resolve — so the key's late callers meet the change.
-//! A resolve records an answer of its own (`201`, a body naming the action), which every
-//! later replay of the key must then be.
+//! (`docs/records.md#operators`). Each acts on the newest record in the state it needs, so
+//! the key's late callers meet the change: an erase takes `completed`, `pending` and
+//! `unknown` records in turn (a settled record, a request still running, an outcome nobody
+//! knows), a resolve an `unknown` one. A resolve as completed records an answer of its own
+//! (`201`, a body naming the action), which every later replay of the key must then be; a
+//! resolve as failed says the operation did not happen, so the next same-body request runs.
 
 use keyflight_protocol::wire::{ACK_REPLAY_RISK_HEADER, StoredResponse};
 use keyflight_testkit::stack::{ADMIN_TOKEN, Stack};
@@ -14,8 +16,18 @@ use crate::history::{FaultKind, OperatorAction};
 /// The status a resolve records.
 const RESOLVED_STATUS: u16 = 201;
 
-/// Makes the action `kind` through lease-store `store`'s admin API; `nth` names it.
-pub async fn act(stack: &Stack, kind: FaultKind, store: usize, nth: i64) -> OperatorAction {
+/// The states an erase takes in turn, by its fault's position in the run.
+const ERASED_STATES: [&str; 3] = ["completed", "pending", "unknown"];
+
+/// Makes the action `kind`, the run's fault `id`, through lease-store `store`'s admin API;
+/// `nth` names it.
+pub async fn act(
+    stack: &Stack,
+    kind: FaultKind,
+    id: usize,
+    store: usize,
+    nth: i64,
+) -> OperatorAction {
     let base = format!(
         "http://{}:{}/v1/records",
         stack.store_ip(store),
@@ -23,13 +35,14 @@ pub async fn act(stack: &Stack, kind: FaultKind, store: usize, nth: i64) -> Oper
     );
     let client = reqwest::Client::new();
     let state = match kind {
-        FaultKind::OperatorResolve => "unknown",
-        _ => "completed",
+        FaultKind::OperatorResolve | FaultKind::OperatorResolveFailed => "unknown",
+        _ => ERASED_STATES[id % ERASED_STATES.len()],
     };
     let mut action = OperatorAction {
         scope: None,
         answered: None,
         resolved: None,
+        state: Some(state.to_owned()),
     };
     let listed = client
         .get(format!("{base}?state={state}&limit=1"))
@@ -55,6 +68,12 @@ pub async fn act(stack: &Stack, kind: FaultKind, store: usize, nth: i64) -> Oper
             client.post(format!("{base}/{scope}/resolve")).json(&json!({
                 "as": "completed",
                 "response": response,
+                "reason": format!("chaos operator action {nth}"),
+            }))
+        }
+        FaultKind::OperatorResolveFailed => {
+            client.post(format!("{base}/{scope}/resolve")).json(&json!({
+                "as": "failed",
                 "reason": format!("chaos operator action {nth}"),
             }))
         }
