@@ -146,6 +146,11 @@ impl FaultKind {
         FaultKind::SlowLink,
     ];
 
+    /// The link faults that keep a proxy's renews from landing: a cut, or a link slowed until
+    /// calls time out. A one-way loss is not one: the stores still get the renews and apply
+    /// them, so a lease cannot run out under it.
+    pub const KEEPS_RENEWS_OUT: [FaultKind; 2] = [FaultKind::ProxyPartition, FaultKind::SlowLink];
+
     /// Whether it takes the database down (every lease-store waits for its heal).
     pub fn breaks_the_database(self) -> bool {
         matches!(self, FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath)

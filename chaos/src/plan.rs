@@ -121,6 +121,10 @@ const LINK_QUIET_MARGIN_MS: u64 = 500;
 /// How often a fault is drawn to overlap the next one (two faults at once).
 const OVERLAP_PROBABILITY: f64 = 0.2;
 
+/// How often a cut or slow link is followed at once by another of the same proxy: a
+/// flapping link, whose faults add up past the lease.
+const FLAP_PROBABILITY: f64 = 0.3;
+
 /// What shapes a plan besides the seed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Settings {
@@ -391,7 +395,39 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
     // Each step takes at least its gap and hold; plan until that alone fills the run.
     let mut planned_ms = 0;
     let mut on_the_previous_release = false;
+    let flapping_kinds: Vec<FaultKind> = FaultKind::KEEPS_RENEWS_OUT
+        .into_iter()
+        .filter(|kind| settings.fault_kinds.contains(kind))
+        .collect();
     while planned_ms < settings.duration_ms {
+        // A flapping link: right after a cut or slow link, another of the same proxy, the
+        // two judged as one partition when no renew was due to land between them
+        // (`checker/partition.rs`).
+        let flap = match faults.last() {
+            Some(previous)
+                if FaultKind::KEEPS_RENEWS_OUT.contains(&previous.kind)
+                    && !flapping_kinds.is_empty() =>
+            {
+                rng.random_bool(FLAP_PROBABILITY).then(|| {
+                    let kind = flapping_kinds[rng.random_range(0..flapping_kinds.len())];
+                    (kind, previous.target)
+                })
+            }
+            _ => None,
+        };
+        if let Some((kind, target)) = flap {
+            let gap_ms = rng.random_range(200..1000);
+            let hold_ms = partition_hold(rng, settings);
+            planned_ms += gap_ms + hold_ms;
+            faults.push(FaultStep {
+                gap_ms,
+                kind,
+                target,
+                hold_ms,
+                overlaps_next: false,
+            });
+            continue;
+        }
         let kind = weighted(rng, &weights);
         let target = match kind {
             // The partition whose database dies, on a partitioned one.
@@ -462,10 +498,10 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             | FaultKind::OperatorResolveFailed => rng.random_range(100..600),
         };
         let gap_ms = rng.random_range(200..1000);
-        // After a link fault, a lease of quiet: the partition row excuses one cut longer
-        // than the lease with every other part healthy, and the judge does not add faults
-        // up, so a second fault must not start before the proxy has renewed
-        // (chaos/README.md#known-gaps).
+        // After a link fault (a flapping one's last), a lease of quiet: the partition row
+        // excuses cuts that ran a lease out with every other part healthy, and the judge
+        // adds up only the cuts and slow links of that one proxy, so another fault must not
+        // start before the proxy has renewed (chaos/README.md#known-gaps).
         let gap_ms = match faults.last() {
             Some(previous) if FaultKind::NETWORK.contains(&previous.kind) => {
                 gap_ms.max(settings.lease_ms + LINK_QUIET_MARGIN_MS)
@@ -638,8 +674,16 @@ mod tests {
         }
     }
 
+    /// Whether `next` continues a flapping link after `previous`: both keep the same
+    /// proxy's renews out.
+    fn flaps(previous: &FaultStep, next: &FaultStep) -> bool {
+        FaultKind::KEEPS_RENEWS_OUT.contains(&previous.kind)
+            && FaultKind::KEEPS_RENEWS_OUT.contains(&next.kind)
+            && previous.target == next.target
+    }
+
     #[test]
-    fn a_link_fault_is_followed_by_a_lease_of_quiet() {
+    fn a_link_fault_is_followed_by_a_lease_of_quiet_or_flaps() {
         let settings = Settings {
             fault_kinds: FaultKind::SINGLE_POSTGRES.to_vec(),
             ..settings()
@@ -648,6 +692,7 @@ mod tests {
         let after_links: Vec<_> = faults
             .windows(2)
             .filter(|pair| FaultKind::NETWORK.contains(&pair[0].kind))
+            .filter(|pair| !flaps(&pair[0], &pair[1]))
             .collect();
         assert!(!after_links.is_empty(), "the plan draws link faults");
         for pair in after_links {
@@ -659,6 +704,31 @@ mod tests {
                 pair[0].kind
             );
         }
+    }
+
+    #[test]
+    fn cuts_and_slow_links_flap_on_one_proxy_with_short_gaps() {
+        let settings = Settings {
+            duration_ms: 300_000,
+            fault_kinds: FaultKind::KEEPS_RENEWS_OUT.to_vec(),
+            ..settings()
+        };
+        let faults = draw_faults(&mut StdRng::seed_from_u64(7), &settings);
+        let quick: Vec<_> = faults
+            .windows(2)
+            .filter(|pair| pair[1].gap_ms < settings.lease_ms)
+            .collect();
+        assert!(quick.len() >= 2, "some links flap: {faults:?}");
+        for pair in quick {
+            assert!(flaps(&pair[0], &pair[1]), "{pair:?}");
+            assert!(pair[1].gap_ms < 1000, "{pair:?}");
+        }
+        assert!(
+            faults
+                .windows(2)
+                .any(|pair| pair[0].kind != pair[1].kind && flaps(&pair[0], &pair[1])),
+            "a cut flaps into a slow link or back"
+        );
     }
 
     #[test]

@@ -12,7 +12,12 @@
 //!    moment its rules were in place to the moment their removal began). The history
 //!    records the lease, how the proxy renews it, and the renews that landed (the stores'
 //!    `renewed` lines: `History::lease_ms`, `History::renewal`); without all of them
-//!    nothing is excused;
+//!    nothing is excused. Several such faults of that proxy back to back (a flapping link)
+//!    count as one cut, from the first to lift after the lease was last extended (2.) to
+//!    the last, when each came in place before a renew was due to land after the one
+//!    before began to lift (4.'s bound); one that lifted before that extension kept no
+//!    later renew out, and one with a renew due in between shows a proxy that had stopped
+//!    renewing;
 //! 2. the lease was last extended (by its last renew before the takeover, or by the claim)
 //!    no earlier than a lease before the takeover, give or take how late a store may log a
 //!    renew it committed: a takeover of a lease that had not run out is the store's fault,
@@ -38,7 +43,7 @@
 
 use super::evidence::ClaimWon;
 use super::judgement::{Row, SETTLE_LOG_SLACK_MS, answered_by, handed_off_by};
-use crate::history::{Attempt, Execution, FaultKind, History, Ms};
+use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 use std::collections::HashMap;
 
 /// How much earlier than its log line a renew may have committed: a store logs it after
@@ -66,11 +71,6 @@ impl Earlier<'_> {
     }
 }
 
-/// The link faults that keep a proxy's renews from landing: a cut, or a link slowed until
-/// calls time out. A one-way loss is not one: the stores still get the renews and apply
-/// them, so a lease cannot run out under it.
-const KEEPS_RENEWS_OUT: [FaultKind; 2] = [FaultKind::ProxyPartition, FaultKind::SlowLink];
-
 /// `Ok(None)` when no partition of the earlier fence's proxy overlaps its claim's lease;
 /// `Err` when one does but another condition of the row is not shown.
 pub fn proxy_partitioned(
@@ -81,33 +81,52 @@ pub fn proxy_partitioned(
 ) -> Result<Option<Row>, String> {
     let before = earlier.deadline(takeover);
     let envoy = earlier.envoy;
-    let Some(cut) = history.faults.iter().find(|fault| {
-        KEEPS_RENEWS_OUT.contains(&fault.kind)
-            && fault.target == envoy
-            && fault.start_ms < before
-            && earlier.claim.at_ms < fault.end_ms
-    }) else {
+    let cuts: Vec<&Fault> = history
+        .faults
+        .iter()
+        .filter(|fault| {
+            FaultKind::KEEPS_RENEWS_OUT.contains(&fault.kind)
+                && fault.target == envoy
+                && fault.start_ms < before
+                && earlier.claim.at_ms < fault.end_ms
+        })
+        .collect();
+    let Some(first) = cuts.first() else {
         return Ok(None);
     };
-    let named = format!("fault {}, {}", cut.id, cut.kind.name());
-    let (Some(lease_ms), Some(renewal), Some((in_place, lifting))) =
-        (history.lease_ms, history.renewal, cut.in_place_ms)
-    else {
+    let named = |cut: &Fault| format!("fault {}, {}", cut.id, cut.kind.name());
+    let (Some(lease_ms), Some(renewal)) = (history.lease_ms, history.renewal) else {
         return Err(format!(
-            "envoy-{envoy} was cut off at {} ms ({named}), but the history does not record \
-             the lease, how it is renewed, or when the cut was in place",
-            cut.start_ms
+            "envoy-{envoy} was cut off at {} ms ({}), but the history does not record \
+             the lease or how it is renewed",
+            first.start_ms,
+            named(first)
         ));
     };
+    let mut spans = Vec::new();
+    for cut in &cuts {
+        let Some((in_place, lifting)) = cut.in_place_ms else {
+            return Err(format!(
+                "envoy-{envoy} was cut off at {} ms ({}), but the history does not record \
+                 when the cut was in place",
+                cut.start_ms,
+                named(cut)
+            ));
+        };
+        spans.push((*cut, in_place, lifting));
+    }
     if !renewal.logged {
         return Err(format!(
-            "envoy-{envoy} was cut off at {} ms ({named}), but the history does not record \
+            "envoy-{envoy} was cut off at {} ms ({}), but the history does not record \
              which renews landed, so when its lease was last extended is not known",
-            cut.start_ms
+            first.start_ms,
+            named(first)
         ));
     }
     let ms = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
     let (lease, interval) = (ms(lease_ms), ms(renewal.interval_ms));
+    // After a cut lifts, the proxy's hung renews time out and its next one lands.
+    let renewed_after = |lifting: Ms| lifting + ms(renewal.call_timeout_ms) + 2 * interval;
     let extended = history
         .evidence
         .lease_last_extended(earlier.claim, takeover.at_ms);
@@ -118,32 +137,65 @@ pub fn proxy_partitioned(
             takeover.fence, takeover.at_ms, earlier.claim.fence
         ));
     }
+    // The cuts that kept renews out after the last extension, in order: one that lifted
+    // before it did not stop the proxy renewing.
+    spans.retain(|(_, _, lifting)| *lifting > extended);
+    spans.sort_by_key(|(_, in_place, _)| *in_place);
+    let (Some(&(cut, in_place, _)), Some(&(last, _, lifting))) = (spans.first(), spans.last())
+    else {
+        return Err(format!(
+            "envoy-{envoy} last extended fence {}'s lease at {extended} ms, after its every \
+             cut had begun to lift ({}): nothing kept its later renews out",
+            earlier.claim.fence,
+            named(first)
+        ));
+    };
     let renew_due_by = extended + 2 * interval;
     if in_place > renew_due_by {
         return Err(format!(
             "envoy-{envoy} last extended fence {}'s lease at {extended} ms and was cut off \
-             only from {in_place} ms ({named}): renewing every {} ms, it had stopped \
+             only from {in_place} ms ({}): renewing every {} ms, it had stopped \
              renewing before the cut",
-            earlier.claim.fence, renewal.interval_ms
+            earlier.claim.fence,
+            named(cut),
+            renewal.interval_ms
         ));
     }
-    let renewed_again_by = lifting + ms(renewal.call_timeout_ms) + 2 * interval;
+    // Back-to-back cuts add up only when no renew was due to land between them.
+    for pair in spans.windows(2) {
+        let [(before, _, lifted), (next, next_in_place, _)] = pair else {
+            continue;
+        };
+        if *next_in_place > renewed_after(*lifted) {
+            return Err(format!(
+                "envoy-{envoy}'s link was restored between {lifted} ms ({}) and {next_in_place} \
+                 ms ({}): its renew, landing by {} ms, would have extended fence {}'s lease",
+                named(before),
+                named(next),
+                renewed_after(*lifted),
+                earlier.claim.fence
+            ));
+        }
+    }
+    let renewed_again_by = renewed_after(lifting);
     if takeover.at_ms > renewed_again_by {
         return Err(format!(
-            "fence {} took the lease over at {} ms, but envoy-{envoy}'s cut ({named}) began \
+            "fence {} took the lease over at {} ms, but envoy-{envoy}'s cut ({}) began \
              to lift at {lifting} ms: its renew, landing by {renewed_again_by} ms, would have \
              kept the lease",
-            takeover.fence, takeover.at_ms
+            takeover.fence,
+            takeover.at_ms,
+            named(last)
         ));
     }
-    if let Some(other) = history
-        .faults
-        .iter()
-        .find(|fault| fault.id != cut.id && fault.overlaps(cut.start_ms, takeover.at_ms))
-    {
+    if let Some(other) = history.faults.iter().find(|fault| {
+        !spans.iter().any(|(cut, _, _)| cut.id == fault.id)
+            && fault.overlaps(cut.start_ms, takeover.at_ms)
+    }) {
         return Err(format!(
-            "while envoy-{envoy} was cut off ({named}), fault {} ({}) was active before the \
+            "while envoy-{envoy} was cut off ({}), fault {} ({}) was active before the \
              takeover at {} ms: the stores and Postgres were not shown healthy",
+            named(cut),
             other.id,
             other.kind.name(),
             takeover.at_ms
