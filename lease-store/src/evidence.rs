@@ -12,7 +12,8 @@
 //! `at_most_once` (the claim's policy holds uncertain outcomes: its lapsed lease is never
 //! taken over), `how` (the wire's [`WonHow`] spelling; a reader must treat a value it does
 //! not know as a new way to win), `call` (`finalize`, `finalize_not_replayable`,
-//! `release_cooldown`, `release_unknown`, `release_forget`) and `outcome` (`applied`,
+//! `release_cooldown`, `release_unknown`, `release_forget`, and `release_orphan`: a claim won
+//! for a caller that went away, released by the store itself) and `outcome` (`applied`,
 //! `lease_lost`, `refused`) — a release's line also says whether it was a `repeat` and when
 //! the database applied it and ends its cooldown ([`released`]) — and for an operator
 //! change `action` (the audit's: `erase`, `resolve_completed`, `resolve_failed`) and
@@ -33,6 +34,17 @@ use crate::store::{Released, StoreError};
 
 /// Logs a won claim.
 pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimResponse) {
+    claim_won(scope, &request.fingerprint, request.at_most_once, response);
+}
+
+/// Logs a won claim of `fingerprint`, also one won for a caller that went away (an
+/// orphan, logged before its release: `store/orphan.rs`).
+pub fn claim_won(
+    scope: &Digest,
+    fingerprint: &Digest,
+    at_most_once: bool,
+    response: &ClaimResponse,
+) {
     if let ClaimResponse::Won {
         claim_id,
         fence,
@@ -43,12 +55,12 @@ pub fn claim_answered(scope: &Digest, request: &ClaimRequest, response: &ClaimRe
         tracing::info!(
             evidence = "claim_won",
             scope = %scope.to_hex(),
-            fingerprint = %request.fingerprint.to_hex(),
+            fingerprint = %fingerprint.to_hex(),
             %claim_id,
             fence,
             how = WonHow::as_str(*how),
             lease_ms,
-            at_most_once = request.at_most_once,
+            at_most_once,
             "claim won"
         );
     }
@@ -67,6 +79,22 @@ pub fn renewed(scope: &Digest, request: &RenewRequest, answer: &Result<RenewResp
             "lease renewed"
         );
     }
+}
+
+/// Logs an orphan claim the store released (`store/orphan.rs`): won in the database, its
+/// answer never handed to the caller, so no proxy holds its claim id or forwarded its
+/// request. A `settle` line (`call=release_orphan`, with the fence it released), so a judge
+/// reads it as that claim released unrun (`chaos/src/checker/evidence.rs`).
+pub fn orphan_released(scope: &Digest, claim_id: Uuid, fence: i64) {
+    tracing::info!(
+        evidence = "settle",
+        scope = %scope.to_hex(),
+        %claim_id,
+        call = "release_orphan",
+        outcome = "applied",
+        fence,
+        "released an orphan claim: it committed, and its caller never got the answer"
+    );
 }
 
 /// The name a settle call goes by in evidence lines.

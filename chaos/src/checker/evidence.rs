@@ -421,9 +421,14 @@ impl Evidence {
 
     /// When a store applied the `release_forget` of a claim a proxy logged it did not
     /// forward (`evidence=not_forwarded`, a `won` answered too late to keep its lease:
-    /// `docs/stream-machine.md#the-claim`); `Err` names the missing line. Whether the
-    /// upstream ran the fence anyway is for the judge to check against its log.
+    /// `docs/stream-machine.md#the-claim`), or released the claim as an orphan
+    /// (`release_orphan`: its answer never reached the proxy, so no proxy could forward it,
+    /// `docs/records.md#orphan-claims`); `Err` names the missing line. Whether the upstream
+    /// ran the fence anyway is for the judge to check against its log.
     pub fn released_unforwarded(&self, claim: &ClaimWon) -> Result<Release, String> {
+        if let Some(orphan) = self.release(claim, &["release_orphan"])? {
+            return Ok(orphan);
+        }
         let fence = claim.fence;
         if !self.proxy_settles.iter().any(|settle| {
             settle.event == "not_forwarded" && settle.fence == fence && settle.scope == claim.scope

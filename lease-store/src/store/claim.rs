@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, StoredResponse, WonHow};
+use tokio::sync::oneshot;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 use uuid::Uuid;
@@ -358,7 +359,46 @@ impl Store {
                 }
             }
         }
-        self.claim_single(scope, &params).await
+        self.claim_single_to_the_end(*scope, params).await
+    }
+
+    /// The single path in a task of its own, as a settle runs: when the caller goes away
+    /// while the statement runs (its proxy reset the call, or died), the statement's answer
+    /// is still read, and a claim it won is an orphan known by how it won
+    /// ([`Store::orphan_claimed`]) rather than one its guard releases blind.
+    async fn claim_single_to_the_end(
+        &self,
+        scope: Digest,
+        params: ClaimParams,
+    ) -> Result<ClaimAttempt, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let store = self.clone();
+        tokio::spawn(async move {
+            let attempt = store.claim_single(&scope, &params).await;
+            if let Err(Ok(orphan)) = reply.send(attempt) {
+                store.orphan_claimed(scope, &params, &orphan.response);
+            }
+        });
+        answer.await.unwrap_or_else(|failed| {
+            Err(StoreError::Unavailable(format!(
+                "the claim call failed: {failed}"
+            )))
+        })
+    }
+
+    /// A claim answered to a caller that went away: when it won, an orphan, logged won (a
+    /// takeover, say, which a judge must see to follow the record's claims) and released
+    /// at once, its statement having committed (`store/orphan.rs`).
+    pub(super) fn orphan_claimed(
+        &self,
+        scope: Digest,
+        params: &ClaimParams,
+        response: &ClaimResponse,
+    ) {
+        if let ClaimResponse::Won { claim_id, .. } = response {
+            crate::evidence::claim_won(&scope, &params.fingerprint, params.at_most_once, response);
+            self.release_orphan(scope, *claim_id, Instant::now());
+        }
     }
 
     /// The single path after a batch that failed as a whole. When it finds the record
@@ -376,7 +416,7 @@ impl Store {
         }
         match self.release_orphan_once(scope, batch_claim).await {
             Ok(Some(fence)) => {
-                self.orphan_released(scope, fence);
+                self.orphan_released(scope, batch_claim, fence);
                 self.claim_single(scope, params).await
             }
             Ok(None) | Err(_) => Ok(attempt),

@@ -158,7 +158,7 @@ impl Store {
         loop {
             match self.release_orphan_once(&scope, claim_id).await {
                 Ok(Some(fence)) => {
-                    self.orphan_released(&scope, fence);
+                    self.orphan_released(&scope, claim_id, fence);
                     return;
                 }
                 Ok(None) if Instant::now() >= settled_by => return,
@@ -180,14 +180,10 @@ impl Store {
         }
     }
 
-    /// Counts and logs an orphan claim released.
-    pub(super) fn orphan_released(&self, scope: &Digest, fence: i64) {
+    /// Counts and logs (an evidence line) an orphan claim released.
+    pub(super) fn orphan_released(&self, scope: &Digest, claim_id: Uuid, fence: i64) {
         self.orphans_released.inc();
-        tracing::info!(
-            scope = %scope.to_hex(),
-            fence,
-            "released an orphan claim: it committed, and its caller never got the answer"
-        );
+        crate::evidence::orphan_released(scope, claim_id, fence);
     }
 
     /// One attempt: the fence released, or `None` when no pending row carries `claim_id`.

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::*;
-use keyflight_testkit::process::free_port;
+use keyflight_testkit::process::{eventually, free_port};
 use serde_json::{Value, json};
 
 /// The `evidence` events in a JSON log, as their `fields` objects.
@@ -356,4 +356,121 @@ async fn a_settle_whose_caller_hung_up_is_logged_once_it_commits() {
         },
     )
     .await;
+}
+
+/// A takeover whose caller went away while the statement ran is an orphan: the store still
+/// reads the statement to the end, logs the claim won (how it won is what a judge follows the
+/// record by), then releases it (`release_orphan`) before anyone may insert afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_whose_caller_left_is_logged_won_then_released_as_an_orphan() {
+    let app = format!("orphan-evidence-{}", uuid::Uuid::now_v7().simple());
+    let url = format!("{}?application_name={app}", cluster().url());
+    let port = free_port();
+    let mut command = serve_command(&url, port, &["--takeover-grace", "0s"]);
+    command.env("KEYFLIGHT_LOG_FORMAT", "json");
+    let Server { mut child, api, .. } = start_command(command, port).await;
+    let scope = fresh_digest("evidence-orphan");
+    let fingerprint = fresh_digest("evidence-orphan-body");
+    let bare = scope.trim_start_matches("sha256:").to_owned();
+    let path = format!("/v1/claims/{scope}");
+    let body = json!({ "fingerprint": fingerprint, "lease_ms": 1 });
+    let first = api.post(&path, Some(TOKEN), &body).await;
+    assert_eq!(first.outcome(), "won", "{}", first.text);
+
+    // Hold the record's row once its 1 ms lease ran out: the takeover's UPDATE waits on it.
+    let gate = db_client(&cluster().url()).await;
+    let expired = format!(
+        "SELECT lease_expires_at < clock_timestamp() FROM keyflight_records
+          WHERE scope = decode('{bare}', 'hex')"
+    );
+    eventually(
+        "the first lease runs out",
+        Duration::from_secs(10),
+        || async {
+            gate.query_one(&expired, &[])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        },
+    )
+    .await;
+    gate.batch_execute(&format!(
+        "BEGIN; SELECT 1 FROM keyflight_records WHERE scope = decode('{bare}', 'hex') FOR UPDATE"
+    ))
+    .await
+    .unwrap();
+    let caller = tokio::spawn({
+        let (api, path, body) = (api.clone(), path.clone(), body.clone());
+        async move { api.post(&path, Some(TOKEN), &body).await }
+    });
+    let watcher = db_client(&cluster().url()).await;
+    eventually(
+        "the takeover waits for the row",
+        Duration::from_secs(20),
+        || async {
+            watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                >= 1
+        },
+    )
+    .await;
+    // The proxy's call is gone (it was killed): the connection closes mid-statement.
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    gate.batch_execute("ROLLBACK").await.unwrap();
+    let gone =
+        format!("SELECT count(*) FROM keyflight_records WHERE scope = decode('{bare}', 'hex')");
+    eventually(
+        "the orphan is released",
+        Duration::from_secs(15),
+        || async {
+            watcher
+                .query_one(&gone, &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == 0
+        },
+    )
+    .await;
+
+    child.signal(keyflight_testkit::process::Signal::Term);
+    child.wait_exit(Duration::from_secs(30));
+    let lines = evidence(&child.log());
+    let of_scope: Vec<(&str, &str)> = lines
+        .iter()
+        .filter(|f| f["scope"] == bare.as_str())
+        .map(|f| {
+            let what = match f["evidence"].as_str().unwrap() {
+                "claim_won" => f["how"].as_str().unwrap(),
+                _ => f["call"].as_str().unwrap(),
+            };
+            (f["evidence"].as_str().unwrap(), what)
+        })
+        .collect();
+    assert_eq!(
+        of_scope,
+        vec![
+            ("claim_won", "claimed"),
+            ("claim_won", "recovered_abandoned"),
+            ("settle", "release_orphan"),
+        ],
+        "log at {}",
+        child.log_path().display()
+    );
+    let mine: Vec<&Value> = lines
+        .iter()
+        .filter(|f| f["scope"] == bare.as_str())
+        .collect();
+    let (taken, released) = (mine[1], mine[2]);
+    assert_eq!(released["claim_id"], taken["claim_id"]);
+    assert_eq!(released["fence"], taken["fence"]);
+    assert_eq!(released["outcome"], "applied");
 }

@@ -102,19 +102,11 @@ impl ClaimItem {
     }
 
     /// Answers the caller; a claim won for a caller that already gave up is an orphan,
-    /// released at once (its statement committed: `store/orphan.rs`).
+    /// logged won and released at once (its statement committed: `store/orphan.rs`).
     fn answer(self, store: &Store, answer: Result<ClaimAttempt, StoreError>) {
-        let won = match &answer {
-            Ok(ClaimAttempt {
-                response: ClaimResponse::Won { claim_id, .. },
-                ..
-            }) => Some(*claim_id),
-            _ => None,
-        };
-        if self.reply.send(ClaimReply::Answered(answer)).is_err()
-            && let Some(claim_id) = won
+        if let Err(ClaimReply::Answered(Ok(orphan))) = self.reply.send(ClaimReply::Answered(answer))
         {
-            store.release_orphan(self.scope, claim_id, Instant::now());
+            store.orphan_claimed(self.scope, &self.params, &orphan.response);
         }
     }
 }
@@ -252,7 +244,7 @@ impl Store {
         for ((item, claim_id), released) in batch.into_iter().zip(claim_ids).zip(released) {
             match released {
                 Some(Ok(Some(fence))) => {
-                    self.orphan_released(&item.scope, fence);
+                    self.orphan_released(&item.scope, claim_id, fence);
                     item.run_singly_after_failure(claim_id);
                 }
                 Some(Ok(None)) => {
