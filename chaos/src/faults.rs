@@ -42,18 +42,18 @@ pub async fn run(
 ) -> Vec<Fault> {
     let mut faults = Vec::new();
     let deadline = Ms::try_from(duration_ms).unwrap_or(Ms::MAX);
-    let mut steps = steps.iter();
-    while let Some(step) = steps.next() {
+    let mut steps = steps.iter().enumerate();
+    while let Some((position, step)) = steps.next() {
         tokio::time::sleep(Duration::from_millis(step.gap_ms)).await;
         if clock.now_ms() >= deadline {
             break;
         }
-        let first = inject(stack, step, clock).await;
+        let first = inject(stack, step, position, clock).await;
         let second = match step.overlaps_next.then(|| steps.next()).flatten() {
-            Some(next) => {
+            Some((position, next)) => {
                 let gap = next.gap_ms.min(step.hold_ms / 2);
                 tokio::time::sleep(Duration::from_millis(gap)).await;
-                let second = inject(stack, next, clock).await;
+                let second = inject(stack, next, position, clock).await;
                 let held = Duration::from_millis(step.hold_ms.saturating_sub(gap));
                 tokio::time::sleep(held.max(Duration::from_millis(next.hold_ms))).await;
                 Some(second)
@@ -100,7 +100,8 @@ struct Injected {
     lifecycle: Option<lifecycle::Pending>,
 }
 
-async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
+/// Injects `step`, the plan's step at `position`.
+async fn inject(stack: &mut Stack, step: &FaultStep, position: usize, clock: Clock) -> Injected {
     let mut injected = Injected {
         fault: Fault {
             id: 0,
@@ -161,7 +162,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, clock: Clock) -> Injected {
         | FaultKind::OperatorResolveFailed => {
             let nth = injected.fault.start_ms;
             injected.fault.operator =
-                Some(operator::act(stack, step.kind, injected.fault.id, step.target, nth).await);
+                Some(operator::act(stack, step.kind, position, step.target, nth).await);
         }
     }
     injected

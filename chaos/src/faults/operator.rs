@@ -16,15 +16,15 @@ use crate::history::{FaultKind, OperatorAction};
 /// The status a resolve records.
 const RESOLVED_STATUS: u16 = 201;
 
-/// The states an erase takes in turn, by its fault's position in the run.
+/// The states an erase takes in turn, by its step's position in the plan.
 const ERASED_STATES: [&str; 3] = ["completed", "pending", "unknown"];
 
-/// Makes the action `kind`, the run's fault `id`, through lease-store `store`'s admin API;
-/// `nth` names it.
+/// Makes the action `kind`, the plan's step at `position`, through lease-store `store`'s
+/// admin API; `nth` names it.
 pub async fn act(
     stack: &Stack,
     kind: FaultKind,
-    id: usize,
+    position: usize,
     store: usize,
     nth: i64,
 ) -> OperatorAction {
@@ -36,7 +36,7 @@ pub async fn act(
     let client = reqwest::Client::new();
     let state = match kind {
         FaultKind::OperatorResolve | FaultKind::OperatorResolveFailed => "unknown",
-        _ => ERASED_STATES[id % ERASED_STATES.len()],
+        _ => ERASED_STATES[position % ERASED_STATES.len()],
     };
     let mut action = OperatorAction {
         scope: None,
