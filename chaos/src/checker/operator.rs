@@ -108,8 +108,8 @@ pub fn shown(history: &History, scope: &str) -> Vec<Change> {
 }
 
 /// The erase row: `Ok(None)` when no shown erase of the scope landed after the earlier
-/// claim `first` and by the re-run's claim (the last of `between`); `Err` when one did but
-/// the claims after it are not a fresh insert and a chain that holds.
+/// claim `first` and before a claim of `between` (up to the re-run's, the last); `Err` when
+/// one did but the claims after it are not a fresh insert and a chain that holds.
 pub fn erased<'a>(
     first: &ClaimWon,
     between: &[&'a ClaimWon],
@@ -125,10 +125,15 @@ pub fn erased<'a>(
     }) else {
         return Ok(None);
     };
-    let from = between
-        .iter()
-        .position(|claim| claim.at_ms >= erase.landed_ms - SETTLE_LOG_SLACK_MS)
-        .unwrap_or(between.len() - 1);
+    // The erase explains the claims after it. A claim logged before the erase's line that
+    // won any way but a fresh insert came before the erase (the erase deleted the record
+    // it won): the erase explains nothing up to it, and that claim is for the other rows.
+    let Some(from) = between.iter().position(|claim| {
+        claim.at_ms >= erase.landed_ms
+            || (claim.at_ms >= erase.landed_ms - SETTLE_LOG_SLACK_MS && claim.how == "claimed")
+    }) else {
+        return Ok(None);
+    };
     let successor = between[from];
     if successor.how != "claimed" {
         return Err(format!(
