@@ -606,16 +606,11 @@ fn excused(
             return Err(another_scope());
         }
     }
-    if let Some((row, successor)) = erased {
-        return Ok(RerunVerdict::Excused {
-            row,
-            envoy: earlier.via.unwrap_or_default(),
-            earlier_fence,
-            takeover_fence: successor.fence,
-            later_fence,
-        });
-    }
-    if let Some((row, successor)) = operator::resolved_failed(first, &between, history)? {
+    let operator_row = match erased {
+        Some(found) => Some(found),
+        None => operator::resolved_failed(first, &between, history)?,
+    };
+    if let Some((row, successor)) = operator_row {
         return Ok(RerunVerdict::Excused {
             row,
             envoy: earlier.via.unwrap_or_default(),

@@ -107,6 +107,22 @@ pub fn shown(history: &History, scope: &str) -> Vec<Change> {
     changes
 }
 
+/// The first shown change `action` of the scope of `first` that landed after that claim
+/// and no later than the last of `between` (give or take a settle line's slack).
+fn landed_before_the_last(
+    action: Action,
+    first: &ClaimWon,
+    between: &[&ClaimWon],
+    history: &History,
+) -> Option<Change> {
+    let last = between.last()?;
+    shown(history, &first.scope).into_iter().find(|change| {
+        change.action == action
+            && first.at_ms < change.landed_ms
+            && change.landed_ms <= last.at_ms + SETTLE_LOG_SLACK_MS
+    })
+}
+
 /// The erase row: `Ok(None)` when no shown erase of the scope landed after the earlier
 /// claim `first` and before a claim of `between` (up to the re-run's, the last); `Err` when
 /// one did but the claims after it are not a fresh insert and a chain that holds.
@@ -115,14 +131,7 @@ pub fn erased<'a>(
     between: &[&'a ClaimWon],
     history: &History,
 ) -> Result<Option<(Row, &'a ClaimWon)>, String> {
-    let Some(last) = between.last() else {
-        return Ok(None);
-    };
-    let Some(erase) = shown(history, &first.scope).into_iter().find(|change| {
-        change.action == Action::Erase
-            && first.at_ms < change.landed_ms
-            && change.landed_ms <= last.at_ms + SETTLE_LOG_SLACK_MS
-    }) else {
+    let Some(erase) = landed_before_the_last(Action::Erase, first, between, history) else {
         return Ok(None);
     };
     // The erase explains the claims after it. A claim logged before the erase's line that
@@ -159,16 +168,11 @@ pub fn resolved_failed<'a>(
     between: &[&'a ClaimWon],
     history: &History,
 ) -> Result<Option<(Row, &'a ClaimWon)>, String> {
-    let (Some(successor), Some(last)) = (between.first(), between.last()) else {
+    let Some(resolve) = landed_before_the_last(Action::ResolveFailed, first, between, history)
+    else {
         return Ok(None);
     };
-    let Some(resolve) = shown(history, &first.scope).into_iter().find(|change| {
-        change.action == Action::ResolveFailed
-            && first.at_ms < change.landed_ms
-            && change.landed_ms <= last.at_ms + SETTLE_LOG_SLACK_MS
-    }) else {
-        return Ok(None);
-    };
+    let successor = between[0];
     if successor.at_ms + SETTLE_LOG_SLACK_MS < resolve.landed_ms {
         return Err(format!(
             "fence {} was won at {} ms, before the resolve as failed landed at {} ms",

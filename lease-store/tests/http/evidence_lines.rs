@@ -404,23 +404,7 @@ async fn a_takeover_whose_caller_left_is_logged_won_then_released_as_an_orphan()
         async move { api.post(&path, Some(TOKEN), &body).await }
     });
     let watcher = db_client(&cluster().url()).await;
-    eventually(
-        "the takeover waits for the row",
-        Duration::from_secs(20),
-        || async {
-            watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                      WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                    &[&app],
-                )
-                .await
-                .unwrap()
-                .get::<_, i64>(0)
-                >= 1
-        },
-    )
-    .await;
+    wait_for_lock_waits(&watcher, &app, 1).await;
     // The proxy's call is gone (it was killed): the connection closes mid-statement.
     caller.abort();
     assert!(caller.await.unwrap_err().is_cancelled());

@@ -382,6 +382,27 @@ pub async fn db_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// Waits until `n` backends of the store whose connections are named `app`
+/// (`application_name`) wait for a lock.
+pub async fn wait_for_lock_waits(db: &tokio_postgres::Client, app: &str, n: i64) {
+    keyflight_testkit::process::eventually(
+        &format!("{n} of the store's statements wait for a lock"),
+        Duration::from_secs(20),
+        || async {
+            db.query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+                >= n
+        },
+    )
+    .await;
+}
+
 /// A store's one claim worker (`--batch-workers 1`) held busy, so that the claims sent
 /// meanwhile queue and run as one group-commit batch once it opens: the worker runs a claim
 /// of a scope this gate's transaction is inserting, which waits for that row.
@@ -414,23 +435,7 @@ impl ClaimGate {
         });
         // A transaction's view of `pg_stat_activity` is frozen: watch from another connection.
         let watcher = db_client(database_url).await;
-        keyflight_testkit::process::eventually(
-            "the gated claim waits for the gate's row",
-            Duration::from_secs(20),
-            || async {
-                watcher
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity
-                          WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                        &[&app],
-                    )
-                    .await
-                    .unwrap()
-                    .get::<_, i64>(0)
-                    >= 1
-            },
-        )
-        .await;
+        wait_for_lock_waits(&watcher, app, 1).await;
         ClaimGate { db, held }
     }
 
