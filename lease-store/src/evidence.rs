@@ -13,7 +13,8 @@
 //! taken over), `how` (the wire's [`WonHow`] spelling; a reader must treat a value it does
 //! not know as a new way to win), `call` (`finalize`, `finalize_not_replayable`,
 //! `release_cooldown`, `release_unknown`, `release_forget`, and `release_orphan`: a claim won
-//! for a caller that went away, released by the store itself) and `outcome` (`applied`,
+//! for a caller that went away, released by the store itself, with what it `leaves` of the
+//! record: `no_record`, or `failed` for a takeover given back) and `outcome` (`applied`,
 //! `lease_lost`, `refused`) — a release's line also says whether it was a `repeat` and when
 //! the database applied it and ends its cooldown ([`released`]) — and for an operator
 //! change `action` (the audit's: `erase`, `resolve_completed`, `resolve_failed`) and
@@ -85,7 +86,7 @@ pub fn renewed(scope: &Digest, request: &RenewRequest, answer: &Result<RenewResp
 /// answer never handed to the caller, so no proxy holds its claim id or forwarded its
 /// request. A `settle` line (`call=release_orphan`, with the fence it released), so a judge
 /// reads it as that claim released unrun (`chaos/src/checker/evidence.rs`).
-pub fn orphan_released(scope: &Digest, claim_id: Uuid, fence: i64) {
+pub fn orphan_released(scope: &Digest, claim_id: Uuid, fence: i64, leaves: &str) {
     tracing::info!(
         evidence = "settle",
         scope = %scope.to_hex(),
@@ -93,6 +94,7 @@ pub fn orphan_released(scope: &Digest, claim_id: Uuid, fence: i64) {
         call = "release_orphan",
         outcome = "applied",
         fence,
+        leaves,
         "released an orphan claim: it committed, and its caller never got the answer"
     );
 }

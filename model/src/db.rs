@@ -338,6 +338,19 @@ impl Db {
         }
     }
 
+    /// `GIVE_BACK_SQL`: an orphan takeover's record left `failed`, its cooldown over now.
+    pub fn give_back(&mut self, now: u64, claim_id: u16, ghost: &mut Ghost) {
+        if let Some(r) = self
+            .row
+            .as_mut()
+            .filter(|r| r.claim_id == claim_id && r.state == RowState::Pending)
+        {
+            ghost.given_back.push(r.fence);
+            r.state = RowState::Failed;
+            r.lease_expires_at = Some(now);
+        }
+    }
+
     /// `RELEASE_ORPHAN_SQL`: the `forget` release's fenced `DELETE`.
     pub fn release_orphan(&mut self, now: u64, claim_id: u16, ghost: &mut Ghost) {
         if let Some(r) = self
@@ -409,7 +422,7 @@ fn secs(ms: u64) -> u64 {
 /// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
 /// them; a statement that changes fails it until this mirror is checked and the
 /// digest updated (`docs/model.md#keeping-the-mirror-honest`).
-pub const MIRRORED: [(&str, &str, &str); 13] = [
+pub const MIRRORED: [(&str, &str, &str); 14] = [
     (
         "claim.rs",
         "reopened_row",
@@ -474,5 +487,10 @@ pub const MIRRORED: [(&str, &str, &str); 13] = [
         "orphan.rs",
         "RELEASE_ORPHAN_SQL",
         "b6a86d3b175e281d74fa6fd7d5488a73c4140072b5cab44f7b89321a0ba04512",
+    ),
+    (
+        "orphan.rs",
+        "GIVE_BACK_SQL",
+        "274be90e54e29e62bf8486916337a83415f297b4d86e3f989514c9ad7813d512",
     ),
 ];

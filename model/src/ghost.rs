@@ -129,6 +129,9 @@ pub struct Ghost {
     pub unknown: Vec<(Digest, u64)>,
     /// A settle call landed through an outbox (a reachability check).
     pub outbox_landed: bool,
+    /// Fences of orphan takeovers given back (`GIVE_BACK_SQL`): `failed`, but never run
+    /// nor settled, so a claim that takes one over still takes over an unsettled claim.
+    pub given_back: Vec<u16>,
 }
 
 impl Ghost {
@@ -221,7 +224,7 @@ impl Ghost {
         if let Some(other) = between.iter().find(|c| {
             c.displaced
                 .as_ref()
-                .is_none_or(|d| d.state != RowState::Pending)
+                .is_none_or(|d| d.state != RowState::Pending && !self.given_back.contains(&d.fence))
         }) {
             return Err(format!(
                 "fence {} did not take over an unsettled claim",

@@ -2,6 +2,8 @@
 //! `lease-store/src/store/takeover.rs`'s `TakeoverGrace`, in model milliseconds),
 //! its freeze, and the orphan releases it still owes (`store/orphan.rs`).
 
+use crate::db::How;
+
 /// `takeover.rs`'s `MAX_SILENCE`.
 pub const MAX_SILENCE_MS: u64 = 2000;
 
@@ -52,8 +54,9 @@ pub struct Replica {
     pub frozen: bool,
     /// Its takeover grace.
     pub grace: Grace,
-    /// Claim ids of orphan claims it still has to release (`OrphanGuard`).
-    pub orphans: Vec<u16>,
+    /// Orphan claims it still has to release (`OrphanGuard`): claim id, and how it won
+    /// (a takeover is given back, any other win deleted: `OrphanRelease`).
+    pub orphans: Vec<(u16, How)>,
 }
 
 impl Replica {

@@ -538,9 +538,14 @@ impl World {
             }
             Step::ReleaseOrphan { replica } => {
                 let r = &mut self.replicas[usize::from(replica)];
-                let claim = r.orphans.remove(0);
+                let (claim, how) = r.orphans.remove(0);
                 r.database_call(true, self.now);
-                self.db.release_orphan(self.now, claim, &mut self.ghost);
+                match how {
+                    How::RecoveredAbandoned => self.db.give_back(self.now, claim, &mut self.ghost),
+                    How::Claimed | How::RecoveredTtl => {
+                        self.db.release_orphan(self.now, claim, &mut self.ghost)
+                    }
+                }
             }
         }
     }
@@ -630,7 +635,9 @@ impl World {
                 match self.db.claim(now, args, params, &mut self.ghost, op) {
                     Ok((how, fence)) => {
                         if request.waiter == Waiter::Reset {
-                            self.replicas[usize::from(replica)].orphans.push(fence);
+                            self.replicas[usize::from(replica)]
+                                .orphans
+                                .push((fence, how));
                         }
                         claim_answer(
                             ClaimResponse::Won {

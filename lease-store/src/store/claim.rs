@@ -46,7 +46,7 @@ use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use super::batch::ClaimReply;
-use super::orphan::OrphanGuard;
+use super::orphan::{OrphanGuard, OrphanRelease};
 use super::partitions::Routed;
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
 
@@ -388,16 +388,17 @@ impl Store {
 
     /// A claim answered to a caller that went away: when it won, an orphan, logged won (a
     /// takeover, say, which a judge must see to follow the record's claims) and released
-    /// at once, its statement having committed (`store/orphan.rs`).
+    /// at once, its statement having committed: a takeover gives the record back, any
+    /// other win deletes it (`store/orphan.rs`).
     pub(super) fn orphan_claimed(
         &self,
         scope: Digest,
         params: &ClaimParams,
         response: &ClaimResponse,
     ) {
-        if let ClaimResponse::Won { claim_id, .. } = response {
+        if let ClaimResponse::Won { claim_id, how, .. } = response {
             crate::evidence::claim_won(&scope, &params.fingerprint, params.at_most_once, response);
-            self.release_orphan(scope, *claim_id, Instant::now());
+            self.release_orphan(scope, *claim_id, Instant::now(), OrphanRelease::after(*how));
         }
     }
 
@@ -414,9 +415,12 @@ impl Store {
         if !matches!(attempt.response, ClaimResponse::InProgress { .. }) {
             return Ok(attempt);
         }
-        match self.release_orphan_once(scope, batch_claim).await {
+        match self
+            .release_orphan_once(scope, batch_claim, OrphanRelease::Delete)
+            .await
+        {
             Ok(Some(fence)) => {
-                self.orphan_released(scope, batch_claim, fence);
+                self.orphan_released(scope, batch_claim, fence, OrphanRelease::Delete);
                 self.claim_single(scope, params).await
             }
             Ok(None) | Err(_) => Ok(attempt),
@@ -560,22 +564,25 @@ pub(super) fn won_attempt(
     lease_ms: u64,
     sent: Instant,
 ) -> Result<ClaimAttempt, StoreError> {
-    let how: &str = row.try_get("how")?;
-    let how = match how {
-        "claimed" => WonHow::Claimed,
-        "recovered_ttl" => WonHow::RecoveredTtl,
-        _ => WonHow::RecoveredAbandoned,
-    };
     Ok(ClaimAttempt {
         response: ClaimResponse::Won {
             claim_id,
             fence: row.try_get("fence")?,
-            how,
+            how: won_how(row)?,
             lease_ms,
         },
         pending_until: None,
         record_expires_at: None,
         statement_sent: Some(sent),
+    })
+}
+
+/// How the claim statement's row `how` won.
+pub(super) fn won_how(row: &Row) -> Result<WonHow, StoreError> {
+    Ok(match row.try_get::<_, &str>("how")? {
+        "claimed" => WonHow::Claimed,
+        "recovered_ttl" => WonHow::RecoveredTtl,
+        _ => WonHow::RecoveredAbandoned,
     })
 }
 

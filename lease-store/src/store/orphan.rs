@@ -12,9 +12,11 @@
 //!
 //! Each claim attempt is therefore guarded from the moment its statement is sent until its
 //! answer is handed back ([`OrphanGuard`]); a batch checks that its caller took the answer.
-//! A claim that was not delivered is released by its `claim_id`, the `forget` release's own
-//! fenced `DELETE`. That is safe whatever happened: no caller holds that id, and a row that
-//! carries another id (the claim lost, or was taken over since) matches nothing. Whether the
+//! A claim that was not delivered is released by its `claim_id` ([`OrphanRelease`]): a claim
+//! that took an earlier request's record over gives it back, `failed` with its cooldown over,
+//! so the key stays that request's; any other is deleted, the `forget` release's own fenced
+//! `DELETE`. That is safe whatever happened: no caller holds that id, and a row that carries
+//! another id (the claim lost, or was taken over since) matches nothing. Whether the
 //! statement committed may not be known yet, so the release retries until the statement is
 //! surely over (its answer bound), and through an outage for as long as an outbox would.
 //!
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::wire::WonHow;
 use uuid::Uuid;
 
 use super::partitions::Routed;
@@ -44,6 +47,58 @@ RETURNING fence";
 
 /// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).
 pub(super) static RELEASE_ORPHAN: Routed = Routed::by_scope("release_orphan", RELEASE_ORPHAN_SQL);
+
+/// Gives back a record an orphan took over: `failed`, its cooldown over at once, as a
+/// `release_cooldown` of zero leaves it. The fingerprint stays, so another body is still a
+/// conflict and the same request takes it over at once (the claim's `steal` branch); leaving
+/// `pending` wakes its long-poll followers (the settle trigger). `$1` scope, `$2` claim id.
+const GIVE_BACK_SQL: &str = "
+UPDATE keyflight_records
+   SET state = 'failed', lease_expires_at = clock_timestamp(), updated_at = clock_timestamp()
+ WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
+RETURNING fence";
+
+/// [`GIVE_BACK_SQL`] on a partitioned database.
+pub(super) static GIVE_BACK: Routed = Routed::by_scope("give_back", GIVE_BACK_SQL);
+
+/// What releasing an orphan leaves of its record (`docs/records.md#orphan-claims`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OrphanRelease {
+    /// [`RELEASE_ORPHAN_SQL`]: nothing. For a claim that inserted the record or reused one
+    /// past its retention, which holds nothing of another request; and for one whose
+    /// statement was never read, whose way of winning is not known.
+    Delete,
+    /// [`GIVE_BACK_SQL`]: the record the claim took over (a lapsed lease, a cooldown that
+    /// ran out), kept with its fingerprint. Deleted, another body could run under the key
+    /// within the earlier request's retention.
+    GiveBack,
+}
+
+impl OrphanRelease {
+    /// The release of an orphan that won `how`.
+    pub(super) fn after(how: WonHow) -> OrphanRelease {
+        match how {
+            WonHow::RecoveredAbandoned => OrphanRelease::GiveBack,
+            WonHow::Claimed | WonHow::RecoveredTtl => OrphanRelease::Delete,
+        }
+    }
+
+    /// Its statement.
+    pub(super) fn statement(self) -> &'static Routed {
+        match self {
+            OrphanRelease::Delete => &RELEASE_ORPHAN,
+            OrphanRelease::GiveBack => &GIVE_BACK,
+        }
+    }
+
+    /// What it leaves, as evidence lines spell it.
+    pub(super) fn leaves(self) -> &'static str {
+        match self {
+            OrphanRelease::Delete => "no_record",
+            OrphanRelease::GiveBack => "failed",
+        }
+    }
+}
 
 /// Most releases retrying in the background at once, each holding a pooled connection only
 /// while it runs a statement.
@@ -89,7 +144,7 @@ impl Drop for OrphanGuard {
             // Until the answer bound has passed, the statement may still commit.
             let settled_by = Instant::now() + self.store.answer_timeout;
             self.store
-                .release_orphan(self.scope, self.claim_id, settled_by);
+                .release_orphan(self.scope, self.claim_id, settled_by, OrphanRelease::Delete);
         }
     }
 }
@@ -97,8 +152,14 @@ impl Drop for OrphanGuard {
 impl Store {
     /// Releases, in the background, a claim whose answer its caller never got; the
     /// claim's statement is surely over (committed or not) by `settled_by`.
-    pub(super) fn release_orphan(&self, scope: Digest, claim_id: Uuid, settled_by: Instant) {
-        self.spawn_release(scope, claim_id, settled_by, None);
+    pub(super) fn release_orphan(
+        &self,
+        scope: Digest,
+        claim_id: Uuid,
+        settled_by: Instant,
+        release: OrphanRelease,
+    ) {
+        self.spawn_release(scope, claim_id, settled_by, None, release);
     }
 
     /// For a claim whose release just found nothing: one more look once its statement is
@@ -111,7 +172,13 @@ impl Store {
         claim_id: Uuid,
         settled_by: Instant,
     ) {
-        self.spawn_release(scope, claim_id, settled_by, Some(settled_by));
+        self.spawn_release(
+            scope,
+            claim_id,
+            settled_by,
+            Some(settled_by),
+            OrphanRelease::Delete,
+        );
     }
 
     /// Spawns the release, first waiting until `start_at` when given.
@@ -121,6 +188,7 @@ impl Store {
         claim_id: Uuid,
         settled_by: Instant,
         start_at: Option<Instant>,
+        release: OrphanRelease,
     ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -142,7 +210,9 @@ impl Store {
             if let Some(start_at) = start_at {
                 tokio::time::sleep_until(start_at.into()).await;
             }
-            store.release_until_done(scope, claim_id, settled_by).await;
+            store
+                .release_until_done(scope, claim_id, settled_by, release)
+                .await;
             drop(permit);
         });
     }
@@ -152,13 +222,19 @@ impl Store {
         MAX_RELEASES_IN_FLIGHT - self.orphan_releases.available_permits()
     }
 
-    async fn release_until_done(&self, scope: Digest, claim_id: Uuid, settled_by: Instant) {
+    async fn release_until_done(
+        &self,
+        scope: Digest,
+        claim_id: Uuid,
+        settled_by: Instant,
+        release: OrphanRelease,
+    ) {
         let give_up_at = settled_by + RELEASE_BUDGET;
         let mut backoff = MIN_BACKOFF;
         loop {
-            match self.release_orphan_once(&scope, claim_id).await {
+            match self.release_orphan_once(&scope, claim_id, release).await {
                 Ok(Some(fence)) => {
-                    self.orphan_released(&scope, claim_id, fence);
+                    self.orphan_released(&scope, claim_id, fence, release);
                     return;
                 }
                 Ok(None) if Instant::now() >= settled_by => return,
@@ -181,9 +257,15 @@ impl Store {
     }
 
     /// Counts and logs (an evidence line) an orphan claim released.
-    pub(super) fn orphan_released(&self, scope: &Digest, claim_id: Uuid, fence: i64) {
+    pub(super) fn orphan_released(
+        &self,
+        scope: &Digest,
+        claim_id: Uuid,
+        fence: i64,
+        release: OrphanRelease,
+    ) {
         self.orphans_released.inc();
-        crate::evidence::orphan_released(scope, claim_id, fence);
+        crate::evidence::orphan_released(scope, claim_id, fence, release.leaves());
     }
 
     /// One attempt: the fence released, or `None` when no pending row carries `claim_id`.
@@ -191,9 +273,10 @@ impl Store {
         &self,
         scope: &Digest,
         claim_id: Uuid,
+        release: OrphanRelease,
     ) -> Result<Option<i64>, StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(self.sql(&RELEASE_ORPHAN)).await?;
+            let statement = client.prepare_cached(self.sql(release.statement())).await?;
             let row = client
                 .query_opt(&statement, &[&scope.0.as_slice(), &claim_id])
                 .await?;

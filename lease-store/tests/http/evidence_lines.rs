@@ -360,7 +360,8 @@ async fn a_settle_whose_caller_hung_up_is_logged_once_it_commits() {
 
 /// A takeover whose caller went away while the statement ran is an orphan: the store still
 /// reads the statement to the end, logs the claim won (how it won is what a judge follows the
-/// record by), then releases it (`release_orphan`) before anyone may insert afresh.
+/// record by), then releases it (`release_orphan`), giving the record back: it stays the
+/// request's, so another body is still refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_whose_caller_left_is_logged_won_then_released_as_an_orphan() {
     let app = format!("orphan-evidence-{}", uuid::Uuid::now_v7().simple());
@@ -409,21 +410,23 @@ async fn a_takeover_whose_caller_left_is_logged_won_then_released_as_an_orphan()
     caller.abort();
     assert!(caller.await.unwrap_err().is_cancelled());
     gate.batch_execute("ROLLBACK").await.unwrap();
-    let gone =
-        format!("SELECT count(*) FROM keyflight_records WHERE scope = decode('{bare}', 'hex')");
+    let given_back =
+        format!("SELECT state FROM keyflight_records WHERE scope = decode('{bare}', 'hex')");
     eventually(
         "the orphan is released",
         Duration::from_secs(15),
         || async {
             watcher
-                .query_one(&gone, &[])
+                .query_opt(&given_back, &[])
                 .await
                 .unwrap()
-                .get::<_, i64>(0)
-                == 0
+                .is_none_or(|row| row.get::<_, String>(0) == "failed")
         },
     )
     .await;
+    let another = json!({ "fingerprint": fresh_digest("evidence-orphan-other"), "lease_ms": 1 });
+    let refused = api.post(&path, Some(TOKEN), &another).await;
+    assert_eq!(refused.outcome(), "conflict", "{}", refused.text);
 
     child.signal(keyflight_testkit::process::Signal::Term);
     child.wait_exit(Duration::from_secs(30));
@@ -457,4 +460,5 @@ async fn a_takeover_whose_caller_left_is_logged_won_then_released_as_an_orphan()
     assert_eq!(released["claim_id"], taken["claim_id"]);
     assert_eq!(released["fence"], taken["fence"]);
     assert_eq!(released["outcome"], "applied");
+    assert_eq!(released["leaves"], "failed");
 }

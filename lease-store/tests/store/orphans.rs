@@ -2,7 +2,9 @@
 //! dropped while the statement ran, or a group-commit batch finished after its callers
 //! stopped waiting) is an *orphan*: nobody holds its `claim_id`, so nobody renews or settles
 //! it. It must not leave the key `in_progress` for a whole lease and then be taken over as
-//! if a winner had died (`recovered_abandoned`): the store releases it.
+//! if a winner had died (`recovered_abandoned`): the store releases it. An orphan that
+//! took an earlier request's record over gives that record back instead of deleting it, so
+//! the key stays that request's: another body is still a conflict.
 //!
 //! How a test makes a claim commit after its caller left, without sleeping: a transaction
 //! holds an uncommitted row on the claim's scope, so the claim's statement waits for it
@@ -16,7 +18,7 @@ use std::time::Duration;
 use crate::support::*;
 use keyflight_lease_store::store::{BatchKind, BatchSettings, Store, StoreSettings};
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{ClaimResponse, WonHow};
+use keyflight_protocol::wire::{ClaimResponse, ReleaseAs, ReleaseRequest, WonHow};
 use keyflight_testkit::process::eventually;
 use uuid::Uuid;
 
@@ -113,4 +115,103 @@ async fn claims_of_a_batch_that_finished_after_their_callers_gave_up_are_release
     released_and_won_afresh(&store, &fresh, "batch").await;
     released_and_won_afresh(&store, &blocked, "batch").await;
     assert_eq!(store.orphans_released(), 2);
+}
+
+/// An open transaction holding `scope`'s existing row locked, so a takeover's `UPDATE`
+/// waits for it.
+async fn lock_row(scope: &Digest) -> tokio_postgres::Client {
+    let db = raw_client(&cluster().url()).await;
+    db.batch_execute("BEGIN").await.unwrap();
+    db.execute(
+        "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
+        &[&scope.0.as_slice()],
+    )
+    .await
+    .unwrap();
+    db
+}
+
+/// Waits until the orphan takeover on `scope` is given back, then checks that the record is
+/// still `label`'s: another body is a conflict, and `label` takes it over at once.
+async fn given_back_and_still_the_requests(store: &Store, scope: &Digest, label: &str) {
+    let db = raw_client(&cluster().url()).await;
+    eventually(
+        "the orphan takeover is given back",
+        Duration::from_secs(15),
+        || async { store.orphans_released() >= 1 },
+    )
+    .await;
+    let (state, _, _) = row_state(&db, scope).await.expect("the record is kept");
+    assert_eq!(state, "failed");
+    assert_eq!(
+        store
+            .claim(scope, &claim_req(fingerprint("another body"), 30_000))
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::Conflict
+    );
+    let (_, _, how) = must_win(store, scope, &claim_req(fingerprint(label), 30_000)).await;
+    assert_eq!(how, WonHow::RecoveredAbandoned);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_of_a_failed_record_whose_caller_left_gives_the_record_back() {
+    let (store, app) = single_path_store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("declined"), 30_000);
+    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    store
+        .release(
+            &scope,
+            &ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Cooldown,
+                cooldown_ms: Some(1),
+                previous_scope: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for_lease_expiry(&db, &scope).await;
+    let held = lock_row(&scope).await;
+    let caller = {
+        let (store, req) = (store.clone(), req.clone());
+        tokio::spawn(async move { store.claim(&scope, &req).await })
+    };
+    let watcher = raw_client(&cluster().url()).await;
+    wait_for_lock_waits(&watcher, &app, 1).await;
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    held.batch_execute("ROLLBACK").await.unwrap();
+
+    given_back_and_still_the_requests(&store, &scope, "declined").await;
+    assert_eq!(store.orphans_released(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_takeover_of_a_lapsed_lease_whose_caller_left_gives_the_record_back() {
+    let (store, app) = one_worker_store().await;
+    let db = raw_client(&cluster().url()).await;
+    let scope = fresh_scope();
+    must_win(&store, &scope, &claim_req(fingerprint("lapsed"), 1)).await;
+    wait_for_lease_expiry(&db, &scope).await;
+    let held = lock_row(&scope).await;
+    let caller = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .claim(&scope, &claim_req(fingerprint("lapsed"), 30_000))
+                .await
+        })
+    };
+    let watcher = raw_client(&cluster().url()).await;
+    wait_for_lock_waits(&watcher, &app, 1).await;
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    held.batch_execute("ROLLBACK").await.unwrap();
+
+    given_back_and_still_the_requests(&store, &scope, "lapsed").await;
+    assert_eq!(store.orphans_released(), 1);
 }

@@ -617,6 +617,48 @@ async fn a_dual_claim_that_loses_its_second_scope_gives_the_first_back() {
     );
 }
 
+/// A dual claim that took its first scope's record over (its cooldown ran out) and lost the
+/// second gives that record back as the orphan release does: still `failed` with its
+/// fingerprint, so the request it belongs to is not forgotten (`docs/records.md#orphan-claims`).
+#[tokio::test]
+async fn a_dual_claim_that_took_its_first_record_over_gives_it_back_kept() {
+    let db = three();
+    let store = db.store().await;
+    let recipes = Recipes::on_two_partitions(db, true, "taken over, given back");
+    let (failed, _, _) = must_win(&store, &recipes.new.0, &claim_req(recipes.new.1, 30_000)).await;
+    store
+        .release(
+            &recipes.new.0,
+            &ReleaseRequest {
+                claim_id: failed,
+                release_as: ReleaseAs::Cooldown,
+                cooldown_ms: Some(1),
+                previous_scope: None,
+            },
+        )
+        .await
+        .unwrap();
+    let partition = raw_client(&db.partitions[db.owner(&recipes.new.0)].url()).await;
+    wait_for_lease_expiry(&partition, &recipes.new.0).await;
+    must_win(&store, &recipes.old.0, &recipes.old_only()).await;
+    let before = recipes.record(db, &recipes.new.0).await.unwrap();
+
+    assert!(matches!(
+        store
+            .claim(&recipes.new.0, &recipes.dual())
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::InProgress { .. }
+    ));
+    let (state, fence, _) = recipes.record(db, &recipes.new.0).await.unwrap();
+    assert_eq!(state, "failed");
+    assert!(
+        fence > before.1,
+        "the dual claim took the record over before giving it back"
+    );
+}
+
 /// A dual claim's settle lands on neither record when another claim holds one of them (it
 /// took the record over after this claim's lease ran out): the two recipes never keep two
 /// different answers of one request.

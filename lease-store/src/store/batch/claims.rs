@@ -32,6 +32,7 @@ use uuid::Uuid;
 use super::{BatchKind, Item, Queues};
 use crate::log_limit::{self, Kind};
 use crate::store::claim::ClaimParams;
+use crate::store::orphan::OrphanRelease;
 use crate::store::partitions::Routed;
 use crate::store::{ClaimAttempt, Store, StoreError};
 
@@ -235,16 +236,21 @@ impl Store {
         }
         let settled_by = Instant::now() + self.answer_timeout;
         let released = futures_util::future::join_all(batch.iter().zip(&claim_ids).map(
-            async |(item, claim_id)| match item.abandoned() {
-                true => None,
-                false => Some(self.release_orphan_once(&item.scope, *claim_id).await),
+            async |(item, claim_id)| {
+                match item.abandoned() {
+                    true => None,
+                    false => Some(
+                        self.release_orphan_once(&item.scope, *claim_id, OrphanRelease::Delete)
+                            .await,
+                    ),
+                }
             },
         ))
         .await;
         for ((item, claim_id), released) in batch.into_iter().zip(claim_ids).zip(released) {
             match released {
                 Some(Ok(Some(fence))) => {
-                    self.orphan_released(&item.scope, claim_id, fence);
+                    self.orphan_released(&item.scope, claim_id, fence, OrphanRelease::Delete);
                     item.run_singly_after_failure(claim_id);
                 }
                 Some(Ok(None)) => {
@@ -252,10 +258,12 @@ impl Store {
                     item.run_singly_after_failure(claim_id);
                 }
                 Some(Err(e)) => {
-                    self.release_orphan(item.scope, claim_id, settled_by);
+                    self.release_orphan(item.scope, claim_id, settled_by, OrphanRelease::Delete);
                     item.answer(self, Err(e));
                 }
-                None => self.release_orphan(item.scope, claim_id, settled_by),
+                None => {
+                    self.release_orphan(item.scope, claim_id, settled_by, OrphanRelease::Delete)
+                }
             }
         }
     }

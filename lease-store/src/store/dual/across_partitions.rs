@@ -27,9 +27,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 use uuid::Uuid;
 
-use super::super::claim::{CLAIM, ClaimParams, MAX_ATTEMPTS, READ, held, won_attempt};
+use super::super::claim::{CLAIM, ClaimParams, MAX_ATTEMPTS, READ, held, won_attempt, won_how};
 use super::super::lease::{OWNER, Written, run_written};
-use super::super::orphan::RELEASE_ORPHAN;
+use super::super::orphan::{GIVE_BACK, OrphanRelease, RELEASE_ORPHAN};
 use super::super::partitions::Routed;
 use super::super::{ClaimAttempt, Store, StoreError};
 use super::{Identities, answer_from_records, come_back_shortly};
@@ -66,7 +66,8 @@ impl Store {
         self.run(async |client| {
             let claim = client.prepare_cached(CLAIM.call()).await?;
             let read = client.prepare_cached(READ.call()).await?;
-            let give_back = client.prepare_cached(RELEASE_ORPHAN.call()).await?;
+            let delete = client.prepare_cached(RELEASE_ORPHAN.call()).await?;
+            let give_back = client.prepare_cached(GIVE_BACK.call()).await?;
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
                 let sent = Instant::now();
@@ -100,9 +101,14 @@ impl Store {
                         return won_attempt(row, claim_id, params.lease_ms, sent);
                     }
                     // Won the first alone: given back before anyone is told of it (if
-                    // this fails, the guard gives it back in the background).
+                    // this fails, the guard deletes it in the background), as an orphan
+                    // is (`store/orphan.rs`).
+                    let release = match OrphanRelease::after(won_how(&first_row)?) {
+                        OrphanRelease::Delete => &delete,
+                        OrphanRelease::GiveBack => &give_back,
+                    };
                     client
-                        .query_opt(&give_back, &[&first.0.0.as_slice(), &claim_id])
+                        .query_opt(release, &[&first.0.0.as_slice(), &claim_id])
                         .await?;
                 }
                 first_guard.delivered();

@@ -158,7 +158,7 @@ pub(super) fn parameter_count(sql: &str) -> usize {
 }
 
 /// Every statement a partitioned database runs, in the order their functions are installed.
-pub fn routed() -> [&'static Routed; 21] {
+pub fn routed() -> [&'static Routed; 22] {
     use super::{batch, claim, dual, epoch, held, lease, orphan, records, retention, watch};
     [
         &claim::CLAIM,
@@ -171,6 +171,7 @@ pub fn routed() -> [&'static Routed; 21] {
         &lease::RELEASE_FORGET,
         &lease::OWNER,
         &orphan::RELEASE_ORPHAN,
+        &orphan::GIVE_BACK,
         &records::GET,
         &records::RESOLVE_COMPLETED,
         &records::RESOLVE_FAILED,

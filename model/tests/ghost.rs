@@ -1,0 +1,83 @@
+//! The ghost's excuse rule on histories the bounded check cannot reach: an orphan takeover
+//! given back needs a crash and a caller giving up in one history, two faults, and the
+//! check with two faults outgrows this machine's memory (`docs/model.md#properties`).
+
+use keyflight_model::db::{How, RowState};
+use keyflight_model::ghost::{ClaimWon, Displaced, Excuse, Execution, Ghost};
+use keyflight_protocol::Digest;
+
+fn displaced(fence: u16, state: RowState) -> Option<Displaced> {
+    Some(Displaced {
+        fence,
+        fingerprint: Digest::of(b"op"),
+        state,
+        past_retention: false,
+        deleted: false,
+        at_most_once: false,
+    })
+}
+
+fn claim(fence: u16, how: How, at: u64, took: Option<Displaced>) -> ClaimWon {
+    ClaimWon {
+        fence,
+        claim_id: fence,
+        op: 0,
+        how,
+        at,
+        displaced: took,
+        fingerprint: Digest::of(b"op"),
+        at_most_once: false,
+    }
+}
+
+fn run(n: u16, fence: u16, at: u64) -> Execution {
+    Execution {
+        n,
+        op: 0,
+        fence,
+        proxy: 0,
+        at,
+    }
+}
+
+/// Fence 1 ran and its proxy died; fence 2 took its lapsed lease over for a caller that
+/// gave up, and was released; fence 3 took the record over and ran.
+fn through_an_orphan(given_back: Vec<u16>) -> (Ghost, Execution, Execution) {
+    let ghost = Ghost {
+        claims: vec![
+            claim(1, How::Claimed, 0, None),
+            claim(
+                2,
+                How::RecoveredAbandoned,
+                3000,
+                displaced(1, RowState::Pending),
+            ),
+            claim(
+                3,
+                How::RecoveredAbandoned,
+                3500,
+                displaced(2, RowState::Failed),
+            ),
+        ],
+        crashes: vec![(0, 500)],
+        given_back,
+        ..Ghost::default()
+    };
+    (ghost, run(1, 1, 10), run(2, 3, 3600))
+}
+
+#[test]
+fn a_rerun_through_an_orphan_takeover_given_back_is_excused() {
+    let (ghost, first, rerun) = through_an_orphan(vec![2]);
+    assert_eq!(ghost.excuse(&first, &rerun), Ok(Excuse::ProxyDied));
+}
+
+#[test]
+fn a_rerun_through_a_failed_record_that_was_not_given_back_is_not() {
+    let (ghost, first, rerun) = through_an_orphan(Vec::new());
+    let refused = ghost.excuse(&first, &rerun).unwrap_err();
+    assert!(
+        refused.contains("did not take over an unsettled claim"),
+        "{refused}"
+    );
+}
