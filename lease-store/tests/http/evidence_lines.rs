@@ -400,15 +400,11 @@ async fn a_takeover_whose_caller_left_is_logged_won_then_released_as_an_orphan()
     ))
     .await
     .unwrap();
-    let caller = tokio::spawn({
-        let (api, path, body) = (api.clone(), path.clone(), body.clone());
-        async move { api.post(&path, Some(TOKEN), &body).await }
-    });
+    let caller = OpenCall::post(port, &path, &body).await;
     let watcher = db_client(&cluster().url()).await;
     wait_for_lock_waits(&watcher, &app, 1).await;
     // The proxy's call is gone (it was killed): the connection closes mid-statement.
-    caller.abort();
-    assert!(caller.await.unwrap_err().is_cancelled());
+    caller.hang_up().await;
     gate.batch_execute("ROLLBACK").await.unwrap();
     let given_back =
         format!("SELECT state FROM keyflight_records WHERE scope = decode('{bare}', 'hex')");

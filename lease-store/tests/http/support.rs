@@ -455,3 +455,69 @@ pub fn sample_response() -> Value {
         "body_b64": "eyJpZCI6NDJ9"
     })
 }
+
+/// A POST sent on a connection of its own, for a test to hang up while the server works on
+/// it: a proxy that timed out or was killed mid-call.
+pub struct OpenCall {
+    stream: tokio::net::TcpStream,
+    server_port: u16,
+}
+
+impl OpenCall {
+    /// Sends `POST path` with `body` and the filter token to the server on `server_port`,
+    /// without reading the answer.
+    pub async fn post(server_port: u16, path: &str, body: &Value) -> OpenCall {
+        use tokio::io::AsyncWriteExt;
+        let body = body.to_string();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{server_port}\r\n\
+             authorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server_port))
+            .await
+            .unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        OpenCall {
+            stream,
+            server_port,
+        }
+    }
+
+    /// Closes the connection and returns once the server closed its end too. Only then has
+    /// the server dropped the call's handler, so whatever it was waiting for finds no caller.
+    pub async fn hang_up(self) {
+        let client_port = self.stream.local_addr().unwrap().port();
+        drop(self.stream);
+        let server_port = self.server_port;
+        keyflight_testkit::process::eventually(
+            "the server closed the hung-up connection",
+            Duration::from_secs(10),
+            || async move { !tcp_connection_open(server_port, client_port) },
+        )
+        .await;
+    }
+}
+
+/// Whether the kernel still has the server's end of the connection from `client_port` to
+/// `server_port` (in `CLOSE_WAIT` once the client hung up, until the server closes it).
+fn tcp_connection_open(server_port: u16, client_port: u16) -> bool {
+    let port_of = |address: &str| {
+        address
+            .rsplit_once(':')
+            .and_then(|(_, port)| u16::from_str_radix(port, 16).ok())
+    };
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.len() > 2
+                    && port_of(fields[1]) == Some(server_port)
+                    && port_of(fields[2]) == Some(client_port)
+            })
+    })
+}
