@@ -404,7 +404,8 @@ impl Store {
 
     /// The single path after a batch that failed as a whole. When it finds the record
     /// running, that may be the batch's own claim, landed after the batch was answered
-    /// (`batch/claims.rs`): nobody holds it, so it is given back and the claim runs again.
+    /// (`batch/claims.rs`): nobody holds it, so it is released (a fresh insert: deleted) and
+    /// the claim runs again.
     async fn claim_after_failed_batch(
         &self,
         scope: &Digest,

@@ -235,6 +235,7 @@ impl Store {
             tracing::info!(error = %error, calls = batch.len(), suppressed, "claim batch failed; releasing what it may have won and running its calls singly");
         }
         let settled_by = Instant::now() + self.answer_timeout;
+        // A batch only inserts fresh records (`claimed`), so what it may have won is deleted.
         let released = futures_util::future::join_all(batch.iter().zip(&claim_ids).map(
             async |(item, claim_id)| {
                 match item.abandoned() {
