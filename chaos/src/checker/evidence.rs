@@ -83,6 +83,11 @@ pub struct StoreSettle {
     /// A release as cooldown: when the database ends the cooldown, on the run's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown_ends_at_ms: Option<Ms>,
+    /// An orphan's release: what it left of the record, `failed` (a takeover given back)
+    /// or `no_record` (`docs/records.md#orphan-claims`). A store that predates the
+    /// give-back logs none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaves: Option<String>,
 }
 
 impl StoreSettle {
@@ -102,6 +107,8 @@ pub struct Release {
     /// When the database applied it and ended its cooldown, on its own clock
     /// ([`DbStamps`]), when a line carries them.
     pub stamps: Option<DbStamps>,
+    /// What an orphan's release left of the record ([`StoreSettle::leaves`]).
+    pub leaves: Option<String>,
 }
 
 /// A release's database stamps, on the run's clock.
@@ -290,6 +297,7 @@ impl Evidence {
                             .unwrap_or(false),
                         applied_at_ms: run_ms("released_at_unix_ms"),
                         cooldown_ends_at_ms: run_ms("cooldown_ends_at_unix_ms"),
+                        leaves: text("leaves"),
                     });
                 }
             }
@@ -416,6 +424,7 @@ impl Evidence {
             call: first.call.clone(),
             logged_ms: first.at_ms,
             stamps: stamp,
+            leaves: first.leaves.clone(),
         }))
     }
 
@@ -674,5 +683,14 @@ not json"#;
             ),
             (2500, true, Some(290), Some(2290))
         );
+    }
+
+    /// An orphan's release says what it left of the record: a takeover given back keeps
+    /// it, so the judge refuses a fresh insert after it (`judgement::chain_holds`).
+    #[test]
+    fn an_orphan_releases_line_says_what_it_left() {
+        let line = r#"{"timestamp":"2026-12-01T16:36:46.500Z","level":"INFO","fields":{"message":"released an orphan claim: it committed, and its caller never got the answer","evidence":"settle","scope":"ab","claim_id":"0190-x","call":"release_orphan","outcome":"applied","fence":7,"leaves":"failed"},"target":"keyflight_lease_store::evidence"}"#;
+        let evidence = Evidence::read(&[line.to_owned()], &[], 1_796_143_004_000);
+        assert_eq!(evidence.store_settles[0].leaves.as_deref(), Some("failed"));
     }
 }

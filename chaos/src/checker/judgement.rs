@@ -796,7 +796,9 @@ fn answer_lost_to_a_held_lapse(
 /// by taking over an expired lease ([`TAKEOVER`]), or by a fresh insert (`claimed`) made
 /// after the claim before it was released unrun ([`released_unrun`]): a `won` answered too
 /// late to keep its lease is never forwarded and its release deletes the record
-/// (`docs/stream-machine.md#the-claim`).
+/// (`docs/stream-machine.md#the-claim`). An orphan takeover's release gives the record
+/// back instead (`leaves=failed`, `docs/records.md#orphan-claims`): a fresh insert after it
+/// means the record was lost.
 pub(super) fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<(), String> {
     for pair in between.windows(2) {
         let (before, claim) = (pair[0], pair[1]);
@@ -812,6 +814,13 @@ pub(super) fn chain_holds(between: &[&ClaimWon], history: &History) -> Result<()
         }
         let released = released_unrun(before, history)
             .map_err(|why| format!("{not_a_takeover}, and fence {}: {why}", before.fence))?;
+        if released.leaves.as_deref() == Some("failed") {
+            return Err(format!(
+                "{not_a_takeover}, though fence {}'s release gave the record back (`failed`): \
+                 the record was lost",
+                before.fence
+            ));
+        }
         if claim.at_ms < freed_from(&released) {
             return Err(format!(
                 "{not_a_takeover}, at {} ms, before fence {}'s release at {} ms",
