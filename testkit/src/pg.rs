@@ -443,3 +443,24 @@ pub(crate) fn run_checked(cmd: &mut Command) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Waits until `n` backends whose connections are named `app` (`application_name`) wait for
+/// a lock: how a test knows the statements it sent reached a row its own transaction holds.
+pub async fn wait_for_lock_waits(db: &tokio_postgres::Client, app: &str, n: i64) {
+    crate::process::eventually(
+        &format!("{n} of the store's statements wait for a lock"),
+        std::time::Duration::from_secs(20),
+        || async {
+            db.query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .expect("read pg_stat_activity")
+            .get::<_, i64>(0)
+                >= n
+        },
+    )
+    .await;
+}

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::support::*;
+use keyflight_testkit::pg::wait_for_lock_waits;
 use keyflight_testkit::process::{eventually, free_port};
 use serde_json::{Value, json};
 

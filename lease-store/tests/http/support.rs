@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
-use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::pg::{PgCluster, wait_for_lock_waits};
 use keyflight_testkit::process::{ChildGuard, free_port, wait_http_ok};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
@@ -380,27 +380,6 @@ pub async fn db_client(url: &str) -> tokio_postgres::Client {
         .unwrap();
     tokio::spawn(connection);
     client
-}
-
-/// Waits until `n` backends of the store whose connections are named `app`
-/// (`application_name`) wait for a lock.
-pub async fn wait_for_lock_waits(db: &tokio_postgres::Client, app: &str, n: i64) {
-    keyflight_testkit::process::eventually(
-        &format!("{n} of the store's statements wait for a lock"),
-        Duration::from_secs(20),
-        || async {
-            db.query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-                >= n
-        },
-    )
-    .await;
 }
 
 /// A store's one claim worker (`--batch-workers 1`) held busy, so that the claims sent

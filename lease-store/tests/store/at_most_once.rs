@@ -14,6 +14,7 @@ use keyflight_protocol::wire::{
     ClaimRequest, ClaimResponse, PreviousIdentity, RecordState, RenewRequest, ResolveAs,
     ResolveRequest, WonHow,
 };
+use keyflight_testkit::pg::wait_for_lock_waits;
 use keyflight_testkit::process::eventually;
 use tokio::task::JoinHandle;
 

@@ -18,6 +18,7 @@ use keyflight_lease_store::metrics::{BatchQueued, Metrics, PoolStatus};
 use keyflight_lease_store::store::{BatchKind, BatchTotals, Store, StoreError};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, ReleaseAs, ReleaseRequest, WonHow};
+use keyflight_testkit::pg::wait_for_lock_waits;
 use tokio::task::JoinHandle;
 
 /// A worker held in the database by an uncommitted row, until [`Gate::open`].

@@ -19,6 +19,7 @@ use keyflight_lease_store::longpoll::{LongPoll, claim_with_wait};
 use keyflight_lease_store::store::{BatchKind, BatchTotals, MAX_BATCH_BYTES, Store, StoreError};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, StoredResponse};
+use keyflight_testkit::pg::wait_for_lock_waits;
 use keyflight_testkit::process::eventually;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -38,14 +39,7 @@ impl Gate {
         let scope = fresh_scope();
         let (claim_id, _, _) =
             must_win(store, &scope, &claim_req(fingerprint("gate"), 30_000)).await;
-        let db = raw_client(&cluster().url()).await;
-        db.batch_execute("BEGIN").await.unwrap();
-        db.execute(
-            "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
-            &[&scope.0.as_slice()],
-        )
-        .await
-        .unwrap();
+        let db = lock_record(&scope).await;
         let held = spawn_finalize(store, scope, finalize_ok(claim_id));
         let watcher = raw_client(&cluster().url()).await;
         wait_for_lock_waits(&watcher, app, 1).await;

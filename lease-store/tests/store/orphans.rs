@@ -18,7 +18,8 @@ use std::time::Duration;
 use crate::support::*;
 use keyflight_lease_store::store::{BatchKind, BatchSettings, Store, StoreSettings};
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{ClaimResponse, ReleaseAs, ReleaseRequest, WonHow};
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, WonHow};
+use keyflight_testkit::pg::wait_for_lock_waits;
 use keyflight_testkit::process::eventually;
 use uuid::Uuid;
 
@@ -43,6 +44,26 @@ async fn gate(scopes: &[Digest]) -> tokio_postgres::Client {
     db
 }
 
+/// Claims `scope` with `req` while `held` keeps the statement waiting on a lock, drops the
+/// caller mid-statement (the proxy timed out), then lets the statement go on and commit.
+async fn claim_and_hang_up(
+    store: &Store,
+    app: &str,
+    scope: Digest,
+    req: ClaimRequest,
+    held: tokio_postgres::Client,
+) {
+    let caller = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim(&scope, &req).await })
+    };
+    let watcher = raw_client(&cluster().url()).await;
+    wait_for_lock_waits(&watcher, app, 1).await;
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    held.batch_execute("ROLLBACK").await.unwrap();
+}
+
 /// Waits until the orphan on `scope` is gone, then checks a retry wins it afresh.
 async fn released_and_won_afresh(store: &Store, scope: &Digest, label: &str) {
     let db = raw_client(&cluster().url()).await;
@@ -61,20 +82,15 @@ async fn a_claim_whose_caller_left_while_it_ran_is_released() {
     let (store, app) = single_path_store().await;
     let scope = fresh_scope();
     let held = gate(&[scope]).await;
-    let caller = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            store
-                .claim(&scope, &claim_req(fingerprint("left"), 30_000))
-                .await
-        })
-    };
-    let watcher = raw_client(&cluster().url()).await;
-    wait_for_lock_waits(&watcher, &app, 1).await;
     // The HTTP call is gone (the proxy timed out): its handler is dropped mid-statement.
-    caller.abort();
-    assert!(caller.await.unwrap_err().is_cancelled());
-    held.batch_execute("ROLLBACK").await.unwrap();
+    claim_and_hang_up(
+        &store,
+        &app,
+        scope,
+        claim_req(fingerprint("left"), 30_000),
+        held,
+    )
+    .await;
 
     released_and_won_afresh(&store, &scope, "left").await;
     assert_eq!(store.orphans_released(), 1);
@@ -117,20 +133,6 @@ async fn claims_of_a_batch_that_finished_after_their_callers_gave_up_are_release
     assert_eq!(store.orphans_released(), 2);
 }
 
-/// An open transaction holding `scope`'s existing row locked, so a takeover's `UPDATE`
-/// waits for it.
-async fn lock_row(scope: &Digest) -> tokio_postgres::Client {
-    let db = raw_client(&cluster().url()).await;
-    db.batch_execute("BEGIN").await.unwrap();
-    db.execute(
-        "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
-        &[&scope.0.as_slice()],
-    )
-    .await
-    .unwrap();
-    db
-}
-
 /// Waits until the orphan takeover on `scope` is given back, then checks that the record is
 /// still `label`'s: another body is a conflict, and `label` takes it over at once.
 async fn given_back_and_still_the_requests(store: &Store, scope: &Digest, label: &str) {
@@ -162,29 +164,10 @@ async fn a_takeover_of_a_failed_record_whose_caller_left_gives_the_record_back()
     let scope = fresh_scope();
     let req = claim_req(fingerprint("declined"), 30_000);
     let (claim_id, _, _) = must_win(&store, &scope, &req).await;
-    store
-        .release(
-            &scope,
-            &ReleaseRequest {
-                claim_id,
-                release_as: ReleaseAs::Cooldown,
-                cooldown_ms: Some(1),
-                previous_scope: None,
-            },
-        )
-        .await
-        .unwrap();
+    release_as_cooldown(&store, &scope, claim_id, 1).await;
     wait_for_lease_expiry(&db, &scope).await;
-    let held = lock_row(&scope).await;
-    let caller = {
-        let (store, req) = (store.clone(), req.clone());
-        tokio::spawn(async move { store.claim(&scope, &req).await })
-    };
-    let watcher = raw_client(&cluster().url()).await;
-    wait_for_lock_waits(&watcher, &app, 1).await;
-    caller.abort();
-    assert!(caller.await.unwrap_err().is_cancelled());
-    held.batch_execute("ROLLBACK").await.unwrap();
+    let held = lock_record(&scope).await;
+    claim_and_hang_up(&store, &app, scope, req, held).await;
 
     given_back_and_still_the_requests(&store, &scope, "declined").await;
     assert_eq!(store.orphans_released(), 1);
@@ -197,20 +180,9 @@ async fn a_batch_takeover_of_a_lapsed_lease_whose_caller_left_gives_the_record_b
     let scope = fresh_scope();
     must_win(&store, &scope, &claim_req(fingerprint("lapsed"), 1)).await;
     wait_for_lease_expiry(&db, &scope).await;
-    let held = lock_row(&scope).await;
-    let caller = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            store
-                .claim(&scope, &claim_req(fingerprint("lapsed"), 30_000))
-                .await
-        })
-    };
-    let watcher = raw_client(&cluster().url()).await;
-    wait_for_lock_waits(&watcher, &app, 1).await;
-    caller.abort();
-    assert!(caller.await.unwrap_err().is_cancelled());
-    held.batch_execute("ROLLBACK").await.unwrap();
+    let held = lock_record(&scope).await;
+    let req = claim_req(fingerprint("lapsed"), 30_000);
+    claim_and_hang_up(&store, &app, scope, req, held).await;
 
     given_back_and_still_the_requests(&store, &scope, "lapsed").await;
     assert_eq!(store.orphans_released(), 1);

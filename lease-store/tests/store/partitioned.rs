@@ -626,18 +626,7 @@ async fn a_dual_claim_that_took_its_first_record_over_gives_it_back_kept() {
     let store = db.store().await;
     let recipes = Recipes::on_two_partitions(db, true, "taken over, given back");
     let (failed, _, _) = must_win(&store, &recipes.new.0, &claim_req(recipes.new.1, 30_000)).await;
-    store
-        .release(
-            &recipes.new.0,
-            &ReleaseRequest {
-                claim_id: failed,
-                release_as: ReleaseAs::Cooldown,
-                cooldown_ms: Some(1),
-                previous_scope: None,
-            },
-        )
-        .await
-        .unwrap();
+    release_as_cooldown(&store, &recipes.new.0, failed, 1).await;
     let partition = raw_client(&db.partitions[db.owner(&recipes.new.0)].url()).await;
     wait_for_lease_expiry(&partition, &recipes.new.0).await;
     must_win(&store, &recipes.old.0, &recipes.old_only()).await;

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use keyflight_lease_store::store::{BatchSettings, Store, StoreSettings};
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, FinalizeRequest, StoredResponse};
+use keyflight_protocol::wire::{
+    ClaimRequest, ClaimResponse, FinalizeRequest, ReleaseAs, ReleaseRequest, StoredResponse,
+};
 use keyflight_testkit::pg::PgCluster;
 use uuid::Uuid;
 
@@ -202,26 +204,6 @@ pub async fn one_worker_store() -> (Store, String) {
     (Store::connect(&settings).await.unwrap(), app)
 }
 
-/// Waits until `n` backends of the store named `app` wait for a lock.
-pub async fn wait_for_lock_waits(db: &tokio_postgres::Client, app: &str, n: i64) {
-    keyflight_testkit::process::eventually(
-        &format!("{n} of the store's statements wait for a lock"),
-        Duration::from_secs(20),
-        || async {
-            db.query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-                >= n
-        },
-    )
-    .await;
-}
-
 /// Waits until `n` calls of `kind` are queued for the store's batch worker.
 pub async fn wait_for_queued(
     store: &Store,
@@ -234,6 +216,36 @@ pub async fn wait_for_queued(
         || async { store.batch_queued(kind) == n },
     )
     .await;
+}
+
+/// An open transaction holding `scope`'s record locked (`FOR UPDATE`): a statement that
+/// changes the record waits for it until it commits or rolls back.
+pub async fn lock_record(scope: &Digest) -> tokio_postgres::Client {
+    let db = raw_client(&cluster().url()).await;
+    db.batch_execute("BEGIN").await.unwrap();
+    db.execute(
+        "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
+        &[&scope.0.as_slice()],
+    )
+    .await
+    .unwrap();
+    db
+}
+
+/// Releases `claim_id`'s record on `scope` as a failure cooling down for `cooldown_ms`.
+pub async fn release_as_cooldown(store: &Store, scope: &Digest, claim_id: Uuid, cooldown_ms: u64) {
+    store
+        .release(
+            scope,
+            &ReleaseRequest {
+                claim_id,
+                release_as: ReleaseAs::Cooldown,
+                cooldown_ms: Some(cooldown_ms),
+                previous_scope: None,
+            },
+        )
+        .await
+        .unwrap();
 }
 
 /// A pending row for `scope`, as a claim's insert writes it.

@@ -236,12 +236,13 @@ impl Store {
         }
         let settled_by = Instant::now() + self.answer_timeout;
         // A batch only inserts fresh records (`claimed`), so what it may have won is deleted.
+        let release = OrphanRelease::Delete;
         let released = futures_util::future::join_all(batch.iter().zip(&claim_ids).map(
             async |(item, claim_id)| {
                 match item.abandoned() {
                     true => None,
                     false => Some(
-                        self.release_orphan_once(&item.scope, *claim_id, OrphanRelease::Delete)
+                        self.release_orphan_once(&item.scope, *claim_id, release)
                             .await,
                     ),
                 }
@@ -251,7 +252,7 @@ impl Store {
         for ((item, claim_id), released) in batch.into_iter().zip(claim_ids).zip(released) {
             match released {
                 Some(Ok(Some(fence))) => {
-                    self.orphan_released(&item.scope, claim_id, fence, OrphanRelease::Delete);
+                    self.orphan_released(&item.scope, claim_id, fence, release);
                     item.run_singly_after_failure(claim_id);
                 }
                 Some(Ok(None)) => {
@@ -259,12 +260,10 @@ impl Store {
                     item.run_singly_after_failure(claim_id);
                 }
                 Some(Err(e)) => {
-                    self.release_orphan(item.scope, claim_id, settled_by, OrphanRelease::Delete);
+                    self.release_orphan(item.scope, claim_id, settled_by, release);
                     item.answer(self, Err(e));
                 }
-                None => {
-                    self.release_orphan(item.scope, claim_id, settled_by, OrphanRelease::Delete)
-                }
+                None => self.release_orphan(item.scope, claim_id, settled_by, release),
             }
         }
     }

@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use super::super::claim::{CLAIM, ClaimParams, MAX_ATTEMPTS, READ, held, won_attempt, won_how};
 use super::super::lease::{OWNER, Written, run_written};
-use super::super::orphan::{GIVE_BACK, OrphanRelease, RELEASE_ORPHAN};
+use super::super::orphan::OrphanRelease;
 use super::super::partitions::Routed;
 use super::super::{ClaimAttempt, Store, StoreError};
 use super::{Identities, answer_from_records, come_back_shortly};
@@ -66,8 +66,6 @@ impl Store {
         self.run(async |client| {
             let claim = client.prepare_cached(CLAIM.call()).await?;
             let read = client.prepare_cached(READ.call()).await?;
-            let delete = client.prepare_cached(RELEASE_ORPHAN.call()).await?;
-            let give_back = client.prepare_cached(GIVE_BACK.call()).await?;
             for _ in 0..MAX_ATTEMPTS {
                 let claim_id = Uuid::now_v7();
                 let sent = Instant::now();
@@ -103,12 +101,10 @@ impl Store {
                     // Won the first alone: given back before anyone is told of it (if
                     // this fails, the guard deletes it in the background), as an orphan
                     // is (`store/orphan.rs`).
-                    let release = match OrphanRelease::after(won_how(&first_row)?) {
-                        OrphanRelease::Delete => &delete,
-                        OrphanRelease::GiveBack => &give_back,
-                    };
+                    let release = OrphanRelease::after(won_how(&first_row)?);
+                    let statement = client.prepare_cached(release.statement().call()).await?;
                     client
-                        .query_opt(release, &[&first.0.0.as_slice(), &claim_id])
+                        .query_opt(&statement, &[&first.0.0.as_slice(), &claim_id])
                         .await?;
                 }
                 first_guard.delivered();
