@@ -14,7 +14,8 @@
 //! answer is handed back ([`OrphanGuard`]); a batch checks that its caller took the answer.
 //! A claim that was not delivered is released by its `claim_id` ([`OrphanRelease`]): a claim
 //! that took an earlier request's record over gives it back, `failed` with its cooldown over,
-//! so the key stays that request's; any other is deleted, the `forget` release's own fenced
+//! so the key stays that request's, and so does a guarded claim whose statement was never
+//! read (how it won is unknown); any other is deleted, the `forget` release's own fenced
 //! `DELETE`. That is safe whatever happened: no caller holds that id, and a row that carries
 //! another id (the claim lost, or was taken over since) matches nothing. Whether the
 //! statement committed may not be known yet, so the release retries until the statement is
@@ -65,16 +66,24 @@ pub(super) static GIVE_BACK: Routed = Routed::by_scope("give_back", GIVE_BACK_SQ
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum OrphanRelease {
     /// [`RELEASE_ORPHAN_SQL`]: nothing. For a claim that inserted the record or reused one
-    /// past its retention, which holds nothing of another request; and for one whose
-    /// statement was never read, whose way of winning is not known.
+    /// past its retention, which holds nothing of another request.
     Delete,
     /// [`GIVE_BACK_SQL`]: the record the claim took over (a lapsed lease, a cooldown that
     /// ran out), kept with its fingerprint. Deleted, another body could run under the key
-    /// within the earlier request's retention.
+    /// within the earlier request's retention. Also every guarded claim whose win was never
+    /// read ([`OrphanRelease::UNREAD`]).
     GiveBack,
 }
 
 impl OrphanRelease {
+    /// The release of a guarded claim whose statement was never read (the answer bound
+    /// fired, or a dual claim's `COMMIT` went unanswered): how it won is not known, so it
+    /// is given back. Were it a takeover, deleting would lose the earlier request's
+    /// fingerprint; were it a fresh insert, giving back only keeps the key this request's
+    /// for its retention — the same body takes it over at once, another gets `conflict`.
+    /// A batch's claims are fresh inserts, so its unread ones are deleted (`batch/claims.rs`).
+    pub(super) const UNREAD: OrphanRelease = OrphanRelease::GiveBack;
+
     /// The release of an orphan that won `how`.
     pub(super) fn after(how: WonHow) -> OrphanRelease {
         match how {
@@ -119,6 +128,8 @@ pub(super) struct OrphanGuard {
     scope: Digest,
     claim_id: Uuid,
     armed: bool,
+    /// What its release leaves: [`OrphanRelease::UNREAD`] until the claim's row is read.
+    release: OrphanRelease,
 }
 
 impl OrphanGuard {
@@ -129,7 +140,13 @@ impl OrphanGuard {
             scope,
             claim_id,
             armed: true,
+            release: OrphanRelease::UNREAD,
         }
+    }
+
+    /// The claim's row was read: it won `how`, so a release after this knows what to leave.
+    pub(super) fn won(&mut self, how: WonHow) {
+        self.release = OrphanRelease::after(how);
     }
 
     /// The attempt's answer is in the caller's hands (or it lost: nothing to release).
@@ -144,7 +161,7 @@ impl Drop for OrphanGuard {
             // Until the answer bound has passed, the statement may still commit.
             let settled_by = Instant::now() + self.store.answer_timeout;
             self.store
-                .release_orphan(self.scope, self.claim_id, settled_by, OrphanRelease::Delete);
+                .release_orphan(self.scope, self.claim_id, settled_by, self.release);
         }
     }
 }

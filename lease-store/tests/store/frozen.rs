@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 use keyflight_lease_store::longpoll::LongPoll;
-use keyflight_lease_store::store::{Store, StoreError, StoreSettings, migrate};
+use keyflight_lease_store::store::{BatchSettings, Store, StoreError, StoreSettings, migrate};
+use keyflight_protocol::wire::{ClaimResponse, WonHow};
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::process::eventually;
 use tokio::sync::watch;
@@ -119,4 +120,55 @@ async fn the_listen_connection_notices_a_frozen_database_and_reconnects() {
         longpoll.listening()
     })
     .await;
+}
+
+/// A takeover whose answer the store never read — the database stalled past the answer
+/// bound, then committed it — is given back, not deleted (`docs/records.md#orphan-claims`):
+/// the record keeps the earlier request's fingerprint, so another body is still a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_the_database_committed_after_the_answer_bound_is_given_back() {
+    let cluster = PgCluster::start();
+    migrate(&cluster.url()).await.unwrap();
+    let store = Store::connect(&StoreSettings {
+        batch: BatchSettings::OFF,
+        ..short_timeout_settings(&cluster.url())
+    })
+    .await
+    .unwrap();
+    let db = raw_client(&cluster.url()).await;
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("declined"), 30_000);
+    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    release_as_cooldown(&store, &scope, claim_id, 1).await;
+    wait_for_lease_expiry(&db, &scope).await;
+
+    // The takeover's statement reaches a frozen server; the store gives up on it at the
+    // answer bound, and the server runs it once it is thawed.
+    let thaw = Thaw(&cluster);
+    cluster.freeze();
+    let (claimed, _) = timed(store.claim(&scope, &req)).await;
+    assert!(
+        matches!(claimed, Err(StoreError::Unavailable(_))),
+        "{claimed:?}"
+    );
+    drop(thaw);
+
+    eventually(
+        "the unread takeover is released",
+        Duration::from_secs(15),
+        || async { store.orphans_released() >= 1 },
+    )
+    .await;
+    let (state, _, _) = row_state(&db, &scope).await.expect("the record is kept");
+    assert_eq!(state, "failed");
+    assert_eq!(
+        store
+            .claim(&scope, &claim_req(fingerprint("another body"), 30_000))
+            .await
+            .unwrap()
+            .response,
+        ClaimResponse::Conflict
+    );
+    let (_, _, how) = must_win(&store, &scope, &req).await;
+    assert_eq!(how, WonHow::RecoveredAbandoned);
 }

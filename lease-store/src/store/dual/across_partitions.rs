@@ -4,11 +4,11 @@
 //! One database wins both records in one transaction, or neither. Across partitions the
 //! claim takes them in turn, in the byte order of their scopes as one database locks them:
 //! the first, then the second under the same `claim_id`. A claim that wins the first and
-//! loses the second gives the first back (the orphan release: its fenced `DELETE`,
-//! `store/orphan.rs`) before it answers, and answers from both records as one database
-//! would. So a caller is only ever told it won when it holds both; for a moment a record
-//! may be held by a claim that then gives it back, and whoever met it then follows it and
-//! is woken by the release, as after a `forget`.
+//! loses the second gives the first back (the orphan release, `store/orphan.rs`) before it
+//! answers, and answers from both records as one database would. So a caller is only ever
+//! told it won when it holds both; for a moment a record may be held by a claim that then
+//! gives it back, and whoever met it then follows it and is woken by the release, as after
+//! a `forget`.
 //!
 //! Two claims that share a scope exclude each other as on one database: each needs every
 //! record it names, and a record is held by one claim at a time. Dual claimers of one
@@ -84,8 +84,10 @@ impl Store {
                     let row = client.query_opt(&claim, &params).await?;
                     self.won(&scope, row)
                 };
-                let first_guard = super::OrphanGuard::new(self, first.0, claim_id);
+                let mut first_guard = super::OrphanGuard::new(self, first.0, claim_id);
                 if let Some(first_row) = claim_one(first).await? {
+                    let first_how = won_how(&first_row)?;
+                    first_guard.won(first_how);
                     let second_guard = super::OrphanGuard::new(self, second.0, claim_id);
                     let second_row = claim_one(second).await?;
                     second_guard.delivered();
@@ -99,9 +101,9 @@ impl Store {
                         return won_attempt(row, claim_id, params.lease_ms, sent);
                     }
                     // Won the first alone: given back before anyone is told of it (if
-                    // this fails, the guard deletes it in the background), as an orphan
+                    // this fails, the guard releases it in the background), as an orphan
                     // is (`store/orphan.rs`).
-                    let release = OrphanRelease::after(won_how(&first_row)?);
+                    let release = OrphanRelease::after(first_how);
                     let statement = client.prepare_cached(release.statement().call()).await?;
                     client
                         .query_opt(&statement, &[&first.0.0.as_slice(), &claim_id])
