@@ -214,7 +214,7 @@ bench: prereqs bench-prereqs envoy wasm
 # CHAOS_FLAGS passes more options (e.g. --faults envoy-kill, or --faults none --no-give-up).
 # HA=1 runs it on a replicated Postgres (etcd + two Patroni nodes) and adds the
 # primary-node-death fault; PARTITIONS=N on N Postgres partitions behind a PL/Proxy router,
-# where postgres-crash kills one partition's database.
+# where postgres-crash kills (and postgres-freeze freezes) one partition's database.
 DURATION ?= 10m
 CHAOS_FLAGS ?=
 CHAOS_SEED = $(if $(SEED),--seed $(SEED))

@@ -9,6 +9,7 @@
 //! | store kill | SIGKILL to a lease-store | start it again on its port, wait for `/readyz` |
 //! | store freeze | SIGSTOP to a lease-store (longer than the filter's call timeout) | SIGCONT |
 //! | Postgres crash | `pg_ctl stop -m immediate` (replicated: SIGKILL to the primary's postmaster) | `pg_ctl start` (replicated: its Patroni agent restarts it), wait for every lease-store's `/readyz` |
+//! | Postgres freeze (single or partitioned) | SIGSTOP to every Postgres process (a partition's) | SIGCONT, wait for every lease-store's `/readyz` |
 //! | Envoy kill | SIGKILL to an Envoy | start it again on its ports, wait for `/ready` |
 //! | primary node death (replicated only) | SIGKILL to the primary's Patroni agent and postmaster; Patroni promotes the synchronous standby (the failover window is recorded) | start the dead node's agent: it rejoins as the synchronous standby |
 //! | plugin push | a new plugin configuration for Envoy 0 by LDS (`plugin_push.rs`), returns once Envoy accepted it | nothing: the old plugin instance drains on its own |
@@ -77,8 +78,8 @@ pub async fn run(
 }
 
 /// The order two faults at once are healed in: the later one first, except that a
-/// lease-store freeze is always resumed first — a Postgres crash's heal waits until every
-/// lease-store answers `/readyz`, which a frozen one never does — and the database is
+/// lease-store freeze is always resumed first — a Postgres crash's or freeze's heal waits
+/// until every lease-store answers `/readyz`, which a frozen one never does — and the database is
 /// healed before anything else: a killed lease-store is ready again only once Postgres
 /// answers.
 fn heal_order(first: Injected, second: Option<Injected>) -> Vec<Injected> {
@@ -125,6 +126,7 @@ async fn inject(stack: &mut Stack, step: &FaultStep, position: usize, clock: Clo
     match step.kind {
         FaultKind::StoreKill => stack.kill_store(step.target),
         FaultKind::StoreFreeze => stack.signal_store(step.target, Signal::Stop),
+        FaultKind::PostgresFreeze => stack.freeze_postgres(step.target),
         FaultKind::PostgresCrash => {
             // On a partitioned database, the partition the plan drew as the target.
             injected.crash = Some(match stack.database().partitions().len() {
@@ -179,6 +181,7 @@ async fn heal(stack: &mut Stack, injected: Injected, clock: Clock) -> Fault {
     match fault.kind {
         FaultKind::StoreKill => stack.start_store(fault.target).await,
         FaultKind::StoreFreeze => stack.signal_store(fault.target, Signal::Cont),
+        FaultKind::PostgresFreeze => stack.thaw_postgres(fault.target).await,
         FaultKind::PostgresCrash => {
             if let Some(crash) = crash {
                 stack.recover_postgres(crash).await;

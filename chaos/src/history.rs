@@ -28,6 +28,11 @@ pub enum FaultKind {
     /// On a replicated Postgres (`--ha`): the primary's postmaster killed, which its
     /// Patroni agent restarts in place.
     PostgresCrash,
+    /// Postgres frozen with SIGSTOP (every process: a hung host or a stalled VM), then
+    /// resumed with SIGCONT; sometimes past the lease-stores' answer bound, so a claim a
+    /// store gave up on may commit after it answered, and past the lease. On a partitioned
+    /// database, one partition. Not on a replicated one, where a frozen primary fails over.
+    PostgresFreeze,
     /// An Envoy killed with SIGKILL, then started again on the same ports.
     EnvoyKill,
     /// On a replicated Postgres (`--ha`) only: the primary's node dies (its Patroni agent
@@ -80,10 +85,11 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 17] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
+        FaultKind::PostgresFreeze,
         FaultKind::EnvoyKill,
         FaultKind::PrimaryNodeDeath,
         FaultKind::PluginPush,
@@ -101,10 +107,11 @@ impl FaultKind {
     ];
 
     /// The kinds a run on a single Postgres can inject.
-    pub const SINGLE_POSTGRES: [FaultKind; 16] = [
+    pub const SINGLE_POSTGRES: [FaultKind; 17] = [
         FaultKind::StoreKill,
         FaultKind::StoreFreeze,
         FaultKind::PostgresCrash,
+        FaultKind::PostgresFreeze,
         FaultKind::EnvoyKill,
         FaultKind::PluginPush,
         FaultKind::ProxyPartition,
@@ -153,7 +160,10 @@ impl FaultKind {
 
     /// Whether it takes the database down (every lease-store waits for its heal).
     pub fn breaks_the_database(self) -> bool {
-        matches!(self, FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath)
+        matches!(
+            self,
+            FaultKind::PostgresCrash | FaultKind::PostgresFreeze | FaultKind::PrimaryNodeDeath
+        )
     }
 
     /// The name used in the table and the JSON.
@@ -162,6 +172,7 @@ impl FaultKind {
             FaultKind::StoreKill => "store kill",
             FaultKind::StoreFreeze => "store freeze",
             FaultKind::PostgresCrash => "postgres crash",
+            FaultKind::PostgresFreeze => "postgres freeze",
             FaultKind::EnvoyKill => "envoy kill",
             FaultKind::PrimaryNodeDeath => "primary node death",
             FaultKind::PluginPush => "plugin push",

@@ -60,7 +60,7 @@
 //! # Narrowing a run
 //!
 //! `--faults KIND,…` injects only those kinds (`store-kill`, `store-freeze`,
-//! `postgres-crash`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
+//! `postgres-crash`, `postgres-freeze`, `envoy-kill`, `plugin-push`, `proxy-partition`, `store-db-partition`,
 //! `one-way-loss`, `slow-link`, `envoy-drain`, `wasm-upgrade`, `rolling-upgrade`,
 //! `envoy-hot-restart`, `operator-erase`, `operator-resolve`, `operator-resolve-failed`;
 //! `none` for none) and `--no-give-up` keeps every caller
@@ -126,7 +126,7 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// The fault kinds to inject, comma-separated: store-kill, store-freeze,
-    /// postgres-crash, envoy-kill, plugin-push, envoy-drain, wasm-upgrade, rolling-upgrade,
+    /// postgres-crash, postgres-freeze (not with --ha), envoy-kill, plugin-push, envoy-drain, wasm-upgrade, rolling-upgrade,
     /// envoy-hot-restart, primary-node-death (with --ha), and the link
     /// faults proxy-partition, store-db-partition, one-way-loss, slow-link (single Postgres
     /// only; they run each Envoy and lease-store in its own network namespace, as root),
@@ -508,9 +508,9 @@ mod tests {
             Ok(FaultKinds(vec![FaultKind::StoreKill, FaultKind::EnvoyKill]))
         );
         assert_eq!(parse_fault_kinds("none"), Ok(FaultKinds(Vec::new())));
-        let all = "store-kill,store-freeze,postgres-crash,envoy-kill,primary-node-death,\
-                   plugin-push,proxy-partition,store-db-partition,one-way-loss,slow-link,envoy-drain,\
-                   wasm-upgrade,rolling-upgrade,envoy-hot-restart,operator-erase,operator-resolve,\
+        let all = "store-kill,store-freeze,postgres-crash,postgres-freeze,envoy-kill,\
+                   primary-node-death,plugin-push,proxy-partition,store-db-partition,one-way-loss,\
+                   slow-link,envoy-drain,wasm-upgrade,rolling-upgrade,envoy-hot-restart,operator-erase,operator-resolve,\
                    operator-resolve-failed";
         assert_eq!(
             parse_fault_kinds(all),

@@ -86,10 +86,11 @@ impl UpstreamAnswer {
 }
 
 /// The fault kinds with their weights.
-const FAULT_WEIGHTS: [(FaultKind, u32); 17] = [
+const FAULT_WEIGHTS: [(FaultKind, u32); 18] = [
     (FaultKind::StoreKill, 35),
     (FaultKind::StoreFreeze, 25),
     (FaultKind::PostgresCrash, 15),
+    (FaultKind::PostgresFreeze, 10),
     (FaultKind::EnvoyKill, 25),
     // A failover and the old node's rejoin take 15–20 s: rarer, or the run is all failover.
     (FaultKind::PrimaryNodeDeath, 10),
@@ -117,6 +118,12 @@ const LINK_RENEW_MARGIN_MS: u64 = 300;
 /// Past a lease after a link fault heals, before the next fault starts: time for the cut
 /// proxy's renew (sent at once when its calls get through again) to land.
 const LINK_QUIET_MARGIN_MS: u64 = 500;
+
+/// The lease-stores' answer bound: their default `--statement-timeout` (5 s,
+/// `docs/configuration.md`) and the margin past it (`store/mod.rs`). A Postgres freeze
+/// sometimes outlasts it, so that a claim a store gave up on commits after it answered.
+const STORE_ANSWER_BOUND_MS: u64 =
+    5_000 + keyflight_lease_store::store::ANSWER_MARGIN.as_millis() as u64;
 
 /// How often a fault is drawn to overlap the next one (two faults at once).
 const OVERLAP_PROBABILITY: f64 = 0.2;
@@ -255,7 +262,9 @@ impl FaultStep {
             | FaultKind::OperatorErase
             | FaultKind::OperatorResolve
             | FaultKind::OperatorResolveFailed => Part::Store(self.target),
-            FaultKind::PostgresCrash | FaultKind::PrimaryNodeDeath => Part::Postgres,
+            FaultKind::PostgresCrash | FaultKind::PostgresFreeze | FaultKind::PrimaryNodeDeath => {
+                Part::Postgres
+            }
         }
     }
 }
@@ -430,12 +439,13 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
         }
         let kind = weighted(rng, &weights);
         let target = match kind {
-            // The partition whose database dies, on a partitioned one.
-            FaultKind::PostgresCrash if settings.partitions > 1 => {
+            // The partition whose database dies or freezes, on a partitioned one.
+            FaultKind::PostgresCrash | FaultKind::PostgresFreeze if settings.partitions > 1 => {
                 rng.random_range(0..settings.partitions)
             }
             // Only Envoy 0 of the stack takes its listener from LDS.
             FaultKind::PostgresCrash
+            | FaultKind::PostgresFreeze
             | FaultKind::PrimaryNodeDeath
             | FaultKind::PluginPush
             | FaultKind::WasmUpgrade => 0,
@@ -470,6 +480,8 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::StoreFreeze => {
                 rng.random_range(settings.call_timeout_ms + 200..settings.call_timeout_ms + 1500)
             }
+            // Within a call timeout, past the lease, and past the stores' answer bound.
+            FaultKind::PostgresFreeze => rng.random_range(300..STORE_ANSWER_BOUND_MS + 1500),
             FaultKind::EnvoyKill => rng.random_range(100..600),
             // Time on one node after the promotion, before the dead node rejoins.
             FaultKind::PrimaryNodeDeath => rng.random_range(500..3000),
@@ -607,9 +619,9 @@ mod tests {
 
     #[test]
     fn a_plan_has_every_kind_of_caller_and_fault() {
-        // Long enough for the rarer kinds among fifteen.
+        // Long enough for the rarer kinds among eighteen.
         let long = Settings {
-            duration_ms: 300_000,
+            duration_ms: 400_000,
             ..settings()
         };
         let plan = draw(1, &long);
@@ -893,6 +905,28 @@ mod tests {
         assert!(
             !rollouts.is_empty() && rollouts.iter().all(|envoy| *envoy == 1),
             "{rollouts:?}"
+        );
+    }
+
+    #[test]
+    fn some_postgres_freezes_outlast_the_stores_answer_bound_and_some_a_call_timeout_does_not() {
+        let settings = Settings {
+            duration_ms: 300_000,
+            fault_kinds: vec![FaultKind::PostgresFreeze],
+            ..settings()
+        };
+        let holds: Vec<u64> = draw(3, &settings)
+            .faults
+            .iter()
+            .map(|f| f.hold_ms)
+            .collect();
+        assert!(
+            holds.iter().any(|&hold| hold > STORE_ANSWER_BOUND_MS),
+            "{holds:?}"
+        );
+        assert!(
+            holds.iter().any(|&hold| hold < settings.call_timeout_ms),
+            "{holds:?}"
         );
     }
 

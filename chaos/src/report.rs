@@ -289,8 +289,8 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[0].contains(
-                "| no fault | store kill | store freeze | postgres crash | envoy kill | plugin \
-                 push | proxy partition | store db partition | one way loss | slow link | envoy drain \
+                "| no fault | store kill | store freeze | postgres crash | postgres freeze | envoy \
+                 kill | plugin push | proxy partition | store db partition | one way loss | slow link | envoy drain \
                  | wasm upgrade | rolling upgrade | envoy hot restart | operator erase | operator \
                  resolve | operator resolve failed | all |"
             ),

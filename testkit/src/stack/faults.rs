@@ -13,6 +13,7 @@ use super::{
 use crate::database::Database;
 use crate::ha::HaCluster;
 use crate::lds;
+use crate::pg::PgCluster;
 use crate::process::{Signal, eventually, wait_http_ok};
 
 /// How long a replicated Postgres may take to fail over or to get its standby back.
@@ -147,6 +148,32 @@ impl Stack {
         });
         tokio::task::block_in_place(|| partition.stop());
         Crash::Partition(index)
+    }
+
+    /// Freezes Postgres, every process of it (`SIGSTOP`), as a hung host or a stalled VM
+    /// stops it: connections stay open and the kernel keeps acknowledging what they are
+    /// sent, but nothing answers. On a partitioned database, partition `index`. Panics on a
+    /// replicated one, where a frozen primary is a failover (`primary node death`).
+    pub fn freeze_postgres(&self, index: usize) {
+        self.frozen_node(index).freeze();
+    }
+
+    /// Resumes what [`Stack::freeze_postgres`] froze (`SIGCONT`) and waits until every
+    /// running lease-store is ready again.
+    pub async fn thaw_postgres(&self, index: usize) {
+        self.frozen_node(index).thaw();
+        self.wait_stores_ready().await;
+    }
+
+    /// The node [`Stack::freeze_postgres`] freezes.
+    fn frozen_node(&self, index: usize) -> &PgCluster {
+        match &self.database {
+            Database::Single(postgres) => postgres,
+            Database::Partitioned { partitions, .. } => &partitions[index],
+            Database::Replicated(_) => {
+                panic!("a replicated Postgres is not frozen: its frozen primary fails over")
+            }
+        }
     }
 
     /// Kills the primary's node of a replicated Postgres and waits until the standby is
