@@ -317,7 +317,35 @@ async fn run(cli: Cli) -> Result<bool, String> {
     println!();
     print!("{}", report::table(&report));
     println!();
+    let replay = replay_command(&cli, seed, duration);
+    print!(
+        "{}",
+        report::summary(&report, &history, &plan, &replay, &dir)
+    );
+    if let Some(effects) = &effects {
+        println!("{effects}");
+    }
+    println!("run took {:.1} s", began.elapsed().as_secs_f64());
+    Ok(!report.failed() && effects.is_none_or(|effects| effects.paid_more_than_once == 0))
+}
+
+/// The `make` command that draws this run's plan again. `make chaos` takes the database's
+/// shape as `HA=1` and `PARTITIONS=N`; `make chaos-short` only as flags.
+fn replay_command(cli: &Cli, seed: u64, duration: Duration) -> String {
+    let mut variables = Vec::new();
     let mut flags = Vec::new();
+    if cli.ha {
+        match cli.short {
+            true => flags.push("--ha".to_owned()),
+            false => variables.push("HA=1".to_owned()),
+        }
+    }
+    if cli.partitions > 0 {
+        match cli.short {
+            true => flags.push(format!("--partitions {}", cli.partitions)),
+            false => variables.push(format!("PARTITIONS={}", cli.partitions)),
+        }
+    }
     if let Some(kinds) = &cli.faults {
         flags.push(format!("--faults {kinds}"));
     }
@@ -334,21 +362,13 @@ async fn run(cli: Cli) -> Result<bool, String> {
         true => format!("make chaos-short SEED={seed}"),
         false => format!("make chaos SEED={seed} DURATION={}s", duration.as_secs()),
     };
-    if cli.ha {
-        replay.push_str(" HA=1");
+    for variable in variables {
+        replay.push_str(&format!(" {variable}"));
     }
     if !flags.is_empty() {
         replay.push_str(&format!(" CHAOS_FLAGS='{}'", flags.join(" ")));
     }
-    print!(
-        "{}",
-        report::summary(&report, &history, &plan, &replay, &dir)
-    );
-    if let Some(effects) = &effects {
-        println!("{effects}");
-    }
-    println!("run took {:.1} s", began.elapsed().as_secs_f64());
-    Ok(!report.failed() && effects.is_none_or(|effects| effects.paid_more_than_once == 0))
+    replay
 }
 
 /// `--recheck`: the checker over a stored `history.json`; prints the table and the verdict.
@@ -500,6 +520,32 @@ fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_replay_command_names_the_database_as_each_make_target_takes_it() {
+        let cli = |args: &[&str]| Cli::parse_from([&["keyflight-chaos"], args].concat());
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            replay_command(
+                &cli(&["--partitions", "2", "--faults", "envoy-kill"]),
+                7,
+                minute
+            ),
+            "make chaos SEED=7 DURATION=60s PARTITIONS=2 CHAOS_FLAGS='--faults envoy-kill'"
+        );
+        assert_eq!(
+            replay_command(&cli(&["--ha"]), 7, minute),
+            "make chaos SEED=7 DURATION=60s HA=1"
+        );
+        assert_eq!(
+            replay_command(
+                &cli(&["--short", "--partitions", "3", "--no-give-up"]),
+                7,
+                minute
+            ),
+            "make chaos-short SEED=7 CHAOS_FLAGS='--partitions 3 --no-give-up'"
+        );
+    }
 
     #[test]
     fn fault_kinds_parse_by_name_or_none() {
