@@ -79,9 +79,9 @@ pub async fn run(
 
 /// The order two faults at once are healed in: the later one first, except that a
 /// lease-store freeze is always resumed first — a Postgres crash's or freeze's heal waits
-/// until every lease-store answers `/readyz`, which a frozen one never does — and the database is
-/// healed before anything else: a killed lease-store is ready again only once Postgres
-/// answers.
+/// until every lease-store answers `/readyz`, which a frozen one never does — and the
+/// database is healed before anything else: a killed lease-store is ready again only once
+/// Postgres answers.
 fn heal_order(first: Injected, second: Option<Injected>) -> Vec<Injected> {
     let mut order: Vec<Injected> = second.into_iter().chain([first]).collect();
     order.sort_by_key(|injected| {

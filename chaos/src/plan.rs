@@ -480,7 +480,7 @@ fn draw_faults(rng: &mut StdRng, settings: &Settings) -> Vec<FaultStep> {
             FaultKind::StoreFreeze => {
                 rng.random_range(settings.call_timeout_ms + 200..settings.call_timeout_ms + 1500)
             }
-            // Within a call timeout, past the lease, and past the stores' answer bound.
+            // From within a call timeout to past the lease and the stores' answer bound.
             FaultKind::PostgresFreeze => rng.random_range(300..STORE_ANSWER_BOUND_MS + 1500),
             FaultKind::EnvoyKill => rng.random_range(100..600),
             // Time on one node after the promotion, before the dead node rejoins.
