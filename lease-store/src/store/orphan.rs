@@ -19,7 +19,9 @@
 //! `DELETE`. That is safe whatever happened: no caller holds that id, and a row that carries
 //! another id (the claim lost, or was taken over since) matches nothing. Whether the
 //! statement committed may not be known yet, so the release retries until the statement is
-//! surely over (its answer bound), and through an outage for as long as an outbox would.
+//! surely over (its answer bound, counted again from the database's first answer after an
+//! attempt it left unanswered: [`ReleaseDeadline`]), and through an outage for as long as an
+//! outbox would.
 //!
 //! During an outage nearly every call fails that way, and most of those never reached a
 //! database at all (a partition that refuses connections behind its router). So at most
@@ -120,6 +122,43 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(120);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between release attempts, the outbox's cap.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Until when a release that finds no row looks again: until its claim's statement is
+/// surely over. That is the statement's answer bound after it was sent, unless the
+/// database stopped answering meanwhile: a frozen database runs a statement it was sent
+/// only once it resumes, so a release whose attempts went unanswered looks for one more
+/// answer bound after the database first answers it again.
+#[derive(Debug, Clone, Copy)]
+struct ReleaseDeadline {
+    settled_by: Instant,
+    answer_timeout: Duration,
+    /// An attempt since the last answer got none.
+    unanswered: bool,
+}
+
+impl ReleaseDeadline {
+    fn new(settled_by: Instant, answer_timeout: Duration) -> ReleaseDeadline {
+        ReleaseDeadline {
+            settled_by,
+            answer_timeout,
+            unanswered: false,
+        }
+    }
+
+    /// An attempt got no answer from the database.
+    fn unanswered(&mut self) {
+        self.unanswered = true;
+    }
+
+    /// The database answered at `now` that no pending row carries the claim: whether to
+    /// look again.
+    fn found_nothing(&mut self, now: Instant) -> bool {
+        if std::mem::take(&mut self.unanswered) {
+            self.settled_by = self.settled_by.max(now + self.answer_timeout);
+        }
+        now < self.settled_by
+    }
+}
 
 /// Guards one claim attempt: dropped before [`OrphanGuard::delivered`], it releases the
 /// claim in the background.
@@ -247,6 +286,7 @@ impl Store {
         release: OrphanRelease,
     ) {
         let give_up_at = settled_by + RELEASE_BUDGET;
+        let mut deadline = ReleaseDeadline::new(settled_by, self.answer_timeout);
         let mut backoff = MIN_BACKOFF;
         loop {
             match self.release_orphan_once(&scope, claim_id, release).await {
@@ -254,19 +294,26 @@ impl Store {
                     self.orphan_released(&scope, claim_id, fence, release);
                     return;
                 }
-                Ok(None) if Instant::now() >= settled_by => return,
-                Err(e) if Instant::now() >= give_up_at => {
-                    if let Some(suppressed) = log_limit::global().admit(Kind::OrphanLeftToLease) {
-                        tracing::warn!(
-                            scope = %scope.to_hex(),
-                            error = %e,
-                            suppressed,
-                            "could not release a possible orphan claim; its lease will expire"
-                        );
+                Ok(None) => {
+                    if !deadline.found_nothing(Instant::now()) {
+                        return;
                     }
-                    return;
                 }
-                Ok(None) | Err(_) => {}
+                Err(e) => {
+                    if Instant::now() >= give_up_at {
+                        if let Some(suppressed) = log_limit::global().admit(Kind::OrphanLeftToLease)
+                        {
+                            tracing::warn!(
+                                scope = %scope.to_hex(),
+                                error = %e,
+                                suppressed,
+                                "could not release a possible orphan claim; its lease will expire"
+                            );
+                        }
+                        return;
+                    }
+                    deadline.unanswered();
+                }
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -310,5 +357,42 @@ impl Store {
     /// The counter behind [`Store::orphans_released`], for the metrics registry.
     pub fn orphans_released_counter(&self) -> prometheus_client::metrics::counter::Counter {
         self.orphans_released.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_release_that_finds_nothing_stops_at_the_statements_answer_bound() {
+        let sent = Instant::now();
+        let mut deadline = ReleaseDeadline::new(sent + BOUND, BOUND);
+        assert!(deadline.found_nothing(sent + Duration::from_secs(1)));
+        assert!(!deadline.found_nothing(sent + BOUND));
+    }
+
+    #[test]
+    fn after_an_unanswered_attempt_it_looks_for_one_more_bound_from_the_next_answer() {
+        let sent = Instant::now();
+        let mut deadline = ReleaseDeadline::new(sent + BOUND, BOUND);
+        // The database froze past the statement's bound, then answered at `back`.
+        deadline.unanswered();
+        let back = sent + BOUND * 3;
+        assert!(deadline.found_nothing(back));
+        assert!(deadline.found_nothing(back + BOUND - Duration::from_millis(1)));
+        assert!(!deadline.found_nothing(back + BOUND));
+    }
+
+    #[test]
+    fn an_unanswered_attempt_never_shortens_the_wait() {
+        let sent = Instant::now();
+        let mut deadline = ReleaseDeadline::new(sent + BOUND * 2, BOUND);
+        deadline.unanswered();
+        assert!(deadline.found_nothing(sent));
+        assert!(deadline.found_nothing(sent + BOUND * 2 - Duration::from_millis(1)));
+        assert!(!deadline.found_nothing(sent + BOUND * 2));
     }
 }

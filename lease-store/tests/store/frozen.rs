@@ -14,6 +14,7 @@ use keyflight_lease_store::longpoll::LongPoll;
 use keyflight_lease_store::store::{BatchSettings, Store, StoreError, StoreSettings, migrate};
 use keyflight_protocol::wire::{ClaimResponse, WonHow};
 use keyflight_testkit::pg::PgCluster;
+use keyflight_testkit::pg::wait_for_lock_waits;
 use keyflight_testkit::process::eventually;
 use tokio::sync::watch;
 
@@ -49,6 +50,30 @@ async fn timed<T>(call: impl Future<Output = T>) -> (T, Duration) {
         .await
         .unwrap_or_else(|_| panic!("the call hung for {:?}", BOUND * 10));
     (result, started.elapsed())
+}
+
+/// Gives the store's pool at least two connections that have run a claim (its statements
+/// prepared), so that a claim sent while the database is frozen finds one idle even when
+/// the database probe (`store/probe.rs`) holds the other: a claim that had to open a
+/// connection, or prepare its statement, would never reach the frozen server.
+async fn two_warm_connections(store: &Store) {
+    eventually(
+        "two pooled connections that ran a claim",
+        Duration::from_secs(10),
+        || async {
+            let claims = (0..4).map(|_| async {
+                must_win(
+                    store,
+                    &fresh_scope(),
+                    &claim_req(fingerprint("warm"), 30_000),
+                )
+                .await
+            });
+            futures_util::future::join_all(claims).await;
+            store.pool_status().size >= 2
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -141,6 +166,7 @@ async fn a_takeover_the_database_committed_after_the_answer_bound_is_given_back(
     let (claim_id, _, _) = must_win(&store, &scope, &req).await;
     release_as_cooldown(&store, &scope, claim_id, 1).await;
     wait_for_lease_expiry(&db, &scope).await;
+    two_warm_connections(&store).await;
 
     // The takeover's statement reaches a frozen server; the store gives up on it at the
     // answer bound, and the server runs it once it is thawed.
@@ -171,4 +197,69 @@ async fn a_takeover_the_database_committed_after_the_answer_bound_is_given_back(
     );
     let (_, _, how) = must_win(&store, &scope, &req).await;
     assert_eq!(how, WonHow::RecoveredAbandoned);
+}
+
+/// After a freeze longer than the statement's answer bound, a claim that then commits late
+/// is still released: the release looks for one more answer bound after the database first
+/// answers it again (`ReleaseDeadline`), rather than stopping at the bound counted from
+/// before the freeze. Here the claim, once thawed, waits on a transaction holding its
+/// record, so the release's first answer finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_commits_after_a_long_freeze_is_still_released() {
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let answer_bound = TIMEOUT + keyflight_lease_store::store::ANSWER_MARGIN;
+    let cluster = PgCluster::start();
+    migrate(&cluster.url()).await.unwrap();
+    let app = "frozen-late-release";
+    let store = Store::connect(&StoreSettings {
+        batch: BatchSettings::OFF,
+        statement_timeout: TIMEOUT,
+        ..short_timeout_settings(&format!("{}?application_name={app}", cluster.url()))
+    })
+    .await
+    .unwrap();
+    let db = raw_client(&cluster.url()).await;
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("declined"), 30_000);
+    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    release_as_cooldown(&store, &scope, claim_id, 1).await;
+    wait_for_lease_expiry(&db, &scope).await;
+    two_warm_connections(&store).await;
+    let holder = raw_client(&cluster.url()).await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "SELECT 1 FROM keyflight_records WHERE scope = $1 FOR UPDATE",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap();
+
+    let thaw = Thaw(&cluster);
+    cluster.freeze();
+    let (claimed, _) = timed(store.claim(&scope, &req)).await;
+    assert!(
+        matches!(claimed, Err(StoreError::Unavailable(_))),
+        "{claimed:?}"
+    );
+    // The fault itself: the database stays frozen past the bound the release counted from
+    // the claim (its guard dropped just now).
+    tokio::time::sleep(answer_bound + Duration::from_millis(500)).await;
+    drop(thaw);
+
+    // Thawed, the claim waits on the holder; the release's next answer finds no row. Held
+    // for a second (well inside the claim's statement timeout), long enough for a release
+    // that stops at the old bound to have given up; then the claim commits.
+    wait_for_lock_waits(&db, app, 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+
+    eventually(
+        "the late claim is released",
+        Duration::from_secs(15),
+        || async { store.orphans_released() >= 1 },
+    )
+    .await;
+    let (state, _, _) = row_state(&db, &scope).await.expect("the record is kept");
+    assert_eq!(state, "failed");
 }
