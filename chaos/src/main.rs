@@ -198,6 +198,13 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if !cli.ha && fault_kinds.0.contains(&FaultKind::PrimaryNodeDeath) {
         return Err("primary-node-death needs a replicated Postgres: add --ha".to_owned());
     }
+    if cli.ha && fault_kinds.0.contains(&FaultKind::PostgresFreeze) {
+        return Err(
+            "postgres-freeze freezes a single Postgres or a partition; on a replicated one a \
+             frozen primary fails over, which primary-node-death draws: drop it or --ha"
+                .to_owned(),
+        );
+    }
     let own_networks = fault_kinds
         .0
         .iter()
