@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use keyflight_lease_store::longpoll::LongPoll;
 use keyflight_lease_store::store::{BatchSettings, Store, StoreError, StoreSettings, migrate};
-use keyflight_protocol::wire::{ClaimResponse, WonHow};
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, WonHow};
 use keyflight_testkit::pg::PgCluster;
 use keyflight_testkit::pg::wait_for_lock_waits;
 use keyflight_testkit::process::eventually;
@@ -147,6 +148,21 @@ async fn the_listen_connection_notices_a_frozen_database_and_reconnects() {
     .await;
 }
 
+/// A record a declined request left, its cooldown and lease over: the returned request's
+/// next claim takes it over. The pool is warmed for the freeze that follows.
+async fn a_record_to_take_over(
+    store: &Store,
+    db: &tokio_postgres::Client,
+) -> (Digest, ClaimRequest) {
+    let scope = fresh_scope();
+    let req = claim_req(fingerprint("declined"), 30_000);
+    let (claim_id, _, _) = must_win(store, &scope, &req).await;
+    release_as_cooldown(store, &scope, claim_id, 1).await;
+    wait_for_lease_expiry(db, &scope).await;
+    two_warm_connections(store).await;
+    (scope, req)
+}
+
 /// A takeover whose answer the store never read — the database stalled past the answer
 /// bound, then committed it — is given back, not deleted (`docs/records.md#orphan-claims`):
 /// the record keeps the earlier request's fingerprint, so another body is still a conflict.
@@ -161,12 +177,7 @@ async fn a_takeover_the_database_committed_after_the_answer_bound_is_given_back(
     .await
     .unwrap();
     let db = raw_client(&cluster.url()).await;
-    let scope = fresh_scope();
-    let req = claim_req(fingerprint("declined"), 30_000);
-    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
-    release_as_cooldown(&store, &scope, claim_id, 1).await;
-    wait_for_lease_expiry(&db, &scope).await;
-    two_warm_connections(&store).await;
+    let (scope, req) = a_record_to_take_over(&store, &db).await;
 
     // The takeover's statement reaches a frozen server; the store gives up on it at the
     // answer bound, and the server runs it once it is thawed.
@@ -219,12 +230,7 @@ async fn a_claim_that_commits_after_a_long_freeze_is_still_released() {
     .await
     .unwrap();
     let db = raw_client(&cluster.url()).await;
-    let scope = fresh_scope();
-    let req = claim_req(fingerprint("declined"), 30_000);
-    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
-    release_as_cooldown(&store, &scope, claim_id, 1).await;
-    wait_for_lease_expiry(&db, &scope).await;
-    two_warm_connections(&store).await;
+    let (scope, req) = a_record_to_take_over(&store, &db).await;
     let holder = raw_client(&cluster.url()).await;
     holder.batch_execute("BEGIN").await.unwrap();
     holder
