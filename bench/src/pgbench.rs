@@ -41,8 +41,8 @@ const CLAIM_PARAMS: &[(usize, &str)] = &[
     (4, ":lease_ms"),
     (5, ":retention_ms"),
     (6, "true"),
-    // The bench's policy is the demo's, `uncertain: retry`: not at-most-once.
-    (7, "false"),
+    // The bench's policy is the demo's, `uncertain: hold`: at-most-once.
+    (7, "true"),
 ];
 
 /// What the store binds for a finalize's `$n`, as pgbench expressions. The recorded

@@ -227,7 +227,8 @@ impl StoreCycle {
             wait_ms: None,
             retention_s: None,
             previous: None,
-            at_most_once: false,
+            // The demo's policy, `uncertain: hold` (`envoy/demo.yaml`).
+            at_most_once: true,
         };
         let answer = self
             .post(connection, &format!("/v1/claims/{scope}"), &claim)

@@ -120,10 +120,13 @@ pub enum FailureMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Uncertain {
-    /// Record `failed` with the cooldown; a same-body retry may run again (default).
-    #[default]
+    /// Record `failed` with the cooldown; a same-body retry may run again: for upstreams
+    /// that are idempotent by themselves (`filter/README.md#policy`).
     Retry,
-    /// Record `unknown`: an operator decides (`docs/records.md#operators`).
+    /// Record `unknown`: nothing runs again until an operator decides
+    /// (`docs/records.md#operators`). The default: an outcome nobody knows never means a
+    /// second charge (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+    #[default]
     Hold,
     /// Record the proxy's answer (504, 503) and replay it, as the IETF draft asks of an
     /// intermediary; with no answer to record (the caller left), `unknown` as under `Hold`.

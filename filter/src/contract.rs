@@ -137,6 +137,7 @@ mod tests {
                 (PrincipalRequired, 401, false),
                 (IdempotencyConflict, 409, false),
                 (ResponseNotReplayable, 409, false),
+                (OperationUnknown, 409, false),
                 (PayloadTooLarge, 413, false),
                 (RequestInProgress, 503, true),
                 (RetryableCooldown, 503, true),

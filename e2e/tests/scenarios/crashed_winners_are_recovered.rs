@@ -17,6 +17,9 @@ async fn a_proxy_killed_mid_request_is_recovered_by_one_same_body_retry_after_it
     let stack = Stack::start(StackOptions::default().two_replicas().policy(|policy| {
         policy.insert("lease_ms".into(), json!(LEASE_MS));
         policy.insert("follower_wait_ms".into(), json!(0));
+        // The at-least-once takeover this proves is `uncertain: retry`'s; the default
+        // holds (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+        policy.insert("uncertain".into(), json!("retry"));
     }))
     .await;
     let body = json!({"amount": 66});

@@ -20,6 +20,8 @@ const RETENTION_S: u64 = 3;
 async fn a_replay_cached_late_in_its_records_retention_is_not_served_past_it() {
     let stack = Stack::start(StackOptions::default().two_replicas().policy(|policy| {
         policy.insert("retention_s".into(), json!(RETENTION_S));
+        // A retention may not be shorter than the lease (`docs/records.md#retention-and-cleanup`).
+        policy.insert("lease_ms".into(), json!(RETENTION_S * 1000));
     }))
     .await;
     let body = json!({"amount": 4});

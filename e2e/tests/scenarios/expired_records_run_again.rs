@@ -14,7 +14,9 @@ async fn a_retry_after_retention_runs_again() {
     let stack = Stack::start(
         StackOptions::default()
             .policy(|policy| {
-                policy.insert("retention_s".into(), json!(1));
+                // A retention may not be shorter than the lease (`docs/records.md#retention-and-cleanup`).
+                policy.insert("retention_s".into(), json!(3));
+                policy.insert("lease_ms".into(), json!(3000));
             })
             .store_env("KEYFLIGHT_CLEANUP_INTERVAL", "7d"),
     )

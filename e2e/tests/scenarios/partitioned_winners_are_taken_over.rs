@@ -24,6 +24,9 @@ async fn a_winner_partitioned_past_its_lease_is_taken_over_and_its_late_record_i
             .policy(|policy| {
                 policy.insert("lease_ms".into(), json!(LEASE_MS));
                 policy.insert("follower_wait_ms".into(), json!(0));
+                // The at-least-once takeover this proves is `uncertain: retry`'s; the default
+                // holds (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+                policy.insert("uncertain".into(), json!("retry"));
             }),
     )
     .await;

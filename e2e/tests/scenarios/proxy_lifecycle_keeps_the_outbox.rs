@@ -36,6 +36,9 @@ fn options(binaries: Binaries) -> StackOptions {
             policy.insert("lease_ms".into(), json!(LEASE_MS));
             policy.insert("renew_interval_ms".into(), json!(400));
             policy.insert("follower_wait_ms".into(), json!(10_000));
+            // The at-least-once takeover this proves is `uncertain: retry`'s; the default
+            // holds (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+            policy.insert("uncertain".into(), json!("retry"));
         })
 }
 

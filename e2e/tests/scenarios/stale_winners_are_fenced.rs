@@ -22,6 +22,9 @@ async fn a_winner_paused_past_its_lease_is_fenced_and_the_new_owners_record_stan
             .policy(|policy| {
                 policy.insert("lease_ms".into(), json!(2000));
                 policy.insert("follower_wait_ms".into(), json!(20_000));
+                // The at-least-once takeover this proves is `uncertain: retry`'s; the default
+                // holds (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+                policy.insert("uncertain".into(), json!("retry"));
             }),
     )
     .await;

@@ -1,6 +1,6 @@
 //! F6 uncertain outcomes: when the upstream's effect is unknown (Envoy timed the upstream
-//! out, or the upstream died mid-request), `uncertain: retry` (the default) treats it as a
-//! retryable failure (cooldown, then one retry runs), and `uncertain: hold` records it as
+//! out, or the upstream died mid-request), `uncertain: retry` treats it as a retryable
+//! failure (cooldown, then one retry runs), and `uncertain: hold` (the default) records it as
 //! `unknown`: every retry gets 409 `operation_unknown` until an operator resolves the record
 //! with `lease-store records resolve`.
 
@@ -52,6 +52,7 @@ async fn under_uncertain_retry_an_upstream_timeout_cools_down_then_one_retry_run
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_uncertain_retry_an_upstream_killed_mid_request_cools_down_then_one_retry_runs() {
     let mut stack = Stack::start(StackOptions::default().policy(|policy| {
+        policy.insert("uncertain".into(), json!("retry"));
         policy.insert("failure_cooldown_ms".into(), json!(1000));
     }))
     .await;

@@ -86,6 +86,14 @@ pub(super) fn validate_policy(
         1,
         10 * 365 * 86_400,
     )?;
+    // The store refuses such claims too (`docs/records.md#retention-and-cleanup`).
+    if retention_s.saturating_mul(1000) < lease_ms {
+        return Err(ConfigError::new(
+            format!("{at}.retention_s"),
+            "must be at least lease_ms: a record that completes after its retention would \
+             run again instead of replaying",
+        ));
+    }
     let cooldown_ms = in_range(
         &format!("{at}.failure_cooldown_ms"),
         p.failure_cooldown_ms,

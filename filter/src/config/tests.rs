@@ -123,7 +123,7 @@ fn defaults_are_applied() {
     );
     assert_eq!(p.fingerprint_headers, vec!["if-match", "x-approval-digest"]);
     assert_eq!(p.failure_mode, FailureMode::Closed);
-    assert_eq!(p.uncertain, Uncertain::Retry);
+    assert_eq!(p.uncertain, Uncertain::Hold);
     assert_eq!(p.router_retries, RouterRetries::Off);
     assert_eq!(p.server_errors, ServerErrors::Cooldown);
     assert_eq!(p.record, RecordWhen::BeforeReply);
@@ -369,6 +369,10 @@ fn each_invalid_field_is_named() {
         (
             policy_err(json!({"router_retries": "on"})),
             "policies[0].router_retries",
+        ),
+        (
+            policy_err(json!({"retention_s": 29, "lease_ms": 30000})),
+            "policies[0].retention_s",
         ),
         (
             policy_err(json!({"server_errors": "release"})),

@@ -458,6 +458,16 @@ impl Store {
                 .ok_or_else(|| StoreError::Invalid("retention_s is out of range".into()))?,
             None => duration_millis(self.default_retention),
         };
+        // A record kept for less than its lease may be reclaimable the moment it completes:
+        // a retry would run the operation again instead of replaying it.
+        if u64::try_from(retention_ms).is_ok_and(|retention| retention < req.lease_ms) {
+            return Err(StoreError::Invalid(format!(
+                "the record's retention ({} ms: retention_s, or the store's \
+                 --default-retention) must be at least lease_ms ({} ms): a record that \
+                 completes after its retention would run again instead of replaying",
+                retention_ms, req.lease_ms
+            )));
+        }
         Ok(ClaimParams {
             fingerprint: req.fingerprint,
             lease_ms: req.lease_ms,

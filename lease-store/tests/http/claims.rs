@@ -85,7 +85,7 @@ async fn a_replay_carries_the_retention_its_record_has_left() {
     let api = &server.api;
     let scope = fresh_digest("expiry");
     let path = format!("/v1/claims/{scope}");
-    let body = json!({ "fingerprint": fresh_digest("fp"), "lease_ms": 60_000, "retention_s": 30 });
+    let body = json!({ "fingerprint": fresh_digest("fp"), "lease_ms": 30_000, "retention_s": 30 });
 
     let claimed_at = Instant::now();
     let won = api.post(&path, Some(TOKEN), &body).await;

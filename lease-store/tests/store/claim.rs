@@ -124,7 +124,28 @@ async fn a_zero_retention_is_rejected_because_it_would_replay_nothing() {
         Err(StoreError::Invalid(reason)) => assert!(reason.contains("retention_s"), "{reason}"),
         other => panic!("a zero retention must be invalid, got {other:?}"),
     }
-    req.retention_s = Some(1);
+    req.retention_s = Some(10);
+    must_win(&store, &scope, &req).await;
+}
+
+/// A record that completes after its retention would be reclaimable the moment it is
+/// recorded: a retry would run the operation again instead of replaying it.
+#[tokio::test]
+async fn a_retention_shorter_than_the_lease_is_rejected() {
+    let store = store().await;
+    let scope = fresh_scope();
+    let mut req = claim_req(fingerprint("short retention"), 10_000);
+    req.retention_s = Some(9);
+    match store.claim(&scope, &req).await {
+        Err(StoreError::Invalid(reason)) => {
+            assert!(
+                reason.contains("retention_s") && reason.contains("lease_ms"),
+                "{reason}"
+            )
+        }
+        other => panic!("a retention shorter than the lease must be invalid, got {other:?}"),
+    }
+    req.retention_s = Some(10);
     must_win(&store, &scope, &req).await;
 }
 

@@ -362,7 +362,7 @@ async fn the_operators_list_and_cleanup_cover_every_partition() {
     let store = db.store().await;
     let scopes: Vec<Digest> = (0..db.partitions.len()).map(|p| scope_on(db, p)).collect();
     for scope in &scopes {
-        let mut req = claim_req(fingerprint("listed"), 30_000);
+        let mut req = claim_req(fingerprint("listed"), 1000);
         req.retention_s = Some(1);
         let (claim_id, _, _) = must_win(&store, scope, &req).await;
         store.finalize(scope, finalize_ok(claim_id)).await.unwrap();

@@ -35,9 +35,9 @@ fn the_claim_carries_fingerprint_lease_wait_and_retention() {
 }
 
 #[test]
-fn only_a_hold_or_record_policys_claim_is_at_most_once() {
+fn only_a_retry_policys_claim_is_at_least_once() {
     for (policy, at_most_once) in [
-        (serde_json::json!({}), false),
+        (serde_json::json!({}), true),
         (serde_json::json!({"uncertain": "retry"}), false),
         (serde_json::json!({"uncertain": "hold"}), true),
         (serde_json::json!({"uncertain": "record"}), true),

@@ -126,7 +126,7 @@ fn under_server_errors_record_the_upstreams_5xx_is_finalized_with_its_body() {
 
 #[test]
 fn recording_server_errors_leaves_408_429_and_proxy_answers_alone() {
-    let policy = serde_json::json!({"server_errors": "record"});
+    let policy = serde_json::json!({"server_errors": "record", "uncertain": "retry"});
     for (status, origin, want) in [
         (408, ResponseOrigin::Upstream, ReleaseAs::Cooldown),
         (429, ResponseOrigin::Upstream, ReleaseAs::Cooldown),
