@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use super::doubles::certain_doubles;
 use super::evidence::{ClaimWon, DbStamps, Release, STAMP_ROUNDING_MS, TAKEOVER};
 use super::lifecycle::{
     answered_by_the_previous_release, parent_exited, previous_release_forgot, process_ended,
@@ -224,6 +225,9 @@ pub struct KeyVerdict {
     pub lost: Vec<LostRecord>,
     /// Executions that started after a caller saw the record `unknown`.
     pub ran_after_unknown: Vec<u64>,
+    /// Re-runs (execution numbers) of a hold-policy key whose earlier execution the
+    /// upstream's log shows committed: the operation ran twice for certain (`doubles.rs`).
+    pub certain_doubles: Vec<u64>,
     /// The after-run check could not be made for this key.
     pub unverified: bool,
     /// The faults active while its requests ran (fault ids).
@@ -249,6 +253,7 @@ impl KeyVerdict {
             || !self.divergent_answers.is_empty()
             || !self.lost.is_empty()
             || !self.ran_after_unknown.is_empty()
+            || !self.certain_doubles.is_empty()
             || self.unverified
     }
 }
@@ -464,6 +469,7 @@ pub fn judge_key(
             ))
             .collect();
 
+    let certain_doubles = certain_doubles(&reruns, &executions, history);
     KeyVerdict {
         key: key.to_owned(),
         executions: executions.iter().map(|e| e.execution).collect(),
@@ -472,6 +478,7 @@ pub fn judge_key(
         divergent_answers,
         lost,
         ran_after_unknown,
+        certain_doubles,
         unverified,
         faults: key_faults(attempts, &history.faults),
     }
