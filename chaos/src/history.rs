@@ -498,11 +498,20 @@ pub struct PolicyFacts {
     /// serve the record as it was (`docs/stream-machine.md#the-edge-cache`).
     #[serde(default = "default_max_staleness_ms")]
     pub edge_max_staleness_ms: u64,
+    /// `record_retry_budget_ms`: how long an outbox keeps resending a record before it may
+    /// give it up (the give-up row needs it elapsed since the hand-off).
+    #[serde(default = "default_record_retry_budget_ms")]
+    pub record_retry_budget_ms: u64,
 }
 
 /// The filter's default `edge_cache.max_staleness_ms` (`filter/README.md#policy`).
 pub fn default_max_staleness_ms() -> u64 {
     3000
+}
+
+/// The filter's default `record_retry_budget_ms` (`filter/README.md#policy`).
+pub fn default_record_retry_budget_ms() -> u64 {
+    120_000
 }
 
 impl Default for PolicyFacts {
@@ -514,6 +523,7 @@ impl Default for PolicyFacts {
             forget_statuses: default_forget_statuses(),
             uncertain_retry_prefix: None,
             edge_max_staleness_ms: default_max_staleness_ms(),
+            record_retry_budget_ms: default_record_retry_budget_ms(),
         }
     }
 }
@@ -524,6 +534,16 @@ impl PolicyFacts {
         self.uncertain_retry_prefix
             .as_deref()
             .is_some_and(|prefix| path.starts_with(prefix))
+    }
+
+    /// Whether the run's plan guards `path` with `uncertain: hold`, whose lapsed leases are
+    /// held `unknown`, never taken over: every path not under the retry prefix. A history
+    /// that names no retry prefix predates both that policy and holding lapses (its hold
+    /// policies' lapsed leases were taken over), and says nothing here.
+    pub fn held_at_most_once(&self, path: &str) -> bool {
+        self.uncertain_retry_prefix
+            .as_deref()
+            .is_some_and(|prefix| !path.starts_with(prefix))
     }
 }
 

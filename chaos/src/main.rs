@@ -504,6 +504,9 @@ fn policy_facts(plugin: &Value) -> PolicyFacts {
         edge_max_staleness_ms: plugin["edge_cache"]["max_staleness_ms"]
             .as_u64()
             .unwrap_or_else(history::default_max_staleness_ms),
+        record_retry_budget_ms: hold["record_retry_budget_ms"]
+            .as_u64()
+            .unwrap_or_else(history::default_record_retry_budget_ms),
     }
 }
 

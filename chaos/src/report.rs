@@ -33,6 +33,7 @@ pub fn table(report: &Report) -> String {
         ),
         row(report, "divergent answers", |c| c.divergent),
         row(report, "lost records", |c| c.lost_records),
+        row(report, "certain doubles (hold)", |c| c.certain_doubles),
         row(report, "ran again after unknown", |c| c.ran_after_unknown),
         row(report, "unverified", |c| c.unverified),
     ];
@@ -155,9 +156,10 @@ pub fn verdict(report: &Report) -> String {
     if report.failed() {
         let _ = writeln!(
             out,
-            "FAIL: {} unexcused re-run key(s), {} divergent, {} lost record(s), {} ran again \
-             after unknown, {} unverified",
+            "FAIL: {} unexcused re-run key(s), {} certain double(s), {} divergent, {} lost \
+             record(s), {} ran again after unknown, {} unverified",
             total.executed_twice_unexcused,
+            total.certain_doubles,
             total.divergent,
             total.lost_records,
             total.ran_after_unknown,
@@ -202,6 +204,13 @@ fn describe(key: &KeyVerdict) -> String {
         parts.push(format!(
             "{} check(s) did not answer as the record must",
             key.lost.len()
+        ));
+    }
+    if !key.certain_doubles.is_empty() {
+        parts.push(format!(
+            "execution(s) {:?} ran again though the upstream's log shows the run before \
+             committed, under `uncertain: hold`",
+            key.certain_doubles
         ));
     }
     if !key.ran_after_unknown.is_empty() {

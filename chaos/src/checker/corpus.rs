@@ -134,3 +134,26 @@ fn a_held_lapse_counts_the_answer_lost_with_its_proxy_and_runs_nothing_twice() {
         .expect("the forbidden case");
     assert_eq!(check(&forbidden.1.history).total().lost_records, 1);
 }
+
+#[test]
+fn a_re_run_after_a_committed_first_run_under_hold_is_a_certain_double() {
+    let total = |name: &str| {
+        let case = corpus()
+            .into_iter()
+            .find(|(path, _)| path.ends_with(name))
+            .expect("the case");
+        let total = check(&case.1.history).total();
+        (total.executed_twice_unexcused, total.certain_doubles)
+    };
+    assert_eq!(total("forbidden-certain-double-under-hold.json"), (1, 1));
+    assert_eq!(
+        total("forbidden-hold-policy-takeover-of-claims-logged-without-the-flag.json"),
+        (1, 0),
+        "the upstream's log does not show the first run committed"
+    );
+    assert_eq!(
+        total("excused-retryable-5xx-re-run-after-the-cooldown.json"),
+        (0, 0),
+        "a failure the policy admits"
+    );
+}

@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use super::doubles::certain_doubles;
 use super::evidence::{ClaimWon, DbStamps, Release, STAMP_ROUNDING_MS, TAKEOVER};
 use super::lifecycle::{
     answered_by_the_previous_release, parent_exited, previous_release_forgot, process_ended,
@@ -21,6 +22,9 @@ use super::lifecycle::{
 use super::operator;
 use super::partition::{Earlier, proxy_partitioned};
 use super::report::key_faults;
+use super::takeover::{
+    at_most_once_takeover, gave_up_after_its_budget, lease_ran_out, replayed_before,
+};
 use crate::history::{Attempt, Execution, History, Ms, Outcome, Role};
 
 /// The rows of the guarantee table a re-run can be excused by.
@@ -221,6 +225,9 @@ pub struct KeyVerdict {
     pub lost: Vec<LostRecord>,
     /// Executions that started after a caller saw the record `unknown`.
     pub ran_after_unknown: Vec<u64>,
+    /// Re-runs (execution numbers) of a hold-policy key whose earlier execution the
+    /// upstream's log shows committed: the operation ran twice for certain (`doubles.rs`).
+    pub certain_doubles: Vec<u64>,
     /// The after-run check could not be made for this key.
     pub unverified: bool,
     /// The faults active while its requests ran (fault ids).
@@ -246,6 +253,7 @@ impl KeyVerdict {
             || !self.divergent_answers.is_empty()
             || !self.lost.is_empty()
             || !self.ran_after_unknown.is_empty()
+            || !self.certain_doubles.is_empty()
             || self.unverified
     }
 }
@@ -359,7 +367,7 @@ pub fn judge_key(
         .copied()
         .collect();
     let staleness = Ms::try_from(history.policy.edge_max_staleness_ms).unwrap_or(Ms::MAX);
-    let across = operator::across(&changes, &answered, &unknowns, staleness);
+    let across = operator::across(&changes, &answered, (&unknowns, attempts), staleness);
     let divergent_answers = across.divergent.iter().cloned().collect();
 
     let mut expected: Vec<(bool, Expected)> = across
@@ -371,13 +379,22 @@ pub fn judge_key(
         })
         .collect();
     let since_last_change = changes.last().map_or(Ms::MIN, |change| change.landed_ms);
-    // A replay that started within the edge cache's staleness bound after the last change
-    // may be the record as it was before it (`operator::across`): no promise of the record
-    // after the run.
-    let seen_last_change = |attempt: &&&Attempt| match attempt.outcome {
-        Outcome::Answered { replayed: true, .. } => {
-            operator::must_have_seen(since_last_change, attempt.start_ms, staleness)
-        }
+    // A replay that started within the edge cache's staleness bound after the last change,
+    // through an edge that held its answer, may be the record as it was before it
+    // (`operator::across`): no promise of the record after the run.
+    let seen_last_change = |attempt: &&&Attempt| match &attempt.outcome {
+        Outcome::Answered {
+            replayed: true,
+            status,
+            body,
+            ..
+        } => operator::replay_must_have_seen(
+            since_last_change,
+            (attempt.envoy, attempt.start_ms),
+            (*status, body),
+            attempts,
+            staleness,
+        ),
         _ => attempt.start_ms >= since_last_change,
     };
     // An answer the previous release forgot was never recorded: it does not replay.
@@ -452,6 +469,7 @@ pub fn judge_key(
             ))
             .collect();
 
+    let certain_doubles = certain_doubles(&reruns, &executions, history);
     KeyVerdict {
         key: key.to_owned(),
         executions: executions.iter().map(|e| e.execution).collect(),
@@ -460,6 +478,7 @@ pub fn judge_key(
         divergent_answers,
         lost,
         ran_after_unknown,
+        certain_doubles,
         unverified,
         faults: key_faults(attempts, &history.faults),
     }
@@ -541,9 +560,10 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    before the takeover and any landed settle, or a hot restart's parent logged that
 ///    retirement as it exited, before both (`lifecycle.rs`) — or it was cut off from every
 ///    lease-store until its lease ran out, the stores and Postgres healthy (`partition.rs`) — or its outbox logged giving
-///    the claim up before the takeover — never when a lease taken over was claimed
-///    at-most-once (a hold policy's), or taken over by a claim that was
-///    ([`at_most_once_takeover`]).
+///    the claim up before the takeover, its retry budget spent — never on a key the plan
+///    guards with `uncertain: hold`, nor when a lease taken over was claimed at-most-once,
+///    or taken over by a claim that was, nor before the lease ran out from its last renew,
+///    nor after a caller was replayed the record (`takeover.rs`).
 pub fn judge_rerun(
     earlier: &Execution,
     later: &Execution,
@@ -636,7 +656,7 @@ fn excused(
             takeover.fence, takeover.how
         ));
     }
-    at_most_once_takeover(first, &between)?;
+    at_most_once_takeover(earlier, first, &between, history)?;
     let (row, envoy) = lost_with_its_proxy(earlier, first, takeover, attempts_by_id, history)?;
     Ok(RerunVerdict::Excused {
         row,
@@ -645,40 +665,6 @@ fn excused(
         takeover_fence: takeover.fence,
         later_fence,
     })
-}
-
-/// A hold policy is at-most-once (`docs/guarantee.md#at-most-once-and-at-least-once-policies`):
-/// no row excuses a takeover in the chain from `first` through `between` of a lapsed lease
-/// that was claimed at-most-once, or by a claim that is — its policy holds the lapse of
-/// its own fingerprint whoever claimed it (`docs/records.md#a-lapsed-at-most-once-lease`),
-/// whatever befell the lost claim's proxy. A claim released unrun and then claimed afresh
-/// was not taken over.
-fn at_most_once_takeover(first: &ClaimWon, between: &[&ClaimWon]) -> Result<(), String> {
-    let chain: Vec<&ClaimWon> = std::iter::once(first)
-        .chain(between.iter().copied())
-        .collect();
-    for pair in chain.windows(2) {
-        let [taken, taker] = pair else { continue };
-        if taker.how != TAKEOVER {
-            continue;
-        }
-        if taken.at_most_once {
-            return Err(format!(
-                "fence {} was claimed at-most-once (`uncertain: hold` or `record`), yet fence \
-                 {} took its lease over: a lapsed at-most-once lease must become `unknown`",
-                taken.fence, taker.fence
-            ));
-        }
-        if taker.at_most_once {
-            return Err(format!(
-                "fence {} was claimed at-most-once (`uncertain: hold` or `record`), yet it took \
-                 fence {}'s lapsed lease over: a retry of a hold policy holds a lapse of its \
-                 own fingerprint `unknown`, whoever claimed it",
-                taker.fence, taken.fence
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The row that shows `earlier`'s claim `first` lost with its proxy before `until` (the
@@ -704,6 +690,14 @@ fn lost_with_its_proxy(
             takeover.fence, takeover.at_ms
         ));
     }
+    if let Some(replayed) = replayed_before(earlier, first, takeover, attempts_by_id, history) {
+        return Err(format!(
+            "a caller of the key got the record replayed at {replayed} ms, before the takeover \
+             (fence {}) at {} ms: fence {earlier_fence}'s record had landed",
+            takeover.fence, takeover.at_ms
+        ));
+    }
+    lease_ran_out(first, takeover, history)?;
     let Some(envoy) = earlier.via else {
         return Err(format!(
             "execution {} does not say which Envoy forwarded it",
@@ -729,7 +723,8 @@ fn lost_with_its_proxy(
         return Ok((row, envoy));
     }
     let gave_up = evidence.proxy_event(envoy, earlier_fence, "given_up");
-    if gave_up.is_some_and(|given_up| given_up.at_ms < takeover.at_ms) {
+    if let Some(given_up) = gave_up.filter(|given_up| given_up.at_ms < takeover.at_ms) {
+        gave_up_after_its_budget(given_up, history)?;
         return Ok((Row::OutboxGaveUp, envoy));
     }
     Err(format!(

@@ -14,7 +14,12 @@
 //!   The partition row's own conditions are in `partition.rs`; the proxy-lifecycle
 //!   faults' (a drain's `SIGTERM`, a module push that destroys a VM) in `lifecycle.rs`;
 //!   what an operator's erase or resolve allows (a re-run after an erase, answers judged
-//!   between a key's changes, modulo the edge cache's staleness bound) in `operator.rs`.
+//!   between a key's changes, modulo the edge cache's staleness bound) in `operator.rs`;
+//!   what every takeover row needs on evidence the system under test cannot fake (the
+//!   plan's policy, a lease run out from its last renew, no replay before the takeover, an
+//!   outbox's spent budget) in `takeover.rs`; the re-runs of a hold-policy key whose first
+//!   run the upstream's log shows committed, counted apart as certain doubles, in
+//!   `doubles.rs`.
 //! - `report.rs`: the findings summed up per fault kind for the table.
 //!
 //! The judge's own tests are a corpus of small histories (`chaos/tests/corpus/`): one per
@@ -28,9 +33,11 @@ mod lifecycle;
 mod operator;
 mod partition;
 pub mod report;
+mod takeover;
 
 #[cfg(test)]
 mod corpus;
+mod doubles;
 #[cfg(test)]
 mod tests;
 

@@ -9,6 +9,7 @@
 //! - **an erase** lets the key run again, with any body: a re-run is excused when the
 //!   erase landed after the earlier claim was won, the first claim after the erase
 //!   inserted a fresh record, and the chain from there to the re-run holds ([`erased`]);
+//!   it frees the key once, for the first claim of the scope after it;
 //! - **a resolve as failed** lets the key run again with the same request: a re-run is
 //!   excused when the resolve landed after the earlier claim was won and before any later
 //!   claim, the first claim after it took the failed record over, and the chain from there
@@ -16,11 +17,12 @@
 //! - each shown change starts a new *segment* of the key's answers: answers are judged
 //!   divergent within a segment only, and only the last segment's answers must replay
 //!   after the run. A replay is allowed to be the old record's only when its request
-//!   started within the edge cache's staleness bound after the change
-//!   (`edge_cache.max_staleness_ms`, `docs/stream-machine.md#the-edge-cache`); later, a
-//!   replay of an answer an earlier segment delivered is stale, and after a resolve as
-//!   completed every replay must be the resolved answer — and a `409 operation_unknown` is
-//!   a record that no longer answers as it must ([`across`]).
+//!   started before the change landed, or within the edge cache's staleness bound after it
+//!   (`edge_cache.max_staleness_ms`, `docs/stream-machine.md#the-edge-cache`) through an
+//!   Envoy whose edge held that answer (a caller got it through that Envoy before the
+//!   change); otherwise a replay of an answer an earlier segment delivered is stale, and
+//!   after a resolve as completed every replay must be the resolved answer — and a `409
+//!   operation_unknown` is a record that no longer answers as it must ([`across`]).
 
 use std::collections::BTreeSet;
 
@@ -137,10 +139,11 @@ pub fn erased<'a>(
     // The erase explains the claims after it. A claim logged before the erase's line that
     // won any way but a fresh insert came before the erase (the erase deleted the record
     // it won): the erase explains nothing up to it, and that claim is for the other rows.
-    let Some(from) = between.iter().position(|claim| {
+    let after_the_erase = |claim: &ClaimWon| {
         claim.at_ms >= erase.landed_ms
             || (claim.at_ms >= erase.landed_ms - SETTLE_LOG_SLACK_MS && claim.how == "claimed")
-    }) else {
+    };
+    let Some(from) = between.iter().position(|claim| after_the_erase(claim)) else {
         return Ok(None);
     };
     let successor = between[from];
@@ -148,6 +151,21 @@ pub fn erased<'a>(
         return Err(format!(
             "fence {} won by `{}` after the erase at {} ms, not by a fresh insert",
             successor.fence, successor.how, erase.landed_ms
+        ));
+    }
+    // An erase frees the key once: for the first claim of the scope after it.
+    if let Some(freed) = history
+        .evidence
+        .claims
+        .iter()
+        .filter(|claim| claim.scope == first.scope && claim.fence < successor.fence)
+        .filter(|claim| after_the_erase(claim))
+        .min_by_key(|claim| claim.fence)
+    {
+        return Err(format!(
+            "the erase at {} ms had freed the key for fence {} already: an erase excuses at \
+             most the next claim after it, not fence {} too",
+            erase.landed_ms, freed.fence, successor.fence
         ));
     }
     chain_holds(&between[from..], history)?;
@@ -225,15 +243,39 @@ pub fn must_have_seen(landed: Ms, start: Ms, staleness_ms: Ms) -> bool {
     landed.saturating_add(staleness_ms) < start
 }
 
+/// Whether a request that started at `start` and was replayed `answer` through Envoy
+/// `envoy` must have seen a change that landed at `landed`: past the staleness bound, or
+/// landed before it started while that Envoy's edge held no entry of `answer` — no caller
+/// of the key (`attempts`) got that very answer through it by the change. The staleness
+/// allowance is the edge's that cached the record as it was; any other reads the store.
+pub fn replay_must_have_seen(
+    landed: Ms,
+    (envoy, start): (usize, Ms),
+    answer: (u16, &str),
+    attempts: &[&Attempt],
+    staleness_ms: Ms,
+) -> bool {
+    let cached = attempts.iter().any(|other| {
+        other.envoy == envoy
+            && other.end_ms <= landed
+            && matches!(
+                &other.outcome,
+                Outcome::Answered { status, body, problem_code: None, .. }
+                    if *status == answer.0 && body == answer.1
+            )
+    });
+    must_have_seen(landed, start, staleness_ms) || (landed < start && !cached)
+}
+
 /// Judges the successful `answers` and the `unknowns` (`operation_unknown` attempts) of
 /// one key across its shown `changes`. A fresh answer belongs to the segment its claim was
-/// won in; a replay to any segment from the last change its request must have seen (one
-/// that landed more than `staleness_ms` before it started) to the last that landed
-/// before it ended.
+/// won in; a replay to any segment from the last change its request must have seen
+/// ([`replay_must_have_seen`] among the key's `attempts`) to the last that landed before
+/// it ended.
 pub fn across(
     changes: &[Change],
     answers: &[Answered<'_>],
-    unknowns: &[&Attempt],
+    (unknowns, attempts): (&[&Attempt], &[&Attempt]),
     staleness_ms: Ms,
 ) -> Across {
     let landed_by = |at: Ms| changes.iter().filter(|c| c.landed_ms <= at).count();
@@ -256,7 +298,15 @@ pub fn across(
         let (lo, hi) = match (replayed, answered.claimed_ms) {
             (false, Some(claimed)) => (landed_by(claimed), landed_by(claimed)),
             (false, None) => (landed_by(attempt.start_ms), landed_by(attempt.end_ms)),
-            (true, _) => (seen_by(attempt.start_ms), landed_by(attempt.end_ms)),
+            (true, _) => {
+                let seen = |change: &Change| {
+                    let answer = (answer.0, answer.1.as_str());
+                    let replay = (attempt.envoy, attempt.start_ms);
+                    replay_must_have_seen(change.landed_ms, replay, answer, attempts, staleness_ms)
+                };
+                let lo = changes.iter().rposition(seen).map_or(0, |k| k + 1);
+                (lo, landed_by(attempt.end_ms))
+            }
         };
         if lo < hi {
             spanning.push((lo, hi, answer));

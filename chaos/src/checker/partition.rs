@@ -48,7 +48,7 @@ use std::collections::HashMap;
 
 /// How much earlier than its log line a renew may have committed: a store logs it after
 /// the commit, as it logs a settle ([`SETTLE_LOG_SLACK_MS`]).
-const RENEW_LOG_SLACK_MS: Ms = SETTLE_LOG_SLACK_MS;
+pub(super) const RENEW_LOG_SLACK_MS: Ms = SETTLE_LOG_SLACK_MS;
 
 /// What every row of a re-run reads about the earlier execution (the dead-proxy, VM,
 /// hot-restart and partition rows).

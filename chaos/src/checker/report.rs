@@ -80,6 +80,9 @@ pub struct Counts {
     pub lost_records: u64,
     /// Keys that ran again after a caller saw their record `unknown`.
     pub ran_after_unknown: u64,
+    /// Keys of a hold policy run again after the upstream's log shows their first run
+    /// committed (certain doubles).
+    pub certain_doubles: u64,
     /// Keys whose after-run check could not be made.
     pub unverified: u64,
     /// Answers that were not a success, by problem code (or `http_<status>`,
@@ -144,6 +147,7 @@ fn counts(column: Column, history: &History, verdicts: &[KeyVerdict]) -> Counts 
         counts.divergent += u64::from(!verdict.divergent_answers.is_empty());
         counts.lost_records += u64::from(!verdict.lost.is_empty());
         counts.ran_after_unknown += u64::from(!verdict.ran_after_unknown.is_empty());
+        counts.certain_doubles += u64::from(!verdict.certain_doubles.is_empty());
         counts.unverified += u64::from(verdict.unverified);
     }
     counts

@@ -424,3 +424,15 @@ fn a_fresh_answer_belongs_to_the_stretch_its_claim_was_won_in() {
     history.evidence.claims[1].at_ms = 950;
     assert!(!only_key(&check(&history)).divergent_answers.is_empty());
 }
+
+/// The plan, not a claim's flag, says which keys a hold policy guards: every path outside
+/// the run's retry prefix. A history that names no prefix predates that policy and the
+/// held lapse, and says nothing.
+#[test]
+fn the_plan_says_which_paths_are_held_at_most_once() {
+    let mut policy = crate::history::PolicyFacts::default();
+    assert!(!policy.held_at_most_once("/payments"));
+    policy.uncertain_retry_prefix = Some("/payments/retry".to_owned());
+    assert!(policy.held_at_most_once("/payments?delay_ms=5"));
+    assert!(!policy.held_at_most_once("/payments/retry?status=503"));
+}
