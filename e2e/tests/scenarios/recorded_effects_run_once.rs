@@ -48,6 +48,9 @@ async fn a_retry_after_the_winners_proxy_died_gets_the_answer_the_service_commit
             .policy(|policy| {
                 policy.insert("lease_ms".into(), json!(LEASE_MS));
                 policy.insert("follower_wait_ms".into(), json!(0));
+                // The re-run the service's own record answers is `uncertain: retry`'s; the
+                // default holds the key instead (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+                policy.insert("uncertain".into(), json!("retry"));
             }),
     )
     .await;

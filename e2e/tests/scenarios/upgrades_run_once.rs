@@ -129,6 +129,9 @@ async fn a_retry_after_a_rollback_runs_once() {
             .two_replicas()
             .policy(|policy| {
                 policy.insert("follower_wait_ms".into(), json!(20_000));
+                // The new proxy meets old stores after the rollback: they refuse a hold
+                // policy's claims (`a_hold_policy_fails_closed_on_an_old_store`).
+                policy.insert("uncertain".into(), json!("retry"));
             })
             .inline_filter_token(),
     )
@@ -181,6 +184,9 @@ async fn an_old_store_serves_the_new_filter() {
             .store_binaries(1, previous)
             .policy(|policy| {
                 policy.insert("follower_wait_ms".into(), json!(20_000));
+                // A hold policy's claims need a store of this release
+                // (`a_hold_policy_fails_closed_on_an_old_store`).
+                policy.insert("uncertain".into(), json!("retry"));
             }),
     )
     .await;
@@ -220,6 +226,32 @@ async fn an_old_store_serves_the_new_filter() {
         "a replay whose record's lifetime the store did not say is never cached"
     );
     assert_eq!(stack.upstream_executions().await, executions_before + 1);
+}
+
+/// The shipped policy holds (`uncertain: hold`), so the new filter's claims carry
+/// `at_most_once`, which a store of the previous release does not know and refuses: with
+/// the stores rolled back under new proxies, a hold policy's requests fail closed (503
+/// `journal_unavailable`) and nothing runs, until the proxies are rolled back too
+/// (`docs/operations.md#upgrades`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_policy_fails_closed_on_an_old_store() {
+    let previous = previous_release();
+    let stack = Stack::start(
+        StackOptions::default()
+            .store_binaries(0, previous)
+            .policy(|policy| {
+                assert_eq!(policy.get("uncertain"), Some(&json!("hold")), "as shipped");
+            }),
+    )
+    .await;
+    let refused = stack
+        .post("/payments")
+        .key("hold-on-an-old-store")
+        .json(&json!({"amount": 8}))
+        .send()
+        .await;
+    refused.assert_problem(503, "journal_unavailable");
+    assert_eq!(stack.upstream_executions().await, 0, "nothing ran");
 }
 
 /// Waits until Envoy `via` serves a replay from its edge cache: a fresh key answered
