@@ -76,6 +76,10 @@ pub enum Error {
     /// Postgres refused or the connection failed before COMMIT was sent.
     #[error("effect ledger: {0}")]
     Database(#[from] tokio_postgres::Error),
+    /// sqlx refused or the connection failed before COMMIT was sent.
+    #[cfg(feature = "sqlx")]
+    #[error("effect ledger: {0}")]
+    Sqlx(#[from] ::sqlx::Error),
     /// The function answered something else than one row with a known outcome (an older or
     /// edited function).
     #[error("effect ledger: the ledger's function answered {0}")]

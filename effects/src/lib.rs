@@ -33,7 +33,8 @@
 //!
 //! With the `axum` feature, [`Operation`] is also an extractor (`Option<Operation>` for a
 //! handler that serves unguarded requests too, `Operation` for one that must not), and
-//! [`Error`] an answer (409 for [`Error::Conflict`]).
+//! [`Error`] an answer (409 for [`Error::Conflict`]). With the `sqlx` feature,
+//! `keyflight_effects::sqlx` holds the same calls for an sqlx transaction.
 //!
 //! The record is kept by SQL functions, [`MIGRATION`] (also shipped as
 //! `effects/migrations/` for services in other languages); this crate only calls them, so
@@ -46,6 +47,8 @@ mod operation;
 mod postgres;
 #[cfg(any(feature = "axum", test))]
 mod response;
+#[cfg(feature = "sqlx")]
+pub mod sqlx;
 
 #[cfg(any(feature = "axum", test))]
 pub use extract::OperationRejection;
