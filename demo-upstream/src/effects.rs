@@ -91,8 +91,10 @@ impl Ledger {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // A payment holds its connection across its provider call (`hold`, `delay_ms`): room
+        // for as many in flight as a chaos run starts, well under the test cluster's limit.
         let pool = Pool::builder(manager)
-            .max_size(16)
+            .max_size(64)
             .runtime(Runtime::Tokio1)
             .build()?;
         let client = pool.get().await?;

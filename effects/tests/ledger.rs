@@ -435,3 +435,48 @@ async fn a_begun_run_that_committed_without_its_answer_is_refused() {
     );
     assert_eq!(provider.load(Ordering::Relaxed), 0);
 }
+
+#[tokio::test]
+async fn a_ledger_v1_wrote_keeps_its_answers_after_the_upgrade() {
+    cluster().psql("CREATE DATABASE upgraded");
+    let url = format!(
+        "{}/upgraded",
+        cluster().url().strip_suffix("/postgres").unwrap()
+    );
+    let (mut client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let scope = fresh_scope();
+    // V1 alone, as a migration tool ran it, and an operation recorded under it.
+    client
+        .batch_execute(&format!(
+            "BEGIN;\n{}\nCOMMIT;",
+            include_str!("../migrations/V1__keyflight_effects.sql")
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute("CREATE TABLE payments (scope text NOT NULL, fence bigint NOT NULL)")
+        .await
+        .unwrap();
+    client
+        .execute(
+            "SELECT keyflight_effect_commit($1, 5, $2)",
+            &[&scope, &answer(5)],
+        )
+        .await
+        .unwrap();
+
+    install(&client).await.unwrap();
+    install(&client).await.unwrap();
+    let provider = AtomicU64::new(0);
+    let rerun = pay_with_provider(&mut client, &run(&scope, 9), "pay A", &provider).await;
+    assert_eq!(
+        rerun.unwrap(),
+        Committed::Earlier {
+            fence: 5,
+            answer: answer(5)
+        }
+    );
+    let fresh = pay_with_provider(&mut client, &run(&fresh_scope(), 1), "pay A", &provider).await;
+    assert_eq!(fresh.unwrap(), Committed::Now);
+}
