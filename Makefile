@@ -112,15 +112,18 @@ fmt-check:
 
 clippy: rust-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p keyflight-effects --all-targets --features sqlx -- -D warnings
 	$(CARGO) clippy -p keyflight-protocol -p keyflight-filter -p keyflight-filter-wasm --target wasm32-wasip1 -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 
 # Unit and property tests, and the lease-store and keyflight-effects (through the workspace
-# line) against a throwaway Postgres (and partitions behind PL/Proxy, installed when missing).
+# line, then with its sqlx feature) against a throwaway Postgres (and partitions behind
+# PL/Proxy, installed when missing).
 unit: prereqs partition-prereqs
 	$(CARGO) test --workspace --exclude keyflight-e2e --exclude keyflight-lease-store --exclude keyflight-testkit --exclude keyflight-model
 	$(CARGO) test -p keyflight-testkit --lib --bins
 	$(CARGO) test -p keyflight-lease-store --lib --bins --test store --test http
+	$(CARGO) test -p keyflight-effects --features sqlx
 
 # The network-namespace lab the link faults use: real cuts, one-way loss and slow links
 # (as root; installs nftables when missing).

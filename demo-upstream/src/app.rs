@@ -13,8 +13,10 @@
 //! | anything else | 404 JSON |
 //!
 //! A payment takes six optional query parameters, applied in this order after the
-//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps (then, with
-//! `--effects-database-url`, the payment's transaction commits: `effects.rs`),
+//! execution is counted: `hold=NAME` waits at gate `NAME`, `delay_ms=N` sleeps (the two stand
+//! for the call to the payment provider: with `--effects-database-url` they come after the
+//! ledger's early check, inside the payment's transaction, which then commits; a re-run the
+//! ledger answers skips them: `effects.rs`),
 //! `hold_committed=NAME` waits at gate `NAME`, `abort=NAME` closes the connection without
 //! an answer (the first execution per `NAME` only, so a retry that runs again succeeds: a
 //! service that died right after its side effect, retried onto a healthy one), `status=N`
@@ -29,6 +31,7 @@
 //! what it answered (a status, or a reset), so
 //! a history checker (`keyflight-chaos`) can tell which operation ran twice and why.
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::Json;
@@ -40,10 +43,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
 use crate::connection::Connection;
-use crate::effects::{Ledger, Paid};
+use crate::effects::{Ledger, LedgerError, Paid};
 use crate::executions::{Execution, ExecutionLog};
 use crate::gates::Gates;
 use crate::stats::Stats;
@@ -130,12 +134,15 @@ async fn pay(
     ));
     tracing::info!(path = uri.path(), execution, "payment executing");
 
-    if let Some(gate) = &params.hold {
-        state.gates.pass(gate).await;
-    }
-    if let Some(delay) = params.delay_ms {
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-    }
+    // The call to the payment provider, which the ledger's early check spares a re-run.
+    let provider = async {
+        if let Some(gate) = &params.hold {
+            state.gates.pass(gate).await;
+        }
+        if let Some(delay) = params.delay_ms {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+    };
 
     let payment_id = Uuid::now_v7();
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -149,7 +156,15 @@ async fn pay(
         "accept_encoding": accept_encoding,
     });
     let (status, answer) = match &state.ledger {
-        Some(ledger) => match pay_in_ledger(ledger, &headers, payment_id, status, answer).await {
+        Some(ledger) => match pay_in_ledger(
+            ledger,
+            (&headers, &body),
+            payment_id,
+            provider,
+            (status, answer),
+        )
+        .await
+        {
             Ok(paid) => paid,
             Err(response) => {
                 // The history checker tells a refused payment from a lost answer by this.
@@ -159,7 +174,10 @@ async fn pay(
                 return response;
             }
         },
-        None => (status, answer),
+        None => {
+            provider.await;
+            (status, answer)
+        }
     };
     if let Some(gate) = &params.hold_committed {
         state.gates.pass(gate).await;
@@ -224,20 +242,27 @@ async fn pay(
     response
 }
 
-/// Commits payment `payment_id` in the ledger, under the operation keyflight forwarded;
-/// returns the status and answer to give: this run's, or the first run's when an earlier
-/// run of the operation had committed (`effects.rs`).
+/// Commits payment `payment_id` in the ledger, under the operation keyflight forwarded and
+/// the request's fingerprint (the digest of its body: what makes it this payment); returns
+/// the status and answer to give: this run's, or the first run's when an earlier run of the
+/// operation had committed, in which case `provider` was not called (`effects.rs`).
 async fn pay_in_ledger(
     ledger: &Ledger,
-    headers: &HeaderMap,
+    (headers, body): (&HeaderMap, &[u8]),
     payment_id: Uuid,
-    status: StatusCode,
-    answer: Value,
+    provider: impl Future<Output = ()>,
+    (status, answer): (StatusCode, Value),
 ) -> Result<(StatusCode, Value), Response> {
     let operation = keyflight_effects::Operation::from_headers(headers)
         .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
+    let fingerprint = format!("sha256:{}", hex::encode(Sha256::digest(body)));
     match ledger
-        .pay(payment_id, operation.as_ref(), (status.as_u16(), &answer))
+        .pay(
+            payment_id,
+            operation.as_ref().map(|o| (o, fingerprint.as_str())),
+            provider,
+            (status.as_u16(), &answer),
+        )
         .await
     {
         Ok(Paid::Now) => Ok((status, answer)),
@@ -250,6 +275,11 @@ async fn pay_in_ledger(
                 )
             })?;
             Ok((status, body))
+        }
+        // A key reused for another body: keyflight's own 409 problem.
+        Err(LedgerError::Record(e @ keyflight_effects::Error::Conflict { .. })) => {
+            tracing::info!(%payment_id, "idempotency key reused for another body");
+            Err(e.into_response())
         }
         Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
     }

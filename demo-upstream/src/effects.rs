@@ -5,11 +5,15 @@
 //! Without it a payment's effect is the execution count alone, and a re-run (the proxy died
 //! after the upstream answered, an uncertain outcome under `uncertain: retry`) pays again.
 //! With it a re-run still executes (it is counted and logged: the filter forwarded it), but
-//! its row is rolled back and it answers with the first run's answer, so `GET /effects`
-//! counts each operation's payment once.
+//! the early check answers it with the first run's answer before its call to the payment
+//! provider (the `hold` and `delay_ms` it was asked for), so `GET /effects` counts each
+//! operation's payment once; and a key reused for another body gets 409, not the first
+//! body's answer.
+
+use std::future::Future;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use keyflight_effects::{Committed, Operation};
+use keyflight_effects::{Begun, Committed, Operation};
 use serde_json::{Value, json};
 use tokio_postgres::NoTls;
 use uuid::Uuid;
@@ -87,8 +91,10 @@ impl Ledger {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // A payment holds its connection across its provider call (`hold`, `delay_ms`): room
+        // for as many in flight as a chaos run starts, well under the test cluster's limit.
         let pool = Pool::builder(manager)
-            .max_size(16)
+            .max_size(64)
             .runtime(Runtime::Tokio1)
             .build()?;
         let client = pool.get().await?;
@@ -98,44 +104,43 @@ impl Ledger {
     }
 
     /// Makes payment `payment_id` (this run's answer: `status` and `body`) as one
-    /// transaction, recorded under `operation` when keyflight forwarded one.
+    /// transaction, recorded under `operation` and its request's fingerprint when keyflight
+    /// forwarded one. `provider` is the call to the payment provider: made only when no
+    /// earlier run of the operation committed, while this run holds the operation.
     pub async fn pay(
         &self,
         payment_id: Uuid,
-        operation: Option<&Operation>,
+        operation: Option<(&Operation, &str)>,
+        provider: impl Future<Output = ()>,
         (status, body): (u16, &Value),
     ) -> Result<Paid, LedgerError> {
         let mut client = self.pool.get().await?;
         // The driver's own transaction (the pool wraps it in another type).
         let tx = tokio_postgres::Client::transaction(&mut client).await?;
+        if let Some((operation, fingerprint)) = operation
+            && let Begun::Earlier { answer, .. } =
+                keyflight_effects::begin(&tx, operation, fingerprint).await?
+        {
+            return earlier(&answer);
+        }
+        provider.await;
         tx.execute(
             INSERT_PAYMENT,
             &[
                 &payment_id,
-                &operation.map(Operation::scope),
-                &operation.map(Operation::fence),
+                &operation.map(|(o, _)| o.scope()),
+                &operation.map(|(o, _)| o.fence()),
             ],
         )
         .await?;
-        let Some(operation) = operation else {
+        let Some((operation, fingerprint)) = operation else {
             tx.commit().await?;
             return Ok(Paid::Now);
         };
         let answer = json!({"status": status, "body": body});
-        match keyflight_effects::commit(tx, operation, &answer).await? {
+        match keyflight_effects::commit(tx, operation, fingerprint, &answer).await? {
             Committed::Now => Ok(Paid::Now),
-            Committed::Earlier { answer, .. } => {
-                let status = answer["status"]
-                    .as_u64()
-                    .and_then(|s| u16::try_from(s).ok());
-                match (status, answer.get("body")) {
-                    (Some(status), Some(body)) => Ok(Paid::Earlier {
-                        status,
-                        body: body.clone(),
-                    }),
-                    _ => Err(LedgerError::Malformed),
-                }
-            }
+            Committed::Earlier { answer, .. } => earlier(&answer),
         }
     }
 
@@ -145,5 +150,19 @@ impl Ledger {
         let client = self.pool.get().await?;
         let row = client.query_one(COUNT_PAYMENTS, &[]).await?;
         Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+}
+
+/// An earlier run's recorded answer, as this service writes it.
+fn earlier(answer: &Value) -> Result<Paid, LedgerError> {
+    let status = answer["status"]
+        .as_u64()
+        .and_then(|s| u16::try_from(s).ok());
+    match (status, answer.get("body")) {
+        (Some(status), Some(body)) => Ok(Paid::Earlier {
+            status,
+            body: body.clone(),
+        }),
+        _ => Err(LedgerError::Malformed),
     }
 }

@@ -1,21 +1,41 @@
-//! The effect ledger: the one statement a handler's transaction ends with.
-//!
-//! [`commit`] takes the handler's transaction by value and ends it itself, so a caller
-//! cannot keep a re-run's writes by mistake: it commits when this run recorded the
-//! operation's answer and rolls back when an earlier run had (`docs/effects.md#the-protocol`).
+//! What the ledger's two calls answer, whichever driver made them: the SQL they run and the
+//! decision each outcome stands for (`docs/effects.md#the-protocol`).
 
 use serde_json::Value;
-use tokio_postgres::{GenericClient, Transaction};
 
-use crate::operation::Operation;
+/// The ledger's table and functions, as plain SQL (idempotent: run it at every start).
+pub const MIGRATION: &str = concat!(
+    include_str!("../migrations/V1__keyflight_effects.sql"),
+    "\n",
+    include_str!("../migrations/V2__keyflight_effects_fingerprint_and_begin.sql"),
+);
 
-/// The ledger's table and function, as plain SQL (idempotent: run it at every start).
-pub const MIGRATION: &str = include_str!("../migrations/V1__keyflight_effects.sql");
+/// The early check; its concurrency argument lives with the function, in [`MIGRATION`].
+pub(crate) const BEGIN: &str =
+    "SELECT outcome, fence, answer FROM keyflight_effect_begin($1, $2, $3)";
 
-/// The function's call: the concurrency argument lives with it, in [`MIGRATION`].
-const COMMIT: &str = "SELECT recorded, fence, answer FROM keyflight_effect_commit($1, $2, $3)";
+/// The record, last in the transaction.
+pub(crate) const COMMIT: &str =
+    "SELECT outcome, fence, answer FROM keyflight_effect_commit($1, $2, $3, $4)";
 
-/// How an operation's effect stands once [`commit`] returns.
+/// What [`begin`](crate::begin) found, first in the handler's transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begun {
+    /// No run of the operation has committed. The transaction now holds the operation's row
+    /// until it ends: any other run of it waits in its own `begin` until then. Do the work
+    /// (calls outside the database included), then [`commit`](crate::commit).
+    Run,
+    /// An earlier run committed: answer with its `answer` at once, and drop the transaction
+    /// (it holds nothing).
+    Earlier {
+        /// The fence of the run that committed.
+        fence: i64,
+        /// What it answered.
+        answer: Value,
+    },
+}
+
+/// How an operation's effect stands once [`commit`](crate::commit) returns.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Committed {
     /// This run's writes committed together with its answer.
@@ -30,52 +50,81 @@ pub enum Committed {
     },
 }
 
-/// Why the ledger could not be read or written. The handler's transaction is gone (rolled
-/// back by Postgres or when it dropped), so nothing of this run committed.
+/// Why the ledger gave no answer to act on. This run's writes did not commit, except after
+/// [`Error::Uncertain`]: the handler's transaction was rolled back (by the crate, by
+/// Postgres, or when the caller drops it).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Postgres refused or the connection failed.
+    /// A request with another fingerprint committed under this operation's scope: the key
+    /// was reused for another request (after keyflight's record expired or was erased, so
+    /// keyflight could not tell). Answer 409; nothing of this run committed.
+    #[error(
+        "effect ledger: another request (another fingerprint) already committed under this \
+         idempotency scope, at fence {fence}"
+    )]
+    Conflict {
+        /// The fence of the run that committed the other request.
+        fence: i64,
+    },
+    /// The COMMIT may have been sent and no answer came back (the connection dropped or
+    /// failed around it): the transaction either committed whole (this run's writes and its
+    /// answer) or not at all, and nothing here tells which. The ledger does: a retry of the operation gets this
+    /// run's answer if it committed, and runs if it did not; so answer a status keyflight
+    /// retries (5xx), never the answer.
+    #[error("effect ledger: COMMIT sent, no answer: it may or may not have committed: {0}")]
+    Uncertain(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Postgres refused or the connection failed before COMMIT was sent.
     #[error("effect ledger: {0}")]
     Database(#[from] tokio_postgres::Error),
-    /// The function answered something else than one row (an older or edited function).
-    #[error("effect ledger: keyflight_effect_commit answered {0} rows, not one")]
-    UnexpectedRows(usize),
+    /// sqlx refused or the connection failed before COMMIT was sent.
+    #[cfg(feature = "sqlx")]
+    #[error("effect ledger: {0}")]
+    Sqlx(#[from] ::sqlx::Error),
+    /// The function answered something else than one row with a known outcome (an older or
+    /// edited function).
+    #[error("effect ledger: the ledger's function answered {0}")]
+    Unexpected(String),
 }
 
-/// Creates (or updates) the ledger's table and function, in one transaction (so instances
-/// that start together take turns on [`MIGRATION`]'s lock).
-pub async fn install(client: &impl GenericClient) -> Result<(), Error> {
-    client
-        .batch_execute(&format!("BEGIN;\n{MIGRATION}\nCOMMIT;"))
-        .await?;
-    Ok(())
-}
-
-/// Records `answer` as `operation`'s effect in `tx` and ends `tx`: commits it when this
-/// run is the first to record the operation ([`Committed::Now`]), rolls it back when an
-/// earlier run already committed ([`Committed::Earlier`], with what that run answered).
-///
-/// Call it last in the transaction, after every write of the operation's effect. A
-/// concurrent run of the same operation waits here until this one ends.
-pub async fn commit(
-    tx: Transaction<'_>,
-    operation: &Operation,
-    answer: &Value,
-) -> Result<Committed, Error> {
-    let rows = tx
-        .query(COMMIT, &[&operation.scope(), &operation.fence(), answer])
-        .await?;
-    let [row] = rows.as_slice() else {
-        return Err(Error::UnexpectedRows(rows.len()));
-    };
-    if row.try_get::<_, bool>("recorded")? {
-        tx.commit().await?;
-        return Ok(Committed::Now);
+/// What one of the two functions decided: `go` is the outcome that lets this run go on
+/// (`run` for [`BEGIN`], `recorded` for [`COMMIT`]); `Some` carries an earlier run's fence
+/// and answer.
+pub(crate) fn decide(
+    go: &str,
+    outcome: &str,
+    fence: i64,
+    answer: Option<Value>,
+) -> Result<Option<(i64, Value)>, Error> {
+    match (outcome, answer) {
+        (outcome, _) if outcome == go => Ok(None),
+        ("earlier", Some(answer)) => Ok(Some((fence, answer))),
+        ("conflict", _) => Err(Error::Conflict { fence }),
+        (outcome, _) => Err(Error::Unexpected(format!("{outcome:?} to {go:?}"))),
     }
-    let earlier = Committed::Earlier {
-        fence: row.try_get("fence")?,
-        answer: row.try_get("answer")?,
-    };
-    tx.rollback().await?;
-    Ok(earlier)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn each_outcome_is_one_decision() {
+        assert!(matches!(decide("run", "run", 3, None), Ok(None)));
+        assert!(matches!(
+            decide("recorded", "earlier", 3, Some(json!(1))),
+            Ok(Some((3, _)))
+        ));
+        assert!(matches!(
+            decide("run", "conflict", 3, None),
+            Err(Error::Conflict { fence: 3 })
+        ));
+        for (go, outcome) in [("run", "recorded"), ("recorded", "run"), ("run", "earlier")] {
+            assert!(
+                matches!(decide(go, outcome, 3, None), Err(Error::Unexpected(_))),
+                "{outcome} to {go}"
+            );
+        }
+    }
 }

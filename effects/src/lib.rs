@@ -5,19 +5,25 @@
 //! after the service committed, or the outcome is uncertain, a same-body retry runs it again
 //! under a higher fence. The service closes that gap by recording, in the very transaction
 //! that holds its writes, that the operation's effect committed and what it answered. A
-//! re-run finds the record and answers with it instead of committing its writes a second
-//! time.
+//! re-run finds the record first thing and answers with it instead of doing the work again.
 //!
 //! ```no_run
-//! # async fn handler(client: &mut tokio_postgres::Client, headers: &http::HeaderMap)
+//! # async fn handler(client: &mut tokio_postgres::Client, headers: &http::HeaderMap, body: &[u8])
 //! # -> Result<serde_json::Value, Box<dyn std::error::Error>> {
-//! use keyflight_effects::{Committed, Operation, commit};
+//! # let fingerprint_of = |body: &[u8]| format!("{}", body.len());
+//! use keyflight_effects::{Begun, Committed, Operation, begin, commit};
 //!
 //! let operation = Operation::from_headers(headers)?.ok_or("not guarded by keyflight")?;
+//! // What makes this request this payment: the same for a retry, not for another body.
+//! let fingerprint = fingerprint_of(body);
 //! let tx = client.transaction().await?;
+//! if let Begun::Earlier { answer, .. } = begin(&tx, &operation, &fingerprint).await? {
+//!     return Ok(answer); // paid already: no second call to the provider
+//! }
+//! // … the payment provider's call, with the scope as its idempotency key …
 //! tx.execute("INSERT INTO payments (amount) VALUES (10)", &[]).await?;
 //! let answer = serde_json::json!({"status": 201, "body": {"amount": 10}});
-//! Ok(match commit(tx, &operation, &answer).await? {
+//! Ok(match commit(tx, &operation, &fingerprint, &answer).await? {
 //!     Committed::Now => answer,
 //!     // An earlier run's writes committed; this run's were rolled back.
 //!     Committed::Earlier { answer, .. } => answer,
@@ -25,19 +31,27 @@
 //! # }
 //! ```
 //!
-//! With the `axum` feature, [`Operation`] is also an extractor: `Option<Operation>` for a
-//! handler that serves unguarded requests too, `Operation` for one that must not.
+//! With the `axum` feature, [`Operation`] is also an extractor (`Option<Operation>` for a
+//! handler that serves unguarded requests too, `Operation` for one that must not), and
+//! [`Error`] an answer (409 for [`Error::Conflict`]). With the `sqlx` feature,
+//! `keyflight_effects::sqlx` holds the same calls for an sqlx transaction.
 //!
-//! The record is kept by one SQL function, [`MIGRATION`] (also shipped as
-//! `effects/migrations/V1__keyflight_effects.sql` for services in other languages); this crate
-//! only calls it, so the Rust and SQL forms cannot disagree.
+//! The record is kept by SQL functions, [`MIGRATION`] (also shipped as
+//! `effects/migrations/` for services in other languages); this crate only calls them, so
+//! the Rust and SQL forms cannot disagree.
 
 #[cfg(any(feature = "axum", test))]
 mod extract;
 mod ledger;
 mod operation;
+mod postgres;
+#[cfg(any(feature = "axum", test))]
+mod response;
+#[cfg(feature = "sqlx")]
+pub mod sqlx;
 
 #[cfg(any(feature = "axum", test))]
 pub use extract::OperationRejection;
-pub use ledger::{Committed, Error, MIGRATION, commit, install};
+pub use ledger::{Begun, Committed, Error, MIGRATION};
 pub use operation::{FENCE_HEADER, InvalidOperation, Operation, SCOPE_HEADER};
+pub use postgres::{begin, commit, install};

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use keyflight_effects::{Committed, Operation, commit, install};
+use keyflight_effects::{Begun, Committed, Error, Operation, begin, commit, install};
 use keyflight_testkit::pg::PgCluster;
 use serde_json::{Value, json};
 use tokio_postgres::{Client, NoTls};
@@ -59,9 +59,17 @@ async fn pay(client: &mut Client, operation: &Operation) -> Committed {
     )
     .await
     .unwrap();
-    commit(tx, operation, &answer(operation.fence()))
+    commit(tx, operation, "pay", &answer(operation.fence()))
         .await
         .unwrap()
+}
+
+async fn backend_pid(client: &Client) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// The fences whose payment row committed for `scope`.
@@ -124,12 +132,12 @@ async fn a_run_that_rolled_back_left_nothing_behind() {
         let tx = client.transaction().await.unwrap();
         let rows = tx
             .query(
-                "SELECT recorded FROM keyflight_effect_commit($1, 4, '{}')",
+                "SELECT outcome FROM keyflight_effect_commit($1, 4, 'pay', '{}')",
                 &[&scope],
             )
             .await
             .unwrap();
-        assert!(rows[0].get::<_, bool>(0));
+        assert_eq!(rows[0].get::<_, &str>(0), "recorded");
         tx.rollback().await.unwrap();
     }
     assert_eq!(pay(&mut client, &run(&scope, 6)).await, Committed::Now);
@@ -151,19 +159,15 @@ async fn second_run_while_first_is_open(scope: &str, end_first: bool) -> Committ
         .unwrap();
     let recorded = first_tx
         .query_one(
-            "SELECT recorded FROM keyflight_effect_commit($1, 1, $2)",
+            "SELECT outcome FROM keyflight_effect_commit($1, 1, 'pay', $2)",
             &[&scope, &answer(1)],
         )
         .await
         .unwrap();
-    assert!(recorded.get::<_, bool>(0));
+    assert_eq!(recorded.get::<_, &str>(0), "recorded");
 
     let mut second = connect().await;
-    let second_pid: i32 = second
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let second_pid = backend_pid(&second).await;
     let operation = run(scope, 2);
     let second_run = tokio::spawn(async move { pay(&mut second, &operation).await });
     // Another session: a transaction reads pg_stat_activity once and keeps that snapshot.
@@ -265,4 +269,214 @@ async fn the_table_refuses_what_keyflight_never_forwards() {
             .await;
         assert!(refused.is_err(), "{scope} {fence}");
     }
+    let no_fingerprint = client
+        .query(
+            "SELECT * FROM keyflight_effect_begin($1, 1, NULL)",
+            &[&fresh_scope()],
+        )
+        .await;
+    assert!(no_fingerprint.is_err());
+}
+
+/// One run of a payment the way a handler does it: the early check, the provider's call
+/// (`provider` counts them: outside the database), its write, the record. The body is the
+/// fingerprint.
+async fn pay_with_provider(
+    client: &mut Client,
+    operation: &Operation,
+    body: &str,
+    provider: &AtomicU64,
+) -> Result<Committed, Error> {
+    let tx = client.transaction().await.unwrap();
+    if let Begun::Earlier { fence, answer } = begin(&tx, operation, body).await? {
+        return Ok(Committed::Earlier { fence, answer });
+    }
+    provider.fetch_add(1, Ordering::Relaxed);
+    tx.execute(
+        "INSERT INTO payments (scope, fence) VALUES ($1, $2)",
+        &[&operation.scope(), &operation.fence()],
+    )
+    .await
+    .unwrap();
+    commit(tx, operation, body, &answer(operation.fence())).await
+}
+
+#[tokio::test]
+async fn another_body_under_a_recorded_scope_is_a_conflict_not_the_first_answer() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    let provider = AtomicU64::new(0);
+    pay_with_provider(&mut client, &run(&scope, 5), "pay A", &provider)
+        .await
+        .unwrap();
+    // keyflight's record expired or was erased: the key comes again with another body.
+    let other = pay_with_provider(&mut client, &run(&scope, 9), "pay B", &provider).await;
+    assert!(
+        matches!(other, Err(Error::Conflict { fence: 5 })),
+        "payment B was told it happened: {other:?}"
+    );
+    assert_eq!(payments(&client, &scope).await, [5]);
+    assert_eq!(provider.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn another_body_is_a_conflict_at_commit_too() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    pay(&mut client, &run(&scope, 5)).await;
+    let tx = client.transaction().await.unwrap();
+    let other = commit(tx, &run(&scope, 9), "pay B", &answer(9)).await;
+    assert!(
+        matches!(other, Err(Error::Conflict { fence: 5 })),
+        "{other:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_row_without_a_fingerprint_matches_any() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    // A row the V1 call wrote: its fingerprint is unknown.
+    client
+        .execute(
+            "SELECT keyflight_effect_commit($1, 5, $2)",
+            &[&scope, &answer(5)],
+        )
+        .await
+        .unwrap();
+    let provider = AtomicU64::new(0);
+    let rerun = pay_with_provider(&mut client, &run(&scope, 9), "pay A", &provider).await;
+    assert!(
+        matches!(rerun, Ok(Committed::Earlier { fence: 5, .. })),
+        "{rerun:?}"
+    );
+    assert_eq!(provider.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_rerun_learns_of_the_committed_answer_before_its_provider_call() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    let provider = AtomicU64::new(0);
+    pay_with_provider(&mut client, &run(&scope, 5), "pay A", &provider)
+        .await
+        .unwrap();
+    let rerun = pay_with_provider(&mut client, &run(&scope, 9), "pay A", &provider).await;
+    assert!(matches!(rerun, Ok(Committed::Earlier { .. })), "{rerun:?}");
+    assert_eq!(
+        provider.load(Ordering::Relaxed),
+        1,
+        "the re-run called the provider"
+    );
+}
+
+#[tokio::test]
+async fn a_run_arriving_while_one_is_past_its_check_waits_and_never_calls_the_provider() {
+    let scope = fresh_scope();
+    let mut first = connect().await;
+    let first_tx = first.transaction().await.unwrap();
+    // The first run is past its check, in its call to the provider.
+    assert_eq!(
+        begin(&first_tx, &run(&scope, 1), "pay A").await.unwrap(),
+        Begun::Run
+    );
+
+    let mut second = connect().await;
+    let second_pid = backend_pid(&second).await;
+    let provider = std::sync::Arc::new(AtomicU64::new(0));
+    let second_run = tokio::spawn({
+        let (scope, provider) = (scope.clone(), provider.clone());
+        async move { pay_with_provider(&mut second, &run(&scope, 2), "pay A", &provider).await }
+    });
+    wait_until_blocked_on_a_lock(&connect().await, second_pid).await;
+    assert!(!second_run.is_finished());
+
+    first_tx
+        .execute(
+            "INSERT INTO payments (scope, fence) VALUES ($1, 1)",
+            &[&scope],
+        )
+        .await
+        .unwrap();
+    let recorded = commit(first_tx, &run(&scope, 1), "pay A", &answer(1))
+        .await
+        .unwrap();
+    assert_eq!(recorded, Committed::Now);
+    let second = second_run.await.unwrap().unwrap();
+    assert_eq!(
+        second,
+        Committed::Earlier {
+            fence: 1,
+            answer: answer(1)
+        }
+    );
+    assert_eq!(provider.load(Ordering::Relaxed), 0);
+    assert_eq!(payments(&connect().await, &scope).await, [1]);
+}
+
+#[tokio::test]
+async fn a_begun_run_that_committed_without_its_answer_is_refused() {
+    let mut client = connect().await;
+    let scope = fresh_scope();
+    let tx = client.transaction().await.unwrap();
+    begin(&tx, &run(&scope, 1), "pay A").await.unwrap();
+    // The handler ended its transaction itself, without `commit`: what it did is unknown.
+    tx.commit().await.unwrap();
+    let provider = AtomicU64::new(0);
+    let rerun = pay_with_provider(&mut client, &run(&scope, 2), "pay A", &provider).await;
+    let Err(Error::Database(refused)) = rerun else {
+        panic!("{rerun:?}")
+    };
+    assert!(
+        refused
+            .as_db_error()
+            .is_some_and(|e| e.message().contains("committed without its answer")),
+        "{refused:?}"
+    );
+    assert_eq!(provider.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_ledger_v1_wrote_keeps_its_answers_after_the_upgrade() {
+    cluster().psql("CREATE DATABASE upgraded");
+    let url = format!(
+        "{}/upgraded",
+        cluster().url().strip_suffix("/postgres").unwrap()
+    );
+    let (mut client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let scope = fresh_scope();
+    // V1 alone, as a migration tool ran it, and an operation recorded under it.
+    client
+        .batch_execute(&format!(
+            "BEGIN;\n{}\nCOMMIT;",
+            include_str!("../migrations/V1__keyflight_effects.sql")
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute("CREATE TABLE payments (scope text NOT NULL, fence bigint NOT NULL)")
+        .await
+        .unwrap();
+    client
+        .execute(
+            "SELECT keyflight_effect_commit($1, 5, $2)",
+            &[&scope, &answer(5)],
+        )
+        .await
+        .unwrap();
+
+    install(&client).await.unwrap();
+    install(&client).await.unwrap();
+    let provider = AtomicU64::new(0);
+    let rerun = pay_with_provider(&mut client, &run(&scope, 9), "pay A", &provider).await;
+    assert_eq!(
+        rerun.unwrap(),
+        Committed::Earlier {
+            fence: 5,
+            answer: answer(5)
+        }
+    );
+    let fresh = pay_with_provider(&mut client, &run(&fresh_scope(), 1), "pay A", &provider).await;
+    assert_eq!(fresh.unwrap(), Committed::Now);
 }
