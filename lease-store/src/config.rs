@@ -251,12 +251,13 @@ pub struct ServeArgs {
     #[arg(long, env = "KEYFLIGHT_TRUST_XFCC")]
     trust_xfcc: bool,
     /// Peer addresses (CIDRs, comma-separated) whose `x-forwarded-client-cert` is
-    /// believed: the store's own sidecar, which connects from loopback.
+    /// believed: the store's own sidecar, which connects from `127.0.0.6` (Istio's
+    /// `REDIRECT` mode, `crate::caller::SIDECAR_ADDRESSES`); a wider range is warned about.
     #[arg(
         long,
         env = "KEYFLIGHT_XFCC_TRUSTED_PEERS",
         value_delimiter = ',',
-        default_value = "127.0.0.0/8,::1/128"
+        default_value = "127.0.0.6/32,::6/128"
     )]
     xfcc_trusted_peers: Vec<IpNet>,
     /// A SPIFFE id allowed to call the data plane under `--trust-xfcc` (repeatable;
@@ -874,6 +875,23 @@ mod tests {
                 panic!("{args:?} was refused: {refused}");
             }
         }
+    }
+
+    #[test]
+    fn by_default_only_the_inbound_sidecar_is_trusted_with_xfcc() {
+        let config = serve(&[
+            "--database-url",
+            "host=/run/pg",
+            "--trust-xfcc",
+            "--workload",
+            "spiffe://a/b",
+        ]);
+        let mesh = config.unwrap().tokens.mesh.expect("--trust-xfcc");
+        assert!(mesh.trusted_beyond_the_sidecar().is_empty());
+        assert_eq!(
+            mesh.trusted_peers.len(),
+            crate::caller::SIDECAR_ADDRESSES.len()
+        );
     }
 
     #[test]

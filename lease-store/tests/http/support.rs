@@ -200,6 +200,18 @@ impl Api {
         }
     }
 
+    /// A client for `base` whose connections come from `local` (a loopback address such as
+    /// the mesh sidecar's `127.0.0.6`).
+    pub fn bound(base: String, local: std::net::IpAddr) -> Self {
+        Api {
+            base,
+            http: reqwest::Client::builder()
+                .local_address(local)
+                .build()
+                .unwrap(),
+        }
+    }
+
     /// Sends a request; `token` becomes the bearer token.
     pub async fn send(
         &self,
