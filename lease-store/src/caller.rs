@@ -131,8 +131,8 @@ impl Refused {
 }
 
 impl MeshIdentity {
-    /// The trusted ranges that hold more than one of [`SIDECAR_ADDRESSES`]: every address
-    /// in them can name any allowlisted workload, so `serve` warns about each at start.
+    /// The trusted ranges other than one of [`SIDECAR_ADDRESSES`] alone: every address in
+    /// them can name any allowlisted workload, so `serve` warns about each at start.
     pub fn trusted_beyond_the_sidecar(&self) -> Vec<IpNet> {
         self.trusted_peers
             .iter()
