@@ -5,8 +5,9 @@
 //! `x-forwarded-client-cert` (XFCC) header that sidecar adds: the `URI=` field of the
 //! element the sidecar appended, which is the SPIFFE id of the client certificate it
 //! verified. The header is believed only when the store was told to (`--trust-xfcc`) and
-//! only from a peer address it trusts to be that sidecar (`--xfcc-trusted-peers`, loopback
-//! by default); from anyone else it is ignored and the call has no identity. The sidecar
+//! only from a peer address it trusts to be that sidecar (`--xfcc-trusted-peers`, by default
+//! only [`SIDECAR_ADDRESSES`], not the rest of loopback, which a `kubectl port-forward`
+//! connects from); from anyone else it is ignored and the call has no identity. The sidecar
 //! *appends* (Istio's `APPEND_FORWARD`), so a client can send an XFCC header of its own
 //! and only the last element is the sidecar's: that is the only one read.
 //!
@@ -19,7 +20,7 @@
 //! The parsing and the decision are pure functions; the middleware in [`crate::auth`]
 //! feeds them the request's header and peer address.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -72,6 +73,15 @@ pub fn record_scope(spiffe_id: &str, scope: &Digest) -> Digest {
     hasher.finish()
 }
 
+/// The addresses Istio's inbound sidecar connects to the application from in `REDIRECT`
+/// mode (its `InboundPassthroughCluster` binds them), the default `--xfcc-trusted-peers`
+/// (`docs/configuration.md#caller-identity`). Any other local process, a port-forward
+/// included, connects from `127.0.0.1` or `::1`.
+pub const SIDECAR_ADDRESSES: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6)),
+    IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
+];
+
 /// Whom the store believes about XFCC, and whom it lets in.
 #[derive(Debug)]
 pub struct MeshIdentity {
@@ -121,6 +131,18 @@ impl Refused {
 }
 
 impl MeshIdentity {
+    /// The trusted ranges other than one of [`SIDECAR_ADDRESSES`] alone: every address in
+    /// them can name any allowlisted workload, so `serve` warns about each at start.
+    pub fn trusted_beyond_the_sidecar(&self) -> Vec<IpNet> {
+        self.trusted_peers
+            .iter()
+            .filter(|net| {
+                net.prefix_len() != net.max_prefix_len() || !SIDECAR_ADDRESSES.contains(&net.addr())
+            })
+            .copied()
+            .collect()
+    }
+
     /// The allowlisted workload a call from `peer` with the XFCC header lines `xfcc` comes
     /// from; on refusal, why, and the SPIFFE id when one was read (to log, never to label).
     pub fn identify<'a>(
@@ -228,6 +250,26 @@ mod tests {
 
     fn loopback() -> Option<IpAddr> {
         Some(IpAddr::from([127, 0, 0, 6]))
+    }
+
+    #[test]
+    fn only_ranges_beyond_the_sidecars_address_are_wider() {
+        let trusting = |peers: &[&str]| MeshIdentity {
+            trusted_peers: peers.iter().map(|p| p.parse().unwrap()).collect(),
+            allowed: Allowlist::fixed([A]).unwrap(),
+        };
+        assert!(
+            trusting(&["127.0.0.6/32", "::6/128"])
+                .trusted_beyond_the_sidecar()
+                .is_empty()
+        );
+        let wide = trusting(&["127.0.0.6/32", "127.0.0.0/8", "::1/128", "10.0.0.0/8"]);
+        let wider: Vec<String> = wide
+            .trusted_beyond_the_sidecar()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(wider, ["127.0.0.0/8", "::1/128", "10.0.0.0/8"]);
     }
 
     #[test]

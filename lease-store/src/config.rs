@@ -102,6 +102,19 @@ pub enum ConfigError {
         /// What is wrong, by line.
         reason: String,
     },
+    /// A database URL lets the store's connection run in cleartext.
+    #[error(
+        "{setting} has sslmode={mode}, which lets the connection to Postgres run in cleartext: \
+         use sslmode=verify-full with sslrootcert, or pass --allow-plaintext-database \
+         (KEYFLIGHT_ALLOW_PLAINTEXT_DATABASE) on a network you trust \
+         (docs/configuration.md#tls-to-postgres)"
+    )]
+    CleartextDatabase {
+        /// The flag and variable of the URL.
+        setting: &'static str,
+        /// Its `sslmode` (`prefer` when it gives none).
+        mode: &'static str,
+    },
     /// A tunable is out of range.
     #[error("invalid --{flag}: {reason}")]
     Invalid {
@@ -238,12 +251,13 @@ pub struct ServeArgs {
     #[arg(long, env = "KEYFLIGHT_TRUST_XFCC")]
     trust_xfcc: bool,
     /// Peer addresses (CIDRs, comma-separated) whose `x-forwarded-client-cert` is
-    /// believed: the store's own sidecar, which connects from loopback.
+    /// believed: the store's own sidecar, which connects from `127.0.0.6` (Istio's
+    /// `REDIRECT` mode, `crate::caller::SIDECAR_ADDRESSES`); a wider range is warned about.
     #[arg(
         long,
         env = "KEYFLIGHT_XFCC_TRUSTED_PEERS",
         value_delimiter = ',',
-        default_value = "127.0.0.0/8,::1/128"
+        default_value = "127.0.0.6/32,::6/128"
     )]
     xfcc_trusted_peers: Vec<IpNet>,
     /// A SPIFFE id allowed to call the data plane under `--trust-xfcc` (repeatable;
@@ -270,6 +284,11 @@ pub struct ServeArgs {
     /// `port-forward`). Not bound when no admin token is configured.
     #[arg(long, env = "KEYFLIGHT_ADMIN_LISTEN", default_value = "127.0.0.1:9480")]
     admin_listen: SocketAddr,
+    /// Serve over a database URL that lets the connection run in cleartext (`sslmode`
+    /// `disable`, or `prefer`, the default when none is given); without it such a URL stops
+    /// the start (`docs/configuration.md#tls-to-postgres`).
+    #[arg(long, env = "KEYFLIGHT_ALLOW_PLAINTEXT_DATABASE")]
+    allow_plaintext_database: bool,
     /// Run pending migrations before serving (default: a separate `migrate` job does it).
     #[arg(long, env = "KEYFLIGHT_MIGRATE")]
     migrate: bool,
@@ -466,6 +485,9 @@ impl ServeArgs {
             .transpose()?;
         if filter.is_none() && mesh.is_none() {
             return Err(ConfigError::MissingToken);
+        }
+        if !self.allow_plaintext_database {
+            refuse_cleartext(&self.database)?;
         }
         let admin = AdminTokens::load(self.admin.resolve()?, self.admin_tokens_file)?;
         if filter
@@ -674,6 +696,28 @@ fn mesh_identity(
     })
 }
 
+/// Refuses a database URL whose connection may run in cleartext: an attacker on the path
+/// could read recorded responses and forge the store's view of every claim.
+fn refuse_cleartext(database: &DatabaseArgs) -> Result<(), ConfigError> {
+    let router = std::iter::once((
+        "--database-url (KEYFLIGHT_DATABASE_URL)",
+        &database.database_url,
+    ));
+    let partitions = database
+        .partition_urls
+        .iter()
+        .map(|url| ("--partition-url (KEYFLIGHT_PARTITION_URLS)", url));
+    for (setting, url) in router.chain(partitions) {
+        if let Some(mode) = crate::db::cleartext_mode(url) {
+            return Err(ConfigError::CleartextDatabase {
+                setting,
+                mode: mode.as_str(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Largest `--batch-max` accepted: past a few hundred calls a batch only holds its row
 /// locks longer.
 const MAX_BATCH_ITEMS: usize = 1000;
@@ -782,6 +826,72 @@ mod tests {
             Err(ConfigError::EmptySecret { .. })
         ));
         assert!(matches!(resolve_secret("T", None, None), Ok(None)));
+    }
+
+    /// `serve` with `args` (and a filter token), as far as its settings go.
+    fn serve(args: &[&str]) -> Result<ServeConfig, String> {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let argv = ["serve", "--token", "t"].iter().chain(args);
+        let parsed = <Serve as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
+        parsed.args.into_config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_database_connection_that_may_run_in_cleartext_is_refused() {
+        let verified = "postgres://db/k?sslmode=verify-full&sslrootcert=/ca.pem";
+        for args in [
+            &["--database-url", "postgres://db/k"][..],
+            &["--database-url", "postgres://db/k?sslmode=prefer"],
+            &["--database-url", "postgres://db/k?sslmode=disable"],
+            &["--database-url", "host=db sslmode=prefer"],
+            &[
+                "--database-url",
+                verified,
+                "--partition-url",
+                "postgres://p/k",
+            ],
+        ] {
+            let refused = serve(args).expect_err(&format!("{args:?} was accepted"));
+            assert!(
+                refused.contains("cleartext") && refused.contains("--allow-plaintext-database"),
+                "{args:?}: {refused}"
+            );
+        }
+        for args in [
+            &["--database-url", verified][..],
+            &["--database-url", "postgres://db/k?sslmode=require"],
+            &["--database-url", "host=/run/postgresql dbname=k"],
+            &[
+                "--database-url",
+                "postgres://db/k",
+                "--allow-plaintext-database",
+            ],
+        ] {
+            if let Err(refused) = serve(args) {
+                panic!("{args:?} was refused: {refused}");
+            }
+        }
+    }
+
+    #[test]
+    fn by_default_only_the_inbound_sidecar_is_trusted_with_xfcc() {
+        let config = serve(&[
+            "--database-url",
+            "host=/run/pg",
+            "--trust-xfcc",
+            "--workload",
+            "spiffe://a/b",
+        ]);
+        let mesh = config.unwrap().tokens.mesh.expect("--trust-xfcc");
+        assert!(mesh.trusted_beyond_the_sidecar().is_empty());
+        assert_eq!(
+            mesh.trusted_peers.len(),
+            crate::caller::SIDECAR_ADDRESSES.len()
+        );
     }
 
     #[test]

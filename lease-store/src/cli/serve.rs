@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, AppState};
 use crate::auth::Auth;
+use crate::caller::MeshIdentity;
 use crate::cleanup;
 use crate::config::ServeArgs;
 use crate::longpoll::LongPoll;
@@ -68,9 +69,28 @@ async fn check_role(store: &Store, require: bool) -> Result<(), CliError> {
     }
 }
 
+/// Warns once when `--xfcc-trusted-peers` trusts more than the inbound sidecar's address:
+/// every process connecting from there names any workload it likes
+/// (`docs/configuration.md#caller-identity`).
+fn warn_if_trusting_beyond_the_sidecar(mesh: &MeshIdentity) {
+    let wider = mesh.trusted_beyond_the_sidecar();
+    if !wider.is_empty() {
+        let wider: Vec<String> = wider.iter().map(ToString::to_string).collect();
+        tracing::warn!(
+            peers = %wider.join(","),
+            "--xfcc-trusted-peers trusts more than the inbound sidecar's address (127.0.0.6, ::6): \
+             any process connecting from these, a kubectl port-forward included, can claim any \
+             workload's identity (docs/configuration.md#caller-identity)"
+        );
+    }
+}
+
 /// Serves until SIGTERM or SIGINT, then drains (for at most [`DRAIN_LIMIT`]) and returns.
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let config = args.into_config()?;
+    if let Some(mesh) = &config.tokens.mesh {
+        warn_if_trusting_beyond_the_sidecar(mesh);
+    }
     if config.migrate {
         let (url, partitions) = (&config.store.database_url, &config.store.partitions);
         match partitions.is_empty() {

@@ -6,7 +6,7 @@
 //! [`url`] takes them out, [`tls`] builds the rustls configuration they ask for, and the
 //! connector is tokio-postgres-rustls', which also gives SCRAM-SHA-256-PLUS its channel
 //! binding (`channel_binding=require` is tokio-postgres' own parameter). What each mode
-//! checks and why the default is `prefer`: `docs/configuration.md#tls-to-postgres`.
+//! checks, and why `serve` refuses the cleartext ones: `docs/configuration.md#tls-to-postgres`.
 
 mod tls;
 mod url;
@@ -58,16 +58,30 @@ pub fn parse(url: &str) -> Result<Database, DatabaseUrlError> {
     })
 }
 
+/// The `sslmode` of `url` when it lets a TCP connection run in cleartext: `disable`, and
+/// `prefer` (libpq's default) against a server, or an attacker, that declines TLS. `None`
+/// when every connection is TLS or over a Unix socket, and when the URL does not parse
+/// (connecting says why). Pure: reads no certificate file.
+pub fn cleartext_mode(url: &str) -> Option<SslMode> {
+    let (rest, params) = url::split(url).ok()?;
+    let config: tokio_postgres::Config = rest.parse().ok()?;
+    let cleartext = matches!(params.mode, SslMode::Disable | SslMode::Prefer);
+    (cleartext && over_tcp(&config)).then_some(params.mode)
+}
+
+/// Whether a connection with `config` may go over TCP (a Unix socket carries no TLS).
+fn over_tcp(config: &tokio_postgres::Config) -> bool {
+    config
+        .get_hosts()
+        .iter()
+        .any(|host| matches!(host, Host::Tcp(_)))
+}
+
 impl Database {
     /// Logs a warning, once per start, when a TCP connection to this database would not
     /// authenticate the server (cleartext, or TLS without `sslrootcert`).
     pub fn warn_if_unverified(&self) {
-        let over_tcp = self
-            .config
-            .get_hosts()
-            .iter()
-            .any(|host| matches!(host, Host::Tcp(_)));
-        if over_tcp && !self.params.checks_chain() {
+        if over_tcp(&self.config) && !self.params.checks_chain() {
             tracing::warn!(
                 sslmode = self.params.mode.as_str(),
                 "the database server is not authenticated: use sslmode=verify-full with \

@@ -24,6 +24,8 @@ pub enum ObjectKind {
     Table,
     /// A sequence.
     Sequence,
+    /// A function, named with its argument types.
+    Function,
 }
 
 impl ObjectKind {
@@ -32,6 +34,7 @@ impl ObjectKind {
         match self {
             ObjectKind::Table => "TABLE",
             ObjectKind::Sequence => "SEQUENCE",
+            ObjectKind::Function => "FUNCTION",
         }
     }
 
@@ -48,6 +51,7 @@ impl ObjectKind {
                 "TRIGGER",
             ],
             ObjectKind::Sequence => &["USAGE", "SELECT", "UPDATE"],
+            ObjectKind::Function => &["EXECUTE"],
         }
     }
 }
@@ -71,7 +75,9 @@ pub struct RuntimeGrant {
 ///   hand a fence out twice;
 /// - the operator epoch: read by `GET /v1/epoch`; it moves only through the owner's
 ///   trigger function (migration V6);
-/// - the operator audit: erase and resolve append to it; it is never changed;
+/// - the operator audit: erase and resolve append to it only through the owner's function
+///   (migration V9), which sets each row's time and id; the role can neither change a row
+///   nor insert one of its own making;
 /// - refinery's history: `/readyz` reads the schema's version.
 ///
 /// `LISTEN` and the trigger's `NOTIFY` need no grant.
@@ -94,7 +100,12 @@ pub const RUNTIME_GRANTS: &[RuntimeGrant] = &[
     RuntimeGrant {
         kind: ObjectKind::Table,
         object: "keyflight_operator_audit",
-        privileges: &["SELECT", "INSERT"],
+        privileges: &["SELECT"],
+    },
+    RuntimeGrant {
+        kind: ObjectKind::Function,
+        object: "keyflight_operator_audit_append(text, text, bytea, text, bytea)",
+        privileges: &["EXECUTE"],
     },
     RuntimeGrant {
         kind: ObjectKind::Table,
@@ -155,6 +166,7 @@ SELECT format('%s on %s', g.privilege, g.name) AS missing
   FROM unnest($2::text[], $3::text[], $4::text[]) AS g(name, kind, privilege)
  WHERE NOT COALESCE(CASE g.kind
            WHEN 'SEQUENCE' THEN has_sequence_privilege($1::text, to_regclass(g.name), g.privilege)
+           WHEN 'FUNCTION' THEN has_function_privilege($1::text, to_regprocedure(g.name), g.privilege)
            ELSE has_table_privilege($1::text, to_regclass(g.name), g.privilege)
        END, false)";
 
@@ -266,14 +278,19 @@ pub(super) async fn grant_runtime(
 }
 
 /// Runs `sql` with the triples as `$2`, `$3`, `$4`, and as `$1` the role when given, else
-/// [`RUNTIME_GRANTS`]' object names; collects its one text column.
+/// the names of [`RUNTIME_GRANTS`]' tables and sequences (a function's rights are all
+/// granted, so none is in excess); collects its one text column.
 async fn query_triples(
     client: &tokio_postgres::Client,
     sql: &str,
     role: Option<&str>,
     triples: &[(&str, &str, &str)],
 ) -> Result<Vec<String>, StoreError> {
-    let objects: Vec<&str> = RUNTIME_GRANTS.iter().map(|grant| grant.object).collect();
+    let objects: Vec<&str> = RUNTIME_GRANTS
+        .iter()
+        .filter(|grant| grant.kind != ObjectKind::Function)
+        .map(|grant| grant.object)
+        .collect();
     let names: Vec<&str> = triples.iter().map(|t| t.0).collect();
     let kinds: Vec<&str> = triples.iter().map(|t| t.1).collect();
     let privileges: Vec<&str> = triples.iter().map(|t| t.2).collect();
@@ -406,6 +423,7 @@ mod tests {
             ("refinery_schema_history", "UPDATE"),
             ("refinery_schema_history", "DELETE"),
             ("keyflight_operator_epoch", "UPDATE"),
+            ("keyflight_operator_audit", "INSERT"),
             ("keyflight_operator_audit", "UPDATE"),
             ("keyflight_operator_audit", "DELETE"),
             ("keyflight_operator_audit", "TRUNCATE"),

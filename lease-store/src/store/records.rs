@@ -12,7 +12,7 @@
 //! acknowledgment and logs it. Erase and resolve each write their row of the
 //! operator audit (migration V5: actor, reason, scope, action, and the digest of
 //! a response the operator authored) in the same statement, so neither commits
-//! without it.
+//! without it, through the owner's function (V9), as the runtime role may not insert.
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
@@ -68,6 +68,9 @@ const GET_SQL: &str = concat!(
 /// `$5` actor, `$6` reason, `$7` the response's digest.
 /// `state_before` reads the statement's snapshot, i.e. the state before the
 /// update, so one statement tells "resolved", "not unknown" and "not found" apart.
+/// The audit row is appended by the owner's function (migration V9), which the runtime role
+/// may call but not bypass; a `SELECT` in `WITH` runs only when read, so `resolved` is
+/// counted through `audited`, one row per resolved record.
 /// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 const RESOLVE_COMPLETED_SQL: &str = "
 WITH resolved AS (
@@ -78,14 +81,14 @@ WITH resolved AS (
      WHERE scope = $1 AND (state || '') = 'unknown'
     RETURNING scope
 ), audited AS (
-    INSERT INTO keyflight_operator_audit (actor, action, scope, reason, response_sha256)
-    SELECT $5::text, 'resolve_completed', scope, $6::text, $7::bytea FROM resolved
+    SELECT keyflight_operator_audit_append($5::text, 'resolve_completed', scope, $6::text, $7::bytea)
+      FROM resolved
 )
-SELECT (SELECT count(*) FROM resolved) AS resolved,
+SELECT (SELECT count(*) FROM audited) AS resolved,
        (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
 
 /// `$1` scope, `$2` actor, `$3` reason. The cooldown ends now, so the next
-/// same-fingerprint claim steals.
+/// same-fingerprint claim steals. Audited as [`RESOLVE_COMPLETED_SQL`] is.
 /// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
 const RESOLVE_FAILED_SQL: &str = "
 WITH resolved AS (
@@ -96,21 +99,21 @@ WITH resolved AS (
      WHERE scope = $1 AND (state || '') = 'unknown'
     RETURNING scope
 ), audited AS (
-    INSERT INTO keyflight_operator_audit (actor, action, scope, reason)
-    SELECT $2::text, 'resolve_failed', scope, $3::text FROM resolved
+    SELECT keyflight_operator_audit_append($2::text, 'resolve_failed', scope, $3::text, NULL)
+      FROM resolved
 )
-SELECT (SELECT count(*) FROM resolved) AS resolved,
+SELECT (SELECT count(*) FROM audited) AS resolved,
        (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
 
-/// `$1` scope, `$2` actor, `$3` reason.
+/// `$1` scope, `$2` actor, `$3` reason. Audited as [`RESOLVE_COMPLETED_SQL`] is.
 const ERASE_SQL: &str = "
 WITH erased AS (
     DELETE FROM keyflight_records WHERE scope = $1 RETURNING scope
 ), audited AS (
-    INSERT INTO keyflight_operator_audit (actor, action, scope, reason)
-    SELECT $2::text, 'erase', scope, $3::text FROM erased
+    SELECT keyflight_operator_audit_append($2::text, 'erase', scope, $3::text, NULL)
+      FROM erased
 )
-SELECT count(*) AS erased FROM erased";
+SELECT count(*) AS erased FROM audited";
 
 /// The operator's statements on a partitioned database (`partitions.rs`): a list merges
 /// every partition's newest, ordered and cut as one database's list.

@@ -1,6 +1,6 @@
 //! The mesh identity as the credential (`docs/configuration.md#caller-identity`): behind
 //! its own sidecar (here: the test client on loopback, sending the XFCC header the sidecar
-//! would add), the store lets in only allowlisted SPIFFE ids, and each workload reaches
+//! would add, from the sidecar's `127.0.0.6` where the store trusts only its default), the store lets in only allowlisted SPIFFE ids, and each workload reaches
 //! only its own records.
 
 #![allow(clippy::unwrap_used)]
@@ -16,24 +16,31 @@ pub const CHECKOUT: &str = "spiffe://cluster.local/ns/payments/sa/checkout";
 pub const CART: &str = "spiffe://cluster.local/ns/shop/sa/cart";
 const STRANGER: &str = "spiffe://cluster.local/ns/elsewhere/sa/intruder";
 
-/// A store that trusts loopback's XFCC and lets in CHECKOUT and CART, with no bearer token.
-async fn mesh_store(trusted_peers: &str) -> Server {
+/// A store that trusts the XFCC of `trusted_peers` (the default without) and lets in
+/// CHECKOUT and CART, with no bearer token.
+async fn mesh_store_trusting(trusted_peers: Option<&str>) -> Server {
     let port = keyflight_testkit::process::free_port();
-    let mut command = serve_command(
-        &cluster().url(),
-        port,
-        &[
-            "--trust-xfcc",
-            "--xfcc-trusted-peers",
-            trusted_peers,
-            "--workload",
-            CHECKOUT,
-            "--workload",
-            CART,
-        ],
-    );
+    let mut args = vec!["--trust-xfcc", "--workload", CHECKOUT, "--workload", CART];
+    if let Some(peers) = trusted_peers {
+        args.extend(["--xfcc-trusted-peers", peers]);
+    }
+    let mut command = serve_command(&cluster().url(), port, &args);
     command.env_remove("KEYFLIGHT_TOKEN");
     start_command(command, port).await
+}
+
+/// A client of `server` that connects from the inbound sidecar's address, `127.0.0.6`, which
+/// the store trusts by default.
+pub fn through_the_sidecar(server: &Server) -> Api {
+    Api::bound(server.api.base.clone(), SIDECAR.into())
+}
+
+/// The address Istio's inbound sidecar connects from (`REDIRECT` mode).
+const SIDECAR: [u8; 4] = [127, 0, 0, 6];
+
+/// [`mesh_store_trusting`] `trusted_peers`.
+async fn mesh_store(trusted_peers: &str) -> Server {
+    mesh_store_trusting(Some(trusted_peers)).await
 }
 
 /// The XFCC value an Istio sidecar appends for a client certificate naming `id`.
@@ -228,6 +235,33 @@ async fn xfcc_from_a_peer_that_is_not_the_sidecar_is_ignored() {
 }
 
 #[tokio::test]
+async fn by_default_only_the_inbound_sidecars_address_is_believed() {
+    let server = mesh_store_trusting(None).await;
+    // `kubectl port-forward`, or any process in the pod, connects from 127.0.0.1.
+    let forwarded = claim_as(
+        &server.api,
+        CHECKOUT,
+        &fresh_digest("port-forward"),
+        &fresh_digest("fp"),
+        0,
+    )
+    .await;
+    let detail = forwarded.assert_problem(401, "unauthorized");
+    assert!(detail.contains("sidecar"), "{detail}");
+    // Istio's inbound sidecar (REDIRECT mode) connects from 127.0.0.6.
+    let sidecar = through_the_sidecar(&server);
+    let won = claim_as(
+        &sidecar,
+        CHECKOUT,
+        &fresh_digest("sidecar"),
+        &fresh_digest("fp"),
+        0,
+    )
+    .await;
+    assert_eq!(won.outcome(), "won", "{}", won.text);
+}
+
+#[tokio::test]
 async fn trust_xfcc_needs_an_allowlist() {
     let port = keyflight_testkit::process::free_port();
     let mut command = serve_command(&cluster().url(), port, &["--trust-xfcc"]);
@@ -275,7 +309,7 @@ async fn the_workloads_file_onboards_and_removes_workloads_without_a_restart() {
         .env_remove("KEYFLIGHT_TOKEN")
         .env("KEYFLIGHT_WORKLOADS_FILE", &file);
     let server = start_command(command, port).await;
-    let api = &server.api;
+    let api = &through_the_sidecar(&server);
     let within = std::time::Duration::from_secs(10);
     assert!(admitted(api, CHECKOUT).await);
     assert!(!admitted(api, CART).await);
@@ -311,11 +345,13 @@ async fn the_workloads_file_onboards_and_removes_workloads_without_a_restart() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Sends, from loopback (the sidecar's side), the head of a finalize by `id` declaring a
+/// Sends, from the sidecar's address, the head of a finalize by `id` declaring a
 /// `length` byte body, and no body: the body budget decides before the body arrives.
 async fn finalize_head_as(store: &str, id: &str, length: usize) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt as _;
-    let mut stream = tokio::net::TcpStream::connect(store).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((SIDECAR, 0).into()).unwrap();
+    let mut stream = socket.connect(store.parse().unwrap()).await.unwrap();
     let head = format!(
         "POST /v1/claims/{}/finalize HTTP/1.1\r\nhost: store\r\nx-forwarded-client-cert: {}\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n",
         fresh_digest("budget"),

@@ -10,11 +10,11 @@ use keyflight_lease_store::caller::record_scope;
 use keyflight_protocol::Digest;
 use serde_json::json;
 
-use crate::mesh_identity::{CART, CHECKOUT, claim_as, post_as};
+use crate::mesh_identity::{CART, CHECKOUT, claim_as, post_as, through_the_sidecar};
 use crate::support::*;
 
 /// The settings of a replica moved to the mesh identity: CHECKOUT and CART allowed, no
-/// bearer token.
+/// bearer token; its `api` calls from its sidecar's address.
 async fn mesh_replica(database_url: &str, transition: bool) -> Server {
     let port = keyflight_testkit::process::free_port();
     let mut args = vec!["--trust-xfcc", "--workload", CHECKOUT, "--workload", CART];
@@ -23,7 +23,9 @@ async fn mesh_replica(database_url: &str, transition: bool) -> Server {
     }
     let mut command = serve_command(database_url, port, &args);
     command.env_remove("KEYFLIGHT_TOKEN");
-    start_command(command, port).await
+    let mut server = start_command(command, port).await;
+    server.api = through_the_sidecar(&server);
+    server
 }
 
 /// A replica still on the shared namespace, and one moved under the transition (or not).

@@ -67,7 +67,8 @@ pub fn bin_command(subcommand: &str, database_url: &str) -> Command {
 }
 
 /// A `lease-store serve` command on `port` with the test tokens, no inherited KEYFLIGHT_*
-/// settings, and its admin listener on a free port of its own (`KEYFLIGHT_ADMIN_LISTEN`).
+/// settings, its admin listener on a free port of its own (`KEYFLIGHT_ADMIN_LISTEN`), and
+/// cleartext to the test clusters allowed (they offer no TLS but the one in `tls.rs`).
 pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Command {
     let mut command = bin_command("serve", database_url);
     command
@@ -80,6 +81,7 @@ pub fn serve_command(database_url: &str, port: u16, extra_args: &[&str]) -> Comm
         )
         .env("KEYFLIGHT_TOKEN", TOKEN)
         .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN)
+        .env("KEYFLIGHT_ALLOW_PLAINTEXT_DATABASE", "true")
         .env("RUST_LOG", "info");
     command
 }
@@ -195,6 +197,18 @@ impl Api {
         Api {
             base,
             http: reqwest::Client::new(),
+        }
+    }
+
+    /// A client for `base` whose connections come from `local` (a loopback address such as
+    /// the mesh sidecar's `127.0.0.6`).
+    pub fn bound(base: String, local: std::net::IpAddr) -> Self {
+        Api {
+            base,
+            http: reqwest::Client::builder()
+                .local_address(local)
+                .build()
+                .unwrap(),
         }
     }
 

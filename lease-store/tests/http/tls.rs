@@ -2,7 +2,7 @@
 //! that takes TCP connections over TLS only (`hostssl`), with a CA made for the run. Under
 //! `verify-full` all three connection paths work (migrations, the pool, the `LISTEN`
 //! connection that wakes long-polls); a wrong CA, a wrong host name and cleartext are
-//! refused with an error that says why; client certificates and channel binding work.
+//! refused with an error that says why (cleartext by `serve` itself, before it connects); client certificates and channel binding work.
 
 use std::process::Output;
 use std::sync::OnceLock;
@@ -139,6 +139,21 @@ async fn cleartext_is_refused_by_a_hostssl_only_server() {
     assert_migrate_refused(
         &url("postgres", "127.0.0.1", "sslmode=disable"),
         &["no pg_hba.conf entry", "no encryption"],
+    );
+}
+
+#[test]
+fn serve_refuses_a_database_url_that_may_run_in_cleartext() {
+    let url = url("postgres", "127.0.0.1", "sslmode=prefer");
+    let output = serve_command(&url, free_port(), &[])
+        .env_remove("KEYFLIGHT_ALLOW_PLAINTEXT_DATABASE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve started: {stderr}");
+    assert!(
+        stderr.contains("sslmode=prefer") && stderr.contains("KEYFLIGHT_ALLOW_PLAINTEXT_DATABASE"),
+        "{stderr}"
     );
 }
 

@@ -349,11 +349,17 @@ async fn the_runtime_role_cannot_delete_or_change_audit_rows() {
     assert_eq!(db.query_one(rows, &[]).await.unwrap().get::<_, i64>(0), 1);
 
     // Refused by the privilege, not only by the append-only trigger, which its owner can
-    // switch off.
+    // switch off. Nor can it write a row of its own choosing: one that backdates an erase
+    // to before an incident, or names another operator; the audited actions append through
+    // the owner's function only.
     for sql in [
         "DELETE FROM keyflight_operator_audit",
         "UPDATE keyflight_operator_audit SET actor = 'mallory'",
         "TRUNCATE keyflight_operator_audit",
+        "INSERT INTO keyflight_operator_audit (at, actor, action, scope, reason)
+         VALUES ('2020-01-01', 'bob', 'erase', decode(repeat('00', 32), 'hex'), 'forged')",
+        "INSERT INTO keyflight_operator_audit (actor, action, scope, reason)
+         SELECT 'alice', 'erase', scope, 'forged' FROM keyflight_operator_audit",
     ] {
         let message = refused(&db, sql).await;
         assert!(message.starts_with("permission denied"), "{sql}: {message}");
@@ -472,7 +478,8 @@ async fn granting_fails_loudly_when_the_owner_does_not_own_the_objects() {
     superuser
         .batch_execute(&format!(
             "GRANT ALL ON ALL TABLES IN SCHEMA {other} TO {owner};
-             GRANT ALL ON ALL SEQUENCES IN SCHEMA {other} TO {owner};",
+             GRANT ALL ON ALL SEQUENCES IN SCHEMA {other} TO {owner};
+             GRANT ALL ON ALL FUNCTIONS IN SCHEMA {other} TO {owner};",
             owner = split.owner,
         ))
         .await

@@ -430,7 +430,8 @@ impl Stack {
             command.env("KEYFLIGHT_PARTITION_URLS", partitions.join(","));
         }
         if let Some(mesh) = &self.options.mesh {
-            // The caller is its mesh identity, which only the sidecar on loopback vouches for.
+            // The caller is its mesh identity, which only the sidecar vouches for: it connects
+            // from 127.0.0.6, the store's default trusted peer.
             command
                 .arg("--trust-xfcc")
                 .env_remove("KEYFLIGHT_TOKEN")

@@ -296,7 +296,8 @@ pub(super) fn upstream_command_at(
 
 /// The command that runs a lease-store on `127.0.0.1:port` over `database_url`, accepting
 /// the filter's `token`, with its admin API (and [`ADMIN_TOKEN`]) on `127.0.0.1:admin_port`;
-/// `migrate` applies the migrations first.
+/// `migrate` applies the migrations first. The stack's Postgres offers no TLS, so cleartext
+/// is allowed; by the variable, which a previous release's store ignores.
 pub fn lease_store_command(
     binaries: &Binaries,
     database_url: &str,
@@ -314,6 +315,7 @@ pub fn lease_store_command(
         .env("KEYFLIGHT_LISTEN", format!("127.0.0.1:{port}"))
         .env("KEYFLIGHT_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
         .env("KEYFLIGHT_TOKEN", token)
-        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN);
+        .env("KEYFLIGHT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("KEYFLIGHT_ALLOW_PLAINTEXT_DATABASE", "true");
     command
 }

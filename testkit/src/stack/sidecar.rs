@@ -1,6 +1,6 @@
 //! The store's inbound sidecar of a [`StackOptions::mesh_identity`] stack: an Envoy in
 //! front of the lease-store that terminates the workloads' mutual TLS, requires a client
-//! certificate signed by the mesh CA, and forwards to the store on loopback with the
+//! certificate signed by the mesh CA, and forwards to the store from `127.0.0.6` with the
 //! caller's SPIFFE id appended to `x-forwarded-client-cert`, as Istio's inbound sidecar
 //! does (`docs/configuration.md#caller-identity`,
 //! `docs/envoy-facts.md#forwarded-client-certificates`). Each filter
@@ -103,7 +103,7 @@ impl StackOptions {
 }
 
 /// The sidecar's Envoy config: mTLS on `listen` (client certificate required), the store at
-/// `store` on loopback, its admin interface on `admin`.
+/// `store` on loopback, reached from `127.0.0.6`, its admin interface on `admin`.
 pub(super) fn sidecar_config(
     mesh: &Mesh,
     listen: SocketAddr,
@@ -154,6 +154,9 @@ static_resources:
     - name: lease_store
       type: STATIC
       connect_timeout: 1s
+      # From Istio's inbound address, the only one the store believes XFCC from by default.
+      upstream_bind_config:
+        source_address: {{ address: 127.0.0.6, port_value: 0 }}
       # Closes idle connections before the store does (docs/configuration.md#limits).
       typed_extension_protocol_options:
         envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
