@@ -44,6 +44,11 @@ async fn malformed_claims_are_bad_requests_naming_the_field() {
             json!({ "fingerprint": fp, "lease_ms": 1000, "retention_s": 0 }),
             "retention_s",
         ),
+        // A record kept for less than its lease could run again instead of replaying.
+        (
+            json!({ "fingerprint": fp, "lease_ms": 5000, "retention_s": 4 }),
+            "at least lease_ms",
+        ),
     ];
     for (body, field) in cases {
         let detail = api
