@@ -82,12 +82,12 @@ pub enum Anonymous {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Delegation {
-    /// The actor alone is the principal (default): every user one service acts for
-    /// shares that service's scope.
-    #[default]
+    /// The actor alone is the principal: every user one service acts for shares that
+    /// service's scope, and is answered with each other's records.
     Actor,
-    /// The pair (subject, actor) is the principal, so each user keeps a scope of their
-    /// own behind each party acting for them.
+    /// The pair (subject, actor) is the principal (default), so each user keeps a scope of
+    /// their own behind each party acting for them.
+    #[default]
     SubjectAndActor,
 }
 
@@ -351,7 +351,9 @@ pub struct Identity {
     pub not_principals: BTreeSet<String>,
     /// The sources before the last change, while proxies may still run them: every claim
     /// also carries the request's scope under them
-    /// (`docs/stream-machine.md#recipe-transitions`). Never itself has a previous.
+    /// (`docs/stream-machine.md#recipe-transitions`). Never itself has a previous, and
+    /// never tells fewer callers apart than the current sources
+    /// (`docs/identity.md#previous-recipes`).
     pub previous: Option<Box<Identity>>,
 }
 

@@ -1,10 +1,10 @@
 //! K2: choosing the effective principal.
 //!
-//! The actor (on-behalf-of) sources are tried first, then the principal
-//! sources, each list in configured order; the first source that is present
-//! names the principal. Under `identity.delegation: subject_and_actor` both
-//! lists are read, and when each names someone the principal is the pair
-//! (`docs/identity.md#the-delegated-principal`). A source that is present but does not name exactly
+//! Both lists are read, each in configured order, and the first present source
+//! of each names its party: when both name someone the principal is the pair
+//! (the default, `identity.delegation: subject_and_actor`), else the one named
+//! (`docs/identity.md#the-delegated-principal`). Under `delegation: actor` a
+//! present actor alone is the principal. A source that is present but does not name exactly
 //! one principal stops the search and the request is refused (400
 //! `principal_ambiguous`) rather than falling through: falling through from a
 //! broken actor to the service's own identity would put every end user behind
@@ -47,7 +47,7 @@ pub enum Lookup {
         /// The principal, trimmed.
         name: String,
     },
-    /// `delegation: subject_and_actor`, and both an actor and a subject are present.
+    /// Both an actor and a subject are present (under `delegation: subject_and_actor`).
     Delegated {
         /// The first present principal source and its name.
         subject: Named,
@@ -221,11 +221,19 @@ mod tests {
         (path == ["metadata"]).then(|| hex::decode("0ac2010a1c656e766f792e66696c746572732e687474702e6a77745f617574686e12a1010a9e010a0b6a77745f7061796c6f6164128e012a8b010a110a016c120c320a0a031a01780a031a01790a270a0361637412202a1e0a0c0a0373756212051a036164610a0e0a0178120911000000000000f03f0a0e0a016e12091141414141414141410a260a03697373121f1a1d68747470733a2f2f6973737565722e6b6579666c696768742e746573740a070a0162120220010a0c0a0373756212051a03737663").unwrap())
     }
 
+    /// `delegation: actor`, asked for by name.
+    fn actor_first() -> Identity {
+        Identity {
+            delegation: Delegation::Actor,
+            ..identity()
+        }
+    }
+
     #[test]
-    fn actor_wins_over_principal() {
+    fn under_delegation_actor_the_actor_wins_over_the_subject() {
         let headers = vec![h("x-user", "alice"), h("x-actor", "support-bot")];
         assert_eq!(
-            found(resolve(&identity(), &headers, no_props)),
+            found(resolve(&actor_first(), &headers, no_props)),
             Some(("header:x-actor".into(), "support-bot".into()))
         );
     }
@@ -284,13 +292,6 @@ mod tests {
         );
     }
 
-    fn delegated() -> Identity {
-        Identity {
-            delegation: Delegation::SubjectAndActor,
-            ..identity()
-        }
-    }
-
     fn pair(lookup: Lookup) -> Option<(String, String, String, String)> {
         match lookup {
             Lookup::Delegated { subject, actor } => Some((
@@ -304,10 +305,10 @@ mod tests {
     }
 
     #[test]
-    fn a_delegated_principal_is_the_subject_and_the_actor() {
+    fn by_default_a_delegated_principal_is_the_subject_and_the_actor() {
         let headers = vec![h("x-user", "alice"), h("x-actor", "support-bot")];
         assert_eq!(
-            pair(resolve(&delegated(), &headers, no_props)),
+            pair(resolve(&identity(), &headers, no_props)),
             Some((
                 "header:x-user".into(),
                 "alice".into(),
@@ -319,7 +320,6 @@ mod tests {
         let jwt_identity = Identity {
             actor: vec![jwt("act.sub")],
             principal: vec![jwt("sub")],
-            delegation: Delegation::SubjectAndActor,
             ..Identity::default()
         };
         assert_eq!(
@@ -334,17 +334,17 @@ mod tests {
     }
 
     #[test]
-    fn a_delegated_identity_with_one_party_reads_as_today() {
+    fn a_delegated_identity_with_one_party_reads_as_the_actor_first_one() {
         for headers in [vec![h("x-user", "alice")], vec![h("x-actor", "bot")]] {
             assert_eq!(
-                resolve(&delegated(), &headers, no_props),
                 resolve(&identity(), &headers, no_props),
+                resolve(&actor_first(), &headers, no_props),
                 "{headers:?}"
             );
         }
-        assert_eq!(resolve(&delegated(), &[], no_props), Lookup::Absent);
+        assert_eq!(resolve(&identity(), &[], no_props), Lookup::Absent);
         // A subject named in not_principals leaves the actor alone.
-        let mut identity = delegated();
+        let mut identity = identity();
         identity.not_principals = ["alice".to_owned()].into();
         let headers = vec![h("x-user", "alice"), h("x-actor", "bot")];
         assert_eq!(
@@ -363,11 +363,11 @@ mod tests {
             h("x-actor", "bot"),
         ];
         assert_eq!(
-            found(resolve(&identity(), &headers, no_props)),
+            found(resolve(&actor_first(), &headers, no_props)),
             Some(("header:x-actor".into(), "bot".into()))
         );
         assert_eq!(
-            resolve(&delegated(), &headers, no_props),
+            resolve(&identity(), &headers, no_props),
             Lookup::Refused(PrincipalError::Repeated("header:x-user".into()))
         );
     }
@@ -386,6 +386,7 @@ mod tests {
         let identity = Identity {
             actor: vec![jwt("act.sub")],
             principal: vec![jwt("sub")],
+            delegation: Delegation::Actor,
             ..Identity::default()
         };
         assert_eq!(

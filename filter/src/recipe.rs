@@ -307,20 +307,13 @@ mod tests {
     }
 
     #[test]
-    fn switching_to_the_delegated_principal_is_safe_only_through_previous() {
+    fn the_delegated_principal_is_left_through_previous_never_reached_through_it() {
         const SOURCES: &str =
             r#""actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]"#;
-        let actor = config(&format!("{{{SOURCES}}}"), "");
-        let delegated = config(
-            &format!(r#"{{{SOURCES}, "delegation": "subject_and_actor"}}"#),
-            "",
-        );
-        let transition = config(
-            &format!(
-                r#"{{{SOURCES}, "delegation": "subject_and_actor", "previous": {{{SOURCES}}}}}"#
-            ),
-            "",
-        );
+        let actor = config(&format!(r#"{{{SOURCES}, "delegation": "actor"}}"#), "");
+        let delegated = config(&format!("{{{SOURCES}}}"), "");
+        // The actor alone as the previous recipe would merge the users it acts for again
+        // (refused at load): a retry crossing the switch may run once more.
         let diffed = diff(&actor, &delegated);
         assert_eq!(diffed[0].verdict, Verdict::Unsafe);
         assert_eq!(
@@ -331,13 +324,13 @@ mod tests {
                     .to_owned()
             ]
         );
-        assert_eq!(verdict(&actor, &transition), Verdict::Transition);
-        assert_eq!(
-            verdict(&transition, &actor),
-            Verdict::Unsafe,
-            "a bare rollback"
+        // Back to the actor alone, the finer pair may be the previous recipe.
+        let rollback = config(
+            &format!(r#"{{{SOURCES}, "delegation": "actor", "previous": {{{SOURCES}}}}}"#),
+            "",
         );
-        assert_eq!(verdict(&transition, &delegated), Verdict::Unchanged);
+        assert_eq!(verdict(&delegated, &rollback), Verdict::Transition);
+        assert_eq!(verdict(&rollback, &actor), Verdict::Unchanged);
     }
 
     #[test]

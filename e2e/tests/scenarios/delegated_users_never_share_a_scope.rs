@@ -1,8 +1,8 @@
 //! K2, K3 with RFC 8693 tokens: `sub` is the user, `act.sub` the party acting for them.
-//! Under `identity.delegation: subject_and_actor` the principal is the pair, so two users one
-//! service acts for, with one key and one body, run once each, and so does one user through
-//! two services; each replays only its own answer. Under the default (`actor`) the same
-//! requests are one principal, the service's: the second user gets the first one's answer.
+//! Under `identity.delegation: subject_and_actor` (the default) the principal is the pair, so
+//! two users one service acts for, with one key and one body, run once each, and so does one
+//! user through two services; each replays only its own answer. Under `delegation: actor` the
+//! same requests are one principal, the service's: the second user gets the first one's answer.
 //! (`docs/identity.md#the-delegated-principal`.)
 
 use keyflight_e2e::jwt::{ISSUER, Issuer};
@@ -86,7 +86,7 @@ async fn two_users_one_service_acts_for_run_once_each() {
 #[tokio::test]
 async fn under_the_actor_alone_they_collide() {
     let issuer = Issuer::default();
-    let stack = start(&issuer, None).await;
+    let stack = start(&issuer, Some("actor")).await;
 
     let ada = pay(&stack, &issuer, "user-ada", BFF).await;
     let bob = pay(&stack, &issuer, "user-bob", BFF).await;

@@ -31,6 +31,7 @@ mod mtls_peers_are_isolated;
 mod oversized_answers_are_delivered_not_replayed;
 mod partitioned_records_run_once;
 mod partitioned_winners_are_taken_over;
+mod previous_recipes_never_merge_users;
 mod principal_sources_never_share_a_scope;
 mod principals_are_isolated;
 mod proxy_lifecycle_keeps_the_outbox;

@@ -737,22 +737,30 @@ fn not_principals_are_names_as_a_source_reads_them() {
 }
 
 #[test]
-fn delegation_is_actor_unless_configured_and_needs_both_lists() {
+fn delegation_is_the_pair_unless_configured_and_an_explicit_pair_needs_both_lists() {
     use serde_json::json;
     let sources = json!({"actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]});
     let default = with(json!({ "identity": sources }), true).unwrap();
-    assert_eq!(default.identity.delegation, Delegation::Actor);
-    let mut delegated = sources.clone();
-    delegated["delegation"] = json!("subject_and_actor");
-    let config = with(json!({ "identity": delegated }), true).unwrap();
-    assert_eq!(config.identity.delegation, Delegation::SubjectAndActor);
+    assert_eq!(default.identity.delegation, Delegation::SubjectAndActor);
+    let mut actor = sources.clone();
+    actor["delegation"] = json!("actor");
+    let config = with(json!({ "identity": actor }), true).unwrap();
+    assert_eq!(config.identity.delegation, Delegation::Actor);
     // The same sources under another delegation are another recipe.
-    let mut transition = delegated.clone();
+    let mut transition = actor.clone();
     transition["previous"] = sources.clone();
     let config = with(json!({ "identity": transition }), true).unwrap();
     assert_eq!(
         config.identity.previous.map(|p| p.delegation),
-        Some(Delegation::Actor)
+        Some(Delegation::SubjectAndActor)
+    );
+    // The default asks nothing of a single list.
+    assert!(
+        with(
+            json!({"identity": {"principal": [{"header": "x-user"}]}}),
+            true
+        )
+        .is_ok()
     );
     for (identity, at) in [
         (
@@ -778,6 +786,52 @@ fn delegation_is_actor_unless_configured_and_needs_both_lists() {
         let err = root_err(json!({ "identity": identity }));
         assert_eq!(err.path, at, "{identity}: {err}");
     }
+}
+
+/// A claim carries the request's scope under `identity.previous` too, and the store answers
+/// from either record: a previous recipe that gives two callers one scope, where the current
+/// one tells them apart, replays one caller's answer to the other
+/// (`docs/identity.md#the-delegated-principal`).
+#[test]
+fn a_previous_recipe_broader_than_the_current_one_is_refused() {
+    use serde_json::json;
+    let actor = json!([{"header": "x-actor"}]);
+    let user = json!([{"header": "x-user"}]);
+    let delegated = json!({"actor": actor, "principal": user, "delegation": "subject_and_actor"});
+    for (previous, at) in [
+        // The actor alone: every user one service acts for shares its scope.
+        (
+            json!({"actor": actor, "principal": user, "delegation": "actor"}),
+            "identity.previous",
+        ),
+        // The subject alone: one user's requests through two services share one.
+        (json!({"principal": user}), "identity.previous"),
+        (json!({"actor": actor}), "identity.previous"),
+        // A name that is no principal now was one then: the gateway, for every user behind it.
+        (
+            json!({"actor": actor, "principal": user, "delegation": "subject_and_actor",
+                   "not_principals": []}),
+            "identity.previous.not_principals",
+        ),
+    ] {
+        let mut identity = delegated.clone();
+        identity["not_principals"] = json!(["spiffe://mesh/gateway"]);
+        identity["previous"] = previous.clone();
+        if previous.get("not_principals").is_none() {
+            identity["previous"]["not_principals"] = identity["not_principals"].clone();
+        }
+        let err = root_err(json!({ "identity": identity }));
+        assert_eq!(err.path, at, "{previous}: {err}");
+        assert!(err.message.contains("broader"), "{err}");
+    }
+    // Narrower or as fine is a transition: a rollback to the actor alone names the pair, a
+    // renamed source names the old one.
+    let mut rollback = delegated.clone();
+    rollback["delegation"] = json!("actor");
+    rollback["previous"] = delegated.clone();
+    assert!(with(json!({ "identity": rollback }), true).is_ok());
+    let renamed = json!({"principal": [{"header": "x-subject"}], "previous": {"principal": user}});
+    assert!(with(json!({ "identity": renamed }), true).is_ok());
 }
 
 #[test]

@@ -69,7 +69,8 @@ fn identity_sources(
         not_principals: not_principals(at, names.unwrap_or_default())?,
         previous: None,
     };
-    if identity.delegation == Delegation::SubjectAndActor
+    // The default pairs whatever is there; asked for by name, the pair needs both lists.
+    if delegation == Some(Delegation::SubjectAndActor)
         && (identity.actor.is_empty() || identity.principal.is_empty())
     {
         return Err(ConfigError::new(
@@ -81,6 +82,68 @@ fn identity_sources(
         ));
     }
     Ok(identity)
+}
+
+/// Which parties of a request that carries both a subject and an actor enter its principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Parties {
+    subject: bool,
+    actor: bool,
+}
+
+impl Parties {
+    fn of(identity: &Identity) -> Self {
+        let actor = !identity.actor.is_empty();
+        Parties {
+            actor,
+            subject: !identity.principal.is_empty()
+                && (!actor || identity.delegation == Delegation::SubjectAndActor),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match (self.subject, self.actor) {
+            (true, true) => "the subject and the actor",
+            (true, false) => "the subject alone",
+            (false, true) => "the actor alone",
+            (false, false) => "no party",
+        }
+    }
+}
+
+/// A claim also holds the request's scope under `identity.previous`, and the store answers
+/// from either record, so a previous recipe that gives two callers one scope where the
+/// current one tells them apart replays one caller's answer to the other: it may only be as
+/// fine as the current recipe or finer (`docs/identity.md#previous-recipes`).
+fn refuse_broader(previous: &Identity, current: &Identity) -> Result<(), ConfigError> {
+    let (before, now) = (Parties::of(previous), Parties::of(current));
+    if (now.subject && !before.subject) || (now.actor && !before.actor) {
+        return Err(ConfigError::new(
+            "identity.previous",
+            format!(
+                "is broader than identity: it scopes a request carrying a subject and an actor \
+                 by {}, not by {}, so every claim would also claim a scope callers share and \
+                 could be answered with another caller's record",
+                before.describe(),
+                now.describe()
+            ),
+        ));
+    }
+    if let Some(name) = current
+        .not_principals
+        .difference(&previous.not_principals)
+        .next()
+    {
+        return Err(ConfigError::new(
+            "identity.previous.not_principals",
+            format!(
+                "is broader than identity: it omits {name:?}, which identity.not_principals \
+                 lists, so under it that name is the principal of every caller behind it and \
+                 every claim would also claim their one shared scope"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
@@ -121,6 +184,9 @@ fn validate(raw: raw::Config) -> Result<Config, ConfigError> {
                     "identity.previous",
                     "names the current sources: a previous recipe must differ from it",
                 ));
+            }
+            if let Some(previous) = identity.previous.as_deref() {
+                refuse_broader(previous, &identity)?;
             }
             identity
         }

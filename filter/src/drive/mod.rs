@@ -13,3 +13,5 @@ pub mod worker;
 
 #[cfg(test)]
 mod coalesced_tests;
+#[cfg(test)]
+mod repeated_warnings_tests;

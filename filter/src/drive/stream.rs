@@ -26,6 +26,7 @@ use super::host::{Buffer, CalloutAnswered, Driver, HeaderMap, Host, LogLevel, re
 use super::worker::{Root, Worker};
 use crate::coalesce::{Queued, StreamId};
 use crate::identity;
+use crate::log;
 use crate::machine::{Action, Event, Machine};
 use crate::status_matrix;
 use crate::store_call::{Answer, Callout, parse_status};
@@ -313,6 +314,12 @@ impl Stream {
                 }
                 Action::Log { level, message } => {
                     host.log(level, &message);
+                    None
+                }
+                Action::WarnRepeating { kind, message } => {
+                    if let Some(suppressed) = worker.admit_warning(kind, host.now_ms()) {
+                        host.log(LogLevel::Warn, &log::with_suppressed(&message, suppressed));
+                    }
                     None
                 }
             };

@@ -16,7 +16,7 @@
 //! Workers share nothing but Envoy's stats and shared data: each root
 //! context sees only its own streams (`docs/envoy-facts.md#ticks`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
@@ -26,6 +26,7 @@ use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
 use crate::coalesce::{self, CallQueue, Delivery, Queued, Send};
 use crate::config::{Config, TokenSource, parse_plugin_config};
 use crate::epoch::EpochWatch;
+use crate::log::{LogLimit, Repeating};
 use crate::metrics::{EventKind, Metric};
 use crate::outbox::{CallId, Handoff, Lease, Outbox, OutboxAction};
 use crate::store_call::{
@@ -51,6 +52,8 @@ pub struct Worker {
     /// it; `None` when this worker's streams send their own (`coalesce_calls: false`,
     /// or the host refused the wake-up queue).
     coalesce: Option<(Rc<RefCell<CallQueue>>, u32)>,
+    /// The rate limit on warnings every stream repeats while their cause lasts.
+    log_limit: Cell<LogLimit>,
 }
 
 impl Worker {
@@ -63,7 +66,17 @@ impl Worker {
             config,
             outbox,
             coalesce: None,
+            log_limit: Cell::default(),
         }
+    }
+
+    /// Whether a `kind` warning may be logged at `now_ms`, and how many were held back
+    /// before it (`crate::log::LogLimit`).
+    pub fn admit_warning(&self, kind: Repeating, now_ms: u64) -> Option<u64> {
+        let mut limit = self.log_limit.get();
+        let admitted = limit.admit(kind, now_ms);
+        self.log_limit.set(limit);
+        admitted
     }
 
     /// The same worker, its streams queueing their calls in `calls` and waking the

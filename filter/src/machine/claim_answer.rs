@@ -18,7 +18,7 @@ use super::{Action, FENCE_HEADER, LogLevel, Machine, Owned, SCOPE_HEADER, State}
 use crate::config::{FailureMode, Mode, Policy};
 use crate::edge_cache::{self, Entry};
 use crate::encoding;
-use crate::log::{By, Settle, evidence};
+use crate::log::{By, Repeating, Settle, evidence};
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::outbox::Lease;
 use crate::problem::problem_reply;
@@ -286,8 +286,8 @@ impl Machine {
         scope: Digest,
         error: CallError,
     ) {
-        out.push(Action::Log {
-            level: LogLevel::Warn,
+        out.push(Action::WarnRepeating {
+            kind: Repeating::ClaimFailed,
             message: format!(
                 "policy {}: scope {}: lease-store claim failed: {error}",
                 policy.name,
@@ -302,8 +302,8 @@ impl Machine {
     /// recipe, and passing the request unguarded would too, so it is refused whatever the
     /// policy's `failure_mode` (`docs/operations.md#upgrades`: the store rolls out first).
     fn previous_recipe_refused(&mut self, out: &mut Vec<Action>, policy: &Policy, scope: Digest) {
-        out.push(Action::Log {
-            level: LogLevel::Warn,
+        out.push(Action::WarnRepeating {
+            kind: Repeating::PreviousRecipeRefused,
             message: format!(
                 "policy {}: scope {}: the lease-store refused a claim naming the policy's \
                  previous recipe (400): it predates recipe transitions; roll the lease-store \

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::edge_cache::Entry;
 use crate::identity::Lookup;
-use crate::log::LogLevel;
+use crate::log::{LogLevel, Repeating};
 use crate::metrics::Metric;
 use crate::outbox::{Handoff, Lease};
 use crate::problem::LocalReply;
@@ -224,6 +224,14 @@ pub enum Action {
     Log {
         /// Severity.
         level: LogLevel,
+        /// The message.
+        message: String,
+    },
+    /// Write a warning that repeats once per request while its cause lasts: the worker
+    /// rate-limits it per kind ([`crate::log::LogLimit`]).
+    WarnRepeating {
+        /// Which warning, for its rate limit.
+        kind: Repeating,
         /// The message.
         message: String,
     },

@@ -202,12 +202,12 @@ fn scope_of(principal: Principal<'_>) -> Digest {
 }
 
 #[test]
-fn switching_to_the_delegated_principal_claims_the_actors_old_scope_too() {
+fn leaving_the_delegated_principal_claims_the_pairs_old_scope_too() {
     let sources = serde_json::json!({
         "actor": [{"header": "x-actor"}], "principal": [{"header": "x-user"}]
     });
     let mut identity = sources.clone();
-    identity["delegation"] = "subject_and_actor".into();
+    identity["delegation"] = "actor".into();
     identity["previous"] = sources;
     let config = config_with(
         serde_json::json!({ "identity": identity }),
@@ -229,20 +229,20 @@ fn switching_to_the_delegated_principal_claims_the_actors_old_scope_too() {
     };
     assert_eq!(
         scope,
-        scope_of(Principal::Delegated {
+        scope_of(Principal::Named {
+            source: bot.source,
+            name: bot.name,
+        })
+    );
+    // A proxy still on the default scoped the request by the user and the actor.
+    assert_eq!(
+        request.previous.map(|previous| previous.scope),
+        Some(scope_of(Principal::Delegated {
             subject: keyflight_protocol::Party {
                 source: &user,
                 name: "alice",
             },
             actor: bot,
-        })
-    );
-    // A proxy still on `delegation: actor` scoped the request by the actor alone.
-    assert_eq!(
-        request.previous.map(|previous| previous.scope),
-        Some(scope_of(Principal::Named {
-            source: bot.source,
-            name: bot.name,
         }))
     );
 }
