@@ -36,7 +36,7 @@ help:
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
 	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
 	@echo "inner loop (each is a part of make test):"
-	@echo "  make lint            fmt check, clippy (host and wasm32), doc links"
+	@echo "  make lint            fmt check, clippy (host and wasm32), doc links, the README's layout table names every crate"
 	@echo "  make unit            unit and property tests, the lease-store and keyflight-effects against a throwaway Postgres (installs PL/Proxy when missing: root)"
 	@echo "  make e2e             end-to-end scenarios: real Envoy + .wasm + lease-store + Postgres"
 	@echo "                       (root: network namespaces; installs nftables and PL/Proxy when missing)"
@@ -101,6 +101,7 @@ build-release:
 	$(CARGO) build --release -p keyflight-testkit --bin keyflight-stack
 
 lint: fmt-check clippy doc-links
+	python3 scripts/check-layout.py .
 
 # Every docs/<page>.md#<section> cited in code, scripts and manifests, every relative Markdown
 # link and every repository path a .md file names exist; nothing cites sources the repository
