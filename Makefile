@@ -24,21 +24,24 @@ CARGO ?= cargo
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
-	@echo "make test   - everything CI runs"
+	@echo "make test   - everything CI runs (as root: network namespaces, and apt-get for what is missing)"
 	@echo "make up / make down - start / stop the demo stack in the background (keyflight-stack; .run/stack.json says what runs where)"
 	@echo "                      REPLICAS=2: two Envoys (:10000, :10001) and two lease-stores; HA=1: a replicated Postgres (etcd + two Patroni nodes)"
 	@echo "                      PARTITIONS=N: the records on N Postgres partitions behind a PL/Proxy router"
 	@echo "make ha-kill-primary / ha-restart-nodes - with HA=1: kill the primary's node / bring killed nodes back"
-	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, judge the history (DURATION=10m, SEED=N, HA=1)"
+	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, judge the history (DURATION=10m, SEED=N, HA=1;"
+	@echo "              root for its link faults; installs nftables when missing)"
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
+	@echo "              (installs redis-server when missing: root)"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
 	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
 	@echo "inner loop (each is a part of make test):"
-	@echo "  make lint            fmt check, clippy (host and wasm32), doc links"
-	@echo "  make unit            unit and property tests, the lease-store and keyflight-effects against a throwaway Postgres (no root installs)"
+	@echo "  make lint            fmt check, clippy (host and wasm32), doc links, the README's layout table names every crate"
+	@echo "  make unit            unit and property tests, the lease-store and keyflight-effects against a throwaway Postgres (installs PL/Proxy when missing: root)"
 	@echo "  make e2e             end-to-end scenarios: real Envoy + .wasm + lease-store + Postgres"
-	@echo "  make e2e-partitioned the end-to-end scenarios on three Postgres partitions behind PL/Proxy (not in make test)"
-	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni and etcd when missing)"
+	@echo "                       (root: network namespaces; installs nftables and PL/Proxy when missing)"
+	@echo "  make e2e-partitioned the end-to-end scenarios on three Postgres partitions behind PL/Proxy (not in make test; root, as make e2e)"
+	@echo "  make test-ha         the replicated-Postgres tests (installs Patroni, etcd and PL/Proxy when missing: root)"
 	@echo "  make test-net        the network-namespace lab of the link faults (root; installs nftables when missing)"
 	@echo "  make protocol-wasm   the protocol vectors under Node (wasm)"
 	@echo "  make model-check     the protocol model: bounded check, mutations, pinned SQL (docs/model.md)"
@@ -98,6 +101,7 @@ build-release:
 	$(CARGO) build --release -p keyflight-testkit --bin keyflight-stack
 
 lint: fmt-check clippy doc-links
+	python3 scripts/check-layout.py .
 
 # Every docs/<page>.md#<section> cited in code, scripts and manifests, every relative Markdown
 # link and every repository path a .md file names exist; nothing cites sources the repository
