@@ -502,7 +502,7 @@ fn the_edge_cache_is_on_by_default_and_bounded() {
 #[test]
 fn the_edge_cache_ttl_never_exceeds_a_policys_retention() {
     let config = with(
-        serde_json::json!({"policies": [{"name": "p", "retention_s": 5}], "edge_cache": {"ttl_s": 600}}),
+        serde_json::json!({"policies": [{"name": "p", "retention_s": 5, "lease_ms": 5000}], "edge_cache": {"ttl_s": 600}}),
         true,
     )
     .unwrap();
