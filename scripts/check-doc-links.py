@@ -31,7 +31,7 @@ MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 # directory ending in `/` (globs and placeholders are not paths).
 REPO_PATH = re.compile(
     r"`((?:filter|filter-wasm|lease-store|protocol|testkit|e2e|client|chaos|bench|demo-upstream"
-    r"|scripts|deploy|envoy|images|fuzz|docs)/[\w./-]*(?:\.[a-z]+|/))`"
+    r"|effects|model|scripts|deploy|envoy|images|fuzz|docs)/[\w./-]*(?:\.[a-z]+|/))`"
 )
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
