@@ -143,7 +143,10 @@ fn expired_foreign_or_colliding_slots_claim_as_usual() {
 
 #[test]
 fn a_durable_record_fills_the_edge_cache_and_nothing_else_does() {
-    let config = cached(serde_json::json!({}), serde_json::json!({"retention_s": 5, "lease_ms": 5000}));
+    let config = cached(
+        serde_json::json!({}),
+        serde_json::json!({"retention_s": 5, "lease_ms": 5000}),
+    );
     let (scope, _) = claim_of(Rc::clone(&config), b"{}");
     let key = slot_key(&scope, config.edge_cache.unwrap().slots);
     // The winner: cached only once the store acknowledged the record.
@@ -331,7 +334,10 @@ fn a_replay_from_a_store_that_does_not_say_when_its_record_expires_is_not_cached
 fn the_winners_record_is_cached_no_longer_than_its_retention_from_the_claim() {
     // The store counts a record's retention from its claim; an upstream that
     // ran 4 s of a 5 s retention leaves 1 s to serve it.
-    let config = cached(serde_json::json!({}), serde_json::json!({"retention_s": 5, "lease_ms": 5000}));
+    let config = cached(
+        serde_json::json!({}),
+        serde_json::json!({"retention_s": 5, "lease_ms": 5000}),
+    );
     let mut s = Harness::new(config);
     s.drive_to_claim(b"{}");
     let read_at = s.host.now_ms;

@@ -104,9 +104,14 @@ fn a_guarded_operation_gains_exactly_the_key_parameter_and_keyflights_answers() 
         ])
     );
     assert_eq!(codes(status("401")), set(&["principal_required"]));
+    // The default policy holds uncertain outcomes (`uncertain: hold`).
     assert_eq!(
         codes(status("409")),
-        set(&["idempotency_conflict", "response_not_replayable"])
+        set(&[
+            "idempotency_conflict",
+            "response_not_replayable",
+            "operation_unknown"
+        ])
     );
     assert_eq!(codes(status("413")), set(&["payload_too_large"]));
     assert_eq!(
