@@ -236,13 +236,11 @@ async fn an_old_store_serves_the_new_filter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_policy_fails_closed_on_an_old_store() {
     let previous = previous_release();
-    let stack = Stack::start(
-        StackOptions::default()
-            .store_binaries(0, previous)
-            .policy(|policy| {
-                assert_eq!(policy.get("uncertain"), Some(&json!("hold")), "as shipped");
-            }),
-    )
+    let stack = Stack::start(StackOptions::default().store_binaries(0, previous).policy(
+        |policy| {
+            assert_eq!(policy.get("uncertain"), Some(&json!("hold")), "as shipped");
+        },
+    ))
     .await;
     let refused = stack
         .post("/payments")
