@@ -78,6 +78,12 @@ fn over_tcp(config: &tokio_postgres::Config) -> bool {
 }
 
 impl Database {
+    /// The URL's TLS parameters, for a connection string made from it (a PL/Proxy router's
+    /// to its partitions).
+    pub fn tls_params(&self) -> &TlsParams {
+        &self.params
+    }
+
     /// Logs a warning, once per start, when a TCP connection to this database would not
     /// authenticate the server (cleartext, or TLS without `sslrootcert`).
     pub fn warn_if_unverified(&self) {

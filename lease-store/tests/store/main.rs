@@ -17,6 +17,7 @@ mod least_privilege;
 mod longpoll;
 mod orphans;
 mod partitioned;
+mod partitioned_links;
 mod pool;
 mod read_only_node;
 mod recorded_bodies;

@@ -263,7 +263,9 @@ async fn install_on_router(
         slots.join(", ")
     ));
     // PL/Proxy connects to the partitions as the runtime role when there is one (so the
-    // routed statements run with its grants, not the owner's), else with the URLs' user.
+    // routed statements run with its grants, not the owner's), else with the URLs' user; for
+    // that role alone, never `PUBLIC`: any other role on the router would reach the
+    // partitions with the mapping's credentials (`docs/distributed-sql.md#least-privilege`).
     let (mapped, user, password) = match runtime {
         Some(runtime) => (
             crate::store::privilege::quote_identifier(&runtime.role),
@@ -271,7 +273,7 @@ async fn install_on_router(
             &runtime.password,
         ),
         None => (
-            "PUBLIC".to_owned(),
+            "CURRENT_USER".to_owned(),
             &credentials.user,
             &credentials.password,
         ),
@@ -314,8 +316,8 @@ async fn install_on_router(
 
 /// The slot map to install: the installed one when the router has one (a partition added
 /// since owns no slot until slots are moved to it: `docs/distributed-sql.md#adding-a-partition`),
-/// else slot `s` on partition `s mod n`. Refuses a map whose slot names a partition not
-/// given: its records would be out of reach.
+/// with each partition's TLS options as given now; else slot `s` on partition `s mod n`.
+/// Refuses a map whose slot names a partition not given: its records would be out of reach.
 pub(super) async fn slot_map(
     client: &Client,
     partitions: &[&str],
@@ -345,6 +347,15 @@ pub(super) async fn slot_map(
             map[slot] = connstr.to_owned();
         }
     }
+    // A slot on a partition given names it with the TLS options given now.
+    for entry in &mut map {
+        if let Some(partition) = partitions
+            .iter()
+            .find(|partition| place_of(partition) == place_of(entry))
+        {
+            (*partition).clone_into(entry);
+        }
+    }
     if let Some((slot, connstr)) = map.iter().enumerate().find(|(_, connstr)| {
         !partitions.contains(&connstr.as_str()) && !connstr.contains(&format!("dbname={PARKED}"))
     }) {
@@ -358,10 +369,13 @@ pub(super) async fn slot_map(
 
 /// One partition as the router's slot map names it.
 pub(super) struct Partition {
-    /// libpq `key=value` connection string, without credentials.
+    /// libpq `key=value` connection string, without credentials: where the partition is
+    /// ([`place_of`]), then how the router checks it's talking to it ([`tls_options`]).
     pub(super) connstr: String,
-    /// The same without the database name.
+    /// The hosts, without the database name or the TLS options.
     server: String,
+    /// The TLS options.
+    tls: String,
     user: String,
     password: Option<String>,
 }
@@ -370,7 +384,8 @@ impl Partition {
     /// Every host of the URL (a Patroni pair's two, say) with `target_session_attrs` kept,
     /// so PL/Proxy's libpq follows a partition's failover as the store's own pool does.
     pub(super) fn parse(url: &str) -> Result<Partition, StoreError> {
-        let config = crate::db::parse(url)?.config;
+        let database = crate::db::parse(url)?;
+        let config = &database.config;
         let hosts: Vec<String> = config
             .get_hosts()
             .iter()
@@ -391,6 +406,7 @@ impl Partition {
         if let Some(dbname) = config.get_dbname() {
             parts.push(format!("dbname={dbname}"));
         }
+        let tls = tls_options(database.tls_params());
         let user = config
             .get_user()
             .ok_or_else(|| StoreError::Invalid("a partition URL names no user".into()))?
@@ -399,8 +415,9 @@ impl Partition {
             .get_password()
             .map(|p| String::from_utf8_lossy(p).into_owned());
         Ok(Partition {
-            connstr: parts.join(" "),
+            connstr: format!("{}{tls}", parts.join(" ")),
             server,
+            tls,
             user,
             password,
         })
@@ -409,8 +426,35 @@ impl Partition {
     /// Where a parked slot points: this partition's server, a database that does not exist,
     /// so every call routed there fails (closed) until the slot is pointed somewhere again.
     pub(super) fn parked(&self, slot: usize) -> String {
-        format!("{} dbname={PARKED}{slot}", self.server)
+        format!("{} dbname={PARKED}{slot}{}", self.server, self.tls)
     }
+}
+
+/// The router's TLS options to a partition, as its URL gives them to the store: `sslmode`
+/// always (libpq's default is the store's), `sslrootcert` when given, a path the router's
+/// server reads (`docs/distributed-sql.md#least-privilege`). The client certificate stays
+/// the store's: the router logs in with its user mapping.
+fn tls_options(params: &crate::db::TlsParams) -> String {
+    let mut options = format!(" {SSLMODE}{}", params.mode.as_str());
+    if let Some(root) = &params.root_cert {
+        let root = root.display().to_string();
+        options.push_str(&format!(
+            " sslrootcert='{}'",
+            root.replace('\\', "\\\\").replace('\'', "\\'")
+        ));
+    }
+    options
+}
+
+/// Where [`tls_options`] start in a connection string: always the first of them.
+const SSLMODE: &str = "sslmode=";
+
+/// A slot map entry without its TLS options: which partition it names, whatever the
+/// router was told about checking it (a router installed before it was told anything).
+pub(super) fn place_of(connstr: &str) -> &str {
+    connstr
+        .split_once(&format!(" {SSLMODE}"))
+        .map_or(connstr, |(place, _)| place)
 }
 
 /// The database a parked slot names ([`Partition::parked`]).
@@ -468,4 +512,41 @@ pub(super) async fn own_fences(
 /// An SQL string literal.
 pub(super) fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_is_named_with_the_tls_its_url_asks_for() {
+        let verified = crate::db::TlsParams {
+            mode: crate::db::SslMode::VerifyFull,
+            root_cert: Some("/ca's.pem".into()),
+            client: Some(("/c.pem".into(), "/k.pem".into())),
+        };
+        assert_eq!(
+            tls_options(&verified),
+            r" sslmode=verify-full sslrootcert='/ca\'s.pem'"
+        );
+        let plain = Partition::parse("postgres://app@db/records").unwrap();
+        assert_eq!(
+            plain.connstr,
+            "host=db port=5432 dbname=records sslmode=prefer"
+        );
+        assert_eq!(
+            plain.parked(3),
+            format!("host=db port=5432 dbname={PARKED}3 sslmode=prefer")
+        );
+    }
+
+    #[test]
+    fn a_slot_names_its_partition_whatever_its_tls() {
+        let place = "host=db port=5432 dbname=records";
+        assert_eq!(place_of(place), place);
+        assert_eq!(
+            place_of(&format!("{place} sslmode=verify-full sslrootcert='/x'")),
+            place
+        );
+    }
 }
