@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod answer_budget;
 mod auth;
 mod batches;
 mod claim_age;
