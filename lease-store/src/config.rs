@@ -358,6 +358,17 @@ pub struct ServeArgs {
     /// `--trust-xfcc`, else one peer address) may hold.
     #[arg(long, env = "KEYFLIGHT_MAX_BODY_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
     max_body_bytes_in_flight_per_caller: usize,
+    /// Answer bytes all calls may have built and not yet handed to their connections; a call
+    /// whose answer would pass it is answered 503 instead.
+    #[arg(long, env = "KEYFLIGHT_MAX_ANSWER_BYTES_IN_FLIGHT", default_value_t = 64 * 1024 * 1024)]
+    max_answer_bytes_in_flight: usize,
+    /// The share of `--max-answer-bytes-in-flight` one caller (as for the body budget) may
+    /// hold.
+    #[arg(long, env = "KEYFLIGHT_MAX_ANSWER_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
+    max_answer_bytes_in_flight_per_caller: usize,
+    /// A connection whose reader takes none of an answer for this long is closed.
+    #[arg(long, env = "KEYFLIGHT_WRITE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    write_timeout: Duration,
     /// A connection that has not sent a complete request head this long after it opened,
     /// or after its previous answer, is closed (it also ends idle keep-alive connections).
     #[arg(long, env = "KEYFLIGHT_HEADER_READ_TIMEOUT", default_value = DEFAULT_HEADER_READ_TIMEOUT, value_parser = parse_duration)]
@@ -416,6 +427,12 @@ pub struct Limits {
     pub max_body_bytes_in_flight: usize,
     /// Request body bytes in flight, one caller.
     pub max_body_bytes_in_flight_per_caller: usize,
+    /// Answer bytes not yet handed to the connections, all callers together.
+    pub max_answer_bytes_in_flight: usize,
+    /// Answer bytes not yet handed to the connections, one caller.
+    pub max_answer_bytes_in_flight_per_caller: usize,
+    /// Time a connection's reader may take none of an answer.
+    pub write_timeout: Duration,
 }
 
 /// What a record may hold (`docs/configuration.md#limits`).
@@ -557,6 +574,21 @@ impl ServeArgs {
             "must be at least --max-body-bytes-in-flight-per-caller",
         )?;
         check(
+            self.max_answer_bytes_in_flight_per_caller >= self.max_body_bytes,
+            "max-answer-bytes-in-flight-per-caller",
+            "must be at least --max-body-bytes (a replay of the largest record must fit)",
+        )?;
+        check(
+            self.max_answer_bytes_in_flight >= self.max_answer_bytes_in_flight_per_caller,
+            "max-answer-bytes-in-flight",
+            "must be at least --max-answer-bytes-in-flight-per-caller",
+        )?;
+        check(
+            !self.write_timeout.is_zero(),
+            "write-timeout",
+            "must be positive",
+        )?;
+        check(
             self.max_waiters_per_scope > 0,
             "max-waiters-per-scope",
             "must be at least 1",
@@ -644,6 +676,9 @@ impl ServeArgs {
                 max_concurrent_requests: self.max_concurrent_requests,
                 max_body_bytes_in_flight: self.max_body_bytes_in_flight,
                 max_body_bytes_in_flight_per_caller: self.max_body_bytes_in_flight_per_caller,
+                max_answer_bytes_in_flight: self.max_answer_bytes_in_flight,
+                max_answer_bytes_in_flight_per_caller: self.max_answer_bytes_in_flight_per_caller,
+                write_timeout: self.write_timeout,
             },
             records: RecordBounds {
                 max_retention_s: self.max_retention.as_secs(),

@@ -93,6 +93,10 @@ pub enum Shed {
     Concurrency,
     /// A call whose body would pass the body budget, answered 503 before it is read.
     BodyBudget,
+    /// A call whose answer would pass the answer budget, answered 503 instead.
+    AnswerBudget,
+    /// A connection whose reader took nothing for `--write-timeout`, closed.
+    WriteTimeout,
     /// A long-poll past `--max-waiters-per-scope`, answered `in_progress` at once.
     LongPollScope,
     /// A long-poll past `--max-waiters`, answered `in_progress` at once.
@@ -105,6 +109,8 @@ impl Shed {
             Shed::Connections => "connections",
             Shed::Concurrency => "concurrency",
             Shed::BodyBudget => "body_budget",
+            Shed::AnswerBudget => "answer_budget",
+            Shed::WriteTimeout => "write_timeout",
             Shed::LongPollScope => "longpoll_scope",
             Shed::LongPollTotal => "longpoll_total",
         }

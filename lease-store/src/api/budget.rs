@@ -1,6 +1,7 @@
-//! The request-body budget (`docs/configuration.md#limits`): how many body bytes may be in
-//! flight at once, overall and per caller, so a burst of large finalizes is shed instead of
-//! buffered until the replica runs out of memory.
+//! The request-body and answer budgets (`docs/configuration.md#limits`): how many body bytes
+//! may be in flight at once, overall and per caller, so a burst of large finalizes is shed
+//! instead of buffered until the replica runs out of memory, and how many answer bytes, so a
+//! caller that replays a large record many times and reads slowly is shed too.
 //!
 //! A call reserves its declared size (`content-length`; a body without one reserves
 //! `--max-body-bytes`, the most it could be) before its body is read, and gives it back when
@@ -14,31 +15,50 @@
 //! The reservation counts the bytes on the wire; decoding a finalize holds about twice that
 //! (the JSON text, then the decoded body), which the sizing in `docs/configuration.md`
 //! allows for.
+//!
+//! An answer is weighed once it is built, and reserved until its last bytes are handed to
+//! the connection ([`crate::api::held`]), together with the call's concurrency slot; one
+//! that does not fit is dropped and answered 503 with `Retry-After` instead.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use axum::body::HttpBody as _;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::error::ApiError;
+use crate::api::held::Held;
+use crate::api::limits::Slot;
 use crate::caller::Caller;
 use crate::metrics::{Metrics, Shed};
 
-/// The body bytes in flight, and the bounds on them.
+/// The request-body budget: [`Budget`], and the most a body of unknown length may be.
 #[derive(Clone)]
-pub struct BodyBudget(Arc<Inner>);
+pub struct BodyBudget {
+    budget: Budget,
+    max_body: usize,
+    metrics: Metrics,
+}
+
+/// The answer budget.
+#[derive(Clone)]
+pub struct AnswerBudget {
+    budget: Budget,
+    metrics: Metrics,
+}
+
+/// Bytes in flight, and the bounds on them.
+#[derive(Clone)]
+struct Budget(Arc<Inner>);
 
 struct Inner {
-    max_body: usize,
     max_total: usize,
     max_per_caller: usize,
     in_flight: Mutex<InFlight>,
-    metrics: Metrics,
 }
 
 #[derive(Default)]
@@ -67,20 +87,41 @@ impl BodyBudget {
     /// A budget of `max_total` bytes, `max_per_caller` of them for one caller; a body of
     /// unknown length counts as `max_body`.
     pub fn new(max_body: usize, max_total: usize, max_per_caller: usize, metrics: Metrics) -> Self {
-        BodyBudget(Arc::new(Inner {
+        BodyBudget {
+            budget: Budget::new(max_total, max_per_caller),
             max_body,
+            metrics,
+        }
+    }
+}
+
+impl AnswerBudget {
+    /// A budget of `max_total` answer bytes, `max_per_caller` of them for one caller.
+    pub fn new(max_total: usize, max_per_caller: usize, metrics: Metrics) -> Self {
+        AnswerBudget {
+            budget: Budget::new(max_total, max_per_caller),
+            metrics,
+        }
+    }
+}
+
+impl Budget {
+    fn new(max_total: usize, max_per_caller: usize) -> Self {
+        Budget(Arc::new(Inner {
             max_total,
             max_per_caller,
             in_flight: Mutex::default(),
-            metrics,
         }))
     }
 
-    /// Reserves `bytes` for `caller`, or `None` when that would pass either bound.
+    /// Reserves `bytes` for `caller`, or `None` when that would pass either bound. A caller
+    /// holding nothing may pass its share (not the total): an answer larger than the share
+    /// (a batch of large replays) is then sent alone rather than refused on every retry.
     fn reserve(&self, caller: Charged, bytes: usize) -> Option<Reservation> {
         let mut in_flight = self.0.lock();
         let held = in_flight.by_caller.get(&caller).copied().unwrap_or(0);
-        if in_flight.total + bytes > self.0.max_total || held + bytes > self.0.max_per_caller {
+        let over_share = held > 0 && held + bytes > self.0.max_per_caller;
+        if in_flight.total + bytes > self.0.max_total || over_share {
             return None;
         }
         in_flight.total += bytes;
@@ -114,6 +155,19 @@ impl Drop for Reservation {
     }
 }
 
+/// Whose share `request` is charged to.
+fn charged(request: &Request) -> Charged {
+    match request.extensions().get::<Caller>() {
+        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
+        _ => Charged::Peer(
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
+        ),
+    }
+}
+
 /// Middleware: reserves the call's body before it is read; sheds it when it does not fit.
 pub async fn reserve_body(
     State(budget): State<BodyBudget>,
@@ -126,24 +180,15 @@ pub async fn reserve_body(
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     let bytes = match declared {
         Some(0) => return next.run(request).await,
-        Some(n) if n > budget.0.max_body => return ApiError::PayloadTooLarge.into_response(),
+        Some(n) if n > budget.max_body => return ApiError::PayloadTooLarge.into_response(),
         Some(n) => n,
         // No body at all (a GET such as the filter's epoch question): nothing to reserve.
         // Charged as one of unknown length, two of them spent a caller's whole budget.
         None if request.body().is_end_stream() => return next.run(request).await,
-        None => budget.0.max_body,
+        None => budget.max_body,
     };
-    let caller = match request.extensions().get::<Caller>() {
-        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
-        _ => Charged::Peer(
-            request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
-        ),
-    };
-    let Some(reservation) = budget.reserve(caller, bytes) else {
-        budget.0.metrics.shed(Shed::BodyBudget);
+    let Some(reservation) = budget.budget.reserve(charged(&request), bytes) else {
+        budget.metrics.shed(Shed::BodyBudget);
         return ApiError::Overloaded(
             "the lease-store replica's request-body budget is spent (--max-body-bytes-in-flight, per caller --max-body-bytes-in-flight-per-caller); retry shortly",
         )
@@ -154,25 +199,39 @@ pub async fn reserve_body(
     response
 }
 
+/// Middleware: weighs the call's answer, sends it only within the answer budget, and holds
+/// the reservation and the call's concurrency slot until the answer's last bytes are handed
+/// to the connection.
+pub async fn reserve_answer(
+    State(budget): State<AnswerBudget>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let caller = charged(&request);
+    let slot = request.extensions().get::<Slot>().cloned();
+    let response = next.run(request).await;
+    // The routes build their answers whole (JSON, a frame, a problem), so this is their size.
+    let bytes = usize::try_from(response.body().size_hint().lower()).unwrap_or(usize::MAX);
+    if bytes == 0 {
+        return response;
+    }
+    let Some(reservation) = budget.budget.reserve(caller, bytes) else {
+        budget.metrics.shed(Shed::AnswerBudget);
+        return ApiError::Overloaded(
+            "the lease-store replica's answer budget is spent (--max-answer-bytes-in-flight, per caller --max-answer-bytes-in-flight-per-caller); retry shortly",
+        )
+        .into_response();
+    };
+    response.map(|body| Body::new(Held::new(body, (reservation, slot))))
+}
+
 #[cfg(test)]
 mod tests {
-    use prometheus_client::metrics::counter::Counter;
-
     use super::*;
-    use crate::store::BatchSizes;
 
     #[test]
     fn reservations_respect_both_bounds_and_are_given_back() {
-        let budget = BodyBudget::new(
-            10,
-            30,
-            20,
-            Metrics::new(
-                &BatchSizes::default(),
-                Counter::default(),
-                Counter::default(),
-            ),
-        );
+        let budget = Budget::new(30, 20);
         let a = Charged::Peer(IpAddr::from([10, 0, 0, 1]));
         let b = Charged::Peer(IpAddr::from([10, 0, 0, 2]));
         let first = budget.reserve(a.clone(), 10).expect("fits");
@@ -185,22 +244,22 @@ mod tests {
             .expect("another caller's share");
         assert!(budget.reserve(b, 1).is_none(), "past the overall budget");
         drop((first, second, third));
+        let alone = budget
+            .reserve(Charged::Peer(IpAddr::from([10, 0, 0, 3])), 25)
+            .expect("a caller holding nothing may pass its share");
+        assert!(
+            budget
+                .reserve(Charged::Peer(IpAddr::from([10, 0, 0, 4])), 10)
+                .is_none()
+        );
+        drop(alone);
         assert!(budget.0.lock().by_caller.is_empty());
         assert_eq!(budget.0.lock().total, 0);
     }
 
     #[test]
     fn workloads_behind_one_sidecar_have_a_share_each() {
-        let budget = BodyBudget::new(
-            10,
-            30,
-            10,
-            Metrics::new(
-                &BatchSizes::default(),
-                Counter::default(),
-                Counter::default(),
-            ),
-        );
+        let budget = Budget::new(30, 10);
         let checkout = Charged::Workload("spiffe://td/ns/a/sa/checkout".into());
         let cart = Charged::Workload("spiffe://td/ns/b/sa/cart".into());
         let held = budget.reserve(checkout.clone(), 10).expect("fits");

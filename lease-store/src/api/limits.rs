@@ -8,7 +8,9 @@
 //! claim that turns into a long-poll must give its slot back before it parks (parked
 //! long-polls have their own caps and hold no connection to the database), and tower's
 //! limit holds the permit until the response is sent; the claim handler releases its
-//! [`Slot`] instead.
+//! [`Slot`] instead. Otherwise a call keeps its slot until its answer's last bytes are handed
+//! to the connection (the answer budget holds it with the answer, [`crate::api::held`]): a
+//! reader that does not read holds its slot, not more calls' answers.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,7 +41,7 @@ impl Concurrency {
 }
 
 /// A running call's place under the cap, in the request's extensions; released when the
-/// call ends, or earlier by [`Slot::release`].
+/// call's answer is handed to the connection, or earlier by [`Slot::release`].
 #[derive(Clone)]
 pub struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
 
@@ -66,7 +68,8 @@ pub async fn shed_past_limit(
         .into_response();
     };
     // The extension is dropped with the request once the body is read, so the middleware
-    // holds the slot too, until the answer is ready.
+    // holds the slot too, until the answer is ready; the answer then holds it
+    // (`crate::api::budget::reserve_answer`).
     let slot = Slot(Arc::new(Mutex::new(Some(permit))));
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;

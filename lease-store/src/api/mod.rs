@@ -25,6 +25,7 @@ pub mod claims;
 pub mod epoch;
 pub mod error;
 pub mod health;
+pub mod held;
 pub mod lease;
 pub mod limits;
 pub mod records;
@@ -46,7 +47,7 @@ use keyflight_protocol::wire::{
 use serde::de::DeserializeOwned;
 use tower_http::trace::TraceLayer;
 
-use crate::api::budget::BodyBudget;
+use crate::api::budget::{AnswerBudget, BodyBudget};
 use crate::api::error::ApiError;
 use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
@@ -130,7 +131,8 @@ pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: 
     )
 }
 
-/// Adds the body budget and the concurrency cap to `/v1` routes.
+/// Adds the body and answer budgets and the concurrency cap to `/v1` routes: the slot is
+/// taken first, and the answer budget, inside it, holds it with the answer.
 fn limited(
     routes: Router<AppState>,
     state: &AppState,
@@ -143,8 +145,17 @@ fn limited(
         limits.max_body_bytes_in_flight_per_caller,
         state.metrics.clone(),
     );
+    let answers = AnswerBudget::new(
+        limits.max_answer_bytes_in_flight,
+        limits.max_answer_bytes_in_flight_per_caller,
+        state.metrics.clone(),
+    );
     routes
         .route_layer(middleware::from_fn_with_state(budget, budget::reserve_body))
+        .route_layer(middleware::from_fn_with_state(
+            answers,
+            budget::reserve_answer,
+        ))
         .route_layer(middleware::from_fn_with_state(
             Concurrency::new(limits.max_concurrent_requests, state.metrics.clone()),
             limits::shed_past_limit,

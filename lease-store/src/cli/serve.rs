@@ -142,6 +142,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     let auth = Auth::new(config.tokens);
     let connections = ConnectionLimits {
         header_read_timeout: config.limits.header_read_timeout,
+        write_timeout: config.limits.write_timeout,
         max_connections: config.limits.max_connections,
     };
     let admin = if admin_open {

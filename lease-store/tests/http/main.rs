@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod answer_budget;
 mod auth;
 mod batches;
 mod claim_age;
@@ -27,6 +28,7 @@ mod proxies_close_idle_connections_first;
 mod record_bounds;
 mod recorded_headers;
 mod records;
+mod shipped_limits;
 mod slow_clients;
 mod support;
 mod tls;
