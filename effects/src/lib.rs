@@ -1,9 +1,10 @@
 //! Exactly-once effects for a service behind keyflight that keeps its effects in Postgres
 //! (`docs/effects.md`).
 //!
-//! keyflight alone runs a guarded operation at least once: when the winning proxy dies
-//! after the service committed, or the outcome is uncertain, a same-body retry runs it again
-//! under a higher fence. The service closes that gap by recording, in the very transaction
+//! Under `uncertain: retry` keyflight alone runs a guarded operation at least once: when the
+//! winning proxy dies after the service committed, or the outcome is uncertain, a same-body
+//! retry runs it again under a higher fence (the default, `uncertain: hold`, holds the key for
+//! an operator instead). The service closes that gap by recording, in the very transaction
 //! that holds its writes, that the operation's effect committed and what it answered. A
 //! re-run finds the record first thing and answers with it instead of doing the work again.
 //!
