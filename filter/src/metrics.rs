@@ -120,11 +120,14 @@ pub enum EventKind {
     /// bytes were fingerprinted before): it was not canonicalized again
     /// (`docs/stream-machine.md#the-body-digest-memo`).
     BodyDigestRemembered,
+    /// A follower's long-poll claim joined the same claim its worker already had in
+    /// flight, and shares its answer (`docs/stream-machine.md#herds`).
+    HerdJoined,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -141,6 +144,7 @@ impl EventKind {
         EventKind::TargetUndecodable,
         EventKind::RecordedAfterReply,
         EventKind::BodyDigestRemembered,
+        EventKind::HerdJoined,
     ];
 
     /// The counter's name suffix.
@@ -162,6 +166,7 @@ impl EventKind {
             EventKind::TargetUndecodable => "target_undecodable",
             EventKind::RecordedAfterReply => "recorded_after_reply",
             EventKind::BodyDigestRemembered => "body_digest_remembered",
+            EventKind::HerdJoined => "herd_joined",
         }
     }
 }

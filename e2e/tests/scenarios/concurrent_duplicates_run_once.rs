@@ -23,10 +23,15 @@ async fn thirty_two_concurrent_duplicates_run_the_upstream_once() {
     let requests =
         join_all((0..COPIES).map(|_| stack.post(path).key("burst-key").json(&body).send()));
     let conductor = async {
-        // The winner is running; all the others are long-polling the lease-store.
+        // The winner is running; all the others are long-polling the lease-store, a
+        // worker's followers on one long-poll (`docs/stream-machine.md#herds`).
         stack.wait_for_gate("burst", 1).await;
         stack
-            .wait_for_store_event("follower_wait", (COPIES - 1) as u64)
+            .eventually("every follower waits", || async {
+                let parked = stack.store_metrics().await.event("follower_wait");
+                let joined = stack.filter_counter("event.herd_joined").await;
+                parked + joined >= (COPIES - 1) as u64
+            })
             .await;
         assert_eq!(
             stack.upstream_executions().await,

@@ -20,6 +20,7 @@ mod erased_records_stop_replaying_at_the_edge;
 mod expired_records_run_again;
 mod followers_wait_or_retry_later;
 mod frozen_lease_stores_are_routed_around;
+mod herds_wait_on_one_long_poll;
 mod invalid_configuration_is_refused;
 mod jwt_actors_are_isolated;
 mod key_reuse_conflicts;

@@ -39,9 +39,13 @@ async fn thirty_two_duplicates_across_two_envoys_run_once_on_a_partitioned_store
             .eventually(
                 "31 followers long-polling across both lease-stores",
                 || async {
+                    // A worker's followers share one long-poll
+                    // (`docs/stream-machine.md#herds`).
                     let waits = stack.store_metrics_at(0).await.event("follower_wait")
                         + stack.store_metrics_at(1).await.event("follower_wait");
-                    waits >= (COPIES - 1) as u64
+                    let joined = stack.filter_counter_at(0, "event.herd_joined").await
+                        + stack.filter_counter_at(1, "event.herd_joined").await;
+                    waits + joined >= (COPIES - 1) as u64
                 },
             )
             .await;

@@ -7,11 +7,14 @@
 //! the record outbox, the operator epoch). `keyflight-filter-wasm` implements
 //! [`host::Host`] with proxy-wasm host calls; the native tests with a fake host.
 
+pub mod herd;
 pub mod host;
 pub mod stream;
 pub mod worker;
 
 #[cfg(test)]
 mod coalesced_tests;
+#[cfg(test)]
+mod herd_tests;
 #[cfg(test)]
 mod repeated_warnings_tests;

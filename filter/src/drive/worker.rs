@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use uuid::Uuid;
 
+use super::herd::{self, Herds};
 use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
 use crate::coalesce::{self, CallQueue, Delivery, Queued, Send};
 use crate::config::{Config, TokenSource, parse_plugin_config};
@@ -246,6 +247,9 @@ pub struct Root {
     wake_queue: Option<u32>,
     /// Streams' calls in flight: token → which.
     flights: BTreeMap<u32, Flight>,
+    /// The long-polls among them, and the same claims that wait on each
+    /// (`docs/stream-machine.md#herds`).
+    herds: Herds,
     /// Answers for streams, for the adapter to hand over.
     deliveries: Vec<Delivery>,
     /// Until when (host clock, ms) calls go alone: the store refused a batch route.
@@ -378,17 +382,23 @@ impl Root {
     }
 
     /// Dispatches one callout for streams' calls; one the host refuses is answered
-    /// at once.
+    /// at once. A long-poll claim the worker already has in flight joins it instead.
     fn send(&mut self, worker: &Worker, send: Send, host: &mut impl Host) {
         let store = &worker.config.lease_store;
         let (callout, flight) = match send {
-            Send::Alone(queued) => (
-                Callout::Call {
-                    call: queued.call.clone(),
-                    timeout: queued.timeout,
-                },
-                Flight::Alone(queued),
-            ),
+            Send::Alone(queued) => {
+                let queued = match self.herds.join(queued) {
+                    Ok(()) => return host.count(Metric::Event(EventKind::HerdJoined)),
+                    Err(queued) => queued,
+                };
+                (
+                    Callout::Call {
+                        call: queued.call.clone(),
+                        timeout: queued.timeout,
+                    },
+                    Flight::Alone(queued),
+                )
+            }
             Send::Batch(calls) => (
                 Callout::Batch {
                     calls: calls.iter().map(|queued| queued.call.clone()).collect(),
@@ -399,6 +409,9 @@ impl Root {
         };
         match host.dispatch(store, &callout) {
             Some(token) => {
+                if let Flight::Alone(queued) = &flight {
+                    self.herds.sent(token, queued);
+                }
                 self.flights.insert(token, flight);
             }
             None => self.land(worker, flight, Answer::NotSent, host),
@@ -429,6 +442,29 @@ impl Root {
                     self.send(worker, Send::Alone(queued), host);
                 }
             }
+        }
+    }
+
+    /// A long-poll answered the calls that joined it: each gets its answer, as its own call
+    /// would have, unless it was a `won` — the sender's lease alone. They then claim
+    /// again, as one long-poll on the new winner (`docs/stream-machine.md#herds`).
+    fn answer_herd(
+        &mut self,
+        worker: &Worker,
+        members: Vec<Queued>,
+        answer: &Answer,
+        host: &mut impl Host,
+    ) {
+        if herd::sender_only(answer) {
+            for queued in members {
+                self.send(worker, Send::Alone(queued), host);
+            }
+        } else {
+            self.deliveries
+                .extend(members.into_iter().map(|queued| Delivery {
+                    stream: queued.stream,
+                    answer: answer.clone(),
+                }));
         }
     }
 
@@ -468,7 +504,9 @@ impl Driver for Root {
             return;
         };
         if let Some(flight) = self.flights.remove(&answered.token) {
+            let members = self.herds.answered(answered.token);
             let answer = read_answer(host, answered);
+            self.answer_herd(&worker, members, &answer, host);
             self.land(&worker, flight, answer, host);
             return;
         }
