@@ -278,6 +278,11 @@ impl BenchStack {
         format!("127.0.0.1:{}", self.stack.store_port(0))
     }
 
+    /// The guarded Envoy's admin `host:port`.
+    pub fn guarded_admin_authority(&self) -> String {
+        format!("127.0.0.1:{}", self.guarded.ports.admin)
+    }
+
     /// The upstream's `host:port`.
     pub fn upstream_authority(&self) -> String {
         format!("127.0.0.1:{}", self.stack.upstream_port())

@@ -285,6 +285,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 request: payment(&stack.guarded.url("/payments"), "wake-{unique}")?,
                 upstream: stack.upstream_authority(),
                 store: stack.store_authority(),
+                envoy_admin: stack.guarded_admin_authority(),
                 followers: options.followers,
                 rounds: options.wake_rounds,
             },

@@ -2,8 +2,9 @@
 //!
 //! Per round, on a fresh key: the winner's request is held at a demo-upstream gate
 //! (`?hold=GATE`); once it is parked there, N followers send the same request and go into
-//! the lease-store's long-poll (F5). When the store has counted all N `follower_wait`
-//! events, the gate opens. The clock starts when the open call returns: the winner's answer
+//! the lease-store's long-poll (F5), a worker's followers of one request sharing one
+//! (`docs/stream-machine.md#herds`). When the store's `follower_wait` events and the
+//! filter's `herd_joined` events add up to N, the gate opens. The clock starts when the open call returns: the winner's answer
 //! leaves the upstream right after, so this start is never late and the figure is an upper
 //! bound. Each follower's latency runs to its complete answer (a replay of the winner's).
 //! The window includes the winner's finalize, a durable commit (about 3.3 ms on this disk),
@@ -58,6 +59,8 @@ pub struct WakeSetup {
     pub upstream: String,
     /// The lease-store's `host:port` (`/metrics`).
     pub store: String,
+    /// The guarded Envoy's admin `host:port` (`/stats`).
+    pub envoy_admin: String,
     /// Followers per round.
     pub followers: usize,
     /// Rounds.
@@ -75,6 +78,7 @@ pub async fn run(setup: &WakeSetup, run_id: &str) -> Result<WakeResult, BenchErr
     };
     let mut upstream = Connection::open(&setup.upstream).await?;
     let mut store = Connection::open(&setup.store).await?;
+    let mut envoy = Connection::open(&setup.envoy_admin).await?;
     for round in 0..setup.rounds {
         let gate = format!("bench-wake-{run_id}-{round}");
         let mut request = setup.request.clone();
@@ -83,7 +87,7 @@ pub async fn run(setup: &WakeSetup, run_id: &str) -> Result<WakeResult, BenchErr
             .with_path(&format!("{}?hold={gate}", request.target.path));
         let request = Arc::new(request);
         let key = format!("{run_id}-{round}");
-        let waits_before = follower_waits(&mut store).await?;
+        let waits_before = followers_parked(&mut store, &mut envoy).await?;
 
         let winner = spawn_request(Arc::clone(&request), key.clone()).await?;
         let parked = Deadline::new(format!("the winner parked at gate {gate}"));
@@ -96,7 +100,7 @@ pub async fn run(setup: &WakeSetup, run_id: &str) -> Result<WakeResult, BenchErr
         }
         let expected = waits_before + setup.followers as u64;
         let waiting = Deadline::new(format!("{} followers waiting", setup.followers));
-        while follower_waits(&mut store).await? < expected {
+        while followers_parked(&mut store, &mut envoy).await? < expected {
             waiting.pace().await?;
         }
 
@@ -176,12 +180,30 @@ async fn gate_waiting(upstream: &mut Connection, gate: &str) -> Result<bool, Ben
     Ok(status["waiting"].as_u64().unwrap_or(0) >= 1)
 }
 
-/// The lease-store's `follower_wait` event count.
-async fn follower_waits(store: &mut Connection) -> Result<u64, BenchError> {
+/// Followers parked so far: the lease-store's `follower_wait` events (one per long-poll)
+/// and the filter's `herd_joined` events (one per follower that joined another's).
+async fn followers_parked(
+    store: &mut Connection,
+    envoy: &mut Connection,
+) -> Result<u64, BenchError> {
     let answer = store
         .send(Method::GET, "/metrics", &[], Bytes::new())
         .await?;
-    Ok(StoreMetrics::parse(&String::from_utf8_lossy(&answer.body)).event("follower_wait"))
+    let waits = StoreMetrics::parse(&String::from_utf8_lossy(&answer.body)).event("follower_wait");
+    let stats = envoy
+        .send(
+            Method::GET,
+            "/stats?filter=event.herd_joined",
+            &[],
+            Bytes::new(),
+        )
+        .await?;
+    let joined: u64 = String::from_utf8_lossy(&stats.body)
+        .lines()
+        .filter_map(|line| line.rsplit_once(": "))
+        .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
+        .sum();
+    Ok(waits + joined)
 }
 
 /// A bounded wait for an observable condition.
