@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use keyflight_e2e::{Stack, StackOptions};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The demo policy with its `uncertain` line taken out: a configuration that says nothing.
 fn saying_nothing() -> StackOptions {
@@ -22,8 +22,23 @@ fn saying_nothing() -> StackOptions {
     })
 }
 
-/// A caller that hangs up after 300 ms while the upstream is held at gate `charge`; the
-/// upstream then completes the charge (its answer goes nowhere); the retry is held.
+/// The states of the records the stack holds, as `lease-store records list` prints them.
+async fn record_states(stack: &Stack) -> Vec<String> {
+    let listed: Value = serde_json::from_str(&stack.records_cli(&["--json", "list"]).await)
+        .expect("records list --json prints JSON");
+    listed["records"]
+        .as_array()
+        .expect("a record list")
+        .iter()
+        .map(|record| record["state"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A caller that hangs up after 300 ms while the upstream is held at gate `charge`; once
+/// Envoy has seen it go (the stream released the record `unknown`), the upstream completes
+/// the charge (its answer goes nowhere); the retry is held. Opening the gate sooner would
+/// race Envoy's reading of the hang-up: an answer that reaches Envoy first is recorded and
+/// replayed, which is the outcome known, not the uncertain one this scenario is about.
 async fn a_caller_that_timed_out_is_charged_once(stack: &Stack, key: &str) {
     let path = "/payments?hold=charge";
     let body = json!({"amount": 25, "card": "4242"});
@@ -35,6 +50,11 @@ async fn a_caller_that_timed_out_is_charged_once(stack: &Stack, key: &str) {
         .try_send();
     let (caller, ()) = tokio::join!(caller, stack.wait_for_gate("charge", 1));
     assert!(caller.is_err(), "the caller timed out and hung up");
+    stack
+        .eventually("the hung-up caller's record to be held unknown", || async {
+            record_states(stack).await == ["unknown"]
+        })
+        .await;
     stack.open_gate("charge").await;
 
     for _ in 0..2 {
