@@ -1,7 +1,7 @@
 # keyflight: every set-up step lives here and is idempotent.
 #   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
 #   make check  build, lint, unit tests and the core end-to-end scenarios: the newcomer's loop (3½ minutes warm on 2 cores)
-#   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, OpenAPI overlay validation, end-to-end tests, a short chaos run (what CI runs)
+#   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, OpenAPI overlay validation, end-to-end tests, a short chaos run (what CI runs, then make demo and the launcher once)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
 #                         HA=1 for a replicated Postgres that fails over: etcd + two Patroni nodes,
 #                         PARTITIONS=N for the records on N Postgres partitions behind a PL/Proxy router)
