@@ -11,6 +11,7 @@ use crate::Digest;
 
 pub mod batch;
 pub mod framed;
+pub mod reconcile;
 
 /// The longest lease a claim or renew may ask for (one day, in milliseconds):
 /// far above any policy (the filter allows an hour), and small enough that
