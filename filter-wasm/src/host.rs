@@ -17,6 +17,7 @@ use keyflight_filter::config::LeaseStore;
 use keyflight_filter::drive::host::{Buffer, HeaderMap, Host, LogLevel};
 use keyflight_filter::metrics::{Gauge, Metric};
 use keyflight_filter::problem::LocalReply;
+use keyflight_filter::reconcile::ServiceQuestion;
 use keyflight_filter::store_call::Callout;
 use keyflight_protocol::time::millis;
 use proxy_wasm::hostcalls;
@@ -188,6 +189,30 @@ impl Host for HostCalls<'_> {
                         "could not dispatch {} to cluster {}: {status:?}",
                         callout.path(),
                         store.cluster
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32> {
+        let headers = question.headers(token);
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let cluster = &question.reconcile.cluster;
+        match hostcalls::dispatch_http_call(
+            cluster,
+            headers,
+            None,
+            vec![],
+            question.reconcile.timeout.max(Duration::from_millis(1)),
+        ) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log(
+                    types::LogLevel::Warn,
+                    &format!(
+                        "could not dispatch the reconcile question to cluster {cluster}: {status:?}"
                     ),
                 );
                 None

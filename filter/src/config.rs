@@ -131,6 +131,28 @@ pub enum Uncertain {
     /// Record the proxy's answer (504, 503) and replay it, as the IETF draft asks of an
     /// intermediary; with no answer to record (the caller left), `unknown` as under `Hold`.
     Record,
+    /// Record `unknown` as `Hold` does, and ask the service what happened when a retry
+    /// meets the record: its ledger's answer settles it (`docs/reconcile.md`). Needs the
+    /// policy's `reconcile` endpoint.
+    Reconcile,
+}
+
+/// Where a policy under `uncertain: reconcile` asks the service what became of a run
+/// (`docs/reconcile.md#the-question`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconcile {
+    /// The Envoy cluster of the service.
+    pub cluster: String,
+    /// `:authority` of the question.
+    pub authority: String,
+    /// The endpoint's path; callers' requests to it are refused at the edge.
+    pub path: String,
+    /// How long the question may take.
+    pub timeout: Duration,
+    /// The VM environment variable holding keyflight's bearer token for the service.
+    pub token_env: Option<String>,
+    /// `Retry-After` of a `409 operation_unknown` while the service has not answered.
+    pub retry_after_s: u64,
 }
 
 /// F6: what the upstream's own 5xx answer records
@@ -497,6 +519,8 @@ pub struct Policy {
     pub failure_mode: FailureMode,
     /// Uncertain outcomes (F6).
     pub uncertain: Uncertain,
+    /// The service's reconcile endpoint, under `uncertain: reconcile`.
+    pub reconcile: Option<Rc<Reconcile>>,
     /// The upstream's own 5xx answers (F6).
     pub server_errors: ServerErrors,
     /// When a recorded answer reaches its caller (F7).
@@ -550,6 +574,15 @@ impl Config {
     /// `None` when the cache is off (globally, for the policy, or in
     /// `dry_run`, where every request claims so the store sees the whole
     /// mesh's traffic). The time an entry is served never exceeds the
+    /// Whether `path` is a policy's reconcile endpoint, which callers may not reach
+    /// through the filter (`docs/reconcile.md#who-may-ask`).
+    pub fn reserves(&self, path: &str) -> bool {
+        self.policies
+            .iter()
+            .filter_map(|policy| policy.reconcile.as_deref())
+            .any(|reconcile| crate::reconcile::is_reserved(path, reconcile))
+    }
+
     /// policy's retention (F9).
     pub fn edge_cache_for(&self, policy: &Policy) -> Option<(EdgeCache, Duration)> {
         if self.mode == Mode::DryRun || !policy.edge_cache {

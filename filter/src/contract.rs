@@ -23,7 +23,7 @@ pub struct Answer {
 }
 
 /// Every problem code the filter itself answers with, whatever the configuration.
-pub const CODES: [ProblemCode; 12] = [
+pub const CODES: [ProblemCode; 13] = [
     ProblemCode::IdempotencyKeyRequired,
     ProblemCode::IdempotencyKeyInvalid,
     // A request target that is not UTF-8 where a policy could match it (F0).
@@ -37,6 +37,8 @@ pub const CODES: [ProblemCode; 12] = [
     ProblemCode::ResponseNotReplayable,
     ProblemCode::OperationUnknown,
     ProblemCode::JournalUnavailable,
+    // A caller's request to a policy's reconcile endpoint, which is not a guarded route.
+    ProblemCode::Forbidden,
 ];
 
 /// Every answer keyflight may give on a request `policy` guards, in status order; none
@@ -53,6 +55,7 @@ pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
         ProblemCode::PrincipalAmbiguous => has_sources,
         // `record` holds a caller-gone outcome as `unknown` too (there is no answer to record).
         ProblemCode::OperationUnknown => policy.uncertain != Uncertain::Retry,
+        ProblemCode::Forbidden => false,
         // Also when failure_mode is open: a record the store returns malformed is refused.
         _ => true,
     };
@@ -61,10 +64,12 @@ pub fn answers(config: &Config, policy: &Policy) -> Vec<Answer> {
         .filter(|code| given(*code))
         .map(|code| {
             let status = policy.status_of(code, config.status_profile);
+            // Under `uncertain: reconcile` a retry may find the service's answer.
             let suggests_wait = matches!(
                 code,
                 ProblemCode::RequestInProgress | ProblemCode::RetryableCooldown
-            );
+            ) || (code == ProblemCode::OperationUnknown
+                && policy.reconcile.is_some());
             Answer {
                 code,
                 status,
@@ -107,6 +112,7 @@ mod tests {
             include_str!("machine/claim_answer.rs"),
             include_str!("machine/response.rs"),
             include_str!("machine/settle.rs"),
+            include_str!("machine/reconcile.rs"),
         ];
         let listed: Vec<String> = CODES.iter().map(|c| format!("{c:?}")).collect();
         let mut seen = 0;

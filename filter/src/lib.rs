@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod problem;
 pub mod recipe;
+pub mod reconcile;
 pub mod recorded_headers;
 pub mod replay;
 pub mod router_retries;

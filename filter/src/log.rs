@@ -44,6 +44,9 @@ pub enum Repeating {
     /// A lease-store that predates recipe transitions refused a dual claim: until it is
     /// rolled out, every guarded request of a policy naming a previous recipe.
     PreviousRecipeRefused,
+    /// Under `uncertain: reconcile`, the service gave no usable answer about an `unknown`
+    /// record: while it is down, every retry of such a record.
+    ReconcileUnanswered,
 }
 
 /// At most one line of each [`Repeating`] kind per this long, per worker: the
@@ -55,6 +58,7 @@ pub const REPEAT_INTERVAL_MS: u64 = 1000;
 pub struct LogLimit {
     claim_failed: Window,
     previous_recipe_refused: Window,
+    reconcile_unanswered: Window,
 }
 
 impl LogLimit {
@@ -64,6 +68,7 @@ impl LogLimit {
         match kind {
             Repeating::ClaimFailed => self.claim_failed.admit(now_ms),
             Repeating::PreviousRecipeRefused => self.previous_recipe_refused.admit(now_ms),
+            Repeating::ReconcileUnanswered => self.reconcile_unanswered.admit(now_ms),
         }
     }
 }
@@ -163,6 +168,7 @@ fn settle_name(call: &StoreCall) -> &'static str {
         },
         StoreCall::Claim { .. } => "claim",
         StoreCall::Renew { .. } => "renew",
+        StoreCall::Reconciled { .. } => "reconciled",
     }
 }
 

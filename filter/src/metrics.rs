@@ -123,11 +123,20 @@ pub enum EventKind {
     /// A follower's long-poll claim joined the same claim its worker already had in
     /// flight, and shares its answer (`docs/stream-machine.md#herds`).
     HerdJoined,
+    /// Under `uncertain: reconcile`, the service answered `committed`: its answer was
+    /// recorded and replayed (`docs/reconcile.md`).
+    ReconcileCommitted,
+    /// The service answered `absent` (the run is fenced out): the request claimed again.
+    ReconcileAbsent,
+    /// The service gave no usable answer (none, an error status, a malformed body, or one
+    /// about another scope or fence), or the store refused the report: the record stays
+    /// `unknown`.
+    ReconcileUnanswered,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 20] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -145,6 +154,9 @@ impl EventKind {
         EventKind::RecordedAfterReply,
         EventKind::BodyDigestRemembered,
         EventKind::HerdJoined,
+        EventKind::ReconcileCommitted,
+        EventKind::ReconcileAbsent,
+        EventKind::ReconcileUnanswered,
     ];
 
     /// The counter's name suffix.
@@ -167,6 +179,9 @@ impl EventKind {
             EventKind::RecordedAfterReply => "recorded_after_reply",
             EventKind::BodyDigestRemembered => "body_digest_remembered",
             EventKind::HerdJoined => "herd_joined",
+            EventKind::ReconcileCommitted => "reconcile_committed",
+            EventKind::ReconcileAbsent => "reconcile_absent",
+            EventKind::ReconcileUnanswered => "reconcile_unanswered",
         }
     }
 }

@@ -16,6 +16,7 @@ use keyflight_protocol::ProblemCode;
 use keyflight_protocol::wire::batch::{
     BatchedClaim, BatchedFinalize, BorrowedBatchAnswer, ClaimBatch, FinalizeBatch,
 };
+use keyflight_protocol::wire::reconcile::ReconciledRequest;
 use keyflight_protocol::wire::{
     ClaimAnswer, ClaimRequest, ClaimResponse, EpochResponse, FinalizeRequest, ReleaseRequest,
     RenewRequest, framed,
@@ -55,6 +56,13 @@ pub enum StoreCall {
         /// The request body.
         request: ReleaseRequest,
     },
+    /// `POST /v1/claims/{scope}/reconciled` (`docs/reconcile.md#what-the-store-records`).
+    Reconciled {
+        /// The scope digest.
+        scope: Digest,
+        /// The request body.
+        request: ReconciledRequest,
+    },
 }
 
 /// One kind of lease-store request the filter sends: its method and path
@@ -72,6 +80,9 @@ pub enum StoreRoute {
     Finalize,
     /// `POST /v1/claims/{scope}/release`.
     Release,
+    /// `POST /v1/claims/{scope}/reconciled`: the service's answer about an `unknown`
+    /// record, under `uncertain: reconcile`.
+    Reconciled,
     /// `GET /v1/epoch`: the operator epoch the edge cache is checked against
     /// (F9). Asked by each worker's root context, about no scope.
     Epoch,
@@ -83,11 +94,12 @@ pub enum StoreRoute {
 
 impl StoreRoute {
     /// Every request the filter sends to the lease-store.
-    pub const ALL: [StoreRoute; 7] = [
+    pub const ALL: [StoreRoute; 8] = [
         StoreRoute::Claim,
         StoreRoute::Renew,
         StoreRoute::Finalize,
         StoreRoute::Release,
+        StoreRoute::Reconciled,
         StoreRoute::Epoch,
         StoreRoute::ClaimBatch,
         StoreRoute::FinalizeBatch,
@@ -104,6 +116,7 @@ impl StoreRoute {
             | StoreRoute::Renew
             | StoreRoute::Finalize
             | StoreRoute::Release
+            | StoreRoute::Reconciled
             | StoreRoute::ClaimBatch
             | StoreRoute::FinalizeBatch => "POST",
         }
@@ -116,6 +129,7 @@ impl StoreRoute {
             StoreRoute::Renew => "/v1/claims/{scope}/renew",
             StoreRoute::Finalize => "/v1/claims/{scope}/finalize",
             StoreRoute::Release => "/v1/claims/{scope}/release",
+            StoreRoute::Reconciled => "/v1/claims/{scope}/reconciled",
             StoreRoute::Epoch => "/v1/epoch",
             StoreRoute::ClaimBatch => "/v1/batch/claims",
             StoreRoute::FinalizeBatch => "/v1/batch/finalizes",
@@ -139,6 +153,7 @@ impl StoreCall {
             StoreCall::Renew { .. } => StoreRoute::Renew,
             StoreCall::Finalize { .. } => StoreRoute::Finalize,
             StoreCall::Release { .. } => StoreRoute::Release,
+            StoreCall::Reconciled { .. } => StoreRoute::Reconciled,
         }
     }
 
@@ -153,7 +168,8 @@ impl StoreCall {
             StoreCall::Claim { scope, .. }
             | StoreCall::Renew { scope, .. }
             | StoreCall::Finalize { scope, .. }
-            | StoreCall::Release { scope, .. } => *scope,
+            | StoreCall::Release { scope, .. }
+            | StoreCall::Reconciled { scope, .. } => *scope,
         }
     }
 
@@ -164,6 +180,7 @@ impl StoreCall {
             StoreCall::Renew { .. } => "renew",
             StoreCall::Finalize { .. } => "finalize",
             StoreCall::Release { .. } => "release",
+            StoreCall::Reconciled { .. } => "reconciled",
         }
     }
 
@@ -176,6 +193,7 @@ impl StoreCall {
             StoreCall::Renew { request, .. } => serde_json::to_vec(request),
             StoreCall::Finalize { request, .. } => serde_json::to_vec(request),
             StoreCall::Release { request, .. } => serde_json::to_vec(request),
+            StoreCall::Reconciled { request, .. } => serde_json::to_vec(request),
         }
         .unwrap_or_default()
     }

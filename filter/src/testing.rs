@@ -15,6 +15,7 @@ use crate::edge_cache::{self, Entry};
 use crate::machine::Action;
 use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
+use crate::reconcile::ServiceQuestion;
 use crate::store_call::Callout;
 
 /// The host's side of one stream or root context.
@@ -53,6 +54,8 @@ pub struct FakeHost {
     pub adjusted: Vec<(Gauge, i64)>,
     /// Dispatched callouts with their tokens, in order.
     pub dispatched: Vec<(u32, Callout)>,
+    /// Reconcile questions asked, with their tokens and the bearer token sent.
+    pub asked: Vec<(u32, Option<String>)>,
     /// The tick period last set.
     pub tick_period: Option<Duration>,
     /// `done()` was called.
@@ -76,7 +79,9 @@ impl FakeHost {
 
     /// The token of the last dispatched callout.
     pub fn last_token(&self) -> Option<u32> {
-        self.dispatched.last().map(|(token, _)| *token)
+        let callout = self.dispatched.last().map(|(token, _)| *token);
+        let question = self.asked.last().map(|(token, _)| *token);
+        callout.max(question)
     }
 
     fn map(&self, map: HeaderMap) -> &[(String, Vec<u8>)] {
@@ -211,6 +216,16 @@ impl Host for FakeHost {
         }
         self.next_token += 1;
         self.dispatched.push((self.next_token, callout.clone()));
+        Some(self.next_token)
+    }
+
+    fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32> {
+        self.did.push(Action::AskService(question.clone()));
+        if self.refuse_dispatch {
+            return None;
+        }
+        self.next_token += 1;
+        self.asked.push((self.next_token, token.map(str::to_owned)));
         Some(self.next_token)
     }
 

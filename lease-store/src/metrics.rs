@@ -64,6 +64,10 @@ pub enum Event {
     Erase,
     /// An operator resolved an `unknown` record.
     Resolve,
+    /// A filter settled an `unknown` record with the service's answer `committed`.
+    ReconciledCommitted,
+    /// A filter settled an `unknown` record with the service's answer `absent`.
+    ReconciledAbsent,
 }
 
 impl Event {
@@ -79,6 +83,8 @@ impl Event {
             Event::Release => "release",
             Event::Erase => "erase",
             Event::Resolve => "resolve",
+            Event::ReconciledCommitted => "reconciled_committed",
+            Event::ReconciledAbsent => "reconciled_absent",
         }
     }
 }
@@ -384,7 +390,7 @@ impl Metrics {
             ClaimResponse::InProgress { .. } => "in_progress",
             ClaimResponse::Cooldown { .. } => "cooldown",
             ClaimResponse::NotReplayable => "not_replayable",
-            ClaimResponse::Unknown => "unknown",
+            ClaimResponse::Unknown { .. } => "unknown",
         };
         self.0.claims.get_or_create(&OutcomeLabel { outcome }).inc();
     }

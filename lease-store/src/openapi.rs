@@ -22,6 +22,7 @@ use std::sync::LazyLock;
 use keyflight_protocol::headers;
 use keyflight_protocol::problem::{Problem, ProblemCode};
 use keyflight_protocol::wire::batch::MAX_BATCH_CALLS;
+use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
 use keyflight_protocol::wire::{
     ACK_REPLAY_RISK_HEADER, ClaimAnswer, ClaimRequest, ClaimResponse, EpochResponse,
     FinalizeRequest, PreviousIdentity, RecordDetail, RecordList, RecordState, RecordSummary,
@@ -48,6 +49,7 @@ use crate::api;
         api::lease::renew,
         api::lease::finalize,
         api::lease::release,
+        api::reconciled::reconciled,
         api::batch::claims,
         api::batch::finalizes,
         api::epoch::epoch,
@@ -63,7 +65,8 @@ use crate::api;
     components(schemas(
         ClaimRequest, PreviousIdentity, ClaimResponse, WonHow, StoredResponse, RenewRequest, RenewResponse, EpochResponse,
         FinalizeRequest, ReleaseRequest, ReleaseAs, RecordState, RecordSummary, RecordList,
-        RecordDetail, ResolveRequest, ResolveAs, Problem, ProblemCode,
+        RecordDetail, ResolveRequest, ResolveAs, ReconciledRequest, Reconciled, Problem,
+        ProblemCode,
     )),
     modifiers(&V1Conventions),
 )]

@@ -69,6 +69,7 @@ fn request(r: &Request) -> String {
         Wire::Claim { .. } => "claim".to_owned(),
         Wire::Renew { claim, .. } => format!("renew {claim}"),
         Wire::Settle { claim, settle } => format!("settle {claim} {settle:?}"),
+        Wire::Reconciled => "reconciled".to_owned(),
     };
     format!(
         "P{} {from}: {call} (sent {} ms, {:?}{})",

@@ -102,8 +102,8 @@ pub enum Lost {
     InProgress(u64),
     /// `failed`, cooldown left.
     Cooldown(u64),
-    /// `unknown`.
-    Unknown,
+    /// `unknown`, with the fence of the run whose outcome is uncertain.
+    Unknown(u16),
 }
 
 /// The database.
@@ -180,7 +180,7 @@ impl Db {
                 )),
                 (RowState::Pending, left) if left > 0 => Some(Lost::InProgress(secs(left))),
                 (RowState::Failed, left) if left > 0 => Some(Lost::Cooldown(secs(left))),
-                (RowState::Unknown, _) => Some(Lost::Unknown),
+                (RowState::Unknown, _) => Some(Lost::Unknown(row.fence)),
                 _ => None,
             }
         };

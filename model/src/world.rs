@@ -64,6 +64,9 @@ pub enum Wire {
         /// What it writes.
         settle: SettleWire,
     },
+    /// `…/reconciled`: sent only under `uncertain: reconcile`, which the model does not
+    /// configure yet; answered as a store without the route would (404).
+    Reconciled,
 }
 
 /// A settle call's payload, ordered for the network's canonical order.
@@ -275,6 +278,7 @@ impl Wire {
                     ReleaseAs::Forget => SettleWire::Forget,
                 },
             },
+            StoreCall::Reconciled { .. } => Wire::Reconciled,
         }
     }
 }
@@ -669,7 +673,12 @@ impl World {
                     Err(Lost::Cooldown(s)) => {
                         claim_answer(ClaimResponse::Cooldown { retry_after_s: s }, None)
                     }
-                    Err(Lost::Unknown) => claim_answer(ClaimResponse::Unknown, None),
+                    Err(Lost::Unknown(fence)) => claim_answer(
+                        ClaimResponse::Unknown {
+                            fence: Some(i64::from(fence)),
+                        },
+                        None,
+                    ),
                 }
             }
             Wire::Renew { claim, lease_ms } => ack(self.db.renew(now, *claim, *lease_ms)),
@@ -691,6 +700,7 @@ impl World {
                     .db
                     .settle(now, *claim, &settle, params, &mut self.ghost))
             }
+            Wire::Reconciled => (Some(404), Vec::new()),
         };
         if fault == ServeFault::None && request.waiter == Waiter::Proxy {
             self.answer(params, &request, answer);

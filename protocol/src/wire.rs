@@ -144,8 +144,15 @@ pub enum ClaimResponse {
     },
     /// Completed, but the response was not kept (too large).
     NotReplayable,
-    /// The outcome is uncertain and needs an operator (`unknown` state).
-    Unknown,
+    /// The outcome is uncertain and needs an operator or the service's word (`unknown`
+    /// state).
+    Unknown {
+        /// The fence of the run whose outcome is uncertain: what a filter asks the service
+        /// about under `uncertain: reconcile` (`wire::reconcile`). Absent from a store that
+        /// predates it; a filter that predates it ignores it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fence: Option<i64>,
+    },
 }
 
 /// What `POST /v1/claims/{scope}` sends: the outcome, and for a `completed`

@@ -2,17 +2,19 @@
 //! lists (F0, F12, K4, F8; `docs/stream-machine.md#configuration`).
 
 use std::collections::BTreeSet;
+use std::rc::Rc;
 use std::time::Duration;
 
 use keyflight_protocol::authority::Authority;
 use keyflight_protocol::time::millis;
+use keyflight_protocol::wire::reconcile::DEFAULT_PATH;
 use keyflight_protocol::{ProblemCode, ScopeMode};
 
 use super::validate::{header_name, in_range, to_usize};
 use super::{
     ALWAYS_RECORDED, AuthorityPattern, ConfigError, DEFAULT_FINGERPRINT_HEADERS, DEFAULT_METHODS,
     DEFAULT_RECORD_RETRY_BUDGET_MS, InProgress, MIB, Matcher, PathCase, Policy, PreviousRecipe,
-    RENEW_RETRY_SLACK_MS, StatusProfile, fold_case, raw,
+    RENEW_RETRY_SLACK_MS, Reconcile, StatusProfile, Uncertain, fold_case, raw,
 };
 use crate::recorded_headers::{DEFAULT_REPLAY_HEADERS, never_stored};
 use crate::status_matrix::{default_forget_statuses, may_be_forgotten};
@@ -178,6 +180,8 @@ pub(super) fn validate_policy(
             Some(recipe)
         }
     };
+    let uncertain = p.uncertain.unwrap_or_default();
+    let reconcile = reconcile(at, uncertain, p.reconcile)?;
     Ok(Policy {
         name: p.name,
         matcher,
@@ -195,7 +199,8 @@ pub(super) fn validate_policy(
         replay_headers,
         fingerprint_headers,
         failure_mode: p.failure_mode.unwrap_or_default(),
-        uncertain: p.uncertain.unwrap_or_default(),
+        uncertain,
+        reconcile,
         server_errors: p.server_errors.unwrap_or_default(),
         record: p.record.unwrap_or_default(),
         mismatch_status,
@@ -211,6 +216,65 @@ pub(super) fn validate_policy(
             3_600_000,
         )?),
     })
+}
+
+/// The service's reconcile endpoint: named exactly when the policy reconciles
+/// (`docs/reconcile.md#configuration`).
+fn reconcile(
+    at: &str,
+    uncertain: Uncertain,
+    raw: Option<raw::Reconcile>,
+) -> Result<Option<Rc<Reconcile>>, ConfigError> {
+    let at = format!("{at}.reconcile");
+    let raw = match (uncertain, raw) {
+        (Uncertain::Reconcile, Some(raw)) => raw,
+        (Uncertain::Reconcile, None) => {
+            return Err(ConfigError::new(
+                at,
+                "uncertain: reconcile needs the service's reconcile endpoint (cluster, path)",
+            ));
+        }
+        (_, Some(_)) => {
+            return Err(ConfigError::new(
+                at,
+                "is asked only under uncertain: reconcile; set that, or remove this block",
+            ));
+        }
+        (_, None) => return Ok(None),
+    };
+    if raw.cluster.is_empty() {
+        return Err(ConfigError::new(
+            format!("{at}.cluster"),
+            "must name the service's Envoy cluster",
+        ));
+    }
+    let path = raw.path.unwrap_or_else(|| DEFAULT_PATH.to_owned());
+    let plain_path = path.starts_with('/')
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"?#%".contains(&b));
+    if !plain_path {
+        return Err(ConfigError::new(
+            format!("{at}.path"),
+            "must be an absolute path of visible ASCII without query, fragment or escapes",
+        ));
+    }
+    let timeout_ms = in_range(&format!("{at}.timeout_ms"), raw.timeout_ms, 2000, 1, 60_000)?;
+    let retry_after_s = in_range(
+        &format!("{at}.retry_after_s"),
+        raw.retry_after_s,
+        1,
+        1,
+        3600,
+    )?;
+    Ok(Some(Rc::new(Reconcile {
+        authority: raw.authority.unwrap_or_else(|| raw.cluster.clone()),
+        cluster: raw.cluster,
+        path,
+        timeout: Duration::from_millis(timeout_ms),
+        token_env: raw.token_env,
+        retry_after_s,
+    })))
 }
 
 /// The renew interval: at most half the lease, so one late or lost renewal

@@ -125,6 +125,18 @@ pub(super) struct Policy {
     pub record_retry_budget_ms: Option<u64>,
     pub forget_statuses: Option<Vec<u16>>,
     pub previous: Option<Previous>,
+    pub reconcile: Option<Reconcile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Reconcile {
+    pub cluster: String,
+    pub authority: Option<String>,
+    pub path: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub token_env: Option<String>,
+    pub retry_after_s: Option<u64>,
 }
 
 #[derive(Deserialize)]

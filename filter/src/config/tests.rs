@@ -895,3 +895,56 @@ fn the_status_profile_is_the_default_of_each_policys_statuses() {
     let p = &conflict.policies[0];
     assert_eq!(p.status_of(RequestInProgress, conflict.status_profile), 409);
 }
+
+#[test]
+fn reconcile_names_its_endpoint_exactly_when_the_policy_reconciles() {
+    let endpoint = serde_json::json!({"cluster": "payments"});
+    let config = with(
+        serde_json::json!({"uncertain": "reconcile", "reconcile": endpoint}),
+        false,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let reconcile = config.policies[0].reconcile.clone().unwrap();
+    assert_eq!(
+        (
+            reconcile.authority.as_str(),
+            reconcile.path.as_str(),
+            reconcile.timeout.as_millis(),
+            reconcile.retry_after_s
+        ),
+        ("payments", "/.well-known/keyflight/reconcile", 2000, 1)
+    );
+    assert!(config.reserves("/.well-known/keyflight/reconcile"));
+    for (patch, field) in [
+        (
+            serde_json::json!({"uncertain": "reconcile"}),
+            "policies[0].reconcile",
+        ),
+        (
+            serde_json::json!({"uncertain": "hold", "reconcile": endpoint}),
+            "policies[0].reconcile",
+        ),
+        (
+            serde_json::json!({"reconcile": endpoint}),
+            "policies[0].reconcile",
+        ),
+        (
+            serde_json::json!({"uncertain": "reconcile", "reconcile": {"cluster": ""}}),
+            "policies[0].reconcile.cluster",
+        ),
+        (
+            serde_json::json!({"uncertain": "reconcile", "reconcile": {"cluster": "p", "path": "/r?x=1"}}),
+            "policies[0].reconcile.path",
+        ),
+        (
+            serde_json::json!({"uncertain": "reconcile", "reconcile": {"cluster": "p", "path": "relative"}}),
+            "policies[0].reconcile.path",
+        ),
+        (
+            serde_json::json!({"uncertain": "reconcile", "reconcile": {"cluster": "p", "timeout_ms": 0}}),
+            "policies[0].reconcile.timeout_ms",
+        ),
+    ] {
+        assert_eq!(policy_err(patch.clone()).path, field, "{patch}");
+    }
+}

@@ -19,6 +19,7 @@ use crate::config::LeaseStore;
 pub use crate::log::LogLevel;
 use crate::metrics::{Gauge, Metric};
 use crate::problem::LocalReply;
+use crate::reconcile::ServiceQuestion;
 use crate::store_call::{Answer, Callout, parse_status};
 
 /// A header map of the current context.
@@ -85,6 +86,9 @@ pub trait Host {
     /// Dispatches a lease-store request; returns its token, `None` when the
     /// host refused it.
     fn dispatch(&mut self, store: &LeaseStore, callout: &Callout) -> Option<u32>;
+    /// Dispatches the reconcile question to the service's cluster, with keyflight's
+    /// `token` for it; returns its token, `None` when the host refused it.
+    fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32>;
     /// Registers the root context's wake-up queue, which only this worker reads; `None`
     /// when the host refused (`docs/envoy-facts.md#waking-the-root-context`).
     fn register_wake_queue(&mut self) -> Option<u32>;

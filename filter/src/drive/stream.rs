@@ -95,6 +95,8 @@ enum InFlight {
     /// Queued for the root context, which delivers the answer
     /// (`docs/stream-machine.md#coalesced-calls`).
     Queued { since_ms: u64 },
+    /// The reconcile question to the service: its answer comes with this token.
+    Asked { token: u32 },
 }
 
 impl Stream {
@@ -288,6 +290,22 @@ impl Stream {
                         }),
                     }
                 }
+                Action::AskService(question) => {
+                    let token = question
+                        .reconcile
+                        .token_env
+                        .as_deref()
+                        .and_then(|name| host.environment(name));
+                    match host.ask_service(&question, token.as_deref()) {
+                        Some(token) => {
+                            self.call = Some(InFlight::Asked { token });
+                            None
+                        }
+                        None => Some(Event::ServiceAnswered {
+                            answer: Answer::NotSent,
+                        }),
+                    }
+                }
                 Action::Reply(reply) => {
                     host.send_reply(&reply);
                     None
@@ -337,16 +355,20 @@ impl Driver for Stream {
     /// Only the answer to this stream's call in flight is read; any other
     /// token is not ours.
     fn on_call_answer(&mut self, answered: CalloutAnswered, host: &mut impl Host) {
-        let Some(InFlight::Dispatched { token, since_ms }) = self.call else {
-            return;
-        };
-        if token != answered.token {
-            return;
+        match self.call {
+            Some(InFlight::Dispatched { token, since_ms }) if token == answered.token => {
+                self.call = None;
+                let answer = read_answer(host, answered);
+                let elapsed_ms = host.now_ms().saturating_sub(since_ms);
+                self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
+            }
+            Some(InFlight::Asked { token }) if token == answered.token => {
+                self.call = None;
+                let answer = read_answer(host, answered);
+                self.drive(Event::ServiceAnswered { answer }, false, host);
+            }
+            _ => {}
         }
-        self.call = None;
-        let answer = read_answer(host, answered);
-        let elapsed_ms = host.now_ms().saturating_sub(since_ms);
-        self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
     }
 
     /// The stream ended (`on_log` or `on_done`, whichever comes first; the

@@ -37,10 +37,11 @@ impl Machine {
         elapsed_ms: u64,
     ) {
         match self.state {
-            State::Claiming { .. } => {
+            State::Claiming(_) => {
                 self.claim_answered(out, parse_claim_answer(answer), elapsed_ms);
             }
             State::Recording { .. } => self.settle_answered(out, parse_ack_answer(answer)),
+            State::Reconciling { .. } => self.reconciled_answered(out, parse_ack_answer(answer)),
             _ => {}
         }
     }
@@ -51,21 +52,20 @@ impl Machine {
         result: Result<ClaimAnswer, CallError>,
         elapsed_ms: u64,
     ) {
-        let (policy, scope, previous_scope, fingerprint, accepted) =
-            match std::mem::take(&mut self.state) {
-                State::Claiming {
-                    policy,
-                    scope,
-                    previous_scope,
-                    fingerprint,
-                    accepted,
-                } => (policy, scope, previous_scope, fingerprint, accepted),
-                // An answer nobody waits for (the stream ended or replied): ignore it.
-                other => {
-                    self.state = other;
-                    return;
-                }
-            };
+        let ready = match std::mem::take(&mut self.state) {
+            State::Claiming(ready) => ready,
+            // An answer nobody waits for (the stream ended or replied): ignore it.
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let (policy, scope, previous_scope, fingerprint) = (
+            Rc::clone(&ready.policy),
+            ready.scope,
+            ready.previous_scope,
+            ready.fingerprint,
+        );
         let ClaimAnswer {
             response: answer,
             record_expires_in_ms: record_life_ms,
@@ -149,7 +149,7 @@ impl Machine {
                 {
                     out.push(cache);
                 }
-                match replay(&policy, response, &accepted) {
+                match replay(&policy, response, &ready.accepted) {
                     Ok(reply) => self.reply_to_held_request(out, reply, Outcome::Replay),
                     Err(Unreplayable::Encoded(coding)) => self.not_decodable(out, &coding),
                     Err(Unreplayable::Malformed) => self.malformed_record(out, &policy, scope),
@@ -191,13 +191,14 @@ impl Machine {
                 None,
                 Outcome::NotReplayable,
             ),
-            ClaimResponse::Unknown => self.refuse_held_request(
-                out,
-                &policy,
-                ProblemCode::OperationUnknown,
-                None,
-                Outcome::OperationUnknown,
-            ),
+            ClaimResponse::Unknown { fence: Some(fence) }
+                if policy.reconcile.is_some()
+                    && !self.asked_service
+                    && self.config.mode == Mode::Enforce =>
+            {
+                self.ask_service(out, ready, fence);
+            }
+            ClaimResponse::Unknown { .. } => self.operation_unknown(out, &policy),
         }
     }
 

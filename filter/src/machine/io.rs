@@ -25,6 +25,7 @@ use crate::log::{LogLevel, Repeating};
 use crate::metrics::Metric;
 use crate::outbox::{Handoff, Lease};
 use crate::problem::LocalReply;
+use crate::reconcile::ServiceQuestion;
 use crate::status_matrix::ResponseOrigin;
 use crate::store_call::{Answer, StoreCall};
 
@@ -86,6 +87,12 @@ pub enum Event {
         /// Milliseconds from dispatching the call to its answer, by the
         /// host's clock (a claim's lease runs from before its answer).
         elapsed_ms: u64,
+    },
+    /// The service answered the reconcile question ([`Action::AskService`]), or could
+    /// not be asked.
+    ServiceAnswered {
+        /// What came back.
+        answer: Answer,
     },
     /// `on_http_response_headers`. Nothing is read yet: only a response this
     /// stream records needs its status, headers and origin, and the machine
@@ -180,6 +187,9 @@ pub enum Action {
         /// Its timeout.
         timeout: Duration,
     },
+    /// Ask the service what became of a run whose outcome is uncertain
+    /// (`uncertain: reconcile`); its answer comes back as [`Event::ServiceAnswered`].
+    AskService(ServiceQuestion),
     /// Send a local reply (error or replay). Its response callbacks come back
     /// through this machine, which knows they are its own.
     Reply(LocalReply),

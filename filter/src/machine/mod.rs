@@ -23,13 +23,15 @@
 //! answer to record.
 //!
 //! The transitions live one seam per file: the request side up to the claim
-//! (`request.rs`), the claim's answer (`claim_answer.rs`), the response side
+//! (`request.rs`), the claim's answer (`claim_answer.rs`), asking the service about an
+//! `unknown` record (`reconcile.rs`), the response side
 //! up to the settle call (`response.rs`), settling the claim or handing it
 //! to the outbox (`settle.rs`), and the local replies (`replies.rs`). This
 //! file holds the states, the dispatch of events, and the verdicts.
 
 mod claim_answer;
 mod io;
+mod reconcile;
 mod replies;
 mod request;
 mod response;
@@ -50,6 +52,7 @@ use crate::encoding::Accepted;
 use crate::identity;
 use crate::log::LogLevel;
 use crate::metrics::{Metric, Outcome};
+use crate::reconcile::Settled;
 use crate::store_call::StoreCall;
 
 /// The header carrying the claim's fence to the upstream (F3).
@@ -169,13 +172,12 @@ enum State {
     /// The edge cache is being read before the claim (F9).
     CacheLookup(Ready),
     /// The claim call is in flight; the request is held (F2).
-    Claiming {
-        policy: Rc<Policy>,
-        scope: Digest,
-        previous_scope: Option<Digest>,
-        fingerprint: Digest,
-        accepted: Accepted,
-    },
+    Claiming(Ready),
+    /// The claim met an `unknown` record of run `fence`: the service is asked what
+    /// became of it (`uncertain: reconcile`); the request is held.
+    AskingService { ready: Ready, fence: i64 },
+    /// The service answered; its answer is being reported to the lease-store.
+    Reconciling { ready: Ready, settled: Settled },
     /// The request went upstream with our lease.
     Upstream(Owned),
     /// A response to record is being buffered (F7).
@@ -219,6 +221,9 @@ pub struct Machine {
     /// When that read was made (host clock, ms): before the claim, so before
     /// the store read or created the record whose entry this stream may write.
     cache_read_ms: u64,
+    /// The service was asked about this request's record once already: a second
+    /// `unknown` is answered, never asked about again in a loop.
+    asked_service: bool,
 }
 
 impl Machine {
@@ -230,6 +235,7 @@ impl Machine {
             renewing: None,
             cache_epoch: None,
             cache_read_ms: 0,
+            asked_service: false,
         }
     }
 
@@ -279,6 +285,7 @@ impl Machine {
             Event::StoreAnswered { answer, elapsed_ms } => {
                 self.store_answered(&mut out, &answer, elapsed_ms);
             }
+            Event::ServiceAnswered { answer } => self.service_answered(&mut out, &answer),
             Event::ResponseHeaders { end_of_stream } => {
                 if matches!(self.state, State::Upstream(_)) {
                     // The follow-up event carries this callback's verdict.
@@ -320,7 +327,9 @@ impl Machine {
             State::BufferingRequest(_)
             | State::DigestLookup { .. }
             | State::CacheLookup(_)
-            | State::Claiming { .. }
+            | State::Claiming(_)
+            | State::AskingService { .. }
+            | State::Reconciling { .. }
             | State::Replied => Action::PauseRequest,
             _ => Action::ContinueRequest,
         }

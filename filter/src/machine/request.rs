@@ -55,6 +55,10 @@ impl Machine {
         let Some(target) = Target::from_headers(headers) else {
             return self.undecodable_target(out, headers);
         };
+        if self.config.reserves(&target.path) {
+            let detail = "this path is the service's reconcile endpoint: only keyflight asks it";
+            return self.refuse_in_callback(out, ProblemCode::Forbidden, detail);
+        }
         let Some(policy) = self.config.match_policy(&target).cloned() else {
             return;
         };
@@ -297,18 +301,14 @@ impl Machine {
         }
     }
 
+    /// Sends the claim. The state keeps it: under `uncertain: reconcile` an `unknown`
+    /// record the service answered `absent` for is claimed again with it.
     pub(super) fn call_claim(&mut self, out: &mut Vec<Action>, ready: Ready) {
         out.push(Action::CallStore {
-            call: ready.call,
+            call: ready.call.clone(),
             timeout: ready.timeout,
         });
-        self.state = State::Claiming {
-            policy: ready.policy,
-            scope: ready.scope,
-            previous_scope: ready.previous_scope,
-            fingerprint: ready.fingerprint,
-            accepted: ready.accepted,
-        };
+        self.state = State::Claiming(ready);
     }
 
     /// F9: a completed record with the same fingerprint replays from the edge

@@ -25,7 +25,9 @@ impl Machine {
             | State::BufferingRequest(_)
             | State::DigestLookup { .. }
             | State::CacheLookup(_)
-            | State::Claiming { .. }
+            | State::Claiming(_)
+            | State::AskingService { .. }
+            | State::Reconciling { .. }
             | State::Upstream(_)
             | State::Delivering
             | State::Done => self.state = State::Passthrough,
@@ -81,7 +83,7 @@ impl Machine {
                     (Disposition::Cooldown, _) | (Disposition::Uncertain, Uncertain::Retry) => {
                         self.release(out, owned, ReleaseAs::Cooldown, Outcome::Failed)
                     }
-                    (Disposition::Uncertain, Uncertain::Hold) => {
+                    (Disposition::Uncertain, Uncertain::Hold | Uncertain::Reconcile) => {
                         self.release(out, owned, ReleaseAs::Unknown, Outcome::OperationUnknown);
                     }
                 }

@@ -90,7 +90,7 @@ impl Machine {
             State::Upstream(owned) => {
                 let (release_as, outcome) = match owned.policy.uncertain {
                     Uncertain::Retry => (ReleaseAs::Cooldown, Outcome::Failed),
-                    Uncertain::Hold | Uncertain::Record => {
+                    Uncertain::Hold | Uncertain::Record | Uncertain::Reconcile => {
                         (ReleaseAs::Unknown, Outcome::OperationUnknown)
                     }
                 };

@@ -87,7 +87,10 @@ pub(super) fn delivery_bytes(call: &StoreCall) -> usize {
                 .sum();
             request.response.encoded_body_len() + headers
         }
-        StoreCall::Claim { .. } | StoreCall::Renew { .. } | StoreCall::Release { .. } => 0,
+        StoreCall::Claim { .. }
+        | StoreCall::Renew { .. }
+        | StoreCall::Release { .. }
+        | StoreCall::Reconciled { .. } => 0,
     };
     ENTRY_OVERHEAD_BYTES + response
 }

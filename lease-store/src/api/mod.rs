@@ -28,6 +28,7 @@ pub mod health;
 pub mod held;
 pub mod lease;
 pub mod limits;
+pub mod reconciled;
 pub mod records;
 
 use std::ops::RangeInclusive;
@@ -88,6 +89,10 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
         .route("/v1/claims/{scope}/renew", post(lease::renew))
         .route("/v1/claims/{scope}/finalize", post(lease::finalize))
         .route("/v1/claims/{scope}/release", post(lease::release))
+        .route(
+            "/v1/claims/{scope}/reconciled",
+            post(reconciled::reconciled),
+        )
         .route("/v1/batch/claims", post(batch::claims))
         .route("/v1/batch/finalizes", post(batch::finalizes))
         .route("/v1/epoch", get(epoch::epoch))
@@ -219,6 +224,16 @@ pub struct RecordScope {
 }
 
 impl RecordScope {
+    /// Who made the call, as the audit names a decision it reports: the workload's SPIFFE
+    /// id, or `bearer` (the audit's `actor` holds at most 128 characters).
+    pub fn reporter(&self) -> String {
+        let who = match &self.caller {
+            Caller::Workload(id) => id,
+            Caller::Bearer => crate::caller::BEARER_LABEL,
+        };
+        format!("reconciler:{who}").chars().take(128).collect()
+    }
+
     /// The record of another scope the same call names, in the caller's namespace.
     fn also(&self, scope: &Digest) -> Digest {
         self.caller.record_scope(scope)

@@ -174,7 +174,7 @@ UNION ALL SELECT how, fence FROM held"
 /// `retention_over` says whether [`CLAIM_SQL`]'s `ttl` branch may reuse the row;
 /// `expires_in_ms` is the retention left (F9: an edge caches a replay no longer).
 pub(super) const READ_SQL: &str = "
-SELECT state, fingerprint, replayable, response_status, response_headers, response_body,
+SELECT state, fingerprint, fence, replayable, response_status, response_headers, response_body,
        GREATEST(0, ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000))::bigint
            AS remaining_ms,
        expires_at < clock_timestamp() AS retention_over,
@@ -186,8 +186,10 @@ SELECT state, fingerprint, replayable, response_status, response_headers, respon
 /// [`CLAIM_SQL`] on a partitioned database (`partitions.rs`).
 pub(super) static CLAIM: Routed = Routed::by_scope("claim", CLAIM_SQL);
 
-/// [`READ_SQL`] on a partitioned database.
-pub(super) static READ: Routed = Routed::by_scope("read", READ_SQL);
+/// [`READ_SQL`] on a partitioned database. Named `read_record` since it returns the fence:
+/// a function's columns cannot change in place, and replicas of the previous release still
+/// call `keyflight_read` while they roll.
+pub(super) static READ: Routed = Routed::by_scope("read_record", READ_SQL);
 
 /// How many times a claim re-runs when the record changes between the claim
 /// and the read. Each re-run needs a concurrent transition, so a handful is
@@ -200,6 +202,8 @@ pub(super) const MAX_ATTEMPTS: usize = 4;
 pub struct RecordSnapshot {
     state: RecordState,
     fingerprint: Vec<u8>,
+    /// The fence of the record's last claim: the run an `unknown` record is about.
+    fence: i64,
     /// `None` when not replayable; otherwise the stored response, if any.
     replay: Option<Option<StoredResponse>>,
     /// When the lease (pending) or cooldown (failed) runs out, by this process's clock.
@@ -240,6 +244,7 @@ impl RecordSnapshot {
         Ok(RecordSnapshot {
             state,
             fingerprint: row.try_get::<_, &[u8]>("fingerprint")?.to_vec(),
+            fence: row.try_get("fence")?,
             replay,
             remaining_until: (remaining_ms > 0)
                 .then(|| Instant::now() + Duration::from_millis(remaining_ms)),
@@ -287,7 +292,9 @@ impl RecordSnapshot {
             (RecordState::Failed, Some(left)) => Some(answer(ClaimResponse::Cooldown {
                 retry_after_s: retry_after(left),
             })),
-            (RecordState::Unknown, _) => Some(answer(ClaimResponse::Unknown)),
+            (RecordState::Unknown, _) => Some(answer(ClaimResponse::Unknown {
+                fence: Some(self.fence),
+            })),
             _ => None,
         })
     }
@@ -632,6 +639,7 @@ mod tests {
         RecordSnapshot {
             state,
             fingerprint: vec![7; 32],
+            fence: 3,
             replay: (state == RecordState::Completed)
                 .then(|| Some(StoredResponse::new(201, Vec::new(), b"ok"))),
             remaining_until: (remaining_ms > 0)
@@ -662,7 +670,7 @@ mod tests {
         );
         assert_eq!(
             response(&snapshot(RecordState::Unknown, 0, true), 7),
-            Some(ClaimResponse::Unknown)
+            Some(ClaimResponse::Unknown { fence: Some(3) })
         );
     }
 

@@ -60,6 +60,7 @@ mod orphan;
 mod partitions;
 mod privilege;
 mod probe;
+mod reconciled;
 mod records;
 mod retention;
 mod takeover;

@@ -37,8 +37,8 @@ async fn a_lapsed_at_most_once_lease_becomes_unknown_instead_of_being_taken_over
 
     let held_before = store.lapses_held();
     assert_eq!(
-        store.claim(&scope, &req).await.unwrap().response,
-        ClaimResponse::Unknown
+        fenceless(store.claim(&scope, &req).await.unwrap().response),
+        ClaimResponse::Unknown { fence: None }
     );
     assert_eq!(store.lapses_held(), held_before + 1);
     assert_eq!(
@@ -47,8 +47,8 @@ async fn a_lapsed_at_most_once_lease_becomes_unknown_instead_of_being_taken_over
         "nobody won: the dead winner's claim and fence stay on the record"
     );
     assert_eq!(
-        store.claim(&scope, &req).await.unwrap().response,
-        ClaimResponse::Unknown,
+        fenceless(store.claim(&scope, &req).await.unwrap().response),
+        ClaimResponse::Unknown { fence: None },
         "every later retry is held too"
     );
     assert_eq!(store.lapses_held(), held_before + 1, "held once");
@@ -142,12 +142,14 @@ async fn a_lapsed_lease_is_held_when_the_retry_that_finds_it_is_at_most_once() {
     );
     assert_eq!(row_state(&db, &scope).await.unwrap().0, "pending");
     assert_eq!(
-        store
-            .claim(&scope, &held_req(label))
-            .await
-            .unwrap()
-            .response,
-        ClaimResponse::Unknown
+        fenceless(
+            store
+                .claim(&scope, &held_req(label))
+                .await
+                .unwrap()
+                .response
+        ),
+        ClaimResponse::Unknown { fence: None }
     );
     assert_eq!(store.lapses_held(), held_before + 1);
     assert_eq!(
@@ -170,12 +172,14 @@ async fn a_record_reopened_past_its_retention_carries_the_new_claims_setting() {
     assert_eq!(how, WonHow::RecoveredTtl);
     wait_for_lease_expiry(&db, &scope).await;
     assert_eq!(
-        store
-            .claim(&scope, &claim_req(fingerprint(label), 300))
-            .await
-            .unwrap()
-            .response,
-        ClaimResponse::Unknown,
+        fenceless(
+            store
+                .claim(&scope, &claim_req(fingerprint(label), 300))
+                .await
+                .unwrap()
+                .response
+        ),
+        ClaimResponse::Unknown { fence: None },
         "the reopened record is at-most-once whatever the next claim says"
     );
 }
@@ -210,7 +214,7 @@ async fn during_the_takeover_grace_a_lapsed_at_most_once_lease_is_in_progress_th
         Duration::from_secs(10),
         || async {
             match restarted.claim(&scope, &req).await.unwrap().response {
-                ClaimResponse::Unknown => true,
+                ClaimResponse::Unknown { .. } => true,
                 ClaimResponse::InProgress { .. } => false,
                 other => panic!("a lapsed at-most-once lease must not be {other:?}"),
             }
@@ -256,12 +260,14 @@ async fn a_lease_won_in_a_group_commit_batch_is_held_when_it_lapses() {
     for scope in &scopes {
         wait_for_lease_expiry(&watcher, scope).await;
         assert_eq!(
-            store
-                .claim(scope, &held_req("batched, hold"))
-                .await
-                .unwrap()
-                .response,
-            ClaimResponse::Unknown
+            fenceless(
+                store
+                    .claim(scope, &held_req("batched, hold"))
+                    .await
+                    .unwrap()
+                    .response
+            ),
+            ClaimResponse::Unknown { fence: None }
         );
         assert_eq!(row_state(&watcher, scope).await.unwrap().0, "unknown");
     }
@@ -284,8 +290,8 @@ async fn a_lapsed_at_most_once_dual_claim_holds_both_records() {
     let held_before = store.lapses_held();
 
     assert_eq!(
-        store.claim(&new_scope, &req).await.unwrap().response,
-        ClaimResponse::Unknown
+        fenceless(store.claim(&new_scope, &req).await.unwrap().response),
+        ClaimResponse::Unknown { fence: None }
     );
     assert_eq!(store.lapses_held(), held_before + 2);
     for scope in [new_scope, old_scope] {
@@ -315,8 +321,8 @@ async fn a_lapsed_dual_claim_without_the_flag_is_held_by_a_hold_policys_retry() 
         ..unmarked
     };
     assert_eq!(
-        store.claim(&new_scope, &retry).await.unwrap().response,
-        ClaimResponse::Unknown
+        fenceless(store.claim(&new_scope, &retry).await.unwrap().response),
+        ClaimResponse::Unknown { fence: None }
     );
     assert_eq!(store.lapses_held(), held_before + 2);
     for scope in [new_scope, old_scope] {

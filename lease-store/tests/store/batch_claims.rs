@@ -203,10 +203,10 @@ async fn records_in_every_state(store: &Store) -> Vec<(Digest, ClaimRequest, Cla
             ReleaseAs::Cooldown,
             ClaimResponse::Cooldown { retry_after_s: 60 },
         ),
-        (ReleaseAs::Unknown, ClaimResponse::Unknown),
+        (ReleaseAs::Unknown, ClaimResponse::Unknown { fence: None }),
     ] {
         let scope = fresh_scope();
-        let (claim_id, _, _) = must_win(store, &scope, &same).await;
+        let (claim_id, fence, _) = must_win(store, &scope, &same).await;
         let release = ReleaseRequest {
             claim_id,
             release_as,
@@ -214,6 +214,10 @@ async fn records_in_every_state(store: &Store) -> Vec<(Digest, ClaimRequest, Cla
             previous_scope: None,
         };
         store.release(&scope, &release).await.unwrap();
+        let answer = match answer {
+            ClaimResponse::Unknown { .. } => ClaimResponse::Unknown { fence: Some(fence) },
+            other => other,
+        };
         cases.push((scope, same.clone(), answer));
     }
 

@@ -355,7 +355,7 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
     let store = store().await;
     let scope = fresh_scope();
     let req = claim_req(fingerprint("uncertain"), 10_000);
-    let (claim_id, _, _) = must_win(&store, &scope, &req).await;
+    let (claim_id, fence, _) = must_win(&store, &scope, &req).await;
     let release = ReleaseRequest {
         claim_id,
         release_as: ReleaseAs::Unknown,
@@ -368,7 +368,8 @@ async fn release_unknown_holds_every_claim_until_an_operator_resolves_it() {
 
     assert_eq!(
         store.claim(&scope, &req).await.unwrap().response,
-        ClaimResponse::Unknown
+        ClaimResponse::Unknown { fence: Some(fence) },
+        "the answer names the run whose outcome is uncertain (uncertain: reconcile asks about it)"
     );
     assert_eq!(
         store

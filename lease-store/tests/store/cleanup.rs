@@ -281,12 +281,14 @@ async fn cleanup_holds_an_abandoned_at_most_once_lapse_as_unknown_once_past_the_
         "a retry policy's lapse is left to a takeover"
     );
     assert_eq!(
-        store
-            .claim(&abandoned, &held_req("never retried"))
-            .await
-            .unwrap()
-            .response,
-        ClaimResponse::Unknown
+        fenceless(
+            store
+                .claim(&abandoned, &held_req("never retried"))
+                .await
+                .unwrap()
+                .response
+        ),
+        ClaimResponse::Unknown { fence: None }
     );
 }
 

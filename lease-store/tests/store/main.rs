@@ -20,6 +20,7 @@ mod partitioned;
 mod partitioned_links;
 mod pool;
 mod read_only_node;
+mod reconciled;
 mod recorded_bodies;
 mod records;
 mod repeats;

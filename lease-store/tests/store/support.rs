@@ -88,6 +88,14 @@ pub fn claim_req(fingerprint: Digest, lease_ms: u64) -> ClaimRequest {
     }
 }
 
+/// An answer with an `unknown` answer's fence dropped, for tests about the state alone.
+pub fn fenceless(response: ClaimResponse) -> ClaimResponse {
+    match response {
+        ClaimResponse::Unknown { .. } => ClaimResponse::Unknown { fence: None },
+        other => other,
+    }
+}
+
 /// Claims and insists on winning; returns `(claim_id, fence, how)`.
 pub async fn must_win(
     store: &Store,

@@ -95,7 +95,10 @@ mod tests {
             panic!("committed")
         };
         assert_eq!((scope.to_hex().as_str(), fence), (SCOPE, 7));
-        assert_eq!((response.status, response.body.as_slice()), (201, &b"{}"[..]));
+        assert_eq!(
+            (response.status, response.body.as_slice()),
+            (201, &b"{}"[..])
+        );
     }
 
     #[test]
@@ -103,10 +106,16 @@ mod tests {
         for text in [
             format!(r#"{{"outcome":"maybe","scope":"{SCOPE}","fence":7}}"#),
             format!(r#"{{"outcome":"absent","scope":"{SCOPE}","fence":7,"extra":1}}"#),
-            format!(r#"{{"outcome":"absent","scope":"{}","fence":7}}"#, SCOPE.to_uppercase()),
+            format!(
+                r#"{{"outcome":"absent","scope":"{}","fence":7}}"#,
+                SCOPE.to_uppercase()
+            ),
             format!(r#"{{"outcome":"committed","scope":"{SCOPE}","fence":7}}"#),
         ] {
-            assert!(serde_json::from_str::<ServiceAnswer>(&text).is_err(), "{text}");
+            assert!(
+                serde_json::from_str::<ServiceAnswer>(&text).is_err(),
+                "{text}"
+            );
         }
     }
 }

@@ -196,7 +196,14 @@ fn claim_outcomes() {
         ClaimResponse::NotReplayable,
         json!({"outcome": "not_replayable"}),
     );
-    pins(ClaimResponse::Unknown, json!({"outcome": "unknown"}));
+    pins(
+        ClaimResponse::Unknown { fence: None },
+        json!({"outcome": "unknown"}),
+    );
+    pins(
+        ClaimResponse::Unknown { fence: Some(7) },
+        json!({"outcome": "unknown", "fence": 7}),
+    );
     assert!(serde_json::from_value::<ClaimResponse>(json!({"outcome": "lost"})).is_err());
 }
 

@@ -156,7 +156,13 @@ fn refusing_outcomes_under_both_profiles() {
             "response_not_replayable",
             None,
         ),
-        (ClaimResponse::Unknown, Ietf, 409, "operation_unknown", None),
+        (
+            ClaimResponse::Unknown { fence: Some(3) },
+            Ietf,
+            409,
+            "operation_unknown",
+            None,
+        ),
     ];
     for (answer, profile, status, want, retry_after) in cases {
         let profile_name = match profile {

@@ -14,6 +14,7 @@ mod draft_semantics;
 mod dry_run;
 mod edge_cache;
 mod recipe_transition;
+mod reconcile;
 mod record_after_reply;
 mod refusals;
 mod response;

@@ -91,7 +91,8 @@ fn arb_answer_body() -> impl Strategy<Value = Vec<u8>> {
         any::<u64>().prop_map(|s| ClaimResponse::InProgress { retry_after_s: s }),
         any::<u64>().prop_map(|s| ClaimResponse::Cooldown { retry_after_s: s }),
         Just(ClaimResponse::NotReplayable),
-        Just(ClaimResponse::Unknown),
+        Just(ClaimResponse::Unknown { fence: None }),
+        Just(ClaimResponse::Unknown { fence: Some(3) }),
     ];
     prop_oneof![
         3 => Just(serde_json::to_vec(&won(3)).unwrap()),

@@ -349,7 +349,7 @@ pub(super) fn decide(answers: [Option<ClaimAttempt>; 2]) -> Option<ClaimAttempt>
         match response {
             ClaimResponse::Conflict => 0,
             ClaimResponse::Completed { .. } | ClaimResponse::NotReplayable => 1,
-            ClaimResponse::Unknown => 2,
+            ClaimResponse::Unknown { .. } => 2,
             ClaimResponse::InProgress { .. } => 3,
             ClaimResponse::Cooldown { .. } => 4,
             ClaimResponse::Won { .. } => 5,
@@ -407,8 +407,8 @@ mod tests {
             Some(running)
         );
         assert_eq!(
-            decided(attempt(ClaimResponse::Unknown), None),
-            Some(ClaimResponse::Unknown)
+            decided(attempt(ClaimResponse::Unknown { fence: Some(3) }), None),
+            Some(ClaimResponse::Unknown { fence: Some(3) })
         );
     }
 }

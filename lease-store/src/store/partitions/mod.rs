@@ -158,8 +158,10 @@ pub(super) fn parameter_count(sql: &str) -> usize {
 }
 
 /// Every statement a partitioned database runs, in the order their functions are installed.
-pub fn routed() -> [&'static Routed; 22] {
-    use super::{batch, claim, dual, epoch, held, lease, orphan, records, retention, watch};
+pub fn routed() -> [&'static Routed; 24] {
+    use super::{
+        batch, claim, dual, epoch, held, lease, orphan, reconciled, records, retention, watch,
+    };
     [
         &claim::CLAIM,
         &claim::READ,
@@ -177,6 +179,8 @@ pub fn routed() -> [&'static Routed; 22] {
         &records::RESOLVE_FAILED,
         &records::ERASE,
         &records::LIST,
+        &reconciled::RECONCILED_COMMITTED,
+        &reconciled::RECONCILED_ABSENT,
         &epoch::EPOCH,
         &retention::DELETE_EXPIRED,
         &held::HOLD_ABANDONED,

@@ -1,0 +1,122 @@
+//! Settling an `unknown` record with what the service's ledger said
+//! (`docs/reconcile.md#what-the-store-records`).
+//!
+//! Under `uncertain: reconcile` the filter that meets an `unknown` record asks the service
+//! and reports its answer here. The change is an operator's resolve made by the reconciler:
+//! the same two target states, the same audit row in the same statement, but applied only
+//! while the record is still `unknown` at the fence and fingerprint the service was asked
+//! about, so a late, repeated or misdirected report changes nothing.
+
+use keyflight_protocol::Digest;
+use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
+use tokio_postgres::types::Json;
+
+use super::partitions::Routed;
+use super::records::response_digest;
+use super::{Store, StoreError};
+
+/// `$1` scope, `$2` fence, `$3` fingerprint, `$4` status, `$5` headers, `$6` body, `$7`
+/// actor, `$8` the response's digest. As `records.rs`' resolve: `state_before` reads the
+/// statement's snapshot, so one statement tells "settled", "not unknown at this fence" and
+/// "not found" apart; `(state || '')` keeps the lookup on the primary key.
+const RECONCILED_COMMITTED_SQL: &str = "
+WITH settled AS (
+    UPDATE keyflight_records
+       SET state = 'completed', lease_expires_at = NULL,
+           response_status = $4::integer, response_headers = $5::jsonb, response_body = $6::bytea,
+           replayable = true, updated_at = clock_timestamp()
+     WHERE scope = $1 AND (state || '') = 'unknown' AND fence = $2 AND fingerprint = $3
+    RETURNING scope
+), audited AS (
+    SELECT keyflight_operator_audit_append($7::text, 'reconciled_committed', scope,
+               'the service answered committed for fence ' || $2::bigint, $8::bytea)
+      FROM settled
+)
+SELECT (SELECT count(*) FROM audited) AS settled,
+       (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
+
+/// `$1` scope, `$2` fence, `$3` fingerprint, `$4` actor. The cooldown ends now, so the next
+/// same-fingerprint claim runs under a higher fence, which the service's ledger admits.
+const RECONCILED_ABSENT_SQL: &str = "
+WITH settled AS (
+    UPDATE keyflight_records
+       SET state = 'failed', lease_expires_at = clock_timestamp(),
+           response_status = NULL, response_headers = NULL, response_body = NULL,
+           updated_at = clock_timestamp()
+     WHERE scope = $1 AND (state || '') = 'unknown' AND fence = $2 AND fingerprint = $3
+    RETURNING scope
+), audited AS (
+    SELECT keyflight_operator_audit_append($4::text, 'reconciled_absent', scope,
+               'the service answered absent and fenced out fence ' || $2::bigint, NULL)
+      FROM settled
+)
+SELECT (SELECT count(*) FROM audited) AS settled,
+       (SELECT state FROM keyflight_records WHERE scope = $1) AS state_before";
+
+/// The statements on a partitioned database (`partitions.rs`).
+pub(super) static RECONCILED_COMMITTED: Routed =
+    Routed::by_scope("reconciled_committed", RECONCILED_COMMITTED_SQL);
+pub(super) static RECONCILED_ABSENT: Routed =
+    Routed::by_scope("reconciled_absent", RECONCILED_ABSENT_SQL);
+
+impl Store {
+    /// Settles `scope`'s `unknown` record as the service's ledger said, audited as `actor`.
+    /// [`StoreError::NotUnknown`] when the record is no longer `unknown` at that fence with
+    /// that fingerprint (another report, an operator, or a later claim came first).
+    pub async fn reconciled(
+        &self,
+        scope: &Digest,
+        report: &ReconciledRequest,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        self.run(async |client| {
+            let key = (
+                scope.0.as_slice(),
+                report.fence,
+                report.fingerprint.0.as_slice(),
+            );
+            let row = match (report.outcome, &report.response) {
+                (Reconciled::Committed, Some(response)) => {
+                    let statement = client
+                        .prepare_cached(self.sql(&RECONCILED_COMMITTED))
+                        .await?;
+                    let digest = response_digest(response);
+                    client
+                        .query_one(
+                            &statement,
+                            &[
+                                &key.0,
+                                &key.1,
+                                &key.2,
+                                &i32::from(response.status),
+                                &Json(&response.headers),
+                                &response.body.as_slice(),
+                                &actor,
+                                &digest.0.as_slice(),
+                            ],
+                        )
+                        .await?
+                }
+                (Reconciled::Absent, None) => {
+                    let statement = client.prepare_cached(self.sql(&RECONCILED_ABSENT)).await?;
+                    client
+                        .query_one(&statement, &[&key.0, &key.1, &key.2, &actor])
+                        .await?
+                }
+                _ => {
+                    return Err(StoreError::Invalid(
+                        "a committed report carries the response, an absent one none".into(),
+                    ));
+                }
+            };
+            let settled: i64 = row.try_get("settled")?;
+            let state_before: Option<&str> = row.try_get("state_before")?;
+            match (settled, state_before) {
+                (0, None) => Err(StoreError::NotFound),
+                (0, Some(_)) => Err(StoreError::NotUnknown),
+                _ => Ok(()),
+            }
+        })
+        .await
+    }
+}
