@@ -53,6 +53,6 @@ pub mod sqlx;
 
 #[cfg(any(feature = "axum", test))]
 pub use extract::OperationRejection;
-pub use ledger::{Begun, Committed, Error, MIGRATION};
+pub use ledger::{Begun, Committed, Error, MIGRATION, Reconciled};
 pub use operation::{FENCE_HEADER, InvalidOperation, Operation, SCOPE_HEADER};
-pub use postgres::{begin, commit, install};
+pub use postgres::{begin, commit, install, reconcile};
