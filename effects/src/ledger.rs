@@ -58,7 +58,7 @@ pub enum Committed {
 }
 
 /// What the ledger says about an operation keyflight holds `unknown`
-/// ([`reconcile`](crate::reconcile)), once the question's transaction committed.
+/// ([`reconcile`](crate::reconcile())), once the question's transaction committed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reconciled {
     /// A run of the operation committed its effect.

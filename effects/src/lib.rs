@@ -34,7 +34,9 @@
 //!
 //! With the `axum` feature, [`Operation`] is also an extractor (`Option<Operation>` for a
 //! handler that serves unguarded requests too, `Operation` for one that must not), and
-//! [`Error`] an answer (409 for [`Error::Conflict`]). With the `sqlx` feature,
+//! [`Error`] an answer (409 for [`Error::Conflict`]), and [`mod@reconcile`] serves keyflight's
+//! question about an uncertain run ([`reconcile()`] is that question, asked of the ledger;
+//! `docs/effects.md#reconciliation`). With the `sqlx` feature,
 //! `keyflight_effects::sqlx` holds the same calls for an sqlx transaction.
 //!
 //! The record is kept by SQL functions, [`MIGRATION`] (also shipped as
@@ -46,6 +48,8 @@ mod extract;
 mod ledger;
 mod operation;
 mod postgres;
+#[cfg(any(feature = "axum", test))]
+pub mod reconcile;
 #[cfg(any(feature = "axum", test))]
 mod response;
 #[cfg(feature = "sqlx")]

@@ -380,3 +380,62 @@ async fn a_run_that_committed_without_its_answer_is_refused_to_the_question_too(
         "{refused:?}"
     );
 }
+
+/// The endpoint on the real ledger: the committed answer rendered, then absent for another
+/// operation, each echoing the question.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn the_endpoint_answers_from_the_ledger() {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use keyflight_effects::reconcile::{DEFAULT_PATH, Endpoint, ServiceAnswer, route};
+    use tower::ServiceExt as _;
+
+    let mut client = connect().await;
+    let paid = fresh_scope();
+    pay(&mut client, &run(&paid, 4), true).await.unwrap();
+    let client = Arc::new(tokio::sync::Mutex::new(client));
+    let app: axum::Router = route(
+        Endpoint::new(move |operation| {
+            let client = client.clone();
+            async move { reconcile(&mut *client.lock().await, &operation).await }
+        })
+        .token("t"),
+    );
+    let ask = |scope: String| {
+        let app = app.clone();
+        async move {
+            let request = http::Request::post(DEFAULT_PATH)
+                .header("authorization", "Bearer t")
+                .header("idempotency-scope", scope)
+                .header("idempotency-fence", "4")
+                .body(Body::empty())
+                .unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), http::StatusCode::OK);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            serde_json::from_slice::<ServiceAnswer>(&body).unwrap()
+        }
+    };
+    let ServiceAnswer::Committed {
+        scope,
+        fence,
+        response,
+    } = ask(paid.clone()).await
+    else {
+        panic!("not committed")
+    };
+    assert_eq!((scope.to_hex(), fence), (paid, 4));
+    assert_eq!(
+        (response.status, response.body),
+        (201, br#"{"paid_by_fence":4}"#.to_vec())
+    );
+    let unpaid = fresh_scope();
+    let ServiceAnswer::Absent { scope, fence } = ask(unpaid.clone()).await else {
+        panic!("not absent")
+    };
+    assert_eq!((scope.to_hex(), fence), (unpaid, 4));
+}
