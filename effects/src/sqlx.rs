@@ -74,7 +74,7 @@ pub async fn commit(
     }
 }
 
-/// [`crate::reconcile`] for sqlx: what became of `operation`, in a transaction of its own
+/// [`crate::reconcile()`] for sqlx: what became of `operation`, in a transaction of its own
 /// that has committed when this returns [`Reconciled::Absent`].
 pub async fn reconcile(
     connection: &mut PgConnection,
