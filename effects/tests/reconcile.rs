@@ -339,6 +339,39 @@ async fn a_question_waits_for_a_run_that_took_the_floor_over() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_runs_racing_a_question_none_at_or_below_an_absent_fence_commits() {
+    for _ in 0..5 {
+        let scope = fresh_scope();
+        let runs: Vec<_> = (1..=8)
+            .map(|fence| {
+                let operation = run(&scope, fence);
+                tokio::spawn(
+                    async move { pay(&mut connect().await, &operation, fence % 2 == 0).await },
+                )
+            })
+            .collect();
+        let question = reconcile(&mut connect().await, &run(&scope, 4))
+            .await
+            .unwrap();
+        for run in runs {
+            let outcome = run.await.unwrap();
+            assert!(
+                matches!(outcome, Ok(_) | Err(Error::Fenced { .. })),
+                "{outcome:?}"
+            );
+        }
+        let committed = payments(&connect().await, &scope).await;
+        assert!(committed.len() <= 1, "{committed:?}");
+        match question {
+            Reconciled::Absent => assert!(committed.iter().all(|&f| f > 4), "{committed:?}"),
+            Reconciled::Committed { fence, answer: a } => {
+                assert_eq!((committed.as_slice(), a), (&[fence][..], answer(fence)));
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn asking_twice_is_absent_twice_and_keeps_the_highest_floor() {
     let mut client = connect().await;
