@@ -34,7 +34,7 @@
 //!
 //! With the `axum` feature, [`Operation`] is also an extractor (`Option<Operation>` for a
 //! handler that serves unguarded requests too, `Operation` for one that must not), and
-//! [`Error`] an answer (409 for [`Error::Conflict`]), and [`mod@reconcile`] serves keyflight's
+//! [`Error`] an answer (409 for [`Error::Conflict`]), and `keyflight_effects::reconcile` serves keyflight's
 //! question about an uncertain run ([`reconcile()`] is that question, asked of the ledger;
 //! `docs/effects.md#reconciliation`). With the `sqlx` feature,
 //! `keyflight_effects::sqlx` holds the same calls for an sqlx transaction.
