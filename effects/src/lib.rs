@@ -34,10 +34,11 @@
 //!
 //! With the `axum` feature, [`Operation`] is also an extractor (`Option<Operation>` for a
 //! handler that serves unguarded requests too, `Operation` for one that must not), and
-//! [`Error`] an answer (409 for [`Error::Conflict`]), and `keyflight_effects::reconcile` serves keyflight's
-//! question about an uncertain run ([`reconcile()`] is that question, asked of the ledger;
-//! `docs/effects.md#reconciliation`). With the `sqlx` feature,
-//! `keyflight_effects::sqlx` holds the same calls for an sqlx transaction.
+//! [`Error`] an answer (409 for [`Error::Conflict`]), and the module
+//! `keyflight_effects::reconcile` serves keyflight's question about an uncertain run
+//! ([`reconcile()`] is that question, asked of the ledger; `docs/effects.md#reconciliation`).
+//! With the `sqlx` feature, `keyflight_effects::sqlx` holds the same calls for an sqlx
+//! transaction.
 //!
 //! The record is kept by SQL functions, [`MIGRATION`] (also shipped as
 //! `effects/migrations/` for services in other languages); this crate only calls them, so
