@@ -6,6 +6,7 @@
 //! | `POST /payments`, `POST /payments/…` | counts and logs an execution, then answers 201 with a fresh payment |
 //! | `GET /stats` | `{"executions": N, "by_path": {...}}` |
 //! | `GET /effects` | `{"payments": N, "operations_paid_more_than_once": M}`: the payment rows committed, and the scopes with more than one (404 without `--effects-database-url`) |
+//! | `POST /.well-known/keyflight/reconcile` | keyflight's reconcile question, answered from the payments ledger (only with `--effects-database-url`; `effects.rs`) |
 //! | `GET /executions` | the execution log as JSON lines (`application/x-ndjson`), oldest first; `?after=N` only those after execution `N` (see `executions.rs`) |
 //! | `POST /stats/reset` | zeroes the counters and empties the execution log |
 //! | `GET /gates/{name}` | `{"waiting": N, "open": bool}` |
@@ -279,6 +280,12 @@ async fn pay_in_ledger(
         // A key reused for another body: keyflight's own 409 problem.
         Err(LedgerError::Record(e @ keyflight_effects::Error::Conflict { .. })) => {
             tracing::info!(%payment_id, "idempotency key reused for another body");
+            Err(e.into_response())
+        }
+        // keyflight reconciled this operation as not committed at this run's fence: the
+        // payment rolled back, and a higher fence may be running it (a 503 problem).
+        Err(LedgerError::Record(e @ keyflight_effects::Error::Fenced { .. })) => {
+            tracing::info!(%payment_id, error = %e, "payment fenced out: nothing paid");
             Err(e.into_response())
         }
         Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),

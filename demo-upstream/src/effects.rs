@@ -9,11 +9,17 @@
 //! provider (the `hold` and `delay_ms` it was asked for), so `GET /effects` counts each
 //! operation's payment once; and a key reused for another body gets 409, not the first
 //! body's answer.
+//!
+//! It also answers keyflight's reconcile question ([`Ledger::reconcile_endpoint`]): the
+//! answers it records (`{"status", "body"}`) are what the endpoint's default renderer reads,
+//! so a reconciled run is replayed with its status and JSON body. A run fenced out by that
+//! question answers 503 and pays nothing.
 
 use std::future::Future;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use keyflight_effects::{Begun, Committed, Operation};
+use keyflight_effects::reconcile::Endpoint;
+use keyflight_effects::{Begun, Committed, Operation, Reconciled};
 use serde_json::{Value, json};
 use tokio_postgres::NoTls;
 use uuid::Uuid;
@@ -144,6 +150,33 @@ impl Ledger {
         }
     }
 
+    /// keyflight's reconcile question, answered from this ledger on a connection of the pool
+    /// (requiring `token` as a bearer token when given).
+    pub fn reconcile_endpoint(&self, token: Option<String>) -> Endpoint {
+        let pool = self.pool.clone();
+        let endpoint = Endpoint::new(move |operation: Operation| {
+            let pool = pool.clone();
+            async move {
+                let answer = reconcile(&pool, &operation).await;
+                match &answer {
+                    Ok(reconciled) => tracing::info!(
+                        scope = operation.scope(),
+                        fence = operation.fence(),
+                        committed = matches!(reconciled, Reconciled::Committed { .. }),
+                        "reconcile answered"
+                    ),
+                    // The endpoint answers 503 without these words.
+                    Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                }
+                answer
+            }
+        });
+        match token {
+            Some(token) => endpoint.token(token),
+            None => endpoint,
+        }
+    }
+
     /// How many payments committed, and how many operations (scopes) paid more than once:
     /// the re-run effects the ledger exists to prevent, counted from the service's own rows.
     pub async fn payments(&self) -> Result<(i64, i64), LedgerError> {
@@ -151,6 +184,12 @@ impl Ledger {
         let row = client.query_one(COUNT_PAYMENTS, &[]).await?;
         Ok((row.try_get(0)?, row.try_get(1)?))
     }
+}
+
+/// What the ledger says about `operation`, on a connection of `pool`.
+async fn reconcile(pool: &Pool, operation: &Operation) -> Result<Reconciled, LedgerError> {
+    let mut client = pool.get().await?;
+    Ok(keyflight_effects::reconcile(&mut client, operation).await?)
 }
 
 /// An earlier run's recorded answer, as this service writes it.

@@ -9,7 +9,8 @@
 //! connection after its side effect (`?abort=NAME`). Every execution is also logged with
 //! its idempotency key and fence (`GET /executions`), for fault-injection runs that must
 //! say which operation ran twice. With `--effects-database-url` each payment is also a row
-//! in Postgres, committed with the operation's `keyflight-effects` record (`effects.rs`).
+//! in Postgres, committed with the operation's `keyflight-effects` record (`effects.rs`), and
+//! the service answers keyflight's reconcile question from that ledger.
 //! See `app.rs` for the routes.
 
 mod app;
@@ -20,6 +21,7 @@ mod gates;
 mod stats;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use tokio::net::TcpListener;
@@ -36,6 +38,16 @@ struct Cli {
     /// answer instead of paying again. Off by default.
     #[arg(long, env = "DEMO_UPSTREAM_EFFECTS_DATABASE_URL")]
     effects_database_url: Option<String>,
+    /// With `--effects-database-url`, the service also answers keyflight's reconcile question
+    /// (`POST /.well-known/keyflight/reconcile`, `docs/effects.md#reconciliation`); this file
+    /// holds the bearer token keyflight's filter sends there (one line). Without it the
+    /// endpoint asks no credential: only keyflight's proxies must be able to reach it.
+    #[arg(
+        long,
+        env = "DEMO_UPSTREAM_RECONCILE_TOKEN_FILE",
+        requires = "effects_database_url"
+    )]
+    reconcile_token_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -47,6 +59,11 @@ async fn main() -> std::io::Result<()> {
         .init();
 
     let cli = Cli::parse();
+    let token = cli
+        .reconcile_token_file
+        .as_deref()
+        .map(read_token)
+        .transpose()?;
     let mut state = app::AppState::default();
     if let Some(url) = &cli.effects_database_url {
         let ledger = effects::Ledger::open(url)
@@ -59,11 +76,34 @@ async fn main() -> std::io::Result<()> {
     println!("demo-upstream listening on {local}");
     tracing::info!(%local, "listening");
 
-    let app =
-        app::router(state.clone()).into_make_service_with_connect_info::<connection::Connection>();
+    let mut app = app::router(state.clone());
+    if let Some(ledger) = &state.ledger {
+        app = app.merge(keyflight_effects::reconcile::route(
+            ledger.reconcile_endpoint(token),
+        ));
+    }
+    let app = app.into_make_service_with_connect_info::<connection::Connection>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown(state))
         .await
+}
+
+/// The reconcile token in `path`: its one line, which must not be empty.
+fn read_token(path: &Path) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("--reconcile-token-file {}: {e}", path.display()),
+        )
+    })?;
+    let token = text.trim_end_matches(['\r', '\n']);
+    if token.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "--reconcile-token-file {}: empty",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
 }
 
 /// Resolves on Ctrl-C or SIGTERM. Opens every gate first, so handlers parked at a gate

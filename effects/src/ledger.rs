@@ -1,5 +1,6 @@
-//! What the ledger's two calls answer, whichever driver made them: the SQL they run and the
-//! decision each outcome stands for (`docs/effects.md#the-protocol`).
+//! What the ledger's calls answer, whichever driver made them: the SQL they run and the
+//! decision each outcome stands for (`docs/effects.md#the-protocol`,
+//! `docs/effects.md#reconciliation`).
 
 use serde_json::Value;
 
@@ -8,6 +9,8 @@ pub const MIGRATION: &str = concat!(
     include_str!("../migrations/V1__keyflight_effects.sql"),
     "\n",
     include_str!("../migrations/V2__keyflight_effects_fingerprint_and_begin.sql"),
+    "\n",
+    include_str!("../migrations/V3__keyflight_effects_reconcile.sql"),
 );
 
 /// The early check; its concurrency argument lives with the function, in [`MIGRATION`].
@@ -17,6 +20,10 @@ pub(crate) const BEGIN: &str =
 /// The record, last in the transaction.
 pub(crate) const COMMIT: &str =
     "SELECT outcome, fence, answer FROM keyflight_effect_commit($1, $2, $3, $4)";
+
+/// keyflight's question about an uncertain run, alone in its transaction.
+pub(crate) const RECONCILE: &str =
+    "SELECT outcome, fence, answer FROM keyflight_effect_reconcile($1, $2)";
 
 /// What [`begin`](crate::begin) found, first in the handler's transaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +57,23 @@ pub enum Committed {
     },
 }
 
+/// What the ledger says about an operation keyflight holds `unknown`
+/// ([`reconcile`](crate::reconcile())), once the question's transaction committed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// A run of the operation committed its effect.
+    Committed {
+        /// The fence of the run that committed.
+        fence: i64,
+        /// What it answered.
+        answer: Value,
+    },
+    /// No run committed, and none whose fence is the one asked about or lower ever will:
+    /// the ledger now refuses them ([`Error::Fenced`]), so the operation may run again
+    /// under a higher fence.
+    Absent,
+}
+
 /// Why the ledger gave no answer to act on. This run's writes did not commit, except after
 /// [`Error::Uncertain`]: the handler's transaction was rolled back (by the crate, by
 /// Postgres, or when the caller drops it).
@@ -65,6 +89,18 @@ pub enum Error {
     Conflict {
         /// The fence of the run that committed the other request.
         fence: i64,
+    },
+    /// keyflight asked the service about this operation and the ledger answered absent for
+    /// a fence this run's is not above (`docs/effects.md#reconciliation`): the operation may
+    /// already be running again under a higher fence, so this run is fenced out. Nothing of
+    /// it committed; answer a 5xx or 409, never the run's answer.
+    #[error(
+        "effect ledger: this run was fenced out: keyflight reconciled the operation as not \
+         committed through fence {through}"
+    )]
+    Fenced {
+        /// The highest fence the ledger refuses for this operation.
+        through: i64,
     },
     /// The COMMIT may have been sent and no answer came back (the connection dropped or
     /// failed around it): the transaction either committed whole (this run's writes and its
@@ -99,7 +135,21 @@ pub(crate) fn decide(
         (outcome, _) if outcome == go => Ok(None),
         ("earlier", Some(answer)) => Ok(Some((fence, answer))),
         ("conflict", _) => Err(Error::Conflict { fence }),
+        ("fenced", _) => Err(Error::Fenced { through: fence }),
         (outcome, _) => Err(Error::Unexpected(format!("{outcome:?} to {go:?}"))),
+    }
+}
+
+/// What [`RECONCILE`] decided.
+pub(crate) fn reconciled(
+    outcome: &str,
+    fence: i64,
+    answer: Option<Value>,
+) -> Result<Reconciled, Error> {
+    match (outcome, answer) {
+        ("committed", Some(answer)) => Ok(Reconciled::Committed { fence, answer }),
+        ("absent", None) => Ok(Reconciled::Absent),
+        (outcome, _) => Err(Error::Unexpected(format!("{outcome:?} to a reconcile"))),
     }
 }
 
@@ -120,10 +170,36 @@ mod tests {
             decide("run", "conflict", 3, None),
             Err(Error::Conflict { fence: 3 })
         ));
+        assert!(matches!(
+            decide("recorded", "fenced", 3, None),
+            Err(Error::Fenced { through: 3 })
+        ));
         for (go, outcome) in [("run", "recorded"), ("recorded", "run"), ("run", "earlier")] {
             assert!(
                 matches!(decide(go, outcome, 3, None), Err(Error::Unexpected(_))),
                 "{outcome} to {go}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reconcile_is_committed_with_an_answer_or_absent_without() {
+        assert_eq!(
+            reconciled("committed", 3, Some(json!(1))).ok(),
+            Some(Reconciled::Committed {
+                fence: 3,
+                answer: json!(1)
+            })
+        );
+        assert_eq!(reconciled("absent", 3, None).ok(), Some(Reconciled::Absent));
+        for (outcome, answer) in [
+            ("committed", None),
+            ("absent", Some(json!(1))),
+            ("run", None),
+        ] {
+            assert!(
+                matches!(reconciled(outcome, 3, answer), Err(Error::Unexpected(_))),
+                "{outcome}"
             );
         }
     }

@@ -34,8 +34,11 @@
 //!
 //! With the `axum` feature, [`Operation`] is also an extractor (`Option<Operation>` for a
 //! handler that serves unguarded requests too, `Operation` for one that must not), and
-//! [`Error`] an answer (409 for [`Error::Conflict`]). With the `sqlx` feature,
-//! `keyflight_effects::sqlx` holds the same calls for an sqlx transaction.
+//! [`Error`] an answer (409 for [`Error::Conflict`]), and the module
+//! `keyflight_effects::reconcile` serves keyflight's question about an uncertain run
+//! ([`reconcile()`] is that question, asked of the ledger; `docs/effects.md#reconciliation`).
+//! With the `sqlx` feature, `keyflight_effects::sqlx` holds the same calls for an sqlx
+//! transaction.
 //!
 //! The record is kept by SQL functions, [`MIGRATION`] (also shipped as
 //! `effects/migrations/` for services in other languages); this crate only calls them, so
@@ -47,12 +50,14 @@ mod ledger;
 mod operation;
 mod postgres;
 #[cfg(any(feature = "axum", test))]
+pub mod reconcile;
+#[cfg(any(feature = "axum", test))]
 mod response;
 #[cfg(feature = "sqlx")]
 pub mod sqlx;
 
 #[cfg(any(feature = "axum", test))]
 pub use extract::OperationRejection;
-pub use ledger::{Begun, Committed, Error, MIGRATION};
+pub use ledger::{Begun, Committed, Error, MIGRATION, Reconciled};
 pub use operation::{FENCE_HEADER, InvalidOperation, Operation, SCOPE_HEADER};
-pub use postgres::{begin, commit, install};
+pub use postgres::{begin, commit, install, reconcile};

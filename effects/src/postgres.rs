@@ -1,13 +1,16 @@
-//! The ledger in a `tokio-postgres` transaction: [`begin`] first, [`commit`] last.
+//! The ledger in a `tokio-postgres` transaction: [`begin`] first, [`commit`] last; and
+//! [`reconcile`], keyflight's question about an uncertain run, in a transaction of its own.
 //!
 //! [`commit`] takes the handler's transaction by value and ends it itself, so a caller
 //! cannot keep a re-run's writes by mistake: it commits when this run recorded the
 //! operation's answer and rolls back otherwise (`docs/effects.md#the-protocol`).
 
 use serde_json::Value;
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::{Client, GenericClient, Transaction};
 
-use crate::ledger::{BEGIN, Begun, COMMIT, Committed, Error, MIGRATION, decide};
+use crate::ledger::{
+    BEGIN, Begun, COMMIT, Committed, Error, MIGRATION, RECONCILE, Reconciled, decide, reconciled,
+};
 use crate::operation::Operation;
 
 /// Creates (or updates) the ledger's table and functions, in one transaction (so instances
@@ -67,11 +70,7 @@ pub async fn commit(
     )?;
     match decide("recorded", &outcome, fence, earlier) {
         Ok(None) => {
-            tx.commit().await.map_err(|e| match e.as_db_error() {
-                // Postgres answered the COMMIT with an error: it did not commit.
-                Some(_) => Error::Database(e),
-                None => Error::Uncertain(Box::new(e)),
-            })?;
+            tx.commit().await.map_err(uncertain_unless_refused)?;
             Ok(Committed::Now)
         }
         Ok(Some((fence, answer))) => {
@@ -80,6 +79,32 @@ pub async fn commit(
         }
         // Dropping `tx` rolls it back.
         Err(e) => Err(e),
+    }
+}
+
+/// What became of `operation`: [`Reconciled::Committed`] when a run of it committed (after
+/// waiting for a run in flight to end), [`Reconciled::Absent`] when none did, the ledger then
+/// refusing every run whose fence is `operation`'s or lower (`docs/effects.md#reconciliation`).
+///
+/// It takes the client, not a transaction, because the answer holds only once its own
+/// transaction committed: `Absent` is returned after COMMIT succeeded, and a COMMIT whose
+/// fate is unknown is [`Error::Uncertain`].
+pub async fn reconcile(client: &mut Client, operation: &Operation) -> Result<Reconciled, Error> {
+    let tx = client.transaction().await?;
+    let (outcome, fence, answer) = one_row(
+        tx.query(RECONCILE, &[&operation.scope(), &operation.fence()])
+            .await?,
+    )?;
+    let answer = reconciled(&outcome, fence, answer)?;
+    tx.commit().await.map_err(uncertain_unless_refused)?;
+    Ok(answer)
+}
+
+/// A failed COMMIT: refused by Postgres (nothing committed), or [`Error::Uncertain`].
+fn uncertain_unless_refused(e: tokio_postgres::Error) -> Error {
+    match e.as_db_error() {
+        Some(_) => Error::Database(e),
+        None => Error::Uncertain(Box::new(e)),
     }
 }
 

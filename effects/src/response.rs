@@ -1,6 +1,6 @@
 //! The ledger's errors as HTTP answers (feature `axum`), so a handler can return them with
 //! `?`: a conflict is keyflight's own `idempotency_conflict` problem, with the status
-//! keyflight answers it by default, and anything else a 503, which keyflight treats as a
+//! keyflight answers it by default, and anything else (a fenced-out run included) a 503, which keyflight treats as a
 //! failure a same-body retry may run again (the ledger then tells that retry what
 //! committed: `docs/effects.md#the-protocol`).
 
@@ -24,6 +24,16 @@ impl IntoResponse for Error {
                     "this idempotency key was used for another request",
                 ))
                 .unwrap_or_default(),
+            ),
+            // Not a conflict: keyflight already let a higher fence run this operation.
+            Error::Fenced { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "type": "about:blank",
+                    "title": "Service Unavailable",
+                    "status": 503,
+                    "detail": "this run was fenced out: keyflight reconciled the operation as not committed",
+                }),
             ),
             // The database's own words stay in the service's logs.
             _ => (
@@ -74,6 +84,16 @@ mod tests {
         assert_eq!(content_type.as_deref(), Some(PROBLEM_CONTENT_TYPE));
         assert_eq!(problem["code"], "idempotency_conflict");
         assert_eq!(problem["status"], 409);
+    }
+
+    #[tokio::test]
+    async fn a_fenced_run_is_a_503_that_says_so() {
+        let (status, _, problem) = answer(Error::Fenced { through: 3 }).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            problem["detail"].to_string().contains("fenced out"),
+            "{problem}"
+        );
     }
 
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! The ledger in an sqlx transaction (feature `sqlx`): the same two calls as the
+//! The ledger in an sqlx transaction (feature `sqlx`): the same calls as the
 //! `tokio-postgres` form (`postgres.rs`), for services built on sqlx
 //! (`docs/effects.md#sqlx`).
 //!
@@ -7,7 +7,7 @@
 use serde_json::Value;
 use sqlx::{PgConnection, Postgres, Row as _, Transaction};
 
-use crate::ledger::{Begun, Committed, Error, MIGRATION, decide};
+use crate::ledger::{Begun, Committed, Error, MIGRATION, Reconciled, decide, reconciled};
 use crate::operation::Operation;
 
 /// `crate::ledger`'s calls, the answer crossing as text both ways.
@@ -15,6 +15,8 @@ const BEGIN: &str =
     "SELECT outcome, fence, answer::text AS answer FROM keyflight_effect_begin($1, $2, $3)";
 const COMMIT: &str = "SELECT outcome, fence, answer::text AS answer \
                       FROM keyflight_effect_commit($1, $2, $3, $4::text::jsonb)";
+const RECONCILE: &str =
+    "SELECT outcome, fence, answer::text AS answer FROM keyflight_effect_reconcile($1, $2)";
 
 /// [`crate::install`] for sqlx: creates (or updates) the ledger's table and functions, in
 /// one transaction.
@@ -60,11 +62,7 @@ pub async fn commit(
         .await?;
     match decide_row("recorded", &row) {
         Ok(None) => {
-            tx.commit().await.map_err(|e| match e {
-                // Postgres answered the COMMIT with an error: it did not commit.
-                sqlx::Error::Database(_) => Error::Sqlx(e),
-                e => Error::Uncertain(Box::new(e)),
-            })?;
+            tx.commit().await.map_err(uncertain_unless_refused)?;
             Ok(Committed::Now)
         }
         Ok(Some((fence, answer))) => {
@@ -76,13 +74,44 @@ pub async fn commit(
     }
 }
 
+/// [`crate::reconcile()`] for sqlx: what became of `operation`, in a transaction of its own
+/// that has committed when this returns [`Reconciled::Absent`].
+pub async fn reconcile(
+    connection: &mut PgConnection,
+    operation: &Operation,
+) -> Result<Reconciled, Error> {
+    let mut tx = sqlx::Connection::begin(connection).await?;
+    let row = sqlx::query(RECONCILE)
+        .bind(operation.scope())
+        .bind(operation.fence())
+        .fetch_one(&mut *tx)
+        .await?;
+    let (outcome, fence, answer) = parts(&row)?;
+    let answer = reconciled(&outcome, fence, answer)?;
+    tx.commit().await.map_err(uncertain_unless_refused)?;
+    Ok(answer)
+}
+
+/// A failed COMMIT: refused by Postgres (nothing committed), or [`Error::Uncertain`].
+fn uncertain_unless_refused(e: sqlx::Error) -> Error {
+    match e {
+        sqlx::Error::Database(_) => Error::Sqlx(e),
+        e => Error::Uncertain(Box::new(e)),
+    }
+}
+
 /// [`decide`] on the function's row.
 fn decide_row(go: &str, row: &sqlx::postgres::PgRow) -> Result<Option<(i64, Value)>, Error> {
-    let outcome: String = row.try_get("outcome")?;
+    let (outcome, fence, answer) = parts(row)?;
+    decide(go, &outcome, fence, answer)
+}
+
+/// The function's row: its outcome, fence and answer (JSON text back to a value).
+fn parts(row: &sqlx::postgres::PgRow) -> Result<(String, i64, Option<Value>), Error> {
     let answer = row
         .try_get::<Option<String>, _>("answer")?
         .map(|text| serde_json::from_str(&text))
         .transpose()
         .map_err(|e| Error::Unexpected(format!("an answer that is not JSON: {e}")))?;
-    decide(go, &outcome, row.try_get("fence")?, answer)
+    Ok((row.try_get("outcome")?, row.try_get("fence")?, answer))
 }

@@ -1,6 +1,7 @@
 //! The ledger inside an sqlx transaction (feature `sqlx`), against a real throwaway
-//! Postgres: the early check answers a re-run and refuses another body, and a run arriving
-//! while another holds the operation waits for it and gets its answer.
+//! Postgres: the early check answers a re-run and refuses another body, a run arriving
+//! while another holds the operation waits for it and gets its answer, and reconcile answers
+//! from what committed.
 
 #![cfg(feature = "sqlx")]
 #![allow(clippy::unwrap_used)]
@@ -9,8 +10,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use keyflight_effects::sqlx::{begin, commit, install};
-use keyflight_effects::{Begun, Committed, Error, Operation};
+use keyflight_effects::sqlx::{begin, commit, install, reconcile};
+use keyflight_effects::{Begun, Committed, Error, Operation, Reconciled};
 use keyflight_testkit::pg::PgCluster;
 use serde_json::{Value, json};
 use sqlx::{Connection as _, PgConnection};
@@ -118,6 +119,34 @@ async fn a_run_that_rolled_back_lets_the_next_one_run() {
     let next = pay(&mut connection, &run(&scope, 2), "pay A", &provider).await;
     assert_eq!(next.unwrap(), Committed::Now);
     assert_eq!(payments(&mut connection, &scope).await, [2]);
+}
+
+#[tokio::test]
+async fn reconcile_answers_what_committed_and_fences_out_what_did_not() {
+    let mut connection = connect().await;
+    let provider = AtomicU64::new(0);
+    let paid = fresh_scope();
+    pay(&mut connection, &run(&paid, 5), "pay A", &provider)
+        .await
+        .unwrap();
+    assert_eq!(
+        reconcile(&mut connection, &run(&paid, 5)).await.unwrap(),
+        Reconciled::Committed {
+            fence: 5,
+            answer: answer(5)
+        }
+    );
+    let unpaid = fresh_scope();
+    assert_eq!(
+        reconcile(&mut connection, &run(&unpaid, 5)).await.unwrap(),
+        Reconciled::Absent
+    );
+    let late = pay(&mut connection, &run(&unpaid, 5), "pay A", &provider).await;
+    assert!(
+        matches!(late, Err(Error::Fenced { through: 5 })),
+        "{late:?}"
+    );
+    assert_eq!(payments(&mut connection, &unpaid).await, [0_i64; 0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
