@@ -441,7 +441,7 @@ pub const MIRRORED: [(&str, &str, &str); 14] = [
     (
         "claim.rs",
         "READ_SQL",
-        "9e011b4e0d804f8f0048b4fb3c1020b762aa72499e4c16f198434141a187bdab",
+        "0aa1adb70204ce06b6e88b778a5cfb374d76553e335ab9a6aed236d5c8712de5",
     ),
     (
         "lease.rs",
