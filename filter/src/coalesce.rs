@@ -9,6 +9,7 @@
 //! When the answer comes back the root splits it ([`answer_batch`]) into the answer each
 //! call would have had alone, and hands each to its stream. Nothing here touches the host.
 
+use std::collections::BTreeMap;
 use std::mem;
 use std::time::Duration;
 
@@ -36,6 +37,10 @@ pub struct Queued {
 pub struct CallQueue {
     calls: Vec<Queued>,
     wake_pending: bool,
+    /// Reconcile questions a stream dispatched while the root context handed it an answer:
+    /// the host delivers their answers to the root context, which passes each on to its
+    /// stream (`docs/envoy-facts.md#callouts`).
+    questions: BTreeMap<u32, StreamId>,
 }
 
 impl CallQueue {
@@ -60,6 +65,17 @@ impl CallQueue {
     /// (it is handing streams their answers): calls queued meanwhile need no wake-up.
     pub fn root_awake(&mut self) {
         self.wake_pending = true;
+    }
+
+    /// `stream` dispatched callout `token` itself, perhaps inside the root context's
+    /// callback: if its answer comes to the root context, it belongs to `stream`.
+    pub fn asked(&mut self, token: u32, stream: StreamId) {
+        self.questions.insert(token, stream);
+    }
+
+    /// Whose question callout `token` answers (and forgets it).
+    pub fn answered(&mut self, token: u32) -> Option<StreamId> {
+        self.questions.remove(&token)
     }
 
     /// The root context woke: every call queued so far.

@@ -262,6 +262,26 @@ impl Stack {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// The records the stack holds, newest first, as `lease-store records list --json`
+    /// prints them.
+    pub async fn records(&self) -> Vec<Value> {
+        let listed: Value = serde_json::from_str(&self.records_cli(&["--json", "list"]).await)
+            .expect("records list --json prints JSON");
+        listed["records"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a record list: {listed}"))
+            .clone()
+    }
+
+    /// The states of the records the stack holds, newest first.
+    pub async fn record_states(&self) -> Vec<String> {
+        self.records()
+            .await
+            .iter()
+            .map(|record| record["state"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// Runs `sql` with `psql` (see [`PgCluster::psql`]) where the stack's records are: its
     /// database, or each partition of a partitioned one in turn (what each printed, in order).
     pub fn sql(&self, sql: &str) -> String {

@@ -39,10 +39,8 @@ async fn settled_or_lease_over(stack: &Stack) {
 
 /// The record of the only scope the stack has seen, as `lease-store records list` prints it.
 async fn only_record(stack: &Stack) -> Value {
-    let listed: Value = serde_json::from_str(&stack.records_cli(&["--json", "list"]).await)
-        .expect("records list --json prints JSON");
-    let records = listed["records"].as_array().expect("a record list");
-    assert_eq!(records.len(), 1, "{listed}");
+    let records = stack.records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
     records[0].clone()
 }
 

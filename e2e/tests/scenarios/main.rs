@@ -37,6 +37,7 @@ mod principal_sources_never_share_a_scope;
 mod principals_are_isolated;
 mod proxy_lifecycle_keeps_the_outbox;
 mod recipe_changes_run_once;
+mod reconciled_payments_run_once;
 mod recorded_effects_run_once;
 mod recorded_headers_never_smuggle;
 mod repeated_query_parameters_keep_their_order;

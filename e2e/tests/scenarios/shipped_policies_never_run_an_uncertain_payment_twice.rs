@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use keyflight_e2e::{Stack, StackOptions};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The demo policy with its `uncertain` line taken out: a configuration that says nothing.
 fn saying_nothing() -> StackOptions {
@@ -20,18 +20,6 @@ fn saying_nothing() -> StackOptions {
             "envoy/demo.yaml states its choice"
         );
     })
-}
-
-/// The states of the records the stack holds, as `lease-store records list` prints them.
-async fn record_states(stack: &Stack) -> Vec<String> {
-    let listed: Value = serde_json::from_str(&stack.records_cli(&["--json", "list"]).await)
-        .expect("records list --json prints JSON");
-    listed["records"]
-        .as_array()
-        .expect("a record list")
-        .iter()
-        .map(|record| record["state"].as_str().unwrap_or_default().to_owned())
-        .collect()
 }
 
 /// A caller that hangs up after 300 ms while the upstream is held at gate `charge`; once
@@ -52,7 +40,7 @@ async fn a_caller_that_timed_out_is_charged_once(stack: &Stack, key: &str) {
     assert!(caller.is_err(), "the caller timed out and hung up");
     stack
         .eventually("the hung-up caller's record to be held unknown", || async {
-            record_states(stack).await == ["unknown"]
+            stack.record_states().await == ["unknown"]
         })
         .await;
     stack.open_gate("charge").await;

@@ -415,3 +415,58 @@ fn a_call_queued_while_the_root_hands_out_answers_goes_out_from_the_root_without
     let delivered: Vec<u32> = root.take_deliveries().iter().map(|d| d.stream).collect();
     assert_eq!(delivered, [1], "its answer reaches the stream");
 }
+
+/// A stream handed an `unknown` claim answer by the root context asks the service from
+/// inside the root's callback, so the host answers the root: the root passes the answer
+/// on, and the stream reports it (`docs/reconcile.md`).
+#[test]
+fn a_reconcile_question_asked_inside_the_roots_callback_reaches_its_stream() {
+    let plugin = serde_json::json!({
+        "lease_store": {"cluster": "ls", "token": "t", "timeout_ms": 1000},
+        "identity": {"principal": [{"header": "x-user"}]},
+        "policies": [{"name": "payments", "match": {"path_prefix": "/payments"},
+                      "uncertain": "reconcile", "reconcile": {"cluster": "payments"}}]
+    });
+    let mut host = FakeHost {
+        now_ms: 1_000_000,
+        plugin_configuration: plugin.to_string().into_bytes(),
+        wake_queue: Some(WAKE_QUEUE),
+        ..FakeHost::default()
+    };
+    let mut root = Root::default();
+    assert!(root.configure(&mut host));
+    let mut stream = claiming(&root, &mut host, 1, "k-1");
+    root.on_wake(&mut host);
+    let token = host.last_token().unwrap();
+    let Some((_, Callout::Call { call, .. })) = host.dispatched.last() else {
+        panic!("a lone claim: {:?}", host.dispatched)
+    };
+    let scope = call.scope();
+    answer_root(
+        &mut root,
+        &mut host,
+        token,
+        200,
+        r#"{"outcome":"unknown","fence":7}"#,
+    );
+    deliver(&mut root, &mut [(1, &mut stream)], &mut host);
+    let (question, _) = *host.asked.last().expect("the service is asked");
+
+    let absent = serde_json::json!({"outcome": "absent", "scope": scope.to_hex(), "fence": 7});
+    answer_root(&mut root, &mut host, question, 200, &absent.to_string());
+    assert_eq!(deliver(&mut root, &mut [(1, &mut stream)], &mut host), 1);
+    let reported = host.dispatched.iter().any(|(_, callout)| {
+        matches!(
+            callout,
+            Callout::Call {
+                call: StoreCall::Reconciled { .. },
+                ..
+            }
+        )
+    });
+    assert!(
+        reported,
+        "the answer reached the stream: {:?}",
+        host.dispatched
+    );
+}

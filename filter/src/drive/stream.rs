@@ -130,13 +130,21 @@ impl Stream {
 
     /// The root context delivers the answer to the call this stream queued (an ended
     /// stream's machine takes nothing from it).
+    /// That is also how the answer to a reconcile question comes that the stream
+    /// dispatched inside the root context's callback.
     pub fn on_delivered(&mut self, answer: Answer, host: &mut impl Host) {
-        let Some(InFlight::Queued { since_ms }) = self.call else {
-            return;
-        };
-        self.call = None;
-        let elapsed_ms = host.now_ms().saturating_sub(since_ms);
-        self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
+        match self.call {
+            Some(InFlight::Queued { since_ms }) => {
+                self.call = None;
+                let elapsed_ms = host.now_ms().saturating_sub(since_ms);
+                self.drive(Event::StoreAnswered { answer, elapsed_ms }, false, host);
+            }
+            Some(InFlight::Asked { .. }) => {
+                self.call = None;
+                self.drive(Event::ServiceAnswered { answer }, false, host);
+            }
+            _ => {}
+        }
     }
 
     /// A host callback; returns what the callback returns.
@@ -298,6 +306,7 @@ impl Stream {
                         .and_then(|name| host.environment(name));
                     match host.ask_service(&question, token.as_deref()) {
                         Some(token) => {
+                            worker.asked(token, self.id);
                             self.call = Some(InFlight::Asked { token });
                             None
                         }
@@ -364,6 +373,9 @@ impl Driver for Stream {
             }
             Some(InFlight::Asked { token }) if token == answered.token => {
                 self.call = None;
+                if let Some((_, worker)) = &self.run {
+                    worker.question_answered(token);
+                }
                 let answer = read_answer(host, answered);
                 self.drive(Event::ServiceAnswered { answer }, false, host);
             }

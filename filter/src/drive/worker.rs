@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use super::herd::{self, Herds};
 use super::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
-use crate::coalesce::{self, CallQueue, Delivery, Queued, Send};
+use crate::coalesce::{self, CallQueue, Delivery, Queued, Send, StreamId};
 use crate::config::{Config, TokenSource, parse_plugin_config};
 use crate::epoch::EpochWatch;
 use crate::log::{LogLimit, Repeating};
@@ -104,6 +104,26 @@ impl Worker {
             return Err(queued);
         };
         calls.push(queued, || host.wake(*wake_queue))
+    }
+
+    /// Stream `stream` dispatched its reconcile question as callout `token`: from inside a
+    /// root context's callback (an answer it handed over) the host answers the root
+    /// context, which passes the answer on ([`CallQueue::asked`]).
+    pub fn asked(&self, token: u32, stream: StreamId) {
+        if let Some((calls, _)) = &self.coalesce
+            && let Ok(mut calls) = calls.try_borrow_mut()
+        {
+            calls.asked(token, stream);
+        }
+    }
+
+    /// The question callout `token` was answered to its stream directly.
+    pub fn question_answered(&self, token: u32) {
+        if let Some((calls, _)) = &self.coalesce
+            && let Ok(mut calls) = calls.try_borrow_mut()
+        {
+            calls.answered(token);
+        }
     }
 
     /// The epoch streams may read the edge cache under at `now_ms` (`None`:
@@ -520,6 +540,16 @@ impl Driver for Root {
                 }
                 watch.answered(result);
             }
+            return;
+        }
+        let question = self
+            .stream_calls
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut calls| calls.answered(answered.token));
+        if let Some(stream) = question {
+            let answer = read_answer(host, answered);
+            self.deliveries.push(Delivery { stream, answer });
             return;
         }
         let Some(id) = self.calls.remove(&answered.token) else {

@@ -12,7 +12,7 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::problem::ProblemCode;
 use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
 
-use super::{Action, Machine, Ready, State};
+use super::{Action, LogLevel, Machine, Ready, State};
 use crate::config::Policy;
 use crate::log::Repeating;
 use crate::metrics::{EventKind, Metric, Outcome};
@@ -55,6 +55,14 @@ impl Machine {
             Settled::Committed(response) => (Reconciled::Committed, Some(response.clone())),
             Settled::Absent => (Reconciled::Absent, None),
         };
+        out.push(Action::Log {
+            level: LogLevel::Info,
+            message: format!(
+                "policy {}: scope {}: the service answered {outcome:?} for fence {fence}",
+                ready.policy.name,
+                ready.scope.to_hex()
+            ),
+        });
         out.push(Action::CallStore {
             call: StoreCall::Reconciled {
                 scope: ready.scope,

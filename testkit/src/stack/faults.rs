@@ -93,7 +93,9 @@ impl Stack {
         self.upstream.spawn(upstream_command_at(
             &self.binaries,
             self.upstream_address(),
-            effects_database.as_deref(),
+            effects_database
+                .as_deref()
+                .map(|url| (url, self.dir.as_path())),
         ));
         let ready = format!("http://{}/stats", self.upstream_address());
         wait_http_ok(&ready, READY_TIMEOUT, self.upstream.child_mut()).await;

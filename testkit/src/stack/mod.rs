@@ -57,7 +57,9 @@ pub use faults::Crash;
 pub use lifecycle::{WasmVms, wasm_vms_at};
 pub use network::{NetFault, SLOW_LINK_BYTES_PER_S};
 pub use options::{PortPlan, SHARED_AUTHORITY, StackOptions, VIA_HEADER, via_value};
-pub use parts::{ADMIN_TOKEN, envoy_command, lease_store_command, upstream_command};
+pub use parts::{
+    ADMIN_TOKEN, RECONCILE_TOKEN, envoy_command, lease_store_command, upstream_command,
+};
 use parts::{
     Envoy, Part, Place, Restart, Sidecar, Store, remove_hot_restart_memory,
     restartable_envoy_command, upstream_command_at,
@@ -179,7 +181,11 @@ impl Stack {
         upstream.spawn(upstream_command_at(
             &binaries,
             SocketAddr::new(places.host_side, plan.upstream),
-            options.upstream_effects.then(|| database.url()).as_deref(),
+            options
+                .upstream_effects
+                .then(|| database.url())
+                .as_deref()
+                .map(|url| (url, dir.as_path())),
         ));
         let mut stack = Stack {
             envoys,

@@ -13,6 +13,12 @@ use crate::process::{ChildGuard, Signal};
 /// The lease-store's admin token in every stack this launcher starts (test and demo value).
 pub const ADMIN_TOKEN: &str = "demo-admin-token";
 
+/// keyflight's bearer token for the service's reconcile endpoint in every stack (test and
+/// demo value): every Envoy has it as `KEYFLIGHT_RECONCILE_TOKEN`, which the shipped configs
+/// pass to the filter's VM, and an upstream that keeps its effects requires it
+/// (`docs/reconcile.md#who-may-ask`).
+pub const RECONCILE_TOKEN: &str = "demo-reconcile-token";
+
 /// One service of the stack. Its log lives at a fixed path, so a restarted process
 /// continues it and a reader (the chaos judge, a person) finds one file per part.
 pub(super) struct Part {
@@ -257,6 +263,7 @@ fn envoy_base_command(
 ) -> Command {
     let mut command = Command::new(&binaries.envoy);
     command.env("KEYFLIGHT_STORE_TOKEN", store_token);
+    command.env("KEYFLIGHT_RECONCILE_TOKEN", RECONCILE_TOKEN);
     // Envoy logs its local time: in UTC its lines read like every other part's.
     command.env("TZ", "UTC");
     command.arg("-c").arg(config).args([
@@ -280,16 +287,22 @@ pub fn upstream_command(binaries: &Binaries, port: u16) -> Command {
 }
 
 /// The command that runs the demo upstream on `address`, keeping its payments in
-/// `effects_database` when given ([`super::StackOptions::upstream_effects`]).
+/// the database `effects` names when given ([`super::StackOptions::upstream_effects`]); its
+/// reconcile endpoint then requires [`RECONCILE_TOKEN`], read from a file in the directory
+/// `effects` names.
 pub(super) fn upstream_command_at(
     binaries: &Binaries,
     address: SocketAddr,
-    effects_database: Option<&str>,
+    effects: Option<(&str, &Path)>,
 ) -> Command {
     let mut command = Command::new(&binaries.upstream);
     command.args(["--listen", &address.to_string()]);
-    if let Some(url) = effects_database {
+    if let Some((url, dir)) = effects {
+        let token_file = dir.join("reconcile-token");
+        std::fs::write(&token_file, RECONCILE_TOKEN)
+            .unwrap_or_else(|e| panic!("writing {}: {e}", token_file.display()));
         command.args(["--effects-database-url", url]);
+        command.arg("--reconcile-token-file").arg(token_file);
     }
     command
 }
