@@ -962,7 +962,10 @@ async fn the_router_runs_the_statements_as_the_runtime_role_and_only_for_it() {
     );
     let intruder = raw_client(&as_role(db.router.url(), "intruder")).await;
     let denied = intruder
-        .query("SELECT * FROM keyflight_read($1)", &[&scope.0.as_slice()])
+        .query(
+            "SELECT * FROM keyflight_read_record($1)",
+            &[&scope.0.as_slice()],
+        )
         .await
         .unwrap_err();
     assert_eq!(

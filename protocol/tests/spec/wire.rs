@@ -424,3 +424,20 @@ fn problem_code_spellings_match_serde() {
         assert!(!code.title().is_empty());
     }
 }
+
+/// A filter of the previous release reads `unknown` as a unit variant: the fence a store of
+/// this release adds must not make that answer unreadable to it (`docs/reconcile.md#limits`).
+#[test]
+fn an_unknown_answer_with_its_fence_reads_as_before() {
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    #[serde(tag = "outcome", rename_all = "snake_case")]
+    enum PreviousRelease {
+        Conflict,
+        Unknown,
+    }
+    let answer = serde_json::to_value(ClaimResponse::Unknown { fence: Some(7) }).unwrap();
+    assert_eq!(
+        serde_json::from_value::<PreviousRelease>(answer).unwrap(),
+        PreviousRelease::Unknown
+    );
+}
