@@ -198,7 +198,7 @@ impl Machine {
             {
                 self.ask_service(out, ready, fence);
             }
-            ClaimResponse::Unknown { .. } => self.operation_unknown(out, &policy),
+            ClaimResponse::Unknown { fence } => self.operation_unknown(out, &policy, fence),
         }
     }
 

@@ -177,7 +177,11 @@ enum State {
     /// became of it (`uncertain: reconcile`); the request is held.
     AskingService { ready: Ready, fence: i64 },
     /// The service answered; its answer is being reported to the lease-store.
-    Reconciling { ready: Ready, settled: Settled },
+    Reconciling {
+        ready: Ready,
+        fence: i64,
+        settled: Settled,
+    },
     /// The request went upstream with our lease.
     Upstream(Owned),
     /// A response to record is being buffered (F7).

@@ -16,6 +16,7 @@ use super::{Action, LogLevel, Machine, Ready, State};
 use crate::config::Policy;
 use crate::log::Repeating;
 use crate::metrics::{EventKind, Metric, Outcome};
+use crate::problem::problem_reply;
 use crate::reconcile::{ServiceQuestion, Settled, read_answer};
 use crate::replay::{Unreplayable, replay};
 use crate::store_call::{Answer, CallError, StoreCall};
@@ -24,7 +25,7 @@ impl Machine {
     /// Asks the service about run `fence` of the request's record, once per stream.
     pub(super) fn ask_service(&mut self, out: &mut Vec<Action>, ready: Ready, fence: i64) {
         let Some(question) = question(&ready, fence) else {
-            return self.operation_unknown(out, &Rc::clone(&ready.policy));
+            return self.operation_unknown(out, &Rc::clone(&ready.policy), Some(fence));
         };
         self.asked_service = true;
         out.push(Action::AskService(question));
@@ -42,13 +43,14 @@ impl Machine {
             }
         };
         let Some(question) = question(&ready, fence) else {
-            return self.operation_unknown(out, &Rc::clone(&ready.policy));
+            return self.operation_unknown(out, &Rc::clone(&ready.policy), Some(fence));
         };
         let settled = match read_answer(answer, &question) {
             Ok(settled) => settled,
             Err(unusable) => {
                 let why = unusable.to_string();
-                return self.still_unknown(out, &Rc::clone(&ready.policy), ready.scope, &why);
+                let policy = Rc::clone(&ready.policy);
+                return self.still_unknown(out, &policy, (ready.scope, fence), &why);
             }
         };
         let (outcome, response) = match &settled {
@@ -75,7 +77,11 @@ impl Machine {
             },
             timeout: self.config.lease_store.timeout,
         });
-        self.state = State::Reconciling { ready, settled };
+        self.state = State::Reconciling {
+            ready,
+            fence,
+            settled,
+        };
     }
 
     /// The lease-store took the report (or refused it).
@@ -84,8 +90,12 @@ impl Machine {
         out: &mut Vec<Action>,
         result: Result<(), CallError>,
     ) {
-        let (ready, settled) = match std::mem::take(&mut self.state) {
-            State::Reconciling { ready, settled } => (ready, settled),
+        let (ready, fence, settled) = match std::mem::take(&mut self.state) {
+            State::Reconciling {
+                ready,
+                fence,
+                settled,
+            } => (ready, fence, settled),
             other => {
                 self.state = other;
                 return;
@@ -112,26 +122,44 @@ impl Machine {
             (Err(CallError::Status(409)), _) => self.call_claim(out, ready),
             (Err(error), _) => {
                 let why = format!("the lease-store did not take the service's answer: {error}");
-                self.still_unknown(out, &policy, ready.scope, &why);
+                self.still_unknown(out, &policy, (ready.scope, fence), &why);
             }
         }
     }
 
-    /// `409 operation_unknown`, with a `Retry-After` where the service is asked.
-    pub(super) fn operation_unknown(&mut self, out: &mut Vec<Action>, policy: &Policy) {
-        let retry_after_s = policy.reconcile.as_ref().map(|r| r.retry_after_s);
-        self.refuse_held_request(
-            out,
-            policy,
-            ProblemCode::OperationUnknown,
-            retry_after_s,
-            Outcome::OperationUnknown,
-        );
+    /// `409 operation_unknown`. Where the service is asked, with a `Retry-After` and the
+    /// run's fence in the detail, so the caller's report names the run an operator finds.
+    pub(super) fn operation_unknown(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Policy,
+        fence: Option<i64>,
+    ) {
+        let code = ProblemCode::OperationUnknown;
+        let Some(reconcile) = &policy.reconcile else {
+            return self.refuse_held_request(out, policy, code, None, Outcome::OperationUnknown);
+        };
+        let detail = match fence {
+            Some(fence) => format!(
+                "the outcome of run {fence} (its idempotency-fence) is not known yet; \
+                 the service is asked again on a retry"
+            ),
+            None => "the outcome is not known yet; the service is asked again on a retry".into(),
+        };
+        let status = policy.status_of(code, self.config.status_profile);
+        let reply = problem_reply(code, status, &detail, Some(reconcile.retry_after_s));
+        self.reply_to_held_request(out, reply, Outcome::OperationUnknown);
     }
 
     /// The service's answer settled nothing: counted, warned (rate-limited), and the
     /// caller told to come back.
-    fn still_unknown(&mut self, out: &mut Vec<Action>, policy: &Policy, scope: Digest, why: &str) {
+    fn still_unknown(
+        &mut self,
+        out: &mut Vec<Action>,
+        policy: &Policy,
+        (scope, fence): (Digest, i64),
+        why: &str,
+    ) {
         out.push(Action::Count(Metric::Event(EventKind::ReconcileUnanswered)));
         out.push(Action::WarnRepeating {
             kind: Repeating::ReconcileUnanswered,
@@ -141,7 +169,7 @@ impl Machine {
                 scope.to_hex()
             ),
         });
-        self.operation_unknown(out, policy);
+        self.operation_unknown(out, policy, Some(fence));
     }
 }
 

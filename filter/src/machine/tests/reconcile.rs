@@ -153,6 +153,7 @@ fn an_unusable_answer_leaves_the_record_unknown_with_a_retry_after() {
             "{status:?} {scope:?}"
         );
         assert!(counts(&out).contains(&Metric::Event(EventKind::ReconcileUnanswered)));
+        assert!(detail(r).contains("run 7"), "names the run: {}", detail(r));
     }
 }
 
@@ -188,6 +189,12 @@ fn a_hold_policy_never_asks() {
         (code(r).as_str(), header(r, "retry-after")),
         ("operation_unknown", None)
     );
+    assert!(!detail(r).contains("run 7"), "{}", detail(r));
+}
+
+fn detail(reply: &LocalReply) -> String {
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    body["detail"].as_str().unwrap_or_default().to_owned()
 }
 
 #[test]
