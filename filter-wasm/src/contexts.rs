@@ -56,16 +56,19 @@ impl RootContext {
     /// Hands each stream the answer the root context received for its call. The calls
     /// streams queue meanwhile go out once all are handed theirs, and what those are
     /// answered at once (a refused dispatch) is handed over in turn.
+    /// At most `MAX_HANDED_PER_CALLBACK` per callback: the rest after a wake-up.
     fn deliver(&mut self) {
         loop {
-            let deliveries = self.driver.take_deliveries();
+            let mut host = HostCalls::new(&self.counters);
+            let deliveries = self.driver.take_deliveries(&mut host);
             if deliveries.is_empty() {
-                return;
+                break;
             }
             self.hand_over(deliveries);
             let mut host = HostCalls::new(&self.counters);
             self.driver.on_wake(&mut host);
         }
+        self.driver.callback_returned();
     }
 
     /// The host acts on the stream for what its driver does meanwhile

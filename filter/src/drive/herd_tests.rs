@@ -4,7 +4,7 @@
 use keyflight_protocol::wire::{ClaimResponse, StoredResponse, WonHow};
 
 use super::stream::{Callback, Stream};
-use super::worker::Root;
+use super::worker::{MAX_HANDED_PER_CALLBACK, Root};
 
 use crate::coalesce::Delivery;
 use crate::drive::host::{CalloutAnswered, Driver};
@@ -108,7 +108,14 @@ fn long_polls(host: &FakeHost) -> Vec<(u32, u8)> {
 fn deliver(root: &mut Root, streams: &mut [Stream], host: &mut FakeHost) -> Vec<u32> {
     let mut delivered = Vec::new();
     loop {
-        let deliveries: Vec<Delivery> = root.take_deliveries();
+        let deliveries: Vec<Delivery> = match root.take_deliveries(host) {
+            // The callback returns; the wake-up it asked for hands over the rest.
+            none if none.is_empty() => {
+                root.callback_returned();
+                root.take_deliveries(host)
+            }
+            some => some,
+        };
         if deliveries.is_empty() {
             return delivered;
         }
@@ -209,4 +216,57 @@ fn a_won_long_poll_is_its_senders_and_the_others_wait_on_it_as_one() {
         "the others wait on the new winner, as one: {again:?}"
     );
     assert_eq!(joined(&host), 1);
+}
+
+/// A herd larger than [`MAX_HANDED_PER_CALLBACK`] is answered over several callbacks: Envoy
+/// runs each stream's reply after the callback, nested in the one before, and 500 at once
+/// overflowed V8's stack (issue 48, item 9: 1,001 callers through one Envoy).
+#[test]
+fn a_large_herd_is_handed_its_answer_a_bounded_number_per_callback() {
+    const LARGE: u32 = 150;
+    let (mut root, mut host) = configured();
+    let mut streams: Vec<Stream> = (1..=LARGE)
+        .map(|id| claiming(&root, &mut host, id, r#"{"amount":1}"#))
+        .collect();
+    // The turn's claims go as several batches: each finds the request running.
+    root.on_wake(&mut host);
+    let running = json(&ClaimResponse::InProgress { retry_after_s: 1 });
+    let batches: Vec<(u32, usize)> = host
+        .dispatched
+        .iter()
+        .filter_map(|(token, callout)| match callout {
+            Callout::Batch { calls, .. } => Some((*token, calls.len())),
+            _ => None,
+        })
+        .collect();
+    for (token, calls) in batches {
+        let answers = vec![format!(r#"{{"status":200,"body":{running}}}"#); calls].join(",");
+        answer_root(
+            &mut root,
+            &mut host,
+            token,
+            &format!(r#"{{"answers":[{answers}]}}"#),
+        );
+    }
+    let polls = long_polls(&host);
+    assert_eq!(polls.len(), 1, "one long-poll for the herd: {polls:?}");
+    let completed = ClaimResponse::Completed {
+        response: StoredResponse::new(201, Vec::new(), br#"{"id":"p-1"}"#),
+    };
+    host.take();
+    host.wakes.clear();
+    answer_root(&mut root, &mut host, polls[0].0, &json(&completed));
+
+    let first = root.take_deliveries(&mut host);
+    assert_eq!(first.len(), MAX_HANDED_PER_CALLBACK);
+    assert!(root.take_deliveries(&mut host).is_empty(), "the rest wait");
+    assert_eq!(host.wakes, [WAKE_QUEUE], "for a wake-up");
+    root.callback_returned();
+    for delivery in first {
+        let index = usize::try_from(delivery.stream - 1).unwrap();
+        streams[index].on_delivered(delivery.answer, &mut host);
+    }
+    let rest = deliver(&mut root, &mut streams, &mut host);
+    assert_eq!(rest.len(), LARGE as usize - MAX_HANDED_PER_CALLBACK);
+    assert_eq!(replies(&host), [201; LARGE as usize]);
 }

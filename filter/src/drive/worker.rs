@@ -34,6 +34,12 @@ use crate::store_call::{
     Answer, CallError, Callout, StoreCall, parse_ack_answer, parse_epoch_answer,
 };
 
+/// The most answers the root context hands to streams in one host callback. Envoy runs the
+/// resume or reply each stream makes after the callback returns, each nested in the one
+/// before, so hundreds at once (a herd's followers) overflow V8's stack
+/// (`docs/envoy-facts.md#waking-the-root-context`).
+pub const MAX_HANDED_PER_CALLBACK: usize = 64;
+
 /// How long a worker sends its calls alone after the lease-store refused a batch route
 /// as unknown (a store from before batches, `docs/stream-machine.md#coalesced-calls`).
 const BATCHES_UNSUPPORTED_MS: u64 = 60_000;
@@ -271,7 +277,11 @@ pub struct Root {
     /// (`docs/stream-machine.md#herds`).
     herds: Herds,
     /// Answers for streams, for the adapter to hand over.
-    deliveries: Vec<Delivery>,
+    deliveries: VecDeque<Delivery>,
+    /// Answers handed over in the host callback running now ([`MAX_HANDED_PER_CALLBACK`]).
+    handed: usize,
+    /// This callback asked for a wake-up to hand over the answers left.
+    woken_for_more: bool,
     /// Until when (host clock, ms) calls go alone: the store refused a batch route.
     batches_unsupported_until_ms: u64,
     /// Outbox calls in flight: token → which call.
@@ -392,13 +402,32 @@ impl Root {
     /// go out then, with no wake-up. A wake-up the host refused there would leave a
     /// stream to send its own call from the root context, whose answer the root
     /// would not know (`docs/stream-machine.md#coalesced-calls`).
-    pub fn take_deliveries(&mut self) -> Vec<Delivery> {
-        if !self.deliveries.is_empty()
+    ///
+    /// At most [`MAX_HANDED_PER_CALLBACK`] in one host callback: the rest wait for the
+    /// wake-up this asks for (or the next tick), after [`Root::callback_returned`].
+    pub fn take_deliveries(&mut self, host: &mut impl Host) -> Vec<Delivery> {
+        let room = MAX_HANDED_PER_CALLBACK.saturating_sub(self.handed);
+        let taken = room.min(self.deliveries.len());
+        if taken < self.deliveries.len()
+            && !self.woken_for_more
+            && let Some(queue) = self.wake_queue
+        {
+            self.woken_for_more = host.wake(queue);
+        }
+        if taken > 0
             && let Ok(mut queue) = self.stream_calls.try_borrow_mut()
         {
             queue.root_awake();
         }
-        std::mem::take(&mut self.deliveries)
+        self.handed += taken;
+        self.deliveries.drain(..taken).collect()
+    }
+
+    /// The host callback that handed answers over returned: Envoy has run the resumes and
+    /// replies it deferred, so the next callback may hand over more.
+    pub fn callback_returned(&mut self) {
+        self.handed = 0;
+        self.woken_for_more = false;
     }
 
     /// Dispatches one callout for streams' calls; one the host refuses is answered
@@ -442,7 +471,7 @@ impl Root {
     /// must go again alone goes.
     fn land(&mut self, worker: &Worker, flight: Flight, answer: Answer, host: &mut impl Host) {
         match flight {
-            Flight::Alone(queued) => self.deliveries.push(Delivery {
+            Flight::Alone(queued) => self.deliveries.push_back(Delivery {
                 stream: queued.stream,
                 answer,
             }),
@@ -549,7 +578,7 @@ impl Driver for Root {
             .and_then(|mut calls| calls.answered(answered.token));
         if let Some(stream) = question {
             let answer = read_answer(host, answered);
-            self.deliveries.push(Delivery { stream, answer });
+            self.deliveries.push_back(Delivery { stream, answer });
             return;
         }
         let Some(id) = self.calls.remove(&answered.token) else {
