@@ -22,7 +22,7 @@ use std::sync::LazyLock;
 use keyflight_protocol::headers;
 use keyflight_protocol::problem::{Problem, ProblemCode};
 use keyflight_protocol::wire::batch::MAX_BATCH_CALLS;
-use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
+use keyflight_protocol::wire::reconcile::ReconciledRequest;
 use keyflight_protocol::wire::{
     ACK_REPLAY_RISK_HEADER, ClaimAnswer, ClaimRequest, ClaimResponse, EpochResponse,
     FinalizeRequest, PreviousIdentity, RecordDetail, RecordList, RecordState, RecordSummary,
@@ -65,7 +65,7 @@ use crate::api;
     components(schemas(
         ClaimRequest, PreviousIdentity, ClaimResponse, WonHow, StoredResponse, RenewRequest, RenewResponse, EpochResponse,
         FinalizeRequest, ReleaseRequest, ReleaseAs, RecordState, RecordSummary, RecordList,
-        RecordDetail, ResolveRequest, ResolveAs, ReconciledRequest, Reconciled, Problem,
+        RecordDetail, ResolveRequest, ResolveAs, ReconciledRequest, Problem,
         ProblemCode,
     )),
     modifiers(&V1Conventions),
@@ -255,6 +255,15 @@ fn exact_inputs(doc: &mut Value) {
         "maxItems": 2,
     });
     doc["components"]["schemas"]["StoredResponse"]["properties"]["headers"]["items"] = header;
+    // Each outcome of a report takes only its own fields (`deny_unknown_fields`), which the
+    // derive writes for structs but not for an internally tagged enum's variants.
+    if let Some(outcomes) =
+        doc["components"]["schemas"]["ReconciledRequest"]["oneOf"].as_array_mut()
+    {
+        for outcome in outcomes {
+            outcome["additionalProperties"] = json!(false);
+        }
+    }
     for batch in ["ClaimBatch", "FinalizeBatch"] {
         let calls = &mut doc["components"]["schemas"][batch]["properties"]["calls"];
         calls["minItems"] = json!(1);
@@ -305,6 +314,7 @@ mod tests {
             ("/v1/claims/{scope}/renew", "post"),
             ("/v1/claims/{scope}/finalize", "post"),
             ("/v1/claims/{scope}/release", "post"),
+            ("/v1/claims/{scope}/reconciled", "post"),
             ("/v1/batch/claims", "post"),
             ("/v1/batch/finalizes", "post"),
             ("/v1/epoch", "get"),

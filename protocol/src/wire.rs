@@ -470,7 +470,7 @@ pub struct ResolveRequest {
 /// document) `7.0` and `7e0` are integers just like `7`. Integer fields of
 /// requests therefore accept any number without a fractional part that fits
 /// the field; `7.5`, negative numbers and strings are still refused.
-mod integral {
+pub(crate) mod integral {
     use serde::de::{self, Deserializer, Visitor};
 
     struct Integral;
@@ -502,6 +502,13 @@ mod integral {
 
     pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         d.deserialize_any(Integral)
+    }
+
+    pub fn i64<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let v = d.deserialize_any(Integral)?;
+        i64::try_from(v).map_err(|_| {
+            de::Error::invalid_value(de::Unexpected::Unsigned(v), &"an integer up to 2^63 - 1")
+        })
     }
 
     pub fn u16<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {

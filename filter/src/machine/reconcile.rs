@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use keyflight_protocol::Digest;
 use keyflight_protocol::problem::ProblemCode;
-use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
+use keyflight_protocol::wire::reconcile::ReconciledRequest;
 
 use super::{Action, LogLevel, Machine, Ready, State};
 use crate::config::Policy;
@@ -53,14 +53,22 @@ impl Machine {
                 return self.still_unknown(out, &policy, (ready.scope, fence), &why);
             }
         };
-        let (outcome, response) = match &settled {
-            Settled::Committed(response) => (Reconciled::Committed, Some(response.clone())),
-            Settled::Absent => (Reconciled::Absent, None),
+        let fingerprint = ready.fingerprint;
+        let (request, said) = match &settled {
+            Settled::Committed(response) => (
+                ReconciledRequest::Committed {
+                    fingerprint,
+                    fence,
+                    response: response.clone(),
+                },
+                "committed",
+            ),
+            Settled::Absent => (ReconciledRequest::Absent { fingerprint, fence }, "absent"),
         };
         out.push(Action::Log {
             level: LogLevel::Info,
             message: format!(
-                "policy {}: scope {}: the service answered {outcome:?} for fence {fence}",
+                "policy {}: scope {}: the service answered {said} for fence {fence}",
                 ready.policy.name,
                 ready.scope.to_hex()
             ),
@@ -68,12 +76,7 @@ impl Machine {
         out.push(Action::CallStore {
             call: StoreCall::Reconciled {
                 scope: ready.scope,
-                request: ReconciledRequest {
-                    fingerprint: ready.fingerprint,
-                    fence,
-                    outcome,
-                    response,
-                },
+                request,
             },
             timeout: self.config.lease_store.timeout,
         });

@@ -7,7 +7,7 @@
 //! answer must pass the recorded-header rule and fit a record, as a finalize's does.
 
 use axum::extract::State;
-use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
+use keyflight_protocol::wire::reconcile::ReconciledRequest;
 
 use super::{ApiJson, AppState, RecordScope, fits_a_record, recordable};
 use crate::api::error::ApiError;
@@ -23,7 +23,7 @@ use crate::metrics::Event;
     request_body = ReconciledRequest,
     responses(
         (status = 200, description = "Settled: `completed` with the service's answer, or `failed` with its cooldown over"),
-        (status = 400, description = "`bad_request`: malformed body, a committed report without a response (or an absent one with one), or a header that may not be recorded", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "`bad_request`: malformed body, or a header that may not be recorded", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such record", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`not_unknown`: the record is not `unknown` at this fence with this fingerprint", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`: the response body exceeds --max-record-bytes", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
@@ -35,10 +35,10 @@ pub async fn reconciled(
     record: RecordScope,
     ApiJson(report): ApiJson<ReconciledRequest>,
 ) -> Result<(), ApiError> {
-    if report.fence < 1 {
+    if report.fence() < 1 {
         return Err(ApiError::BadRequest("fence must be positive".to_owned()));
     }
-    if let Some(response) = &report.response {
+    if let ReconciledRequest::Committed { response, .. } = &report {
         recordable(response)?;
         fits_a_record(response, &state.bounds)?;
     }
@@ -47,12 +47,12 @@ pub async fn reconciled(
         .store
         .reconciled(&record.scope, &report, &actor)
         .await?;
-    let (event, action) = match report.outcome {
-        Reconciled::Committed => (Event::ReconciledCommitted, "reconciled_committed"),
-        Reconciled::Absent => (Event::ReconciledAbsent, "reconciled_absent"),
+    let (event, action) = match report {
+        ReconciledRequest::Committed { .. } => (Event::ReconciledCommitted, "reconciled_committed"),
+        ReconciledRequest::Absent { .. } => (Event::ReconciledAbsent, "reconciled_absent"),
     };
     state.metrics.event(event);
     evidence::operator_changed(&record.scope, action, &actor);
-    tracing::info!(scope = %record.scope.to_hex(), fence = report.fence, %actor, action, "unknown record settled with the service's answer");
+    tracing::info!(scope = %record.scope.to_hex(), fence = report.fence(), %actor, action, "unknown record settled with the service's answer");
     Ok(())
 }

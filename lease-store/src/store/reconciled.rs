@@ -8,7 +8,7 @@
 //! about, so a late, repeated or misdirected report changes nothing.
 
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
+use keyflight_protocol::wire::reconcile::ReconciledRequest;
 use tokio_postgres::types::Json;
 
 use super::partitions::Routed;
@@ -70,13 +70,10 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         self.run(async |client| {
-            let key = (
-                scope.0.as_slice(),
-                report.fence,
-                report.fingerprint.0.as_slice(),
-            );
-            let row = match (report.outcome, &report.response) {
-                (Reconciled::Committed, Some(response)) => {
+            let (fence, fingerprint) = (report.fence(), report.fingerprint());
+            let key = (scope.0.as_slice(), fence, fingerprint.0.as_slice());
+            let row = match report {
+                ReconciledRequest::Committed { response, .. } => {
                     let statement = client
                         .prepare_cached(self.sql(&RECONCILED_COMMITTED))
                         .await?;
@@ -97,16 +94,11 @@ impl Store {
                         )
                         .await?
                 }
-                (Reconciled::Absent, None) => {
+                ReconciledRequest::Absent { .. } => {
                     let statement = client.prepare_cached(self.sql(&RECONCILED_ABSENT)).await?;
                     client
                         .query_one(&statement, &[&key.0, &key.1, &key.2, &actor])
                         .await?
-                }
-                _ => {
-                    return Err(StoreError::Invalid(
-                        "a committed report carries the response, an absent one none".into(),
-                    ));
                 }
             };
             let settled: i64 = row.try_get("settled")?;

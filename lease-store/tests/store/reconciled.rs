@@ -5,7 +5,7 @@
 use crate::support::*;
 use keyflight_lease_store::store::{Store, StoreError};
 use keyflight_protocol::Digest;
-use keyflight_protocol::wire::reconcile::{Reconciled, ReconciledRequest};
+use keyflight_protocol::wire::reconcile::ReconciledRequest;
 use keyflight_protocol::wire::{ClaimResponse, ReleaseAs, ReleaseRequest, StoredResponse, WonHow};
 
 const ACTOR: &str = "reconciler:spiffe://cluster.local/ns/payments/sa/checkout";
@@ -24,14 +24,14 @@ async fn unknown_at(store: &Store, scope: &Digest, label: &str) -> i64 {
 }
 
 fn report(label: &str, fence: i64, response: Option<StoredResponse>) -> ReconciledRequest {
-    ReconciledRequest {
-        fingerprint: fingerprint(label),
-        fence,
-        outcome: match response {
-            Some(_) => Reconciled::Committed,
-            None => Reconciled::Absent,
+    let fingerprint = fingerprint(label);
+    match response {
+        Some(response) => ReconciledRequest::Committed {
+            fingerprint,
+            fence,
+            response,
         },
-        response,
+        None => ReconciledRequest::Absent { fingerprint, fence },
     }
 }
 

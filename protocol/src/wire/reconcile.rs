@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::StoredResponse;
+use super::{StoredResponse, integral};
 use crate::Digest;
 
 /// The default path of a service's reconcile endpoint.
@@ -43,34 +43,56 @@ pub enum ServiceAnswer {
     },
 }
 
-/// What the service's ledger said, as the filter reports it to the lease-store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Reconciled {
-    /// The run committed: the record becomes `completed` with the service's answer.
-    Committed,
-    /// Nothing committed and the run is fenced out: the record becomes `failed` with its
-    /// cooldown over, so the next same-fingerprint claim runs under a higher fence.
-    Absent,
-}
-
 /// `POST /v1/claims/{scope}/reconciled`: settles an `unknown` record with what the
-/// service's ledger said. Applied only while the record is `unknown` at `fence` with
-/// `fingerprint`; audited as a decision of the reconciler.
+/// service's ledger said, by the `outcome` it names. Applied only while the record is
+/// `unknown` at `fence` with `fingerprint`; audited as a decision of the reconciler.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct ReconciledRequest {
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReconciledRequest {
+    /// The run committed: the record becomes `completed` with the service's answer.
+    Committed {
+        /// The fingerprint of the request the record holds.
+        fingerprint: Digest,
+        /// The fence of the run whose outcome was uncertain.
+        #[serde(deserialize_with = "integral::i64")]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)
+        )]
+        fence: i64,
+        /// The response retries get.
+        response: StoredResponse,
+    },
+    /// Nothing committed and the run is fenced out: the record becomes `failed` with its
+    /// cooldown over, so the next same-fingerprint claim runs under a higher fence.
+    Absent {
+        /// The fingerprint of the request the record holds.
+        fingerprint: Digest,
+        /// The fence of the run whose outcome was uncertain.
+        #[serde(deserialize_with = "integral::i64")]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)
+        )]
+        fence: i64,
+    },
+}
+
+impl ReconciledRequest {
     /// The fingerprint of the request the record holds.
-    pub fingerprint: Digest,
+    pub fn fingerprint(&self) -> Digest {
+        let (ReconciledRequest::Committed { fingerprint, .. }
+        | ReconciledRequest::Absent { fingerprint, .. }) = self;
+        *fingerprint
+    }
+
     /// The fence of the run whose outcome was uncertain.
-    pub fence: i64,
-    /// What the service said.
-    pub outcome: Reconciled,
-    /// For `committed`: the response retries get. Absent for `absent`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response: Option<StoredResponse>,
+    pub fn fence(&self) -> i64 {
+        let (ReconciledRequest::Committed { fence, .. } | ReconciledRequest::Absent { fence, .. }) =
+            self;
+        *fence
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! the service's answer settles it (`docs/reconcile.md`).
 
 use keyflight_protocol::wire::StoredResponse;
-use keyflight_protocol::wire::reconcile::{Reconciled, ServiceAnswer};
+use keyflight_protocol::wire::reconcile::{ReconciledRequest, ServiceAnswer};
 
 use super::*;
 use crate::metrics::{EventKind, Outcome};
@@ -32,13 +32,20 @@ fn answer_with(s: &mut Harness, answer: &ServiceAnswer) -> Vec<Action> {
     s.answer(Some(200), &serde_json::to_vec(answer).unwrap())
 }
 
-fn reported(out: &[Action]) -> (Reconciled, Option<StoredResponse>, i64) {
+/// The report sent to the store: committed with its response, or absent (`None`), and the fence.
+fn reported(out: &[Action]) -> (Option<StoredResponse>, i64) {
     out.iter()
         .find_map(|a| match a {
             Action::CallStore {
                 call: StoreCall::Reconciled { request, .. },
                 ..
-            } => Some((request.outcome, request.response.clone(), request.fence)),
+            } => Some((
+                match request {
+                    ReconciledRequest::Committed { response, .. } => Some(response.clone()),
+                    ReconciledRequest::Absent { .. } => None,
+                },
+                request.fence(),
+            )),
             _ => None,
         })
         .expect("a report to the lease-store")
@@ -78,7 +85,7 @@ fn committed_records_the_services_answer_and_replays_it() {
             response: first_run.clone(),
         },
     );
-    assert_eq!(reported(&out), (Reconciled::Committed, Some(first_run), 7));
+    assert_eq!(reported(&out), (Some(first_run), 7));
     assert!(
         !out.iter().any(|a| matches!(a, Action::Reply(_))),
         "not before it is durable"
@@ -100,7 +107,7 @@ fn absent_runs_the_request_under_a_new_claim_and_never_asks_twice() {
     let mut s = Harness::new(reconciling());
     let (scope, _) = meet_unknown(&mut s);
     let out = answer_with(&mut s, &ServiceAnswer::Absent { scope, fence: 7 });
-    assert_eq!(reported(&out), (Reconciled::Absent, None, 7));
+    assert_eq!(reported(&out), (None, 7));
     let out = s.ack();
     assert!(
         out.iter().any(|a| matches!(
