@@ -185,6 +185,9 @@ check: prereqs build lint unit envoy wasm
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- $(CORE_SCENARIOS)
 
 test: prereqs lint unit test-net model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance openapi-overlay e2e test-ha chaos-short
+# make test's short run keeps the upstream's payments in a ledger, so its plugin guards keys
+# with all three `uncertain` settings, reconcile included (chaos/README.md#options).
+test: CHAOS_FLAGS = --upstream-effects
 
 # The lease-store under schemathesis (PyPI, pinned, into .tools/venv) against its own
 # /openapi.json, on a throwaway Postgres (scripts/api-conformance.sh; under a minute).

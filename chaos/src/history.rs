@@ -398,6 +398,9 @@ pub struct Execution {
     pub path: String,
     /// The idempotency key it saw.
     pub key: Option<String>,
+    /// The `idempotency-scope` it saw (the operation: what the service's ledger keys on).
+    #[serde(default)]
+    pub scope: Option<String>,
     /// The `idempotency-fence` it saw, when it was a number.
     pub fence: Option<u64>,
     /// `sha256:<hex>` of the body.
@@ -468,6 +471,59 @@ pub struct History {
     /// whether the stores logged the renews that landed.
     #[serde(default)]
     pub renewal: Option<Renewal>,
+    /// The upstream's payments ledger after the run (`--upstream-effects`): the service's
+    /// own evidence of which run of an operation committed, and of its reconcile answers.
+    #[serde(default)]
+    pub ledger: Option<Ledger>,
+}
+
+/// What the upstream's payments database and reconcile endpoint say
+/// (`GET /effects/ledger`, `demo-upstream/src/reconciliations.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Every payment made under an operation.
+    pub payments: Vec<Payment>,
+    /// Every reconcile answer the service gave, in order.
+    pub reconciliations: Vec<Reconciliation>,
+}
+
+impl Ledger {
+    /// Whether the run of `scope` under `fence` made a payment that committed.
+    pub fn paid(&self, scope: &str, fence: u64) -> bool {
+        self.payments
+            .iter()
+            .any(|payment| payment.scope == scope && payment.fence == fence)
+    }
+
+    /// The first `absent` answer about `scope` at fence `fence` or higher: the service's
+    /// word that no run at `fence` or below ever commits.
+    pub fn fenced_out(&self, scope: &str, fence: u64) -> Option<&Reconciliation> {
+        self.reconciliations
+            .iter()
+            .find(|answer| answer.scope == scope && answer.absent && answer.asked_fence >= fence)
+    }
+}
+
+/// One payment row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payment {
+    /// The operation.
+    pub scope: String,
+    /// The fence of the run that made it.
+    pub fence: u64,
+}
+
+/// One answer the service gave keyflight's reconcile question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconciliation {
+    /// When its transaction had committed, on the run's clock.
+    pub at_ms: Ms,
+    /// The operation asked about.
+    pub scope: String,
+    /// The fence asked about.
+    pub asked_fence: u64,
+    /// `absent` (the fence and every lower one fenced out); `committed` otherwise.
+    pub absent: bool,
 }
 
 /// How a winner's proxy keeps its lease (`docs/record-outbox.md#renewal`).
@@ -492,8 +548,12 @@ pub struct PolicyFacts {
     /// The upstream statuses released unrecorded (`forget_statuses`).
     pub forget_statuses: Vec<u16>,
     /// Paths under this prefix are guarded by an `uncertain: retry` policy; every other
-    /// path by `uncertain: hold`.
+    /// path by `uncertain: hold`, but those under `reconcile_prefix`.
     pub uncertain_retry_prefix: Option<String>,
+    /// Paths under this prefix are guarded by an `uncertain: reconcile` policy (runs whose
+    /// upstream keeps a ledger: `--upstream-effects`).
+    #[serde(default)]
+    pub reconcile_prefix: Option<String>,
     /// `edge_cache.max_staleness_ms`: how long after an operator change an edge may still
     /// serve the record as it was (`docs/stream-machine.md#the-edge-cache`).
     #[serde(default = "default_max_staleness_ms")]
@@ -522,6 +582,7 @@ impl Default for PolicyFacts {
             failure_cooldown_ms: 2000,
             forget_statuses: default_forget_statuses(),
             uncertain_retry_prefix: None,
+            reconcile_prefix: None,
             edge_max_staleness_ms: default_max_staleness_ms(),
             record_retry_budget_ms: default_record_retry_budget_ms(),
         }
@@ -536,14 +597,33 @@ impl PolicyFacts {
             .is_some_and(|prefix| path.starts_with(prefix))
     }
 
-    /// Whether the run's plan guards `path` with `uncertain: hold`, whose lapsed leases are
-    /// held `unknown`, never taken over: every path not under the retry prefix. A history
-    /// that names no retry prefix predates both that policy and holding lapses (its hold
-    /// policies' lapsed leases were taken over), and says nothing here.
+    /// Whether the run's plan guards `path` with `uncertain: hold` or `reconcile`, whose
+    /// lapsed leases are held `unknown`, never taken over: every path not under the retry
+    /// prefix. A history that names no retry prefix predates both that policy and holding
+    /// lapses (its hold policies' lapsed leases were taken over), and says nothing here.
     pub fn held_at_most_once(&self, path: &str) -> bool {
         self.uncertain_retry_prefix
             .as_deref()
             .is_some_and(|prefix| !path.starts_with(prefix))
+    }
+
+    /// Whether the run's plan guards `path` with `uncertain: reconcile`: an `unknown` record
+    /// runs again only once the service answered that its run is fenced out.
+    pub fn reconciled(&self, path: &str) -> bool {
+        self.reconcile_prefix
+            .as_deref()
+            .is_some_and(|prefix| path.starts_with(prefix))
+    }
+
+    /// The policy guarding `path`, as the plugin names its `uncertain` setting.
+    pub fn uncertain(&self, path: &str) -> &'static str {
+        if self.uncertain_retry(path) {
+            "retry"
+        } else if self.reconciled(path) {
+            "reconcile"
+        } else {
+            "hold"
+        }
     }
 }
 

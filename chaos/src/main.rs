@@ -145,8 +145,10 @@ struct Cli {
     /// No caller gives up mid-request (with `--faults none`: the happy path alone).
     #[arg(long)]
     no_give_up: bool,
-    /// The upstream keeps its payments with `keyflight-effects` (`docs/effects.md`): the run
-    /// also counts the operations that paid more than once, and fails on any.
+    /// The upstream keeps its payments with `keyflight-effects` (`docs/effects.md`) and
+    /// answers keyflight's reconcile question: the plugin gains an `uncertain: reconcile`
+    /// policy for some keys, the judge reads the ledger, and the run also counts the
+    /// operations that paid more than once, and fails on any.
     #[arg(long)]
     upstream_effects: bool,
     /// Both policies record after the reply (`record: after_reply`,
@@ -189,7 +191,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     };
     let duration_ms = u64::try_from(duration.as_millis()).map_err(|_| "--duration is too long")?;
     let seed = cli.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
-    let plugin = plugin(cli.record_after_reply)?;
+    let plugin = plugin(cli.record_after_reply, cli.upstream_effects)?;
     let fault_kinds = match &cli.faults {
         Some(kinds) => kinds.clone(),
         None if cli.ha => default_kinds(&FaultKind::REPLICATED_POSTGRES),
@@ -235,6 +237,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         fault_kinds: fault_kinds.0.clone(),
         give_up: !cli.no_give_up,
         partitions: usize::from(cli.partitions),
+        reconcile: cli.upstream_effects,
     };
     let plan = plan::draw(seed, &settings);
     if fault_kinds.0.contains(&FaultKind::RollingUpgrade) {
@@ -292,9 +295,12 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let verifications = verify::replays(&client, &endpoints, &plan.keys, &attempts).await;
     let verification_executions =
         verify::executions(&client, &endpoints, last, run_start_unix_ms).await?;
-    let effects = match cli.upstream_effects {
-        true => Some(verify::effects(&client, &endpoints).await?),
-        false => None,
+    let (effects, ledger) = match cli.upstream_effects {
+        true => (
+            Some(verify::effects(&client, &endpoints).await?),
+            Some(verify::ledger(&client, &endpoints, run_start_unix_ms).await?),
+        ),
+        false => (None, None),
     };
     let (store_logs, envoy_logs) = stack::logs(&stack);
     drop(stack);
@@ -317,12 +323,15 @@ async fn run(cli: Cli) -> Result<bool, String> {
             call_timeout_ms: settings.call_timeout_ms,
             logged: true,
         }),
+        ledger,
     };
     let report = checker::check(&history);
     report::write(&dir, &report, &history, &plan)?;
     point_latest(&out, &dir);
     println!();
     print!("{}", report::table(&report));
+    println!();
+    print!("{}", report::policies(&report, &history));
     println!();
     let replay = replay_command(&cli, seed, duration);
     print!(
@@ -391,6 +400,8 @@ fn recheck(dir: &Path) -> Result<bool, String> {
         serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
     let report = checker::check(&stored.history);
     print!("{}", report::table(&report));
+    println!();
+    print!("{}", report::policies(&report, &stored.history));
     print!("{}", report::verdict(&report));
     Ok(!report.failed())
 }
@@ -455,9 +466,11 @@ fn default_kinds(allowed: &[FaultKind]) -> FaultKinds {
 /// The shipped plugin configuration with the chaos policies: the demo's `payments` policy
 /// with `lease_ms: 3000` and `uncertain: hold` (see the module doc), preceded by a copy
 /// named `payments-retry` for paths under [`plan::RETRY_PREFIX`] with `uncertain: retry`
-/// (first match wins), so the judge meets both settings' rows. With `after_reply` both
-/// record after the reply.
-fn plugin(after_reply: bool) -> Result<Value, String> {
+/// and, with `reconcile`, one named `payments-reconcile` for paths under
+/// [`plan::RECONCILE_PREFIX`] with `uncertain: reconcile`, asking the demo upstream with the
+/// stack's reconcile token (first match wins), so the judge meets every setting's rows.
+/// With `after_reply` all record after the reply.
+fn plugin(after_reply: bool, reconcile: bool) -> Result<Value, String> {
     let mut plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
         .map_err(|e| e.to_string())?;
     let policies = plugin["policies"]
@@ -473,20 +486,37 @@ fn plugin(after_reply: bool) -> Result<Value, String> {
     if after_reply {
         hold.insert("record".into(), json!("after_reply"));
     }
-    let mut retry = hold.clone();
-    retry.insert("name".into(), json!("payments-retry"));
-    retry.insert("uncertain".into(), json!("retry"));
-    retry.insert(
-        "match".into(),
-        json!({"methods": ["POST"], "path_prefix": plan::RETRY_PREFIX}),
+    let variant = |name: &str, uncertain: &str, prefix: &str| {
+        let mut policy = hold.clone();
+        policy.insert("name".into(), json!(name));
+        policy.insert("uncertain".into(), json!(uncertain));
+        policy.insert(
+            "match".into(),
+            json!({"methods": ["POST"], "path_prefix": prefix}),
+        );
+        policy
+    };
+    let retry = variant("payments-retry", "retry", plan::RETRY_PREFIX);
+    let mut reconciled = variant("payments-reconcile", "reconcile", plan::RECONCILE_PREFIX);
+    reconciled.insert(
+        "reconcile".into(),
+        json!({"cluster": "demo_upstream", "token_env": "KEYFLIGHT_RECONCILE_TOKEN"}),
     );
+    if reconcile {
+        policies.insert(0, Value::Object(reconciled));
+    }
     policies.insert(0, Value::Object(retry));
     Ok(plugin)
 }
 
 /// What the judge needs to know of `plugin`'s policies (see [`plugin`]).
 fn policy_facts(plugin: &Value) -> PolicyFacts {
-    let hold = &plugin["policies"][1];
+    let named = |name: &str| {
+        plugin["policies"]
+            .as_array()
+            .and_then(|policies| policies.iter().find(|policy| policy["name"] == name))
+    };
+    let hold = named("payments").unwrap_or(&Value::Null);
     PolicyFacts {
         failure_cooldown_ms: hold["failure_cooldown_ms"]
             .as_u64()
@@ -501,6 +531,7 @@ fn policy_facts(plugin: &Value) -> PolicyFacts {
             },
         ),
         uncertain_retry_prefix: Some(plan::RETRY_PREFIX.to_owned()),
+        reconcile_prefix: named("payments-reconcile").map(|_| plan::RECONCILE_PREFIX.to_owned()),
         edge_max_staleness_ms: plugin["edge_cache"]["max_staleness_ms"]
             .as_u64()
             .unwrap_or_else(history::default_max_staleness_ms),

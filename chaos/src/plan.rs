@@ -45,9 +45,25 @@ const ANSWERS: [(UpstreamAnswer, u32); 7] = [
     (UpstreamAnswer::PastTheLease, 5),
 ];
 
-/// The path prefix of the chaos plugin's second policy, `uncertain: retry` (the first,
-/// `/payments`, holds): a key's path says which one guards it.
+/// The path prefix of the chaos plugin's `uncertain: retry` policy (`/payments` holds):
+/// a key's path says which policy guards it.
 pub const RETRY_PREFIX: &str = "/payments/retry";
+
+/// The path prefix of the chaos plugin's `uncertain: reconcile` policy, in runs whose
+/// upstream keeps a ledger to answer the question (`--upstream-effects`).
+pub const RECONCILE_PREFIX: &str = "/payments/reconcile";
+
+/// Which `uncertain` setting guards a key (`filter/README.md#policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Uncertain {
+    /// The default: an uncertain outcome is held `unknown`.
+    Hold,
+    /// An uncertain outcome cools down, then runs again.
+    Retry,
+    /// The service is asked what happened.
+    Reconcile,
+}
 
 /// What the upstream does with a key's requests, asked for in the request's query
 /// (`demo-upstream/src/app.rs`), so the path (and scope) says it and the upstream's
@@ -152,6 +168,8 @@ pub struct Settings {
     pub give_up: bool,
     /// Postgres partitions (0: one database): a postgres-crash kills one of them.
     pub partitions: usize,
+    /// The plugin has an `uncertain: reconcile` policy ([`RECONCILE_PREFIX`]).
+    pub reconcile: bool,
 }
 
 /// One caller: a sequence of attempts with one key, body and path.
@@ -185,8 +203,8 @@ pub struct KeyPlan {
     pub amount: u64,
     /// What the upstream answers.
     pub answer: UpstreamAnswer,
-    /// Guarded by the `uncertain: retry` policy ([`RETRY_PREFIX`]) instead of `hold`.
-    pub uncertain_retry: bool,
+    /// The policy that guards it.
+    pub uncertain: Uncertain,
     /// Its callers.
     pub callers: Vec<CallerPlan>,
 }
@@ -205,9 +223,10 @@ impl KeyPlan {
         if self.answer == UpstreamAnswer::Reset {
             query.push(format!("abort={}", self.key));
         }
-        let prefix = match self.uncertain_retry {
-            true => RETRY_PREFIX,
-            false => "/payments",
+        let prefix = match self.uncertain {
+            Uncertain::Retry => RETRY_PREFIX,
+            Uncertain::Reconcile => RECONCILE_PREFIX,
+            Uncertain::Hold => "/payments",
         };
         match query.is_empty() {
             true => prefix.to_owned(),
@@ -303,7 +322,12 @@ fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
         let index = keys.len();
         let key = format!("chaos-{index:05}");
         let answer = weighted(rng, &ANSWERS);
-        let uncertain_retry = rng.random_bool(0.3);
+        // Drawn apart, so a run without a reconcile policy keeps its seeds' plans.
+        let uncertain = match rng.random_bool(0.3) {
+            true => Uncertain::Retry,
+            false if settings.reconcile && rng.random_bool(0.5) => Uncertain::Reconcile,
+            false => Uncertain::Hold,
+        };
         let delay_ms = match answer {
             UpstreamAnswer::PastTheLease => settings.lease_ms + rng.random_range(500..1500),
             _ => weighted(rng, &DELAYS_MS),
@@ -359,7 +383,7 @@ fn draw_keys(rng: &mut StdRng, settings: &Settings) -> Vec<KeyPlan> {
             delay_ms,
             amount: 100 * (index as u64 + 1),
             answer,
-            uncertain_retry,
+            uncertain,
             callers,
         });
         start_ms += rng.random_range(100..300);
@@ -608,6 +632,7 @@ mod tests {
             fault_kinds: FaultKind::ALL.to_vec(),
             give_up: true,
             partitions: 0,
+            reconcile: false,
         }
     }
 
@@ -760,18 +785,29 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_asks_the_upstream_for_every_answer_under_both_policies() {
-        let plan = draw(1, &settings());
+    fn a_plan_asks_the_upstream_for_every_answer_under_every_policy() {
+        let with = Settings {
+            reconcile: true,
+            ..settings()
+        };
+        let plan = draw(1, &with);
         for (answer, _) in ANSWERS {
-            for retry in [false, true] {
+            for uncertain in [Uncertain::Hold, Uncertain::Retry, Uncertain::Reconcile] {
                 assert!(
                     plan.keys
                         .iter()
-                        .any(|k| k.answer == answer && k.uncertain_retry == retry),
-                    "{answer:?} retry={retry}"
+                        .any(|k| k.answer == answer && k.uncertain == uncertain),
+                    "{answer:?} {uncertain:?}"
                 );
             }
         }
+        assert!(
+            draw(1, &settings())
+                .keys
+                .iter()
+                .all(|k| k.uncertain != Uncertain::Reconcile),
+            "a run without the reconcile policy draws no key under it"
+        );
         for key in &plan.keys {
             if key.answer == UpstreamAnswer::PastTheLease {
                 assert!(key.delay_ms > settings().lease_ms, "{key:?}");
@@ -784,17 +820,19 @@ mod tests {
         let mut key = draw(1, &settings()).keys[0].clone();
         key.key = "k".to_owned();
         key.delay_ms = 200;
-        key.uncertain_retry = false;
+        key.uncertain = Uncertain::Hold;
         key.answer = UpstreamAnswer::Created;
         assert_eq!(key.path(), "/payments?delay_ms=200");
         key.answer = UpstreamAnswer::Unavailable;
         assert_eq!(key.path(), "/payments?delay_ms=200&status=503");
         key.delay_ms = 0;
-        key.uncertain_retry = true;
+        key.uncertain = Uncertain::Retry;
         key.answer = UpstreamAnswer::Reset;
         assert_eq!(key.path(), "/payments/retry?abort=k");
         key.answer = UpstreamAnswer::Created;
         assert_eq!(key.path(), "/payments/retry");
+        key.uncertain = Uncertain::Reconcile;
+        assert_eq!(key.path(), "/payments/reconcile");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::checker::{Counts, KeyVerdict, Report, RerunVerdict};
+use crate::checker::{CooldownCause, Counts, KeyVerdict, Report, RerunVerdict, Row};
 use crate::history::{FaultKind, History};
 use crate::plan::Plan;
 
@@ -33,7 +33,9 @@ pub fn table(report: &Report) -> String {
         ),
         row(report, "divergent answers", |c| c.divergent),
         row(report, "lost records", |c| c.lost_records),
-        row(report, "certain doubles (hold)", |c| c.certain_doubles),
+        row(report, "certain doubles (hold, reconcile)", |c| {
+            c.certain_doubles
+        }),
         row(report, "ran again after unknown", |c| c.ran_after_unknown),
         row(report, "unverified", |c| c.unverified),
     ];
@@ -208,8 +210,8 @@ fn describe(key: &KeyVerdict) -> String {
     }
     if !key.certain_doubles.is_empty() {
         parts.push(format!(
-            "execution(s) {:?} ran again though the upstream's log shows the run before \
-             committed, under `uncertain: hold`",
+            "execution(s) {:?} ran again though the upstream shows the run before \
+             committed, under `uncertain: hold` or `reconcile`",
             key.certain_doubles
         ));
     }
@@ -223,6 +225,76 @@ fn describe(key: &KeyVerdict) -> String {
         parts.push("the replay check could not reach the store".to_owned());
     }
     format!("{}: {}", key.key, parts.join("; "))
+}
+
+/// The per-policy table (`docs/guarantee.md#at-most-once-and-at-least-once-policies`):
+/// one column per `uncertain` setting the plan guards keys with, one row per way a key
+/// ended — so each setting's excuses are read beside each other.
+pub fn policies(report: &Report, history: &History) -> String {
+    const SETTINGS: [&str; 3] = ["hold", "reconcile", "retry"];
+    let mut figures: Vec<(&str, [u64; 3])> = [
+        "keys",
+        "re-run after an uncertain outcome",
+        "re-run after the service answered absent",
+        "re-run after an upstream failure status",
+        "re-run after an operator's change",
+        "re-run, UNEXCUSED",
+        "certain doubles",
+        "left unknown",
+    ]
+    .into_iter()
+    .map(|label| (label, [0; 3]))
+    .collect();
+    for key in &report.keys {
+        let Some(path) = history
+            .executions
+            .iter()
+            .find(|execution| execution.key.as_deref() == Some(key.key.as_str()))
+            .map(|execution| execution.path.as_str())
+        else {
+            continue;
+        };
+        let setting = history.policy.uncertain(path);
+        let Some(column) = SETTINGS.iter().position(|s| *s == setting) else {
+            continue;
+        };
+        let mut count = |row: usize, yes: bool| figures[row].1[column] += u64::from(yes);
+        count(0, true);
+        for rerun in &key.reruns {
+            let row = match &rerun.verdict {
+                RerunVerdict::Unexcused { .. } => 5,
+                RerunVerdict::Excused { row, .. } => match row {
+                    Row::ReconciledAbsent { .. } => 2,
+                    Row::Forgotten { .. }
+                    | Row::ForgottenByThePreviousRelease { .. }
+                    | Row::Cooldown {
+                        cause: CooldownCause::RetryableStatus(_),
+                    } => 3,
+                    Row::OperatorErased { .. } | Row::OperatorResolvedFailed { .. } => 4,
+                    _ => 1,
+                },
+            };
+            count(row, true);
+        }
+        count(6, !key.certain_doubles.is_empty());
+        count(
+            7,
+            history.verifications.iter().any(|check| {
+                check.key == key.key && check.outcome.problem_code() == Some("operation_unknown")
+            }),
+        );
+    }
+    let mut out = format!(
+        "| per policy ({}) | {} |\n|---|{}\n",
+        "re-runs; keys for the last two rows",
+        SETTINGS.join(" | "),
+        "---:|".repeat(SETTINGS.len())
+    );
+    for (label, values) in figures {
+        let values: Vec<String> = values.iter().map(u64::to_string).collect();
+        let _ = writeln!(out, "| {label} | {} |", values.join(" | "));
+    }
+    out
 }
 
 /// What `report.json` holds.

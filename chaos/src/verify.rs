@@ -3,7 +3,9 @@
 //! `unknown` record still answer `operation_unknown` — then, for each key whose conflict
 //! caller got 409, the other body again, to see it still conflict. The checker judges what
 //! each key had to answer (`checker/judgement.rs`). A run with `--upstream-effects` also
-//! reads the upstream's payments (`GET /effects`): an operation paid more than once fails it.
+//! reads the upstream's payments (`GET /effects`): an operation paid more than once fails it;
+//! and its ledger (`GET /effects/ledger`), the service's own evidence the judge reads for
+//! `uncertain: reconcile` (`checker/reconcile.rs`).
 //!
 //! A check that meets an unavailable store (503 `journal_unavailable`, no connection, no
 //! answer in time) is tried again, up to [`TRIES`] times; the checker reads a check that
@@ -15,7 +17,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde::Deserialize;
 
-use crate::history::{Attempt, Execution, Ms, Role, Verification};
+use crate::history::{Attempt, Execution, Ledger, Ms, Payment, Reconciliation, Role, Verification};
 use crate::plan::{KeyPlan, PATIENT_TIMEOUT_MS};
 use crate::stack::Endpoints;
 use crate::workload::{Request, body, send};
@@ -36,6 +38,8 @@ struct LoggedExecution {
     at_unix_ms: u64,
     path: String,
     key: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
     fence: Option<String>,
     body_sha256: String,
     via: Option<String>,
@@ -87,6 +91,50 @@ pub async fn effects(client: &reqwest::Client, endpoints: &Endpoints) -> Result<
         .map_err(|e| format!("GET {url}: {e}"))
 }
 
+/// The upstream's ledger (`GET /effects/ledger`): its payments, and its reconcile answers
+/// with their times on the run's clock.
+pub async fn ledger(
+    client: &reqwest::Client,
+    endpoints: &Endpoints,
+    run_start_unix_ms: u64,
+) -> Result<Ledger, String> {
+    #[derive(Deserialize)]
+    struct Logged {
+        payments: Vec<Payment>,
+        reconciliations: Vec<LoggedReconciliation>,
+    }
+    #[derive(Deserialize)]
+    struct LoggedReconciliation {
+        at_unix_ms: u64,
+        scope: String,
+        asked_fence: u64,
+        outcome: String,
+    }
+    let url = format!("http://{}/effects/ledger", endpoints.upstream);
+    let logged: Logged = client
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("GET {url}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    Ok(Ledger {
+        payments: logged.payments,
+        reconciliations: logged
+            .reconciliations
+            .into_iter()
+            .map(|answer| Reconciliation {
+                at_ms: on_the_run_clock(answer.at_unix_ms, run_start_unix_ms),
+                scope: answer.scope,
+                asked_fence: answer.asked_fence,
+                absent: answer.outcome == "absent",
+            })
+            .collect(),
+    })
+}
+
 /// The upstream's executions numbered above `after`, their times on the run's clock
 /// (`run_start_unix_ms` is the wall-clock time the run's clock started).
 pub async fn executions(
@@ -115,15 +163,18 @@ pub async fn executions(
         .collect()
 }
 
+/// `unix` milliseconds on the run's clock, which started at `run_start_unix_ms`.
+fn on_the_run_clock(unix: u64, run_start_unix_ms: u64) -> Ms {
+    Ms::try_from(i128::from(unix) - i128::from(run_start_unix_ms)).unwrap_or(Ms::MAX)
+}
+
 fn convert(logged: LoggedExecution, run_start_unix_ms: u64) -> Execution {
-    let to_ms = |unix: u64| {
-        Ms::try_from(i128::from(unix) - i128::from(run_start_unix_ms)).unwrap_or(Ms::MAX)
-    };
     Execution {
         execution: logged.execution,
-        at_ms: to_ms(logged.at_unix_ms),
+        at_ms: on_the_run_clock(logged.at_unix_ms, run_start_unix_ms),
         path: logged.path,
         key: logged.key,
+        scope: logged.scope,
         fence: logged.fence.and_then(|fence| fence.trim().parse().ok()),
         body_sha256: logged.body_sha256,
         via: logged.via.as_deref().and_then(parse_via),

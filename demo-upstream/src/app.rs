@@ -6,6 +6,7 @@
 //! | `POST /payments`, `POST /payments/…` | counts and logs an execution, then answers 201 with a fresh payment |
 //! | `GET /stats` | `{"executions": N, "by_path": {...}}` |
 //! | `GET /effects` | `{"payments": N, "operations_paid_more_than_once": M}`: the payment rows committed, and the scopes with more than one (404 without `--effects-database-url`) |
+//! | `GET /effects/ledger` | `{"payments": [{"scope", "fence"}], "reconciliations": [...]}`: each payment made under an operation, and each reconcile answer given (`reconciliations.rs`; 404 without `--effects-database-url`) |
 //! | `POST /.well-known/keyflight/reconcile` | keyflight's reconcile question, answered from the payments ledger (only with `--effects-database-url`; `effects.rs`) |
 //! | `GET /executions` | the execution log as JSON lines (`application/x-ndjson`), oldest first; `?after=N` only those after execution `N` (see `executions.rs`) |
 //! | `POST /stats/reset` | zeroes the counters and empties the execution log |
@@ -51,6 +52,7 @@ use crate::connection::Connection;
 use crate::effects::{Ledger, LedgerError, Paid};
 use crate::executions::{Execution, ExecutionLog};
 use crate::gates::Gates;
+use crate::reconciliations::ReconcileLog;
 use crate::stats::Stats;
 
 /// Request bodies up to this size are accepted (well above any filter cap used in tests).
@@ -69,6 +71,8 @@ pub struct AppState {
     pub aborted: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// The payments database, when payments are kept there (`--effects-database-url`).
     pub ledger: Option<Ledger>,
+    /// Every answer to keyflight's reconcile question, in order.
+    pub reconciliations: std::sync::Arc<ReconcileLog>,
 }
 
 /// Builds the router.
@@ -80,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/stats/reset", post(reset_stats).fallback(not_found))
         .route("/executions", get(executions).fallback(not_found))
         .route("/effects", get(effects).fallback(not_found))
+        .route("/effects/ledger", get(effects_ledger).fallback(not_found))
         .route("/gates/{name}", get(gate_status).fallback(not_found))
         .route("/gates/{name}/open", post(open_gate).fallback(not_found))
         .fallback(not_found)
@@ -334,6 +339,25 @@ struct ExecutionsParams {
     after: Option<u64>,
 }
 
+/// The service's own evidence of what each operation did: every payment made under an
+/// operation (scope and fence), and every reconcile answer given (`reconciliations.rs`).
+async fn effects_ledger(State(state): State<AppState>) -> Response {
+    let Some(ledger) = &state.ledger else {
+        return error(StatusCode::NOT_FOUND, "payments are not kept in a database");
+    };
+    match ledger.payment_rows().await {
+        Ok(rows) => Json(json!({
+            "payments": rows
+                .iter()
+                .map(|(scope, fence)| json!({"scope": scope, "fence": fence}))
+                .collect::<Vec<_>>(),
+            "reconciliations": state.reconciliations.entries(),
+        }))
+        .into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
 async fn executions(
     State(state): State<AppState>,
     Query(params): Query<ExecutionsParams>,
@@ -348,6 +372,7 @@ async fn executions(
 async fn reset_stats(State(state): State<AppState>) -> Response {
     state.stats.reset();
     state.executions.clear();
+    state.reconciliations.clear();
     Json(state.stats.snapshot()).into_response()
 }
 

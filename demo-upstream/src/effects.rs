@@ -16,6 +16,7 @@
 //! question answers 503 and pays nothing.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use keyflight_effects::reconcile::Endpoint;
@@ -23,6 +24,8 @@ use keyflight_effects::{Begun, Committed, Operation, Reconciled};
 use serde_json::{Value, json};
 use tokio_postgres::NoTls;
 use uuid::Uuid;
+
+use crate::reconciliations::{Outcome, ReconcileLog, Reconciliation};
 
 /// The service's own table: one row per payment made.
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS demo_payments (
@@ -34,6 +37,10 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS demo_payments (
 
 const INSERT_PAYMENT: &str =
     "INSERT INTO demo_payments (payment_id, scope, fence) VALUES ($1, $2, $3)";
+
+/// Every payment made under an operation keyflight forwarded, oldest first.
+const PAYMENT_ROWS: &str = "SELECT scope, fence FROM demo_payments
+    WHERE scope IS NOT NULL AND fence IS NOT NULL ORDER BY created_at, payment_id";
 
 const COUNT_PAYMENTS: &str = "SELECT
     (SELECT count(*) FROM demo_payments),
@@ -151,20 +158,34 @@ impl Ledger {
     }
 
     /// keyflight's reconcile question, answered from this ledger on a connection of the pool
-    /// (requiring `token` as a bearer token when given).
-    pub fn reconcile_endpoint(&self, token: Option<String>) -> Endpoint {
+    /// (requiring `token` as a bearer token when given); each answer is logged in `log`.
+    pub fn reconcile_endpoint(&self, token: Option<String>, log: Arc<ReconcileLog>) -> Endpoint {
         let pool = self.pool.clone();
         let endpoint = Endpoint::new(move |operation: Operation| {
-            let pool = pool.clone();
+            let (pool, log) = (pool.clone(), log.clone());
             async move {
                 let answer = reconcile(&pool, &operation).await;
                 match &answer {
-                    Ok(reconciled) => tracing::info!(
-                        scope = operation.scope(),
-                        fence = operation.fence(),
-                        committed = matches!(reconciled, Reconciled::Committed { .. }),
-                        "reconcile answered"
-                    ),
+                    Ok(reconciled) => {
+                        tracing::info!(
+                            scope = operation.scope(),
+                            fence = operation.fence(),
+                            committed = matches!(reconciled, Reconciled::Committed { .. }),
+                            "reconcile answered"
+                        );
+                        let (outcome, fence) = match reconciled {
+                            Reconciled::Committed { fence, .. } => {
+                                (Outcome::Committed, Some(*fence))
+                            }
+                            Reconciled::Absent => (Outcome::Absent, None),
+                        };
+                        log.push(Reconciliation::now(
+                            operation.scope(),
+                            operation.fence(),
+                            outcome,
+                            fence,
+                        ));
+                    }
                     // The endpoint answers 503 without these words.
                     Err(e) => tracing::warn!(error = %e, "reconcile failed"),
                 }
@@ -175,6 +196,17 @@ impl Ledger {
             Some(token) => endpoint.token(token),
             None => endpoint,
         }
+    }
+
+    /// Each payment made under an operation: its scope and the fence of the run that made it.
+    pub async fn payment_rows(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        let client = self.pool.get().await?;
+        client
+            .query(PAYMENT_ROWS, &[])
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect()
     }
 
     /// How many payments committed, and how many operations (scopes) paid more than once:

@@ -10,7 +10,8 @@
 //! its idempotency key and fence (`GET /executions`), for fault-injection runs that must
 //! say which operation ran twice. With `--effects-database-url` each payment is also a row
 //! in Postgres, committed with the operation's `keyflight-effects` record (`effects.rs`), and
-//! the service answers keyflight's reconcile question from that ledger.
+//! the service answers keyflight's reconcile question from that ledger, logging each answer
+//! (`GET /effects/ledger`).
 //! See `app.rs` for the routes.
 
 mod app;
@@ -18,6 +19,7 @@ mod connection;
 mod effects;
 mod executions;
 mod gates;
+mod reconciliations;
 mod stats;
 
 use std::net::SocketAddr;
@@ -79,7 +81,7 @@ async fn main() -> std::io::Result<()> {
     let mut app = app::router(state.clone());
     if let Some(ledger) = &state.ledger {
         app = app.merge(keyflight_effects::reconcile::route(
-            ledger.reconcile_endpoint(token),
+            ledger.reconcile_endpoint(token, state.reconciliations.clone()),
         ));
     }
     let app = app.into_make_service_with_connect_info::<connection::Connection>();

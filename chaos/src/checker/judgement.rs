@@ -21,6 +21,7 @@ use super::lifecycle::{
 };
 use super::operator;
 use super::partition::{Earlier, proxy_partitioned};
+use super::reconcile::reconciled_absent;
 use super::report::key_faults;
 use super::takeover::{
     at_most_once_takeover, gave_up_after_its_budget, lease_ran_out, replayed_before,
@@ -99,6 +100,15 @@ pub enum Row {
     OperatorResolvedFailed {
         /// The resolve (fault id).
         fault: usize,
+    },
+    /// Under `uncertain: reconcile` the service answered `absent` about the earlier fence
+    /// (or a higher one) before the re-run started, fencing it out; the re-run's chain
+    /// starts with the takeover of the record that answer freed (`reconcile.rs`).
+    ReconciledAbsent {
+        /// The fence the service was asked about.
+        asked_fence: u64,
+        /// When it answered, by the upstream's log.
+        answered_ms: Ms,
     },
 }
 
@@ -191,6 +201,10 @@ pub enum Expected {
     },
     /// 409 `operation_unknown`: a caller saw the record `unknown`.
     Unknown,
+    /// An answer of the upstream's (not a problem of keyflight's): a caller saw the record
+    /// `unknown` under `uncertain: reconcile`, and once everything healed the service's
+    /// answer settles it — the first run's answer replayed, or a run under a higher fence.
+    Reconciled,
     /// 409 `idempotency_conflict` for the other body.
     Conflict,
 }
@@ -408,7 +422,16 @@ pub fn judge_key(
         .collect();
     expected.extend(recorded_non_2xx(&last_segment));
     if across.unknown_since.is_some() {
-        expected.push((false, Expected::Unknown));
+        let reconciled = executions
+            .first()
+            .is_some_and(|execution| history.policy.reconciled(&execution.path));
+        expected.push((
+            false,
+            match reconciled {
+                true => Expected::Reconciled,
+                false => Expected::Unknown,
+            },
+        ));
     }
     let conflicted = attempts.iter().any(|attempt| {
         attempt.role == Role::Conflict
@@ -418,9 +441,23 @@ pub fn judge_key(
         expected.push((true, Expected::Conflict));
     }
     // An `unknown` record runs again only after an operator erased it or resolved it as
-    // failed.
+    // failed, or (under `reconcile`) the service answered that its run is fenced out.
+    let reconciled: BTreeSet<u64> = reruns
+        .iter()
+        .filter(|rerun| {
+            matches!(
+                rerun.verdict,
+                RerunVerdict::Excused {
+                    row: Row::ReconciledAbsent { .. },
+                    ..
+                }
+            )
+        })
+        .map(|rerun| rerun.later)
+        .collect();
     let ran_after_unknown = executions
         .iter()
+        .filter(|execution| !reconciled.contains(&execution.execution))
         .filter(|execution| {
             unknowns.iter().any(|unknown| {
                 unknown.end_ms < execution.at_ms
@@ -521,6 +558,12 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
         (Outcome::Answered { status, body, .. }, Expected::Answer { status: s, body: b }) => {
             status == s && body == b
         }
+        (
+            Outcome::Answered {
+                problem_code: None, ..
+            },
+            Expected::Reconciled,
+        ) => true,
         (Outcome::Answered { status: 409, .. }, Expected::Unknown) => {
             outcome.problem_code() == Some("operation_unknown")
         }
@@ -548,6 +591,10 @@ fn answers(outcome: &Outcome, want: &Expected) -> bool {
 ///    or resolved the `unknown` record as failed after the earlier claim and before any
 ///    later one, and the first claim after the resolve took the failed record over, with the
 ///    chain from there holding ([`operator::resolved_failed`]);
+///    or, under `uncertain: reconcile`, the service's own log shows it answered `absent`
+///    about the earlier fence (or a higher one) before the re-run started, and the first
+///    claim after that answer took the failed record over, with the chain from there
+///    holding ([`reconciled_absent`]);
 /// 5. either the earlier claim was settled by a release that lets a retry run again
 ///    ([`settled_row`]: the upstream's own answer or an uncertain outcome under
 ///    `uncertain: retry` called for it, and the successor won only as that release
@@ -626,11 +673,14 @@ fn excused(
             return Err(another_scope());
         }
     }
-    let operator_row = match erased {
+    let freeing_row = match erased {
         Some(found) => Some(found),
-        None => operator::resolved_failed(first, &between, history)?,
+        None => match operator::resolved_failed(first, &between, history)? {
+            Some(found) => Some(found),
+            None => reconciled_absent((earlier, later), first, &between, history)?,
+        },
     };
-    if let Some((row, successor)) = operator_row {
+    if let Some((row, successor)) = freeing_row {
         return Ok(RerunVerdict::Excused {
             row,
             envoy: earlier.via.unwrap_or_default(),
@@ -765,7 +815,8 @@ fn faults_between(history: &History, from: Ms, to: Ms) -> String {
 /// Under a hold policy a lost proxy's claim is held `unknown`, not re-run: the answer of
 /// `execution`, if its caller had it, is excused from replaying when a store held its
 /// claim's lapse and one row of the guarantee table shows the proxy lost before that
-/// (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+/// (`docs/guarantee.md#at-most-once-and-at-least-once-policies`). Never under `reconcile`,
+/// where the service's `committed` answer settles the held record with it.
 fn answer_lost_to_a_held_lapse(
     execution: &Execution,
     attempts_by_id: &HashMap<&str, &Attempt>,
@@ -775,6 +826,10 @@ fn answer_lost_to_a_held_lapse(
     let Some(fence) = execution.fence else {
         return false;
     };
+    // Under `reconcile` the service settles the held record with that answer: it replays.
+    if history.policy.reconciled(&execution.path) {
+        return false;
+    }
     let (Some(claim), Some(held)) = (evidence.claim(fence), evidence.lapse_held(fence)) else {
         return false;
     };

@@ -32,6 +32,7 @@ pub mod judgement;
 mod lifecycle;
 mod operator;
 mod partition;
+mod reconcile;
 pub mod report;
 mod takeover;
 
@@ -43,7 +44,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use judgement::{KeyVerdict, RerunVerdict};
+pub use judgement::{CooldownCause, KeyVerdict, RerunVerdict, Row};
 pub use report::{Column, Counts, Report};
 
 use crate::history::{Attempt, Execution, History};

@@ -3,8 +3,8 @@
 //! test cannot fake — the run's plan, the stores' lines, what callers were answered —
 //! never from what a component says about itself:
 //!
-//! - the key's policy is the plan's: under `uncertain: hold` no lapsed lease is taken
-//!   over, whatever the claims' `at_most_once` flags say ([`at_most_once_takeover`]);
+//! - the key's policy is the plan's: under `uncertain: hold` or `reconcile` no lapsed
+//!   lease is taken over, whatever the claims' `at_most_once` flags say ([`at_most_once_takeover`]);
 //! - no caller of the key was replayed the record before the takeover: a replay is the
 //!   store's completed record, so the earlier claim's settle had landed
 //!   ([`replayed_before`]);
@@ -47,9 +47,11 @@ pub fn at_most_once_takeover(
         if held {
             let path = earlier.path.split('?').next().unwrap_or_default();
             return Err(format!(
-                "the plan guards `{path}` with `uncertain: hold`, yet fence {} took fence {}'s \
+                "the plan guards `{path}` with `uncertain: {}`, yet fence {} took fence {}'s \
                  lapsed lease over: a lapsed at-most-once lease must become `unknown`",
-                taker.fence, taken.fence
+                history.policy.uncertain(&earlier.path),
+                taker.fence,
+                taken.fence
             ));
         }
         if taken.at_most_once {
