@@ -8,6 +8,8 @@
 //! measures its own events with a monotonic clock from the run's start, and converts the
 //! upstream's wall-clock timestamps with the wall-clock time it noted at that start.
 
+use keyflight_filter::config::Uncertain;
+use keyflight_filter::guarantee::{self, Cause};
 use serde::{Deserialize, Serialize};
 
 use crate::checker::evidence::Evidence;
@@ -590,39 +592,34 @@ impl Default for PolicyFacts {
 }
 
 impl PolicyFacts {
-    /// Whether `path` is guarded by `uncertain: retry`.
-    pub fn uncertain_retry(&self, path: &str) -> bool {
-        self.uncertain_retry_prefix
-            .as_deref()
-            .is_some_and(|prefix| path.starts_with(prefix))
-    }
-
-    /// Whether the run's plan guards `path` with `uncertain: hold` or `reconcile`, whose
-    /// lapsed leases are held `unknown`, never taken over: every path not under the retry
-    /// prefix. A history that names no retry prefix predates both that policy and holding
-    /// lapses (its hold policies' lapsed leases were taken over), and says nothing here.
+    /// Whether the run's plan guards `path` with a setting that never runs an operation
+    /// again when its outcome is unknown (`hold`, `reconcile`: [`guarantee::at_most_once`]),
+    /// whose lapsed leases are held `unknown`, never taken over. A history that names no
+    /// retry prefix predates both the retry policy and holding lapses (its hold policies'
+    /// lapsed leases were taken over), and says nothing here.
     pub fn held_at_most_once(&self, path: &str) -> bool {
-        self.uncertain_retry_prefix
-            .as_deref()
-            .is_some_and(|prefix| !path.starts_with(prefix))
+        self.uncertain_retry_prefix.is_some() && guarantee::at_most_once(self.uncertain(path))
     }
 
-    /// Whether the run's plan guards `path` with `uncertain: reconcile`: an `unknown` record
-    /// runs again only once the service answered that its run is fenced out.
-    pub fn reconciled(&self, path: &str) -> bool {
-        self.reconcile_prefix
-            .as_deref()
-            .is_some_and(|prefix| path.starts_with(prefix))
+    /// Whether `cause` lets a same-body retry of `path`'s operation run again, under the
+    /// setting the plan guards it with (`docs/guarantee.md`'s table, [`guarantee::reruns`]).
+    pub fn reruns(&self, cause: Cause, path: &str) -> bool {
+        guarantee::reruns(cause, self.uncertain(path))
     }
 
-    /// The policy guarding `path`, as the plugin names its `uncertain` setting.
-    pub fn uncertain(&self, path: &str) -> &'static str {
-        if self.uncertain_retry(path) {
-            "retry"
-        } else if self.reconciled(path) {
-            "reconcile"
+    /// The `uncertain` setting the plan guards `path` with.
+    pub fn uncertain(&self, path: &str) -> Uncertain {
+        let under = |prefix: &Option<String>| {
+            prefix
+                .as_deref()
+                .is_some_and(|prefix| path.starts_with(prefix))
+        };
+        if under(&self.uncertain_retry_prefix) {
+            Uncertain::Retry
+        } else if under(&self.reconcile_prefix) {
+            Uncertain::Reconcile
         } else {
-            "hold"
+            Uncertain::Hold
         }
     }
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::checker::setting_name;
 use crate::checker::{CooldownCause, Counts, KeyVerdict, Report, RerunVerdict, Row};
 use crate::history::{FaultKind, History};
 use crate::plan::Plan;
@@ -254,7 +255,7 @@ pub fn policies(report: &Report, history: &History) -> String {
         else {
             continue;
         };
-        let setting = history.policy.uncertain(path);
+        let setting = setting_name(history.policy.uncertain(path));
         let Some(column) = SETTINGS.iter().position(|s| *s == setting) else {
             continue;
         };

@@ -23,6 +23,7 @@ pub mod drive;
 pub mod edge_cache;
 pub mod encoding;
 pub mod epoch;
+pub mod guarantee;
 pub mod identity;
 pub mod jwt_claims;
 pub mod log;

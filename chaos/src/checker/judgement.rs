@@ -13,6 +13,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use keyflight_filter::guarantee::Cause;
+
 use super::doubles::certain_doubles;
 use super::evidence::{ClaimWon, DbStamps, Release, STAMP_ROUNDING_MS, TAKEOVER};
 use super::lifecycle::{
@@ -422,9 +424,11 @@ pub fn judge_key(
         .collect();
     expected.extend(recorded_non_2xx(&last_segment));
     if across.unknown_since.is_some() {
-        let reconciled = executions
-            .first()
-            .is_some_and(|execution| history.policy.reconciled(&execution.path));
+        let reconciled = executions.first().is_some_and(|execution| {
+            history
+                .policy
+                .reruns(Cause::ServiceAnsweredAbsent, &execution.path)
+        });
         expected.push((
             false,
             match reconciled {
@@ -827,7 +831,10 @@ fn answer_lost_to_a_held_lapse(
         return false;
     };
     // Under `reconcile` the service settles the held record with that answer: it replays.
-    if history.policy.reconciled(&execution.path) {
+    if history
+        .policy
+        .reruns(Cause::ServiceAnsweredAbsent, &execution.path)
+    {
         return false;
     }
     let (Some(claim), Some(held)) = (evidence.claim(fence), evidence.lapse_held(fence)) else {
@@ -1003,7 +1010,9 @@ fn settled_row(
     if took_the_pending_lease_over(successor, &release) {
         return Ok(None);
     }
-    let retry = history.policy.uncertain_retry(&earlier.path);
+    let retry = history
+        .policy
+        .reruns(Cause::UncertainOutcome, &earlier.path);
     let no_answer = earlier
         .caller_request_id
         .as_deref()

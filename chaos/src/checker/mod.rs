@@ -46,6 +46,7 @@ use std::collections::{BTreeMap, HashMap};
 
 pub use judgement::{CooldownCause, KeyVerdict, RerunVerdict, Row};
 pub use report::{Column, Counts, Report};
+pub use takeover::setting_name;
 
 use crate::history::{Attempt, Execution, History};
 use judgement::{KeyFacts, judge_key};

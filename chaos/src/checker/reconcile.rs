@@ -11,6 +11,8 @@
 //! committed after all is not this row's to say: the ledger's payments decide it, and a
 //! re-run after a committed run is a certain double whatever excused it (`doubles.rs`).
 
+use keyflight_filter::guarantee::Cause;
+
 use super::evidence::{ClaimWon, STAMP_ROUNDING_MS, TAKEOVER};
 use super::judgement::{Row, chain_holds};
 use crate::history::{Execution, History};
@@ -26,7 +28,10 @@ pub fn reconciled_absent<'a>(
     between: &[&'a ClaimWon],
     history: &History,
 ) -> Result<Option<(Row, &'a ClaimWon)>, String> {
-    if !history.policy.reconciled(&earlier.path) {
+    if !history
+        .policy
+        .reruns(Cause::ServiceAnsweredAbsent, &earlier.path)
+    {
         return Ok(None);
     }
     let (Some(ledger), Some(scope)) = (&history.ledger, earlier.scope.as_deref()) else {

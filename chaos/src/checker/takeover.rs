@@ -16,6 +16,9 @@
 
 use std::collections::HashMap;
 
+use keyflight_filter::config::Uncertain;
+use keyflight_filter::guarantee::Cause;
+
 use super::evidence::{ClaimWon, ProxySettle, STAMP_ROUNDING_MS, TAKEOVER};
 use super::operator;
 use super::partition::RENEW_LOG_SLACK_MS;
@@ -35,7 +38,8 @@ pub fn at_most_once_takeover(
     between: &[&ClaimWon],
     history: &History,
 ) -> Result<(), String> {
-    let held = history.policy.held_at_most_once(&earlier.path);
+    let held = history.policy.uncertain_retry_prefix.is_some()
+        && !history.policy.reruns(Cause::ProxyLost, &earlier.path);
     let chain: Vec<&ClaimWon> = std::iter::once(first)
         .chain(between.iter().copied())
         .collect();
@@ -49,7 +53,7 @@ pub fn at_most_once_takeover(
             return Err(format!(
                 "the plan guards `{path}` with `uncertain: {}`, yet fence {} took fence {}'s \
                  lapsed lease over: a lapsed at-most-once lease must become `unknown`",
-                history.policy.uncertain(&earlier.path),
+                setting_name(history.policy.uncertain(&earlier.path)),
                 taker.fence,
                 taken.fence
             ));
@@ -71,6 +75,16 @@ pub fn at_most_once_takeover(
         }
     }
     Ok(())
+}
+
+/// `uncertain`'s name in a plugin configuration.
+pub fn setting_name(uncertain: Uncertain) -> &'static str {
+    match uncertain {
+        Uncertain::Hold => "hold",
+        Uncertain::Retry => "retry",
+        Uncertain::Record => "record",
+        Uncertain::Reconcile => "reconcile",
+    }
 }
 
 /// When a caller of `earlier`'s key was first replayed a recorded answer in a request that

@@ -20,9 +20,10 @@ use keyflight_protocol::{RequestHead, Rules, Target};
 
 use super::{Action, FILTER_ONLY_HEADERS, Machine, Pending, Ready, State, Who};
 use crate::body_memo::{self, RawDigest};
-use crate::config::{Anonymous, Mode, Uncertain, Unreadable};
+use crate::config::{Anonymous, Mode, Unreadable};
 use crate::edge_cache::{self, Lookup};
 use crate::encoding::{self, Accepted};
+use crate::guarantee;
 use crate::identity;
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::problem::problem_reply;
@@ -275,9 +276,9 @@ impl Machine {
                     wait_ms: (wait_ms > 0).then_some(wait_ms),
                     retention_s: Some(policy.retention.as_secs()),
                     previous: previous_scope.map(|scope| PreviousIdentity { scope, fingerprint }),
-                    // A lapsed lease of a hold (or record) policy is held, not taken
-                    // over (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
-                    at_most_once: policy.uncertain != Uncertain::Retry,
+                    // A lapsed lease of an at-most-once policy is held, not taken over
+                    // (`docs/guarantee.md#at-most-once-and-at-least-once-policies`).
+                    at_most_once: guarantee::at_most_once(policy.uncertain),
                 },
             },
             // A long-poll may legitimately take the whole follower wait (F5).

@@ -7,7 +7,8 @@ use uuid::Uuid;
 
 use super::response::{finalize_call, release_call};
 use super::{Action, LogLevel, Machine, State};
-use crate::config::{Policy, Uncertain};
+use crate::config::Policy;
+use crate::guarantee::{self, Cause};
 use crate::log::{By, Settle, evidence};
 use crate::metrics::{EventKind, Metric, Outcome};
 use crate::outbox::Handoff;
@@ -88,11 +89,10 @@ impl Machine {
             // upstream request, so whether it acted is unknown (F6 uncertain).
             // There is no answer to record, so `record` holds it as `hold` does.
             State::Upstream(owned) => {
-                let (release_as, outcome) = match owned.policy.uncertain {
-                    Uncertain::Retry => (ReleaseAs::Cooldown, Outcome::Failed),
-                    Uncertain::Hold | Uncertain::Record | Uncertain::Reconcile => {
-                        (ReleaseAs::Unknown, Outcome::OperationUnknown)
-                    }
+                let runs_again = guarantee::reruns(Cause::UncertainOutcome, owned.policy.uncertain);
+                let (release_as, outcome) = match runs_again {
+                    true => (ReleaseAs::Cooldown, Outcome::Failed),
+                    false => (ReleaseAs::Unknown, Outcome::OperationUnknown),
                 };
                 self.count_outcome(out, outcome);
                 out.push(Action::Count(Metric::Event(EventKind::CallerGone)));
