@@ -97,6 +97,9 @@ pub enum Shed {
     Connections,
     /// A `/v1` call past `--max-concurrent-requests`, answered 503.
     Concurrency,
+    /// A `/v1` call past its caller's share of `--max-concurrent-requests` while other
+    /// callers were active, answered 503 (`api/shares.rs`).
+    CallerShare,
     /// A call whose body would pass the body budget, answered 503 before it is read.
     BodyBudget,
     /// A call whose answer would pass the answer budget, answered 503 instead.
@@ -114,6 +117,7 @@ impl Shed {
         match self {
             Shed::Connections => "connections",
             Shed::Concurrency => "concurrency",
+            Shed::CallerShare => "caller_share",
             Shed::BodyBudget => "body_budget",
             Shed::AnswerBudget => "answer_budget",
             Shed::WriteTimeout => "write_timeout",

@@ -21,11 +21,10 @@
 //! that does not fit is dropped and answered 503 with `Retry-After` instead.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::{Body, HttpBody as _};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -33,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use crate::api::error::ApiError;
 use crate::api::held::Held;
 use crate::api::limits::Slot;
-use crate::caller::Caller;
+use crate::api::shares::{Charged, charged};
 use crate::metrics::{Metrics, Shed};
 
 /// The request-body budget: [`Budget`], and the most a body of unknown length may be.
@@ -65,15 +64,6 @@ struct Inner {
 struct InFlight {
     total: usize,
     by_caller: HashMap<Charged, usize>,
-}
-
-/// Whose share a call is charged to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Charged {
-    /// An allowlisted workload, by its SPIFFE id.
-    Workload(Arc<str>),
-    /// A caller without a mesh identity, by its peer address.
-    Peer(IpAddr),
 }
 
 /// Bytes reserved for one call, given back on drop.
@@ -155,19 +145,6 @@ impl Drop for Reservation {
     }
 }
 
-/// Whose share `request` is charged to.
-fn charged(request: &Request) -> Charged {
-    match request.extensions().get::<Caller>() {
-        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
-        _ => Charged::Peer(
-            request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
-        ),
-    }
-}
-
 /// Middleware: reserves the call's body before it is read; sheds it when it does not fit.
 pub async fn reserve_body(
     State(budget): State<BodyBudget>,
@@ -227,6 +204,8 @@ pub async fn reserve_answer(
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     #[test]

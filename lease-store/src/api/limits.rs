@@ -1,7 +1,8 @@
 //! Per-call limits (`docs/configuration.md#limits`): a deadline on reading and answering
 //! each call, and a cap on `/v1` calls running at once that sheds the excess.
 //!
-//! The cap is a semaphore taken without waiting: a call past it is answered 503
+//! The cap is taken without waiting, and shared among the callers (`shares.rs`): a call
+//! past it, or past its caller's share while others are owed theirs, is answered 503
 //! `journal_unavailable` with `Retry-After` at once (the filter fails closed on it and the
 //! client retries), so an overload costs one small answer instead of a queue that grows
 //! until memory runs out. It is not tower's `ConcurrencyLimit` + `LoadShed` because a
@@ -13,28 +14,29 @@
 //! reader that does not read holds its slot, not more calls' answers.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::error::ApiError;
+use crate::api::shares::{Refused, Shares, Taken, charged};
 use crate::metrics::{Metrics, Shed};
 
 /// The `/v1` concurrency cap, shared by the middleware.
 #[derive(Clone)]
 pub struct Concurrency {
-    slots: Arc<Semaphore>,
+    slots: Arc<Shares>,
     metrics: Metrics,
 }
 
 impl Concurrency {
-    /// A cap of `max` calls at once, counting what it sheds in `metrics`.
+    /// A cap of `max` calls at once, shared among the callers ([`crate::api::shares`]),
+    /// counting what it sheds in `metrics`.
     pub fn new(max: usize, metrics: Metrics) -> Self {
         Concurrency {
-            slots: Arc::new(Semaphore::new(max)),
+            slots: Shares::new(max),
             metrics,
         }
     }
@@ -43,34 +45,44 @@ impl Concurrency {
 /// A running call's place under the cap, in the request's extensions; released when the
 /// call's answer is handed to the connection, or earlier by [`Slot::release`].
 #[derive(Clone)]
-pub struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+pub struct Slot(Arc<Mutex<Option<Taken>>>);
 
 impl Slot {
     /// Gives the place back before the call ends (a claim about to park).
     pub fn release(&self) {
-        if let Ok(mut permit) = self.0.lock() {
-            permit.take();
+        if let Ok(mut taken) = self.0.lock() {
+            taken.take();
         }
     }
 }
 
-/// Middleware: runs the call if a slot is free, else answers 503 at once.
+/// Middleware: runs the call if a slot is free for its caller, else answers 503 at once.
 pub async fn shed_past_limit(
     State(concurrency): State<Concurrency>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let Ok(permit) = Arc::clone(&concurrency.slots).try_acquire_owned() else {
-        concurrency.metrics.shed(Shed::Concurrency);
-        return ApiError::Overloaded(
-            "the lease-store replica is at its concurrency limit (--max-concurrent-requests); retry shortly",
-        )
-        .into_response();
+    let taken = match concurrency.slots.take(charged(&request), Instant::now()) {
+        Ok(taken) => taken,
+        Err(Refused::Full) => {
+            concurrency.metrics.shed(Shed::Concurrency);
+            return ApiError::Overloaded(
+                "the lease-store replica is at its concurrency limit (--max-concurrent-requests); retry shortly",
+            )
+            .into_response();
+        }
+        Err(Refused::PastShare) => {
+            concurrency.metrics.shed(Shed::CallerShare);
+            return ApiError::Overloaded(
+                "this caller holds more than its share of the replica's concurrency limit while other callers are active (--max-concurrent-requests); retry shortly",
+            )
+            .into_response();
+        }
     };
     // The extension is dropped with the request once the body is read, so the middleware
     // holds the slot too, until the answer is ready; the answer then holds it
     // (`crate::api::budget::reserve_answer`).
-    let slot = Slot(Arc::new(Mutex::new(Some(permit))));
+    let slot = Slot(Arc::new(Mutex::new(Some(taken))));
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     drop(slot);

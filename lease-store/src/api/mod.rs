@@ -30,6 +30,7 @@ pub mod lease;
 pub mod limits;
 pub mod reconciled;
 pub mod records;
+pub mod shares;
 
 use std::ops::RangeInclusive;
 use std::time::Duration;

@@ -198,3 +198,51 @@ async fn a_reader_that_stops_reading_is_cut_off_after_the_write_timeout() {
         "the cut-off answer's slot is free again"
     );
 }
+
+#[tokio::test]
+async fn a_workload_past_its_share_of_the_concurrency_cap_leaves_room_for_another() {
+    let server = start_server(&[
+        "--max-body-bytes",
+        "4194304",
+        "--max-concurrent-requests",
+        "4",
+        "--max-answer-bytes-in-flight",
+        &(256u64 << 20).to_string(),
+        "--max-answer-bytes-in-flight-per-caller",
+        &(256u64 << 20).to_string(),
+        "--write-timeout",
+        "300s",
+    ])
+    .await;
+    let greedy = &server.api;
+    // Another workload: another peer address, so another caller, active from its first call.
+    let other = Api::bound(greedy.base.clone(), "127.0.0.3".parse().unwrap());
+    let (scope, fingerprint, _) = other.win("the-other-workload").await;
+    let (_, _, replays) = large_record(greedy).await;
+
+    // Each unread answer keeps its slot: the greedy caller takes its share of two, then
+    // borrows while more than a quarter of the cap is free.
+    let mut unread = Vec::new();
+    for n in 1..=3 {
+        unread.push(never_read(port(greedy), "/v1/batch/claims", &replays).await);
+        greedy.wait_counter(BATCH_ANSWERED, n).await;
+    }
+    let still_active = other.claim(&scope, &fingerprint, 0).await;
+    assert_eq!(still_active.status, 200, "the other workload is served");
+    unread.push(never_read(port(greedy), "/v1/batch/claims", &replays).await);
+    greedy.wait_counter(BATCH_ANSWERED, 4).await;
+    assert_eq!(
+        greedy
+            .counter("keyflight_store_shed_total{reason=\"caller_share\"}")
+            .await,
+        1,
+        "the greedy caller's fourth call is past its share"
+    );
+
+    let served = other.claim(&scope, &fingerprint, 0).await;
+    assert_eq!(
+        served.status, 200,
+        "the last slot is left to the other workload: {served:?}"
+    );
+    drop(unread);
+}

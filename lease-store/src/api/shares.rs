@@ -1,0 +1,205 @@
+//! Callers' shares of a replica's concurrency cap (`docs/configuration.md#limits`), so one
+//! workload's burst of calls cannot take every slot while another workload waits.
+//!
+//! The rule ([`may_take`]) is work-conserving: a caller alone uses the whole cap, as a
+//! single-workload installation expects; when others have called within the last
+//! [`ACTIVE_WINDOW`], each is owed an equal share, and a caller past its share may take
+//! another slot only while a quarter of the cap stays free for the callers below theirs.
+//! A caller is the workload under `--trust-xfcc`, else the peer address ([`Charged`]), as
+//! for the body and answer budgets.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request};
+
+use crate::caller::Caller;
+
+/// How long a caller counts as active after its last call.
+pub const ACTIVE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Whose share a call is charged to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Charged {
+    /// An allowlisted workload, by its SPIFFE id.
+    Workload(Arc<str>),
+    /// A caller without a mesh identity, by its peer address.
+    Peer(IpAddr),
+}
+
+/// Whose share `request` is charged to.
+pub fn charged(request: &Request) -> Charged {
+    match request.extensions().get::<Caller>() {
+        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
+        _ => Charged::Peer(
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
+        ),
+    }
+}
+
+/// Whether a caller holding `held` of the `cap` slots may take one more, with `in_use`
+/// taken in all and `active` callers (itself included) owed a share.
+pub fn may_take(held: usize, in_use: usize, cap: usize, active: usize) -> bool {
+    if in_use >= cap {
+        return false;
+    }
+    let share = cap.div_ceil(active.max(1));
+    held < share || cap - in_use > cap / 4
+}
+
+/// The slots each caller holds, and when each last called.
+pub struct Shares {
+    cap: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    in_use: usize,
+    held: HashMap<Charged, usize>,
+    seen: HashMap<Charged, Instant>,
+}
+
+/// One slot taken by a caller, given back on drop.
+pub struct Taken {
+    shares: Arc<Shares>,
+    caller: Charged,
+}
+
+/// Why a slot was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every slot is taken.
+    Full,
+    /// The caller is past its share while others are owed theirs.
+    PastShare,
+}
+
+impl Shares {
+    /// Shares of `cap` slots.
+    pub fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Shares {
+            cap,
+            state: Mutex::default(),
+        })
+    }
+
+    /// Takes a slot for `caller` at `now`.
+    pub fn take(self: &Arc<Self>, caller: Charged, now: Instant) -> Result<Taken, Refused> {
+        let mut state = self.lock();
+        state.seen.insert(caller.clone(), now);
+        state
+            .seen
+            .retain(|_, last| now.saturating_duration_since(*last) < ACTIVE_WINDOW);
+        let held = state.held.get(&caller).copied().unwrap_or(0);
+        if !may_take(held, state.in_use, self.cap, state.seen.len()) {
+            return Err(match state.in_use >= self.cap {
+                true => Refused::Full,
+                false => Refused::PastShare,
+            });
+        }
+        state.in_use += 1;
+        state.held.insert(caller.clone(), held + 1);
+        Ok(Taken {
+            shares: Arc::clone(self),
+            caller,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Each edit is a pair of additions or subtractions done together; a poisoned lock
+        // still holds consistent counts.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let mut state = self.shares.lock();
+        state.in_use -= 1;
+        if let Some(held) = state.held.get_mut(&self.caller) {
+            *held -= 1;
+            if *held == 0 {
+                state.held.remove(&self.caller);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(n: u8) -> Charged {
+        Charged::Peer(IpAddr::from([10, 0, 0, n]))
+    }
+
+    #[test]
+    fn a_caller_alone_uses_the_whole_cap() {
+        let shares = Shares::new(8);
+        let now = Instant::now();
+        let taken: Vec<Taken> = (0..8)
+            .map(|_| shares.take(peer(1), now).expect("within the cap"))
+            .collect();
+        assert_eq!(shares.take(peer(1), now).err(), Some(Refused::Full));
+        drop(taken);
+        assert!(shares.lock().held.is_empty());
+        assert_eq!(shares.lock().in_use, 0);
+    }
+
+    #[test]
+    fn a_greedy_caller_leaves_a_quarter_of_the_cap_to_another_active_one() {
+        let shares = Shares::new(8);
+        let now = Instant::now();
+        // The other caller called a moment ago, and holds nothing now.
+        drop(shares.take(peer(2), now));
+        let greedy: Vec<Taken> = (0..6)
+            .map(|_| shares.take(peer(1), now).expect("its share, then borrowed"))
+            .collect();
+        assert_eq!(
+            shares.take(peer(1), now).err(),
+            Some(Refused::PastShare),
+            "past its share of 4 with only a quarter of the cap free"
+        );
+        let other: Vec<Taken> = (0..2)
+            .map(|_| shares.take(peer(2), now).expect("below its share"))
+            .collect();
+        assert_eq!(shares.take(peer(2), now).err(), Some(Refused::Full));
+        drop((greedy, other));
+    }
+
+    #[test]
+    fn a_caller_quiet_for_the_window_is_owed_nothing() {
+        let shares = Shares::new(8);
+        let then = Instant::now();
+        drop(shares.take(peer(2), then));
+        let later = then + ACTIVE_WINDOW;
+        let taken: Vec<Taken> = (0..8)
+            .map(|_| shares.take(peer(1), later).expect("alone again"))
+            .collect();
+        drop(taken);
+    }
+
+    #[test]
+    fn the_rule_never_passes_the_cap_and_always_serves_a_caller_below_its_share() {
+        for cap in 1..=16 {
+            for active in 1..=5 {
+                for in_use in 0..=cap {
+                    for held in 0..=in_use {
+                        let ok = may_take(held, in_use, cap, active);
+                        if in_use == cap {
+                            assert!(!ok);
+                        } else if held < cap.div_ceil(active) {
+                            assert!(ok, "{held} {in_use} {cap} {active}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
