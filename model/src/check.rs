@@ -69,7 +69,16 @@ fn request(r: &Request) -> String {
         Wire::Claim { .. } => "claim".to_owned(),
         Wire::Renew { claim, .. } => format!("renew {claim}"),
         Wire::Settle { claim, settle } => format!("settle {claim} {settle:?}"),
-        Wire::Reconciled => "reconciled".to_owned(),
+        Wire::Reconciled {
+            fence,
+            committed: Some(answer),
+            ..
+        } => format!(
+            "reconciled {fence} committed {} {:?}",
+            answer.status, answer.body
+        ),
+        Wire::Reconciled { fence, .. } => format!("reconciled {fence} absent"),
+        Wire::Question { fence, .. } => format!("question about fence {fence}"),
     };
     format!(
         "P{} {from}: {call} (sent {} ms, {:?}{})",
@@ -83,6 +92,11 @@ fn request(r: &Request) -> String {
 /// One step, in a line.
 pub fn describe(step: &Step) -> String {
     match step {
+        Step::Serve {
+            request: r, fault, ..
+        } if matches!(r.call, Wire::Question { .. }) => {
+            format!("the service answers [{}] {fault:?}", request(r))
+        }
         Step::Serve {
             request: r,
             replica,
@@ -111,6 +125,9 @@ pub fn trace(params: &Params, name: &str, path: &Path<World, Step>) -> String {
     let _ = writeln!(out, "  claims: {:?}", last.ghost.claims);
     let _ = writeln!(out, "  executions: {:?}", last.ghost.executions);
     let _ = writeln!(out, "  delivered: {:?}", last.ghost.delivered);
+    if last.service != Default::default() {
+        let _ = writeln!(out, "  service: {:?}", last.service);
+    }
     if let Some((_, verdict)) = PROPERTIES.iter().find(|(n, _)| *n == name) {
         let _ = writeln!(
             out,

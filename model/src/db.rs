@@ -26,7 +26,7 @@ pub enum RowState {
 }
 
 /// A recorded response (`response_status`, `response_headers`, `response_body`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Recorded {
     /// Status.
     pub status: u16,
@@ -163,7 +163,7 @@ impl Db {
         };
         if was_pending && row.state == RowState::Unknown {
             // `held`: a lapsed at-most-once lease became `unknown`.
-            ghost.unknown.push((row.fingerprint, now));
+            ghost.unknown.push((row.fingerprint, row.fence, now));
         }
         let remaining = row.lease_expires_at.map_or(0, |at| at.saturating_sub(now));
         let live_lease = row.state == RowState::Pending && remaining > 0;
@@ -311,7 +311,7 @@ impl Db {
                     r.lease_expires_at = Some(now + cooldown_ms);
                 }
                 Settle::Unknown => {
-                    ghost.unknown.push((r.fingerprint, now));
+                    ghost.unknown.push((r.fingerprint, r.fence, now));
                     r.state = RowState::Unknown;
                     r.lease_expires_at = None;
                 }
@@ -336,6 +336,41 @@ impl Db {
                         }
             }
         }
+    }
+
+    /// `RECONCILED_COMMITTED_SQL` (`answer` given) or `RECONCILED_ABSENT_SQL`: only while
+    /// the record is `unknown` at `fence` with `fingerprint`. `Err(true)`: another state
+    /// (`409 not_unknown`); `Err(false)`: no record (404). The absent cooldown ends at
+    /// `clock_timestamp()`, which the claim that follows reads strictly later: a
+    /// millisecond earlier on the model's clock, whose steps within a tick share one time.
+    pub fn reconciled(
+        &mut self,
+        now: u64,
+        (fence, fingerprint): (u16, Digest),
+        answer: Option<Recorded>,
+        ghost: &mut Ghost,
+    ) -> Result<(), bool> {
+        let Some(r) = self.row.as_mut() else {
+            return Err(false);
+        };
+        if !(r.state == RowState::Unknown && r.fence == fence && r.fingerprint == fingerprint) {
+            return Err(true);
+        }
+        ghost.reconciled.push((fence, answer.is_some(), now));
+        match answer {
+            Some(response) => {
+                r.state = RowState::Completed;
+                r.lease_expires_at = None;
+                r.response = Some(response);
+                r.replayable = true;
+            }
+            None => {
+                r.state = RowState::Failed;
+                r.lease_expires_at = Some(now.saturating_sub(1));
+                r.response = None;
+            }
+        }
+        Ok(())
     }
 
     /// `GIVE_BACK_SQL`: an orphan takeover's record left `failed`, its cooldown over now.
@@ -401,7 +436,7 @@ impl Db {
         if self.abandoned_lapse(now, pending_may_go, params)
             && let Some(r) = self.row.as_mut()
         {
-            ghost.unknown.push((r.fingerprint, now));
+            ghost.unknown.push((r.fingerprint, r.fence, now));
             r.state = RowState::Unknown;
             r.lease_expires_at = None;
         }
@@ -422,7 +457,7 @@ fn secs(ms: u64) -> u64 {
 /// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
 /// them; a statement that changes fails it until this mirror is checked and the
 /// digest updated (`docs/model.md#keeping-the-mirror-honest`).
-pub const MIRRORED: [(&str, &str, &str); 14] = [
+pub const MIRRORED: [(&str, &str, &str); 16] = [
     (
         "claim.rs",
         "reopened_row",
@@ -492,5 +527,15 @@ pub const MIRRORED: [(&str, &str, &str); 14] = [
         "orphan.rs",
         "GIVE_BACK_SQL",
         "274be90e54e29e62bf8486916337a83415f297b4d86e3f989514c9ad7813d512",
+    ),
+    (
+        "reconciled.rs",
+        "RECONCILED_COMMITTED_SQL",
+        "e3fae09bf03d87829e7a4d09ef5e0636d4d3e8558b0f05774b561db4849d132b",
+    ),
+    (
+        "reconciled.rs",
+        "RECONCILED_ABSENT_SQL",
+        "98e306a687ea5d3311353654ed96a390cbb33e8e62c8ea759c5f2a48f0ef98e8",
     ),
 ];

@@ -104,6 +104,9 @@ pub enum Excuse {
     OutboxGaveUp,
     /// The earlier record was settled and past its retention.
     RetentionOver,
+    /// The service's ledger answered `absent` for the earlier fence before the takeover
+    /// (`uncertain: reconcile`).
+    ServiceAbsent,
 }
 
 /// Everything the properties read.
@@ -125,8 +128,12 @@ pub struct Ghost {
     pub given_up: Vec<(u16, u64)>,
     /// (call's claim id, row's claim id): a settle that landed on another claim's row.
     pub stale_settles: Vec<(u16, u16)>,
-    /// (fingerprint, when) a record became `unknown`.
-    pub unknown: Vec<(Digest, u64)>,
+    /// (fingerprint, fence, when) a record became `unknown`.
+    pub unknown: Vec<(Digest, u16, u64)>,
+    /// (fence, when) the service's ledger answered `absent` about a fence.
+    pub absent_said: Vec<(u16, u64)>,
+    /// (fence, committed, when) a reconciled report landed on the record.
+    pub reconciled: Vec<(u16, bool, u64)>,
     /// A settle call landed through an outbox (a reachability check).
     pub outbox_landed: bool,
     /// Fences of orphan takeovers given back (`GIVE_BACK_SQL`): `failed`, but never run
@@ -196,9 +203,17 @@ impl Ghost {
                 first.fence
             ));
         };
+        let absent_before = |fence: u16, at: u64| {
+            self.absent_said
+                .iter()
+                .any(|&(f, said)| f == fence && said <= at)
+        };
         if took.state != RowState::Pending {
             return if took.past_retention {
                 Ok(Excuse::RetentionOver)
+            } else if took.state == RowState::Failed && absent_before(f1, first.at) {
+                self.every_takeover_unsettled(&between[1..])
+                    .map(|()| Excuse::ServiceAbsent)
             } else {
                 Err(format!(
                     "fence {} reopened fence {f1}'s {:?} record within its retention",
@@ -221,16 +236,7 @@ impl Ghost {
                 first.fence
             ));
         }
-        if let Some(other) = between.iter().find(|c| {
-            c.displaced
-                .as_ref()
-                .is_none_or(|d| d.state != RowState::Pending && !self.given_back.contains(&d.fence))
-        }) {
-            return Err(format!(
-                "fence {} did not take over an unsettled claim",
-                other.fence
-            ));
-        }
+        self.every_takeover_unsettled(&between)?;
         let died = self
             .crashes
             .iter()
@@ -250,6 +256,28 @@ impl Ghost {
              and its outbox had not given it up",
             first.fence, first.at, earlier.proxy
         ))
+    }
+
+    /// Every claim of `between` took over a claim never settled: a pending one, an orphan
+    /// takeover given back, or one the service's ledger answered `absent` about.
+    fn every_takeover_unsettled(&self, between: &[&ClaimWon]) -> Result<(), String> {
+        match between.iter().find(|c| {
+            c.displaced.as_ref().is_none_or(|d| {
+                d.state != RowState::Pending
+                    && !self.given_back.contains(&d.fence)
+                    && !(d.state == RowState::Failed
+                        && self
+                            .absent_said
+                            .iter()
+                            .any(|&(f, at)| f == d.fence && at <= c.at))
+            })
+        }) {
+            Some(other) => Err(format!(
+                "fence {} did not take over an unsettled claim",
+                other.fence
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Property: every execution after an operation's first is excused.
@@ -294,13 +322,47 @@ impl Ghost {
         None
     }
 
-    /// Property: nothing runs after its record became `unknown` (no operator here).
+    /// Property: nothing runs after its record became `unknown` (no operator here), unless
+    /// the service's ledger answered `absent` about that run in between.
     pub fn ran_after_unknown(&self) -> Option<String> {
-        self.unknown.iter().find_map(|(fp, at)| {
+        self.unknown.iter().find_map(|&(fp, fence, at)| {
             self.executions
                 .iter()
-                .find(|e| e.at > *at && self.fingerprint_of(e.fence) == Some(*fp))
+                .find(|e| {
+                    e.at > at
+                        && self.fingerprint_of(e.fence) == Some(fp)
+                        && !self
+                            .absent_said
+                            .iter()
+                            .any(|&(f, said)| f == fence && said >= at && said <= e.at)
+                })
                 .map(|e| format!("e{} ran after the record became unknown at {at} ms", e.n))
+        })
+    }
+
+    /// Property: the service committed no two effects of one operation (the model's one
+    /// scope): no fence ran while an earlier one could still commit. A record taken after
+    /// its retention is excused (`docs/reconcile.md#limits`). `committed` is the ledger's
+    /// (fence, execution).
+    pub fn committed_twice(&self, committed: &[(u16, u16)]) -> Option<String> {
+        let run = |n: u16| self.executions.iter().find(|e| e.n == n);
+        committed.iter().enumerate().find_map(|(i, &(f1, n1))| {
+            committed[i + 1..].iter().find_map(|&(f2, n2)| {
+                let (a, b) = (run(n1)?, run(n2)?);
+                let (a, b) = if f1 <= f2 { (a, b) } else { (b, a) };
+                let reused = self
+                    .claims
+                    .iter()
+                    .find(|c| c.fence > a.fence && c.fence <= b.fence)
+                    .and_then(|c| c.displaced.as_ref())
+                    .is_some_and(|d| d.fence == a.fence && d.past_retention);
+                (!reused).then(|| {
+                    format!(
+                        "the service committed e{} at fence {} and e{} at fence {}",
+                        a.n, a.fence, b.n, b.fence
+                    )
+                })
+            })
         })
     }
 

@@ -4,7 +4,8 @@
 //! Several proxies each run the real stream machine and record outbox of
 //! `keyflight-filter`; several lease-store replicas each keep a takeover grace; one
 //! database mirrors the store's SQL statement by statement; an upstream runs what
-//! is forwarded; clients retry. Time advances in ticks of [`TICK_MS`]. Faults are
+//! is forwarded (under `uncertain: reconcile`, a service whose ledger answers the
+//! filter's question, [`service`]); clients retry. Time advances in ticks of [`TICK_MS`]. Faults are
 //! steps like any other: a proxy crash, a replica freeze, a message lost, delayed
 //! past its timeout or delivered twice, a database restart, a caller giving up.
 //! The checker explores every interleaving up to a bound and holds every reachable
@@ -25,6 +26,7 @@ pub mod db;
 pub mod ghost;
 pub mod grace;
 pub mod proxy;
+pub mod service;
 pub mod world;
 
 use stateright::{Model, Property};
@@ -57,6 +59,21 @@ pub enum Mutation {
     /// `steal` and `held` read only the row's `at_most_once`, not the claim's: a hold
     /// policy's retry takes over the lapsed lease of a claim that carried no flag.
     HoldIgnoresTheRetrysFlag,
+    /// The service's ledger admits a commit at its floor's own fence (`<` for `<=`).
+    FloorAdmitsItsFence,
+    /// The service answers `absent` without leaving a floor.
+    AbsentWithoutFloor,
+}
+
+/// The policy's `uncertain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Uncertain {
+    /// `hold` (at-most-once, the default).
+    Hold,
+    /// `retry`.
+    Retry,
+    /// `reconcile`: the service is asked (`docs/reconcile.md`).
+    Reconcile,
 }
 
 /// The filter's plugin configuration, in the few numbers the model varies.
@@ -74,8 +91,10 @@ pub struct FilterParams {
     pub retention_s: u64,
     /// A timeout applied after validation (the renew-slack mutation).
     pub timeout_override_ms: Option<u64>,
-    /// `uncertain: hold` (at-most-once); `false` is `uncertain: retry`.
-    pub hold: bool,
+    /// `uncertain`.
+    pub uncertain: Uncertain,
+    /// `reconcile.timeout_ms` (under `uncertain: reconcile`).
+    pub reconcile_timeout_ms: u64,
     /// `record: after_reply`; `false` is the default `before_reply`.
     pub after_reply: bool,
 }
@@ -139,7 +158,8 @@ impl Params {
                 budget_ms: 4000,
                 retention_s: 3,
                 timeout_override_ms: None,
-                hold: true,
+                uncertain: Uncertain::Hold,
+                reconcile_timeout_ms: 100,
                 after_reply: false,
             },
             unflagged_proxy: None,
@@ -154,6 +174,14 @@ impl Params {
             horizon_ticks: 13,
             ..Params::bounded()
         }
+    }
+
+    /// The bounded check with the policy's `uncertain: reconcile`
+    /// (`docs/model.md#the-service`).
+    pub fn reconciling() -> Params {
+        let mut params = Params::bounded();
+        params.filter.uncertain = Uncertain::Reconcile;
+        params
     }
 
     /// `self` with `mutation`, and the filter set up as the mutation needs.
@@ -215,7 +243,7 @@ impl Model for Protocol {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties()
+        properties(self.params.filter.uncertain)
     }
 }
 
@@ -223,7 +251,7 @@ impl Model for Protocol {
 pub type Verdict = fn(&Protocol, &World) -> Option<String>;
 
 /// Every property, by name, as a verdict with a reason (`docs/model.md#properties`).
-pub const PROPERTIES: [(&str, Verdict); 6] = [
+pub const PROPERTIES: [(&str, Verdict); 7] = [
     ("one execution per operation, beyond the excused", |_, w| {
         w.ghost.unexcused_rerun()
     }),
@@ -259,22 +287,54 @@ pub const PROPERTIES: [(&str, Verdict); 6] = [
             })
         },
     ),
+    (
+        "no fence runs while an earlier fence of the same scope may still commit",
+        |_, w| w.ghost.committed_twice(&w.service.committed),
+    ),
 ];
 
-/// The properties, for the checker.
-pub fn properties() -> Vec<Property<Protocol>> {
-    vec![
+/// The properties, for the checker; the examples the bound must reach depend on the
+/// policy's `uncertain`.
+pub fn properties(uncertain: Uncertain) -> Vec<Property<Protocol>> {
+    let mut properties = vec![
         Property::always(PROPERTIES[0].0, |m, w| PROPERTIES[0].1(m, w).is_none()),
         Property::always(PROPERTIES[1].0, |m, w| PROPERTIES[1].1(m, w).is_none()),
         Property::always(PROPERTIES[2].0, |m, w| PROPERTIES[2].1(m, w).is_none()),
         Property::always(PROPERTIES[3].0, |m, w| PROPERTIES[3].1(m, w).is_none()),
         Property::always(PROPERTIES[4].0, |m, w| PROPERTIES[4].1(m, w).is_none()),
         Property::always(PROPERTIES[5].0, |m, w| PROPERTIES[5].1(m, w).is_none()),
-        Property::sometimes("an excused re-run is reachable", |_, w: &World| {
-            w.ghost.executions.len() > 1 && w.ghost.unexcused_rerun().is_none()
-        }),
-        Property::sometimes("a record lands through an outbox", |_, w: &World| {
-            w.ghost.outbox_landed
-        }),
-    ]
+        Property::always(PROPERTIES[6].0, |m, w| PROPERTIES[6].1(m, w).is_none()),
+    ];
+    if uncertain == Uncertain::Reconcile {
+        properties.push(Property::sometimes(
+            "a reconciled-committed replay is reachable",
+            |_, w: &World| {
+                w.ghost.reconciled.iter().any(|&(_, committed, at)| {
+                    committed
+                        && w.ghost
+                            .delivered
+                            .iter()
+                            .any(|d| d.at >= at && d.execution.is_some())
+                })
+            },
+        ));
+        properties.push(Property::sometimes(
+            "a reconciled-absent re-run is reachable",
+            |_, w: &World| {
+                w.ghost.reconciled.iter().any(|&(fence, committed, _)| {
+                    !committed && w.ghost.executions.iter().any(|e| e.fence > fence)
+                }) && w.ghost.unexcused_rerun().is_none()
+            },
+        ));
+    } else {
+        properties.push(Property::sometimes(
+            "an excused re-run is reachable",
+            |_, w: &World| w.ghost.executions.len() > 1 && w.ghost.unexcused_rerun().is_none(),
+        ));
+        properties.push(Property::sometimes(
+            "a record lands through an outbox",
+            |_, w: &World| w.ghost.outbox_landed,
+        ));
+    }
+    properties
 }

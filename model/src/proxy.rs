@@ -20,13 +20,18 @@ use keyflight_filter::machine::{Action, Event, FENCE_HEADER, Machine};
 use keyflight_filter::outbox::{Handoff, Lease, Outbox};
 use keyflight_filter::status_matrix::ResponseOrigin;
 use keyflight_filter::store_call::{Answer, StoreCall};
+use keyflight_protocol::Digest;
 use keyflight_protocol::time::millis;
 use uuid::Uuid;
 
-use crate::FilterParams;
+use crate::{FilterParams, Uncertain};
 
-/// The answer body of execution `n`: what tells answers apart.
+/// The answer body of execution `n`: what tells answers apart. Execution 0 is none: the
+/// body a run refused by the service's floor answers with.
 pub fn body_of(n: u16) -> Vec<u8> {
+    if n == 0 {
+        return b"fenced".to_vec();
+    }
     format!("e{n}").into_bytes()
 }
 
@@ -50,21 +55,32 @@ pub fn config(f: &FilterParams) -> Rc<Config> {
         if let Some((_, config)) = cache.borrow().iter().find(|(p, _)| p == f) {
             return Rc::clone(config);
         }
+        let mut policy = serde_json::json!({
+            "name": "payments",
+            "match": {"path_prefix": "/pay"},
+            "lease_ms": f.lease_ms,
+            "renew_interval_ms": f.renew_ms,
+            "follower_wait_ms": 0,
+            "retention_s": f.retention_s,
+            "record_retry_budget_ms": f.budget_ms,
+            "uncertain": match f.uncertain {
+                Uncertain::Hold => "hold",
+                Uncertain::Retry => "retry",
+                Uncertain::Reconcile => "reconcile",
+            },
+            "record": if f.after_reply { "after_reply" } else { "before_reply" },
+        });
+        if f.uncertain == Uncertain::Reconcile {
+            policy["reconcile"] = serde_json::json!({
+                "cluster": "payments",
+                "timeout_ms": f.reconcile_timeout_ms,
+            });
+        }
         let doc = serde_json::json!({
             "lease_store": {"cluster": "ls", "token": "t", "timeout_ms": f.timeout_ms},
             "edge_cache": {"max_bytes": 0},
             "identity": {"principal": [{"header": "x-user"}]},
-            "policies": [{
-                "name": "payments",
-                "match": {"path_prefix": "/pay"},
-                "lease_ms": f.lease_ms,
-                "renew_interval_ms": f.renew_ms,
-                "follower_wait_ms": 0,
-                "retention_s": f.retention_s,
-                "record_retry_budget_ms": f.budget_ms,
-                "uncertain": if f.hold { "hold" } else { "retry" },
-                "record": if f.after_reply { "after_reply" } else { "before_reply" },
-            }]
+            "policies": [policy]
         });
         let mut config = match parse_plugin_config(doc.to_string().as_bytes()) {
             Ok(config) => config,
@@ -96,10 +112,12 @@ pub enum Fed {
     /// The store call answered (`None`: no answer — a timeout, a reset), this many ms
     /// after it was sent.
     Answer(Option<u16>, Vec<u8>, u64),
+    /// The service answered the reconcile question (`None`: no answer).
+    ServiceAnswer(Option<u16>, Vec<u8>),
     /// `on_http_response_headers`.
     ResponseHeaders,
-    /// The response head read: the upstream's 201.
-    ResponseHead,
+    /// The response head read: the upstream's 201, or 503 from a run the floor refused.
+    ResponseHead(u16),
     /// The last response body chunk of execution `n`.
     ResponseChunk(u16),
     /// Its body read.
@@ -156,13 +174,20 @@ impl Fed {
                 },
                 elapsed_ms: *elapsed_ms,
             },
+            Fed::ServiceAnswer(status, body) => Event::ServiceAnswered {
+                answer: Answer::Received {
+                    status: *status,
+                    body: body.clone(),
+                    framed: false,
+                },
+            },
             Fed::ResponseHeaders => Event::ResponseHeaders {
                 end_of_stream: false,
             },
-            Fed::ResponseHead => Event::ResponseHeadersRead {
-                status: 201,
+            Fed::ResponseHead(status) => Event::ResponseHeadersRead {
+                status: *status,
                 headers: vec![
-                    header(":status", "201"),
+                    header(":status", &status.to_string()),
                     header("content-type", "text/plain"),
                 ],
                 origin: ResponseOrigin::Upstream,
@@ -183,6 +208,8 @@ impl Fed {
 pub enum Effect {
     /// Dispatch a store call.
     Call(StoreCall, u64),
+    /// Ask the service about run `fence` of operation `scope`, with this timeout (ms).
+    Ask(Digest, u16, u64),
     /// The request goes upstream with this fence (`Idempotency-Fence`).
     Forward(Option<u16>),
     /// A local reply (a replay or a problem).
@@ -216,6 +243,8 @@ pub struct Stream {
     pub execution: Option<u16>,
     /// The fence the machine put on the forwarded request.
     pub fence: Option<u16>,
+    /// The service's floor refused its run: the upstream answers 503.
+    pub fenced: bool,
 }
 
 impl Stream {
@@ -229,6 +258,7 @@ impl Stream {
             upstream: None,
             execution: None,
             fence: None,
+            fenced: false,
         }
     }
 
@@ -246,12 +276,21 @@ impl Stream {
         while let Some(action) = queue.pop_front() {
             let follow_up = match action {
                 Action::ReadRequestBody { .. } => Some(Fed::BodyComplete(self.op)),
-                Action::ReadResponseHeaders { .. } => Some(Fed::ResponseHead),
-                Action::ReadResponseBody { .. } => {
-                    self.upstream.map(|(n, _)| n).map(Fed::ResponseBody)
+                Action::ReadResponseHeaders { .. } => {
+                    Some(Fed::ResponseHead(if self.fenced { 503 } else { 201 }))
                 }
+                Action::ReadResponseBody { .. } => self
+                    .upstream
+                    .map(|(n, _)| if self.fenced { 0 } else { n })
+                    .map(Fed::ResponseBody),
                 Action::CallStore { call, timeout } => {
                     effects.push(Effect::Call(call, millis(timeout)));
+                    None
+                }
+                Action::AskService(question) => {
+                    let fence = u16::try_from(question.fence).unwrap_or(u16::MAX);
+                    let timeout = millis(question.reconcile.timeout);
+                    effects.push(Effect::Ask(question.scope, fence, timeout));
                     None
                 }
                 Action::SetRequestHeader { name, value } if name == FENCE_HEADER => {

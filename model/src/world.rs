@@ -5,14 +5,16 @@
 use keyflight_filter::outbox::{CallId, CallKind, OutboxAction};
 use keyflight_filter::store_call::{Answer, StoreCall, parse_ack_answer};
 use keyflight_protocol::Digest;
+use keyflight_protocol::wire::reconcile::{ReconciledRequest, ServiceAnswer};
 use keyflight_protocol::wire::{ClaimAnswer, ClaimResponse, ReleaseAs, StoredResponse, WonHow};
 use uuid::Uuid;
 
 use crate::db::{ClaimArgs, Db, How, Lost, Recorded, Settle};
 use crate::ghost::{Delivered, Execution, Ghost};
 use crate::grace::Replica;
-use crate::proxy::{Effect, Fed, Proxy, Stream, execution_of, store_timeout_ms};
-use crate::{Params, TICK_MS};
+use crate::proxy::{Effect, Fed, Proxy, Stream, body_of, execution_of, store_timeout_ms};
+use crate::service::{Said, Service};
+use crate::{Params, TICK_MS, Uncertain};
 
 /// The store's default cooldown (`--failure-cooldown`), for a release that names none.
 const STORE_COOLDOWN_MS: u64 = 2000;
@@ -64,9 +66,22 @@ pub enum Wire {
         /// What it writes.
         settle: SettleWire,
     },
-    /// `…/reconciled`: sent only under `uncertain: reconcile`, which the model does not
-    /// configure yet; answered as a store without the route would (404).
-    Reconciled,
+    /// `…/reconciled`: what the service said about run `fence` (its answer: committed).
+    Reconciled {
+        /// The fingerprint.
+        fingerprint: Digest,
+        /// The fence asked about.
+        fence: u16,
+        /// The committed run's answer; `None` is absent.
+        committed: Option<Recorded>,
+    },
+    /// The reconcile question to the service (not the lease-store) about run `fence`.
+    Question {
+        /// `idempotency-scope`.
+        scope: Digest,
+        /// `idempotency-fence`.
+        fence: u16,
+    },
 }
 
 /// A settle call's payload, ordered for the network's canonical order.
@@ -214,6 +229,11 @@ pub enum Step {
         /// Replica.
         replica: u8,
     },
+    /// A run whose caller went away commits late at the service (or is refused).
+    Commit {
+        /// The execution.
+        n: u16,
+    },
 }
 
 /// The state.
@@ -231,6 +251,8 @@ pub struct World {
     pub net: Vec<Request>,
     /// Clients.
     pub clients: Vec<Client>,
+    /// The upstream service's ledger (`uncertain: reconcile`).
+    pub service: Service,
     /// Faults still allowed.
     pub faults_left: u8,
     /// Evidence.
@@ -278,7 +300,26 @@ impl Wire {
                     ReleaseAs::Forget => SettleWire::Forget,
                 },
             },
-            StoreCall::Reconciled { .. } => Wire::Reconciled,
+            StoreCall::Reconciled { request, .. } => match request {
+                ReconciledRequest::Committed {
+                    fingerprint,
+                    fence,
+                    response,
+                } => Wire::Reconciled {
+                    fingerprint: *fingerprint,
+                    fence: u16::try_from(*fence).unwrap_or(u16::MAX),
+                    committed: Some(Recorded {
+                        status: response.status,
+                        headers: response.headers.clone(),
+                        body: response.body.clone(),
+                    }),
+                },
+                ReconciledRequest::Absent { fingerprint, fence } => Wire::Reconciled {
+                    fingerprint: *fingerprint,
+                    fence: u16::try_from(*fence).unwrap_or(u16::MAX),
+                    committed: None,
+                },
+            },
         }
     }
 }
@@ -326,6 +367,7 @@ impl World {
                     busy: false,
                 })
                 .collect(),
+            service: Service::default(),
             faults_left: params.faults,
             ghost: Ghost::default(),
         }
@@ -354,7 +396,9 @@ impl World {
         for request in &self.net {
             if !request.served {
                 for (r, replica) in self.replicas.iter().enumerate() {
-                    if replica.frozen {
+                    // The service answers a question (as "replica 0"), frozen or not.
+                    let question = matches!(request.call, Wire::Question { .. });
+                    if (replica.frozen && !question) || (question && r > 0) {
                         continue;
                     }
                     let serve = |fault| Step::Serve {
@@ -418,6 +462,9 @@ impl World {
                 }
             }
         }
+        for &(n, _) in &self.service.orphans {
+            out.push(Step::Commit { n });
+        }
         if self.db.up && fault {
             out.push(Step::DbDown);
         }
@@ -437,7 +484,7 @@ impl World {
             !r.served
                 && !r.delayed
                 && (r.deadline <= next || r.waiter != Waiter::Proxy)
-                && some_replica
+                && (some_replica || matches!(r.call, Wire::Question { .. }))
         });
         let upstream_due = self.proxies.iter().flat_map(|p| &p.streams).any(|s| {
             s.upstream
@@ -504,8 +551,13 @@ impl World {
                     return;
                 };
                 let Some((n, _)) = s.upstream else { return };
+                if params.filter.uncertain == Uncertain::Reconcile {
+                    let fence = s.fence.unwrap_or(0);
+                    s.fenced = !self.service.commit(n, fence, params);
+                }
+                let chunk = if s.fenced { 0 } else { n };
                 let mut effects = s.feed(&params.filter, Fed::ResponseHeaders);
-                effects.extend(s.feed(&params.filter, Fed::ResponseChunk(n)));
+                effects.extend(s.feed(&params.filter, Fed::ResponseChunk(chunk)));
                 s.upstream = None;
                 self.effects(params, proxy, client, effects);
             }
@@ -515,6 +567,7 @@ impl World {
                 let p = usize::from(proxy);
                 for s in std::mem::take(&mut self.proxies[p].streams) {
                     self.clients[usize::from(s.client)].busy = false;
+                    self.orphan_run(params, &s);
                 }
                 self.proxies[p] = Proxy::starting();
                 for r in &mut self.net {
@@ -540,6 +593,12 @@ impl World {
                 r.database_call(true, self.now);
                 self.db.cleanup(self.now, may_go, params, &mut self.ghost);
             }
+            Step::Commit { n } => {
+                if let Some(i) = self.service.orphans.iter().position(|o| o.0 == n) {
+                    let (n, fence) = self.service.orphans.remove(i);
+                    self.service.commit(n, fence, params);
+                }
+            }
             Step::ReleaseOrphan { replica } => {
                 let r = &mut self.replicas[usize::from(replica)];
                 let (claim, how) = r.orphans.remove(0);
@@ -551,6 +610,17 @@ impl World {
                     }
                 }
             }
+        }
+    }
+
+    /// Under `uncertain: reconcile`, a run whose stream is gone stays with the service,
+    /// which may commit it later ([`Step::Commit`]).
+    fn orphan_run(&mut self, params: &Params, stream: &Stream) {
+        if params.filter.uncertain == Uncertain::Reconcile
+            && let Some((n, _)) = stream.upstream
+        {
+            self.service.orphans.push((n, stream.fence.unwrap_or(0)));
+            self.service.orphans.sort();
         }
     }
 
@@ -607,6 +677,13 @@ impl World {
         }
         self.net.sort();
         let now = self.now;
+        if let Wire::Question { scope, fence } = request.call {
+            let answer = self.question(params, scope, fence);
+            if fault == ServeFault::None && request.waiter == Waiter::Proxy {
+                self.answer(params, &request, answer);
+            }
+            return;
+        }
         let r = &mut self.replicas[usize::from(replica)];
         if !self.db.up {
             r.grace.failed();
@@ -700,11 +777,54 @@ impl World {
                     .db
                     .settle(now, *claim, &settle, params, &mut self.ghost))
             }
-            Wire::Reconciled => (Some(404), Vec::new()),
+            Wire::Reconciled {
+                fingerprint,
+                fence,
+                committed,
+            } => {
+                let answer = committed.clone();
+                match self
+                    .db
+                    .reconciled(now, (*fence, *fingerprint), answer, &mut self.ghost)
+                {
+                    Ok(()) => (Some(200), b"{}".to_vec()),
+                    Err(true) => (
+                        Some(409),
+                        br#"{"code":"not_unknown","status":409}"#.to_vec(),
+                    ),
+                    Err(false) => (Some(404), br#"{"code":"not_found","status":404}"#.to_vec()),
+                }
+            }
+            // The service answered it, above.
+            Wire::Question { .. } => return,
         };
         if fault == ServeFault::None && request.waiter == Waiter::Proxy {
             self.answer(params, &request, answer);
         }
+    }
+
+    /// The service's endpoint: the ledger's answer to the question about run `fence`, as
+    /// `keyflight_effects::reconcile` renders it.
+    fn question(&mut self, params: &Params, scope: Digest, fence: u16) -> (Option<u16>, Vec<u8>) {
+        let answer = match self.service.question(fence, params) {
+            Said::Committed(n) => ServiceAnswer::Committed {
+                scope,
+                fence: i64::from(fence),
+                response: StoredResponse::new(
+                    201,
+                    vec![("content-type".into(), "text/plain".into())],
+                    &body_of(n),
+                ),
+            },
+            Said::Absent => {
+                self.ghost.absent_said.push((fence, self.now));
+                ServiceAnswer::Absent {
+                    scope,
+                    fence: i64::from(fence),
+                }
+            }
+        };
+        (Some(200), serde_json::to_vec(&answer).unwrap_or_default())
     }
 
     /// Delivers `answer` to whoever sent `request` (`None` status: no answer).
@@ -726,7 +846,12 @@ impl World {
                     return;
                 };
                 let elapsed_ms = self.now.saturating_sub(request.sent_at);
-                let effects = s.feed(&params.filter, Fed::Answer(status, body, elapsed_ms));
+                let fed = if matches!(request.call, Wire::Question { .. }) {
+                    Fed::ServiceAnswer(status, body)
+                } else {
+                    Fed::Answer(status, body, elapsed_ms)
+                };
+                let effects = s.feed(&params.filter, fed);
                 self.effects(params, proxy, client, effects);
             }
             From::Outbox { claim, renew } => {
@@ -794,24 +919,11 @@ impl World {
         for effect in effects {
             match effect {
                 Effect::Call(call, timeout_ms) => {
-                    let Some(s) = self.proxies[p].streams.iter().find(|s| s.client == client)
-                    else {
-                        continue;
-                    };
-                    self.net.push(Request {
-                        proxy,
-                        from: From::Stream {
-                            client,
-                            attempt: s.attempt,
-                        },
-                        sent_at: now,
-                        deadline: now + timeout_ms,
-                        call: Wire::of(&call, proxy, params),
-                        waiter: Waiter::Proxy,
-                        delayed: false,
-                        served: false,
-                    });
-                    self.net.sort();
+                    let call = Wire::of(&call, proxy, params);
+                    self.send(proxy, client, call, timeout_ms);
+                }
+                Effect::Ask(scope, fence, timeout_ms) => {
+                    self.send(proxy, client, Wire::Question { scope, fence }, timeout_ms);
                 }
                 Effect::Forward(fence) => {
                     let n = self.ghost.executions.len() as u16 + 1;
@@ -859,6 +971,28 @@ impl World {
         }
     }
 
+    /// Puts a call of `client`'s stream on `proxy` on the wire.
+    fn send(&mut self, proxy: u8, client: u8, call: Wire, timeout_ms: u64) {
+        let p = usize::from(proxy);
+        let Some(s) = self.proxies[p].streams.iter().find(|s| s.client == client) else {
+            return;
+        };
+        self.net.push(Request {
+            proxy,
+            from: From::Stream {
+                client,
+                attempt: s.attempt,
+            },
+            sent_at: self.now,
+            deadline: self.now + timeout_ms,
+            call,
+            waiter: Waiter::Proxy,
+            delayed: false,
+            served: false,
+        });
+        self.net.sort();
+    }
+
     fn deliver(&mut self, client: u8, status: u16, execution: Option<u16>) {
         let op = self.clients[usize::from(client)].op;
         self.ghost.delivered.push(Delivered {
@@ -881,6 +1015,7 @@ impl World {
             return;
         };
         let mut stream = self.proxies[p].streams.remove(i);
+        self.orphan_run(params, &stream);
         let effects = stream.feed(&params.filter, Fed::Done);
         self.clients[usize::from(client)].busy = false;
         let from = From::Stream {

@@ -1,6 +1,7 @@
-//! The ghost's excuse rule on histories the bounded check cannot reach: an orphan takeover
-//! given back needs a crash and a caller giving up in one history, two faults, and the
-//! check with two faults outgrows this machine's memory (`docs/model.md#properties`).
+//! The ghost's excuse rule on written histories: an orphan takeover given back, which the
+//! bounded check cannot reach (it needs a crash and a caller giving up in one history, two
+//! faults, and the check with two faults outgrows this machine's memory), and a re-run
+//! after the service's `absent` (`docs/model.md#properties`).
 
 use keyflight_model::db::{How, RowState};
 use keyflight_model::ghost::{ClaimWon, Displaced, Excuse, Execution, Ghost};
@@ -80,4 +81,33 @@ fn a_rerun_through_a_failed_record_that_was_not_given_back_is_not() {
         refused.contains("did not take over an unsettled claim"),
         "{refused}"
     );
+}
+
+/// Fence 1 ran under `uncertain: reconcile` and its record became `unknown`; fence 2 took
+/// the record, `failed` by a reconciled `absent`, and ran. `absent_said`: the ledger's
+/// (fence, when).
+fn after_a_question(absent_said: Vec<(u16, u64)>) -> (Ghost, Execution, Execution) {
+    let mut took = displaced(1, RowState::Failed);
+    if let Some(d) = took.as_mut() {
+        d.at_most_once = true;
+    }
+    let ghost = Ghost {
+        claims: vec![
+            claim(1, How::Claimed, 0, None),
+            claim(2, How::RecoveredAbandoned, 3000, took),
+        ],
+        absent_said,
+        ..Ghost::default()
+    };
+    (ghost, run(1, 1, 10), run(2, 2, 3000))
+}
+
+#[test]
+fn a_rerun_is_excused_by_the_services_absent_about_the_earlier_fence_only() {
+    let (ghost, first, rerun) = after_a_question(vec![(1, 3000)]);
+    assert_eq!(ghost.excuse(&first, &rerun), Ok(Excuse::ServiceAbsent));
+    for absent_said in [vec![], vec![(1, 3500)], vec![(2, 3000)]] {
+        let (ghost, first, rerun) = after_a_question(absent_said.clone());
+        assert!(ghost.excuse(&first, &rerun).is_err(), "{absent_said:?}");
+    }
 }

@@ -2,7 +2,7 @@
 //! unbroken protocol none (`docs/model.md#mutations`).
 
 use keyflight_model::check::{check, trace};
-use keyflight_model::{ClientSpec, Mutation, Params};
+use keyflight_model::{ClientSpec, Mutation, Params, Uncertain};
 
 /// Checks `params` with `mutation` and asserts `property` is violated.
 fn caught(params: Params, mutation: Mutation, property: &str) {
@@ -85,7 +85,7 @@ fn a_steal_that_ignores_the_fingerprint_is_caught() {
         ],
         ..short(8)
     };
-    params.filter.hold = false;
+    params.filter.uncertain = Uncertain::Retry;
     caught(
         params,
         Mutation::StealIgnoresFingerprint,
@@ -124,4 +124,40 @@ fn a_hold_that_ignores_the_retrys_flag_is_caught() {
 #[test]
 fn a_steal_that_takes_over_a_hold_policys_lapsed_lease_is_caught() {
     caught(short(8), Mutation::StealIgnoresHold, ONE_RUN);
+}
+
+#[test]
+fn reconciling_with_the_service_holds_every_property_and_reaches_every_example() {
+    let report = check(Params::reconciling(), 2, false);
+    let violated: Vec<&str> = report.violations.iter().map(|(name, _)| *name).collect();
+    assert!(violated.is_empty(), "violated: {violated:?}");
+    assert!(
+        report.unreached.is_empty(),
+        "unreached: {:?}",
+        report.unreached
+    );
+}
+
+const NO_LATE_COMMIT: &str =
+    "no fence runs while an earlier fence of the same scope may still commit";
+
+fn reconciling(horizon_ticks: u64) -> Params {
+    Params {
+        horizon_ticks,
+        ..Params::reconciling()
+    }
+}
+
+#[test]
+fn a_floor_that_admits_its_own_fence_is_caught() {
+    caught(
+        reconciling(8),
+        Mutation::FloorAdmitsItsFence,
+        NO_LATE_COMMIT,
+    );
+}
+
+#[test]
+fn an_absent_answer_that_leaves_no_floor_is_caught() {
+    caught(reconciling(8), Mutation::AbsentWithoutFloor, NO_LATE_COMMIT);
 }

@@ -13,6 +13,7 @@ fn source(file: &str) -> &'static str {
         "retention.rs" => include_str!("../../lease-store/src/store/retention.rs"),
         "orphan.rs" => include_str!("../../lease-store/src/store/orphan.rs"),
         "held.rs" => include_str!("../../lease-store/src/store/held.rs"),
+        "reconciled.rs" => include_str!("../../lease-store/src/store/reconciled.rs"),
         other => panic!("no source {other}"),
     }
 }

@@ -2,7 +2,8 @@
 //! explored, depth reached and every property's verdict; a violation prints its
 //! counterexample trace and fails (`docs/model.md#running-it`).
 //!
-//! `model-check [--deep] [--threads N] [--mutation NAME] [--after-reply] [--unflagged-proxy]`
+//! `model-check [--deep] [--threads N] [--mutation NAME] [--after-reply] [--reconcile]
+//! [--unflagged-proxy]`
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -20,6 +21,8 @@ fn mutation(name: &str) -> Option<Mutation> {
         "renew-timeout-past-slack" => Mutation::RenewTimeoutPastSlack,
         "steal-ignores-hold" => Mutation::StealIgnoresHold,
         "hold-ignores-the-retrys-flag" => Mutation::HoldIgnoresTheRetrysFlag,
+        "floor-admits-its-fence" => Mutation::FloorAdmitsItsFence,
+        "absent-without-floor" => Mutation::AbsentWithoutFloor,
         _ => return None,
     })
 }
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
                 .clients
                 .push(keyflight_model::ClientSpec { op: 1, attempts: 1 }),
             "--after-reply" => params.filter.after_reply = true,
+            "--reconcile" => params.filter.uncertain = keyflight_model::Uncertain::Reconcile,
             "--unflagged-proxy" => params.unflagged_proxy = Some(0),
             "--faults" => params.faults = args.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--threads" => threads = args.next().and_then(|n| n.parse().ok()).unwrap_or(2),
