@@ -117,7 +117,7 @@ pub enum FailureMode {
 }
 
 /// F6: what an uncertain upstream outcome (reset, timeout, proxy-generated 5xx) records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Uncertain {
     /// Record `failed` with the cooldown; a same-body retry may run again: for upstreams

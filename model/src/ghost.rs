@@ -13,6 +13,9 @@
 
 use keyflight_protocol::Digest;
 
+use keyflight_filter::guarantee::{self, Cause};
+
+use crate::Uncertain;
 use crate::db::{How, Row, RowState};
 
 /// The row a claim reopened, or the row deleted before a claim inserted afresh.
@@ -183,8 +186,16 @@ impl Ghost {
         });
     }
 
-    /// The re-run `later` of the same operation as `earlier`, held to the judge's rules.
-    pub fn excuse(&self, earlier: &Execution, later: &Execution) -> Result<Excuse, String> {
+    /// The re-run `later` of the same operation as `earlier`, guarded by a policy with
+    /// `uncertain`, held to the judge's rules and to the guarantee's table
+    /// (`keyflight_filter::guarantee`, which the judge reads too). `previous_release` is
+    /// the proxy that runs a release before at-most-once leases, if one does.
+    pub fn excuse(
+        &self,
+        earlier: &Execution,
+        later: &Execution,
+        (uncertain, previous_release): (Uncertain, Option<u8>),
+    ) -> Result<Excuse, String> {
         let (f1, f2) = (earlier.fence, later.fence);
         if f2 <= f1 {
             return Err(format!("fence {f2} is not above {f1}"));
@@ -211,7 +222,10 @@ impl Ghost {
         if took.state != RowState::Pending {
             return if took.past_retention {
                 Ok(Excuse::RetentionOver)
-            } else if took.state == RowState::Failed && absent_before(f1, first.at) {
+            } else if took.state == RowState::Failed
+                && absent_before(f1, first.at)
+                && guarantee::reruns(Cause::ServiceAnsweredAbsent, uncertain)
+            {
                 self.every_takeover_unsettled(&between[1..])
                     .map(|()| Excuse::ServiceAbsent)
             } else {
@@ -221,8 +235,20 @@ impl Ghost {
                 ))
             };
         }
-        // A hold policy is at-most-once: no row excuses a takeover of its lapsed lease
-        // within its retention.
+        // A lost proxy's operation runs again only where the table says so, or when both
+        // runs came through a release before at-most-once leases
+        // (`docs/operations.md#upgrades`); a claim flagged at-most-once refuses it whatever
+        // the policy.
+        let previous = |proxy: u8| previous_release == Some(proxy);
+        let lost_proxy_reruns = guarantee::reruns(Cause::ProxyLost, uncertain)
+            || (previous(earlier.proxy) && previous(later.proxy));
+        if !lost_proxy_reruns && !took.past_retention {
+            return Err(format!(
+                "fence {} took fence {f1}'s lapsed lease over, though a lost proxy's \
+                 operation never runs again under uncertain: {uncertain:?}",
+                first.fence
+            ));
+        }
         if took.at_most_once && !took.past_retention {
             return Err(format!(
                 "fence {} took over at-most-once fence {f1}'s lapsed lease",
@@ -280,15 +306,16 @@ impl Ghost {
         }
     }
 
-    /// Property: every execution after an operation's first is excused.
-    pub fn unexcused_rerun(&self) -> Option<String> {
+    /// Property: every execution after an operation's first is excused under `policy`
+    /// (its `uncertain`, and the proxy on a release before at-most-once leases).
+    pub fn unexcused_rerun(&self, policy: (Uncertain, Option<u8>)) -> Option<String> {
         let ops: std::collections::BTreeSet<u8> = self.executions.iter().map(|e| e.op).collect();
         for op in ops {
             let mut runs: Vec<&Execution> = self.executions.iter().filter(|e| e.op == op).collect();
             runs.sort_by_key(|e| e.fence);
             for pair in runs.windows(2) {
                 if let [a, b] = pair
-                    && let Err(why) = self.excuse(a, b)
+                    && let Err(why) = self.excuse(a, b, policy)
                 {
                     return Some(format!("e{} re-ran e{}: {why}", b.n, a.n));
                 }

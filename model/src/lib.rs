@@ -65,16 +65,9 @@ pub enum Mutation {
     AbsentWithoutFloor,
 }
 
-/// The policy's `uncertain`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Uncertain {
-    /// `hold` (at-most-once, the default).
-    Hold,
-    /// `retry`.
-    Retry,
-    /// `reconcile`: the service is asked (`docs/reconcile.md`).
-    Reconcile,
-}
+/// The policy's `uncertain`, the filter's own setting (the model checks `hold`, `retry` and
+/// `reconcile`).
+pub use keyflight_filter::config::Uncertain;
 
 /// The filter's plugin configuration, in the few numbers the model varies.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -213,6 +206,14 @@ pub struct Protocol {
     pub params: Params,
 }
 
+impl Protocol {
+    /// What a re-run is judged under: the policy's `uncertain`, and the proxy on a
+    /// release before at-most-once leases, if any.
+    pub fn policy(&self) -> (Uncertain, Option<u8>) {
+        (self.params.filter.uncertain, self.params.unflagged_proxy)
+    }
+}
+
 impl Model for Protocol {
     type State = World;
     type Action = Step;
@@ -252,8 +253,8 @@ pub type Verdict = fn(&Protocol, &World) -> Option<String>;
 
 /// Every property, by name, as a verdict with a reason (`docs/model.md#properties`).
 pub const PROPERTIES: [(&str, Verdict); 7] = [
-    ("one execution per operation, beyond the excused", |_, w| {
-        w.ghost.unexcused_rerun()
+    ("one execution per operation, beyond the excused", |m, w| {
+        w.ghost.unexcused_rerun(m.policy())
     }),
     (
         "no other answer than the operation's own, latest run",
@@ -320,16 +321,18 @@ pub fn properties(uncertain: Uncertain) -> Vec<Property<Protocol>> {
         ));
         properties.push(Property::sometimes(
             "a reconciled-absent re-run is reachable",
-            |_, w: &World| {
+            |m: &Protocol, w: &World| {
                 w.ghost.reconciled.iter().any(|&(fence, committed, _)| {
                     !committed && w.ghost.executions.iter().any(|e| e.fence > fence)
-                }) && w.ghost.unexcused_rerun().is_none()
+                }) && w.ghost.unexcused_rerun(m.policy()).is_none()
             },
         ));
     } else {
         properties.push(Property::sometimes(
             "an excused re-run is reachable",
-            |_, w: &World| w.ghost.executions.len() > 1 && w.ghost.unexcused_rerun().is_none(),
+            |m: &Protocol, w: &World| {
+                w.ghost.executions.len() > 1 && w.ghost.unexcused_rerun(m.policy()).is_none()
+            },
         ));
         properties.push(Property::sometimes(
             "a record lands through an outbox",

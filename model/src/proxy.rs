@@ -66,6 +66,7 @@ pub fn config(f: &FilterParams) -> Rc<Config> {
             "uncertain": match f.uncertain {
                 Uncertain::Hold => "hold",
                 Uncertain::Retry => "retry",
+                Uncertain::Record => "record",
                 Uncertain::Reconcile => "reconcile",
             },
             "record": if f.after_reply { "after_reply" } else { "before_reply" },

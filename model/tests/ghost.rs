@@ -3,9 +3,15 @@
 //! faults, and the check with two faults outgrows this machine's memory), and a re-run
 //! after the service's `absent` (`docs/model.md#properties`).
 
+use keyflight_model::Uncertain;
 use keyflight_model::db::{How, RowState};
 use keyflight_model::ghost::{ClaimWon, Displaced, Excuse, Execution, Ghost};
 use keyflight_protocol::Digest;
+
+/// The policies the histories below are judged under (no proxy on a previous release).
+const RETRY: (Uncertain, Option<u8>) = (Uncertain::Retry, None);
+const HOLD: (Uncertain, Option<u8>) = (Uncertain::Hold, None);
+const RECONCILE: (Uncertain, Option<u8>) = (Uncertain::Reconcile, None);
 
 fn displaced(fence: u16, state: RowState) -> Option<Displaced> {
     Some(Displaced {
@@ -70,13 +76,15 @@ fn through_an_orphan(given_back: Vec<u16>) -> (Ghost, Execution, Execution) {
 #[test]
 fn a_rerun_through_an_orphan_takeover_given_back_is_excused() {
     let (ghost, first, rerun) = through_an_orphan(vec![2]);
-    assert_eq!(ghost.excuse(&first, &rerun), Ok(Excuse::ProxyDied));
+    assert_eq!(ghost.excuse(&first, &rerun, RETRY), Ok(Excuse::ProxyDied));
+    let refused = ghost.excuse(&first, &rerun, HOLD).unwrap_err();
+    assert!(refused.contains("never runs again"), "{refused}");
 }
 
 #[test]
 fn a_rerun_through_a_failed_record_that_was_not_given_back_is_not() {
     let (ghost, first, rerun) = through_an_orphan(Vec::new());
-    let refused = ghost.excuse(&first, &rerun).unwrap_err();
+    let refused = ghost.excuse(&first, &rerun, RETRY).unwrap_err();
     assert!(
         refused.contains("did not take over an unsettled claim"),
         "{refused}"
@@ -105,9 +113,19 @@ fn after_a_question(absent_said: Vec<(u16, u64)>) -> (Ghost, Execution, Executio
 #[test]
 fn a_rerun_is_excused_by_the_services_absent_about_the_earlier_fence_only() {
     let (ghost, first, rerun) = after_a_question(vec![(1, 3000)]);
-    assert_eq!(ghost.excuse(&first, &rerun), Ok(Excuse::ServiceAbsent));
+    assert_eq!(
+        ghost.excuse(&first, &rerun, RECONCILE),
+        Ok(Excuse::ServiceAbsent)
+    );
+    assert!(
+        ghost.excuse(&first, &rerun, HOLD).is_err(),
+        "a policy that never asks is never excused by an answer"
+    );
     for absent_said in [vec![], vec![(1, 3500)], vec![(2, 3000)]] {
         let (ghost, first, rerun) = after_a_question(absent_said.clone());
-        assert!(ghost.excuse(&first, &rerun).is_err(), "{absent_said:?}");
+        assert!(
+            ghost.excuse(&first, &rerun, RECONCILE).is_err(),
+            "{absent_said:?}"
+        );
     }
 }
