@@ -33,6 +33,7 @@ pub mod longpoll;
 pub mod metrics;
 pub mod openapi;
 pub mod server;
+pub mod shares;
 pub mod shutdown;
 pub mod store;
 pub mod token_set;

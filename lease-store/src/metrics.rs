@@ -98,7 +98,7 @@ pub enum Shed {
     /// A `/v1` call past `--max-concurrent-requests`, answered 503.
     Concurrency,
     /// A `/v1` call past its caller's share of `--max-concurrent-requests` while other
-    /// callers were active, answered 503 (`api/shares.rs`).
+    /// callers were active, answered 503 (`crate::shares`).
     CallerShare,
     /// A call whose body would pass the body budget, answered 503 before it is read.
     BodyBudget,
@@ -110,6 +110,9 @@ pub enum Shed {
     LongPollScope,
     /// A long-poll past `--max-waiters`, answered `in_progress` at once.
     LongPollTotal,
+    /// A long-poll past its caller's share of `--max-waiters` while other callers were
+    /// active, answered `in_progress` at once (`crate::shares`).
+    LongPollShare,
 }
 
 impl Shed {
@@ -123,6 +126,7 @@ impl Shed {
             Shed::WriteTimeout => "write_timeout",
             Shed::LongPollScope => "longpoll_scope",
             Shed::LongPollTotal => "longpoll_total",
+            Shed::LongPollShare => "longpoll_share",
         }
     }
 }

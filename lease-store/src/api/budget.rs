@@ -21,10 +21,11 @@
 //! that does not fit is dropped and answered 503 with `Retry-After` instead.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::{Body, HttpBody as _};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -32,8 +33,9 @@ use axum::response::{IntoResponse, Response};
 use crate::api::error::ApiError;
 use crate::api::held::Held;
 use crate::api::limits::Slot;
-use crate::api::shares::{Charged, charged};
+use crate::caller::Caller;
 use crate::metrics::{Metrics, Shed};
+use crate::shares::Charged;
 
 /// The request-body budget: [`Budget`], and the most a body of unknown length may be.
 #[derive(Clone)]
@@ -145,6 +147,19 @@ impl Drop for Reservation {
     }
 }
 
+/// Whose share `request` is charged to.
+pub fn charged(request: &Request) -> Charged {
+    match request.extensions().get::<Caller>() {
+        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
+        _ => Charged::Peer(
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
+        ),
+    }
+}
+
 /// Middleware: reserves the call's body before it is read; sheds it when it does not fit.
 pub async fn reserve_body(
     State(budget): State<BodyBudget>,
@@ -204,8 +219,6 @@ pub async fn reserve_answer(
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
-
     use super::*;
 
     #[test]

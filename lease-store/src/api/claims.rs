@@ -103,24 +103,27 @@ pub async fn answer_claim(
         .record_expires_at
         .map(|at| millis(at.saturating_duration_since(Instant::now())));
     let attempt = match &first.response {
-        ClaimResponse::InProgress { .. } if wait > 0 => match state.longpoll.subscribe(&scope) {
-            Ok(subscription) => {
-                state.metrics.event(Event::FollowerWait);
-                // A parked long-poll holds no database connection; its caps are its own.
-                if let Some(slot) = slot {
-                    slot.release();
+        ClaimResponse::InProgress { .. } if wait > 0 => {
+            match state.longpoll.subscribe_as(&scope, record.charged()) {
+                Ok(subscription) => {
+                    state.metrics.event(Event::FollowerWait);
+                    // A parked long-poll holds no database connection; its caps are its own.
+                    if let Some(slot) = slot {
+                        slot.release();
+                    }
+                    longpoll::wait_subscribed(&state.store, &state.longpoll, subscription, &request)
+                        .await?
                 }
-                longpoll::wait_subscribed(&state.store, &state.longpoll, subscription, &request)
-                    .await?
+                Err(full) => {
+                    state.metrics.shed(match full {
+                        Full::Scope => Shed::LongPollScope,
+                        Full::Total => Shed::LongPollTotal,
+                        Full::Share => Shed::LongPollShare,
+                    });
+                    first
+                }
             }
-            Err(full) => {
-                state.metrics.shed(match full {
-                    Full::Scope => Shed::LongPollScope,
-                    Full::Total => Shed::LongPollTotal,
-                });
-                first
-            }
-        },
+        }
         _ => first,
     };
     // Up to the winning statement's send: its lease started no later, and a reply held

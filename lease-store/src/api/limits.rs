@@ -1,7 +1,7 @@
 //! Per-call limits (`docs/configuration.md#limits`): a deadline on reading and answering
 //! each call, and a cap on `/v1` calls running at once that sheds the excess.
 //!
-//! The cap is taken without waiting, and shared among the callers (`shares.rs`): a call
+//! The cap is taken without waiting, and shared among the callers (`crate::shares`): a call
 //! past it, or past its caller's share while others are owed theirs, is answered 503
 //! `journal_unavailable` with `Retry-After` at once (the filter fails closed on it and the
 //! client retries), so an overload costs one small answer instead of a queue that grows
@@ -20,9 +20,10 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::api::budget::charged;
 use crate::api::error::ApiError;
-use crate::api::shares::{Refused, Shares, Taken, charged};
 use crate::metrics::{Metrics, Shed};
+use crate::shares::{Activity, Charged, Refused, Shares, Taken};
 
 /// The `/v1` concurrency cap, shared by the middleware.
 #[derive(Clone)]
@@ -32,27 +33,36 @@ pub struct Concurrency {
 }
 
 impl Concurrency {
-    /// A cap of `max` calls at once, shared among the callers ([`crate::api::shares`]),
-    /// counting what it sheds in `metrics`.
-    pub fn new(max: usize, metrics: Metrics) -> Self {
+    /// A cap of `max` calls at once, shared among the callers `activity` knows
+    /// ([`crate::shares`]), counting what it sheds in `metrics`.
+    pub fn new(max: usize, activity: Arc<Activity>, metrics: Metrics) -> Self {
         Concurrency {
-            slots: Shares::new(max),
+            slots: Shares::new(max, activity),
             metrics,
         }
     }
 }
 
-/// A running call's place under the cap, in the request's extensions; released when the
-/// call's answer is handed to the connection, or earlier by [`Slot::release`].
+/// A running call's place under the cap, and whose it is, in the request's extensions;
+/// released when the call's answer is handed to the connection, or earlier by
+/// [`Slot::release`].
 #[derive(Clone)]
-pub struct Slot(Arc<Mutex<Option<Taken>>>);
+pub struct Slot {
+    taken: Arc<Mutex<Option<Taken>>>,
+    caller: Charged,
+}
 
 impl Slot {
     /// Gives the place back before the call ends (a claim about to park).
     pub fn release(&self) {
-        if let Ok(mut taken) = self.0.lock() {
+        if let Ok(mut taken) = self.taken.lock() {
             taken.take();
         }
+    }
+
+    /// Whose share the call is charged to (a claim that parks is charged there too).
+    pub fn caller(&self) -> &Charged {
+        &self.caller
     }
 }
 
@@ -62,7 +72,8 @@ pub async fn shed_past_limit(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let taken = match concurrency.slots.take(charged(&request), Instant::now()) {
+    let caller = charged(&request);
+    let taken = match concurrency.slots.take(caller.clone(), Instant::now()) {
         Ok(taken) => taken,
         Err(Refused::Full) => {
             concurrency.metrics.shed(Shed::Concurrency);
@@ -82,7 +93,10 @@ pub async fn shed_past_limit(
     // The extension is dropped with the request once the body is read, so the middleware
     // holds the slot too, until the answer is ready; the answer then holds it
     // (`crate::api::budget::reserve_answer`).
-    let slot = Slot(Arc::new(Mutex::new(Some(taken))));
+    let slot = Slot {
+        taken: Arc::new(Mutex::new(Some(taken))),
+        caller,
+    };
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     drop(slot);

@@ -30,9 +30,9 @@ pub mod lease;
 pub mod limits;
 pub mod reconciled;
 pub mod records;
-pub mod shares;
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -57,6 +57,7 @@ use crate::caller::Caller;
 use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
+use crate::shares::{Activity, Charged};
 use crate::store::Store;
 
 /// What every handler can reach.
@@ -104,7 +105,8 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
         .merge(long_poll);
     // Outermost: a call is refused before it takes a slot or budget, and the budget
     // charges the workload it names (`crate::api::budget`).
-    let claims = limited(claims, &state, max_body_bytes, limits).route_layer(
+    let activity = state.longpoll.activity();
+    let claims = limited(claims, (&state, activity), max_body_bytes, limits).route_layer(
         middleware::from_fn_with_state((auth, state.metrics.clone()), auth::require_filter),
     );
     let operability = Router::new()
@@ -131,17 +133,18 @@ pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: 
         ))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
     finish(
-        limited(records, &state, max_body_bytes, limits),
+        limited(records, (&state, Activity::new()), max_body_bytes, limits),
         state,
         max_body_bytes,
     )
 }
 
 /// Adds the body and answer budgets and the concurrency cap to `/v1` routes: the slot is
-/// taken first, and the answer budget, inside it, holds it with the answer.
+/// taken first, and the answer budget, inside it, holds it with the answer. The cap is
+/// shared among the callers `activity` knows (`crate::shares`).
 fn limited(
     routes: Router<AppState>,
-    state: &AppState,
+    (state, activity): (&AppState, Arc<Activity>),
     max_body_bytes: usize,
     limits: Limits,
 ) -> Router<AppState> {
@@ -163,7 +166,11 @@ fn limited(
             budget::reserve_answer,
         ))
         .route_layer(middleware::from_fn_with_state(
-            Concurrency::new(limits.max_concurrent_requests, state.metrics.clone()),
+            Concurrency::new(
+                limits.max_concurrent_requests,
+                activity,
+                state.metrics.clone(),
+            ),
             limits::shed_past_limit,
         ))
 }
@@ -233,6 +240,15 @@ impl RecordScope {
             Caller::Bearer => crate::caller::BEARER_LABEL,
         };
         format!("reconciler:{who}").chars().take(128).collect()
+    }
+
+    /// Whose share of the parked long-polls the call's wait is charged to: its workload,
+    /// or one share for every bearer-token caller (`crate::shares`).
+    pub fn charged(&self) -> Charged {
+        match &self.caller {
+            Caller::Workload(id) => Charged::Workload(Arc::clone(id)),
+            Caller::Bearer => Charged::Peer(std::net::Ipv4Addr::UNSPECIFIED.into()),
+        }
     }
 
     /// The record of another scope the same call names, in the caller's namespace.

@@ -27,10 +27,13 @@ mod waiters;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use keyflight_protocol::Digest;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::shares::{Activity, Charged, Refused, Shares};
 
 pub use listener::CHANNEL;
 pub use wait::{claim_with_wait, wait_subscribed};
@@ -43,6 +46,8 @@ pub use waiters::{
 #[derive(Clone)]
 pub struct LongPoll {
     waiters: Arc<Waiters>,
+    /// Callers' shares of the parked long-polls (`crate::shares`).
+    shares: Arc<Shares>,
     /// How many LISTEN connections it keeps: one per database whose settles it hears.
     listeners: usize,
     shutdown: watch::Receiver<bool>,
@@ -91,6 +96,7 @@ impl LongPoll {
         });
         let longpoll = LongPoll {
             waiters,
+            shares: Shares::new(caps.total, Activity::new()),
             listeners: database_urls.len(),
             shutdown,
         };
@@ -122,6 +128,28 @@ impl LongPoll {
     /// back on drop.
     pub fn subscribe(&self, scope: &Digest) -> Result<Subscription, Full> {
         self.waiters.subscribe(*scope)
+    }
+
+    /// Who is owed a share of the parked long-polls: the data plane's concurrency cap
+    /// records its callers here too (`crate::shares`).
+    pub fn activity(&self) -> Arc<Activity> {
+        Arc::clone(self.shares.activity())
+    }
+
+    /// [`LongPoll::subscribe`] for a claim's own wait, charged to `caller`: past its share
+    /// of the parked long-polls while other callers are owed theirs, refused with
+    /// [`Full::Share`].
+    pub fn subscribe_as(&self, scope: &Digest, caller: Charged) -> Result<Subscription, Full> {
+        let share = self
+            .shares
+            .take(caller, Instant::now())
+            .map_err(|refused| match refused {
+                Refused::Full => Full::Total,
+                Refused::PastShare => Full::Share,
+            })?;
+        let mut subscription = self.waiters.subscribe(*scope)?;
+        subscription.share = Some(share);
+        Ok(subscription)
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use keyflight_protocol::Digest;
 use tokio::sync::{OnceCell, watch};
 
+use crate::shares::Taken;
 use crate::store::RecordSnapshot;
 
 /// Shards of the scope map; a power of two no larger than the 256 values of a byte.
@@ -56,6 +57,9 @@ pub enum Full {
     Scope,
     /// The process already has its most waiters.
     Total,
+    /// The caller already has more than its share of them while other callers are owed
+    /// theirs (`crate::shares`).
+    Share,
 }
 
 /// Counts a parked long-poll for as long as it lives.
@@ -162,6 +166,7 @@ impl Waiters {
             waiters: Arc::clone(self),
             scope,
             generation,
+            share: None,
         })
     }
 
@@ -193,6 +198,8 @@ pub struct Subscription {
     waiters: Arc<Waiters>,
     pub(super) scope: Digest,
     generation: watch::Receiver<Arc<SharedRead>>,
+    /// The caller's place among the parked long-polls, when it was charged one.
+    pub(super) share: Option<Taken>,
 }
 
 impl Subscription {

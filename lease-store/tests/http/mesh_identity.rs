@@ -448,3 +448,57 @@ async fn a_dual_claims_previous_scope_is_in_the_callers_namespace() {
     let other = claim_as(api, CART, &old_scope, &old_fp, 0).await;
     assert_eq!(other.outcome(), "won", "{}", other.text);
 }
+
+#[tokio::test]
+async fn a_workload_past_its_share_of_parked_long_polls_leaves_room_for_another() {
+    let port = keyflight_testkit::process::free_port();
+    let args = [
+        "--trust-xfcc",
+        "--workload",
+        CHECKOUT,
+        "--workload",
+        CART,
+        "--xfcc-trusted-peers",
+        "127.0.0.0/8,::1/128",
+        "--max-waiters",
+        "4",
+        "--max-waiters-per-scope",
+        "4",
+    ];
+    let mut command = serve_command(&cluster().url(), port, &args);
+    command.env_remove("KEYFLIGHT_TOKEN");
+    let server = start_command(command, port).await;
+    let api = &server.api;
+    let (busy, busy_fp) = (fresh_digest("greedy"), fresh_digest("fp"));
+    assert_eq!(
+        claim_as(api, CHECKOUT, &busy, &busy_fp, 0).await.outcome(),
+        "won"
+    );
+    // The other workload calls: it is owed a share from now on.
+    let (own, own_fp) = (fresh_digest("modest"), fresh_digest("fp"));
+    assert_eq!(claim_as(api, CART, &own, &own_fp, 0).await.outcome(), "won");
+
+    let follow = |id: &'static str, scope: &str, fingerprint: &str| {
+        let (api, scope, fingerprint) = (api.clone(), scope.to_owned(), fingerprint.to_owned());
+        tokio::spawn(async move { claim_as(&api, id, &scope, &fingerprint, 20_000).await })
+    };
+    // CHECKOUT parks its share of two, then borrows while more than a quarter stays free.
+    let mut parked: Vec<_> = (0..4).map(|_| follow(CHECKOUT, &busy, &busy_fp)).collect();
+    api.wait_counter("keyflight_store_shed_total{reason=\"longpoll_share\"}", 1)
+        .await;
+    api.wait_counter("keyflight_store_longpoll_waiting", 3)
+        .await;
+
+    parked.push(follow(CART, &own, &own_fp));
+    api.wait_counter("keyflight_store_longpoll_waiting", 4)
+        .await;
+    assert_eq!(
+        api.counter("keyflight_store_shed_total{reason=\"longpoll_total\"}")
+            .await,
+        0,
+        "the last place was left to the other workload"
+    );
+    for follower in parked {
+        follower.abort();
+    }
+}

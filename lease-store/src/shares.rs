@@ -1,21 +1,19 @@
-//! Callers' shares of a replica's concurrency cap (`docs/configuration.md#limits`), so one
-//! workload's burst of calls cannot take every slot while another workload waits.
+//! Callers' shares of a replica's capacity (`docs/configuration.md#limits`): its concurrency
+//! cap and its parked long-polls, so one workload's burst cannot take every place while
+//! another workload waits.
 //!
 //! The rule ([`may_take`]) is work-conserving: a caller alone uses the whole cap, as a
 //! single-workload installation expects; when others have called within the last
 //! [`ACTIVE_WINDOW`], each is owed an equal share, and a caller past its share may take
 //! another slot only while a quarter of the cap stays free for the callers below theirs.
 //! A caller is the workload under `--trust-xfcc`, else the peer address ([`Charged`]), as
-//! for the body and answer budgets.
+//! for the body and answer budgets (a parked long-poll knows no peer address: its callers
+//! without a workload share one place).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-use axum::extract::{ConnectInfo, Request};
-
-use crate::caller::Caller;
 
 /// How long a caller counts as active after its last call.
 pub const ACTIVE_WINDOW: Duration = Duration::from_secs(10);
@@ -29,19 +27,6 @@ pub enum Charged {
     Peer(IpAddr),
 }
 
-/// Whose share `request` is charged to.
-pub fn charged(request: &Request) -> Charged {
-    match request.extensions().get::<Caller>() {
-        Some(Caller::Workload(id)) => Charged::Workload(Arc::clone(id)),
-        _ => Charged::Peer(
-            request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
-        ),
-    }
-}
-
 /// Whether a caller holding `held` of the `cap` slots may take one more, with `in_use`
 /// taken in all and `active` callers (itself included) owed a share.
 pub fn may_take(held: usize, in_use: usize, cap: usize, active: usize) -> bool {
@@ -52,9 +37,33 @@ pub fn may_take(held: usize, in_use: usize, cap: usize, active: usize) -> bool {
     held < share || cap - in_use > cap / 4
 }
 
-/// The slots each caller holds, and when each last called.
+/// When each caller last called: who is owed a share. One registry may serve several
+/// [`Shares`] (the data plane's slots and its parked long-polls), so a workload that only
+/// made calls is owed a share of the long-polls too.
+#[derive(Default)]
+pub struct Activity(Mutex<HashMap<Charged, Instant>>);
+
+impl Activity {
+    /// An empty registry.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Notes that `caller` called at `now`; returns how many callers called within the
+    /// last [`ACTIVE_WINDOW`].
+    pub fn saw(&self, caller: &Charged, now: Instant) -> usize {
+        // One insert and one sweep: a poisoned lock still holds usable times.
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(caller.clone(), now);
+        seen.retain(|_, last| now.saturating_duration_since(*last) < ACTIVE_WINDOW);
+        seen.len()
+    }
+}
+
+/// The places each caller holds.
 pub struct Shares {
     cap: usize,
+    activity: Arc<Activity>,
     state: Mutex<State>,
 }
 
@@ -62,42 +71,44 @@ pub struct Shares {
 struct State {
     in_use: usize,
     held: HashMap<Charged, usize>,
-    seen: HashMap<Charged, Instant>,
 }
 
-/// One slot taken by a caller, given back on drop.
+/// One place taken by a caller, given back on drop.
 pub struct Taken {
     shares: Arc<Shares>,
     caller: Charged,
 }
 
-/// Why a slot was refused.
+/// Why a place was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// Every slot is taken.
+    /// Every place is taken.
     Full,
     /// The caller is past its share while others are owed theirs.
     PastShare,
 }
 
 impl Shares {
-    /// Shares of `cap` slots.
-    pub fn new(cap: usize) -> Arc<Self> {
+    /// Shares of `cap` places among the callers `activity` knows.
+    pub fn new(cap: usize, activity: Arc<Activity>) -> Arc<Self> {
         Arc::new(Shares {
             cap,
+            activity,
             state: Mutex::default(),
         })
     }
 
-    /// Takes a slot for `caller` at `now`.
+    /// The registry of who is owed a share.
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
+    /// Takes a place for `caller` at `now`.
     pub fn take(self: &Arc<Self>, caller: Charged, now: Instant) -> Result<Taken, Refused> {
+        let active = self.activity.saw(&caller, now);
         let mut state = self.lock();
-        state.seen.insert(caller.clone(), now);
-        state
-            .seen
-            .retain(|_, last| now.saturating_duration_since(*last) < ACTIVE_WINDOW);
         let held = state.held.get(&caller).copied().unwrap_or(0);
-        if !may_take(held, state.in_use, self.cap, state.seen.len()) {
+        if !may_take(held, state.in_use, self.cap, active) {
             return Err(match state.in_use >= self.cap {
                 true => Refused::Full,
                 false => Refused::PastShare,
@@ -141,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_caller_alone_uses_the_whole_cap() {
-        let shares = Shares::new(8);
+        let shares = Shares::new(8, Activity::new());
         let now = Instant::now();
         let taken: Vec<Taken> = (0..8)
             .map(|_| shares.take(peer(1), now).expect("within the cap"))
@@ -154,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_greedy_caller_leaves_a_quarter_of_the_cap_to_another_active_one() {
-        let shares = Shares::new(8);
+        let shares = Shares::new(8, Activity::new());
         let now = Instant::now();
         // The other caller called a moment ago, and holds nothing now.
         drop(shares.take(peer(2), now));
@@ -174,8 +185,21 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_seen_by_one_share_is_owed_a_place_in_another() {
+        let slots = Shares::new(8, Activity::new());
+        let parked = Shares::new(4, Arc::clone(slots.activity()));
+        let now = Instant::now();
+        drop(slots.take(peer(2), now));
+        let greedy: Vec<Taken> = (0..3)
+            .map(|_| parked.take(peer(1), now).expect("its share, then borrowed"))
+            .collect();
+        assert_eq!(parked.take(peer(1), now).err(), Some(Refused::PastShare));
+        drop(greedy);
+    }
+
+    #[test]
     fn a_caller_quiet_for_the_window_is_owed_nothing() {
-        let shares = Shares::new(8);
+        let shares = Shares::new(8, Activity::new());
         let then = Instant::now();
         drop(shares.take(peer(2), then));
         let later = then + ACTIVE_WINDOW;
