@@ -1,5 +1,5 @@
 //! Ghost variables: what happened, recorded as the chaos judge's evidence is
-//! (`chaos/src/checker/judgement.rs`), and the properties read from it
+//! (`chaos/src/checker/rerun.rs`), and the properties read from it
 //! (`docs/model.md#properties`).
 //!
 //! The judge excuses a re-run only when every condition of one row of

@@ -11,8 +11,8 @@
 //! failure status let in (the policy admits it, whatever the upstream did before
 //! answering it).
 
-use super::judgement::{CooldownCause, Rerun, RerunVerdict, Row};
 use super::lifecycle::previous_release_forgot;
+use super::verdict::{CooldownCause, Rerun, RerunVerdict, Row};
 use crate::history::{Execution, History};
 
 /// The re-runs (their execution numbers) among `reruns` that are certain doubles.

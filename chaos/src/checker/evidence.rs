@@ -686,7 +686,7 @@ not json"#;
     }
 
     /// An orphan's release says what it left of the record: a takeover given back keeps
-    /// it, so the judge refuses a fresh insert after it (`judgement::chain_holds`).
+    /// it, so the judge refuses a fresh insert after it (`rerun::chain_holds`).
     #[test]
     fn an_orphan_releases_line_says_what_it_left() {
         let line = r#"{"timestamp":"2026-12-01T16:36:46.500Z","level":"INFO","fields":{"message":"released an orphan claim: it committed, and its caller never got the answer","evidence":"settle","scope":"ab","claim_id":"0190-x","call":"release_orphan","outcome":"applied","fence":7,"leaves":"failed"},"target":"keyflight_lease_store::evidence"}"#;

@@ -2,7 +2,7 @@
 //! (`docs/guarantee.md#where-it-is-at-least-once`): a drained Envoy ends at once on
 //! `SIGTERM`, and a push of another Wasm module destroys the retired VM, each with its
 //! outbox (`docs/envoy-facts.md#drain-and-shutdown`,
-//! `docs/envoy-facts.md#a-retired-root-context-keeps-working`). `judgement.rs` has already
+//! `docs/envoy-facts.md#a-retired-root-context-keeps-working`). `rerun.rs` has already
 //! shown what every row needs (same body and fingerprint, every claim in between a
 //! takeover, no settle of the earlier fence landed before the takeover).
 //!
@@ -37,8 +37,9 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::evidence::ClaimWon;
-use super::judgement::{Rerun, RerunVerdict, Row, SETTLE_LOG_SLACK_MS, answered_by};
 use super::partition::Earlier;
+use super::rerun::answered_by;
+use super::verdict::{Rerun, RerunVerdict, Row, SETTLE_LOG_SLACK_MS};
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 
 /// When `fault` ended the Envoy process it hit, for the faults that end one (an Envoy

@@ -6,8 +6,9 @@
 //!   scope with which fence and *how*, which settle calls landed, were handed off or
 //!   given up, and when. Windows of time prove nothing by themselves; these facts do.
 //! - `judgement.rs`: each key's record reconstructed from those facts and held to the
-//!   guarantee table row by row (`docs/guarantee.md#where-it-is-at-least-once`): a second
-//!   execution passes only when every condition of one row is shown; a divergent answer,
+//!   guarantee table row by row (`docs/guarantee.md#where-it-is-at-least-once`), in the
+//!   words of `verdict.rs`: a second execution passes only when every condition of one row
+//!   is shown (`rerun.rs`; the rows a settle's release opens in `settled.rs`); a divergent answer,
 //!   a record that no longer answers as it must (a 2xx or a recorded 4xx that does not
 //!   replay, an `unknown` that is no longer `unknown`, a conflict that no longer
 //!   conflicts) and an `unknown` record that ran again are each judged on their own.
@@ -17,9 +18,9 @@
 //!   between a key's changes, modulo the edge cache's staleness bound) in `operator.rs`;
 //!   what every takeover row needs on evidence the system under test cannot fake (the
 //!   plan's policy, a lease run out from its last renew, no replay before the takeover, an
-//!   outbox's spent budget) in `takeover.rs`; the re-runs of a hold-policy key whose first
-//!   run the upstream's log shows committed, counted apart as certain doubles, in
-//!   `doubles.rs`.
+//!   outbox's spent budget) in `takeover.rs`; the service's `absent` under `uncertain:
+//!   reconcile` in `reconcile.rs`; the re-runs of a hold or reconcile key whose first run
+//!   the upstream shows committed, counted apart as certain doubles, in `doubles.rs`.
 //! - `report.rs`: the findings summed up per fault kind for the table.
 //!
 //! The judge's own tests are a corpus of small histories (`chaos/tests/corpus/`): one per
@@ -34,7 +35,10 @@ mod operator;
 mod partition;
 mod reconcile;
 pub mod report;
+mod rerun;
+mod settled;
 mod takeover;
+pub mod verdict;
 
 #[cfg(test)]
 mod corpus;
@@ -44,9 +48,9 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use judgement::{CooldownCause, KeyVerdict, RerunVerdict, Row};
 pub use report::{Column, Counts, Report};
 pub use takeover::setting_name;
+pub use verdict::{CooldownCause, KeyVerdict, RerunVerdict, Row};
 
 use crate::history::{Attempt, Execution, History};
 use judgement::{KeyFacts, judge_key};

@@ -27,7 +27,8 @@
 use std::collections::BTreeSet;
 
 use super::evidence::{ClaimWon, TAKEOVER};
-use super::judgement::{Row, SETTLE_LOG_SLACK_MS, chain_holds};
+use super::rerun::chain_holds;
+use super::verdict::{Row, SETTLE_LOG_SLACK_MS};
 use crate::history::{Attempt, FaultKind, History, Ms, Outcome};
 
 /// What an operator did to a record.

@@ -1,7 +1,7 @@
 //! The partition row of the guarantee table (`docs/guarantee.md#where-it-is-at-least-once`):
 //! the winner's proxy could not reach any lease-store while its lease ran out, and the
 //! stores and Postgres stayed healthy, so a retry through another proxy took the expired
-//! lease over. `judgement.rs` has already shown what every row needs (same body and
+//! lease over. `rerun.rs` has already shown what every row needs (same body and
 //! fingerprint, every claim in between a takeover, no settle of the earlier fence landed
 //! before the takeover); this row then needs, from the history:
 //!
@@ -42,7 +42,8 @@
 //!    logged that fence's settle refused as `lease_lost` (by the stream or its outbox).
 
 use super::evidence::ClaimWon;
-use super::judgement::{Row, SETTLE_LOG_SLACK_MS, answered_by, handed_off_by};
+use super::rerun::{answered_by, handed_off_by};
+use super::verdict::{Row, SETTLE_LOG_SLACK_MS};
 use crate::history::{Attempt, Execution, Fault, FaultKind, History, Ms};
 use std::collections::HashMap;
 

@@ -14,7 +14,8 @@
 use keyflight_filter::guarantee::Cause;
 
 use super::evidence::{ClaimWon, STAMP_ROUNDING_MS, TAKEOVER};
-use super::judgement::{Row, chain_holds};
+use super::rerun::chain_holds;
+use super::verdict::Row;
 use crate::history::{Execution, History};
 
 /// The row that excuses `later` after `earlier` under `uncertain: reconcile`, with the

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::judgement::KeyVerdict;
+use super::verdict::KeyVerdict;
 use crate::history::{Attempt, Fault, FaultKind, History, Ms};
 
 /// One column of the table.

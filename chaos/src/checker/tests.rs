@@ -2,7 +2,7 @@
 //! (`chaos/tests/corpus/excused-proxy-killed-before-the-answer.json`) and small variations.
 
 use super::evidence::{ClaimWon, ProxySettle};
-use super::judgement::Row;
+use super::verdict::Row;
 use super::*;
 use crate::history::{Attempt, Fault, FaultKind, Ms, Outcome, Role, Verification};
 

@@ -289,7 +289,7 @@ fn a_won_claim_answered_too_late_to_renew_in_time_is_released_not_forwarded() {
         ),
         "{delivery:?}"
     );
-    // The judge's evidence that fence 7 never ran (`chaos/src/checker/judgement.rs`).
+    // The judge's evidence that fence 7 never ran (`chaos/src/checker/rerun.rs`).
     assert!(
         out.iter().any(|action| matches!(
             action,
