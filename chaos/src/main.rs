@@ -7,12 +7,9 @@
 //!
 //! 1. **Starts its own stack** on free ports (`stack.rs`): one Postgres, two lease-stores,
 //!    the demo upstream, two Envoys running the real `.wasm` from the shipped
-//!    `envoy/two-replicas.yaml` (each Envoy reaches both lease-stores). The plugin is the
-//!    demo's `payments` policy with `lease_ms: 3000` (short enough that faults outlast
-//!    leases) and `uncertain: hold`: a caller that gives up mid-request then never
-//!    justifies a second run, so every second run except a dead proxy's is a finding
-//!    (under `uncertain: retry`, a re-run after an abandoned request is a documented
-//!    at-least-once case the checker could not tell from a lost claim).
+//!    `envoy/two-replicas.yaml` (each Envoy reaches both lease-stores). The plugin guards
+//!    keys with `uncertain: hold`, `retry` and (with `--upstream-effects`) `reconcile`
+//!    (`policies.rs`), with `lease_ms: 3000`, short enough that faults outlast leases.
 //! 2. **Draws a plan from a seed** (`plan.rs`): a new key every 100–300 ms for the
 //!    run's duration, each with two or three concurrent first callers spread over both
 //!    Envoys (one `host`, so one scope), some of them impatient (a timeout shorter than the
@@ -72,6 +69,7 @@ mod checker;
 mod faults;
 mod history;
 mod plan;
+mod policies;
 mod report;
 mod stack;
 mod verify;
@@ -84,20 +82,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use keyflight_lease_store::config::parse_duration;
 use keyflight_testkit::binaries::workspace_root;
-use keyflight_testkit::envoy_config;
 use keyflight_testkit::stack::Stack;
-use serde_json::{Value, json};
 
 use crate::checker::evidence::Evidence;
-use crate::history::{FaultKind, History, PolicyFacts, Renewal};
+use crate::history::{FaultKind, History, Renewal};
 use crate::plan::Settings;
+use crate::policies::{LEASE_MS, RENEW_INTERVAL_MS, plugin, policy_facts};
 use crate::workload::Clock;
-
-/// The policy's lease: short enough that a fault outlasts it.
-const LEASE_MS: u64 = 3000;
-/// The chaos policies' renew interval: the longest the filter accepts for that lease and
-/// its 1 s call timeout (`filter/src/config/policy.rs`), written out so the plan knows it.
-const RENEW_INTERVAL_MS: u64 = 400;
 
 /// The `--short` run's duration: with start-up, the callers' tail and the checks, the whole
 /// run stays under two minutes.
@@ -461,84 +452,6 @@ fn default_kinds(allowed: &[FaultKind]) -> FaultKinds {
             .filter(|kind| *kind != FaultKind::RollingUpgrade)
             .collect(),
     )
-}
-
-/// The shipped plugin configuration with the chaos policies: the demo's `payments` policy
-/// with `lease_ms: 3000` and `uncertain: hold` (see the module doc), preceded by a copy
-/// named `payments-retry` for paths under [`plan::RETRY_PREFIX`] with `uncertain: retry`
-/// and, with `reconcile`, one named `payments-reconcile` for paths under
-/// [`plan::RECONCILE_PREFIX`] with `uncertain: reconcile`, asking the demo upstream with the
-/// stack's reconcile token (first match wins), so the judge meets every setting's rows.
-/// With `after_reply` all record after the reply.
-fn plugin(after_reply: bool, reconcile: bool) -> Result<Value, String> {
-    let mut plugin = envoy_config::shipped_plugin_config(&envoy_config::shipped_demo_yaml())
-        .map_err(|e| e.to_string())?;
-    let policies = plugin["policies"]
-        .as_array_mut()
-        .ok_or("the shipped plugin configuration has no policies")?;
-    let hold = policies
-        .first_mut()
-        .and_then(Value::as_object_mut)
-        .ok_or("the shipped plugin configuration has no policies[0]")?;
-    hold.insert("lease_ms".into(), json!(LEASE_MS));
-    hold.insert("renew_interval_ms".into(), json!(RENEW_INTERVAL_MS));
-    hold.insert("uncertain".into(), json!("hold"));
-    if after_reply {
-        hold.insert("record".into(), json!("after_reply"));
-    }
-    let variant = |name: &str, uncertain: &str, prefix: &str| {
-        let mut policy = hold.clone();
-        policy.insert("name".into(), json!(name));
-        policy.insert("uncertain".into(), json!(uncertain));
-        policy.insert(
-            "match".into(),
-            json!({"methods": ["POST"], "path_prefix": prefix}),
-        );
-        policy
-    };
-    let retry = variant("payments-retry", "retry", plan::RETRY_PREFIX);
-    let mut reconciled = variant("payments-reconcile", "reconcile", plan::RECONCILE_PREFIX);
-    reconciled.insert(
-        "reconcile".into(),
-        json!({"cluster": "demo_upstream", "token_env": "KEYFLIGHT_RECONCILE_TOKEN"}),
-    );
-    if reconcile {
-        policies.insert(0, Value::Object(reconciled));
-    }
-    policies.insert(0, Value::Object(retry));
-    Ok(plugin)
-}
-
-/// What the judge needs to know of `plugin`'s policies (see [`plugin`]).
-fn policy_facts(plugin: &Value) -> PolicyFacts {
-    let named = |name: &str| {
-        plugin["policies"]
-            .as_array()
-            .and_then(|policies| policies.iter().find(|policy| policy["name"] == name))
-    };
-    let hold = named("payments").unwrap_or(&Value::Null);
-    PolicyFacts {
-        failure_cooldown_ms: hold["failure_cooldown_ms"]
-            .as_u64()
-            .unwrap_or(PolicyFacts::default().failure_cooldown_ms),
-        forget_statuses: hold["forget_statuses"].as_array().map_or_else(
-            history::default_forget_statuses,
-            |statuses| {
-                statuses
-                    .iter()
-                    .filter_map(|s| s.as_u64().and_then(|s| u16::try_from(s).ok()))
-                    .collect()
-            },
-        ),
-        uncertain_retry_prefix: Some(plan::RETRY_PREFIX.to_owned()),
-        reconcile_prefix: named("payments-reconcile").map(|_| plan::RECONCILE_PREFIX.to_owned()),
-        edge_max_staleness_ms: plugin["edge_cache"]["max_staleness_ms"]
-            .as_u64()
-            .unwrap_or_else(history::default_max_staleness_ms),
-        record_retry_budget_ms: hold["record_retry_budget_ms"]
-            .as_u64()
-            .unwrap_or_else(history::default_record_retry_budget_ms),
-    }
 }
 
 /// Points `out/latest` at `dir` (best effort: the run's path is printed anyway).
