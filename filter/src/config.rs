@@ -570,10 +570,6 @@ impl Config {
             .find(|p| p.matcher.matches_read(target, unreadable))
     }
 
-    /// The edge cache to use for `policy`'s records and for how long, or
-    /// `None` when the cache is off (globally, for the policy, or in
-    /// `dry_run`, where every request claims so the store sees the whole
-    /// mesh's traffic). The time an entry is served never exceeds the
     /// Whether `path` is a policy's reconcile endpoint, which callers may not reach
     /// through the filter (`docs/reconcile.md#who-may-ask`).
     pub fn reserves(&self, path: &str) -> bool {
@@ -583,6 +579,10 @@ impl Config {
             .any(|reconcile| crate::reconcile::is_reserved(path, reconcile))
     }
 
+    /// The edge cache to use for `policy`'s records and for how long, or
+    /// `None` when the cache is off (globally, for the policy, or in
+    /// `dry_run`, where every request claims so the store sees the whole
+    /// mesh's traffic). The time an entry is served never exceeds the
     /// policy's retention (F9).
     pub fn edge_cache_for(&self, policy: &Policy) -> Option<(EdgeCache, Duration)> {
         if self.mode == Mode::DryRun || !policy.edge_cache {
