@@ -80,7 +80,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use keyflight_lease_store::config::parse_duration;
+use keyflight_protocol::time::parse_duration;
 use keyflight_testkit::binaries::workspace_root;
 use keyflight_testkit::stack::Stack;
 

@@ -140,9 +140,20 @@ pub fn erased<'a>(
     // The erase explains the claims after it. A claim logged before the erase's line that
     // won any way but a fresh insert came before the erase (the erase deleted the record
     // it won): the erase explains nothing up to it, and that claim is for the other rows.
+    // Nor did the scope's first claim come after it, however close its line: the erase
+    // deleted a record, which a claim of the scope had made.
+    let scopes_first = history
+        .evidence
+        .claims
+        .iter()
+        .filter(|claim| claim.scope == first.scope)
+        .map(|claim| claim.fence)
+        .min();
     let after_the_erase = |claim: &ClaimWon| {
         claim.at_ms >= erase.landed_ms
-            || (claim.at_ms >= erase.landed_ms - SETTLE_LOG_SLACK_MS && claim.how == "claimed")
+            || (claim.at_ms >= erase.landed_ms - SETTLE_LOG_SLACK_MS
+                && claim.how == "claimed"
+                && Some(claim.fence) != scopes_first)
     };
     let Some(from) = between.iter().position(|claim| after_the_erase(claim)) else {
         return Ok(None);
