@@ -194,7 +194,7 @@ test: CHAOS_FLAGS = --upstream-effects
 api-conformance: prereqs
 	scripts/api-conformance.sh
 
-# `lease-store openapi-overlay` on the demo's and a published OpenAPI document, checked by
+# `keyflight openapi-overlay` on the demo's and a published OpenAPI document, checked by
 # openapi-spec-validator, the Overlay 1.0 JSON Schema and jsonpath-ng (PyPI, pinned, into
 # .tools/venv-openapi; scripts/openapi-overlay-check.sh; seconds once built).
 openapi-overlay: prereqs

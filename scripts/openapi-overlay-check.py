@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Checks one `lease-store openapi-overlay` result with tools that are not keyflight's.
+"""Checks one `keyflight openapi-overlay` result with tools that are not keyflight's.
 
 Usage: openapi-overlay-check.py ORIGINAL OVERLAY PATCHED
 
 - the patched document passes openapi-spec-validator (OpenAPI 3.0 or 3.1, detected);
-- the overlay passes the Overlay 1.0 JSON Schema (lease-store/tests/openapi/);
+- the overlay passes the Overlay 1.0 JSON Schema (client/tests/openapi/);
 - the overlay applied by jsonpath-ng, with the specification's merge (objects merge
   recursively, an update to an array is appended), gives the patched document.
 """
@@ -19,7 +19,7 @@ import yaml
 from jsonpath_ng import parse as jsonpath
 from openapi_spec_validator import validate
 
-SCHEMA = pathlib.Path(__file__).resolve().parent.parent / "lease-store/tests/openapi/overlay-1.0.schema.json"
+SCHEMA = pathlib.Path(__file__).resolve().parent.parent / "client/tests/openapi/overlay-1.0.schema.json"
 
 
 def load(path):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `lease-store openapi-overlay` under tools that are not keyflight's: the patched demo and
+# `keyflight openapi-overlay` under tools that are not keyflight's: the patched demo and
 # petstore documents through openapi-spec-validator, the overlays through the Overlay 1.0
 # JSON Schema and applied by jsonpath-ng (scripts/openapi-overlay-check.py, run by the
-# ignored test in lease-store/src/cli/openapi_overlay/tests.rs). Installs the pinned
+# ignored test in client/src/openapi_overlay/tests.rs). Installs the pinned
 # validators from PyPI into .tools/venv-openapi first, once (a venv of their own, so
 # their jsonschema never meets schemathesis' in .tools/venv).
 set -euo pipefail
@@ -38,5 +38,5 @@ if ! installed; then
 fi
 
 cd "$root"
-KEYFLIGHT_OPENAPI_CHECK="$python" cargo test -p keyflight-lease-store --lib openapi_overlay \
+KEYFLIGHT_OPENAPI_CHECK="$python" cargo test -p keyflight-client --lib openapi_overlay \
     -- --include-ignored --nocapture

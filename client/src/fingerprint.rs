@@ -1,4 +1,4 @@
-//! `lease-store fingerprint` (K5): why was this request a 409?
+//! `keyflight fingerprint` (K5): why was this request a 409?
 //!
 //! An operator describes a request the way it arrived — method, path,
 //! authority, scheme, every header (repeats and padding included), body — and
@@ -25,10 +25,11 @@ use keyflight_protocol::{
     Identified, Party, Principal, PrincipalSource, RequestHead, Rules, ScopeMode, Target,
 };
 
-use super::records::parse_header;
-use crate::caller::record_scope;
+use keyflight_protocol::scope::record_scope;
 
-/// Flags of `lease-store fingerprint`.
+use crate::input::parse_header;
+
+/// Flags of `keyflight fingerprint`.
 #[derive(Debug, Args)]
 pub struct FingerprintArgs {
     /// The request method.
@@ -163,8 +164,9 @@ fn describe(args: &FingerprintArgs) -> Result<Described, FingerprintError> {
         headers.push((":scheme".into(), scheme.clone().into_bytes()));
     }
     for text in &args.headers {
-        let (name, value) = parse_header(text).map_err(input)?;
-        headers.push((name, value.into_bytes()));
+        // The key may come as a header here (as it arrived): no header name is refused.
+        let (name, value) = parse_header(text, "").map_err(|e| input(e.to_string()))?;
+        headers.push((name.to_ascii_lowercase(), value.into_bytes()));
     }
     if let Some(content_type) = &args.content_type {
         headers.push(("content-type".into(), content_type.clone().into_bytes()));

@@ -1,5 +1,11 @@
 //! `keyflight`, the client command: send one request with an `Idempotency-Key`
-//! and retry it without ever running it twice.
+//! and retry it without ever running it twice; and the tools about the filter's
+//! configuration, which read it with the filter's own parser:
+//!
+//! - [`fingerprint`]: a request's canonical form, fingerprint and scope (K5);
+//! - [`recipe_diff`]: what a plugin configuration change does to identities;
+//! - [`openapi_overlay`]: the guarded operations' contract written into a service's
+//!   OpenAPI document.
 //!
 //! The command is I/O at the edges and plain decisions inside, each in its
 //! own module and unit-tested:
@@ -13,7 +19,10 @@
 //!
 //! `main.rs` parses flags, sends, sleeps and prints.
 
+pub mod fingerprint;
 pub mod input;
+pub mod openapi_overlay;
 pub mod outcome;
+pub mod recipe_diff;
 pub mod report;
 pub mod retry;

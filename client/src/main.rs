@@ -1,4 +1,6 @@
-//! `keyflight send METHOD URL`: one request with an `Idempotency-Key`,
+//! `keyflight fingerprint | recipe-diff | openapi-overlay` run the tools of
+//! `keyflight_client` about the filter's configuration. `keyflight send METHOD URL`: one
+//! request with an `Idempotency-Key`,
 //! retried with the same key while the service says "later", its answer
 //! printed as one JSON document and mapped to an exit code
 //! (`keyflight_client::outcome` lists them).
@@ -17,6 +19,7 @@ use keyflight_client::input::{self, DataSource, InputError};
 use keyflight_client::outcome::Outcome;
 use keyflight_client::report::{Answer, Report};
 use keyflight_client::retry::{self, Next, RetryPolicy};
+use keyflight_client::{fingerprint, openapi_overlay, recipe_diff};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +37,12 @@ enum Command {
     /// Send one request; print a JSON report; exit 0 success, 1 failed, 2 invalid
     /// input, 3 not authorized, 4 conflict, 5 unavailable, 6 unknown.
     Send(SendArgs),
+    /// Print a request's canonical form and fingerprint (and optionally its scope).
+    Fingerprint(Box<fingerprint::FingerprintArgs>),
+    /// Print what a plugin configuration change does to identities; fail when it is unsafe.
+    RecipeDiff(recipe_diff::RecipeDiffArgs),
+    /// Write an OpenAPI Overlay adding keyflight's header and answers to the guarded operations.
+    OpenapiOverlay(openapi_overlay::OpenapiOverlayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -67,7 +76,12 @@ struct SendArgs {
 }
 
 fn main() -> ExitCode {
-    let Command::Send(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Send(args) => args,
+        Command::Fingerprint(args) => return tool(fingerprint::run(*args)),
+        Command::RecipeDiff(args) => return tool(recipe_diff::run(args)),
+        Command::OpenapiOverlay(args) => return tool(openapi_overlay::run(args)),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -79,6 +93,17 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(send(args))
+}
+
+/// A tool's end: its failure as one line on standard error, and a non-zero exit.
+fn tool<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keyflight: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// A request ready to send: everything the command line said, checked.

@@ -1,4 +1,4 @@
-//! `lease-store recipe-diff`: what a plugin configuration change does to identities,
+//! `keyflight recipe-diff`: what a plugin configuration change does to identities,
 //! before it is applied (`docs/operations.md#upgrades`).
 //!
 //! Both configurations go through the filter's own parser and validation, and the
@@ -14,7 +14,7 @@ use clap::Args;
 use keyflight_filter::config::{Config, parse_plugin_config};
 use keyflight_filter::recipe::{PolicyChange, Verdict, diff};
 
-/// Flags of `lease-store recipe-diff`.
+/// Flags of `keyflight recipe-diff`.
 #[derive(Debug, Args)]
 pub struct RecipeDiffArgs {
     /// The plugin configuration (JSON) the proxies run now.

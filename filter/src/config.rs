@@ -27,7 +27,7 @@ pub use validate::{finalize_bytes, parse_plugin_config};
 pub const DEFAULT_KEY_HEADER: &str = "idempotency-key";
 /// Default methods a policy matches.
 pub const DEFAULT_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
-/// Default fingerprint headers (K4): one list, shared with `lease-store fingerprint`.
+/// Default fingerprint headers (K4): one list, shared with `keyflight fingerprint`.
 pub use keyflight_protocol::fingerprint::DEFAULT_FINGERPRINT_HEADERS;
 
 /// Recorded and replayed whatever a policy's allowlist says, because the

@@ -1,5 +1,5 @@
 //! What a guarded route answers on its own, so the answers can be written into the
-//! service's OpenAPI (`lease-store openapi-overlay`, `docs/operations.md#the-contract-in-a-services-openapi`).
+//! service's OpenAPI (`keyflight openapi-overlay`, `docs/operations.md#the-contract-in-a-services-openapi`).
 //!
 //! Each answer is one problem code the state machine can reply with on a request the
 //! policy guards, with the status it gets under this configuration. The list lives

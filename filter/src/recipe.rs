@@ -40,7 +40,7 @@ pub fn previous_scope(
     (previous != current).then_some(previous)
 }
 
-/// What a configuration change does to one policy's identities (`lease-store recipe-diff`,
+/// What a configuration change does to one policy's identities (`keyflight recipe-diff`,
 /// `docs/operations.md#upgrades`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyChange {

@@ -25,12 +25,9 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use keyflight_protocol::Digest;
-use keyflight_protocol::framing::FramedHasher;
+pub use keyflight_protocol::scope::record_scope;
 
 use crate::workloads::Allowlist;
-
-/// The domain tag of a record scope's preimage (`docs/configuration.md#caller-identity`).
-const RECORD_SCOPE_TAG: &str = "keyflight/v1/workload-record-scope";
 
 /// The metrics label of a caller authenticated by a bearer token alone.
 pub const BEARER_LABEL: &str = "bearer";
@@ -62,15 +59,6 @@ impl Caller {
             Caller::Bearer => BEARER_LABEL,
         }
     }
-}
-
-/// The record scope of `scope` named by the workload `spiffe_id`: the length-framed
-/// SHA-256 of (tag, id, scope), so no two (id, scope) pairs share a record and none
-/// equals a scope as sent (that would take a SHA-256 collision).
-pub fn record_scope(spiffe_id: &str, scope: &Digest) -> Digest {
-    let mut hasher = FramedHasher::new(RECORD_SCOPE_TAG);
-    hasher.field(spiffe_id.as_bytes()).field(&scope.0);
-    hasher.finish()
 }
 
 /// The addresses Istio's inbound sidecar connects to the application from in `REDIRECT`

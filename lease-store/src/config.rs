@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use clap::Args;
 use ipnet::IpNet;
+use keyflight_protocol::time::parse_duration;
 use keyflight_protocol::wire::MAX_RETENTION_S;
 
 use crate::admin_tokens::AdminTokens;
@@ -792,47 +793,9 @@ pub fn resolve_secret(
     Ok(Some(Secret(value)))
 }
 
-/// Parses a duration such as `500ms`, `2s`, `5m`, `24h` or `7d` (a bare number is seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 500ms, 2s, 5m, 24h or 7d"))?;
-    let unit_ms: u64 = match unit {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "unknown unit `{unit}` in `{text}` (use ms, s, m, h or d)"
-            ));
-        }
-    };
-    n.checked_mul(unit_ms)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("`{text}` is too long"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
-        assert!(parse_duration("2 weeks").is_err());
-        assert!(parse_duration("s").is_err());
-        assert!(parse_duration("99999999999999999999d").is_err());
-    }
 
     #[test]
     fn the_default_record_fits_a_finalize_of_the_body_limit() {

@@ -1,7 +1,7 @@
 //! A SHA-256 digest: how scopes and fingerprints travel and print.
 //!
 //! On the wire (`docs/records.md#the-api`) a digest is 64 lowercase hex characters; for people
-//! (logs, `lease-store fingerprint`) it prints as `sha256:<hex>` (K4).
+//! (logs, `keyflight fingerprint`) it prints as `sha256:<hex>` (K4).
 
 use std::fmt;
 

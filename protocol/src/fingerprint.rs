@@ -97,7 +97,7 @@ pub struct BodyDigest {
     pub digest: Digest,
 }
 
-/// Every intermediate of a fingerprint, for `lease-store fingerprint` (K5).
+/// Every intermediate of a fingerprint, for `keyflight fingerprint` (K5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Explanation {
     /// The method as hashed.

@@ -5,7 +5,7 @@
 //! that is the cache key (K3), the request fingerprint (K4), the rule for
 //! recorded response headers (F8), and the lease-store API v1 wire types
 //! (`docs/records.md#the-api`). [`request`] is the one path from a request's raw parts to both
-//! digests, used by the edge filter and by `lease-store fingerprint` alike.
+//! digests, used by the edge filter and by `keyflight fingerprint` alike.
 //! The crate performs no I/O and reads no clock, so the same code runs in the
 //! proxy-wasm filter (`wasm32-wasip1`), in the lease-store on the host, and in
 //! the `wasm-bindgen-test` vectors that prove the two builds agree.

@@ -118,7 +118,7 @@ impl MediaType {
     }
 }
 
-/// The normal form for people (`lease-store fingerprint`): `type/subtype;
+/// The normal form for people (`keyflight fingerprint`): `type/subtype;
 /// name=value`, values quoted when they are not tokens; `(none)` when absent;
 /// an unparsed value as sent, marked.
 impl std::fmt::Display for MediaType {

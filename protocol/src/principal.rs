@@ -90,7 +90,7 @@ impl PrincipalSource {
         })
     }
 
-    /// How the source is written for people and on `lease-store fingerprint
+    /// How the source is written for people and on `keyflight fingerprint
     /// --principal-source`: `header:x-user`, `property:connection.uri_san_peer_certificate`,
     /// `jwt_claim:jwt_payload:act.sub`.
     pub fn describe(&self) -> String {

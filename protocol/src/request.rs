@@ -2,7 +2,7 @@
 //! what arrived (the header list with its pseudo-headers, the body, the
 //! principal) into the scope (K3) and the fingerprint (K4).
 //!
-//! The edge filter and `lease-store fingerprint` both call exactly these two
+//! The edge filter and `keyflight fingerprint` both call exactly these two
 //! steps, so an operator's "why was this a 409?" is answered by the code that
 //! made the decision:
 //!

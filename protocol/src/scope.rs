@@ -85,3 +85,16 @@ pub fn scope(input: &ScopeInput<'_>) -> Digest {
     h.field(input.key.as_str().as_bytes());
     h.finish()
 }
+
+/// The domain tag of a record scope's preimage (`docs/configuration.md#caller-identity`).
+const RECORD_SCOPE_TAG: &str = "keyflight/v1/workload-record-scope";
+
+/// The record scope of `scope` named by the workload `spiffe_id`, as a lease-store that
+/// trusts the mesh identity keeps it (`docs/configuration.md#caller-identity`): the
+/// length-framed SHA-256 of (tag, id, scope), so no two (id, scope) pairs share a record and
+/// none equals a scope as sent (that would take a SHA-256 collision).
+pub fn record_scope(spiffe_id: &str, scope: &Digest) -> Digest {
+    let mut hasher = FramedHasher::new(RECORD_SCOPE_TAG);
+    hasher.field(spiffe_id.as_bytes()).field(&scope.0);
+    hasher.finish()
+}

@@ -127,7 +127,7 @@ fn parse_normalized_path(target: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::openapi_overlay::overlay::normalized_path;
+    use crate::openapi_overlay::overlay::normalized_path;
 
     #[test]
     fn normalized_paths_round_trip() {

@@ -1,4 +1,4 @@
-//! `lease-store openapi-overlay`: keyflight's contract written into a service's OpenAPI
+//! `keyflight openapi-overlay`: keyflight's contract written into a service's OpenAPI
 //! document (`docs/operations.md#the-contract-in-a-services-openapi`).
 //!
 //! The plugin configuration goes through the filter's own parser, and each operation is
@@ -24,7 +24,7 @@ use serde_yaml_ng::Value;
 use self::document::{Format, field};
 use self::operations::{Operation, Site};
 
-/// Flags of `lease-store openapi-overlay`.
+/// Flags of `keyflight openapi-overlay`.
 #[derive(Debug, Args)]
 pub struct OpenapiOverlayArgs {
     /// The service's OpenAPI document (3.0 or 3.1, JSON or YAML).

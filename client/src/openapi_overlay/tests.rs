@@ -11,9 +11,9 @@ use super::document::{Format, field, key_text, parse, render};
 use super::operations::Site;
 use super::{OpenapiOverlayArgs, apply, compute, run};
 
-const PETSTORE: &str = include_str!("../../../tests/openapi/petstore-expanded.yaml");
-const DEMO: &str = include_str!("../../../../demo-upstream/openapi.json");
-const DEMO_ENVOY: &str = include_str!("../../../../envoy/demo.yaml");
+const PETSTORE: &str = include_str!("../../tests/openapi/petstore-expanded.yaml");
+const DEMO: &str = include_str!("../../../demo-upstream/openapi.json");
+const DEMO_ENVOY: &str = include_str!("../../../envoy/demo.yaml");
 
 fn config(policies: &str) -> Config {
     let json = format!(r#"{{"lease_store": {{"cluster": "ls"}}, "policies": [{policies}]}}"#);

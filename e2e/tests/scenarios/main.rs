@@ -45,6 +45,7 @@ mod respelled_targets_cannot_escape_a_policy;
 mod retryable_failures_cool_down;
 mod rollout_modes_never_block;
 mod router_retries_never_rerun_a_guarded_request;
+mod shipped_limits_fit_the_shipped_policies;
 mod shipped_policies_never_run_an_uncertain_payment_twice;
 mod stale_winners_are_fenced;
 mod store_calls_are_coalesced;

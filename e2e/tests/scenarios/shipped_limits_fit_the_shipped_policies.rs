@@ -7,11 +7,13 @@
 //! The policies are the plugin configurations under `envoy/` whose lease-store is the
 //! Service `deploy/k8s/` runs, read with the filter's own parser.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keyflight_filter::config::{Config, finalize_bytes, parse_plugin_config};
-use keyflight_lease_store::config::parse_duration;
+use keyflight_protocol::time::parse_duration;
 use keyflight_testkit::shipped::{files_under, workspace_root, yaml_documents};
 use serde_json::Value;
 

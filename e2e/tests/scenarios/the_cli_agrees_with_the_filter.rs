@@ -1,4 +1,4 @@
-//! K5: `lease-store fingerprint` computes the filter's digests bit for bit, so an
+//! K5: `keyflight fingerprint` computes the filter's digests bit for bit, so an
 //! operator's "why was this a 409?" is answered by the code that made the decision. The
 //! requests here carry what used to tell the two apart: a repeated `if-match`, an
 //! upper-case authority with its default port, a padded principal, the content type given
@@ -15,7 +15,6 @@ use keyflight_filter::machine::{Action, Event, Machine};
 use keyflight_filter::store_call::StoreCall;
 use keyflight_filter::{identity, parse_plugin_config};
 use keyflight_protocol::Digest;
-use keyflight_testkit::binaries::Binaries;
 
 /// A request as sent: method, target, headers (repeats and padding kept), body.
 struct Sent {
@@ -116,9 +115,9 @@ fn machine_digests(sent: &Sent) -> (Digest, Digest) {
         .unwrap_or_else(|| panic!("the machine made no claim: {out:?}"))
 }
 
-/// What `lease-store fingerprint` prints for `sent` arriving over plain HTTP.
+/// What `keyflight fingerprint` prints for `sent` arriving over plain HTTP.
 fn cli_digests(sent: &Sent) -> (String, String) {
-    let mut command = std::process::Command::new(Binaries::locate().lease_store);
+    let mut command = std::process::Command::new(keyflight_testkit::binaries::client());
     command.args([
         "fingerprint",
         "--method",
@@ -139,7 +138,7 @@ fn cli_digests(sent: &Sent) -> (String, String) {
             command.args(["--header", &format!("{name}: {value}")]);
         }
     }
-    let output = command.output().expect("run lease-store fingerprint");
+    let output = command.output().expect("run keyflight fingerprint");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),

@@ -1,21 +1,18 @@
-//! The `lease-store` command line: one binary, six jobs (`docs/records.md#the-api`,
-//! `docs/records.md#operators`).
+//! The `lease-store` command line (`docs/records.md#the-api`, `docs/records.md#operators`):
 //!
 //! - `serve` runs the HTTP API ([`serve`]),
-//! - `migrate` applies the schema migrations and exits ([`migrate`]),
-//! - `records …` is the operator's client for the admin API ([`records`]),
-//! - `fingerprint` explains a request's fingerprint and scope (K5, [`fingerprint`]),
-//! - `recipe-diff` says what a plugin configuration change does to identities ([`recipe_diff`]),
-//! - `openapi-overlay` writes the guarded operations' contract into a service's OpenAPI
-//!   document ([`openapi_overlay`]).
+//! - `migrate` applies the schema migrations and exits, `move-slot` moves a partition's
+//!   slot ([`migrate`]),
+//! - `records …` is the operator's client for the admin API ([`records`]).
+//!
+//! The tools about the filter's configuration (`fingerprint`, `recipe-diff`,
+//! `openapi-overlay`) are the `keyflight` command's (`client/`), so the server does not
+//! depend on the filter.
 //!
 //! Each subcommand returns a [`CliError`]; `main` prints it as one line and
 //! exits non-zero, so scripts and operators get a clear, greppable failure.
 
-pub mod fingerprint;
 pub mod migrate;
-pub mod openapi_overlay;
-pub mod recipe_diff;
 pub mod records;
 pub mod serve;
 
@@ -44,12 +41,6 @@ pub enum Command {
     MoveSlot(MoveSlotArgs),
     /// Inspect, resolve or erase records through a running store's admin API.
     Records(records::RecordsArgs),
-    /// Print a request's canonical form and fingerprint (and optionally its scope).
-    Fingerprint(Box<fingerprint::FingerprintArgs>),
-    /// Print what a plugin configuration change does to identities; fail when it is unsafe.
-    RecipeDiff(recipe_diff::RecipeDiffArgs),
-    /// Write an OpenAPI Overlay adding keyflight's header and answers to the guarded operations.
-    OpenapiOverlay(openapi_overlay::OpenapiOverlayArgs),
 }
 
 /// Why a subcommand failed.
@@ -79,15 +70,6 @@ pub enum CliError {
     /// A `records` call failed.
     #[error(transparent)]
     Records(#[from] records::RecordsError),
-    /// `fingerprint` input is unusable.
-    #[error(transparent)]
-    Fingerprint(#[from] fingerprint::FingerprintError),
-    /// `recipe-diff` found an unsafe change, or could not read a configuration.
-    #[error(transparent)]
-    RecipeDiff(#[from] recipe_diff::RecipeDiffError),
-    /// `openapi-overlay` could not read, reconcile or write a document.
-    #[error(transparent)]
-    OpenapiOverlay(#[from] openapi_overlay::OpenapiOverlayError),
 }
 
 /// The runtime the subcommand runs on: `serve`'s `--worker-threads` threads, else one per
@@ -109,9 +91,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate(args) => migrate::run(args).await,
         Command::MoveSlot(args) => migrate::move_slot(args).await,
         Command::Records(args) => Ok(records::run(args).await?),
-        Command::Fingerprint(args) => Ok(fingerprint::run(*args)?),
-        Command::RecipeDiff(args) => Ok(recipe_diff::run(args)?),
-        Command::OpenapiOverlay(args) => Ok(openapi_overlay::run(args)?),
     }
 }
 

@@ -343,7 +343,7 @@ fn percent_encoded(text: &str) -> String {
 }
 
 /// Parses `name: value` into a lowercase name and a trimmed value.
-pub(crate) fn parse_header(text: &str) -> Result<(String, String), String> {
+fn parse_header(text: &str) -> Result<(String, String), String> {
     let (name, value) = text
         .split_once(':')
         .ok_or_else(|| format!("header `{text}` is not `name: value`"))?;

@@ -28,7 +28,6 @@ mod proxies_close_idle_connections_first;
 mod record_bounds;
 mod recorded_headers;
 mod records;
-mod shipped_limits;
 mod slow_clients;
 mod support;
 mod tls;

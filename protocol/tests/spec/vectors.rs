@@ -3,7 +3,7 @@
 //!
 //! Each vector is a request as the filter receives it — header list with
 //! pseudo-headers, body, principal — fed through [`keyflight_protocol::request`],
-//! the path both the filter and `lease-store fingerprint` take. The expected
+//! the path both the filter and `keyflight fingerprint` take. The expected
 //! digests come from `testdata/gen_vectors.py`, an independent implementation
 //! of the framing fed with normalized forms written by hand.
 
