@@ -1,0 +1,491 @@
+//! The event hooks Envoy calls: each becomes one call of a driver, inside a panic barrier.
+//!
+//! A configuration is checked once on the main thread (an invalid one is refused, and
+//! Envoy with it); each worker thread then keeps its own [`Root`] per configuration, as
+//! each worker's Wasm VM keeps its root context, and each stream its [`Stream`]. Nothing
+//! here decides anything (`docs/stream-machine.md#the-driver`).
+//!
+//! Every hook runs under `catch_unwind`: a panic must not unwind into Envoy's C++. One that
+//! happens on a stream answers it 503 `journal_unavailable`, counted as that outcome, and
+//! the stream passes through untouched afterwards; Envoy keeps serving
+//! (`filter-native/README.md#panics`).
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keyflight_filter::drive::host::{CalloutAnswered, Driver};
+use keyflight_filter::drive::stream::{Callback, Stream, Verdict};
+use keyflight_filter::drive::worker::Root;
+use keyflight_filter::metrics::{Metric, Outcome};
+use keyflight_filter::problem::problem_reply;
+use keyflight_protocol::ProblemCode;
+
+use crate::abi::{
+    ABI_VERSION, ConfigEnvoyPtr, EnvoyBuffer, EnvoyConfig, EnvoyFilter, FilterEnvoyPtr, HttpHeader,
+    Level,
+};
+use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes, log};
+
+/// `Continue` of every status enum; `StopIteration` of the headers and trailers enums,
+/// `StopIterationAndBuffer` of the body enums (`abi.h`).
+const CONTINUE: i32 = 0;
+const STOP: i32 = 1;
+
+/// The request header that makes a hook panic, in a `test-panic` build only.
+#[cfg(feature = "test-panic")]
+const TEST_PANIC_HEADER: &str = "x-keyflight-test-panic";
+
+static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This worker's driver of each configuration.
+    static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::default();
+    /// This worker's stream ids, for the driver's bookkeeping.
+    static NEXT_STREAM: Cell<u32> = const { Cell::new(1) };
+}
+
+/// One stream's filter: its configuration and driver, and whether a panic ended the
+/// module's part in it.
+struct Filter {
+    plugin: Arc<Plugin>,
+    stream: Stream,
+    failed: bool,
+}
+
+fn verdict(verdict: Verdict) -> i32 {
+    match verdict {
+        Verdict::Continue => CONTINUE,
+        Verdict::Pause => STOP,
+    }
+}
+
+/// Runs `run` on the stream's driver (delivering `answer`, if any) behind the panic barrier;
+/// a panic answers the stream 503 and holds it (the reply is its answer now).
+///
+/// # Safety
+/// `module` is a filter `on_http_filter_new` returned and Envoy has not destroyed;
+/// `envoy` is its Envoy filter.
+unsafe fn guarded(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    on_panic: i32,
+    answer: Option<CallAnswer<'_>>,
+    run: impl FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+) -> i32 {
+    if module.is_null() {
+        return CONTINUE;
+    }
+    // SAFETY: the caller's contract; Envoy calls a stream's hooks one at a time.
+    let filter = unsafe { &mut *(module as *mut Filter) };
+    if filter.failed {
+        return CONTINUE;
+    }
+    let envoy = EnvoyFilter(envoy);
+    let plugin = Arc::clone(&filter.plugin);
+    let stream = &mut filter.stream;
+    let ran = catch_unwind(AssertUnwindSafe(|| {
+        let host = NativeHost::stream(&plugin, envoy);
+        let mut host = match answer {
+            Some(answer) => host.answering(answer),
+            None => host,
+        };
+        run(stream, &mut host)
+    }));
+    ran.unwrap_or_else(|_| {
+        filter.failed = true;
+        fail_closed(&plugin, envoy);
+        on_panic
+    })
+}
+
+/// The stream's answer after a panic: fail closed, as the Wasm VM's failure does
+/// (`FAIL_CLOSED`), and counted as the outcome it is.
+fn fail_closed(plugin: &Plugin, envoy: EnvoyFilter) {
+    let answered = catch_unwind(AssertUnwindSafe(|| {
+        log(
+            Level::Critical,
+            "panic in the native module: this request is answered 503 journal_unavailable",
+        );
+        plugin.count(envoy, Metric::Outcome(Outcome::JournalUnavailable));
+        let reply = problem_reply(
+            ProblemCode::JournalUnavailable,
+            503,
+            "the keyflight module failed on this request; it was not forwarded",
+            None,
+        );
+        let headers: Vec<(&str, &str)> = reply
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        envoy.send_response(reply.status, &headers, &reply.body, "keyflight_panic");
+    }));
+    if answered.is_err() {
+        abi_log_only("panic while answering a panicked request");
+    }
+}
+
+/// A log line that cannot panic itself (no formatting).
+fn abi_log_only(message: &str) {
+    let _ = catch_unwind(|| crate::abi::log(Level::Critical, message));
+}
+
+/// The ABI version Envoy checks at load: a module runs only on the Envoy it was built for.
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    ABI_VERSION.as_ptr()
+}
+
+/// Parses the plugin JSON (the filter's `filter_config`) as a worker will, refusing an
+/// invalid one, and defines the metrics (only possible now).
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    envoy: ConfigEnvoyPtr,
+    _name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> *const c_void {
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        let id = NEXT_PLUGIN.fetch_add(1, Ordering::Relaxed);
+        let plugin = Plugin::define(id, config.bytes().to_vec(), EnvoyConfig(envoy));
+        let mut check = Root::default();
+        if !check.configure(&mut NativeHost::configuring(&plugin)) {
+            return std::ptr::null();
+        }
+        Box::into_raw(Box::new(Arc::new(plugin))) as *const c_void
+    }));
+    made.unwrap_or_else(|_| {
+        abi_log_only("keyflight: panic while reading the plugin configuration");
+        std::ptr::null()
+    })
+}
+
+/// # Safety
+/// A pointer `on_http_filter_config_new` returned, once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    if !config.is_null() {
+        // SAFETY: made by `Box::into_raw` in `on_http_filter_config_new`; Envoy destroys once.
+        drop(unsafe { Box::from_raw(config as *mut Arc<Plugin>) });
+    }
+}
+
+/// A new stream on this worker: its driver, from this worker's root of the configuration
+/// (made, and configured, on the worker's first stream under it).
+///
+/// # Safety
+/// `config` is a live pointer `on_http_filter_config_new` returned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: *const c_void,
+    _envoy: FilterEnvoyPtr,
+) -> *const c_void {
+    if config.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: the caller's contract.
+    let plugin = Arc::clone(unsafe { &*(config as *const Arc<Plugin>) });
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        let id = NEXT_STREAM.with(|next| {
+            let id = next.get();
+            next.set(id.wrapping_add(1));
+            id
+        });
+        let stream = ROOTS.with(|roots| {
+            let mut roots = roots.borrow_mut();
+            let root = roots.entry(plugin.id).or_insert_with(|| {
+                let mut root = Root::default();
+                root.configure(&mut NativeHost::configuring(&plugin));
+                root
+            });
+            Stream::for_root(root, id)
+        });
+        Box::into_raw(Box::new(Filter {
+            plugin: Arc::clone(&plugin),
+            stream,
+            failed: false,
+        })) as *const c_void
+    }));
+    made.unwrap_or_else(|_| {
+        abi_log_only("keyflight: panic while creating a stream: the stream is refused");
+        std::ptr::null()
+    })
+}
+
+/// A guarded request is held here (`StopIteration`): its body still arrives, and is
+/// buffered (`docs/envoy-facts.md#dynamic-modules`).
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, STOP, None, |stream, host| {
+            #[cfg(feature = "test-panic")]
+            if EnvoyFilter(envoy)
+                .header(crate::abi::HeaderType::Request, TEST_PANIC_HEADER)
+                .is_some()
+            {
+                std::panic::panic_any("keyflight test panic");
+            }
+            verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))
+        })
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, STOP, None, |stream, host| {
+            let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), true);
+            let callback = Callback::RequestBody {
+                buffered_bytes,
+                end_of_stream,
+            };
+            verdict(stream.on_callback(callback, host))
+        })
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, STOP, None, |stream, host| {
+            verdict(stream.on_callback(Callback::RequestTrailers, host))
+        })
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, STOP, None, |stream, host| {
+            verdict(stream.on_callback(Callback::ResponseHeaders { end_of_stream }, host))
+        })
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, STOP, None, |stream, host| {
+            let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), false);
+            let callback = Callback::ResponseBody {
+                buffered_bytes,
+                end_of_stream,
+            };
+            verdict(stream.on_callback(callback, host))
+        })
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, STOP, None, |stream, host| {
+            verdict(stream.on_callback(Callback::ResponseTrailers, host))
+        })
+    }
+}
+
+/// The stream ended: a claim it could not settle is the outbox's now.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+) {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, CONTINUE, None, |stream, host| {
+            stream.on_done(host);
+            CONTINUE
+        });
+    }
+}
+
+/// # Safety
+/// A pointer `on_http_filter_new` returned, once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_void) {
+    if !module.is_null() {
+        // SAFETY: made by `Box::into_raw` in `on_http_filter_new`; Envoy destroys once.
+        let filter = unsafe { Box::from_raw(module as *mut Filter) };
+        if catch_unwind(AssertUnwindSafe(|| drop(filter))).is_err() {
+            abi_log_only("keyflight: panic while dropping a stream");
+        }
+    }
+}
+
+/// A callout this stream sent answered; a failed one arrives with no headers.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    callout_id: u64,
+    result: i32,
+    headers: *const HttpHeader,
+    headers_size: usize,
+    body_chunks: *const EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    let headers = if headers.is_null() || result != 0 {
+        &[][..]
+    } else {
+        // SAFETY: Envoy's array and its length, valid during this hook.
+        unsafe { std::slice::from_raw_parts(headers, headers_size) }
+    };
+    let body = if body_chunks.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(body_chunks, body_chunks_size) }
+    };
+    let Ok(token) = u32::try_from(callout_id) else {
+        return;
+    };
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        let answered = CalloutAnswered {
+            token,
+            num_headers: headers.len(),
+            body_size: body.iter().map(|chunk| chunk.bytes().len()).sum(),
+        };
+        let answer = Some(CallAnswer { headers, body });
+        guarded(envoy, module, CONTINUE, answer, |stream, host| {
+            stream.on_call_answer(answered, host);
+            CONTINUE
+        });
+    }
+}
+
+/// Streamed callouts, scheduled events and watermarks: Envoy requires the hooks; the
+/// filter uses none of them.
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _headers: *const HttpHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _data: *const EnvoyBuffer,
+    _data_count: usize,
+    _end_stream: bool,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _trailers: *const HttpHeader,
+    _trailers_size: usize,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _reason: i32,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _event: u64,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+) {
+}
