@@ -238,6 +238,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
                 .header(crate::abi::HeaderType::Request, TEST_PANIC_HEADER)
                 .is_some()
             {
+                #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
                 std::panic::panic_any("keyflight test panic");
             }
             verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))

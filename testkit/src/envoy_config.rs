@@ -52,6 +52,10 @@ pub fn shipped_second_replica_ports() -> Ports {
 /// The wasm path as `envoy/demo.yaml` ships it (relative to the repository root).
 pub const SHIPPED_WASM: &str = "target/wasm32-wasip1/release/keyflight_filter_wasm.wasm";
 
+/// The native adapter's config (`envoy/native-demo.yaml`): `demo.yaml` with the dynamic
+/// module in place of the Wasm filter, so it has no wasm path to rewrite.
+pub const NATIVE_DEMO_YAML: &str = "native-demo.yaml";
+
 /// The line that opens the plugin JSON block.
 const PLUGIN_BLOCK_MARKER: &str = "value: |";
 
@@ -86,7 +90,8 @@ pub fn shipped_second_replica_yaml() -> String {
     shipped_yaml("two-replicas.yaml")
 }
 
-fn shipped_yaml(name: &str) -> String {
+/// A shipped file under `envoy/`.
+pub fn shipped_yaml(name: &str) -> String {
     let path = crate::binaries::workspace_root().join("envoy").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
@@ -140,6 +145,29 @@ pub fn render_from(
     wasm: &str,
     plugin: &Value,
 ) -> Result<String, RenderError> {
+    render_parts(yaml, shipped, ports, Some(wasm), plugin)
+}
+
+/// Renders `envoy/native-demo.yaml` (one lease-store replica) for `ports` and `plugin`:
+/// the dynamic module is found by name, so only the ports and the plugin JSON change.
+pub fn render_native(ports: &Ports, plugin: &Value) -> Result<String, RenderError> {
+    render_parts(
+        &shipped_yaml(NATIVE_DEMO_YAML),
+        &shipped_ports(),
+        ports,
+        None,
+        plugin,
+    )
+}
+
+/// [`render_from`], with the wasm path rewritten only when given.
+fn render_parts(
+    yaml: &str,
+    shipped: &Ports,
+    ports: &Ports,
+    wasm: Option<&str>,
+    plugin: &Value,
+) -> Result<String, RenderError> {
     if shipped.lease_stores.len() != ports.lease_stores.len() {
         return Err(RenderError(format!(
             "the shipped config lists {} lease-store replica(s), the stack has {}",
@@ -163,11 +191,13 @@ pub fn render_from(
             &format!("port_value: {port} "),
         )?;
     }
-    text = replace_once(
-        &text,
-        &format!("filename: {SHIPPED_WASM}"),
-        &format!("filename: {wasm}"),
-    )?;
+    if let Some(wasm) = wasm {
+        text = replace_once(
+            &text,
+            &format!("filename: {SHIPPED_WASM}"),
+            &format!("filename: {wasm}"),
+        )?;
+    }
 
     let block = plugin_block(&text)?;
     let pretty = serde_json::to_string_pretty(plugin)

@@ -28,6 +28,7 @@ mod keys_are_validated;
 mod large_bodies_are_canonicalized_once;
 mod leases_are_renewed_while_running;
 mod media_types_are_part_of_the_request;
+mod native_adapter_runs_the_core_scenarios;
 mod mtls_peers_are_isolated;
 mod oversized_answers_are_delivered_not_replayed;
 mod partitioned_records_run_once;

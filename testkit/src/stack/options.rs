@@ -76,6 +76,9 @@ pub struct StackOptions {
     /// The demo upstream keeps its payments in the stack's Postgres
     /// ([`StackOptions::upstream_effects`]).
     pub(super) upstream_effects: bool,
+    /// Every Envoy runs the native adapter (`envoy/native-demo.yaml`) instead of the Wasm
+    /// filter ([`StackOptions::native_adapter`]).
+    pub(super) native: bool,
 }
 
 impl Default for StackOptions {
@@ -103,6 +106,7 @@ impl Default for StackOptions {
             store_binaries: BTreeMap::new(),
             mesh: None,
             upstream_effects: false,
+            native: false,
         }
     }
 }
@@ -210,6 +214,14 @@ impl StackOptions {
     /// [`StackOptions::upstream_effects`] when `on`.
     pub fn upstream_effects_if(mut self, on: bool) -> Self {
         self.upstream_effects = on;
+        self
+    }
+
+    /// Every Envoy runs the native adapter, `libkeyflight_filter_native.so` from
+    /// [`crate::binaries::native_module_dir`], with `envoy/native-demo.yaml` (one lease-store
+    /// replica) in place of the Wasm filter and `envoy/demo.yaml`.
+    pub fn native_adapter(mut self) -> Self {
+        self.native = true;
         self
     }
 
