@@ -363,6 +363,50 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_native_config_is_the_demo_config_with_the_dynamic_module_for_the_wasm_filter() {
+        let body = |yaml: &str| -> Vec<String> {
+            let lines: Vec<&str> = yaml.lines().filter(|l| !l.starts_with('#')).collect();
+            let filter = lines
+                .iter()
+                .position(|l| l.trim_start().starts_with("- name: envoy.filters.http."))
+                .expect("the keyflight filter");
+            // The plugin JSON is compared as JSON below; the router follows it.
+            let router = lines
+                .iter()
+                .position(|l| l.contains("- name: envoy.filters.http.router"))
+                .expect("the router");
+            lines[..filter]
+                .iter()
+                .chain(&lines[router..])
+                .map(|l| (*l).to_owned())
+                .collect()
+        };
+        let demo = shipped_demo_yaml();
+        let native = shipped_yaml(NATIVE_DEMO_YAML);
+        assert_eq!(
+            body(&native),
+            body(&demo),
+            "envoy/native-demo.yaml drifted from envoy/demo.yaml beyond the filter's own lines"
+        );
+        assert_eq!(
+            shipped_plugin_config(&native).expect("native plugin JSON"),
+            shipped_plugin_config(&demo).expect("demo plugin JSON"),
+        );
+
+        let plugin = serde_json::json!({"lease_store": {"cluster": "c"}});
+        let rendered = render_native(&ports(&[3]), &plugin).expect("native-demo.yaml renders");
+        assert!(rendered.contains("port_value: 3 "), "{rendered}");
+        assert!(
+            rendered.contains("name: keyflight_filter_native"),
+            "{rendered}"
+        );
+        assert_eq!(
+            shipped_plugin_config(&rendered).expect("rendered JSON"),
+            plugin
+        );
+    }
+
     /// `envoy/two-replicas.yaml` rendered with the demo plugin for `stores`.
     fn two_replicas(stores: &[u16]) -> Result<String, RenderError> {
         let plugin = shipped_plugin_config(&shipped_demo_yaml()).expect("demo plugin JSON");

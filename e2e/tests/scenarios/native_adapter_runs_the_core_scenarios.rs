@@ -18,8 +18,8 @@ fn native() -> StackOptions {
 /// The ABI version `filter-native/src/abi.rs` declares (`ABI_VERSION: … = c"…"`).
 fn declared_abi_version() -> String {
     let path = keyflight_testkit::binaries::workspace_root().join("filter-native/src/abi.rs");
-    let source = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let source =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let line = source
         .lines()
         .find(|line| line.starts_with("pub const ABI_VERSION"))
@@ -154,7 +154,11 @@ async fn with_the_lease_store_down_nothing_is_dispatched() {
     assert!(guarded.retry_after_s() >= 1, "{guarded}");
     assert_eq!(stack.filter_counter("outcome.journal_unavailable").await, 1);
     assert_eq!(unguarded.status, 201, "{unguarded}");
-    assert_eq!(stack.upstream_executions().await, 1, "only the unguarded one ran");
+    assert_eq!(
+        stack.upstream_executions().await,
+        1,
+        "only the unguarded one ran"
+    );
 }
 
 #[tokio::test]
@@ -174,5 +178,9 @@ async fn a_module_panic_answers_503_and_envoy_keeps_serving() {
     panicked.assert_problem(503, "journal_unavailable");
     assert_eq!(stack.filter_counter("outcome.journal_unavailable").await, 1);
     assert_eq!(next.status, 201, "{next}");
-    assert_eq!(stack.upstream_executions().await, 1, "the panicked request never ran");
+    assert_eq!(
+        stack.upstream_executions().await,
+        1,
+        "the panicked request never ran"
+    );
 }
