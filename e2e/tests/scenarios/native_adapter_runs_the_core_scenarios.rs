@@ -3,9 +3,12 @@
 //! a panic inside the module answers 503 `journal_unavailable`, counted, while Envoy keeps
 //! serving (`filter-native/README.md#panics`).
 
+use std::time::Duration;
+
 use futures_util::future::join_all;
 use keyflight_e2e::reply::assert_one_answer_for_all;
 use keyflight_e2e::{Stack, StackOptions};
+use keyflight_testkit::envoy_variants::EnvoyEdit;
 use serde_json::json;
 
 /// The request header that makes the `test-panic` build of the module panic.
@@ -183,4 +186,38 @@ async fn a_module_panic_answers_503_and_envoy_keeps_serving() {
         1,
         "the panicked request never ran"
     );
+}
+
+/// Envoy times the upstream out and answers 504 itself: the filter tells that answer from
+/// the upstream's by the properties it reads (`docs/envoy-facts.md#who-produced-a-response`),
+/// so under `uncertain: hold` the record is `unknown` and a retry is refused. Read wrong,
+/// the 504 would pass for the upstream's own and cool down instead.
+async fn an_envoy_timeout_is_held_as_unknown(options: StackOptions) {
+    let stack = Stack::start(
+        options
+            .envoy(EnvoyEdit::RouteTimeout(Duration::from_millis(300)))
+            .policy(|policy| {
+                policy.insert("uncertain".into(), json!("hold"));
+            }),
+    )
+    .await;
+    let body = json!({"amount": 3});
+    let path = "/payments?delay_ms=1500";
+
+    let first = stack.post(path).key("k").json(&body).send().await;
+    let retry = stack.post(path).key("k").json(&body).send().await;
+
+    assert_eq!(first.status, 504, "Envoy's own timeout answer: {first}");
+    retry.assert_problem(409, "operation_unknown");
+    assert_eq!(stack.upstream_executions().await, 1);
+}
+
+#[tokio::test]
+async fn an_envoy_timeout_is_held_as_unknown_under_the_native_adapter() {
+    an_envoy_timeout_is_held_as_unknown(native()).await;
+}
+
+#[tokio::test]
+async fn an_envoy_timeout_is_held_as_unknown_under_the_wasm_filter() {
+    an_envoy_timeout_is_held_as_unknown(StackOptions::default()).await;
 }
