@@ -171,7 +171,7 @@ e2e: net-prereqs partition-prereqs envoy wasm native-test build
 # every scenario but the rollback to the previous release, which predates partitions (its
 # stores fail closed on a router: docs/distributed-sql.md#rolling-back-past-partitions).
 # About 9 minutes; not part of make test (which runs the partitioned scenarios of make e2e).
-e2e-partitioned: net-prereqs partition-prereqs envoy wasm build
+e2e-partitioned: net-prereqs partition-prereqs envoy wasm native-test build
 	KEYFLIGHT_STACK_PARTITIONS=3 KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- \
 		--skip upgrades_run_once::a_retry_after_a_rollback_runs_once
 
