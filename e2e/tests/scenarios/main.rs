@@ -1,5 +1,6 @@
-//! The end-to-end scenarios: real Envoy loading the real `.wasm`, real lease-store, real
-//! Postgres, the counting upstream. One binary, one module per behaviour; every test name
+//! The end-to-end scenarios: real Envoy loading the real `.wasm` (or, where a scenario says
+//! so, the native module of `filter-native/`), real lease-store, real Postgres, the counting
+//! upstream. One binary, one module per behaviour; every test name
 //! reads as a sentence (`module::test`).
 
 mod ambiguous_principals_are_refused;
