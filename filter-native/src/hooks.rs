@@ -36,9 +36,33 @@ use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes, log};
 const CONTINUE: i32 = 0;
 const STOP: i32 = 1;
 
-/// The request header that makes a hook panic, in a `test-panic` build only.
+/// The request header that makes a hook panic, in a `test-panic` build only: in the
+/// request-headers hook, or with the value `complete` when the stream completes.
 #[cfg(feature = "test-panic")]
 const TEST_PANIC_HEADER: &str = "x-keyflight-test-panic";
+
+/// Where a `test-panic` build panics.
+#[cfg(feature = "test-panic")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TestPanic {
+    RequestHeaders,
+    StreamComplete,
+}
+
+/// Panics where the request's [`TEST_PANIC_HEADER`] asks to.
+#[cfg(feature = "test-panic")]
+fn test_panic(envoy: FilterEnvoyPtr, here: TestPanic) {
+    let asked = EnvoyFilter(envoy).header(crate::abi::HeaderType::Request, TEST_PANIC_HEADER);
+    let at = match asked.as_deref() {
+        None => return,
+        Some(b"complete") => TestPanic::StreamComplete,
+        Some(_) => TestPanic::RequestHeaders,
+    };
+    if at == here {
+        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
+        std::panic::panic_any("keyflight test panic");
+    }
+}
 
 static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
 
@@ -65,7 +89,8 @@ fn verdict(verdict: Verdict) -> i32 {
 }
 
 /// Runs `run` on the stream's driver (delivering `answer`, if any) behind the panic barrier;
-/// a panic answers the stream 503 and holds it (the reply is its answer now).
+/// a panic answers the stream 503 and holds it (the reply is its answer now), or, once the
+/// stream is over, is only logged.
 ///
 /// # Safety
 /// `module` is a filter `on_http_filter_new` returned and Envoy has not destroyed;
@@ -73,7 +98,7 @@ fn verdict(verdict: Verdict) -> i32 {
 unsafe fn guarded(
     envoy: FilterEnvoyPtr,
     module: *const c_void,
-    on_panic: i32,
+    on_panic: AfterPanic,
     answer: Option<CallAnswer<'_>>,
     run: impl FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
 ) -> i32 {
@@ -98,9 +123,26 @@ unsafe fn guarded(
     }));
     ran.unwrap_or_else(|_| {
         filter.failed = true;
-        fail_closed(&plugin, envoy);
-        on_panic
+        match on_panic {
+            AfterPanic::Reply(status) => {
+                fail_closed(&plugin, envoy);
+                status
+            }
+            AfterPanic::LogOnly => {
+                abi_log_only("keyflight: panic in the native module after its stream ended");
+                CONTINUE
+            }
+        }
     })
+}
+
+/// What a hook still can do for its stream after a panic.
+#[derive(Debug, Clone, Copy)]
+enum AfterPanic {
+    /// Answer the stream 503 and return this status to Envoy.
+    Reply(i32),
+    /// The stream is over (no reply can go out): log only.
+    LogOnly,
 }
 
 /// The stream's answer after a panic: fail closed, as the Wasm VM's failure does
@@ -232,17 +274,17 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, STOP, None, |stream, host| {
-            #[cfg(feature = "test-panic")]
-            if EnvoyFilter(envoy)
-                .header(crate::abi::HeaderType::Request, TEST_PANIC_HEADER)
-                .is_some()
-            {
-                #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
-                std::panic::panic_any("keyflight test panic");
-            }
-            verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))
-        })
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            None,
+            |stream, host| {
+                #[cfg(feature = "test-panic")]
+                test_panic(envoy, TestPanic::RequestHeaders);
+                verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))
+            },
+        )
     }
 }
 
@@ -256,14 +298,20 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, STOP, None, |stream, host| {
-            let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), true);
-            let callback = Callback::RequestBody {
-                buffered_bytes,
-                end_of_stream,
-            };
-            verdict(stream.on_callback(callback, host))
-        })
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            None,
+            |stream, host| {
+                let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), true);
+                let callback = Callback::RequestBody {
+                    buffered_bytes,
+                    end_of_stream,
+                };
+                verdict(stream.on_callback(callback, host))
+            },
+        )
     }
 }
 
@@ -276,9 +324,13 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, STOP, None, |stream, host| {
-            verdict(stream.on_callback(Callback::RequestTrailers, host))
-        })
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            None,
+            |stream, host| verdict(stream.on_callback(Callback::RequestTrailers, host)),
+        )
     }
 }
 
@@ -292,9 +344,15 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, STOP, None, |stream, host| {
-            verdict(stream.on_callback(Callback::ResponseHeaders { end_of_stream }, host))
-        })
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            None,
+            |stream, host| {
+                verdict(stream.on_callback(Callback::ResponseHeaders { end_of_stream }, host))
+            },
+        )
     }
 }
 
@@ -308,14 +366,20 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, STOP, None, |stream, host| {
-            let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), false);
-            let callback = Callback::ResponseBody {
-                buffered_bytes,
-                end_of_stream,
-            };
-            verdict(stream.on_callback(callback, host))
-        })
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            None,
+            |stream, host| {
+                let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), false);
+                let callback = Callback::ResponseBody {
+                    buffered_bytes,
+                    end_of_stream,
+                };
+                verdict(stream.on_callback(callback, host))
+            },
+        )
     }
 }
 
@@ -328,9 +392,13 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, STOP, None, |stream, host| {
-            verdict(stream.on_callback(Callback::ResponseTrailers, host))
-        })
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            None,
+            |stream, host| verdict(stream.on_callback(Callback::ResponseTrailers, host)),
+        )
     }
 }
 
@@ -345,7 +413,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 ) {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, CONTINUE, None, |stream, host| {
+        guarded(envoy, module, AfterPanic::LogOnly, None, |stream, host| {
+            #[cfg(feature = "test-panic")]
+            test_panic(envoy, TestPanic::StreamComplete);
             stream.on_done(host);
             CONTINUE
         });
@@ -404,10 +474,16 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             body_size: body.iter().map(|chunk| chunk.bytes().len()).sum(),
         };
         let answer = Some(CallAnswer { headers, body });
-        guarded(envoy, module, CONTINUE, answer, |stream, host| {
-            stream.on_call_answer(answered, host);
-            CONTINUE
-        });
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(CONTINUE),
+            answer,
+            |stream, host| {
+                stream.on_call_answer(answered, host);
+                CONTINUE
+            },
+        );
     }
 }
 

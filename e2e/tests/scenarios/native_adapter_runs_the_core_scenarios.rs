@@ -188,6 +188,32 @@ async fn a_module_panic_answers_503_and_envoy_keeps_serving() {
     );
 }
 
+#[tokio::test]
+async fn a_module_panic_after_its_stream_ended_is_only_logged() {
+    let stack = Stack::start(native()).await;
+    let body = json!({"amount": 8});
+
+    let first = stack
+        .post("/payments")
+        .key("k")
+        .header(TEST_PANIC_HEADER, "complete")
+        .json(&body)
+        .send()
+        .await;
+    stack
+        .eventually("the panic at the stream's end is logged", || async {
+            stack
+                .envoy_log()
+                .contains("panic in the native module after its stream ended")
+        })
+        .await;
+    let replay = stack.post("/payments").key("k").json(&body).send().await;
+
+    assert_eq!(first.status, 201, "{first}");
+    replay.assert_replayed();
+    assert_eq!(stack.upstream_executions().await, 1);
+}
+
 /// Envoy times the upstream out and answers 504 itself: the filter tells that answer from
 /// the upstream's by the properties it reads (`docs/envoy-facts.md#who-produced-a-response`),
 /// so under `uncertain: hold` the record is `unknown` and a retry is refused. Read wrong,
