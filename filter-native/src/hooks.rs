@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -73,12 +73,18 @@ thread_local! {
     static NEXT_STREAM: Cell<u32> = const { Cell::new(1) };
 }
 
-/// One stream's filter: its configuration and driver, and whether a panic ended the
-/// module's part in it.
+/// One stream's filter: its configuration and driver, whether a panic ended the module's
+/// part in it, and the callout answers that came in while one of its hooks was running.
+///
+/// Envoy runs a stream's hooks one at a time, but a hook's own calls into Envoy can run
+/// another hook of the same stream before they return (a callout that fails inside its
+/// dispatch answers at once). Hence shared references and a `RefCell`: a hook that finds
+/// the driver busy leaves its answer in `early`, and the hook running drains it.
 struct Filter {
     plugin: Arc<Plugin>,
-    stream: Stream,
-    failed: bool,
+    stream: RefCell<Stream>,
+    failed: Cell<bool>,
+    early: RefCell<VecDeque<(CalloutAnswered, CallAnswer)>>,
 }
 
 fn verdict(verdict: Verdict) -> i32 {
@@ -88,52 +94,126 @@ fn verdict(verdict: Verdict) -> i32 {
     }
 }
 
-/// Runs `run` on the stream's driver (delivering `answer`, if any) behind the panic barrier;
-/// a panic answers the stream 503 and holds it (the reply is its answer now), or, once the
+/// Runs `work` on the stream's driver behind the panic barrier, then performs what the
+/// driver deferred and hands over the answers that came in meanwhile. A
+/// panic answers the stream 503 and holds it (the reply is its answer now), or, once the
 /// stream is over, is only logged.
 ///
 /// # Safety
 /// `module` is a filter `on_http_filter_new` returned and Envoy has not destroyed;
 /// `envoy` is its Envoy filter.
-unsafe fn guarded(
+unsafe fn guarded<F>(
     envoy: FilterEnvoyPtr,
     module: *const c_void,
     on_panic: AfterPanic,
-    answer: Option<CallAnswer<'_>>,
-    run: impl FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
-) -> i32 {
+    work: Work<F>,
+) -> i32
+where
+    F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+{
     if module.is_null() {
         return CONTINUE;
     }
-    // SAFETY: the caller's contract; Envoy calls a stream's hooks one at a time.
-    let filter = unsafe { &mut *(module as *mut Filter) };
-    if filter.failed {
+    // SAFETY: the caller's contract; only shared references are ever made.
+    let filter = unsafe { &*(module as *const Filter) };
+    let envoy = EnvoyFilter(envoy);
+    if filter.failed.get() {
         return CONTINUE;
     }
-    let envoy = EnvoyFilter(envoy);
-    let plugin = Arc::clone(&filter.plugin);
-    let stream = &mut filter.stream;
+    if filter.stream.try_borrow_mut().is_err() {
+        // Called back from inside this stream's running hook.
+        match work {
+            Work::Answer(answered, answer) => {
+                filter.early.borrow_mut().push_back((answered, answer));
+            }
+            Work::Callback(_) => log(
+                Level::Warn,
+                "a hook of a stream ran inside another of its hooks: passed through",
+            ),
+        }
+        return CONTINUE;
+    }
+    let status = match work {
+        Work::Callback(run) => drive(filter, envoy, None, run),
+        Work::Answer(answered, answer) => drive(filter, envoy, Some(&answer), |stream, host| {
+            stream.on_call_answer(answered, host);
+            CONTINUE
+        }),
+    };
+    let status = status.unwrap_or_else(|()| panicked(filter, envoy, on_panic));
+    loop {
+        let next = filter.early.borrow_mut().pop_front();
+        let Some((answered, answer)) = next else {
+            break;
+        };
+        if filter.failed.get() {
+            continue;
+        }
+        let delivered = drive(filter, envoy, Some(&answer), |stream, host| {
+            stream.on_call_answer(answered, host);
+            CONTINUE
+        });
+        if delivered.is_err() {
+            panicked(filter, envoy, on_panic);
+        }
+    }
+    status
+}
+
+/// What a hook hands the stream's driver.
+enum Work<F> {
+    /// A callback that returns a status.
+    Callback(F),
+    /// The answer to one of the stream's callouts.
+    Answer(CalloutAnswered, CallAnswer),
+}
+
+/// A callback's work (a function, so the closure's argument types are inferred).
+fn callback<F>(run: F) -> Work<F>
+where
+    F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+{
+    Work::Callback(run)
+}
+
+/// One driver call: `run` with the stream borrowed, then, with the borrow released, what it
+/// deferred. `Err` when it panicked.
+fn drive(
+    filter: &Filter,
+    envoy: EnvoyFilter,
+    answer: Option<&CallAnswer>,
+    run: impl FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+) -> Result<i32, ()> {
     let ran = catch_unwind(AssertUnwindSafe(|| {
-        let host = NativeHost::stream(&plugin, envoy);
+        let mut stream = filter.stream.borrow_mut();
+        let host = NativeHost::stream(&filter.plugin, envoy);
         let mut host = match answer {
             Some(answer) => host.answering(answer),
             None => host,
         };
-        run(stream, &mut host)
+        let status = run(&mut stream, &mut host);
+        (status, host.into_deferred())
     }));
-    ran.unwrap_or_else(|_| {
-        filter.failed = true;
-        match on_panic {
-            AfterPanic::Reply(status) => {
-                fail_closed(&plugin, envoy);
-                status
-            }
-            AfterPanic::LogOnly => {
-                abi_log_only("keyflight: panic in the native module after its stream ended");
-                CONTINUE
-            }
+    let (status, deferred) = ran.map_err(|_| ())?;
+    for effect in deferred {
+        effect.perform(envoy);
+    }
+    Ok(status)
+}
+
+/// A driver call panicked: the stream is the module's no more.
+fn panicked(filter: &Filter, envoy: EnvoyFilter, on_panic: AfterPanic) -> i32 {
+    filter.failed.set(true);
+    match on_panic {
+        AfterPanic::Reply(status) => {
+            fail_closed(&filter.plugin, envoy);
+            status
         }
-    })
+        AfterPanic::LogOnly => {
+            abi_log_only("keyflight: panic in the native module after its stream ended");
+            CONTINUE
+        }
+    }
 }
 
 /// What a hook still can do for its stream after a panic.
@@ -251,8 +331,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         });
         Box::into_raw(Box::new(Filter {
             plugin: Arc::clone(&plugin),
-            stream,
-            failed: false,
+            stream: RefCell::new(stream),
+            failed: Cell::new(false),
+            early: RefCell::default(),
         })) as *const c_void
     }));
     made.unwrap_or_else(|_| {
@@ -278,12 +359,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            None,
-            |stream, host| {
+            callback(|stream, host| {
                 #[cfg(feature = "test-panic")]
                 test_panic(envoy, TestPanic::RequestHeaders);
                 verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))
-            },
+            }),
         )
     }
 }
@@ -302,15 +382,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            None,
-            |stream, host| {
+            callback(|stream, host| {
                 let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), true);
                 let callback = Callback::RequestBody {
                     buffered_bytes,
                     end_of_stream,
                 };
                 verdict(stream.on_callback(callback, host))
-            },
+            }),
         )
     }
 }
@@ -328,8 +407,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            None,
-            |stream, host| verdict(stream.on_callback(Callback::RequestTrailers, host)),
+            callback(|stream, host| verdict(stream.on_callback(Callback::RequestTrailers, host))),
         )
     }
 }
@@ -348,10 +426,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            None,
-            |stream, host| {
+            callback(|stream, host| {
                 verdict(stream.on_callback(Callback::ResponseHeaders { end_of_stream }, host))
-            },
+            }),
         )
     }
 }
@@ -370,15 +447,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            None,
-            |stream, host| {
+            callback(|stream, host| {
                 let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), false);
                 let callback = Callback::ResponseBody {
                     buffered_bytes,
                     end_of_stream,
                 };
                 verdict(stream.on_callback(callback, host))
-            },
+            }),
         )
     }
 }
@@ -396,8 +472,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            None,
-            |stream, host| verdict(stream.on_callback(Callback::ResponseTrailers, host)),
+            callback(|stream, host| verdict(stream.on_callback(Callback::ResponseTrailers, host))),
         )
     }
 }
@@ -413,12 +488,17 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 ) {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(envoy, module, AfterPanic::LogOnly, None, |stream, host| {
-            #[cfg(feature = "test-panic")]
-            test_panic(envoy, TestPanic::StreamComplete);
-            stream.on_done(host);
-            CONTINUE
-        });
+        guarded(
+            envoy,
+            module,
+            AfterPanic::LogOnly,
+            callback(|stream, host| {
+                #[cfg(feature = "test-panic")]
+                test_panic(envoy, TestPanic::StreamComplete);
+                stream.on_done(host);
+                CONTINUE
+            }),
+        );
     }
 }
 
@@ -466,24 +546,20 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     let Ok(token) = u32::try_from(callout_id) else {
         return;
     };
+    let copied = catch_unwind(|| CallAnswer::copy(headers, body));
+    let Ok(answer) = copied else {
+        abi_log_only("keyflight: panic while reading a callout answer");
+        return;
+    };
+    let answered = CalloutAnswered {
+        token,
+        num_headers: answer.headers.len(),
+        body_size: answer.body.len(),
+    };
+    let work = Work::<fn(&mut Stream, &mut NativeHost<'_>) -> i32>::Answer(answered, answer);
     // SAFETY: Envoy's arguments.
     unsafe {
-        let answered = CalloutAnswered {
-            token,
-            num_headers: headers.len(),
-            body_size: body.iter().map(|chunk| chunk.bytes().len()).sum(),
-        };
-        let answer = Some(CallAnswer { headers, body });
-        guarded(
-            envoy,
-            module,
-            AfterPanic::Reply(CONTINUE),
-            answer,
-            |stream, host| {
-                stream.on_call_answer(answered, host);
-                CONTINUE
-            },
-        );
+        guarded(envoy, module, AfterPanic::Reply(CONTINUE), work);
     }
 }
 

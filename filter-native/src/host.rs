@@ -64,13 +64,66 @@ impl Plugin {
     }
 }
 
-/// The answer of the callout being delivered: Envoy hands it to the hook.
-#[derive(Debug, Clone, Copy)]
-pub struct CallAnswer<'a> {
+/// The answer of a callout, copied out of the hook Envoy delivered it in: it may have to
+/// wait for the hook that sent the call to return (`hooks.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct CallAnswer {
     /// Its headers (none when the call failed).
-    pub headers: &'a [HttpHeader],
-    /// Its body, in chunks.
-    pub body: &'a [EnvoyBuffer],
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl CallAnswer {
+    /// Copies Envoy's `headers` and `body` chunks.
+    pub fn copy(headers: &[HttpHeader], body: &[EnvoyBuffer]) -> Self {
+        CallAnswer {
+            headers: headers
+                .iter()
+                .map(|header| {
+                    let (name, value) = header.parts();
+                    (name.to_vec(), value.to_vec())
+                })
+                .collect(),
+            body: body
+                .iter()
+                .flat_map(|chunk| chunk.bytes())
+                .copied()
+                .collect(),
+        }
+    }
+}
+
+/// What a driver asked of Envoy that can run this stream's hooks again before the call
+/// returns (a local reply runs the response hooks; a resume can end in the router's local
+/// reply): performed once the driver has returned, as proxy-wasm defers them
+/// (`docs/envoy-facts.md#dynamic-modules`).
+#[derive(Debug, Clone)]
+pub enum Deferred {
+    /// `send_response`.
+    Reply(LocalReply),
+    /// `continue_decoding`.
+    ResumeRequest,
+    /// `continue_encoding`.
+    ResumeResponse,
+}
+
+impl Deferred {
+    /// Performs it on `filter`'s stream.
+    pub fn perform(&self, filter: EnvoyFilter) {
+        match self {
+            Deferred::Reply(reply) => {
+                let headers: Vec<(&str, &str)> = reply
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                filter.send_response(reply.status, &headers, &reply.body, "keyflight");
+            }
+            Deferred::ResumeRequest => filter.continue_decoding(),
+            Deferred::ResumeResponse => filter.continue_encoding(),
+        }
+    }
 }
 
 /// The host of one hook: the stream's filter (none while configuring) and the answer
@@ -78,7 +131,8 @@ pub struct CallAnswer<'a> {
 pub struct NativeHost<'a> {
     plugin: &'a Plugin,
     filter: Option<EnvoyFilter>,
-    answer: Option<CallAnswer<'a>>,
+    answer: Option<&'a CallAnswer>,
+    deferred: Vec<Deferred>,
 }
 
 impl<'a> NativeHost<'a> {
@@ -88,6 +142,7 @@ impl<'a> NativeHost<'a> {
             plugin,
             filter: None,
             answer: None,
+            deferred: Vec::new(),
         }
     }
 
@@ -97,11 +152,17 @@ impl<'a> NativeHost<'a> {
             plugin,
             filter: Some(filter),
             answer: None,
+            deferred: Vec::new(),
         }
     }
 
+    /// What the driver asked for that waits until it returned.
+    pub fn into_deferred(self) -> Vec<Deferred> {
+        self.deferred
+    }
+
     /// The same host, delivering `answer`.
-    pub fn answering(self, answer: CallAnswer<'a>) -> Self {
+    pub fn answering(self, answer: &'a CallAnswer) -> Self {
         NativeHost {
             answer: Some(answer),
             ..self
@@ -246,10 +307,7 @@ impl Host for NativeHost<'_> {
             (_, None, Some(answer)) => answer
                 .headers
                 .iter()
-                .map(|header| {
-                    let (name, value) = header.parts();
-                    (String::from_utf8_lossy(name).into_owned(), value.to_vec())
-                })
+                .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.clone()))
                 .collect(),
             _ => Vec::new(),
         }
@@ -258,10 +316,9 @@ impl Host for NativeHost<'_> {
     fn header(&mut self, map: HeaderMap, name: &str) -> Option<Vec<u8>> {
         match (self.filter, header_type(map), self.answer) {
             (Some(filter), Some(map), _) => filter.header(map, name),
-            (_, None, Some(answer)) => answer.headers.iter().find_map(|header| {
-                let (key, value) = header.parts();
+            (_, None, Some(answer)) => answer.headers.iter().find_map(|(key, value)| {
                 key.eq_ignore_ascii_case(name.as_bytes())
-                    .then(|| value.to_vec())
+                    .then(|| value.clone())
             }),
             _ => None,
         }
@@ -274,14 +331,10 @@ impl Host for NativeHost<'_> {
             }
             (Buffer::RequestBody, Some(filter)) => NativeHost::body(filter, true, size),
             (Buffer::ResponseBody, Some(filter)) => NativeHost::body(filter, false, size),
-            (Buffer::CallResponseBody, _) => {
-                let mut body = Vec::new();
-                for chunk in self.answer.map_or(&[][..], |answer| answer.body) {
-                    body.extend_from_slice(chunk.bytes());
-                }
-                body.truncate(size);
-                body
-            }
+            (Buffer::CallResponseBody, _) => self
+                .answer
+                .map(|answer| answer.body.iter().take(size).copied().collect())
+                .unwrap_or_default(),
             _ => Vec::new(),
         }
     }
@@ -314,27 +367,15 @@ impl Host for NativeHost<'_> {
     }
 
     fn resume_request(&mut self) {
-        if let Some(filter) = self.filter {
-            filter.continue_decoding();
-        }
+        self.deferred.push(Deferred::ResumeRequest);
     }
 
     fn resume_response(&mut self) {
-        if let Some(filter) = self.filter {
-            filter.continue_encoding();
-        }
+        self.deferred.push(Deferred::ResumeResponse);
     }
 
     fn send_reply(&mut self, reply: &LocalReply) {
-        let Some(filter) = self.filter else {
-            return;
-        };
-        let headers: Vec<(&str, &str)> = reply
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
-        filter.send_response(reply.status, &headers, &reply.body, "keyflight");
+        self.deferred.push(Deferred::Reply(reply.clone()));
     }
 
     fn shared_data(&mut self, key: &str) -> Option<Vec<u8>> {
