@@ -2,9 +2,10 @@
 //!
 //! A host error becomes an empty value or a logged no-op, as in `keyflight-filter-wasm`.
 //! What differs from proxy-wasm (`filter-native/README.md#what-differs-from-the-wasm-host`):
-//! a callout's answer arrives as the hook's arguments, not through getters; shared data is
-//! this process's memory; there is no root context, so the calls only a root context sends
-//! (the outbox's, the operator epoch question) are refused.
+//! a callout's answer arrives as the hook's arguments, not through getters; replies and
+//! resumes wait until the driver returned ([`Deferred`]); shared data is this process's
+//! memory; there is no root context, so the calls only a root context sends (the outbox's,
+//! the operator epoch question) are refused.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
