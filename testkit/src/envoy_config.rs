@@ -52,9 +52,11 @@ pub fn shipped_second_replica_ports() -> Ports {
 /// The wasm path as `envoy/demo.yaml` ships it (relative to the repository root).
 pub const SHIPPED_WASM: &str = "target/wasm32-wasip1/release/keyflight_filter_wasm.wasm";
 
-/// The native adapter's config (`envoy/native-demo.yaml`): `demo.yaml` with the dynamic
-/// module in place of the Wasm filter, so it has no wasm path to rewrite.
+/// The native adapter's configs: `demo.yaml` and `two-replicas.yaml` with the dynamic
+/// module in place of the Wasm filter, so they have no wasm path to rewrite.
 pub const NATIVE_DEMO_YAML: &str = "native-demo.yaml";
+/// See [`NATIVE_DEMO_YAML`].
+pub const NATIVE_TWO_REPLICAS_YAML: &str = "native-two-replicas.yaml";
 
 /// The line that opens the plugin JSON block.
 const PLUGIN_BLOCK_MARKER: &str = "value: |";
@@ -148,16 +150,26 @@ pub fn render_from(
     render_parts(yaml, shipped, ports, Some(wasm), plugin)
 }
 
-/// Renders `envoy/native-demo.yaml` (one lease-store replica) for `ports` and `plugin`:
-/// the dynamic module is found by name, so only the ports and the plugin JSON change.
+/// Renders the native adapter's config for `ports` and `plugin`: `envoy/native-demo.yaml`
+/// for one lease-store replica, `envoy/native-two-replicas.yaml` for two. The dynamic module
+/// is found by name, so only the ports and the plugin JSON change.
 pub fn render_native(ports: &Ports, plugin: &Value) -> Result<String, RenderError> {
-    render_parts(
-        &shipped_yaml(NATIVE_DEMO_YAML),
-        &shipped_ports(),
-        ports,
-        None,
-        plugin,
-    )
+    match ports.lease_stores.len() {
+        2 => render_parts(
+            &shipped_yaml(NATIVE_TWO_REPLICAS_YAML),
+            &shipped_second_replica_ports(),
+            ports,
+            None,
+            plugin,
+        ),
+        _ => render_parts(
+            &shipped_yaml(NATIVE_DEMO_YAML),
+            &shipped_ports(),
+            ports,
+            None,
+            plugin,
+        ),
+    }
 }
 
 /// [`render_from`], with the wasm path rewritten only when given.
@@ -363,48 +375,62 @@ mod tests {
         );
     }
 
+    /// A config's lines without its comments, its keyflight filter and its plugin JSON (up
+    /// to the router, which follows them).
+    fn outside_the_filter(yaml: &str) -> Vec<String> {
+        let lines: Vec<&str> = yaml.lines().filter(|l| !l.starts_with('#')).collect();
+        let filter = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with("- name: envoy.filters.http."))
+            .expect("the keyflight filter");
+        let router = lines
+            .iter()
+            .position(|l| l.contains("- name: envoy.filters.http.router"))
+            .expect("the router");
+        lines[..filter]
+            .iter()
+            .chain(&lines[router..])
+            .map(|l| (*l).to_owned())
+            .collect()
+    }
+
     #[test]
-    fn the_native_config_is_the_demo_config_with_the_dynamic_module_for_the_wasm_filter() {
-        let body = |yaml: &str| -> Vec<String> {
-            let lines: Vec<&str> = yaml.lines().filter(|l| !l.starts_with('#')).collect();
-            let filter = lines
-                .iter()
-                .position(|l| l.trim_start().starts_with("- name: envoy.filters.http."))
-                .expect("the keyflight filter");
-            // The plugin JSON is compared as JSON below; the router follows it.
-            let router = lines
-                .iter()
-                .position(|l| l.contains("- name: envoy.filters.http.router"))
-                .expect("the router");
-            lines[..filter]
-                .iter()
-                .chain(&lines[router..])
-                .map(|l| (*l).to_owned())
-                .collect()
-        };
-        let demo = shipped_demo_yaml();
-        let native = shipped_yaml(NATIVE_DEMO_YAML);
-        assert_eq!(
-            body(&native),
-            body(&demo),
-            "envoy/native-demo.yaml drifted from envoy/demo.yaml beyond the filter's own lines"
-        );
-        assert_eq!(
-            shipped_plugin_config(&native).expect("native plugin JSON"),
-            shipped_plugin_config(&demo).expect("demo plugin JSON"),
-        );
+    fn the_native_configs_are_the_wasm_ones_with_the_dynamic_module_for_the_wasm_filter() {
+        for (wasm, native) in [
+            ("demo.yaml", NATIVE_DEMO_YAML),
+            ("two-replicas.yaml", NATIVE_TWO_REPLICAS_YAML),
+        ] {
+            let (wasm_yaml, native_yaml) = (shipped_yaml(wasm), shipped_yaml(native));
+            assert_eq!(
+                outside_the_filter(&native_yaml),
+                outside_the_filter(&wasm_yaml),
+                "envoy/{native} drifted from envoy/{wasm} beyond the filter's own lines"
+            );
+            assert_eq!(
+                shipped_plugin_config(&native_yaml).expect("native plugin JSON"),
+                shipped_plugin_config(&wasm_yaml).expect("wasm plugin JSON"),
+                "envoy/{native} and envoy/{wasm} hand the filter different plugin JSON"
+            );
+        }
 
         let plugin = serde_json::json!({"lease_store": {"cluster": "c"}});
-        let rendered = render_native(&ports(&[3]), &plugin).expect("native-demo.yaml renders");
-        assert!(rendered.contains("port_value: 3 "), "{rendered}");
-        assert!(
-            rendered.contains("name: keyflight_filter_native"),
-            "{rendered}"
-        );
-        assert_eq!(
-            shipped_plugin_config(&rendered).expect("rendered JSON"),
-            plugin
-        );
+        for stores in [&[3][..], &[3, 5]] {
+            let rendered = render_native(&ports(stores), &plugin).expect("a native config renders");
+            for port in stores {
+                assert!(
+                    rendered.contains(&format!("port_value: {port} ")),
+                    "{rendered}"
+                );
+            }
+            assert!(
+                rendered.contains("name: keyflight_filter_native"),
+                "{rendered}"
+            );
+            assert_eq!(
+                shipped_plugin_config(&rendered).expect("rendered JSON"),
+                plugin
+            );
+        }
     }
 
     /// `envoy/two-replicas.yaml` rendered with the demo plugin for `stores`.

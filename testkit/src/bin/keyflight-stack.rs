@@ -93,8 +93,8 @@ struct StackArgs {
     /// Run the release builds (`target/release/…`) instead of the debug ones.
     #[arg(long)]
     release: bool,
-    /// Every Envoy runs the native adapter (`envoy/native-demo.yaml`; one replica) from
-    /// `KEYFLIGHT_NATIVE_DIR` instead of the Wasm filter.
+    /// Every Envoy runs the native adapter (`envoy/native-demo.yaml`,
+    /// `envoy/native-two-replicas.yaml`) from `KEYFLIGHT_NATIVE_DIR` instead of the Wasm filter.
     #[arg(long)]
     native: bool,
 }

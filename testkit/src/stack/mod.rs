@@ -600,11 +600,10 @@ struct Sites {
     host_side: IpAddr,
 }
 
-/// The shipped config for Envoy `index`: `envoy/demo.yaml` for one lease-store
-/// (`envoy/native-demo.yaml` for the native adapter),
-/// `envoy/two-replicas.yaml` for two, with the wasm, the plugin JSON, each socket on its
-/// part's address (a stack with its own networks), the options' edits and (for a tagged
-/// stack) the [`VIA_HEADER`].
+/// The shipped config for Envoy `index`: `envoy/demo.yaml` for one lease-store,
+/// `envoy/two-replicas.yaml` for two (their `native-` twins for the native adapter), with
+/// the wasm, the plugin JSON, each socket on its part's address (a stack with its own
+/// networks), the options' edits and (for a tagged stack) the [`VIA_HEADER`].
 fn render_envoy_config(
     binaries: &Binaries,
     options: &StackOptions,

@@ -224,8 +224,8 @@ impl StackOptions {
     }
 
     /// Every Envoy runs the native adapter, `libkeyflight_filter_native.so` from
-    /// [`crate::binaries::native_module_dir`], with `envoy/native-demo.yaml` (one lease-store
-    /// replica) in place of the Wasm filter and `envoy/demo.yaml`.
+    /// [`crate::binaries::native_module_dir`]: `envoy/native-demo.yaml` (or
+    /// `envoy/native-two-replicas.yaml`) in place of the Wasm filter's config.
     pub fn native_adapter(mut self) -> Self {
         self.native = true;
         self
