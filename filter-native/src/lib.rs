@@ -6,10 +6,12 @@
 //! run the decisions and perform them through [`keyflight_filter::drive::host::Host`], the
 //! same trait `keyflight-filter-wasm` implements with proxy-wasm host calls. This crate
 //! declares the part of the C ABI it uses (`abi.rs`), implements `Host` with it (`host.rs`)
-//! and forwards each event hook to a driver behind a panic barrier (`hooks.rs`), as
+//! and forwards each event hook to a driver (`hooks.rs`) behind a panic barrier
+//! (`barrier.rs`), as
 //! `docs/stream-machine.md#the-driver` describes. What is not yet equal to the Wasm filter
 //! is in `filter-native/README.md#not-yet-equal`.
 
 mod abi;
+mod barrier;
 mod hooks;
 mod host;
