@@ -19,7 +19,7 @@ WASM := target/wasm32-wasip1/release/keyflight_filter_wasm.wasm
 CARGO ?= cargo
 
 .PHONY: help prereqs ha-prereqs net-prereqs bench-prereqs partition-prereqs e2e-partitioned ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
-        check unit test-net test-ha protocol-wasm envoy-validate validate-manifests doc-links e2e test up down demo images bench \
+        check unit test-net test-ha protocol-wasm native native-test envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance openapi-overlay \
         chaos chaos-short model-check model
 
@@ -30,6 +30,7 @@ help:
 	@echo "make up / make down - start / stop the demo stack in the background (keyflight-stack; .run/stack.json says what runs where)"
 	@echo "                      REPLICAS=2: two Envoys (:10000, :10001) and two lease-stores; HA=1: a replicated Postgres (etcd + two Patroni nodes)"
 	@echo "                      PARTITIONS=N: the records on N Postgres partitions behind a PL/Proxy router"
+	@echo "                      ADAPTER=native: the Envoy dynamic module (filter-native/) instead of the Wasm filter"
 	@echo "make ha-kill-primary / ha-restart-nodes - with HA=1: kill the primary's node / bring killed nodes back"
 	@echo "make chaos  - kill/freeze/crash the two-replica stack under load, judge the history (DURATION=10m, SEED=N, HA=1;"
 	@echo "              root for its link faults; installs nftables when missing)"
@@ -95,6 +96,16 @@ envoy: prereqs
 wasm: rust-targets
 	$(CARGO) build -p keyflight-filter-wasm --target wasm32-wasip1 --release
 
+# The native adapter (filter-native/README.md): target/release/libkeyflight_filter_native.so,
+# which envoy/native-demo.yaml loads by name from ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+native:
+	$(CARGO) build -p keyflight-filter-native --release
+
+# The native adapter the end-to-end scenarios load: target/debug, with the test-only panic
+# trigger (filter-native/README.md#panics).
+native-test:
+	$(CARGO) build -p keyflight-filter-native --features test-panic
+
 build:
 	$(CARGO) build --workspace --bins
 
@@ -145,22 +156,23 @@ test-ha: ha-prereqs partition-prereqs envoy wasm build
 protocol-wasm: rust-targets
 	scripts/protocol-wasm-test.sh
 
-envoy-validate: envoy wasm
-	scripts/envoy-validate.sh
+# The native module's debug build (the one make e2e loads) is enough to validate with.
+envoy-validate: envoy wasm native-test
+	KEYFLIGHT_NATIVE_DIR="$(CURDIR)/target/debug" scripts/envoy-validate.sh
 
 # Kubernetes/Istio manifests (Istio's CRDs, EnvoyFilter patches in real Envoy with the real
 # .wasm), alert rules, dashboard: schema and cross-checks (no cluster here).
 validate-manifests: envoy wasm
 	scripts/validate-manifests.sh
 
-e2e: net-prereqs partition-prereqs envoy wasm build
+e2e: net-prereqs partition-prereqs envoy wasm native-test build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
 # The end-to-end suite on three partitions behind a PL/Proxy router (docs/distributed-sql.md):
 # every scenario but the rollback to the previous release, which predates partitions (its
 # stores fail closed on a router: docs/distributed-sql.md#rolling-back-past-partitions).
 # About 9 minutes; not part of make test (which runs the partitioned scenarios of make e2e).
-e2e-partitioned: net-prereqs partition-prereqs envoy wasm build
+e2e-partitioned: net-prereqs partition-prereqs envoy wasm native-test build
 	KEYFLIGHT_STACK_PARTITIONS=3 KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- \
 		--skip upgrades_run_once::a_retry_after_a_rollback_runs_once
 
@@ -212,10 +224,11 @@ fuzz:
 # where is in .run/stack.json, every part's log in .run/logs/.
 STACK := target/release/keyflight-stack
 STACK_FLAGS = --dir .run --release --replicas $(or $(REPLICAS),1) $(if $(filter 1,$(HA)),--ha) \
-	$(if $(PARTITIONS),--partitions $(PARTITIONS))
+	$(if $(PARTITIONS),--partitions $(PARTITIONS)) $(if $(filter native,$(ADAPTER)),--native)
 
-up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs) $(if $(PARTITIONS),partition-prereqs)
-	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(STACK) up $(STACK_FLAGS)
+up: prereqs envoy wasm build-release $(if $(filter 1,$(HA)),ha-prereqs) $(if $(PARTITIONS),partition-prereqs) \
+	$(if $(filter native,$(ADAPTER)),native)
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" KEYFLIGHT_NATIVE_DIR="$(CURDIR)/target/release" $(STACK) up $(STACK_FLAGS)
 
 # With `make up HA=1`: kill the primary's node (Patroni promotes the standby; the answer is
 # the failover's timings), and bring killed nodes back as standbys.

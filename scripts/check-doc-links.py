@@ -30,7 +30,7 @@ MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 # A repository path in backticks: a top-level directory, then a file with an extension or a
 # directory ending in `/` (globs and placeholders are not paths).
 REPO_PATH = re.compile(
-    r"`((?:filter|filter-wasm|lease-store|protocol|testkit|e2e|client|chaos|bench|demo-upstream"
+    r"`((?:filter|filter-wasm|filter-native|lease-store|protocol|testkit|e2e|client|chaos|bench|demo-upstream"
     r"|effects|model|scripts|deploy|envoy|images|fuzz|docs)/[\w./-]*(?:\.[a-z]+|/))`"
 )
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")

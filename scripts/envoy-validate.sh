@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks every Envoy bootstrap config under envoy/ with `envoy --mode validate`.
 #
-# Validation loads the filter, so the wasm must be built first
-# (cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release), and runs from the
+# Validation loads the filter, so the wasm and the native module must be built first
+# (cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release; make native), and runs from the
 # repository root, where the configs' relative wasm path resolves. Files under envoy/ that
 # are not Envoy bootstraps (Istio and Kubernetes manifests: no `static_resources:`) are
 # skipped and listed.
@@ -15,6 +15,13 @@ wasm="target/wasm32-wasip1/release/keyflight_filter_wasm.wasm"
     echo "$wasm not found: cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release (make test does)" >&2
     exit 1
 }
+native_dir="${KEYFLIGHT_NATIVE_DIR:-$root/target/release}"
+[[ -f "$native_dir/libkeyflight_filter_native.so" ]] || {
+    echo "$native_dir/libkeyflight_filter_native.so not found: cargo build -p keyflight-filter-native --release (make native)" >&2
+    exit 1
+}
+# envoy/native-demo.yaml names its dynamic module; Envoy looks it up here.
+export ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$native_dir"
 envoy="${KEYFLIGHT_ENVOY:-$("$root/scripts/envoy.sh")}"
 
 failed=0

@@ -5,6 +5,7 @@
 //! | lease-store | `KEYFLIGHT_LEASE_STORE_BIN` | `target/debug/lease-store` |
 //! | demo upstream | `KEYFLIGHT_UPSTREAM_BIN` | `target/debug/demo-upstream` |
 //! | filter | `KEYFLIGHT_WASM` | `target/wasm32-wasip1/release/keyflight_filter_wasm.wasm` |
+//! | native filter's directory ([`native_module_dir`]) | `KEYFLIGHT_NATIVE_DIR` | `target/debug` (holding `libkeyflight_filter_native.so`) |
 //! | Envoy | `KEYFLIGHT_ENVOY` | where `scripts/envoy.sh` installs it (`.tools/venv/…/envoy/_bin/envoy`) |
 //! | the oldest supported Envoy ([`Binaries::with_oldest_envoy`]) | `KEYFLIGHT_ENVOY_OLDEST` | where `scripts/envoy.sh 1.36` installs it (`.tools/venv-1.36/…`) |
 //! | client command ([`client`]) | `KEYFLIGHT_CLIENT_BIN` | `target/debug/keyflight` |
@@ -110,6 +111,30 @@ pub fn client() -> PathBuf {
         "cargo build -p keyflight-client",
     );
     path
+}
+
+/// The file name Envoy looks up for the dynamic module `keyflight_filter_native`.
+pub const NATIVE_MODULE_FILE: &str = "libkeyflight_filter_native.so";
+
+/// The directory every Envoy of a stack searches for dynamic modules
+/// (`ENVOY_DYNAMIC_MODULES_SEARCH_PATH`): where the native filter was built. Not checked
+/// here: only a native stack needs it ([`require_native_module`]).
+pub fn native_module_dir() -> PathBuf {
+    from_env("KEYFLIGHT_NATIVE_DIR").unwrap_or_else(|| {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"))
+            .join("debug")
+    })
+}
+
+/// Panics with how to build it when the native filter is not in [`native_module_dir`].
+pub fn require_native_module() {
+    require(
+        &native_module_dir().join(NATIVE_MODULE_FILE),
+        "KEYFLIGHT_NATIVE_DIR",
+        "cargo build -p keyflight-filter-native --features test-panic",
+    );
 }
 
 /// The workspace root (this crate lives in `<root>/testkit`).

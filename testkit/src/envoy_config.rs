@@ -52,6 +52,12 @@ pub fn shipped_second_replica_ports() -> Ports {
 /// The wasm path as `envoy/demo.yaml` ships it (relative to the repository root).
 pub const SHIPPED_WASM: &str = "target/wasm32-wasip1/release/keyflight_filter_wasm.wasm";
 
+/// The native adapter's configs: `demo.yaml` and `two-replicas.yaml` with the dynamic
+/// module in place of the Wasm filter, so they have no wasm path to rewrite.
+pub const NATIVE_DEMO_YAML: &str = "native-demo.yaml";
+/// See [`NATIVE_DEMO_YAML`].
+pub const NATIVE_TWO_REPLICAS_YAML: &str = "native-two-replicas.yaml";
+
 /// The line that opens the plugin JSON block.
 const PLUGIN_BLOCK_MARKER: &str = "value: |";
 
@@ -86,7 +92,8 @@ pub fn shipped_second_replica_yaml() -> String {
     shipped_yaml("two-replicas.yaml")
 }
 
-fn shipped_yaml(name: &str) -> String {
+/// A shipped file under `envoy/`.
+pub fn shipped_yaml(name: &str) -> String {
     let path = crate::binaries::workspace_root().join("envoy").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
@@ -140,6 +147,39 @@ pub fn render_from(
     wasm: &str,
     plugin: &Value,
 ) -> Result<String, RenderError> {
+    render_parts(yaml, shipped, ports, Some(wasm), plugin)
+}
+
+/// Renders the native adapter's config for `ports` and `plugin`: `envoy/native-demo.yaml`
+/// for one lease-store replica, `envoy/native-two-replicas.yaml` for two. The dynamic module
+/// is found by name, so only the ports and the plugin JSON change.
+pub fn render_native(ports: &Ports, plugin: &Value) -> Result<String, RenderError> {
+    match ports.lease_stores.len() {
+        2 => render_parts(
+            &shipped_yaml(NATIVE_TWO_REPLICAS_YAML),
+            &shipped_second_replica_ports(),
+            ports,
+            None,
+            plugin,
+        ),
+        _ => render_parts(
+            &shipped_yaml(NATIVE_DEMO_YAML),
+            &shipped_ports(),
+            ports,
+            None,
+            plugin,
+        ),
+    }
+}
+
+/// [`render_from`], with the wasm path rewritten only when given.
+fn render_parts(
+    yaml: &str,
+    shipped: &Ports,
+    ports: &Ports,
+    wasm: Option<&str>,
+    plugin: &Value,
+) -> Result<String, RenderError> {
     if shipped.lease_stores.len() != ports.lease_stores.len() {
         return Err(RenderError(format!(
             "the shipped config lists {} lease-store replica(s), the stack has {}",
@@ -163,11 +203,13 @@ pub fn render_from(
             &format!("port_value: {port} "),
         )?;
     }
-    text = replace_once(
-        &text,
-        &format!("filename: {SHIPPED_WASM}"),
-        &format!("filename: {wasm}"),
-    )?;
+    if let Some(wasm) = wasm {
+        text = replace_once(
+            &text,
+            &format!("filename: {SHIPPED_WASM}"),
+            &format!("filename: {wasm}"),
+        )?;
+    }
 
     let block = plugin_block(&text)?;
     let pretty = serde_json::to_string_pretty(plugin)
@@ -331,6 +373,64 @@ mod tests {
             strip_comments(&demo),
             "envoy/two-replicas.yaml drifted from envoy/demo.yaml beyond its ports and second store"
         );
+    }
+
+    /// A config's lines without its comments, its keyflight filter and its plugin JSON (up
+    /// to the router, which follows them).
+    fn outside_the_filter(yaml: &str) -> Vec<String> {
+        let lines: Vec<&str> = yaml.lines().filter(|l| !l.starts_with('#')).collect();
+        let filter = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with("- name: envoy.filters.http."))
+            .expect("the keyflight filter");
+        let router = lines
+            .iter()
+            .position(|l| l.contains("- name: envoy.filters.http.router"))
+            .expect("the router");
+        lines[..filter]
+            .iter()
+            .chain(&lines[router..])
+            .map(|l| (*l).to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_native_configs_are_the_wasm_ones_with_the_dynamic_module_for_the_wasm_filter() {
+        for (wasm, native) in [
+            ("demo.yaml", NATIVE_DEMO_YAML),
+            ("two-replicas.yaml", NATIVE_TWO_REPLICAS_YAML),
+        ] {
+            let (wasm_yaml, native_yaml) = (shipped_yaml(wasm), shipped_yaml(native));
+            assert_eq!(
+                outside_the_filter(&native_yaml),
+                outside_the_filter(&wasm_yaml),
+                "envoy/{native} drifted from envoy/{wasm} beyond the filter's own lines"
+            );
+            assert_eq!(
+                shipped_plugin_config(&native_yaml).expect("native plugin JSON"),
+                shipped_plugin_config(&wasm_yaml).expect("wasm plugin JSON"),
+                "envoy/{native} and envoy/{wasm} hand the filter different plugin JSON"
+            );
+        }
+
+        let plugin = serde_json::json!({"lease_store": {"cluster": "c"}});
+        for stores in [&[3][..], &[3, 5]] {
+            let rendered = render_native(&ports(stores), &plugin).expect("a native config renders");
+            for port in stores {
+                assert!(
+                    rendered.contains(&format!("port_value: {port} ")),
+                    "{rendered}"
+                );
+            }
+            assert!(
+                rendered.contains("name: keyflight_filter_native"),
+                "{rendered}"
+            );
+            assert_eq!(
+                shipped_plugin_config(&rendered).expect("rendered JSON"),
+                plugin
+            );
+        }
     }
 
     /// `envoy/two-replicas.yaml` rendered with the demo plugin for `stores`.

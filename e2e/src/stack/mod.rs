@@ -33,6 +33,10 @@ pub use keyflight_testkit::stack::{
 };
 pub use post::Post;
 
+/// Where Envoy files the filter's counters: `wasmcustom` (proxy-wasm) or the dynamic-module
+/// filter's default metrics namespace (the native adapter), as a `/stats` filter regex.
+const FILTER_STATS_NAMESPACES: &str = "(wasmcustom|dynamicmodulescustom)";
+
 /// How long one request through Envoy may take (above any follower wait a test configures).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -336,9 +340,24 @@ impl Stack {
 
     /// [`Stack::filter_counter`] of Envoy replica `replica`.
     pub async fn filter_counter_at(&self, replica: usize, name: &str) -> u64 {
-        // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix.
-        self.envoy_stat_at(replica, &format!("wasmcustom.keyflight.{name}"))
-            .await
+        // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix, a dynamic module's
+        // under its metrics namespace (`docs/envoy-facts.md#dynamic-modules`).
+        let stat = format!("{FILTER_STATS_NAMESPACES}\\.keyflight\\.{name}");
+        let url = format!(
+            "http://{}:{}/stats?filter=^{stat}$",
+            self.inner.envoy_ip(replica),
+            self.ports_of(replica).admin
+        );
+        let suffix = format!(".keyflight.{name}: ");
+        let text = self.get_text(&url).await;
+        text.lines()
+            .find_map(|line| line.split_once(&suffix).map(|(_, value)| value))
+            .map_or(0, |value| {
+                value
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{name}: `{value}` is not a count ({e})"))
+            })
     }
 
     /// Envoy's own counter `stat` (e.g. `cluster.demo_upstream.upstream_rq_retry`) on

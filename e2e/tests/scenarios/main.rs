@@ -1,5 +1,6 @@
-//! The end-to-end scenarios: real Envoy loading the real `.wasm`, real lease-store, real
-//! Postgres, the counting upstream. One binary, one module per behaviour; every test name
+//! The end-to-end scenarios: real Envoy loading the real `.wasm` (or, where a scenario says
+//! so, the native module of `filter-native/`), real lease-store, real Postgres, the counting
+//! upstream. One binary, one module per behaviour; every test name
 //! reads as a sentence (`module::test`).
 
 mod ambiguous_principals_are_refused;
@@ -29,6 +30,7 @@ mod large_bodies_are_canonicalized_once;
 mod leases_are_renewed_while_running;
 mod media_types_are_part_of_the_request;
 mod mtls_peers_are_isolated;
+mod native_adapter_runs_the_core_scenarios;
 mod oversized_answers_are_delivered_not_replayed;
 mod partitioned_records_run_once;
 mod partitioned_winners_are_taken_over;

@@ -35,7 +35,17 @@ fn require_key(authority: Option<&str>) -> StackOptions {
 
 #[tokio::test]
 async fn respelled_paths_still_require_a_key() {
-    let stack = Stack::start(require_key(None)).await;
+    respelled_paths_still_require_a_key_on(require_key(None)).await;
+}
+
+/// The same under the native adapter (`filter-native/`): it reads the same headers.
+#[tokio::test]
+async fn respelled_paths_still_require_a_key_under_the_native_adapter() {
+    respelled_paths_still_require_a_key_on(require_key(None).native_adapter()).await;
+}
+
+async fn respelled_paths_still_require_a_key_on(options: StackOptions) {
+    let stack = Stack::start(options).await;
     let port = stack.listener_port(0);
     for target in [
         "/payments",

@@ -14,7 +14,18 @@ const COPIES: usize = 64;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_duplicates_across_two_envoys_and_two_stores_run_once() {
-    let stack = Stack::start(StackOptions::default().two_replicas().policy(|policy| {
+    sixty_four_duplicates_across_two_envoys_run_once(StackOptions::default()).await;
+}
+
+/// The same with both Envoys running the native adapter (`envoy/native-two-replicas.yaml`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_duplicates_across_two_native_envoys_and_two_stores_run_once() {
+    sixty_four_duplicates_across_two_envoys_run_once(StackOptions::default().native_adapter())
+        .await;
+}
+
+async fn sixty_four_duplicates_across_two_envoys_run_once(options: StackOptions) {
+    let stack = Stack::start(options.two_replicas().policy(|policy| {
         policy.insert("follower_wait_ms".into(), json!(20_000));
     }))
     .await;

@@ -5,7 +5,8 @@
 //! [`stream::Stream`] runs one HTTP stream's [`crate::machine::Machine`],
 //! [`worker::Root`] runs a worker's root context (configuration, the tick,
 //! the record outbox, the operator epoch). `keyflight-filter-wasm` implements
-//! [`host::Host`] with proxy-wasm host calls; the native tests with a fake host.
+//! [`host::Host`] with proxy-wasm host calls, `keyflight-filter-native` with Envoy's
+//! dynamic-module ABI; the native tests with a fake host.
 
 pub mod herd;
 pub mod host;

@@ -93,6 +93,10 @@ struct StackArgs {
     /// Run the release builds (`target/release/…`) instead of the debug ones.
     #[arg(long)]
     release: bool,
+    /// Every Envoy runs the native adapter (`envoy/native-demo.yaml`,
+    /// `envoy/native-two-replicas.yaml`) from `KEYFLIGHT_NATIVE_DIR` instead of the Wasm filter.
+    #[arg(long)]
+    native: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -167,6 +171,9 @@ async fn up(args: &StackArgs) -> Result<(), String> {
     if args.release {
         command.arg("--release");
     }
+    if args.native {
+        command.arg("--native");
+    }
     // Its own process group: an interrupted `make` does not take the stack with it.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut supervisor = command
@@ -217,6 +224,9 @@ async fn run(args: StackArgs) -> Result<(), String> {
     }
     if args.release {
         options = options.binaries(Binaries::locate_profile("release"));
+    }
+    if args.native {
+        options = options.native_adapter();
     }
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;

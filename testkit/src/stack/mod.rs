@@ -109,6 +109,9 @@ impl Stack {
                     && !options.own_networks),
             "a mesh identity stack runs one lease-store on free ports on the host"
         );
+        if options.native {
+            crate::binaries::require_native_module();
+        }
         let envoy_count = options.envoy_count();
         let mut plan = PlanPorts::new(options.ports, envoy_count, options.replicas);
         let sidecar = options.mesh.as_ref().map(|mesh| {
@@ -598,9 +601,9 @@ struct Sites {
 }
 
 /// The shipped config for Envoy `index`: `envoy/demo.yaml` for one lease-store,
-/// `envoy/two-replicas.yaml` for two, with the wasm, the plugin JSON, each socket on its
-/// part's address (a stack with its own networks), the options' edits and (for a tagged
-/// stack) the [`VIA_HEADER`].
+/// `envoy/two-replicas.yaml` for two (their `native-` twins for the native adapter), with
+/// the wasm, the plugin JSON, each socket on its part's address (a stack with its own
+/// networks), the options' edits and (for a tagged stack) the [`VIA_HEADER`].
 fn render_envoy_config(
     binaries: &Binaries,
     options: &StackOptions,
@@ -609,8 +612,12 @@ fn render_envoy_config(
     sites: &Sites,
 ) -> String {
     let wasm = binaries.wasm.display().to_string();
-    let mut rendered = envoy_config::render_shipped(ports, &wasm, &options.plugin)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rendered = if options.native {
+        envoy_config::render_native(ports, &options.plugin)
+    } else {
+        envoy_config::render_shipped(ports, &wasm, &options.plugin)
+    };
+    let mut rendered = rendered.unwrap_or_else(|e| panic!("{e}"));
     if options.own_networks {
         rendered = network::place_sockets(&rendered, ports, index, sites);
     }

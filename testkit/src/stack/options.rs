@@ -76,6 +76,9 @@ pub struct StackOptions {
     /// The demo upstream keeps its payments in the stack's Postgres
     /// ([`StackOptions::upstream_effects`]).
     pub(super) upstream_effects: bool,
+    /// Every Envoy runs the native adapter (`envoy/native-demo.yaml`) instead of the Wasm
+    /// filter ([`StackOptions::native_adapter`]).
+    pub(super) native: bool,
 }
 
 impl Default for StackOptions {
@@ -103,6 +106,7 @@ impl Default for StackOptions {
             store_binaries: BTreeMap::new(),
             mesh: None,
             upstream_effects: false,
+            native: native_from_env(),
         }
     }
 }
@@ -114,6 +118,12 @@ fn partitions_from_env() -> usize {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// Whether a default stack runs the native adapter: `KEYFLIGHT_ADAPTER=native` runs any
+/// scenario against it (`filter-native/README.md#not-yet-equal` says which fail, and why).
+fn native_from_env() -> bool {
+    std::env::var("KEYFLIGHT_ADAPTER").is_ok_and(|adapter| adapter == "native")
 }
 
 impl StackOptions {
@@ -210,6 +220,14 @@ impl StackOptions {
     /// [`StackOptions::upstream_effects`] when `on`.
     pub fn upstream_effects_if(mut self, on: bool) -> Self {
         self.upstream_effects = on;
+        self
+    }
+
+    /// Every Envoy runs the native adapter, `libkeyflight_filter_native.so` from
+    /// [`crate::binaries::native_module_dir`]: `envoy/native-demo.yaml` (or
+    /// `envoy/native-two-replicas.yaml`) in place of the Wasm filter's config.
+    pub fn native_adapter(mut self) -> Self {
+        self.native = true;
         self
     }
 

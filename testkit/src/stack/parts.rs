@@ -264,6 +264,11 @@ fn envoy_base_command(
     let mut command = Command::new(&binaries.envoy);
     command.env("KEYFLIGHT_STORE_TOKEN", store_token);
     command.env("KEYFLIGHT_RECONCILE_TOKEN", RECONCILE_TOKEN);
+    // Where the native adapter's config finds its module (`envoy/native-demo.yaml`).
+    command.env(
+        "ENVOY_DYNAMIC_MODULES_SEARCH_PATH",
+        crate::binaries::native_module_dir(),
+    );
     // Envoy logs its local time: in UTC its lines read like every other part's.
     command.env("TZ", "UTC");
     command.arg("-c").arg(config).args([

@@ -1,0 +1,227 @@
+//! The panic barrier around every hook of a stream, and the order of what a hook does.
+//!
+//! A hook runs its driver call under `catch_unwind`: a panic must not unwind into Envoy's
+//! C++. One that happens on a stream answers it 503 `journal_unavailable`, counted as that
+//! outcome, and the stream passes through untouched afterwards; Envoy keeps serving
+//! (`filter-native/README.md#panics`). What the driver asked of Envoy that can run this
+//! stream's hooks again (replies, resumes) is performed once the driver call is over
+//! (`docs/envoy-facts.md#dynamic-modules`).
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use keyflight_filter::drive::host::{CalloutAnswered, Driver};
+use keyflight_filter::drive::stream::{Stream, Verdict};
+use keyflight_filter::metrics::{Metric, Outcome};
+use keyflight_filter::problem::problem_reply;
+use keyflight_protocol::ProblemCode;
+
+use crate::abi::{EnvoyFilter, FilterEnvoyPtr, Level};
+use crate::host::{CallAnswer, NativeHost, Plugin, log};
+
+/// `Continue` of every status enum (`abi.h`).
+pub const CONTINUE: i32 = 0;
+/// `StopIteration` of the headers and trailers enums, `StopIterationAndBuffer` of the body
+/// enums (`abi.h`).
+pub const STOP: i32 = 1;
+
+/// One stream's filter: its configuration and driver, whether a panic ended the module's
+/// part in it, and the callout answers that came in while one of its hooks was running.
+///
+/// Envoy runs a stream's hooks one at a time, but a hook's own calls into Envoy can run
+/// another hook of the same stream before they return (a callout that fails inside its
+/// dispatch answers at once). Hence shared references and a `RefCell`: a hook that finds
+/// the driver busy leaves its answer in `early`, and the hook running drains it.
+pub struct Filter {
+    plugin: Arc<Plugin>,
+    stream: RefCell<Stream>,
+    failed: Cell<bool>,
+    early: RefCell<VecDeque<(CalloutAnswered, CallAnswer)>>,
+}
+
+impl Filter {
+    /// The filter of a new stream driven by `stream`.
+    pub fn new(plugin: Arc<Plugin>, stream: Stream) -> Self {
+        Filter {
+            plugin,
+            stream: RefCell::new(stream),
+            failed: Cell::new(false),
+            early: RefCell::default(),
+        }
+    }
+}
+
+/// A callback's verdict as the status Envoy takes.
+pub fn verdict(verdict: Verdict) -> i32 {
+    match verdict {
+        Verdict::Continue => CONTINUE,
+        Verdict::Pause => STOP,
+    }
+}
+
+/// Runs `work` on the stream's driver behind the panic barrier, then performs what the
+/// driver deferred and hands over the answers that came in meanwhile. A
+/// panic answers the stream 503 and holds it (the reply is its answer now), or, once the
+/// stream is over, is only logged.
+///
+/// # Safety
+/// `module` is a filter `on_http_filter_new` returned and Envoy has not destroyed;
+/// `envoy` is its Envoy filter.
+pub unsafe fn guarded<F>(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    on_panic: AfterPanic,
+    work: Work<F>,
+) -> i32
+where
+    F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+{
+    if module.is_null() {
+        return CONTINUE;
+    }
+    // SAFETY: the caller's contract; only shared references are ever made.
+    let filter = unsafe { &*(module as *const Filter) };
+    let envoy = EnvoyFilter(envoy);
+    if filter.failed.get() {
+        return CONTINUE;
+    }
+    if filter.stream.try_borrow_mut().is_err() {
+        // Called back from inside this stream's running hook.
+        match work {
+            Work::Answer(answered, answer) => {
+                filter.early.borrow_mut().push_back((answered, answer));
+            }
+            Work::Callback(_) => log(
+                Level::Warn,
+                "a hook of a stream ran inside another of its hooks: passed through",
+            ),
+        }
+        return CONTINUE;
+    }
+    let status = match work {
+        Work::Callback(run) => drive(filter, envoy, None, run),
+        Work::Answer(answered, answer) => drive(filter, envoy, Some(&answer), |stream, host| {
+            stream.on_call_answer(answered, host);
+            CONTINUE
+        }),
+    };
+    let status = status.unwrap_or_else(|()| panicked(filter, envoy, on_panic));
+    loop {
+        let next = filter.early.borrow_mut().pop_front();
+        let Some((answered, answer)) = next else {
+            break;
+        };
+        if filter.failed.get() {
+            continue;
+        }
+        let delivered = drive(filter, envoy, Some(&answer), |stream, host| {
+            stream.on_call_answer(answered, host);
+            CONTINUE
+        });
+        if delivered.is_err() {
+            panicked(filter, envoy, on_panic);
+        }
+    }
+    status
+}
+
+/// What a hook hands the stream's driver.
+pub enum Work<F> {
+    /// A callback that returns a status.
+    Callback(F),
+    /// The answer to one of the stream's callouts.
+    Answer(CalloutAnswered, CallAnswer),
+}
+
+/// A callback's work (a function, so the closure's argument types are inferred).
+pub fn callback<F>(run: F) -> Work<F>
+where
+    F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+{
+    Work::Callback(run)
+}
+
+/// One driver call: `run` with the stream borrowed, then, with the borrow released, what it
+/// deferred. `Err` when it panicked.
+fn drive(
+    filter: &Filter,
+    envoy: EnvoyFilter,
+    answer: Option<&CallAnswer>,
+    run: impl FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+) -> Result<i32, ()> {
+    let ran = catch_unwind(AssertUnwindSafe(|| {
+        let mut stream = filter.stream.borrow_mut();
+        let host = NativeHost::stream(&filter.plugin, envoy);
+        let mut host = match answer {
+            Some(answer) => host.answering(answer),
+            None => host,
+        };
+        let status = run(&mut stream, &mut host);
+        (status, host.into_deferred())
+    }));
+    let (status, deferred) = ran.map_err(|_| ())?;
+    for effect in deferred {
+        effect.perform(envoy);
+    }
+    Ok(status)
+}
+
+/// A driver call panicked: the stream is the module's no more.
+fn panicked(filter: &Filter, envoy: EnvoyFilter, on_panic: AfterPanic) -> i32 {
+    filter.failed.set(true);
+    match on_panic {
+        AfterPanic::Reply(status) => {
+            fail_closed(&filter.plugin, envoy);
+            status
+        }
+        AfterPanic::LogOnly => {
+            abi_log_only("keyflight: panic in the native module after its stream ended");
+            CONTINUE
+        }
+    }
+}
+
+/// What a hook still can do for its stream after a panic.
+#[derive(Debug, Clone, Copy)]
+pub enum AfterPanic {
+    /// Answer the stream 503 and return this status to Envoy.
+    Reply(i32),
+    /// The stream is over (no reply can go out): log only.
+    LogOnly,
+}
+
+/// The stream's answer after a panic: fail closed, as the Wasm VM's failure does
+/// (`FAIL_CLOSED`), and counted as the outcome it is.
+fn fail_closed(plugin: &Plugin, envoy: EnvoyFilter) {
+    let answered = catch_unwind(AssertUnwindSafe(|| {
+        log(
+            Level::Critical,
+            "panic in the native module: this request is answered 503 journal_unavailable",
+        );
+        plugin.count(envoy, Metric::Outcome(Outcome::JournalUnavailable));
+        let reply = problem_reply(
+            ProblemCode::JournalUnavailable,
+            503,
+            "the keyflight module failed on this request; it was not forwarded",
+            None,
+        );
+        let headers: Vec<(&str, &str)> = reply
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        envoy.send_response(reply.status, &headers, &reply.body, "keyflight_panic");
+    }));
+    if answered.is_err() {
+        abi_log_only("panic while answering a panicked request");
+    }
+}
+
+/// A log line that cannot panic itself (no formatting).
+pub fn abi_log_only(message: &str) {
+    let _ = catch_unwind(|| crate::abi::log(Level::Critical, message));
+}

@@ -1,0 +1,448 @@
+//! The event hooks Envoy calls: each becomes one call of a driver, inside a panic barrier.
+//!
+//! A configuration is checked once on the main thread (an invalid one is refused, and
+//! Envoy with it); each worker thread then keeps its own [`Root`] per configuration, as
+//! each worker's Wasm VM keeps its root context, and each stream its [`Stream`]. Nothing
+//! here decides anything (`docs/stream-machine.md#the-driver`).
+//!
+//! Every hook runs behind the panic barrier of `barrier.rs`, which also orders what a
+//! stream's hook does.
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keyflight_filter::drive::host::{CalloutAnswered, Driver};
+use keyflight_filter::drive::stream::{Callback, Stream};
+use keyflight_filter::drive::worker::Root;
+
+use crate::abi::{
+    ABI_VERSION, ConfigEnvoyPtr, EnvoyBuffer, EnvoyConfig, EnvoyFilter, FilterEnvoyPtr, HttpHeader,
+};
+use crate::barrier::{
+    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, guarded, verdict,
+};
+use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes};
+
+/// The request header that makes a hook panic, in a `test-panic` build only: in the
+/// request-headers hook, or with the value `complete` when the stream completes.
+#[cfg(feature = "test-panic")]
+const TEST_PANIC_HEADER: &str = "x-keyflight-test-panic";
+
+/// Where a `test-panic` build panics.
+#[cfg(feature = "test-panic")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TestPanic {
+    RequestHeaders,
+    StreamComplete,
+}
+
+/// Panics where the request's [`TEST_PANIC_HEADER`] asks to.
+#[cfg(feature = "test-panic")]
+fn test_panic(envoy: FilterEnvoyPtr, here: TestPanic) {
+    let asked = EnvoyFilter(envoy).header(crate::abi::HeaderType::Request, TEST_PANIC_HEADER);
+    let at = match asked.as_deref() {
+        None => return,
+        Some(b"complete") => TestPanic::StreamComplete,
+        Some(_) => TestPanic::RequestHeaders,
+    };
+    if at == here {
+        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
+        std::panic::panic_any("keyflight test panic");
+    }
+}
+
+static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This worker's driver of each configuration.
+    static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::default();
+    /// This worker's stream ids, for the driver's bookkeeping.
+    static NEXT_STREAM: Cell<u32> = const { Cell::new(1) };
+}
+
+/// The ABI version the module was written for: Envoy compares it with its own, and only
+/// warns on a mismatch (`docs/envoy-facts.md#dynamic-modules`).
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    ABI_VERSION.as_ptr()
+}
+
+/// Parses the plugin JSON (the filter's `filter_config`) as a worker will, refusing an
+/// invalid one, and defines the metrics (only possible now).
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    envoy: ConfigEnvoyPtr,
+    _name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> *const c_void {
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        let id = NEXT_PLUGIN.fetch_add(1, Ordering::Relaxed);
+        let plugin = Plugin::define(id, config.bytes().to_vec(), EnvoyConfig(envoy));
+        let mut check = Root::default();
+        if !check.configure(&mut NativeHost::configuring(&plugin)) {
+            return std::ptr::null();
+        }
+        Box::into_raw(Box::new(Arc::new(plugin))) as *const c_void
+    }));
+    made.unwrap_or_else(|_| {
+        abi_log_only("keyflight: panic while reading the plugin configuration");
+        std::ptr::null()
+    })
+}
+
+/// # Safety
+/// A pointer `on_http_filter_config_new` returned, once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    if !config.is_null() {
+        // SAFETY: made by `Box::into_raw` in `on_http_filter_config_new`; Envoy destroys once.
+        drop(unsafe { Box::from_raw(config as *mut Arc<Plugin>) });
+    }
+}
+
+/// A new stream on this worker: its driver, from this worker's root of the configuration
+/// (made, and configured, on the worker's first stream under it).
+///
+/// # Safety
+/// `config` is a live pointer `on_http_filter_config_new` returned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: *const c_void,
+    _envoy: FilterEnvoyPtr,
+) -> *const c_void {
+    if config.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: the caller's contract.
+    let plugin = Arc::clone(unsafe { &*(config as *const Arc<Plugin>) });
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        let id = NEXT_STREAM.with(|next| {
+            let id = next.get();
+            next.set(id.wrapping_add(1));
+            id
+        });
+        let stream = ROOTS.with(|roots| {
+            let mut roots = roots.borrow_mut();
+            let root = roots.entry(plugin.id).or_insert_with(|| {
+                let mut root = Root::default();
+                root.configure(&mut NativeHost::configuring(&plugin));
+                root
+            });
+            Stream::for_root(root, id)
+        });
+        Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), stream))) as *const c_void
+    }));
+    made.unwrap_or_else(|_| {
+        abi_log_only("keyflight: panic while creating a stream: the stream is refused");
+        std::ptr::null()
+    })
+}
+
+/// A guarded request is held here (`StopIteration`): its body still arrives, and is
+/// buffered (`docs/envoy-facts.md#dynamic-modules`).
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            callback(|stream, host| {
+                #[cfg(feature = "test-panic")]
+                test_panic(envoy, TestPanic::RequestHeaders);
+                verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))
+            }),
+        )
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            callback(|stream, host| {
+                let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), true);
+                let callback = Callback::RequestBody {
+                    buffered_bytes,
+                    end_of_stream,
+                };
+                verdict(stream.on_callback(callback, host))
+            }),
+        )
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            callback(|stream, host| verdict(stream.on_callback(Callback::RequestTrailers, host))),
+        )
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            callback(|stream, host| {
+                verdict(stream.on_callback(Callback::ResponseHeaders { end_of_stream }, host))
+            }),
+        )
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            callback(|stream, host| {
+                let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), false);
+                let callback = Callback::ResponseBody {
+                    buffered_bytes,
+                    end_of_stream,
+                };
+                verdict(stream.on_callback(callback, host))
+            }),
+        )
+    }
+}
+
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+) -> i32 {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::Reply(STOP),
+            callback(|stream, host| verdict(stream.on_callback(Callback::ResponseTrailers, host))),
+        )
+    }
+}
+
+/// The stream ended: a claim it could not settle is the outbox's now.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+) {
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(
+            envoy,
+            module,
+            AfterPanic::LogOnly,
+            callback(|stream, host| {
+                #[cfg(feature = "test-panic")]
+                test_panic(envoy, TestPanic::StreamComplete);
+                stream.on_done(host);
+                CONTINUE
+            }),
+        );
+    }
+}
+
+/// # Safety
+/// A pointer `on_http_filter_new` returned, once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_void) {
+    if !module.is_null() {
+        // SAFETY: made by `Box::into_raw` in `on_http_filter_new`; Envoy destroys once.
+        let filter = unsafe { Box::from_raw(module as *mut Filter) };
+        if catch_unwind(AssertUnwindSafe(|| drop(filter))).is_err() {
+            abi_log_only("keyflight: panic while dropping a stream");
+        }
+    }
+}
+
+/// A callout this stream sent answered; a failed one arrives with no headers.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    callout_id: u64,
+    result: i32,
+    headers: *const HttpHeader,
+    headers_size: usize,
+    body_chunks: *const EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    let headers = if headers.is_null() || result != 0 {
+        &[][..]
+    } else {
+        // SAFETY: Envoy's array and its length, valid during this hook.
+        unsafe { std::slice::from_raw_parts(headers, headers_size) }
+    };
+    let body = if body_chunks.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(body_chunks, body_chunks_size) }
+    };
+    let Ok(token) = u32::try_from(callout_id) else {
+        return;
+    };
+    let copied = catch_unwind(|| CallAnswer::copy(headers, body));
+    let Ok(answer) = copied else {
+        abi_log_only("keyflight: panic while reading a callout answer");
+        return;
+    };
+    let answered = CalloutAnswered {
+        token,
+        num_headers: answer.headers.len(),
+        body_size: answer.body.len(),
+    };
+    let work = Work::<fn(&mut Stream, &mut NativeHost<'_>) -> i32>::Answer(answered, answer);
+    // SAFETY: Envoy's arguments.
+    unsafe {
+        guarded(envoy, module, AfterPanic::Reply(CONTINUE), work);
+    }
+}
+
+/// Streamed callouts, scheduled events and watermarks: Envoy requires the hooks; the
+/// filter uses none of them.
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _headers: *const HttpHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _data: *const EnvoyBuffer,
+    _data_count: usize,
+    _end_stream: bool,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _trailers: *const HttpHeader,
+    _trailers_size: usize,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _stream: u64,
+    _reason: i32,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+    _event: u64,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+) {
+}
+
+/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _envoy: FilterEnvoyPtr,
+    _module: *const c_void,
+) {
+}

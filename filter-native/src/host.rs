@@ -1,0 +1,425 @@
+//! [`Host`] implemented with the dynamic-module callbacks of `abi.rs`, and nothing else.
+//!
+//! A host error becomes an empty value or a logged no-op, as in `keyflight-filter-wasm`.
+//! What differs from proxy-wasm (`filter-native/README.md#what-differs-from-the-wasm-host`):
+//! a callout's answer arrives as the hook's arguments, not through getters; replies and
+//! resumes wait until the driver returned ([`Deferred`]); shared data is this process's
+//! memory; there is no root context, so the calls only a root context sends (the outbox's,
+//! the operator epoch question) are refused.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use keyflight_filter::config::LeaseStore;
+use keyflight_filter::drive::host::{Buffer, HeaderMap, Host, LogLevel};
+use keyflight_filter::metrics::{Gauge, Metric};
+use keyflight_filter::problem::LocalReply;
+use keyflight_filter::reconcile::ServiceQuestion;
+use keyflight_filter::store_call::Callout;
+use keyflight_protocol::time::millis;
+
+use crate::abi::{
+    self, Attribute, BodyType, EnvoyBuffer, EnvoyConfig, EnvoyFilter, HeaderType, HttpHeader, Level,
+};
+
+/// Writes one log line prefixed with `keyflight:`.
+pub fn log(level: Level, message: &str) {
+    abi::log(level, &format!("keyflight: {message}"));
+}
+
+/// One configuration of the filter, shared by every worker: the plugin JSON and the ids of
+/// its counters and gauges.
+#[derive(Debug)]
+pub struct Plugin {
+    /// Which configuration: each worker keeps its own driver per configuration.
+    pub id: u64,
+    json: Vec<u8>,
+    counters: HashMap<Metric, usize>,
+    gauges: HashMap<Gauge, usize>,
+}
+
+impl Plugin {
+    /// The configuration `json`, with every keyflight counter and gauge defined in `envoy`.
+    pub fn define(id: u64, json: Vec<u8>, envoy: EnvoyConfig) -> Self {
+        let counters = Metric::all()
+            .filter_map(|m| envoy.define(&m.name(), false).map(|id| (m, id)))
+            .collect();
+        let gauges = Gauge::ALL
+            .into_iter()
+            .filter_map(|g| envoy.define(g.name(), true).map(|id| (g, id)))
+            .collect();
+        Plugin {
+            id,
+            json,
+            counters,
+            gauges,
+        }
+    }
+
+    /// Counts `metric` on `filter`'s stream.
+    pub fn count(&self, filter: EnvoyFilter, metric: Metric) {
+        if let Some(&id) = self.counters.get(&metric) {
+            filter.increment_counter(id, 1);
+        }
+    }
+}
+
+/// The answer of a callout, copied out of the hook Envoy delivered it in: it may have to
+/// wait for the hook that sent the call to return (`hooks.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct CallAnswer {
+    /// Its headers (none when the call failed).
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl CallAnswer {
+    /// Copies Envoy's `headers` and `body` chunks.
+    pub fn copy(headers: &[HttpHeader], body: &[EnvoyBuffer]) -> Self {
+        CallAnswer {
+            headers: headers
+                .iter()
+                .map(|header| {
+                    let (name, value) = header.parts();
+                    (name.to_vec(), value.to_vec())
+                })
+                .collect(),
+            body: body
+                .iter()
+                .flat_map(|chunk| chunk.bytes())
+                .copied()
+                .collect(),
+        }
+    }
+}
+
+/// What a driver asked of Envoy that can run this stream's hooks again before the call
+/// returns (a local reply runs the response hooks; a resume can end in the router's local
+/// reply): performed once the driver has returned, as proxy-wasm defers them
+/// (`docs/envoy-facts.md#dynamic-modules`).
+#[derive(Debug, Clone)]
+pub enum Deferred {
+    /// `send_response`.
+    Reply(LocalReply),
+    /// `continue_decoding`.
+    ResumeRequest,
+    /// `continue_encoding`.
+    ResumeResponse,
+}
+
+impl Deferred {
+    /// Performs it on `filter`'s stream.
+    pub fn perform(&self, filter: EnvoyFilter) {
+        match self {
+            Deferred::Reply(reply) => {
+                let headers: Vec<(&str, &str)> = reply
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                filter.send_response(reply.status, &headers, &reply.body, "keyflight");
+            }
+            Deferred::ResumeRequest => filter.continue_decoding(),
+            Deferred::ResumeResponse => filter.continue_encoding(),
+        }
+    }
+}
+
+/// The host of one hook: the stream's filter (none while configuring) and the answer
+/// being delivered.
+pub struct NativeHost<'a> {
+    plugin: &'a Plugin,
+    filter: Option<EnvoyFilter>,
+    answer: Option<&'a CallAnswer>,
+    deferred: Vec<Deferred>,
+}
+
+impl<'a> NativeHost<'a> {
+    /// The host while a worker reads its configuration (no stream).
+    pub fn configuring(plugin: &'a Plugin) -> Self {
+        NativeHost {
+            plugin,
+            filter: None,
+            answer: None,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// The host of a hook of `filter`'s stream.
+    pub fn stream(plugin: &'a Plugin, filter: EnvoyFilter) -> Self {
+        NativeHost {
+            plugin,
+            filter: Some(filter),
+            answer: None,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// What the driver asked for that waits until it returned.
+    pub fn into_deferred(self) -> Vec<Deferred> {
+        self.deferred
+    }
+
+    /// The same host, delivering `answer`.
+    pub fn answering(self, answer: &'a CallAnswer) -> Self {
+        NativeHost {
+            answer: Some(answer),
+            ..self
+        }
+    }
+
+    /// Bytes `0..size` of a request or response body: what the filter buffered, then the
+    /// chunk of this hook (`docs/envoy-facts.md#dynamic-modules`).
+    fn body(filter: EnvoyFilter, request: bool, size: usize) -> Vec<u8> {
+        let (buffered, received) = if request {
+            (BodyType::BufferedRequest, BodyType::ReceivedRequest)
+        } else {
+            (BodyType::BufferedResponse, BodyType::ReceivedResponse)
+        };
+        let mut body = Vec::new();
+        filter.read_body(buffered, &mut body);
+        if !filter.received_is_buffered(request) {
+            filter.read_body(received, &mut body);
+        }
+        body.truncate(size);
+        body
+    }
+}
+
+/// Bytes buffered so far for a body hook, this hook's chunk included.
+pub fn buffered_bytes(filter: EnvoyFilter, request: bool) -> usize {
+    let (buffered, received) = if request {
+        (BodyType::BufferedRequest, BodyType::ReceivedRequest)
+    } else {
+        (BodyType::BufferedResponse, BodyType::ReceivedResponse)
+    };
+    let mut bytes = filter.body_size(buffered);
+    if !filter.received_is_buffered(request) {
+        bytes += filter.body_size(received);
+    }
+    bytes
+}
+
+/// Shared data: one process, so one map for every worker (proxy-wasm's shared data is
+/// per VM id, which every worker's VM shares).
+static SHARED: LazyLock<Mutex<HashMap<String, Vec<u8>>>> = LazyLock::new(Mutex::default);
+
+fn level(level: LogLevel) -> Level {
+    match level {
+        LogLevel::Info => Level::Info,
+        LogLevel::Warn => Level::Warn,
+        LogLevel::Error => Level::Error,
+    }
+}
+
+fn header_type(map: HeaderMap) -> Option<HeaderType> {
+    match map {
+        HeaderMap::Request => Some(HeaderType::Request),
+        HeaderMap::Response => Some(HeaderType::Response),
+        HeaderMap::CallResponse => None,
+    }
+}
+
+/// The attribute behind a proxy-wasm property path the filter reads; `None` for one the ABI
+/// does not offer (JWT claims in `metadata` among them).
+fn attribute(path: &[&str]) -> Option<(Attribute, bool)> {
+    Some(match path {
+        ["response", "code_details"] => (Attribute::ResponseCodeDetails, false),
+        ["response", "flags"] => (Attribute::ResponseFlags, true),
+        ["upstream", "request_attempt_count"] => (Attribute::UpstreamRequestAttemptCount, true),
+        ["source", "address"] => (Attribute::SourceAddress, false),
+        ["connection", "subject_peer_certificate"] => {
+            (Attribute::ConnectionSubjectPeerCertificate, false)
+        }
+        ["connection", "dns_san_peer_certificate"] => {
+            (Attribute::ConnectionDnsSanPeerCertificate, false)
+        }
+        ["connection", "uri_san_peer_certificate"] => {
+            (Attribute::ConnectionUriSanPeerCertificate, false)
+        }
+        _ => return None,
+    })
+}
+
+fn millis_of(duration: Duration) -> u64 {
+    u64::try_from(duration.max(Duration::from_millis(1)).as_millis()).unwrap_or(u64::MAX)
+}
+
+impl NativeHost<'_> {
+    fn callout(
+        &self,
+        cluster: &str,
+        headers: &[(&'static str, String)],
+        body: &[u8],
+        timeout: Duration,
+        what: &str,
+    ) -> Option<u32> {
+        let Some(filter) = self.filter else {
+            log(
+                Level::Warn,
+                &format!(
+                    "{what} to cluster {cluster} not sent: the native module has no root context yet"
+                ),
+            );
+            return None;
+        };
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        match filter.http_callout(cluster, &headers, body, millis_of(timeout)) {
+            Ok(id) => u32::try_from(id).ok(),
+            Err(result) => {
+                log(
+                    Level::Warn,
+                    &format!("could not dispatch {what} to cluster {cluster}: result {result}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Host for NativeHost<'_> {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, millis)
+    }
+
+    fn log(&mut self, level_of: LogLevel, message: &str) {
+        log(level(level_of), message);
+    }
+
+    fn count(&mut self, metric: Metric) {
+        if let Some(filter) = self.filter {
+            self.plugin.count(filter, metric);
+        }
+    }
+
+    fn adjust(&mut self, gauge: Gauge, delta: i64) {
+        if let (Some(filter), Some(&id)) = (self.filter, self.plugin.gauges.get(&gauge)) {
+            filter.adjust_gauge(id, delta);
+        }
+    }
+
+    fn headers(&mut self, map: HeaderMap) -> Vec<(String, Vec<u8>)> {
+        match (self.filter, header_type(map), self.answer) {
+            (Some(filter), Some(map), _) => filter.headers(map),
+            (_, None, Some(answer)) => answer
+                .headers
+                .iter()
+                .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.clone()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn header(&mut self, map: HeaderMap, name: &str) -> Option<Vec<u8>> {
+        match (self.filter, header_type(map), self.answer) {
+            (Some(filter), Some(map), _) => filter.header(map, name),
+            (_, None, Some(answer)) => answer.headers.iter().find_map(|(key, value)| {
+                key.eq_ignore_ascii_case(name.as_bytes())
+                    .then(|| value.clone())
+            }),
+            _ => None,
+        }
+    }
+
+    fn buffer(&mut self, buffer: Buffer, size: usize) -> Vec<u8> {
+        match (buffer, self.filter) {
+            (Buffer::PluginConfiguration, _) => {
+                self.plugin.json.iter().take(size).copied().collect()
+            }
+            (Buffer::RequestBody, Some(filter)) => NativeHost::body(filter, true, size),
+            (Buffer::ResponseBody, Some(filter)) => NativeHost::body(filter, false, size),
+            (Buffer::CallResponseBody, _) => self
+                .answer
+                .map(|answer| answer.body.iter().take(size).copied().collect())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The module runs in Envoy's process: its environment is Envoy's.
+    fn environment(&mut self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
+    /// Integer attributes come back as proxy-wasm's 8 little-endian bytes.
+    fn property(&mut self, path: &[&str]) -> Option<Vec<u8>> {
+        let filter = self.filter?;
+        let (attribute, integer) = attribute(path)?;
+        if integer {
+            filter
+                .attribute_int(attribute)
+                .map(|n| n.to_le_bytes().to_vec())
+        } else {
+            filter.attribute_string(attribute)
+        }
+    }
+
+    fn set_request_header(&mut self, name: &str, value: Option<&str>) {
+        let set = self
+            .filter
+            .is_some_and(|f| f.set_request_header(name, value.map(str::as_bytes)));
+        if !set {
+            log(Level::Warn, &format!("could not set request header {name}"));
+        }
+    }
+
+    fn resume_request(&mut self) {
+        self.deferred.push(Deferred::ResumeRequest);
+    }
+
+    fn resume_response(&mut self) {
+        self.deferred.push(Deferred::ResumeResponse);
+    }
+
+    fn send_reply(&mut self, reply: &LocalReply) {
+        self.deferred.push(Deferred::Reply(reply.clone()));
+    }
+
+    fn shared_data(&mut self, key: &str) -> Option<Vec<u8>> {
+        SHARED.lock().ok()?.get(key).cloned()
+    }
+
+    fn replace_shared_data(&mut self, key: &str, value: &[u8]) {
+        if let Ok(mut shared) = SHARED.lock() {
+            shared.insert(key.to_owned(), value.to_vec());
+        }
+    }
+
+    fn dispatch(&mut self, store: &LeaseStore, callout: &Callout) -> Option<u32> {
+        let headers = callout.headers(store);
+        let body = callout.body().unwrap_or_default();
+        let what = callout.path();
+        self.callout(&store.cluster, &headers, &body, callout.timeout(), &what)
+    }
+
+    fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32> {
+        let headers = question.headers(token);
+        self.callout(
+            &question.reconcile.cluster,
+            &headers,
+            &[],
+            question.reconcile.timeout,
+            "the reconcile question",
+        )
+    }
+
+    /// No root context to wake: the streams send their own store calls
+    /// (`docs/stream-machine.md#coalesced-calls`).
+    fn register_wake_queue(&mut self) -> Option<u32> {
+        None
+    }
+
+    fn wake(&mut self, _queue: u32) -> bool {
+        false
+    }
+
+    /// No timer yet: the outbox's renewals and redeliveries and the epoch question do not
+    /// run (`filter-native/README.md#not-yet-equal`).
+    fn set_tick_period(&mut self, _period: Duration) {}
+
+    fn done(&mut self) {}
+}
