@@ -20,13 +20,15 @@ use keyflight_filter::drive::host::{CalloutAnswered, Driver};
 use keyflight_filter::drive::stream::{Callback, Stream};
 use keyflight_filter::drive::worker::Root;
 
+use crate::abi::Level;
 use crate::abi::{
     ABI_VERSION, ConfigEnvoyPtr, EnvoyBuffer, EnvoyConfig, EnvoyFilter, FilterEnvoyPtr, HttpHeader,
 };
 use crate::barrier::{
     AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, guarded, verdict,
 };
-use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes};
+use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes, log};
+use crate::unsupported::unsupported;
 
 /// The request header that makes a hook panic, in a `test-panic` build only: in the
 /// request-headers hook, or with the value `complete` when the stream completes.
@@ -88,6 +90,16 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let plugin = Plugin::define(id, config.bytes().to_vec(), EnvoyConfig(envoy));
         let mut check = Root::default();
         if !check.configure(&mut NativeHost::configuring(&plugin)) {
+            return std::ptr::null();
+        }
+        let refused = keyflight_filter::parse_plugin_config(config.bytes())
+            .ok()
+            .and_then(|parsed| unsupported(&parsed));
+        if let Some(why) = refused {
+            log(
+                Level::Critical,
+                &format!("invalid plugin configuration: {why}"),
+            );
             return std::ptr::null();
         }
         Box::into_raw(Box::new(Arc::new(plugin))) as *const c_void

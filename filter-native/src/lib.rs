@@ -15,3 +15,4 @@ mod abi;
 mod barrier;
 mod hooks;
 mod host;
+mod unsupported;
