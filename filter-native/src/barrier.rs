@@ -81,7 +81,16 @@ where
     F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
 {
     if module.is_null() {
-        return CONTINUE;
+        // The stream has no driver (making it panicked). Envoy 1.40 answers such a stream
+        // 500 itself; should an Envoy run its hooks anyway, fail closed rather than forward
+        // the request unguarded.
+        return match on_panic {
+            AfterPanic::Reply(status) => {
+                fail_closed(None, EnvoyFilter(envoy));
+                status
+            }
+            AfterPanic::LogOnly => CONTINUE,
+        };
     }
     // SAFETY: the caller's contract; only shared references are ever made.
     let filter = unsafe { &*(module as *const Filter) };
@@ -175,7 +184,7 @@ fn panicked(filter: &Filter, envoy: EnvoyFilter, on_panic: AfterPanic) -> i32 {
     filter.failed.set(true);
     match on_panic {
         AfterPanic::Reply(status) => {
-            fail_closed(&filter.plugin, envoy);
+            fail_closed(Some(&filter.plugin), envoy);
             status
         }
         AfterPanic::LogOnly => {
@@ -195,14 +204,17 @@ pub enum AfterPanic {
 }
 
 /// The stream's answer after a panic: fail closed, as the Wasm VM's failure does
-/// (`FAIL_CLOSED`), and counted as the outcome it is.
-fn fail_closed(plugin: &Plugin, envoy: EnvoyFilter) {
+/// (`FAIL_CLOSED`), and counted as the outcome it is (under its configuration's metrics,
+/// when the stream has one).
+fn fail_closed(plugin: Option<&Plugin>, envoy: EnvoyFilter) {
     let answered = catch_unwind(AssertUnwindSafe(|| {
         log(
             Level::Critical,
             "panic in the native module: this request is answered 503 journal_unavailable",
         );
-        plugin.count(envoy, Metric::Outcome(Outcome::JournalUnavailable));
+        if let Some(plugin) = plugin {
+            plugin.count(envoy, Metric::Outcome(Outcome::JournalUnavailable));
+        }
         let reply = problem_reply(
             ProblemCode::JournalUnavailable,
             503,

@@ -58,6 +58,23 @@ fn test_panic(envoy: FilterEnvoyPtr, here: TestPanic) {
     }
 }
 
+/// A policy named so makes making every stream panic, in a `test-panic` build only.
+#[cfg(feature = "test-panic")]
+const TEST_PANIC_ON_NEW: &[u8] = b"\"test-panic-on-new\"";
+
+/// Panics making a stream when the configuration names [`TEST_PANIC_ON_NEW`].
+#[cfg(feature = "test-panic")]
+fn test_panic_on_new(plugin: &Plugin) {
+    if plugin
+        .json()
+        .windows(TEST_PANIC_ON_NEW.len())
+        .any(|window| window == TEST_PANIC_ON_NEW)
+    {
+        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
+        std::panic::panic_any("keyflight test panic making a stream");
+    }
+}
+
 static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
@@ -136,6 +153,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
     // SAFETY: the caller's contract.
     let plugin = Arc::clone(unsafe { &*(config as *const Arc<Plugin>) });
     let made = catch_unwind(AssertUnwindSafe(|| {
+        #[cfg(feature = "test-panic")]
+        test_panic_on_new(&plugin);
         let id = NEXT_STREAM.with(|next| {
             let id = next.get();
             next.set(id.wrapping_add(1));

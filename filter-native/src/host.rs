@@ -40,6 +40,12 @@ pub struct Plugin {
 }
 
 impl Plugin {
+    /// The configuration's JSON, as Envoy gave it.
+    #[cfg(feature = "test-panic")]
+    pub fn json(&self) -> &[u8] {
+        &self.json
+    }
+
     /// The configuration `json`, with every keyflight counter and gauge defined in `envoy`.
     pub fn define(id: u64, json: Vec<u8>, envoy: EnvoyConfig) -> Self {
         let counters = Metric::all()

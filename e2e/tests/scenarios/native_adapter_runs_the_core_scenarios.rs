@@ -189,6 +189,31 @@ async fn a_module_panic_answers_503_and_envoy_keeps_serving() {
 }
 
 #[tokio::test]
+async fn a_stream_the_module_could_not_make_is_refused_not_forwarded() {
+    // A `test-panic` build panics making every stream under a policy named so. Envoy 1.40
+    // answers such a stream 500 itself; were it to run the stream's hooks without the
+    // module's filter, the barrier would answer 503 (`barrier.rs`). Either way nothing is
+    // forwarded.
+    let stack = Stack::start(native().policy(|policy| {
+        policy.insert("name".into(), json!("test-panic-on-new"));
+    }))
+    .await;
+    let body = json!({"amount": 9});
+
+    let refused = stack.post("/payments").key("k").json(&body).send().await;
+    let again = stack.post("/payments").key("k").json(&body).send().await;
+
+    for answer in [&refused, &again] {
+        assert!(answer.status >= 500, "refused, not served: {answer}");
+    }
+    assert_eq!(
+        stack.upstream_executions().await,
+        0,
+        "no request went upstream unguarded"
+    );
+}
+
+#[tokio::test]
 async fn a_module_panic_after_its_stream_ended_is_only_logged() {
     let stack = Stack::start(native()).await;
     let body = json!({"amount": 8});
