@@ -193,7 +193,9 @@ pub fn judge_key(
         expected.push((true, Expected::Conflict));
     }
     // An `unknown` record runs again only after an operator erased it or resolved it as
-    // failed, or (under `reconcile`) the service answered that its run is fenced out.
+    // failed, or (under `reconcile`) the service answered that its run is fenced out: a run
+    // the reconciled-absent row excused, started after the caller saw `unknown`, shows the
+    // record freed by then; the runs after it are held to their own rows.
     let reconciled: BTreeSet<u64> = reruns
         .iter()
         .filter(|rerun| {
@@ -207,9 +209,13 @@ pub fn judge_key(
         })
         .map(|rerun| rerun.later)
         .collect();
+    let freed_by_the_service: Vec<Ms> = executions
+        .iter()
+        .filter(|execution| reconciled.contains(&execution.execution))
+        .map(|execution| execution.at_ms)
+        .collect();
     let ran_after_unknown = executions
         .iter()
-        .filter(|execution| !reconciled.contains(&execution.execution))
         .filter(|execution| {
             unknowns.iter().any(|unknown| {
                 unknown.end_ms < execution.at_ms
@@ -218,6 +224,9 @@ pub fn judge_key(
                             && unknown.end_ms < change.landed_ms
                             && change.landed_ms <= execution.at_ms
                     })
+                    && !freed_by_the_service
+                        .iter()
+                        .any(|&at| unknown.end_ms < at && at <= execution.at_ms)
             })
         })
         .map(|execution| execution.execution)
