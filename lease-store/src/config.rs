@@ -29,6 +29,7 @@ use crate::admin_tokens::AdminTokens;
 use crate::caller::MeshIdentity;
 use crate::cleanup::CleanupSettings;
 use crate::longpoll::WaiterCaps;
+use crate::quota::QuotaSettings;
 use crate::store::{BatchSettings, StoreSettings};
 use crate::token_set::TokenSet;
 use crate::workloads::Allowlist;
@@ -385,6 +386,21 @@ pub struct ServeArgs {
     /// is answered 503 with `Retry-After` at once.
     #[arg(long, env = "KEYFLIGHT_MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
     max_concurrent_requests: usize,
+    /// Records one workload may keep (`docs/records.md#storage-quota`); past it, a claim that
+    /// would add a record is answered 507 `storage_quota`.
+    #[arg(
+        long,
+        env = "KEYFLIGHT_STORAGE_QUOTA_RECORDS",
+        default_value_t = 50_000_000
+    )]
+    storage_quota_records: u64,
+    /// Recorded response bytes one workload may keep; past it, as for records.
+    #[arg(long, env = "KEYFLIGHT_STORAGE_QUOTA_BYTES", default_value_t = 64 * 1024 * 1024 * 1024)]
+    storage_quota_bytes: u64,
+    /// How often each replica measures every workload's records (one aggregate over the
+    /// table); a workload may pass its quota by what it claims within one interval.
+    #[arg(long, env = "KEYFLIGHT_STORAGE_QUOTA_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    storage_quota_interval: Duration,
     /// How often retention clean-up runs.
     #[arg(long, env = "KEYFLIGHT_CLEANUP_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     cleanup_interval: Duration,
@@ -472,6 +488,8 @@ pub struct ServeConfig {
     pub records: RecordBounds,
     /// Retention clean-up schedule.
     pub cleanup: CleanupSettings,
+    /// What one workload may keep.
+    pub quota: QuotaSettings,
     /// Workloads also reach the shared namespace (`--namespace-transition`).
     pub namespace_transition: bool,
 }
@@ -620,6 +638,16 @@ impl ServeArgs {
             "must be at least 1",
         )?;
         check(
+            self.storage_quota_records > 0 && self.storage_quota_bytes > 0,
+            "storage-quota-records and --storage-quota-bytes",
+            "must be positive",
+        )?;
+        check(
+            !self.storage_quota_interval.is_zero(),
+            "storage-quota-interval",
+            "must be positive",
+        )?;
+        check(
             !self.cleanup_interval.is_zero(),
             "cleanup-interval",
             "must be positive",
@@ -688,6 +716,11 @@ impl ServeArgs {
             cleanup: CleanupSettings {
                 interval: self.cleanup_interval,
                 batch_size: self.cleanup_batch,
+            },
+            quota: QuotaSettings {
+                max_records: self.storage_quota_records,
+                max_bytes: self.storage_quota_bytes,
+                interval: self.storage_quota_interval,
             },
             namespace_transition: self.namespace_transition,
         })

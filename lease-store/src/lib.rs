@@ -32,6 +32,7 @@ pub mod logging;
 pub mod longpoll;
 pub mod metrics;
 pub mod openapi;
+pub mod quota;
 pub mod server;
 pub mod shares;
 pub mod shutdown;

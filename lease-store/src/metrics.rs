@@ -30,6 +30,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::quota::QuotaGauges;
 use crate::store::BatchSizes;
 
 /// Latency buckets, in seconds: 0.1 ms (a cached answer) to 10 s (a long-poll).
@@ -217,6 +218,7 @@ struct Inner {
     caller_calls: Family<WorkloadLabel, Counter>,
     caller_refused: Family<RefusedLabel, Counter>,
     framed_answers: Counter,
+    quota: QuotaGauges,
 }
 
 impl Metrics {
@@ -333,6 +335,8 @@ impl Metrics {
             "Completed claim answers sent with the recorded body as raw bytes, to edges that ask",
             framed_answers.clone(),
         );
+        let quota = QuotaGauges::default();
+        quota.register(&mut registry);
         Metrics(Arc::new(Inner {
             registry,
             claims,
@@ -350,7 +354,13 @@ impl Metrics {
             caller_calls,
             caller_refused,
             framed_answers,
+            quota,
         }))
+    }
+
+    /// The storage quota's families (`crate::quota`), registered here.
+    pub fn quota_gauges(&self) -> QuotaGauges {
+        self.0.quota.clone()
     }
 
     /// Counts a `completed` claim answer sent as a frame

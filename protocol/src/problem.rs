@@ -53,6 +53,9 @@ pub enum ProblemCode {
     NotUnknown,
     /// L7: the path exists, but not with this HTTP method (see `Allow`).
     MethodNotAllowed,
+    /// L7: the caller's workload keeps as many records or bytes as its storage quota
+    /// allows; a claim that would add a record is refused (`docs/records.md#storage-quota`).
+    StorageQuota,
 }
 
 impl ProblemCode {
@@ -78,6 +81,7 @@ impl ProblemCode {
             Self::ReplayRiskNotAcknowledged => "replay_risk_not_acknowledged",
             Self::NotUnknown => "not_unknown",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::StorageQuota => "storage_quota",
         }
     }
 
@@ -103,6 +107,7 @@ impl ProblemCode {
             Self::ReplayRiskNotAcknowledged => "Replay risk not acknowledged",
             Self::NotUnknown => "Record is not in the unknown state",
             Self::MethodNotAllowed => "Method not allowed",
+            Self::StorageQuota => "Storage quota reached",
         }
     }
 
@@ -132,6 +137,7 @@ impl ProblemCode {
             | Self::NotUnknown => 409,
             Self::PayloadTooLarge => 413,
             Self::JournalUnavailable | Self::RequestInProgress | Self::RetryableCooldown => 503,
+            Self::StorageQuota => 507,
         }
     }
 

@@ -24,6 +24,7 @@ use crate::api::error::ApiError;
 use crate::evidence;
 use crate::longpoll::{self, Full};
 use crate::metrics::{Event, Shed};
+use crate::store::StoreError;
 
 /// Claims the lease on `scope`, or answers its state; long-polls when `wait_ms > 0`.
 #[utoipa::path(
@@ -38,6 +39,7 @@ use crate::metrics::{Event, Shed};
             (crate::openapi::FramedClaimAnswer = "application/vnd.keyflight.framed.v1"),
         )),
         (status = 400, description = "`bad_request`: malformed body or a value out of range; or `previous` named while the store moves workloads into their own namespaces (`--namespace-transition`)", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
+        (status = 507, description = "`storage_quota`: the caller's workload keeps as many records or bytes as its storage quota allows, and this claim would add a record (docs/records.md#storage-quota)", body = keyflight_protocol::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -98,7 +100,11 @@ pub async fn answer_claim(
     }
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);
-    let first = state.store.claim(&scope, &request).await?;
+    within_quota(state, &record).await?;
+    let first = state
+        .store
+        .claim_as(&scope, &request, record.workload())
+        .await?;
     let record_expires_in_ms = first
         .record_expires_at
         .map(|at| millis(at.saturating_duration_since(Instant::now())));
@@ -111,8 +117,14 @@ pub async fn answer_claim(
                     if let Some(slot) = slot {
                         slot.release();
                     }
-                    longpoll::wait_subscribed(&state.store, &state.longpoll, subscription, &request)
-                        .await?
+                    longpoll::wait_subscribed(
+                        &state.store,
+                        &state.longpoll,
+                        subscription,
+                        &request,
+                        record.workload(),
+                    )
+                    .await?
                 }
                 Err(full) => {
                     state.metrics.shed(match full {
@@ -141,6 +153,24 @@ pub async fn answer_claim(
         claimed_after_ms,
         response,
     })
+}
+
+/// Refuses a claim that would add a record for a workload at its storage quota
+/// (`docs/records.md#storage-quota`). A record that exists is answered as ever (a retry of a
+/// request that ran still gets its answer), so the store is asked only past the quota.
+async fn within_quota(state: &AppState, record: &RecordScope) -> Result<(), ApiError> {
+    let workload = record.workload().map(|id| &**id);
+    let Err(exceeded) = state.quota.check(workload) else {
+        return Ok(());
+    };
+    match state.store.get(&record.scope).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound) => {
+            state.quota.refused(workload);
+            Err(exceeded.into())
+        }
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// The caller's wait, in milliseconds, no longer than the configured cap.

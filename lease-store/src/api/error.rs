@@ -22,6 +22,7 @@ use keyflight_protocol::problem::{PROBLEM_CONTENT_TYPE, Problem, ProblemCode, re
 
 use crate::caller::Refused;
 use crate::log_limit::{self, Kind};
+use crate::quota::Exceeded;
 use crate::store::StoreError;
 
 /// An API call's failure.
@@ -62,6 +63,9 @@ pub enum ApiError {
     /// The call was not read and answered within `--request-timeout` (503).
     #[error("the call was not read and answered within the lease-store's --request-timeout; retry")]
     TimedOut,
+    /// The caller's workload reached its storage quota and the claim would add a record.
+    #[error(transparent)]
+    StorageQuota(#[from] Exceeded),
     /// The path exists, but not with this method; the router adds `Allow`.
     #[error("{0} is not allowed on this endpoint; the Allow header lists the methods that are")]
     MethodNotAllowed(axum::http::Method),
@@ -90,6 +94,7 @@ impl ApiError {
             ApiError::Overloaded(_) | ApiError::TimedOut => ProblemCode::JournalUnavailable,
             ApiError::NoRoute => ProblemCode::NotFound,
             ApiError::MethodNotAllowed(_) => ProblemCode::MethodNotAllowed,
+            ApiError::StorageQuota(_) => ProblemCode::StorageQuota,
         }
     }
 

@@ -57,6 +57,7 @@ use crate::caller::Caller;
 use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
+use crate::quota::Quota;
 use crate::shares::{Activity, Charged};
 use crate::store::Store;
 
@@ -75,6 +76,8 @@ pub struct AppState {
     pub bounds: RecordBounds,
     /// Workloads also reach the shared namespace (`--namespace-transition`).
     pub namespace_transition: bool,
+    /// What each workload may keep (`docs/records.md#storage-quota`).
+    pub quota: Arc<Quota>,
 }
 
 /// Builds the data-plane router: `/v1/claims…`, `/v1/batch/…` and `/v1/epoch` behind the
@@ -240,6 +243,14 @@ impl RecordScope {
             Caller::Bearer => crate::caller::BEARER_LABEL,
         };
         format!("reconciler:{who}").chars().take(128).collect()
+    }
+
+    /// The workload a record this call makes is counted to; `None` for a bearer caller.
+    pub fn workload(&self) -> Option<&Arc<str>> {
+        match &self.caller {
+            Caller::Workload(id) => Some(id),
+            Caller::Bearer => None,
+        }
     }
 
     /// Whose share of the parked long-polls the call's wait is charged to: its workload,

@@ -24,6 +24,7 @@ use crate::cleanup;
 use crate::config::ServeArgs;
 use crate::longpoll::LongPoll;
 use crate::metrics::Metrics;
+use crate::quota::Quota;
 use crate::server::{self, ConnectionLimits};
 use crate::shutdown::Shutdown;
 use crate::store::{self, Store};
@@ -130,6 +131,8 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         },
         shutdown.subscribe(),
     );
+    let quota = Quota::new(config.quota, metrics.quota_gauges());
+    let measuring = quota.spawn_measuring(store.clone(), shutdown.subscribe());
     let state = AppState {
         store,
         longpoll,
@@ -137,6 +140,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         max_wait: config.max_wait,
         bounds: config.records,
         namespace_transition: config.namespace_transition,
+        quota,
     };
     let admin_open = !config.tokens.admin.is_empty();
     let auth = Auth::new(config.tokens);
@@ -206,6 +210,9 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     if let Err(e) = cleanup.await {
         tracing::error!(error = %e, "retention clean-up task ended abnormally");
+    }
+    if let Err(e) = measuring.await {
+        tracing::error!(error = %e, "storage quota task ended abnormally");
     }
     if let Err(e) = listen_task.await {
         tracing::error!(error = %e, "long-poll LISTEN task ended abnormally");

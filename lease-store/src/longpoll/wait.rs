@@ -51,7 +51,7 @@ pub async fn claim_with_wait(
     if req.wait_ms.unwrap_or(0) > 0
         && let Ok(subscription) = longpoll.subscribe(scope)
     {
-        return Ok(wait_subscribed(store, longpoll, subscription, req)
+        return Ok(wait_subscribed(store, longpoll, subscription, req, None)
             .await?
             .response);
     }
@@ -65,16 +65,18 @@ pub async fn claim_with_wait(
 /// `retry_after_s` on timeout or shutdown. The answers are exactly those of
 /// [`Store::claim`] (a `won` one with when its statement was sent). The subscription is taken before the first check and
 /// kept for the whole wait: a settle that commits after it was taken wakes
-/// the waiter, even if it lands between a check and the wait.
+/// the waiter, even if it lands between a check and the wait. A record its claims insert
+/// is counted to `workload` (`docs/records.md#storage-quota`).
 pub async fn wait_subscribed(
     store: &Store,
     longpoll: &LongPoll,
     mut subscription: Subscription,
     req: &ClaimRequest,
+    workload: Option<&Arc<str>>,
 ) -> Result<ClaimAttempt, StoreError> {
     let budget = Duration::from_millis(req.wait_ms.unwrap_or(0));
     if budget.is_zero() {
-        return store.claim(&subscription.scope, req).await;
+        return store.claim_as(&subscription.scope, req, workload).await;
     }
     let deadline = Instant::now() + budget;
     let mut shutdown = longpoll.shutdown.clone();
@@ -87,9 +89,24 @@ pub async fn wait_subscribed(
         .and_then(|previous| longpoll.subscribe(&previous.scope).ok());
     loop {
         let attempt = match &previous {
-            None => recheck(store, &longpoll.waiters, &subscription, req, wake).await?,
+            None => {
+                recheck(
+                    store,
+                    &longpoll.waiters,
+                    &subscription,
+                    (req, workload),
+                    wake,
+                )
+                .await?
+            }
             Some(other) => {
-                recheck_dual(store, &longpoll.waiters, [&subscription, other], req).await?
+                recheck_dual(
+                    store,
+                    &longpoll.waiters,
+                    [&subscription, other],
+                    (req, workload),
+                )
+                .await?
             }
         };
         if !matches!(attempt.response, ClaimResponse::InProgress { .. })
@@ -130,14 +147,14 @@ async fn recheck_dual(
     store: &Store,
     waiters: &Waiters,
     subscriptions: [&Subscription; 2],
-    req: &ClaimRequest,
+    (req, workload): (&ClaimRequest, Option<&Arc<str>>),
 ) -> Result<ClaimAttempt, StoreError> {
     for subscription in subscriptions {
         waiters.reads.fetch_add(1, Ordering::Relaxed);
         store.watch_and_read(&subscription.scope).await?;
     }
     waiters.claims.fetch_add(1, Ordering::Relaxed);
-    store.claim(&subscriptions[0].scope, req).await
+    store.claim_as(&subscriptions[0].scope, req, workload).await
 }
 
 /// One check of the record: the read (shared after a notification, own
@@ -146,7 +163,7 @@ async fn recheck(
     store: &Store,
     waiters: &Waiters,
     subscription: &Subscription,
-    req: &ClaimRequest,
+    (req, workload): (&ClaimRequest, Option<&Arc<str>>),
     wake: Wake,
 ) -> Result<ClaimAttempt, StoreError> {
     let scope = &subscription.scope;
@@ -164,5 +181,5 @@ async fn recheck(
         return Ok(answer);
     }
     waiters.claims.fetch_add(1, Ordering::Relaxed);
-    store.claim(scope, req).await
+    store.claim_as(scope, req, workload).await
 }

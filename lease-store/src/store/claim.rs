@@ -36,6 +36,7 @@
 //! Portability (L9): plain `INSERT … ON CONFLICT` and data-modifying CTEs, no
 //! advisory locks or `SKIP LOCKED`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
@@ -116,18 +117,19 @@ pub const HOLD_LAPSED_SQL: &str = concat!(
 /// `$6` whether an expired `pending` lease may be taken over (false during the
 /// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless),
 /// `$7` whether this claim is at-most-once (its policy holds uncertain outcomes: a
-/// lapsed lease of its own fingerprint is held, never taken over).
+/// lapsed lease of its own fingerprint is held, never taken over), `$8` the workload the
+/// record is counted to (`NULL`: a bearer-token caller; `docs/records.md#storage-quota`).
 pub const CLAIM_SQL: &str = concat!(
     "
 WITH ins AS (
     INSERT INTO keyflight_records
         (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-         created_at, retention, expires_at, at_most_once, updated_at)
+         created_at, retention, expires_at, at_most_once, updated_at, workload)
     VALUES ($1, 'pending', $2, $3, nextval('keyflight_fence_seq'),
             clock_timestamp() + $4::bigint * interval '1 millisecond',
             clock_timestamp(), $5::bigint * interval '1 millisecond',
             clock_timestamp() + $5::bigint * interval '1 millisecond',
-            $7, clock_timestamp())
+            $7, clock_timestamp(), $8::text)
     ON CONFLICT (scope) DO NOTHING
     RETURNING 'claimed'::text AS how, fence
 ),
@@ -324,7 +326,7 @@ fn retry_after(left: Duration) -> u64 {
 }
 
 /// A claim's validated numbers, as the SQL binds them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct ClaimParams {
     pub(super) fingerprint: Digest,
     /// The lease asked for, echoed to a winner.
@@ -335,6 +337,8 @@ pub(super) struct ClaimParams {
     pub(super) retention_ms: i64,
     /// A lapsed lease of this claim is held as `unknown`, not taken over.
     pub(super) at_most_once: bool,
+    /// The workload a record this claim inserts is counted to; `None` for a bearer caller.
+    pub(super) workload: Option<Arc<str>>,
 }
 
 impl Store {
@@ -351,12 +355,23 @@ impl Store {
         scope: &Digest,
         req: &ClaimRequest,
     ) -> Result<ClaimAttempt, StoreError> {
-        let params = self.claim_params(req)?;
+        self.claim_as(scope, req, None).await
+    }
+
+    /// [`Store::claim`] for a workload: a record it inserts is counted to `workload`
+    /// (`docs/records.md#storage-quota`).
+    pub async fn claim_as(
+        &self,
+        scope: &Digest,
+        req: &ClaimRequest,
+        workload: Option<&Arc<str>>,
+    ) -> Result<ClaimAttempt, StoreError> {
+        let params = self.claim_params(req, workload)?;
         if let Some(previous) = &req.previous {
             return self.claim_dual(scope, &params, previous).await;
         }
         if let Some(queues) = &self.batch {
-            match queues.claim(*scope, params).await {
+            match queues.claim(*scope, params.clone()).await {
                 ClaimReply::Answered(answer) => return answer,
                 ClaimReply::RunSingly => {}
                 ClaimReply::RunSinglyAfterFailure { batch_claim } => {
@@ -446,7 +461,11 @@ impl Store {
     }
 
     /// Checks a claim's numbers and fills in the default retention.
-    fn claim_params(&self, req: &ClaimRequest) -> Result<ClaimParams, StoreError> {
+    fn claim_params(
+        &self,
+        req: &ClaimRequest,
+        workload: Option<&Arc<str>>,
+    ) -> Result<ClaimParams, StoreError> {
         if req.lease_ms == 0 {
             return Err(StoreError::Invalid("lease_ms must be positive".into()));
         }
@@ -481,6 +500,7 @@ impl Store {
             lease_ms_sql,
             retention_ms,
             at_most_once: req.at_most_once,
+            workload: workload.cloned(),
         })
     }
 
@@ -496,6 +516,7 @@ impl Store {
             lease_ms_sql,
             retention_ms,
             at_most_once,
+            ref workload,
         } = *params;
         let held_until = self.takeovers_held_until();
         let may_take_over = held_until.is_none();
@@ -517,6 +538,7 @@ impl Store {
                             &retention_ms,
                             &may_take_over,
                             &at_most_once,
+                            &workload.as_deref(),
                         ],
                     )
                     .await?;

@@ -160,6 +160,7 @@ async fn the_stores_sessions_plan_a_batch_statement_once() {
                     &[60_000_i64, 60_000].as_slice(),
                     &[86_400_000_i64, 86_400_000].as_slice(),
                     &[false, false].as_slice(),
+                    &[Some("spiffe://w"), None].as_slice(),
                 ],
             )
             .await

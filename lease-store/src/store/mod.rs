@@ -64,6 +64,7 @@ mod reconciled;
 mod records;
 mod retention;
 mod takeover;
+mod usage;
 mod watch;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,6 +90,7 @@ pub use partitions::{
     MoveReport, PartitionedReport, RuntimeRole, SLOTS, migrate_partitioned, move_slot, slot_of,
 };
 pub use takeover::TakeoverGrace;
+pub use usage::Usage;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use dual::BOTH_HELD_SQL;

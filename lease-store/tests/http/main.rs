@@ -29,6 +29,7 @@ mod record_bounds;
 mod recorded_headers;
 mod records;
 mod slow_clients;
+mod storage_quota;
 mod support;
 mod tls;
 mod token_rotation;

@@ -395,6 +395,38 @@ async fn the_operators_list_and_cleanup_cover_every_partition() {
     .await;
 }
 
+/// A workload's storage quota counts its records on every partition
+/// (`docs/records.md#storage-quota`).
+#[tokio::test]
+async fn a_workloads_usage_sums_every_partition() {
+    let db = three();
+    let store = db.store().await;
+    let workload: Arc<str> = Arc::from("spiffe://cluster.local/ns/quota/sa/partitioned");
+    for p in 0..db.partitions.len() {
+        let scope = scope_on(db, p);
+        let req = claim_req(fingerprint("measured"), 60_000);
+        let won = store.claim_as(&scope, &req, Some(&workload)).await.unwrap();
+        let ClaimResponse::Won { claim_id, .. } = won.response else {
+            panic!("{:?}", won.response)
+        };
+        store.finalize(&scope, finalize_ok(claim_id)).await.unwrap();
+    }
+    let usage = store.workload_usage().await.unwrap();
+    let measured = usage
+        .iter()
+        .find(|(w, _)| w.as_deref() == Some(&*workload))
+        .map(|(_, usage)| *usage);
+    let body = sample_response().body.len() as u64;
+    assert_eq!(
+        measured,
+        Some(keyflight_lease_store::store::Usage {
+            records: 3,
+            bytes: 3 * body
+        }),
+        "{usage:?}"
+    );
+}
+
 /// A follower parked on a scope is woken by its partition's `NOTIFY`: the long-poll listens
 /// on every partition, not on the router.
 #[tokio::test]
@@ -922,7 +954,7 @@ async fn the_router_runs_the_statements_as_the_runtime_role_and_only_for_it() {
     .unwrap();
     for finding in [
         "router: may act as the owner of the slot map keyflight_partitions (postgres)",
-        "router: may act as the owner of keyflight_claim(bytea,bytea,uuid,bigint,bigint,boolean,boolean) (postgres)",
+        "router: may act as the owner of keyflight_claim(bytea,bytea,uuid,bigint,bigint,boolean,boolean,text) (postgres)",
     ] {
         assert!(
             on_router.iter().any(|f| f == finding),

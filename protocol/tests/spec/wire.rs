@@ -414,6 +414,7 @@ fn problem_code_spellings_match_serde() {
         ),
         (ProblemCode::NotUnknown, "not_unknown"),
         (ProblemCode::MethodNotAllowed, "method_not_allowed"),
+        (ProblemCode::StorageQuota, "storage_quota"),
     ];
     for (code, spelling) in all {
         assert_eq!(code.as_str(), spelling);

@@ -72,7 +72,7 @@ impl Store {
                 let claim_one = async |(scope, fingerprint): (Digest, Digest)| {
                     let (scope_param, fingerprint_param) =
                         (scope.0.as_slice(), fingerprint.0.as_slice());
-                    let params: [&(dyn ToSql + Sync); 7] = [
+                    let params: [&(dyn ToSql + Sync); 8] = [
                         &scope_param,
                         &fingerprint_param,
                         &claim_id,
@@ -80,6 +80,7 @@ impl Store {
                         &params.retention_ms,
                         &may_take_over,
                         &params.at_most_once,
+                        &params.workload.as_deref(),
                     ];
                     let row = client.query_opt(&claim, &params).await?;
                     self.won(&scope, row)

@@ -79,7 +79,7 @@ impl Store {
             }
             let under_previous = ClaimParams {
                 fingerprint: previous.fingerprint,
-                ..*params
+                ..params.clone()
             };
             return self.claim_single(scope, &under_previous).await;
         }
@@ -118,7 +118,7 @@ impl Store {
                 let (first_scope, first_fp) = (first.0.0.as_slice(), first.1.0.as_slice());
                 let (second_scope, second_fp) = (second.0.0.as_slice(), second.1.0.as_slice());
                 let claim_row = async |scope: &&[u8], fingerprint: &&[u8]| {
-                    let params: [&(dyn ToSql + Sync); 7] = [
+                    let params: [&(dyn ToSql + Sync); 8] = [
                         scope,
                         fingerprint,
                         &claim_id,
@@ -126,6 +126,7 @@ impl Store {
                         &params.retention_ms,
                         &may_take_over,
                         &params.at_most_once,
+                        &params.workload.as_deref(),
                     ];
                     client.query_opt(&claim, &params).await
                 };

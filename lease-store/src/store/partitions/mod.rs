@@ -158,9 +158,10 @@ pub(super) fn parameter_count(sql: &str) -> usize {
 }
 
 /// Every statement a partitioned database runs, in the order their functions are installed.
-pub fn routed() -> [&'static Routed; 24] {
+pub fn routed() -> [&'static Routed; 25] {
     use super::{
-        batch, claim, dual, epoch, held, lease, orphan, reconciled, records, retention, watch,
+        batch, claim, dual, epoch, held, lease, orphan, reconciled, records, retention, usage,
+        watch,
     };
     [
         &claim::CLAIM,
@@ -187,6 +188,7 @@ pub fn routed() -> [&'static Routed; 24] {
         &batch::CLAIM_BATCH,
         &batch::FINALIZE_BATCH,
         &dual::HOLD_FOR_SETTLE,
+        &usage::WORKLOAD_USAGE,
     ]
 }
 

@@ -1,0 +1,73 @@
+//! What each workload keeps in the database: its records and their response bytes, the
+//! measure its storage quota is checked against (`docs/records.md#storage-quota`).
+//!
+//! One aggregate, run on a timer by every replica (`crate::quota`), never on the claim path:
+//! a claim reads the last measure from memory. Counting on every claim would serialize each
+//! workload's claims on one counter row; an index on the workload would cost every claim and
+//! settle one more index write. The aggregate reads the whole table while it holds up to a
+//! million rows (by the planner's estimate), and past that a block sample of about a million
+//! rows, scaled up: an estimate whose error matters only near a quota, where a
+//! workload holds many sampled rows.
+
+use super::partitions::Routed;
+use super::{Store, StoreError};
+
+/// Rows per workload (`NULL`: bearer-token callers and records a release before V11 made)
+/// and the bytes of their recorded bodies as the workload sent them (`octet_length` reads a
+/// compressed body's size from its header). A table never analyzed (`reltuples` -1) is read
+/// whole. A sample scan is planned whatever the session's `enable_seqscan`.
+const WORKLOAD_USAGE_SQL: &str = "
+WITH sample AS (
+    SELECT LEAST(100, 100 * 1000000 / GREATEST(reltuples, 1))::float8 AS percent
+      FROM pg_class
+     WHERE oid = 'keyflight_records'::regclass
+)
+SELECT workload,
+       round(count(*) * 100 / (SELECT percent FROM sample))::bigint AS records,
+       round(COALESCE(sum(octet_length(response_body)), 0) * 100
+             / (SELECT percent FROM sample))::bigint AS bytes
+  FROM keyflight_records TABLESAMPLE SYSTEM ((SELECT percent FROM sample))
+ GROUP BY workload";
+
+/// [`WORKLOAD_USAGE_SQL`] on a partitioned database: every partition's rows, summed.
+pub(super) static WORKLOAD_USAGE: Routed = Routed::on_all(
+    "workload_usage",
+    WORKLOAD_USAGE_SQL,
+    Some(
+        "SELECT workload, sum(records)::bigint AS records, sum(bytes)::bigint AS bytes \
+           FROM keyflight_workload_usage() GROUP BY workload",
+    ),
+);
+
+/// One workload's share of the database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Records, in any state.
+    pub records: u64,
+    /// Recorded response bytes.
+    pub bytes: u64,
+}
+
+impl Store {
+    /// Every workload's records and bytes, measured now; `None` names the bearer share.
+    pub async fn workload_usage(&self) -> Result<Vec<(Option<String>, Usage)>, StoreError> {
+        self.run(async |client| {
+            let statement = client.prepare_cached(self.sql(&WORKLOAD_USAGE)).await?;
+            let rows = client.query(&statement, &[]).await?;
+            let mut usage = Vec::with_capacity(rows.len());
+            for row in rows {
+                let records: i64 = row.try_get("records")?;
+                let bytes: i64 = row.try_get("bytes")?;
+                usage.push((
+                    row.try_get("workload")?,
+                    Usage {
+                        records: u64::try_from(records).unwrap_or(0),
+                        bytes: u64::try_from(bytes).unwrap_or(0),
+                    },
+                ));
+            }
+            Ok(usage)
+        })
+        .await
+    }
+}
