@@ -15,4 +15,5 @@ mod abi;
 mod barrier;
 mod hooks;
 mod host;
-mod unsupported;
+mod ticker;
+mod worker;
