@@ -69,7 +69,7 @@ const TEST_PANIC_ON_NEW: &[u8] = b"\"test-panic-on-new\"";
 #[cfg(feature = "test-panic")]
 fn test_panic_on_new(plugin: &Plugin) {
     if plugin
-        .json()
+        .json_bytes()
         .windows(TEST_PANIC_ON_NEW.len())
         .any(|window| window == TEST_PANIC_ON_NEW)
     {
