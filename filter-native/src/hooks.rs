@@ -103,11 +103,13 @@ struct Configured {
 
 impl Drop for Configured {
     /// The ticker's thread is joined before its scheduler is deleted: no commit follows.
+    /// The workers' root drivers are retired (`Plugin::retire`).
     fn drop(&mut self) {
         if let Some((ticker, scheduler)) = self.ticks.take() {
             drop(ticker);
             scheduler.delete();
         }
+        self.plugin.retire();
     }
 }
 

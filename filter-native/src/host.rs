@@ -8,11 +8,12 @@
 //! configuration's callouts and its counts the configuration's (`worker.rs`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keyflight_filter::config::LeaseStore;
-use keyflight_filter::drive::host::{Buffer, HeaderMap, Host, LogLevel};
+use keyflight_filter::drive::host::{Buffer, CalloutAnswered, HeaderMap, Host, LogLevel};
 use keyflight_filter::metrics::{Gauge, Metric};
 use keyflight_filter::problem::LocalReply;
 use keyflight_filter::reconcile::ServiceQuestion;
@@ -45,7 +46,14 @@ pub struct Plugin {
     /// The slot dispatching a callout now: Envoy may answer one that fails before it
     /// returns its id.
     dispatching: Mutex<Option<Arc<Slot>>>,
+    /// Envoy is destroying the configuration: no callout goes through it any more.
+    closed: AtomicBool,
 }
+
+/// Root drivers of destroyed configurations whose outboxes still hold claims: the
+/// configurations that remain tick them, as Envoy keeps ticking a retired Wasm root context,
+/// until they are settled (`filter-native/README.md#the-outbox-and-renewals`).
+static RETIRED: LazyLock<Mutex<Vec<Arc<Slot>>>> = LazyLock::new(Mutex::default);
 
 impl Plugin {
     /// The configuration's JSON, as Envoy gave it.
@@ -71,6 +79,7 @@ impl Plugin {
             slots: Mutex::default(),
             calls: Mutex::default(),
             dispatching: Mutex::default(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -82,16 +91,62 @@ impl Plugin {
             .push(Arc::clone(slot));
     }
 
-    /// Ticks every worker's root driver (on the main thread).
+    /// Ticks every worker's root driver, and the retired ones still settling their
+    /// outboxes (on the main thread).
     pub fn tick(&self) {
         let slots = self
             .slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        for slot in slots {
+        let retired = RETIRED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for slot in slots.iter().chain(&retired) {
             slot.tick(self);
         }
+        RETIRED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|slot| !slot.settled());
+    }
+
+    /// Envoy destroys the configuration (on the main thread): each worker's root driver is
+    /// retired, the calls it had in flight fail (Envoy drops them unanswered, and the outbox
+    /// sends them again), and one whose outbox still holds claims is left to the
+    /// configurations that remain.
+    pub fn retire(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        let slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let draining: Vec<Arc<Slot>> = slots
+            .into_iter()
+            .filter(|slot| !slot.retire(self))
+            .collect();
+        let in_flight: Vec<(u64, Arc<Slot>)> = self
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .collect();
+        for (id, slot) in in_flight {
+            if let Ok(token) = u32::try_from(id) {
+                let failed = CalloutAnswered {
+                    token,
+                    num_headers: 0,
+                    body_size: 0,
+                };
+                slot.answer(self, failed, CallAnswer::default());
+            }
+        }
+        RETIRED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(draining);
     }
 
     /// The worker whose root driver sent callout `id` (on the main thread).
@@ -118,6 +173,9 @@ impl Plugin {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, i32> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(CALLOUT_CLOSED);
+        }
         *self
             .dispatching
             .lock()
@@ -143,6 +201,10 @@ impl Plugin {
         }
     }
 }
+
+/// What a callout through a configuration Envoy is destroying is refused with (not one of
+/// Envoy's results).
+const CALLOUT_CLOSED: i32 = -1;
 
 /// The answer of a callout, copied out of the hook Envoy delivered it in: it may have to
 /// wait for the hook that sent the call to return (`hooks.rs`).
@@ -519,5 +581,10 @@ impl Host for NativeHost<'_> {
     /// `hooks.rs` starts (`ticker.rs`).
     fn set_tick_period(&mut self, _period: Duration) {}
 
-    fn done(&mut self) {}
+    /// A retired root driver settled its outbox: nothing ticks it any more.
+    fn done(&mut self) {
+        if let Some(slot) = self.root {
+            slot.settle();
+        }
+    }
 }

@@ -34,6 +34,7 @@ pub struct Slot {
     root: RefCell<Root>,
     early: RefCell<VecDeque<(CalloutAnswered, CallAnswer)>>,
     failed: AtomicBool,
+    settled: AtomicBool,
 }
 
 // SAFETY: the `Rc`s and `RefCell`s inside a slot, and inside the streams made from its
@@ -61,6 +62,7 @@ impl Slot {
             root: RefCell::new(root),
             early: RefCell::default(),
             failed: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
         }
     }
 
@@ -79,6 +81,28 @@ impl Slot {
     /// of a Wasm VM that died does.
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Whether the `Root` is retired and its outbox settled (or it panicked): nothing needs
+    /// to tick it.
+    pub fn settled(&self) -> bool {
+        self.settled.load(Ordering::Relaxed) || self.failed()
+    }
+
+    /// The retired `Root` told the host it is finished.
+    pub fn settle(&self) {
+        self.settled.store(true, Ordering::Relaxed);
+    }
+
+    /// Retires the `Root` (its configuration is destroyed): whether it is finished now,
+    /// or keeps ticking until its outbox is settled.
+    pub fn retire(self: &Arc<Self>, plugin: &Plugin) -> bool {
+        let done = Cell::new(true);
+        self.run(plugin, |root, mut host| done.set(root.on_done(&mut host)));
+        if done.get() {
+            self.settle();
+        }
+        self.settled()
     }
 
     /// The driver of a new stream on this worker.
