@@ -65,17 +65,39 @@ fn test_panic(envoy: FilterEnvoyPtr, here: TestPanic) {
 #[cfg(feature = "test-panic")]
 const TEST_PANIC_ON_NEW: &[u8] = b"\"test-panic-on-new\"";
 
+/// A policy named so makes every tick of a worker's root driver panic, in a `test-panic`
+/// build only.
+#[cfg(feature = "test-panic")]
+const TEST_PANIC_ON_TICK: &[u8] = b"\"test-panic-on-tick\"";
+
+/// Panics with `message` when the configuration names `policy` (a quoted JSON string).
+#[cfg(feature = "test-panic")]
+fn test_panic_if_named(plugin: &Plugin, policy: &[u8], message: &'static str) {
+    if plugin
+        .json_bytes()
+        .windows(policy.len())
+        .any(|window| window == policy)
+    {
+        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
+        std::panic::panic_any(message);
+    }
+}
+
 /// Panics making a stream when the configuration names [`TEST_PANIC_ON_NEW`].
 #[cfg(feature = "test-panic")]
 fn test_panic_on_new(plugin: &Plugin) {
-    if plugin
-        .json_bytes()
-        .windows(TEST_PANIC_ON_NEW.len())
-        .any(|window| window == TEST_PANIC_ON_NEW)
-    {
-        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
-        std::panic::panic_any("keyflight test panic making a stream");
-    }
+    test_panic_if_named(
+        plugin,
+        TEST_PANIC_ON_NEW,
+        "keyflight test panic making a stream",
+    );
+}
+
+/// Panics ticking a worker's root driver when the configuration names
+/// [`TEST_PANIC_ON_TICK`].
+#[cfg(feature = "test-panic")]
+pub fn test_panic_on_tick(plugin: &Plugin) {
+    test_panic_if_named(plugin, TEST_PANIC_ON_TICK, "keyflight test panic in a tick");
 }
 
 static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);

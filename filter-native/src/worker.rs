@@ -115,7 +115,11 @@ impl Slot {
 
     /// The tick: renewals, the outbox's deliveries, the operator epoch.
     pub fn tick(self: &Arc<Self>, plugin: &Plugin) {
-        self.run(plugin, |root, mut host| root.on_tick(&mut host));
+        self.run(plugin, |root, mut host| {
+            #[cfg(feature = "test-panic")]
+            crate::hooks::test_panic_on_tick(plugin);
+            root.on_tick(&mut host);
+        });
     }
 
     /// The answer to a call the `Root` sent; kept for later when the `Root` is busy (the
