@@ -43,9 +43,9 @@ pub struct Plugin {
     config: EnvoyConfig,
     slots: Mutex<Vec<Arc<Slot>>>,
     calls: Mutex<HashMap<u64, Arc<Slot>>>,
-    /// The slot dispatching a callout now: Envoy may answer one that fails before it
-    /// returns its id.
-    dispatching: Mutex<Option<Arc<Slot>>>,
+    /// The slot dispatching a callout now, and whether Envoy answered it already: it may
+    /// answer one that fails before it returns its id.
+    dispatching: Mutex<Option<(Arc<Slot>, bool)>>,
     /// Envoy is destroying the configuration: no callout goes through it any more.
     closed: AtomicBool,
 }
@@ -157,10 +157,13 @@ impl Plugin {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&id);
         sent.or_else(|| {
-            self.dispatching
+            let mut dispatching = self
+                .dispatching
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (slot, answered) = dispatching.as_mut()?;
+            *answered = true;
+            Some(Arc::clone(slot))
         })
     }
 
@@ -179,13 +182,17 @@ impl Plugin {
         *self
             .dispatching
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(slot));
+            .unwrap_or_else(PoisonError::into_inner) = Some((Arc::clone(slot), false));
         let sent = self.config.http_callout(cluster, headers, body, timeout_ms);
-        *self
+        let answered = self
             .dispatching
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
-        if let Ok(id) = sent {
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .is_some_and(|(_, answered)| answered);
+        if let Ok(id) = sent
+            && !answered
+        {
             self.calls
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
