@@ -277,6 +277,44 @@ unsafe extern "C" {
         body: ModuleBuffer,
         timeout_ms: u64,
     ) -> i32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: ConfigEnvoyPtr,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> i32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        config: ConfigEnvoyPtr,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> i32;
+    fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        config: ConfigEnvoyPtr,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> i32;
+    fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: ConfigEnvoyPtr,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *const HttpHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> i32;
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        config: ConfigEnvoyPtr,
+    ) -> *mut c_void;
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
     fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
     fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterEnvoyPtr);
 }
@@ -287,10 +325,19 @@ pub fn log(level: Level, message: &str) {
     unsafe { envoy_dynamic_module_callback_log(level as i32, ModuleBuffer::of(message.as_bytes())) }
 }
 
-/// Envoy's filter configuration, during `on_http_filter_config_new` (the only time metrics
-/// may be defined: Envoy freezes stat creation after it).
+/// Envoy's filter configuration, valid from `on_http_filter_config_new` to
+/// `on_http_filter_config_destroy`. Metrics are defined only during the first (Envoy freezes
+/// stat creation after it); the other calls are made on the main thread, in the
+/// configuration's own hooks (`docs/envoy-facts.md#dynamic-modules`).
 #[derive(Debug, Clone, Copy)]
 pub struct EnvoyConfig(pub ConfigEnvoyPtr);
+
+// SAFETY: the pointer is only dereferenced by Envoy, in calls this module makes on the main
+// thread while the configuration lives (see the type's documentation); worker threads only
+// carry it.
+unsafe impl Send for EnvoyConfig {}
+// SAFETY: as above.
+unsafe impl Sync for EnvoyConfig {}
 
 impl EnvoyConfig {
     /// Defines a counter (`gauge: false`) or gauge named `name`; its id, `None` when refused.
@@ -319,6 +366,112 @@ impl EnvoyConfig {
             }
         };
         (result == METRICS_SUCCESS).then_some(id)
+    }
+
+    /// Adds `value` to counter `id`, from the main thread.
+    pub fn increment_counter(&self, id: usize, value: u64) {
+        // SAFETY: a live configuration, on the main thread; no labels.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                self.0,
+                id,
+                ptr::null(),
+                0,
+                value,
+            );
+        }
+    }
+
+    /// Adds `delta` to gauge `id`, from the main thread.
+    pub fn adjust_gauge(&self, id: usize, delta: i64) {
+        let value = delta.unsigned_abs();
+        // SAFETY: a live configuration, on the main thread; no labels.
+        unsafe {
+            if delta >= 0 {
+                envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                    self.0,
+                    id,
+                    ptr::null(),
+                    0,
+                    value,
+                );
+            } else {
+                envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+                    self.0,
+                    id,
+                    ptr::null(),
+                    0,
+                    value,
+                );
+            }
+        }
+    }
+
+    /// Sends an HTTP callout to `cluster` from the main thread; its id, or Envoy's result
+    /// when refused. The answer comes to `on_http_filter_config_http_callout_done`, possibly
+    /// before this returns.
+    pub fn http_callout(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u64, i32> {
+        let headers: Vec<HttpHeader> = headers
+            .iter()
+            .map(|(name, value)| HttpHeader::of(name, value.as_bytes()))
+            .collect();
+        let mut id = 0;
+        // SAFETY: a live configuration, on the main thread; every buffer outlives the call,
+        // which copies them.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                self.0,
+                &mut id,
+                ModuleBuffer::of(cluster.as_bytes()),
+                headers.as_ptr(),
+                headers.len(),
+                ModuleBuffer::of(body),
+                timeout_ms,
+            )
+        };
+        if result == CALLOUT_INIT_SUCCESS {
+            Ok(id)
+        } else {
+            Err(result)
+        }
+    }
+
+    /// A scheduler that runs `on_http_filter_config_scheduled` on the main thread; `None`
+    /// when Envoy gave none. Made during `on_http_filter_config_new`.
+    pub fn scheduler(&self) -> Option<ConfigScheduler> {
+        // SAFETY: a live configuration, in its creation hook.
+        let scheduler =
+            unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_new(self.0) };
+        (!scheduler.is_null()).then_some(ConfigScheduler(scheduler))
+    }
+}
+
+/// Envoy's scheduler of a configuration: `commit` may be called from any thread (Envoy
+/// posts the event to its main thread, and drops it once the configuration is gone).
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigScheduler(*mut c_void);
+
+// SAFETY: Envoy's scheduler is made to be committed from any thread; it is deleted once,
+// after the only thread that commits has been joined (`hooks.rs`).
+unsafe impl Send for ConfigScheduler {}
+
+impl ConfigScheduler {
+    /// Posts event `id` to the main thread.
+    pub fn commit(&self, id: u64) {
+        // SAFETY: a scheduler not yet deleted (the type's contract).
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_commit(self.0, id) }
+    }
+
+    /// Deletes the scheduler: no commit may follow.
+    pub fn delete(self) {
+        // SAFETY: made by `scheduler_new`, deleted once.
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
     }
 }
 

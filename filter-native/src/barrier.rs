@@ -22,6 +22,7 @@ use keyflight_protocol::ProblemCode;
 
 use crate::abi::{EnvoyFilter, FilterEnvoyPtr, Level};
 use crate::host::{CallAnswer, NativeHost, Plugin, log};
+use crate::worker::Slot;
 
 /// `Continue` of every status enum (`abi.h`).
 pub const CONTINUE: i32 = 0;
@@ -29,8 +30,9 @@ pub const CONTINUE: i32 = 0;
 /// enums (`abi.h`).
 pub const STOP: i32 = 1;
 
-/// One stream's filter: its configuration and driver, whether a panic ended the module's
-/// part in it, and the callout answers that came in while one of its hooks was running.
+/// One stream's filter: its configuration, its worker's slot (whose lock every hook holds,
+/// `worker.rs`) and driver, whether a panic ended the module's part in it, and the callout
+/// answers that came in while one of its hooks was running.
 ///
 /// Envoy runs a stream's hooks one at a time, but a hook's own calls into Envoy can run
 /// another hook of the same stream before they return (a callout that fails inside its
@@ -38,20 +40,28 @@ pub const STOP: i32 = 1;
 /// the driver busy leaves its answer in `early`, and the hook running drains it.
 pub struct Filter {
     plugin: Arc<Plugin>,
+    slot: Arc<Slot>,
     stream: RefCell<Stream>,
     failed: Cell<bool>,
     early: RefCell<VecDeque<(CalloutAnswered, CallAnswer)>>,
 }
 
 impl Filter {
-    /// The filter of a new stream driven by `stream`.
-    pub fn new(plugin: Arc<Plugin>, stream: Stream) -> Self {
+    /// The filter of a new stream driven by `stream`, made from `slot`'s root driver.
+    pub fn new(plugin: Arc<Plugin>, slot: Arc<Slot>, stream: Stream) -> Self {
         Filter {
             plugin,
+            slot,
             stream: RefCell::new(stream),
             failed: Cell::new(false),
             early: RefCell::default(),
         }
+    }
+
+    /// Drops the filter holding its slot's lock: its driver shares the root driver's `Rc`s.
+    pub fn drop_held(self: Box<Self>) {
+        let slot = Arc::clone(&self.slot);
+        slot.hold(|| drop(self));
     }
 }
 
@@ -94,9 +104,25 @@ where
     }
     // SAFETY: the caller's contract; only shared references are ever made.
     let filter = unsafe { &*(module as *const Filter) };
-    let envoy = EnvoyFilter(envoy);
+    filter
+        .slot
+        .hold(|| held(filter, EnvoyFilter(envoy), on_panic, work))
+}
+
+/// [`guarded`], holding the stream's slot. A stream of a worker whose root driver panicked
+/// fails closed, as a stream of a dead Wasm VM does.
+fn held<F>(filter: &Filter, envoy: EnvoyFilter, on_panic: AfterPanic, work: Work<F>) -> i32
+where
+    F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
+{
     if filter.failed.get() {
         return CONTINUE;
+    }
+    if filter.slot.failed() {
+        return match on_panic {
+            AfterPanic::Reply(_) => panicked(filter, envoy, on_panic),
+            AfterPanic::LogOnly => CONTINUE,
+        };
     }
     if filter.stream.try_borrow_mut().is_err() {
         // Called back from inside this stream's running hook.

@@ -2,11 +2,12 @@
 //!
 //! A configuration is checked once on the main thread (an invalid one is refused, and
 //! Envoy with it); each worker thread then keeps its own [`Root`] per configuration, as
-//! each worker's Wasm VM keeps its root context, and each stream its [`Stream`]. Nothing
-//! here decides anything (`docs/stream-machine.md#the-driver`).
+//! each worker's Wasm VM keeps its root context, and each stream its [`Stream`]. The main
+//! thread ticks every worker's `Root` and hands it the answers to its calls (`worker.rs`).
+//! Nothing here decides anything (`docs/stream-machine.md#the-driver`).
 //!
-//! Every hook runs behind the panic barrier of `barrier.rs`, which also orders what a
-//! stream's hook does.
+//! Every hook runs behind a panic barrier: a stream's that of `barrier.rs`, which also
+//! orders what a stream's hook does, a root driver's that of `worker.rs`.
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
@@ -22,13 +23,15 @@ use keyflight_filter::drive::worker::Root;
 
 use crate::abi::Level;
 use crate::abi::{
-    ABI_VERSION, ConfigEnvoyPtr, EnvoyBuffer, EnvoyConfig, EnvoyFilter, FilterEnvoyPtr, HttpHeader,
+    ABI_VERSION, ConfigEnvoyPtr, ConfigScheduler, EnvoyBuffer, EnvoyConfig, EnvoyFilter,
+    FilterEnvoyPtr, HttpHeader,
 };
 use crate::barrier::{
     AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, guarded, verdict,
 };
 use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes, log};
-use crate::unsupported::unsupported;
+use crate::ticker::Ticker;
+use crate::worker::Slot;
 
 /// The request header that makes a hook panic, in a `test-panic` build only: in the
 /// request-headers hook, or with the value `complete` when the stream completes.
@@ -62,24 +65,46 @@ fn test_panic(envoy: FilterEnvoyPtr, here: TestPanic) {
 #[cfg(feature = "test-panic")]
 const TEST_PANIC_ON_NEW: &[u8] = b"\"test-panic-on-new\"";
 
+/// A policy named so makes every tick of a worker's root driver panic, in a `test-panic`
+/// build only.
+#[cfg(feature = "test-panic")]
+const TEST_PANIC_ON_TICK: &[u8] = b"\"test-panic-on-tick\"";
+
+/// Panics with `message` when the configuration names `policy` (a quoted JSON string).
+#[cfg(feature = "test-panic")]
+fn test_panic_if_named(plugin: &Plugin, policy: &[u8], message: &'static str) {
+    if plugin
+        .json_bytes()
+        .windows(policy.len())
+        .any(|window| window == policy)
+    {
+        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
+        std::panic::panic_any(message);
+    }
+}
+
 /// Panics making a stream when the configuration names [`TEST_PANIC_ON_NEW`].
 #[cfg(feature = "test-panic")]
 fn test_panic_on_new(plugin: &Plugin) {
-    if plugin
-        .json()
-        .windows(TEST_PANIC_ON_NEW.len())
-        .any(|window| window == TEST_PANIC_ON_NEW)
-    {
-        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
-        std::panic::panic_any("keyflight test panic making a stream");
-    }
+    test_panic_if_named(
+        plugin,
+        TEST_PANIC_ON_NEW,
+        "keyflight test panic making a stream",
+    );
+}
+
+/// Panics ticking a worker's root driver when the configuration names
+/// [`TEST_PANIC_ON_TICK`].
+#[cfg(feature = "test-panic")]
+pub fn test_panic_on_tick(plugin: &Plugin) {
+    test_panic_if_named(plugin, TEST_PANIC_ON_TICK, "keyflight test panic in a tick");
 }
 
 static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     /// This worker's driver of each configuration.
-    static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::default();
+    static ROOTS: RefCell<HashMap<u64, Arc<Slot>>> = RefCell::default();
     /// This worker's stream ids, for the driver's bookkeeping.
     static NEXT_STREAM: Cell<u32> = const { Cell::new(1) };
 }
@@ -91,8 +116,44 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     ABI_VERSION.as_ptr()
 }
 
+/// What Envoy holds for a configuration: the plugin, and the ticker of its workers' root
+/// drivers with the scheduler it commits to.
+struct Configured {
+    plugin: Arc<Plugin>,
+    ticks: Option<(Ticker, ConfigScheduler)>,
+}
+
+impl Drop for Configured {
+    /// The ticker's thread is joined before its scheduler is deleted: no commit follows.
+    /// The workers' root drivers are retired (`Plugin::retire`).
+    fn drop(&mut self) {
+        if let Some((ticker, scheduler)) = self.ticks.take() {
+            drop(ticker);
+            scheduler.delete();
+        }
+        self.plugin.retire();
+    }
+}
+
+/// Every tick period, the main thread runs `on_http_filter_config_scheduled`.
+fn start_ticks(envoy: EnvoyConfig, plugin: &Plugin) -> Option<(Ticker, ConfigScheduler)> {
+    let period = keyflight_filter::parse_plugin_config(plugin.json_bytes())
+        .ok()?
+        .tick_period();
+    let scheduler = envoy.scheduler()?;
+    match Ticker::start(period, move || scheduler.commit(0)) {
+        Some(ticker) => Some((ticker, scheduler)),
+        None => {
+            scheduler.delete();
+            None
+        }
+    }
+}
+
 /// Parses the plugin JSON (the filter's `filter_config`) as a worker will, refusing an
-/// invalid one, and defines the metrics (only possible now).
+/// invalid one, defines the metrics (only possible now), and starts the ticks. A
+/// configuration whose workers could not be ticked is refused: its outbox and renewals
+/// would not run.
 ///
 /// # Safety
 /// Envoy's arguments, during this hook.
@@ -109,17 +170,19 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         if !check.configure(&mut NativeHost::configuring(&plugin)) {
             return std::ptr::null();
         }
-        let refused = keyflight_filter::parse_plugin_config(config.bytes())
-            .ok()
-            .and_then(|parsed| unsupported(&parsed));
-        if let Some(why) = refused {
+        let Some(ticks) = start_ticks(EnvoyConfig(envoy), &plugin) else {
             log(
                 Level::Critical,
-                &format!("invalid plugin configuration: {why}"),
+                "could not start the tick of the record outbox and the lease renewals: \
+                 configuration refused",
             );
             return std::ptr::null();
-        }
-        Box::into_raw(Box::new(Arc::new(plugin))) as *const c_void
+        };
+        let configured = Configured {
+            plugin: Arc::new(plugin),
+            ticks: Some(ticks),
+        };
+        Box::into_raw(Box::new(configured)) as *const c_void
     }));
     made.unwrap_or_else(|_| {
         abi_log_only("keyflight: panic while reading the plugin configuration");
@@ -133,7 +196,10 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
     if !config.is_null() {
         // SAFETY: made by `Box::into_raw` in `on_http_filter_config_new`; Envoy destroys once.
-        drop(unsafe { Box::from_raw(config as *mut Arc<Plugin>) });
+        let configured = unsafe { Box::from_raw(config as *mut Configured) };
+        if catch_unwind(AssertUnwindSafe(|| drop(configured))).is_err() {
+            abi_log_only("keyflight: panic while dropping a configuration");
+        }
     }
 }
 
@@ -151,7 +217,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         return std::ptr::null();
     }
     // SAFETY: the caller's contract.
-    let plugin = Arc::clone(unsafe { &*(config as *const Arc<Plugin>) });
+    let plugin = Arc::clone(&unsafe { &*(config as *const Configured) }.plugin);
     let made = catch_unwind(AssertUnwindSafe(|| {
         #[cfg(feature = "test-panic")]
         test_panic_on_new(&plugin);
@@ -160,21 +226,31 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
             next.set(id.wrapping_add(1));
             id
         });
-        let stream = ROOTS.with(|roots| {
+        let slot = ROOTS.with(|roots| {
             let mut roots = roots.borrow_mut();
-            let root = roots.entry(plugin.id).or_insert_with(|| {
+            let slot = roots.entry(plugin.id).or_insert_with(|| {
                 let mut root = Root::default();
                 root.configure(&mut NativeHost::configuring(&plugin));
-                root
+                let slot = Arc::new(Slot::new(root));
+                plugin.adopt(&slot);
+                slot
             });
-            Stream::for_root(root, id)
+            Arc::clone(slot)
         });
-        Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), stream))) as *const c_void
+        let stream = slot.stream(id)?;
+        Some(
+            Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), slot, stream)))
+                as *const c_void,
+        )
     }));
-    made.unwrap_or_else(|_| {
-        abi_log_only("keyflight: panic while creating a stream: the stream is refused");
-        std::ptr::null()
-    })
+    match made {
+        Ok(Some(filter)) => filter,
+        Ok(None) => std::ptr::null(),
+        Err(_) => {
+            abi_log_only("keyflight: panic while creating a stream: the stream is refused");
+            std::ptr::null()
+        }
+    }
 }
 
 /// A guarded request is held here (`StopIteration`): its body still arrives, and is
@@ -344,7 +420,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *co
     if !module.is_null() {
         // SAFETY: made by `Box::into_raw` in `on_http_filter_new`; Envoy destroys once.
         let filter = unsafe { Box::from_raw(module as *mut Filter) };
-        if catch_unwind(AssertUnwindSafe(|| drop(filter))).is_err() {
+        if catch_unwind(AssertUnwindSafe(|| filter.drop_held())).is_err() {
             abi_log_only("keyflight: panic while dropping a stream");
         }
     }
@@ -366,18 +442,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     body_chunks: *const EnvoyBuffer,
     body_chunks_size: usize,
 ) {
-    let headers = if headers.is_null() || result != 0 {
-        &[][..]
-    } else {
-        // SAFETY: Envoy's array and its length, valid during this hook.
-        unsafe { std::slice::from_raw_parts(headers, headers_size) }
-    };
-    let body = if body_chunks.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: as above.
-        unsafe { std::slice::from_raw_parts(body_chunks, body_chunks_size) }
-    };
+    // SAFETY: Envoy's arrays and their lengths, valid during this hook.
+    let (headers, body) =
+        unsafe { answer_parts(result, headers, headers_size, body_chunks, body_chunks_size) };
     let Ok(token) = u32::try_from(callout_id) else {
         return;
     };
@@ -398,8 +465,100 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     }
 }
 
-/// Streamed callouts, scheduled events and watermarks: Envoy requires the hooks; the
-/// filter uses none of them.
+/// The tick (`ticker.rs`), on the main thread: every worker's root driver renews its
+/// leases, delivers its outbox and asks for the operator epoch.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    _event: u64,
+) {
+    if config.is_null() {
+        return;
+    }
+    // SAFETY: a live pointer `on_http_filter_config_new` returned.
+    let configured = unsafe { &*(config as *const Configured) };
+    if catch_unwind(AssertUnwindSafe(|| configured.plugin.tick())).is_err() {
+        abi_log_only("keyflight: panic while ticking the root drivers");
+    }
+}
+
+/// A callout a worker's root driver sent answered, on the main thread; a failed one
+/// arrives with no headers.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    callout_id: u64,
+    result: i32,
+    headers: *const HttpHeader,
+    headers_size: usize,
+    body_chunks: *const EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    if config.is_null() {
+        return;
+    }
+    // SAFETY: a live pointer `on_http_filter_config_new` returned.
+    let plugin = &unsafe { &*(config as *const Configured) }.plugin;
+    // SAFETY: Envoy's arrays and their lengths, valid during this hook.
+    let (headers, body) =
+        unsafe { answer_parts(result, headers, headers_size, body_chunks, body_chunks_size) };
+    let delivered = catch_unwind(AssertUnwindSafe(|| {
+        let Ok(token) = u32::try_from(callout_id) else {
+            return;
+        };
+        let Some(slot) = plugin.caller(callout_id) else {
+            return;
+        };
+        let answer = CallAnswer::copy(headers, body);
+        let answered = CalloutAnswered {
+            token,
+            num_headers: answer.headers.len(),
+            body_size: answer.body.len(),
+        };
+        slot.answer(plugin, answered, answer);
+    }));
+    if delivered.is_err() {
+        abi_log_only("keyflight: panic while reading a root driver's callout answer");
+    }
+}
+
+/// A callout's headers (none when it failed) and body chunks, as slices.
+///
+/// # Safety
+/// Envoy's arrays and their lengths, valid during the hook that calls this.
+unsafe fn answer_parts<'a>(
+    result: i32,
+    headers: *const HttpHeader,
+    headers_size: usize,
+    body_chunks: *const EnvoyBuffer,
+    body_chunks_size: usize,
+) -> (&'a [HttpHeader], &'a [EnvoyBuffer]) {
+    let headers = if headers.is_null() || result != 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(headers, headers_size) }
+    };
+    let body = if body_chunks.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(body_chunks, body_chunks_size) }
+    };
+    (headers, body)
+}
+
+/// Streamed callouts, the stream's scheduled events and watermarks: Envoy requires the
+/// hooks; the filter uses none of them.
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
     _envoy: FilterEnvoyPtr,

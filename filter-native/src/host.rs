@@ -4,15 +4,16 @@
 //! What differs from proxy-wasm (`filter-native/README.md#what-differs-from-the-wasm-host`):
 //! a callout's answer arrives as the hook's arguments, not through getters; replies and
 //! resumes wait until the driver returned ([`Deferred`]); shared data is this process's
-//! memory; there is no root context, so the calls only a root context sends (the outbox's,
-//! the operator epoch question) are refused.
+//! memory; a worker's root driver runs on the main thread, so its calls are the
+//! configuration's callouts and its counts the configuration's (`worker.rs`).
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keyflight_filter::config::LeaseStore;
-use keyflight_filter::drive::host::{Buffer, HeaderMap, Host, LogLevel};
+use keyflight_filter::drive::host::{Buffer, CalloutAnswered, HeaderMap, Host, LogLevel};
 use keyflight_filter::metrics::{Gauge, Metric};
 use keyflight_filter::problem::LocalReply;
 use keyflight_filter::reconcile::ServiceQuestion;
@@ -22,14 +23,16 @@ use keyflight_protocol::time::millis;
 use crate::abi::{
     self, Attribute, BodyType, EnvoyBuffer, EnvoyConfig, EnvoyFilter, HeaderType, HttpHeader, Level,
 };
+use crate::worker::Slot;
 
 /// Writes one log line prefixed with `keyflight:`.
 pub fn log(level: Level, message: &str) {
     abi::log(level, &format!("keyflight: {message}"));
 }
 
-/// One configuration of the filter, shared by every worker: the plugin JSON and the ids of
-/// its counters and gauges.
+/// One configuration of the filter, shared by every worker: the plugin JSON, the ids of
+/// its counters and gauges, each worker's root driver, and which of them sent each
+/// callout of the configuration in flight.
 #[derive(Debug)]
 pub struct Plugin {
     /// Which configuration: each worker keeps its own driver per configuration.
@@ -37,12 +40,24 @@ pub struct Plugin {
     json: Vec<u8>,
     counters: HashMap<Metric, usize>,
     gauges: HashMap<Gauge, usize>,
+    config: EnvoyConfig,
+    slots: Mutex<Vec<Arc<Slot>>>,
+    calls: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// The slot dispatching a callout now, and whether Envoy answered it already: it may
+    /// answer one that fails before it returns its id.
+    dispatching: Mutex<Option<(Arc<Slot>, bool)>>,
+    /// Envoy is destroying the configuration: no callout goes through it any more.
+    closed: AtomicBool,
 }
+
+/// Root drivers of destroyed configurations whose outboxes still hold claims: the
+/// configurations that remain tick them, as Envoy keeps ticking a retired Wasm root context,
+/// until they are settled (`filter-native/README.md#the-outbox-and-renewals`).
+static RETIRED: LazyLock<Mutex<Vec<Arc<Slot>>>> = LazyLock::new(Mutex::default);
 
 impl Plugin {
     /// The configuration's JSON, as Envoy gave it.
-    #[cfg(feature = "test-panic")]
-    pub fn json(&self) -> &[u8] {
+    pub fn json_bytes(&self) -> &[u8] {
         &self.json
     }
 
@@ -60,7 +75,130 @@ impl Plugin {
             json,
             counters,
             gauges,
+            config: envoy,
+            slots: Mutex::default(),
+            calls: Mutex::default(),
+            dispatching: Mutex::default(),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// A worker's root driver of this configuration, ticked from now on.
+    pub fn adopt(&self, slot: &Arc<Slot>) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(slot));
+    }
+
+    /// Ticks every worker's root driver, and the retired ones still settling their
+    /// outboxes (on the main thread).
+    pub fn tick(&self) {
+        let slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let retired = RETIRED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for slot in slots.iter().chain(&retired) {
+            slot.tick(self);
+        }
+        RETIRED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|slot| !slot.settled());
+    }
+
+    /// Envoy destroys the configuration (on the main thread): each worker's root driver is
+    /// retired, the calls it had in flight fail (Envoy drops them unanswered, and the outbox
+    /// sends them again), and one whose outbox still holds claims is left to the
+    /// configurations that remain.
+    pub fn retire(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        let slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let draining: Vec<Arc<Slot>> = slots
+            .into_iter()
+            .filter(|slot| !slot.retire(self))
+            .collect();
+        let in_flight: Vec<(u64, Arc<Slot>)> = self
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .collect();
+        for (id, slot) in in_flight {
+            if let Ok(token) = u32::try_from(id) {
+                let failed = CalloutAnswered {
+                    token,
+                    num_headers: 0,
+                    body_size: 0,
+                };
+                slot.answer(self, failed, CallAnswer::default());
+            }
+        }
+        RETIRED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(draining);
+    }
+
+    /// The worker whose root driver sent callout `id` (on the main thread).
+    pub fn caller(&self, id: u64) -> Option<Arc<Slot>> {
+        let sent = self
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        sent.or_else(|| {
+            let mut dispatching = self
+                .dispatching
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (slot, answered) = dispatching.as_mut()?;
+            *answered = true;
+            Some(Arc::clone(slot))
+        })
+    }
+
+    /// Sends a callout of the configuration for `slot`'s root driver (on the main thread).
+    fn root_callout(
+        &self,
+        slot: &Arc<Slot>,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u64, i32> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(CALLOUT_CLOSED);
+        }
+        *self
+            .dispatching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Arc::clone(slot), false));
+        let sent = self.config.http_callout(cluster, headers, body, timeout_ms);
+        let answered = self
+            .dispatching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .is_some_and(|(_, answered)| answered);
+        if let Ok(id) = sent
+            && !answered
+        {
+            self.calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id, Arc::clone(slot));
+        }
+        sent
     }
 
     /// Counts `metric` on `filter`'s stream.
@@ -70,6 +208,10 @@ impl Plugin {
         }
     }
 }
+
+/// What a callout through a configuration Envoy is destroying is refused with (not one of
+/// Envoy's results).
+const CALLOUT_CLOSED: i32 = -1;
 
 /// The answer of a callout, copied out of the hook Envoy delivered it in: it may have to
 /// wait for the hook that sent the call to return (`hooks.rs`).
@@ -133,11 +275,13 @@ impl Deferred {
     }
 }
 
-/// The host of one hook: the stream's filter (none while configuring) and the answer
-/// being delivered.
+/// The host of one hook: the stream's filter (none while configuring, or for a root
+/// driver), the worker whose root driver runs on the main thread, and the answer being
+/// delivered.
 pub struct NativeHost<'a> {
     plugin: &'a Plugin,
     filter: Option<EnvoyFilter>,
+    root: Option<&'a Arc<Slot>>,
     answer: Option<&'a CallAnswer>,
     deferred: Vec<Deferred>,
 }
@@ -148,18 +292,25 @@ impl<'a> NativeHost<'a> {
         NativeHost {
             plugin,
             filter: None,
+            root: None,
             answer: None,
             deferred: Vec::new(),
+        }
+    }
+
+    /// The host of `slot`'s root driver, on the main thread.
+    pub fn root(plugin: &'a Plugin, slot: &'a Arc<Slot>) -> Self {
+        NativeHost {
+            root: Some(slot),
+            ..NativeHost::configuring(plugin)
         }
     }
 
     /// The host of a hook of `filter`'s stream.
     pub fn stream(plugin: &'a Plugin, filter: EnvoyFilter) -> Self {
         NativeHost {
-            plugin,
             filter: Some(filter),
-            answer: None,
-            deferred: Vec::new(),
+            ..NativeHost::configuring(plugin)
         }
     }
 
@@ -262,17 +413,22 @@ impl NativeHost<'_> {
         timeout: Duration,
         what: &str,
     ) -> Option<u32> {
-        let Some(filter) = self.filter else {
-            log(
-                Level::Warn,
-                &format!(
-                    "{what} to cluster {cluster} not sent: the native module has no root context yet"
-                ),
-            );
-            return None;
-        };
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        match filter.http_callout(cluster, &headers, body, millis_of(timeout)) {
+        let timeout = millis_of(timeout);
+        let sent = match (self.filter, self.root) {
+            (Some(filter), _) => filter.http_callout(cluster, &headers, body, timeout),
+            (None, Some(slot)) => self
+                .plugin
+                .root_callout(slot, cluster, &headers, body, timeout),
+            (None, None) => {
+                log(
+                    Level::Warn,
+                    &format!("{what} to cluster {cluster} not sent while configuring"),
+                );
+                return None;
+            }
+        };
+        match sent {
             Ok(id) => u32::try_from(id).ok(),
             Err(result) => {
                 log(
@@ -297,14 +453,18 @@ impl Host for NativeHost<'_> {
     }
 
     fn count(&mut self, metric: Metric) {
-        if let Some(filter) = self.filter {
-            self.plugin.count(filter, metric);
+        match (self.filter, self.root, self.plugin.counters.get(&metric)) {
+            (Some(filter), _, Some(&id)) => filter.increment_counter(id, 1),
+            (None, Some(_), Some(&id)) => self.plugin.config.increment_counter(id, 1),
+            _ => {}
         }
     }
 
     fn adjust(&mut self, gauge: Gauge, delta: i64) {
-        if let (Some(filter), Some(&id)) = (self.filter, self.plugin.gauges.get(&gauge)) {
-            filter.adjust_gauge(id, delta);
+        match (self.filter, self.root, self.plugin.gauges.get(&gauge)) {
+            (Some(filter), _, Some(&id)) => filter.adjust_gauge(id, delta),
+            (None, Some(_), Some(&id)) => self.plugin.config.adjust_gauge(id, delta),
+            _ => {}
         }
     }
 
@@ -413,7 +573,8 @@ impl Host for NativeHost<'_> {
         )
     }
 
-    /// No root context to wake: the streams send their own store calls
+    /// The root driver runs on the main thread, not on the worker's event loop, so there
+    /// is no turn of it to wake: the streams send their own store calls
     /// (`docs/stream-machine.md#coalesced-calls`).
     fn register_wake_queue(&mut self) -> Option<u32> {
         None
@@ -423,9 +584,14 @@ impl Host for NativeHost<'_> {
         false
     }
 
-    /// No timer yet: the outbox's renewals and redeliveries and the epoch question do not
-    /// run (`filter-native/README.md#not-yet-equal`).
+    /// The tick's period is set once per configuration, for every worker, by the ticker
+    /// `hooks.rs` starts (`ticker.rs`).
     fn set_tick_period(&mut self, _period: Duration) {}
 
-    fn done(&mut self) {}
+    /// A retired root driver settled its outbox: nothing ticks it any more.
+    fn done(&mut self) {
+        if let Some(slot) = self.root {
+            slot.settle();
+        }
+    }
 }

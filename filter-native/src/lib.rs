@@ -7,12 +7,14 @@
 //! same trait `keyflight-filter-wasm` implements with proxy-wasm host calls. This crate
 //! declares the part of the C ABI it uses (`abi.rs`), implements `Host` with it (`host.rs`)
 //! and forwards each event hook to a driver (`hooks.rs`) behind a panic barrier
-//! (`barrier.rs`), as
-//! `docs/stream-machine.md#the-driver` describes. What is not yet equal to the Wasm filter
-//! is in `filter-native/README.md#not-yet-equal`.
+//! (`barrier.rs`), as `docs/stream-machine.md#the-driver` describes. Each worker's `Root`
+//! is ticked from Envoy's main thread (`worker.rs`, `ticker.rs`,
+//! `filter-native/README.md#the-outbox-and-renewals`). What is not yet equal to the Wasm
+//! filter is in `filter-native/README.md#not-yet-equal`.
 
 mod abi;
 mod barrier;
 mod hooks;
 mod host;
-mod unsupported;
+mod ticker;
+mod worker;

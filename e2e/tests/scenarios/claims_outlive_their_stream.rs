@@ -92,9 +92,11 @@ async fn a_caller_that_gives_up_under_uncertain_retry_leaves_a_cooldown_not_a_st
     stack.open_gate("gone").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_store_killed_while_the_answer_is_recorded_still_records_it() {
-    let mut stack = Stack::start(short_lease("hold")).await;
+/// The store is killed while the stream records the answer: the outbox records it once the
+/// store is back. Run under both adapters: the native one delivers its outbox from the main
+/// thread (`filter-native/README.md#the-outbox-and-renewals`).
+async fn a_lease_store_killed_while_the_answer_is_recorded(options: StackOptions) {
+    let mut stack = Stack::start(options).await;
     let body = json!({"amount": 12});
     let path = "/payments?hold=kill";
 
@@ -123,6 +125,17 @@ async fn a_lease_store_killed_while_the_answer_is_recorded_still_records_it() {
     assert_eq!(retry.json(), first.json(), "the answer the caller got");
     assert_eq!(stack.upstream_executions().await, 1, "ran once");
     assert_eq!(stack.filter_counter("outbox.delivered").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_store_killed_while_the_answer_is_recorded_still_records_it() {
+    a_lease_store_killed_while_the_answer_is_recorded(short_lease("hold")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_store_killed_while_the_answer_is_recorded_still_records_it_under_the_native_adapter()
+ {
+    a_lease_store_killed_while_the_answer_is_recorded(short_lease("hold").native_adapter()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

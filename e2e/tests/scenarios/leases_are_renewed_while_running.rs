@@ -15,8 +15,24 @@ const CALL_TIMEOUT_MS: u64 = 500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_held_for_three_leases_keeps_its_lease_and_everyone_gets_its_answer() {
+    a_handler_held_for_three_leases(StackOptions::default()).await;
+}
+
+/// Under `uncertain: retry` a lapsed lease is taken over and the request runs again, so the
+/// renewals alone keep it once: the native adapter renews from the main thread
+/// (`filter-native/README.md#the-outbox-and-renewals`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_uncertain_retry_the_native_adapter_renews_a_handler_held_for_three_leases() {
+    let retry = StackOptions::default().native_adapter().policy(|policy| {
+        policy.insert("uncertain".into(), json!("retry"));
+    });
+    a_handler_held_for_three_leases(retry).await;
+}
+
+/// A handler held for three leases: nothing else runs, the follower gets its answer.
+async fn a_handler_held_for_three_leases(options: StackOptions) {
     let stack = Stack::start(
-        StackOptions::default()
+        options
             .plugin(|plugin| plugin["lease_store"]["timeout_ms"] = json!(CALL_TIMEOUT_MS))
             .policy(|policy| {
                 policy.insert("lease_ms".into(), json!(LEASE_MS));

@@ -3,6 +3,7 @@
 //! a panic inside the module answers 503 `journal_unavailable`, counted, while Envoy keeps
 //! serving (`filter-native/README.md#panics`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -211,6 +212,50 @@ async fn a_stream_the_module_could_not_make_is_refused_not_forwarded() {
         0,
         "no request went upstream unguarded"
     );
+}
+
+#[tokio::test]
+async fn a_panic_in_a_workers_tick_fails_its_streams_closed() {
+    // A `test-panic` build panics in every tick of a worker's root driver under a policy
+    // named so. That worker's outbox and renewals stop, so from then on its streams are
+    // answered 503 and never forwarded, as a failed Wasm VM's are (`worker.rs`). A worker
+    // gets its root driver with its first stream, so requests go on until one is refused
+    // without running; one the tick failed while it ran upstream is answered 503 too.
+    let stack = Stack::start(native().policy(|policy| {
+        policy.insert("name".into(), json!("test-panic-on-tick"));
+    }))
+    .await;
+    let sent = AtomicU64::new(0);
+
+    stack
+        .eventually(
+            "a request on a worker whose tick panicked is refused, not forwarded",
+            || async {
+                let ran_before = stack.upstream_executions().await;
+                let key = format!("k{}", sent.fetch_add(1, Ordering::Relaxed));
+                let reply = stack
+                    .post("/payments")
+                    .key(&key)
+                    .json(&json!({"amount": 6}))
+                    .send()
+                    .await;
+                if reply.status != 503 {
+                    assert_eq!(reply.status, 201, "{reply}");
+                    return false;
+                }
+                reply.assert_problem(503, "journal_unavailable");
+                stack.upstream_executions().await == ran_before
+            },
+        )
+        .await;
+
+    assert!(
+        stack
+            .envoy_log()
+            .contains("panic in a worker's root driver"),
+        "the panic is logged"
+    );
+    assert!(stack.filter_counter("outcome.journal_unavailable").await >= 1);
 }
 
 #[tokio::test]
