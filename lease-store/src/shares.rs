@@ -41,7 +41,19 @@ pub fn may_take(held: usize, in_use: usize, cap: usize, active: usize) -> bool {
 /// [`Shares`] (the data plane's slots and its parked long-polls), so a workload that only
 /// made calls is owed a share of the long-polls too.
 #[derive(Default)]
-pub struct Activity(Mutex<HashMap<Charged, Instant>>);
+pub struct Activity(Mutex<Seen>);
+
+#[derive(Default)]
+struct Seen {
+    last: HashMap<Charged, Instant>,
+    /// When callers quiet for the window were last forgotten.
+    swept: Option<Instant>,
+}
+
+/// How often the registry forgets quiet callers: every call notes its caller, and walking
+/// every caller on each call would put O(callers) work on the data plane's hot path. A
+/// caller is so owed a share for up to this long past [`ACTIVE_WINDOW`].
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Activity {
     /// An empty registry.
@@ -50,13 +62,25 @@ impl Activity {
     }
 
     /// Notes that `caller` called at `now`; returns how many callers called within the
-    /// last [`ACTIVE_WINDOW`].
+    /// last [`ACTIVE_WINDOW`] (give or take [`SWEEP_EVERY`]).
     pub fn saw(&self, caller: &Charged, now: Instant) -> usize {
-        // One insert and one sweep: a poisoned lock still holds usable times.
+        // A poisoned lock still holds usable times.
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        seen.insert(caller.clone(), now);
-        seen.retain(|_, last| now.saturating_duration_since(*last) < ACTIVE_WINDOW);
-        seen.len()
+        match seen.last.get_mut(caller) {
+            Some(last) => *last = (*last).max(now),
+            None => {
+                seen.last.insert(caller.clone(), now);
+            }
+        }
+        if seen
+            .swept
+            .is_none_or(|swept| now.saturating_duration_since(swept) >= SWEEP_EVERY)
+        {
+            seen.last
+                .retain(|_, last| now.saturating_duration_since(*last) < ACTIVE_WINDOW);
+            seen.swept = Some(now);
+        }
+        seen.last.len()
     }
 }
 
@@ -207,6 +231,31 @@ mod tests {
             .map(|_| shares.take(peer(1), later).expect("alone again"))
             .collect();
         drop(taken);
+    }
+
+    #[test]
+    fn quiet_callers_are_forgotten_at_most_once_a_second_whatever_the_calls() {
+        let activity = Activity::new();
+        let then = Instant::now();
+        assert_eq!(activity.saw(&peer(2), then), 1);
+        let later = then + ACTIVE_WINDOW;
+        assert_eq!(
+            activity.saw(&peer(1), later),
+            1,
+            "the quiet caller is forgotten"
+        );
+        assert_eq!(activity.saw(&peer(2), later), 2);
+        let quiet_since = later + ACTIVE_WINDOW;
+        assert_eq!(
+            activity.saw(&peer(1), quiet_since),
+            1,
+            "a sweep is due: peer 2 is forgotten"
+        );
+        assert_eq!(
+            activity.saw(&peer(3), quiet_since + SWEEP_EVERY / 2),
+            2,
+            "no sweep within the second: the count is the callers kept"
+        );
     }
 
     #[test]
