@@ -137,6 +137,16 @@ pub enum Uncertain {
     Reconcile,
 }
 
+impl Uncertain {
+    /// Every setting, for the rules that must hold under each (`crate::guarantee`).
+    pub const ALL: [Uncertain; 4] = [
+        Uncertain::Retry,
+        Uncertain::Hold,
+        Uncertain::Record,
+        Uncertain::Reconcile,
+    ];
+}
+
 /// Where a policy under `uncertain: reconcile` asks the service what became of a run
 /// (`docs/reconcile.md#the-question`).
 #[derive(Debug, Clone, PartialEq, Eq)]

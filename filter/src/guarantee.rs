@@ -48,12 +48,7 @@ pub const fn at_most_once(uncertain: Uncertain) -> bool {
 mod tests {
     use super::*;
 
-    const ALL: [Uncertain; 4] = [
-        Uncertain::Hold,
-        Uncertain::Retry,
-        Uncertain::Record,
-        Uncertain::Reconcile,
-    ];
+    const ALL: [Uncertain; 4] = Uncertain::ALL;
 
     #[test]
     fn only_retry_runs_again_after_a_lost_proxy_or_an_uncertain_outcome() {

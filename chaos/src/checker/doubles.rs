@@ -11,8 +11,11 @@
 //! failure status let in (the policy admits it, whatever the upstream did before
 //! answering it).
 
+use keyflight_filter::config::Uncertain;
+use keyflight_filter::guarantee;
+
 use super::lifecycle::previous_release_forgot;
-use super::verdict::{CooldownCause, Rerun, RerunVerdict, Row};
+use super::verdict::{Rerun, RerunVerdict};
 use crate::history::{Execution, History};
 
 /// The re-runs (their execution numbers) among `reruns` that are certain doubles.
@@ -30,21 +33,16 @@ pub fn certain_doubles(reruns: &[Rerun], executions: &[&Execution], history: &Hi
         .collect()
 }
 
-/// Let in by an operator, or by a failure status the upstream answered the earlier run.
+/// Let in by a cause the guarantee's table lets run again under every `uncertain` setting
+/// (an operator, or a failure status the upstream answered the earlier run): whatever the
+/// earlier run committed, the re-run was allowed.
 fn admitted_whatever_committed(rerun: &Rerun) -> bool {
-    matches!(
-        rerun.verdict,
-        RerunVerdict::Excused {
-            row: Row::OperatorErased { .. }
-                | Row::OperatorResolvedFailed { .. }
-                | Row::Forgotten { .. }
-                | Row::ForgottenByThePreviousRelease { .. }
-                | Row::Cooldown {
-                    cause: CooldownCause::RetryableStatus(_)
-                },
-            ..
-        }
-    )
+    let RerunVerdict::Excused { row, .. } = rerun.verdict else {
+        return false;
+    };
+    Uncertain::ALL
+        .into_iter()
+        .all(|uncertain| guarantee::reruns(row.cause(), uncertain))
 }
 
 /// Whether the plan guards `execution`'s path with an at-most-once policy and the upstream

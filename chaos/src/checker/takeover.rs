@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 
 use keyflight_filter::config::Uncertain;
-use keyflight_filter::guarantee::Cause;
 
 use super::evidence::{ClaimWon, ProxySettle, STAMP_ROUNDING_MS, TAKEOVER};
 use super::operator;
@@ -38,8 +37,7 @@ pub fn at_most_once_takeover(
     between: &[&ClaimWon],
     history: &History,
 ) -> Result<(), String> {
-    let held = history.policy.uncertain_retry_prefix.is_some()
-        && !history.policy.reruns(Cause::ProxyLost, &earlier.path);
+    let held = history.policy.held_at_most_once(&earlier.path);
     let chain: Vec<&ClaimWon> = std::iter::once(first)
         .chain(between.iter().copied())
         .collect();

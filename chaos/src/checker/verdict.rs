@@ -2,6 +2,7 @@
 //! the rows of the guarantee table (`docs/guarantee.md#where-it-is-at-least-once`) a re-run
 //! can be excused by, and every finding that fails a run.
 
+use keyflight_filter::guarantee::Cause;
 use serde::Serialize;
 
 use crate::history::{Ms, Outcome};
@@ -91,6 +92,28 @@ pub enum Row {
 }
 
 impl Row {
+    /// The cause the guarantee's table names for this row (`keyflight_filter::guarantee`).
+    pub fn cause(self) -> Cause {
+        match self {
+            Row::ProxyDied { .. }
+            | Row::VmRetired { .. }
+            | Row::ParentExited { .. }
+            | Row::OutboxGaveUp
+            | Row::ProxyPartitioned { .. } => Cause::ProxyLost,
+            Row::Forgotten { .. } | Row::ForgottenByThePreviousRelease { .. } => {
+                Cause::ForgottenStatus
+            }
+            Row::Cooldown {
+                cause: CooldownCause::RetryableStatus(_),
+            } => Cause::RetryableStatus,
+            Row::Cooldown {
+                cause: CooldownCause::UpstreamReset | CooldownCause::CallerGotNoAnswer,
+            } => Cause::UncertainOutcome,
+            Row::OperatorErased { .. } | Row::OperatorResolvedFailed { .. } => Cause::Operator,
+            Row::ReconciledAbsent { .. } => Cause::ServiceAnsweredAbsent,
+        }
+    }
+
     /// Whether the caller had the answer while the record waited in an outbox that then
     /// lost it (the proxy died, or the takeover won while it was cut off).
     pub(super) fn answer_lost_with_proxy(self) -> bool {
