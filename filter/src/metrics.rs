@@ -132,11 +132,14 @@ pub enum EventKind {
     /// about another scope or fence), or the store refused the report: the record stays
     /// `unknown`.
     ReconcileUnanswered,
+    /// The driver found the worker's shared state borrowed where the host's one-callback-
+    /// at-a-time rule says it cannot be: a bug, logged at error (`drive/worker.rs`).
+    BorrowConflict,
 }
 
 impl EventKind {
     /// Every event, for defining the counters.
-    pub const ALL: [EventKind; 20] = [
+    pub const ALL: [EventKind; 21] = [
         EventKind::Claimed,
         EventKind::RecoveredTtl,
         EventKind::RecoveredAbandoned,
@@ -157,6 +160,7 @@ impl EventKind {
         EventKind::ReconcileCommitted,
         EventKind::ReconcileAbsent,
         EventKind::ReconcileUnanswered,
+        EventKind::BorrowConflict,
     ];
 
     /// The counter's name suffix.
@@ -182,6 +186,7 @@ impl EventKind {
             EventKind::ReconcileCommitted => "reconcile_committed",
             EventKind::ReconcileAbsent => "reconcile_absent",
             EventKind::ReconcileUnanswered => "reconcile_unanswered",
+            EventKind::BorrowConflict => "borrow_conflict",
         }
     }
 }

@@ -61,6 +61,30 @@ pub struct Worker {
     coalesce: Option<(Rc<RefCell<CallQueue>>, u32)>,
     /// The rate limit on warnings every stream repeats while their cause lasts.
     log_limit: Cell<LogLimit>,
+    /// Borrow conflicts met where no host was at hand, reported at the next tick.
+    conflicts: Cell<Conflicts>,
+}
+
+/// Borrow conflicts on the worker's shared state: each "cannot happen" (the host runs one
+/// callback of a worker at a time), so each is a bug, logged at error and counted
+/// (`borrow_conflict`), never skipped silently (`docs/stream-machine.md#the-driver`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Conflicts {
+    count: u64,
+    last_site: &'static str,
+}
+
+/// Reports `count` borrow conflicts, the last at `site`.
+fn report_conflicts(host: &mut impl Host, count: u64, site: &str) {
+    for _ in 0..count {
+        host.count(Metric::Event(EventKind::BorrowConflict));
+    }
+    host.log(
+        LogLevel::Error,
+        &format!(
+            "{count} borrow conflict(s) on the worker's shared state (the last in {site}):              the step was skipped; this is a bug in keyflight, please report it"
+        ),
+    );
 }
 
 impl Worker {
@@ -74,6 +98,23 @@ impl Worker {
             outbox,
             coalesce: None,
             log_limit: Cell::default(),
+            conflicts: Cell::default(),
+        }
+    }
+
+    /// Notes a borrow conflict at `site`, for the next tick to report.
+    fn conflict(&self, site: &'static str) {
+        let mut conflicts = self.conflicts.get();
+        conflicts.count += 1;
+        conflicts.last_site = site;
+        self.conflicts.set(conflicts);
+    }
+
+    /// Reports the borrow conflicts noted since the last report.
+    fn report_noted_conflicts(&self, host: &mut impl Host) {
+        let conflicts = self.conflicts.take();
+        if conflicts.count > 0 {
+            report_conflicts(host, conflicts.count, conflicts.last_site);
         }
     }
 
@@ -107,6 +148,7 @@ impl Worker {
             return Err(queued);
         };
         let Ok(mut calls) = calls.try_borrow_mut() else {
+            report_conflicts(host, 1, "queue_call");
             return Err(queued);
         };
         calls.push(queued, || host.wake(*wake_queue))
@@ -116,41 +158,51 @@ impl Worker {
     /// root context's callback (an answer it handed over) the host answers the root
     /// context, which passes the answer on ([`CallQueue::asked`]).
     pub fn asked(&self, token: u32, stream: StreamId) {
-        if let Some((calls, _)) = &self.coalesce
-            && let Ok(mut calls) = calls.try_borrow_mut()
-        {
-            calls.asked(token, stream);
+        if let Some((calls, _)) = &self.coalesce {
+            match calls.try_borrow_mut() {
+                Ok(mut calls) => calls.asked(token, stream),
+                Err(_) => self.conflict("asked"),
+            }
         }
     }
 
     /// The question callout `token` was answered to its stream directly.
     pub fn question_answered(&self, token: u32) {
-        if let Some((calls, _)) = &self.coalesce
-            && let Ok(mut calls) = calls.try_borrow_mut()
-        {
-            calls.answered(token);
+        if let Some((calls, _)) = &self.coalesce {
+            match calls.try_borrow_mut() {
+                Ok(mut calls) => {
+                    calls.answered(token);
+                }
+                Err(_) => self.conflict("question_answered"),
+            }
         }
     }
 
     /// The epoch streams may read the edge cache under at `now_ms` (`None`:
     /// do not use the cache).
     pub fn cache_epoch(&self, now_ms: u64) -> Option<u64> {
-        self.epoch
-            .as_ref()
-            .and_then(|watch| watch.try_borrow().ok()?.current(now_ms))
+        match self.epoch.as_ref()?.try_borrow() {
+            Ok(watch) => watch.current(now_ms),
+            Err(_) => {
+                self.conflict("cache_epoch");
+                None
+            }
+        }
     }
 
     /// A stream won `lease`: the outbox renews it from now on.
     pub fn start_renewal(&self, lease: Lease, now_ms: u64) {
-        if let Ok(mut outbox) = self.outbox.try_borrow_mut() {
-            outbox.start(lease, now_ms);
+        match self.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.start(lease, now_ms),
+            Err(_) => self.conflict("start_renewal"),
         }
     }
 
     /// A stream settled its claim itself: the outbox stops renewing it.
     pub fn stop_renewal(&self, claim_id: Uuid) {
-        if let Ok(mut outbox) = self.outbox.try_borrow_mut() {
-            outbox.stop(claim_id);
+        match self.outbox.try_borrow_mut() {
+            Ok(mut outbox) => outbox.stop(claim_id),
+            Err(_) => self.conflict("stop_renewal"),
         }
     }
 
@@ -158,7 +210,7 @@ impl Worker {
     pub fn lease_lost(&self, claim_id: Uuid, host: &mut impl Host) {
         let actions = match self.outbox.try_borrow_mut() {
             Ok(mut outbox) => outbox.lease_lost(claim_id),
-            Err(_) => Vec::new(),
+            Err(_) => return report_conflicts(host, 1, "lease_lost"),
         };
         for action in actions {
             perform(action, host);
@@ -171,7 +223,7 @@ impl Worker {
     pub fn hand_off(&self, handoff: Handoff, host: &mut impl Host) {
         let actions = match self.outbox.try_borrow_mut() {
             Ok(mut outbox) => outbox.hand_off(handoff, host.now_ms()),
-            Err(_) => Vec::new(),
+            Err(_) => return report_conflicts(host, 1, "hand_off"),
         };
         for action in actions {
             perform(action, host);
@@ -311,8 +363,9 @@ impl Root {
                     self.outbox
                         .get_or_insert_with(|| Rc::new(RefCell::new(Outbox::new(0)))),
                 );
-                if let Ok(mut held) = outbox.try_borrow_mut() {
-                    held.set_max_bytes(config.outbox.max_bytes);
+                match outbox.try_borrow_mut() {
+                    Ok(mut held) => held.set_max_bytes(config.outbox.max_bytes),
+                    Err(_) => report_conflicts(host, 1, "configure"),
                 }
                 if config.lease_store.coalesce_calls && self.wake_queue.is_none() {
                     self.wake_queue = host.register_wake_queue();
@@ -351,8 +404,17 @@ impl Root {
         let Some(worker) = self.worker.clone() else {
             return;
         };
+        worker.report_noted_conflicts(host);
         self.on_wake(host);
-        if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut)
+        let watch = match worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
+            Some(Ok(watch)) => Some(watch),
+            Some(Err(_)) => {
+                report_conflicts(host, 1, "on_tick (epoch)");
+                None
+            }
+            None => None,
+        };
+        if let Some(mut watch) = watch
             && watch.due(host.now_ms())
         {
             let store = &worker.config.lease_store;
@@ -369,10 +431,16 @@ impl Root {
         }
         let actions = match worker.outbox.try_borrow_mut() {
             Ok(mut outbox) => outbox.on_tick(host.now_ms()),
-            Err(_) => return,
+            Err(_) => return report_conflicts(host, 1, "on_tick (outbox)"),
         };
         self.perform(&worker, actions, host);
-        let settled = worker.outbox.try_borrow().is_ok_and(|o| o.is_empty());
+        let settled = match worker.outbox.try_borrow() {
+            Ok(outbox) => outbox.is_empty(),
+            Err(_) => {
+                report_conflicts(host, 1, "on_tick (settled)");
+                false
+            }
+        };
         if self.draining && self.calls.is_empty() && settled {
             self.draining = false;
             host.log(LogLevel::Info, "record outbox settled; plugin retired");
@@ -388,7 +456,7 @@ impl Root {
         };
         let calls = match self.stream_calls.try_borrow_mut() {
             Ok(mut queue) => queue.take(),
-            Err(_) => return,
+            Err(_) => return report_conflicts(host, 1, "on_wake"),
         };
         let batches = host.now_ms() >= self.batches_unsupported_until_ms;
         let store = &worker.config.lease_store;
@@ -414,10 +482,11 @@ impl Root {
         {
             self.woken_for_more = host.wake(queue);
         }
-        if taken > 0
-            && let Ok(mut queue) = self.stream_calls.try_borrow_mut()
-        {
-            queue.root_awake();
+        if taken > 0 {
+            match self.stream_calls.try_borrow_mut() {
+                Ok(mut queue) => queue.root_awake(),
+                Err(_) => report_conflicts(host, 1, "take_deliveries"),
+            }
         }
         self.handed += taken;
         self.deliveries.drain(..taken).collect()
@@ -534,12 +603,13 @@ impl Root {
                 Some(token) => {
                     self.calls.insert(token, id);
                 }
-                None => {
-                    if let Ok(mut outbox) = worker.outbox.try_borrow_mut() {
+                None => match worker.outbox.try_borrow_mut() {
+                    Ok(mut outbox) => {
                         let answer = Err(CallError::Dispatch);
                         queue.extend(outbox.on_answer(id, answer, host.now_ms()));
                     }
-                }
+                    Err(_) => report_conflicts(host, 1, "perform"),
+                },
             }
         }
     }
@@ -562,20 +632,26 @@ impl Driver for Root {
         if self.epoch_call == Some(answered.token) {
             self.epoch_call = None;
             let answer = read_answer(host, answered);
-            if let Some(Ok(mut watch)) = worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
-                let result = parse_epoch_answer(&answer);
-                if let Err(error) = result {
-                    epoch_failed(&mut watch, error, host);
+            match worker.epoch.as_ref().map(RefCell::try_borrow_mut) {
+                Some(Ok(mut watch)) => {
+                    let result = parse_epoch_answer(&answer);
+                    if let Err(error) = result {
+                        epoch_failed(&mut watch, error, host);
+                    }
+                    watch.answered(result);
                 }
-                watch.answered(result);
+                Some(Err(_)) => report_conflicts(host, 1, "on_call_answer (epoch)"),
+                None => {}
             }
             return;
         }
-        let question = self
-            .stream_calls
-            .try_borrow_mut()
-            .ok()
-            .and_then(|mut calls| calls.answered(answered.token));
+        let question = match self.stream_calls.try_borrow_mut() {
+            Ok(mut calls) => calls.answered(answered.token),
+            Err(_) => {
+                report_conflicts(host, 1, "on_call_answer (question)");
+                None
+            }
+        };
         if let Some(stream) = question {
             let answer = read_answer(host, answered);
             self.deliveries.push_back(Delivery { stream, answer });
@@ -587,7 +663,7 @@ impl Driver for Root {
         let result = parse_ack_answer(&read_answer(host, answered));
         let actions = match worker.outbox.try_borrow_mut() {
             Ok(mut outbox) => outbox.on_answer(id, result, host.now_ms()),
-            Err(_) => return,
+            Err(_) => return report_conflicts(host, 1, "on_call_answer (outbox)"),
         };
         self.perform(&worker, actions, host);
     }
@@ -598,10 +674,14 @@ impl Driver for Root {
     /// asks to stay until they are settled; every delivery ends by its retry
     /// budget (`docs/envoy-facts.md#a-retired-root-context-keeps-working`).
     fn on_done(&mut self, host: &mut impl Host) -> bool {
-        let done = self
-            .outbox
-            .as_ref()
-            .is_none_or(|outbox| outbox.try_borrow().is_ok_and(|o| o.is_empty()));
+        let done = match self.outbox.as_ref().map(|outbox| outbox.try_borrow()) {
+            None => true,
+            Some(Ok(outbox)) => outbox.is_empty(),
+            Some(Err(_)) => {
+                report_conflicts(host, 1, "on_done");
+                false
+            }
+        };
         self.draining = !done;
         if self.draining {
             host.log(
@@ -611,7 +691,10 @@ impl Driver for Root {
             if let Some(worker) = self.worker.clone() {
                 let actions = match worker.outbox.try_borrow() {
                     Ok(outbox) => outbox.on_retire(),
-                    Err(_) => Vec::new(),
+                    Err(_) => {
+                        report_conflicts(host, 1, "on_done (retire)");
+                        Vec::new()
+                    }
                 };
                 self.perform(&worker, actions, host);
             }

@@ -338,3 +338,54 @@ fn a_retired_plugin_names_each_call_still_in_its_outbox() {
     assert!(retired[0].contains(" fence=1 "), "{retired:?}");
     assert!(retired[0].contains(" by=outbox "), "{retired:?}");
 }
+
+/// A borrow conflict "cannot happen" (the host runs one callback of a worker at a time): one
+/// is never skipped silently, but logged at error and counted, at once where a host is at
+/// hand and at the next tick where none is (`docs/stream-machine.md#the-driver`).
+#[test]
+fn a_borrow_conflict_is_logged_at_error_and_counted() {
+    let mut root = Root::default();
+    let mut host = host(plugin(false));
+    assert!(root.configure(&mut host));
+    let worker = Rc::clone(root.worker().unwrap());
+    {
+        let _held = worker.outbox();
+        worker.stop_renewal(uuid::Uuid::from_u128(9));
+        worker.lease_lost(uuid::Uuid::from_u128(9), &mut host);
+    }
+    let conflicts = |host: &FakeHost| {
+        counts(&host.did)
+            .iter()
+            .filter(|m| **m == Metric::Event(EventKind::BorrowConflict))
+            .count()
+    };
+    assert_eq!(
+        conflicts(&host),
+        1,
+        "lease_lost has a host: reported at once"
+    );
+    root.on_tick(&mut host);
+    assert_eq!(
+        conflicts(&host),
+        2,
+        "stop_renewal's is reported at the tick"
+    );
+    let errors: Vec<&String> = host
+        .did
+        .iter()
+        .filter_map(|a| match a {
+            Action::Log {
+                level: LogLevel::Error,
+                message,
+            } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        errors.iter().any(|m| m.contains("stop_renewal"))
+            && errors.iter().any(|m| m.contains("lease_lost")),
+        "{errors:?}"
+    );
+    root.on_tick(&mut host);
+    assert_eq!(conflicts(&host), 2, "reported once");
+}
