@@ -8,6 +8,8 @@
 //! statement that changes without this mirror fails that test.
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::wire::WonHow;
+use keyflight_store_core::answer::{Answer, Record, RecordState, answer_for};
 
 use crate::ghost::{Displaced, Ghost};
 use crate::{Mutation, Params};
@@ -23,6 +25,18 @@ pub enum RowState {
     Failed,
     /// Waits for an operator.
     Unknown,
+}
+
+impl RowState {
+    /// The column as the store reads it.
+    fn column(self) -> RecordState {
+        match self {
+            RowState::Pending => RecordState::Pending,
+            RowState::Completed => RecordState::Completed,
+            RowState::Failed => RecordState::Failed,
+            RowState::Unknown => RecordState::Unknown,
+        }
+    }
 }
 
 /// A recorded response (`response_status`, `response_headers`, `response_body`).
@@ -70,6 +84,17 @@ pub enum How {
     RecoveredAbandoned,
 }
 
+impl How {
+    /// The wire's name for it.
+    pub fn wire(self) -> WonHow {
+        match self {
+            How::Claimed => WonHow::Claimed,
+            How::RecoveredTtl => WonHow::RecoveredTtl,
+            How::RecoveredAbandoned => WonHow::RecoveredAbandoned,
+        }
+    }
+}
+
 /// What a settle call writes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Settle {
@@ -91,7 +116,8 @@ pub enum Settle {
     Forget,
 }
 
-/// What a lost claim is told (`RecordSnapshot::answer_for`, and the grace's `in_progress`).
+/// What a lost claim is told (`keyflight_store_core::answer::answer_for`, and the grace's
+/// `in_progress`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lost {
     /// `completed` with its response (`None`: not replayable) and retention left.
@@ -165,26 +191,24 @@ impl Db {
             // `held`: a lapsed at-most-once lease became `unknown`.
             ghost.unknown.push((row.fingerprint, row.fence, now));
         }
-        let remaining = row.lease_expires_at.map_or(0, |at| at.saturating_sub(now));
-        let live_lease = row.state == RowState::Pending && remaining > 0;
-        let retention_over = row.expires_at < now;
-        let answer = if retention_over && row.state != RowState::Unknown && !live_lease {
-            None
-        } else if row.fingerprint != args.fingerprint {
-            Some(Lost::Conflict)
-        } else {
-            match (row.state, remaining) {
-                (RowState::Completed, _) => Some(Lost::Completed(
-                    row.replayable.then(|| row.response.clone()).flatten(),
-                    row.expires_at.saturating_sub(now),
-                )),
-                (RowState::Pending, left) if left > 0 => Some(Lost::InProgress(secs(left))),
-                (RowState::Failed, left) if left > 0 => Some(Lost::Cooldown(secs(left))),
-                (RowState::Unknown, _) => Some(Lost::Unknown(row.fence)),
-                _ => None,
-            }
+        // `READ_SQL`'s columns, as the row reads at `now`.
+        let record = Record {
+            state: row.state.column(),
+            same_fingerprint: row.fingerprint == args.fingerprint,
+            remaining_ms: row.lease_expires_at.map_or(0, |at| at.saturating_sub(now)),
+            retention_over: row.expires_at < now,
         };
-        Err(answer.unwrap_or(Lost::InProgress(1)))
+        Err(match answer_for(&record) {
+            None => Lost::InProgress(1),
+            Some(Answer::Completed) => Lost::Completed(
+                row.replayable.then(|| row.response.clone()).flatten(),
+                row.expires_at.saturating_sub(now),
+            ),
+            Some(Answer::Conflict) => Lost::Conflict,
+            Some(Answer::InProgress { retry_after_s }) => Lost::InProgress(retry_after_s),
+            Some(Answer::Cooldown { retry_after_s }) => Lost::Cooldown(retry_after_s),
+            Some(Answer::Unknown) => Lost::Unknown(row.fence),
+        })
     }
 
     /// `CLAIM_SQL`: `ins`, else `ttl`, else `steal`, else `held` (which wins nothing:
@@ -446,11 +470,6 @@ impl Db {
             ghost.deleted(Displaced::of(&r, now));
         }
     }
-}
-
-/// Whole seconds to wait (`retry_after_s`: at least one).
-fn secs(ms: u64) -> u64 {
-    ms.div_ceil(1000).max(1)
 }
 
 /// Every statement this file mirrors: (source file under `lease-store/src/store/`,

@@ -39,7 +39,9 @@
 use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::{ClaimRequest, ClaimResponse, StoredResponse, WonHow};
+use keyflight_store_core::answer::{Answer, Record, RecordState, answer_for, retry_after_s};
 use tokio::sync::oneshot;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
@@ -48,7 +50,7 @@ use uuid::Uuid;
 use super::batch::ClaimReply;
 use super::orphan::{OrphanGuard, OrphanRelease};
 use super::partitions::Routed;
-use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param, retry_after_s};
+use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param};
 
 /// What the `ttl` and `steal` branches of [`CLAIM_SQL`] make of the row they
 /// take: a fresh `pending` lease for this claim, with a new fence, retention
@@ -114,7 +116,7 @@ pub const HOLD_LAPSED_SQL: &str = concat!(
 
 /// `$1` scope, `$2` fingerprint, `$3` claim id, `$4` lease ms, `$5` retention ms,
 /// `$6` whether an expired `pending` lease may be taken over (false during the
-/// replica's takeover grace, see `takeover.rs`; `failed` cooldowns elapse regardless),
+/// replica's takeover grace, see `keyflight_store_core::grace`; `failed` cooldowns elapse regardless),
 /// `$7` whether this claim is at-most-once (its policy holds uncertain outcomes: a
 /// lapsed lease of its own fingerprint is held, never taken over).
 pub const CLAIM_SQL: &str = concat!(
@@ -214,26 +216,9 @@ pub struct RecordSnapshot {
     expires_until: Option<Instant>,
 }
 
-/// The `state` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RecordState {
-    Pending,
-    Completed,
-    Failed,
-    Unknown,
-    /// A value this build does not know: treated as "claim again".
-    Other,
-}
-
 impl RecordSnapshot {
     pub(super) fn from_row(row: &Row) -> Result<RecordSnapshot, StoreError> {
-        let state = match row.try_get::<_, &str>("state")? {
-            "pending" => RecordState::Pending,
-            "completed" => RecordState::Completed,
-            "failed" => RecordState::Failed,
-            "unknown" => RecordState::Unknown,
-            _ => RecordState::Other,
-        };
+        let state = RecordState::parse(row.try_get::<_, &str>("state")?);
         let replay = if state == RecordState::Completed && row.try_get("replayable")? {
             Some(stored_response(row)?)
         } else {
@@ -259,43 +244,42 @@ impl RecordSnapshot {
     }
 
     /// What a claimant with `fingerprint` that did not win is told (F3), or
-    /// `None` when the record may be winnable (its lease or cooldown ran out,
-    /// or it is past retention) and the claim should run.
-    ///
-    /// A different fingerprint is a conflict in every state, `unknown`
-    /// included: the caller's request is not the one whose outcome is uncertain.
+    /// `None` when the record may be winnable and the claim should run
+    /// ([`keyflight_store_core::answer::answer_for`]).
     pub fn answer_for(&self, fingerprint: &Digest) -> Result<Option<ClaimAttempt>, StoreError> {
-        let remaining = self
-            .remaining_until
-            .map(|until| until.saturating_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
-        let live_lease = self.state == RecordState::Pending && remaining.is_some();
-        if self.retention_over && self.state != RecordState::Unknown && !live_lease {
-            return Ok(None);
-        }
-        if self.fingerprint != fingerprint.0.as_slice() {
-            return Ok(Some(answer(ClaimResponse::Conflict)));
-        }
-        Ok(match (self.state, remaining) {
-            (RecordState::Completed, _) => Some(ClaimAttempt {
+        let left = self.remaining_until.map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        let record = Record {
+            state: self.state,
+            same_fingerprint: self.fingerprint == fingerprint.0.as_slice(),
+            // Any time left counts, however little: at least a millisecond.
+            remaining_ms: if left.is_zero() {
+                0
+            } else {
+                millis(left).max(1)
+            },
+            retention_over: self.retention_over,
+        };
+        Ok(match answer_for(&record) {
+            None => None,
+            Some(Answer::Conflict) => Some(answer(ClaimResponse::Conflict)),
+            Some(Answer::Completed) => Some(ClaimAttempt {
                 record_expires_at: self.expires_until,
                 ..answer(self.completed_response()?)
             }),
-            (RecordState::Pending, Some(left)) => Some(ClaimAttempt {
-                response: ClaimResponse::InProgress {
-                    retry_after_s: retry_after(left),
-                },
+            Some(Answer::InProgress { retry_after_s }) => Some(ClaimAttempt {
+                response: ClaimResponse::InProgress { retry_after_s },
                 pending_until: self.remaining_until,
                 record_expires_at: None,
                 statement_sent: None,
             }),
-            (RecordState::Failed, Some(left)) => Some(answer(ClaimResponse::Cooldown {
-                retry_after_s: retry_after(left),
-            })),
-            (RecordState::Unknown, _) => Some(answer(ClaimResponse::Unknown {
+            Some(Answer::Cooldown { retry_after_s }) => {
+                Some(answer(ClaimResponse::Cooldown { retry_after_s }))
+            }
+            Some(Answer::Unknown) => Some(answer(ClaimResponse::Unknown {
                 fence: Some(self.fence),
             })),
-            _ => None,
         })
     }
 
@@ -316,11 +300,6 @@ impl RecordSnapshot {
             )),
         }
     }
-}
-
-/// Whole seconds to wait for `left` (see [`retry_after_s`]).
-fn retry_after(left: Duration) -> u64 {
-    retry_after_s(duration_millis(left))
 }
 
 /// A claim's validated numbers, as the SQL binds them.
@@ -562,7 +541,7 @@ pub(super) fn held_in_progress(until: Instant) -> ClaimAttempt {
     let left = until.saturating_duration_since(Instant::now());
     ClaimAttempt {
         response: ClaimResponse::InProgress {
-            retry_after_s: retry_after(left),
+            retry_after_s: retry_after_s(millis(left)),
         },
         pending_until: Some(until),
         record_expires_at: None,

@@ -88,7 +88,7 @@ pub use orphan::MAX_RELEASES_IN_FLIGHT;
 pub use partitions::{
     MoveReport, PartitionedReport, RuntimeRole, SLOTS, migrate_partitioned, move_slot, slot_of,
 };
-pub use takeover::TakeoverGrace;
+use takeover::ReplicaGrace;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
 pub use dual::BOTH_HELD_SQL;
@@ -130,7 +130,7 @@ pub struct StoreSettings {
     /// [`ANSWER_MARGIN`]) how long a call waits for the database's answers.
     pub statement_timeout: Duration,
     /// How long after start-up, and after the database answers again following a
-    /// failure, no expired pending lease is taken over ([`TakeoverGrace`]).
+    /// failure, no expired pending lease is taken over (`keyflight_store_core::grace`).
     pub takeover_grace: Duration,
     /// How long after a pending lease ran out its winner's outbox may still settle
     /// it: retention cleanup deletes no `pending` row sooner
@@ -205,7 +205,7 @@ pub struct Store {
     /// `statement_timeout` + [`ANSWER_MARGIN`]: the most a call's database work may take.
     answer_timeout: Duration,
     /// Whether expired pending leases may be taken over now.
-    grace: Arc<Mutex<TakeoverGrace>>,
+    grace: Arc<Mutex<ReplicaGrace>>,
     /// [`StoreSettings::settle_horizon`].
     settle_horizon: Duration,
     /// The group-commit queues; `None` when batching is off, and in the handle
@@ -266,10 +266,7 @@ impl Store {
             default_retention: settings.default_retention,
             default_cooldown: settings.default_cooldown,
             answer_timeout,
-            grace: Arc::new(Mutex::new(TakeoverGrace::starting(
-                settings.takeover_grace,
-                Instant::now(),
-            ))),
+            grace: Arc::new(Mutex::new(ReplicaGrace::starting(settings.takeover_grace))),
             settle_horizon: settings.settle_horizon,
             partitions: settings.partitions.clone().into(),
             batch: None,
@@ -522,13 +519,4 @@ fn millis_param(name: &str, value: u64) -> Result<i64, StoreError> {
 /// Converts a duration to whole milliseconds for SQL, saturating.
 fn duration_millis(d: Duration) -> i64 {
     i64::try_from(millis(d)).unwrap_or(i64::MAX)
-}
-
-/// Whole seconds to wait for `remaining_ms`, rounded up and at least 1 (a
-/// `Retry-After` of 0 invites a hot loop).
-fn retry_after_s(remaining_ms: i64) -> u64 {
-    u64::try_from(remaining_ms)
-        .unwrap_or(0)
-        .div_ceil(1000)
-        .max(1)
 }

@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use super::super::claim::{CLAIM, ClaimParams, MAX_ATTEMPTS, READ, held, won_attempt, won_how};
 use super::super::lease::{OWNER, Written, run_written};
-use super::super::orphan::OrphanRelease;
+use super::super::orphan::{self, OrphanRelease};
 use super::super::partitions::Routed;
 use super::super::{ClaimAttempt, Store, StoreError};
 use super::{Identities, answer_from_records, come_back_shortly};
@@ -104,7 +104,9 @@ impl Store {
                     // this fails, the guard releases it in the background), as an orphan
                     // is (`store/orphan.rs`).
                     let release = OrphanRelease::after(first_how);
-                    let statement = client.prepare_cached(release.statement().call()).await?;
+                    let statement = client
+                        .prepare_cached(orphan::statement(release).call())
+                        .await?;
                     client
                         .query_opt(&statement, &[&first.0.0.as_slice(), &claim_id])
                         .await?;
