@@ -8,12 +8,12 @@ use sha2::{Digest, Sha256};
 
 fn source(file: &str) -> &'static str {
     match file {
-        "claim.rs" => include_str!("../../lease-store/src/store/claim.rs"),
-        "lease.rs" => include_str!("../../lease-store/src/store/lease.rs"),
-        "retention.rs" => include_str!("../../lease-store/src/store/retention.rs"),
-        "orphan.rs" => include_str!("../../lease-store/src/store/orphan.rs"),
-        "held.rs" => include_str!("../../lease-store/src/store/held.rs"),
-        "reconciled.rs" => include_str!("../../lease-store/src/store/reconciled.rs"),
+        "claim.rs" => include_str!("../../store-core/src/sql/claim.rs"),
+        "lease.rs" => include_str!("../../store-core/src/sql/lease.rs"),
+        "retention.rs" => include_str!("../../store-core/src/sql/retention.rs"),
+        "orphan.rs" => include_str!("../../store-core/src/sql/orphan.rs"),
+        "held.rs" => include_str!("../../store-core/src/sql/held.rs"),
+        "reconciled.rs" => include_str!("../../store-core/src/sql/reconciled.rs"),
         other => panic!("no source {other}"),
     }
 }

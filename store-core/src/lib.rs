@@ -6,3 +6,4 @@
 pub mod answer;
 pub mod grace;
 pub mod orphan;
+pub mod sql;

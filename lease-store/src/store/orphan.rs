@@ -42,27 +42,10 @@ use uuid::Uuid;
 use super::partitions::Routed;
 use super::{Store, StoreError};
 use crate::log_limit::{self, Kind};
-
-/// The `forget` release's statement, returning the fence it released.
-/// `$1` scope, `$2` claim id.
-/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
-const RELEASE_ORPHAN_SQL: &str = "
-DELETE FROM keyflight_records
- WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
-RETURNING fence";
+use keyflight_store_core::sql::orphan::{GIVE_BACK_SQL, RELEASE_ORPHAN_SQL};
 
 /// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).
 pub(super) static RELEASE_ORPHAN: Routed = Routed::by_scope("release_orphan", RELEASE_ORPHAN_SQL);
-
-/// Gives back a record an orphan took over: `failed`, its cooldown over at once, as a
-/// `release_cooldown` of zero leaves it. The fingerprint stays, so another body is still a
-/// conflict and the same request takes it over at once (the claim's `steal` branch); leaving
-/// `pending` wakes its long-poll followers (the settle trigger). `$1` scope, `$2` claim id.
-const GIVE_BACK_SQL: &str = "
-UPDATE keyflight_records
-   SET state = 'failed', lease_expires_at = clock_timestamp(), updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
-RETURNING fence";
 
 /// [`GIVE_BACK_SQL`] on a partitioned database.
 pub(super) static GIVE_BACK: Routed = Routed::by_scope("give_back", GIVE_BACK_SQL);

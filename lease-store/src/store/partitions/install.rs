@@ -7,6 +7,7 @@ use tokio_postgres::types::{Kind, Type};
 
 use super::{CLUSTER, Routed, RunOn, SLOTS, routed};
 use crate::store::{PLANNER_SETTINGS, StoreError};
+use keyflight_store_core::sql::partitions::ROUTER_SQL;
 
 /// A function's signature, read from its statement prepared on a partition.
 struct Signature {
@@ -92,25 +93,6 @@ fn type_name(ty: &Type) -> String {
         _ => ty.name().to_owned(),
     }
 }
-
-/// The router's own objects: the hash PL/Proxy runs on a scope (its first four bytes as a
-/// signed integer; PL/Proxy masks it to the slot count); and a `keyflight_records` that is
-/// not a table. A lease-store started without `--partition-url` on the router (a rollback
-/// to a release without partitions, a missing setting) would otherwise migrate it and serve
-/// an empty table beside the partitions' records, running every request again; with this
-/// view its migration fails (the name is taken), and every statement it runs fails closed
-/// with the reason.
-const ROUTER_SQL: &str = "
-CREATE EXTENSION IF NOT EXISTS plproxy;
-CREATE OR REPLACE FUNCTION keyflight_partition(bytea) RETURNS integer
-    LANGUAGE sql IMMUTABLE STRICT
-    AS $$ SELECT ('x' || encode(substring($1 FROM 1 FOR 4), 'hex'))::bit(32)::integer $$;
-CREATE OR REPLACE FUNCTION keyflight_router_holds_no_records() RETURNS bytea
-    LANGUAGE plpgsql VOLATILE AS $$ BEGIN
-    RAISE EXCEPTION 'this database is the PL/Proxy router of a partitioned keyflight database: it holds no records'
-        USING HINT = 'run the lease-store with --partition-url for each partition (docs/distributed-sql.md)';
-END $$;
-CREATE OR REPLACE VIEW keyflight_records AS SELECT keyflight_router_holds_no_records() AS scope;";
 
 /// What `migrate` with partitions did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,6 +34,7 @@ use tokio_postgres::Client;
 use super::StoreError;
 
 pub use install::{PartitionedReport, RuntimeRole, migrate_partitioned};
+use keyflight_store_core::sql::partitions::ROUTER_SCHEMA_SQL;
 pub use move_slot::{MoveReport, move_slot};
 
 /// How many slots the router hashes scopes into: a power of two (PL/Proxy's rule), and
@@ -221,9 +222,6 @@ pub(super) async fn refuse_router(client: &Client) -> Result<(), StoreError> {
         false => Ok(()),
     }
 }
-
-/// The schema version a router was installed for; `/readyz` compares it with the binary's.
-const ROUTER_SCHEMA_SQL: &str = "SELECT keyflight_router_schema()";
 
 /// `Ok` when the router was installed for this binary's schema or a newer one.
 pub(super) async fn check_router(client: &Client) -> Result<(), StoreError> {
