@@ -8,7 +8,7 @@ use keyflight_store_core::sql::STATEMENTS;
 use sha2::{Digest, Sha256};
 
 /// Each statement's path under `keyflight_store_core::sql` and the SHA-256 of its value.
-const PINNED: [(&str, &str); 37] = [
+const PINNED: [(&str, &str); 43] = [
     (
         "batch::CLAIM_BATCH_SQL",
         "288c09fbce462b7626be8c614408076a48dbdee4e1cb723eb64e9141bae7f29f",
@@ -82,6 +82,10 @@ const PINNED: [(&str, &str); 37] = [
         "ef57ddb88af8fbc5f37918ffb74cbdbf99413cbc986278d5267ee3b6a40dab9b",
     ),
     (
+        "migrate::TABLE_EXISTS_SQL",
+        "faa38ce8141f28dd6ff207e7fc27fa4c5ce6607bfe5de5487e0c5796bbe70d65",
+    ),
+    (
         "orphan::GIVE_BACK_SQL",
         "b4df5c6525a38dc37fc31351e9fb858e113008a259f27cf8a61435995027fed1",
     ),
@@ -90,12 +94,32 @@ const PINNED: [(&str, &str); 37] = [
         "650c00878e23795482f26770d6910a2bb5f53cccbc5c57b1905f36da603f43ee",
     ),
     (
+        "partitions::CLUSTER_OPTIONS_SQL",
+        "b530b289327ba8e77fbe661f0d2c2a7d10a31ddb8fbc3f2ae09c7ed46ddc14a2",
+    ),
+    (
+        "partitions::FENCE_INCREMENT_SQL",
+        "f43e2181899f1550ea34b1197dc09f8673e1ecc0ac3305e5fb1523becabe3e80",
+    ),
+    (
+        "partitions::IS_ROUTER_SQL",
+        "a6d12ba02d2883447a00f426ff38f1917be2c55c1c45c051685b829b440078f3",
+    ),
+    (
+        "partitions::LAST_FENCE_SQL",
+        "b24ed61f21fa480613f86898c86732e47bf809143134e912f88c0220f4481bb3",
+    ),
+    (
         "partitions::ROUTER_SCHEMA_SQL",
         "ec17e75bb1f0294a7f6a0d42e8a2b72bf6fb26c01038cd76caa9fda79993583d",
     ),
     (
         "partitions::ROUTER_SQL",
         "d8bb50a9eac78ccc37bac126751113de7c8bba179d2a93d0cff82fdc02bc0fae",
+    ),
+    (
+        "privilege::CURRENT_USER_SQL",
+        "e3e4c413fce8753db132b245d90630657bd9eedd390b945007e41120e12fd5d9",
     ),
     (
         "privilege::EXCESS_PRIVILEGES_SQL",

@@ -17,7 +17,8 @@
 
 use super::{Store, StoreError};
 use keyflight_store_core::sql::privilege::{
-    EXCESS_PRIVILEGES_SQL, FUNCTIONS_OWNED_SQL, MISSING_GRANTS_SQL, ROUTER_EXCESS_SQL, SCHEMA_SQL,
+    CURRENT_USER_SQL, EXCESS_PRIVILEGES_SQL, FUNCTIONS_OWNED_SQL, MISSING_GRANTS_SQL,
+    ROUTER_EXCESS_SQL, SCHEMA_SQL,
 };
 
 /// A kind of object the runtime role is granted rights on; its name is the SQL keyword.
@@ -188,10 +189,7 @@ pub(super) async fn grant_runtime(
             "--grant-runtime needs a role name".into(),
         ));
     }
-    let me: String = client
-        .query_one("SELECT current_user", &[])
-        .await?
-        .try_get(0)?;
+    let me: String = client.query_one(CURRENT_USER_SQL, &[]).await?.try_get(0)?;
     if me == role {
         return Err(StoreError::Invalid(format!(
             "--grant-runtime {role}: that is the role running the migrations; the runtime role \

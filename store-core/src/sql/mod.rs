@@ -9,6 +9,7 @@ pub mod epoch;
 pub mod held;
 pub mod lease;
 pub mod listener;
+pub mod migrate;
 pub mod orphan;
 pub mod partitions;
 pub mod privilege;
@@ -17,70 +18,59 @@ pub mod records;
 pub mod retention;
 pub mod watch;
 
+/// Each statement as its path under this module, with its value.
+macro_rules! listed {
+    ($($module:ident::$name:ident),* $(,)?) => {
+        [$((concat!(stringify!($module), "::", stringify!($name)), $module::$name)),*]
+    };
+}
+
 /// Every statement above by its path under this module, for the pin by value
 /// (`model/tests/sql_pinned.rs`, `docs/model.md#keeping-the-mirror-honest`).
-pub const STATEMENTS: [(&str, &str); 37] = [
-    ("batch::CLAIM_BATCH_SQL", batch::CLAIM_BATCH_SQL),
-    ("batch::FINALIZE_BATCH_SQL", batch::FINALIZE_BATCH_SQL),
-    ("claim::CLAIM_SQL", claim::CLAIM_SQL),
-    ("claim::HOLD_LAPSED_SQL", claim::HOLD_LAPSED_SQL),
-    ("claim::READ_SQL", claim::READ_SQL),
-    ("dual::BOTH_HELD_SQL", dual::BOTH_HELD_SQL),
-    ("dual::HOLD_FOR_SETTLE_SQL", dual::HOLD_FOR_SETTLE_SQL),
-    ("dual::NONE_TAKEN_SQL", dual::NONE_TAKEN_SQL),
-    ("epoch::EPOCH_ROUTER_SQL", epoch::EPOCH_ROUTER_SQL),
-    ("epoch::EPOCH_SQL", epoch::EPOCH_SQL),
-    ("held::HOLD_ABANDONED_SQL", held::HOLD_ABANDONED_SQL),
-    ("lease::FINALIZE_SQL", lease::FINALIZE_SQL),
-    ("lease::OWNER_SQL", lease::OWNER_SQL),
-    ("lease::RELEASE_COOLDOWN_SQL", lease::RELEASE_COOLDOWN_SQL),
-    ("lease::RELEASE_FORGET_SQL", lease::RELEASE_FORGET_SQL),
-    ("lease::RELEASE_UNKNOWN_SQL", lease::RELEASE_UNKNOWN_SQL),
-    ("lease::RENEW_SQL", lease::RENEW_SQL),
-    ("listener::LIVENESS_SQL", listener::LIVENESS_SQL),
-    ("orphan::GIVE_BACK_SQL", orphan::GIVE_BACK_SQL),
-    ("orphan::RELEASE_ORPHAN_SQL", orphan::RELEASE_ORPHAN_SQL),
-    (
-        "partitions::ROUTER_SCHEMA_SQL",
-        partitions::ROUTER_SCHEMA_SQL,
-    ),
-    ("partitions::ROUTER_SQL", partitions::ROUTER_SQL),
-    (
-        "privilege::EXCESS_PRIVILEGES_SQL",
-        privilege::EXCESS_PRIVILEGES_SQL,
-    ),
-    (
-        "privilege::FUNCTIONS_OWNED_SQL",
-        privilege::FUNCTIONS_OWNED_SQL,
-    ),
-    (
-        "privilege::MISSING_GRANTS_SQL",
-        privilege::MISSING_GRANTS_SQL,
-    ),
-    ("privilege::ROUTER_EXCESS_SQL", privilege::ROUTER_EXCESS_SQL),
-    ("privilege::SCHEMA_SQL", privilege::SCHEMA_SQL),
-    (
-        "reconciled::RECONCILED_ABSENT_SQL",
-        reconciled::RECONCILED_ABSENT_SQL,
-    ),
-    (
-        "reconciled::RECONCILED_COMMITTED_SQL",
-        reconciled::RECONCILED_COMMITTED_SQL,
-    ),
-    ("records::ERASE_SQL", records::ERASE_SQL),
-    ("records::GET_SQL", records::GET_SQL),
-    ("records::LIST_ROUTER_SQL", records::LIST_ROUTER_SQL),
-    ("records::LIST_SQL", records::LIST_SQL),
-    (
-        "records::RESOLVE_COMPLETED_SQL",
-        records::RESOLVE_COMPLETED_SQL,
-    ),
-    ("records::RESOLVE_FAILED_SQL", records::RESOLVE_FAILED_SQL),
-    (
-        "retention::DELETE_EXPIRED_SQL",
-        retention::DELETE_EXPIRED_SQL,
-    ),
-    ("watch::WATCH_SQL", watch::WATCH_SQL),
+pub const STATEMENTS: [(&str, &str); 43] = listed![
+    batch::CLAIM_BATCH_SQL,
+    batch::FINALIZE_BATCH_SQL,
+    claim::CLAIM_SQL,
+    claim::HOLD_LAPSED_SQL,
+    claim::READ_SQL,
+    dual::BOTH_HELD_SQL,
+    dual::HOLD_FOR_SETTLE_SQL,
+    dual::NONE_TAKEN_SQL,
+    epoch::EPOCH_ROUTER_SQL,
+    epoch::EPOCH_SQL,
+    held::HOLD_ABANDONED_SQL,
+    lease::FINALIZE_SQL,
+    lease::OWNER_SQL,
+    lease::RELEASE_COOLDOWN_SQL,
+    lease::RELEASE_FORGET_SQL,
+    lease::RELEASE_UNKNOWN_SQL,
+    lease::RENEW_SQL,
+    listener::LIVENESS_SQL,
+    migrate::TABLE_EXISTS_SQL,
+    orphan::GIVE_BACK_SQL,
+    orphan::RELEASE_ORPHAN_SQL,
+    partitions::CLUSTER_OPTIONS_SQL,
+    partitions::FENCE_INCREMENT_SQL,
+    partitions::IS_ROUTER_SQL,
+    partitions::LAST_FENCE_SQL,
+    partitions::ROUTER_SCHEMA_SQL,
+    partitions::ROUTER_SQL,
+    privilege::CURRENT_USER_SQL,
+    privilege::EXCESS_PRIVILEGES_SQL,
+    privilege::FUNCTIONS_OWNED_SQL,
+    privilege::MISSING_GRANTS_SQL,
+    privilege::ROUTER_EXCESS_SQL,
+    privilege::SCHEMA_SQL,
+    reconciled::RECONCILED_ABSENT_SQL,
+    reconciled::RECONCILED_COMMITTED_SQL,
+    records::ERASE_SQL,
+    records::GET_SQL,
+    records::LIST_ROUTER_SQL,
+    records::LIST_SQL,
+    records::RESOLVE_COMPLETED_SQL,
+    records::RESOLVE_FAILED_SQL,
+    retention::DELETE_EXPIRED_SQL,
+    watch::WATCH_SQL,
 ];
 
 #[cfg(test)]
@@ -98,6 +88,7 @@ mod tests {
             ("held", include_str!("held.rs")),
             ("lease", include_str!("lease.rs")),
             ("listener", include_str!("listener.rs")),
+            ("migrate", include_str!("migrate.rs")),
             ("orphan", include_str!("orphan.rs")),
             ("partitions", include_str!("partitions.rs")),
             ("privilege", include_str!("privilege.rs")),
@@ -125,6 +116,9 @@ mod tests {
         declared.sort();
         let mut listed: Vec<&str> = STATEMENTS.iter().map(|(name, _)| *name).collect();
         listed.sort();
-        assert_eq!(declared, listed);
+        assert_eq!(
+            declared, listed,
+            "STATEMENTS lacks a statement a module declares"
+        );
     }
 }

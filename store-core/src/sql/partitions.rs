@@ -21,3 +21,19 @@ CREATE OR REPLACE FUNCTION keyflight_router_holds_no_records() RETURNS bytea
         USING HINT = 'run the lease-store with --partition-url for each partition (docs/distributed-sql.md)';
 END $$;
 CREATE OR REPLACE VIEW keyflight_records AS SELECT keyflight_router_holds_no_records() AS scope;";
+
+/// Whether this database is a partitioned database's router: only the router has the
+/// function that makes every record statement on it fail closed.
+pub const IS_ROUTER_SQL: &str =
+    "SELECT to_regprocedure('keyflight_router_holds_no_records()') IS NOT NULL";
+
+/// `$1` the router's foreign server: its options, which name the slots' partitions.
+pub const CLUSTER_OPTIONS_SQL: &str = "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1";
+
+/// The fence sequence's stride on a partition.
+pub const FENCE_INCREMENT_SQL: &str =
+    "SELECT increment_by FROM pg_sequences WHERE sequencename = 'keyflight_fence_seq'";
+
+/// The fence sequence's own row: `last_value` is the last fence handed out, or (not yet
+/// called) the next one; either way no fence above it was handed out.
+pub const LAST_FENCE_SQL: &str = "SELECT last_value FROM keyflight_fence_seq";

@@ -91,3 +91,6 @@ SELECT format('may CREATE in schema %s', n.nspname)
 UNION ALL
 SELECT format('may CREATE in database %s', current_database())
  WHERE NOT (SELECT rolsuper FROM me) AND has_database_privilege(current_database(), 'CREATE')";
+
+/// The role this connection runs as: `--grant-runtime` refuses to grant to itself.
+pub const CURRENT_USER_SQL: &str = "SELECT current_user";

@@ -7,7 +7,9 @@ use tokio_postgres::types::{Kind, Type};
 
 use super::{CLUSTER, Routed, RunOn, SLOTS, routed};
 use crate::store::{PLANNER_SETTINGS, StoreError};
-use keyflight_store_core::sql::partitions::ROUTER_SQL;
+use keyflight_store_core::sql::partitions::{
+    CLUSTER_OPTIONS_SQL, FENCE_INCREMENT_SQL, LAST_FENCE_SQL, ROUTER_SQL,
+};
 
 /// A function's signature, read from its statement prepared on a partition.
 struct Signature {
@@ -304,12 +306,7 @@ pub(super) async fn slot_map(
     client: &Client,
     partitions: &[&str],
 ) -> Result<Vec<String>, StoreError> {
-    let installed = client
-        .query_opt(
-            "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1",
-            &[&CLUSTER],
-        )
-        .await?;
+    let installed = client.query_opt(CLUSTER_OPTIONS_SQL, &[&CLUSTER]).await?;
     let Some(installed) = installed else {
         return Ok((0..SLOTS)
             .map(|slot| partitions[slot % partitions.len()].to_owned())
@@ -455,18 +452,11 @@ pub(super) async fn own_fences(
     let stride = i64::try_from(SLOTS).unwrap_or(i64::MAX);
     let residue = i64::try_from(index).unwrap_or(i64::MAX) % stride;
     let increment: i64 = client
-        .query_one(
-            "SELECT increment_by FROM pg_sequences WHERE sequencename = 'keyflight_fence_seq'",
-            &[],
-        )
+        .query_one(FENCE_INCREMENT_SQL, &[])
         .await?
         .try_get(0)?;
-    // The sequence's own row: `last_value` is the last fence handed out, or (not yet
-    // called) the next one; either way no fence above it was handed out.
-    let last: i64 = client
-        .query_one("SELECT last_value FROM keyflight_fence_seq", &[])
-        .await?
-        .try_get(0)?;
+    // No fence above the sequence's `last_value` was handed out (`LAST_FENCE_SQL`).
+    let last: i64 = client.query_one(LAST_FENCE_SQL, &[]).await?.try_get(0)?;
     let in_class = last.rem_euclid(stride) == (residue + 1) % stride;
     if increment == stride {
         if !in_class {
