@@ -6,4 +6,5 @@
 pub mod answer;
 pub mod grace;
 pub mod orphan;
+pub mod session;
 pub mod sql;
