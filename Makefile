@@ -177,7 +177,7 @@ e2e-partitioned: net-prereqs partition-prereqs envoy wasm native-test build
 		--skip upgrades_run_once::a_retry_after_a_rollback_runs_once
 
 # The protocol model over the real filter code (docs/model.md): the bounded check, every
-# mutation caught, the mirrored SQL pinned; optimized (profile `model`), about a minute.
+# mutation caught, every store statement pinned; optimized (profile `model`), about a minute.
 model-check:
 	$(CARGO) test --profile model -p keyflight-model
 

@@ -1,7 +1,7 @@
 //! The Postgres baseline: `pgbench` running the lease-store's own claim and finalize SQL.
 //!
-//! The statements come from the lease-store crate itself ([`CLAIM_SQL`], [`FINALIZE_SQL`]),
-//! so a change to the store's SQL changes the baseline with it: there is no copy to drift.
+//! The statements are the lease-store's own, from `keyflight-store-core` ([`CLAIM_SQL`],
+//! [`FINALIZE_SQL`]), so a change to the store's SQL changes the baseline with it: there is no copy to drift.
 //! pgbench cannot bind bytea or uuid values from its integer variables, so each `$n`
 //! parameter is replaced by an expression of pgbench variables that yields the same type
 //! and shape the store binds: 32-byte SHA-256 digests for scope and fingerprint, a uuid
@@ -22,7 +22,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use keyflight_lease_store::store::{CLAIM_SQL, FINALIZE_SQL, planner_options};
+use keyflight_store_core::session::planner_options;
+use keyflight_store_core::sql::claim::CLAIM_SQL;
+use keyflight_store_core::sql::lease::FINALIZE_SQL;
 
 use crate::error::BenchError;
 use crate::stats::Recorder;
@@ -43,6 +45,8 @@ const CLAIM_PARAMS: &[(usize, &str)] = &[
     (6, "true"),
     // The bench's policy is the demo's, `uncertain: hold`: at-most-once.
     (7, "true"),
+    // The demo's filter calls with a bearer token: no workload.
+    (8, "NULL"),
 ];
 
 /// What the store binds for a finalize's `$n`, as pgbench expressions. The recorded

@@ -4,10 +4,12 @@
 //! model's clock, which plays `clock_timestamp()` (and `now()`: a statement is
 //! one atomic step here).
 //!
-//! The statements' text is pinned next to this file (`tests/sql_pinned.rs`): a
-//! statement that changes without this mirror fails that test.
+//! The statements are the store's own (`keyflight_store_core::sql`), pinned by value
+//! (`tests/sql_pinned.rs`): a statement that changes without this mirror fails that test.
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::wire::WonHow;
+use keyflight_store_core::answer::{Answer, Record, RecordState, answer_for};
 
 use crate::ghost::{Displaced, Ghost};
 use crate::{Mutation, Params};
@@ -23,6 +25,18 @@ pub enum RowState {
     Failed,
     /// Waits for an operator.
     Unknown,
+}
+
+impl RowState {
+    /// The column as the store reads it.
+    fn column(self) -> RecordState {
+        match self {
+            RowState::Pending => RecordState::Pending,
+            RowState::Completed => RecordState::Completed,
+            RowState::Failed => RecordState::Failed,
+            RowState::Unknown => RecordState::Unknown,
+        }
+    }
 }
 
 /// A recorded response (`response_status`, `response_headers`, `response_body`).
@@ -70,6 +84,17 @@ pub enum How {
     RecoveredAbandoned,
 }
 
+impl How {
+    /// The wire's name for it.
+    pub fn wire(self) -> WonHow {
+        match self {
+            How::Claimed => WonHow::Claimed,
+            How::RecoveredTtl => WonHow::RecoveredTtl,
+            How::RecoveredAbandoned => WonHow::RecoveredAbandoned,
+        }
+    }
+}
+
 /// What a settle call writes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Settle {
@@ -91,7 +116,8 @@ pub enum Settle {
     Forget,
 }
 
-/// What a lost claim is told (`RecordSnapshot::answer_for`, and the grace's `in_progress`).
+/// What a lost claim is told (`keyflight_store_core::answer::answer_for`, and the grace's
+/// `in_progress`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lost {
     /// `completed` with its response (`None`: not replayable) and retention left.
@@ -166,26 +192,24 @@ impl Db {
             // `held`: a lapsed at-most-once lease became `unknown`.
             ghost.unknown.push((row.fingerprint, row.fence, now));
         }
-        let remaining = row.lease_expires_at.map_or(0, |at| at.saturating_sub(now));
-        let live_lease = row.state == RowState::Pending && remaining > 0;
-        let retention_over = row.expires_at < now;
-        let answer = if retention_over && row.state != RowState::Unknown && !live_lease {
-            None
-        } else if row.fingerprint != args.fingerprint {
-            Some(Lost::Conflict)
-        } else {
-            match (row.state, remaining) {
-                (RowState::Completed, _) => Some(Lost::Completed(
-                    row.replayable.then(|| row.response.clone()).flatten(),
-                    row.expires_at.saturating_sub(now),
-                )),
-                (RowState::Pending, left) if left > 0 => Some(Lost::InProgress(secs(left))),
-                (RowState::Failed, left) if left > 0 => Some(Lost::Cooldown(secs(left))),
-                (RowState::Unknown, _) => Some(Lost::Unknown(row.fence)),
-                _ => None,
-            }
+        // `READ_SQL`'s columns, as the row reads at `now`.
+        let record = Record {
+            state: row.state.column(),
+            same_fingerprint: row.fingerprint == args.fingerprint,
+            remaining_ms: row.lease_expires_at.map_or(0, |at| at.saturating_sub(now)),
+            retention_over: row.expires_at < now,
         };
-        Err(answer.unwrap_or(Lost::InProgress(1)))
+        Err(match answer_for(&record) {
+            None => Lost::InProgress(1),
+            Some(Answer::Completed) => Lost::Completed(
+                row.replayable.then(|| row.response.clone()).flatten(),
+                row.expires_at.saturating_sub(now),
+            ),
+            Some(Answer::Conflict) => Lost::Conflict,
+            Some(Answer::InProgress { retry_after_s }) => Lost::InProgress(retry_after_s),
+            Some(Answer::Cooldown { retry_after_s }) => Lost::Cooldown(retry_after_s),
+            Some(Answer::Unknown) => Lost::Unknown(row.fence),
+        })
     }
 
     /// `CLAIM_SQL`: `ins`, else `ttl`, else `steal`, else `held` (which wins nothing:
@@ -449,94 +473,22 @@ impl Db {
     }
 }
 
-/// Whole seconds to wait (`retry_after_s`: at least one).
-fn secs(ms: u64) -> u64 {
-    ms.div_ceil(1000).max(1)
-}
-
-/// Every statement this file mirrors: (source file under `lease-store/src/store/`,
-/// constant or macro, SHA-256 of its source text). `tests/sql_pinned.rs` recomputes
-/// them; a statement that changes fails it until this mirror is checked and the
-/// digest updated (`docs/model.md#keeping-the-mirror-honest`).
-pub const MIRRORED: [(&str, &str, &str); 16] = [
-    (
-        "claim.rs",
-        "reopened_row",
-        "8edde925b17c50978f15bb5bfd70c04378de068173b739520953f76f6bbfdee7",
-    ),
-    (
-        "claim.rs",
-        "held_lapse",
-        "081d8a443a47135e1c33f1dbba3247c1ecc587b07818e29d77eabf35fccb75b7",
-    ),
-    (
-        "claim.rs",
-        "CLAIM_SQL",
-        "3f7a97dc6f3432b39175e2cc11fd53fd16d18376055ad186fa0e0f178a0430bd",
-    ),
-    (
-        "claim.rs",
-        "READ_SQL",
-        "0aa1adb70204ce06b6e88b778a5cfb374d76553e335ab9a6aed236d5c8712de5",
-    ),
-    (
-        "lease.rs",
-        "RENEW_SQL",
-        "1669665c2f047a80c8dc45b58bed0a98092f72d757c63a86b2e1cb62bdd5c66e",
-    ),
-    (
-        "lease.rs",
-        "FINALIZE_SQL",
-        "111fabf0a29d2ad1c9c0e043fc17b78891e7958743be463ab9c001e673976ddc",
-    ),
-    (
-        "lease.rs",
-        "RELEASE_COOLDOWN_SQL",
-        "c5fa0ab793a61f259bdfdc9f7467cdf9f50a03d5c9dacf06c6999b8a5d2ee4bc",
-    ),
-    (
-        "lease.rs",
-        "RELEASE_UNKNOWN_SQL",
-        "aed1f0ead4aad67251467ebb6fd01dac14fb5a086ff0aff532913628bde58335",
-    ),
-    (
-        "lease.rs",
-        "RELEASE_FORGET_SQL",
-        "99a6c18d2e3d029c12c2b96987a4c9adc096aa22386465db592006ae4fe1110c",
-    ),
-    (
-        "lease.rs",
-        "OWNER_SQL",
-        "932a86b3a657ace5cbe01d1777fa599e5f8645ed960ff867de6756a39762b2e6",
-    ),
-    (
-        "retention.rs",
-        "DELETE_EXPIRED_SQL",
-        "ee077c60b1e0d1059a1505f01625f496ab0acd70efef5c86d9487c3fb6b87b0c",
-    ),
-    (
-        "held.rs",
-        "HOLD_ABANDONED_SQL",
-        "a2468479de86f7ad4639942324d6e10fcb32f68ecafd32d357ec191e64587cfd",
-    ),
-    (
-        "orphan.rs",
-        "RELEASE_ORPHAN_SQL",
-        "b6a86d3b175e281d74fa6fd7d5488a73c4140072b5cab44f7b89321a0ba04512",
-    ),
-    (
-        "orphan.rs",
-        "GIVE_BACK_SQL",
-        "274be90e54e29e62bf8486916337a83415f297b4d86e3f989514c9ad7813d512",
-    ),
-    (
-        "reconciled.rs",
-        "RECONCILED_COMMITTED_SQL",
-        "e3fae09bf03d87829e7a4d09ef5e0636d4d3e8558b0f05774b561db4849d132b",
-    ),
-    (
-        "reconciled.rs",
-        "RECONCILED_ABSENT_SQL",
-        "98e306a687ea5d3311353654ed96a390cbb33e8e62c8ea759c5f2a48f0ef98e8",
-    ),
+/// Every statement this file mirrors, by its path under `keyflight_store_core::sql`. The
+/// statements are pinned by value (`tests/sql_pinned.rs`); one of these that changes fails
+/// there until this mirror is checked against it (`docs/model.md#keeping-the-mirror-honest`).
+pub const MIRRORED: [&str; 14] = [
+    "claim::CLAIM_SQL",
+    "claim::READ_SQL",
+    "lease::RENEW_SQL",
+    "lease::FINALIZE_SQL",
+    "lease::RELEASE_COOLDOWN_SQL",
+    "lease::RELEASE_UNKNOWN_SQL",
+    "lease::RELEASE_FORGET_SQL",
+    "lease::OWNER_SQL",
+    "retention::DELETE_EXPIRED_SQL",
+    "held::HOLD_ABANDONED_SQL",
+    "orphan::RELEASE_ORPHAN_SQL",
+    "orphan::GIVE_BACK_SQL",
+    "reconciled::RECONCILED_COMMITTED_SQL",
+    "reconciled::RECONCILED_ABSENT_SQL",
 ];

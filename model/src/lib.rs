@@ -24,8 +24,8 @@
 pub mod check;
 pub mod db;
 pub mod ghost;
-pub mod grace;
 pub mod proxy;
+pub mod replica;
 pub mod service;
 pub mod world;
 
@@ -42,6 +42,10 @@ pub const TICK_MS: u64 = 500;
 pub enum Mutation {
     /// The claim's `$6` is always true: takeovers ignore the replica's grace.
     TakeoverIgnoresGrace,
+    /// The store's own grace holds only while the database fails: its comparison with
+    /// its end is gone (`keyflight-store-core`'s `mutation-hooks` feature:
+    /// `TakeoverGrace::mutate_hold_only_while_failing`).
+    GraceOnlyWhileFailing,
     /// Cleanup deletes `pending` rows past retention whatever their lease.
     CleanupDeletesLivePending,
     /// `FINALIZE_SQL` without `claim_id = $2`.
@@ -220,6 +224,11 @@ impl Model for Protocol {
 
     fn init_states(&self) -> Vec<World> {
         let mut world = World::start(&self.params);
+        if self.params.mutation == Some(Mutation::GraceOnlyWhileFailing) {
+            for replica in &mut world.replicas {
+                replica.grace.mutate_hold_only_while_failing();
+            }
+        }
         if self.params.mutation == Some(Mutation::OutboxDropsOnTransientError) {
             for proxy in &mut world.proxies {
                 proxy.outbox.0.mutate_drop_on_transient_error();

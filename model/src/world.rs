@@ -6,13 +6,14 @@ use keyflight_filter::outbox::{CallId, CallKind, OutboxAction};
 use keyflight_filter::store_call::{Answer, StoreCall, parse_ack_answer};
 use keyflight_protocol::Digest;
 use keyflight_protocol::wire::reconcile::{ReconciledRequest, ServiceAnswer};
-use keyflight_protocol::wire::{ClaimAnswer, ClaimResponse, ReleaseAs, StoredResponse, WonHow};
+use keyflight_protocol::wire::{ClaimAnswer, ClaimResponse, ReleaseAs, StoredResponse};
+use keyflight_store_core::orphan::OrphanRelease;
 use uuid::Uuid;
 
-use crate::db::{ClaimArgs, Db, How, Lost, Recorded, Settle};
+use crate::db::{ClaimArgs, Db, Lost, Recorded, Settle};
 use crate::ghost::{Delivered, Execution, Ghost};
-use crate::grace::Replica;
 use crate::proxy::{Effect, Fed, Proxy, Stream, body_of, execution_of, store_timeout_ms};
+use crate::replica::Replica;
 use crate::service::{Said, Service};
 use crate::{Params, TICK_MS, Uncertain};
 
@@ -453,7 +454,7 @@ impl World {
                 if self.db.up && !replica.orphans.is_empty() {
                     out.push(Step::ReleaseOrphan { replica: r });
                 }
-                let may_go = !replica.grace.held(self.now);
+                let may_go = !replica.held(self.now);
                 if self.db.up
                     && (self.db.expired(self.now, may_go, params)
                         || self.db.abandoned_lapse(self.now, may_go, params))
@@ -589,7 +590,7 @@ impl World {
             Step::DbUp => self.db.up = true,
             Step::Cleanup { replica } => {
                 let r = &mut self.replicas[usize::from(replica)];
-                let may_go = !r.grace.held(self.now);
+                let may_go = !r.held(self.now);
                 r.database_call(true, self.now);
                 self.db.cleanup(self.now, may_go, params, &mut self.ghost);
             }
@@ -601,11 +602,11 @@ impl World {
             }
             Step::ReleaseOrphan { replica } => {
                 let r = &mut self.replicas[usize::from(replica)];
-                let (claim, how) = r.orphans.remove(0);
+                let (claim, release) = r.orphans.remove(0);
                 r.database_call(true, self.now);
-                match how {
-                    How::RecoveredAbandoned => self.db.give_back(self.now, claim, &mut self.ghost),
-                    How::Claimed | How::RecoveredTtl => {
+                match release {
+                    OrphanRelease::GiveBack => self.db.give_back(self.now, claim, &mut self.ghost),
+                    OrphanRelease::Delete => {
                         self.db.release_orphan(self.now, claim, &mut self.ghost)
                     }
                 }
@@ -693,7 +694,7 @@ impl World {
             }
             return;
         }
-        let may_take_over = !r.grace.held(now);
+        let may_take_over = !r.held(now);
         r.database_call(true, now);
         let answer = match &request.call {
             Wire::Claim {
@@ -718,17 +719,13 @@ impl World {
                         if request.waiter == Waiter::Reset {
                             self.replicas[usize::from(replica)]
                                 .orphans
-                                .push((fence, how));
+                                .push((fence, OrphanRelease::after(how.wire())));
                         }
                         claim_answer(
                             ClaimResponse::Won {
                                 claim_id: uuid(fence),
                                 fence: i64::from(fence),
-                                how: match how {
-                                    How::Claimed => WonHow::Claimed,
-                                    How::RecoveredTtl => WonHow::RecoveredTtl,
-                                    How::RecoveredAbandoned => WonHow::RecoveredAbandoned,
-                                },
+                                how: how.wire(),
                                 lease_ms: *lease_ms,
                             },
                             None,

@@ -61,6 +61,12 @@ fn a_takeover_that_ignores_the_grace_is_caught() {
     caught(short(8), Mutation::TakeoverIgnoresGrace, ONE_RUN);
 }
 
+/// The store's own rule (`keyflight-store-core`), not a mirror of it.
+#[test]
+fn a_store_grace_that_holds_only_while_the_database_fails_is_caught() {
+    caught(short(8), Mutation::GraceOnlyWhileFailing, ONE_RUN);
+}
+
 #[test]
 fn a_cleanup_that_deletes_a_live_pending_row_is_caught() {
     caught(short(8), Mutation::CleanupDeletesLivePending, ONE_RUN);

@@ -36,6 +36,7 @@ use tokio_postgres::{AsyncMessage, SimpleQueryMessage};
 use super::waiters::Waiters;
 use crate::db::{self, DatabaseUrlError};
 use crate::store::{per_host_connect_timeout, tune_tcp};
+use keyflight_store_core::sql::listener::LIVENESS_SQL;
 
 /// The NOTIFY channel migration V1's trigger announces settled scopes on.
 pub const CHANNEL: &str = "keyflight_settled";
@@ -50,9 +51,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const LIVENESS_INTERVAL: Duration = Duration::from_secs(5);
 /// How long the liveness check may take before the connection counts as lost.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
-/// The liveness check: any answer proves the server alive, and the value says
-/// whether this session still takes writes (`off`), as a primary's does.
-const LIVENESS_SQL: &str = "SELECT current_setting('transaction_read_only')";
 
 /// The listener task: connect, LISTEN, dispatch notifications; on any
 /// failure back off and start over, until shutdown.

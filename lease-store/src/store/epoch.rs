@@ -7,17 +7,12 @@
 
 use super::partitions::Routed;
 use super::{Store, StoreError};
-
-const EPOCH_SQL: &str = "SELECT epoch FROM keyflight_operator_epoch";
+use keyflight_store_core::sql::epoch::{EPOCH_ROUTER_SQL, EPOCH_SQL};
 
 /// [`EPOCH_SQL`] on a partitioned database (`partitions.rs`): the mesh-wide epoch is the
 /// sum of every partition's. Each only grows, so the sum grows with any of them: an erase on
 /// any partition changes it.
-pub(super) static EPOCH: Routed = Routed::on_all(
-    "epoch",
-    EPOCH_SQL,
-    Some("SELECT COALESCE(sum(epoch), 0)::bigint AS epoch FROM keyflight_epoch()"),
-);
+pub(super) static EPOCH: Routed = Routed::on_all("epoch", EPOCH_SQL, Some(EPOCH_ROUTER_SQL));
 
 impl Store {
     /// The current operator epoch.

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use keyflight_store_core::sql::migrate::TABLE_EXISTS_SQL;
+
 use super::StoreError;
 use crate::db;
 
@@ -135,7 +137,7 @@ async fn run_with_retries(
 /// replica keeps working while a newer release's migration has already run.
 pub(super) async fn check_current(client: &tokio_postgres::Client) -> Result<(), StoreError> {
     let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&HISTORY_TABLE])
+        .query_one(TABLE_EXISTS_SQL, &[&HISTORY_TABLE])
         .await?
         .try_get(0)?;
     if !exists {

@@ -76,6 +76,7 @@ use deadpool_postgres::{
 };
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimResponse;
+use keyflight_store_core::session::{PLANNER_SETTINGS, planner_options};
 use tokio_postgres::error::SqlState;
 
 use crate::db::{self, Database, DatabaseUrlError};
@@ -89,7 +90,7 @@ pub use orphan::MAX_RELEASES_IN_FLIGHT;
 pub use partitions::{
     MoveReport, PartitionedReport, RuntimeRole, SLOTS, migrate_partitioned, move_slot, slot_of,
 };
-pub use takeover::TakeoverGrace;
+use takeover::ReplicaGrace;
 pub use usage::Usage;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
 pub use claim::{CLAIM_SQL, RecordSnapshot};
@@ -132,7 +133,7 @@ pub struct StoreSettings {
     /// [`ANSWER_MARGIN`]) how long a call waits for the database's answers.
     pub statement_timeout: Duration,
     /// How long after start-up, and after the database answers again following a
-    /// failure, no expired pending lease is taken over ([`TakeoverGrace`]).
+    /// failure, no expired pending lease is taken over (`keyflight_store_core::grace`).
     pub takeover_grace: Duration,
     /// How long after a pending lease ran out its winner's outbox may still settle
     /// it: retention cleanup deletes no `pending` row sooner
@@ -207,7 +208,7 @@ pub struct Store {
     /// `statement_timeout` + [`ANSWER_MARGIN`]: the most a call's database work may take.
     answer_timeout: Duration,
     /// Whether expired pending leases may be taken over now.
-    grace: Arc<Mutex<TakeoverGrace>>,
+    grace: Arc<Mutex<ReplicaGrace>>,
     /// [`StoreSettings::settle_horizon`].
     settle_horizon: Duration,
     /// The group-commit queues; `None` when batching is off, and in the handle
@@ -268,10 +269,7 @@ impl Store {
             default_retention: settings.default_retention,
             default_cooldown: settings.default_cooldown,
             answer_timeout,
-            grace: Arc::new(Mutex::new(TakeoverGrace::starting(
-                settings.takeover_grace,
-                Instant::now(),
-            ))),
+            grace: Arc::new(Mutex::new(ReplicaGrace::starting(settings.takeover_grace))),
             settle_horizon: settings.settle_horizon,
             partitions: settings.partitions.clone().into(),
             batch: None,
@@ -433,30 +431,6 @@ pub(crate) fn per_host_connect_timeout(
     budget / u32::try_from(hosts).unwrap_or(u32::MAX)
 }
 
-/// Every statement the store runs on its hot path finds its rows through an index, so its
-/// sessions never plan a sequential scan where an index serves: a plan cached while the
-/// table was young would keep scanning it as it grows
-/// (`docs/postgres-facts.md#plans-made-on-a-young-table`).
-/// JIT is off because a statement that has only a sequential scan to use (a one-row
-/// table, a catalog, the epoch trigger's update) is then costed past JIT's thresholds,
-/// and compiling never pays off for statements that each touch a few rows.
-/// Each prepared statement is planned once, generically: the default would plan a batch
-/// statement again on every run, for the length of its arrays
-/// (`docs/postgres-facts.md#plans-made-on-a-young-table`).
-pub(crate) const PLANNER_SETTINGS: [(&str, &str); 3] = [
-    ("enable_seqscan", "off"),
-    ("jit", "off"),
-    ("plan_cache_mode", "force_generic_plan"),
-];
-
-/// [`PLANNER_SETTINGS`] as a connection's `options` (libpq's `PGOPTIONS`) spell them: the
-/// store's pooled sessions and the bench's pgbench baseline start with them.
-pub fn planner_options() -> String {
-    PLANNER_SETTINGS
-        .map(|(name, value)| format!("-c {name}={value}"))
-        .join(" ")
-}
-
 /// Parses the URL (TLS included, `crate::db`) and adds the settings every pooled connection needs.
 fn pg_config(database_url: &str, statement_timeout: Duration) -> Result<Database, StoreError> {
     let mut database = db::parse(database_url)?;
@@ -524,13 +498,4 @@ fn millis_param(name: &str, value: u64) -> Result<i64, StoreError> {
 /// Converts a duration to whole milliseconds for SQL, saturating.
 fn duration_millis(d: Duration) -> i64 {
     i64::try_from(millis(d)).unwrap_or(i64::MAX)
-}
-
-/// Whole seconds to wait for `remaining_ms`, rounded up and at least 1 (a
-/// `Retry-After` of 0 invites a hot loop).
-fn retry_after_s(remaining_ms: i64) -> u64 {
-    u64::try_from(remaining_ms)
-        .unwrap_or(0)
-        .div_ceil(1000)
-        .max(1)
 }

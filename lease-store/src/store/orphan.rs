@@ -33,81 +33,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keyflight_protocol::Digest;
+use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::WonHow;
+pub(super) use keyflight_store_core::orphan::OrphanRelease;
+use keyflight_store_core::orphan::ReleaseDeadline;
 use uuid::Uuid;
 
 use super::partitions::Routed;
 use super::{Store, StoreError};
 use crate::log_limit::{self, Kind};
-
-/// The `forget` release's statement, returning the fence it released.
-/// `$1` scope, `$2` claim id.
-/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
-const RELEASE_ORPHAN_SQL: &str = "
-DELETE FROM keyflight_records
- WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
-RETURNING fence";
+use keyflight_store_core::sql::orphan::{GIVE_BACK_SQL, RELEASE_ORPHAN_SQL};
 
 /// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).
 pub(super) static RELEASE_ORPHAN: Routed = Routed::by_scope("release_orphan", RELEASE_ORPHAN_SQL);
 
-/// Gives back a record an orphan took over: `failed`, its cooldown over at once, as a
-/// `release_cooldown` of zero leaves it. The fingerprint stays, so another body is still a
-/// conflict and the same request takes it over at once (the claim's `steal` branch); leaving
-/// `pending` wakes its long-poll followers (the settle trigger). `$1` scope, `$2` claim id.
-const GIVE_BACK_SQL: &str = "
-UPDATE keyflight_records
-   SET state = 'failed', lease_expires_at = clock_timestamp(), updated_at = clock_timestamp()
- WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'
-RETURNING fence";
-
 /// [`GIVE_BACK_SQL`] on a partitioned database.
 pub(super) static GIVE_BACK: Routed = Routed::by_scope("give_back", GIVE_BACK_SQL);
 
-/// What releasing an orphan leaves of its record (`docs/records.md#orphan-claims`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum OrphanRelease {
-    /// [`RELEASE_ORPHAN_SQL`]: nothing. For a claim that inserted the record or reused one
-    /// past its retention, which holds nothing of another request.
-    Delete,
-    /// [`GIVE_BACK_SQL`]: the record the claim took over (a lapsed lease, a cooldown that
-    /// ran out), kept with its fingerprint. Deleted, another body could run under the key
-    /// within the earlier request's retention. Also every guarded claim whose win was never
-    /// read ([`OrphanRelease::UNREAD`]).
-    GiveBack,
-}
-
-impl OrphanRelease {
-    /// The release of a guarded claim whose statement was never read (the answer bound
-    /// fired, or a dual claim's `COMMIT` went unanswered): how it won is not known, so it
-    /// is given back. Were it a takeover, deleting would lose the earlier request's
-    /// fingerprint; were it a fresh insert, giving back only keeps the key this request's
-    /// for its retention — the same body takes it over at once, another gets `conflict`.
-    /// A batch's claims are fresh inserts, so its unread ones are deleted (`batch/claims.rs`).
-    pub(super) const UNREAD: OrphanRelease = OrphanRelease::GiveBack;
-
-    /// The release of an orphan that won `how`.
-    pub(super) fn after(how: WonHow) -> OrphanRelease {
-        match how {
-            WonHow::RecoveredAbandoned => OrphanRelease::GiveBack,
-            WonHow::Claimed | WonHow::RecoveredTtl => OrphanRelease::Delete,
-        }
-    }
-
-    /// Its statement.
-    pub(super) fn statement(self) -> &'static Routed {
-        match self {
-            OrphanRelease::Delete => &RELEASE_ORPHAN,
-            OrphanRelease::GiveBack => &GIVE_BACK,
-        }
-    }
-
-    /// What it leaves, as evidence lines spell it.
-    pub(super) fn leaves(self) -> &'static str {
-        match self {
-            OrphanRelease::Delete => "no_record",
-            OrphanRelease::GiveBack => "failed",
-        }
+/// The statement of `release` (`keyflight_store_core::orphan::OrphanRelease`).
+pub(super) fn statement(release: OrphanRelease) -> &'static Routed {
+    match release {
+        OrphanRelease::Delete => &RELEASE_ORPHAN,
+        OrphanRelease::GiveBack => &GIVE_BACK,
     }
 }
 
@@ -122,43 +69,6 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(120);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between release attempts, the outbox's cap.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// Until when a release that finds no row looks again: until its claim's statement is
-/// surely over. That is the statement's answer bound after it was sent, unless the
-/// database stopped answering meanwhile: a frozen database runs a statement it was sent
-/// only once it resumes, so a release whose attempts went unanswered looks for one more
-/// answer bound after the database first answers it again.
-#[derive(Debug, Clone, Copy)]
-struct ReleaseDeadline {
-    settled_by: Instant,
-    answer_timeout: Duration,
-    /// An attempt since the last answer got none.
-    unanswered: bool,
-}
-
-impl ReleaseDeadline {
-    fn new(settled_by: Instant, answer_timeout: Duration) -> ReleaseDeadline {
-        ReleaseDeadline {
-            settled_by,
-            answer_timeout,
-            unanswered: false,
-        }
-    }
-
-    /// An attempt got no answer from the database.
-    fn unanswered(&mut self) {
-        self.unanswered = true;
-    }
-
-    /// The database answered at `now` that no pending row carries the claim: whether to
-    /// look again.
-    fn found_nothing(&mut self, now: Instant) -> bool {
-        if std::mem::take(&mut self.unanswered) {
-            self.settled_by = self.settled_by.max(now + self.answer_timeout);
-        }
-        now < self.settled_by
-    }
-}
 
 /// Guards one claim attempt: dropped before [`OrphanGuard::delivered`], it releases the
 /// claim in the background.
@@ -286,7 +196,10 @@ impl Store {
         release: OrphanRelease,
     ) {
         let give_up_at = settled_by + RELEASE_BUDGET;
-        let mut deadline = ReleaseDeadline::new(settled_by, self.answer_timeout);
+        // The deadline's milliseconds count from now.
+        let epoch = Instant::now();
+        let at = |t: Instant| millis(t.saturating_duration_since(epoch));
+        let mut deadline = ReleaseDeadline::new(at(settled_by), millis(self.answer_timeout));
         let mut backoff = MIN_BACKOFF;
         loop {
             match self.release_orphan_once(&scope, claim_id, release).await {
@@ -295,7 +208,7 @@ impl Store {
                     return;
                 }
                 Ok(None) => {
-                    if !deadline.found_nothing(Instant::now()) {
+                    if !deadline.found_nothing(at(Instant::now())) {
                         return;
                     }
                 }
@@ -340,7 +253,7 @@ impl Store {
         release: OrphanRelease,
     ) -> Result<Option<i64>, StoreError> {
         self.run(async |client| {
-            let statement = client.prepare_cached(self.sql(release.statement())).await?;
+            let statement = client.prepare_cached(self.sql(statement(release))).await?;
             let row = client
                 .query_opt(&statement, &[&scope.0.as_slice(), &claim_id])
                 .await?;
@@ -357,42 +270,5 @@ impl Store {
     /// The counter behind [`Store::orphans_released`], for the metrics registry.
     pub fn orphans_released_counter(&self) -> prometheus_client::metrics::counter::Counter {
         self.orphans_released.clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BOUND: Duration = Duration::from_secs(5);
-
-    #[test]
-    fn a_release_that_finds_nothing_stops_at_the_statements_answer_bound() {
-        let sent = Instant::now();
-        let mut deadline = ReleaseDeadline::new(sent + BOUND, BOUND);
-        assert!(deadline.found_nothing(sent + Duration::from_secs(1)));
-        assert!(!deadline.found_nothing(sent + BOUND));
-    }
-
-    #[test]
-    fn after_an_unanswered_attempt_it_looks_for_one_more_bound_from_the_next_answer() {
-        let sent = Instant::now();
-        let mut deadline = ReleaseDeadline::new(sent + BOUND, BOUND);
-        // The database froze past the statement's bound, then answered at `back`.
-        deadline.unanswered();
-        let back = sent + BOUND * 3;
-        assert!(deadline.found_nothing(back));
-        assert!(deadline.found_nothing(back + BOUND - Duration::from_millis(1)));
-        assert!(!deadline.found_nothing(back + BOUND));
-    }
-
-    #[test]
-    fn an_unanswered_attempt_never_shortens_the_wait() {
-        let sent = Instant::now();
-        let mut deadline = ReleaseDeadline::new(sent + BOUND * 2, BOUND);
-        deadline.unanswered();
-        assert!(deadline.found_nothing(sent));
-        assert!(deadline.found_nothing(sent + BOUND * 2 - Duration::from_millis(1)));
-        assert!(!deadline.found_nothing(sent + BOUND * 2));
     }
 }

@@ -14,6 +14,7 @@ use keyflight_model::{Mutation, PROPERTIES, Params};
 fn mutation(name: &str) -> Option<Mutation> {
     Some(match name {
         "takeover-ignores-grace" => Mutation::TakeoverIgnoresGrace,
+        "grace-only-while-failing" => Mutation::GraceOnlyWhileFailing,
         "cleanup-deletes-live-pending" => Mutation::CleanupDeletesLivePending,
         "finalize-unfenced" => Mutation::FinalizeUnfenced,
         "steal-ignores-fingerprint" => Mutation::StealIgnoresFingerprint,

@@ -35,25 +35,7 @@ use crate::store::claim::ClaimParams;
 use crate::store::orphan::OrphanRelease;
 use crate::store::partitions::Routed;
 use crate::store::{ClaimAttempt, Store, StoreError};
-
-/// `$1` scopes, `$2` fingerprints, `$3` claim ids, `$4` lease ms, `$5`
-/// retention ms, `$6` at-most-once, `$7` workloads (`NULL`: a bearer caller), one element
-/// per call, sorted by scope.
-pub(in crate::store) const CLAIM_BATCH_SQL: &str = "
-INSERT INTO keyflight_records
-    (scope, state, fingerprint, claim_id, fence, lease_expires_at,
-     created_at, retention, expires_at, at_most_once, updated_at, workload)
-SELECT c.scope, 'pending', c.fingerprint, c.claim_id, nextval('keyflight_fence_seq'),
-       clock_timestamp() + c.lease_ms * interval '1 millisecond',
-       clock_timestamp(), c.retention_ms * interval '1 millisecond',
-       clock_timestamp() + c.retention_ms * interval '1 millisecond',
-       c.at_most_once, clock_timestamp(), c.workload
-  FROM unnest($1::bytea[], $2::bytea[], $3::uuid[], $4::bigint[], $5::bigint[],
-              $6::boolean[], $7::text[])
-       AS c(scope, fingerprint, claim_id, lease_ms, retention_ms, at_most_once, workload)
- ORDER BY c.scope
-ON CONFLICT (scope) DO NOTHING
-RETURNING scope, fence";
+pub(in crate::store) use keyflight_store_core::sql::batch::CLAIM_BATCH_SQL;
 
 /// [`CLAIM_BATCH_SQL`] on a partitioned database: each partition inserts its share.
 pub(in crate::store) static CLAIM_BATCH: Routed = Routed::split("claim_batch", CLAIM_BATCH_SQL);

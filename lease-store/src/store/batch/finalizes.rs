@@ -27,19 +27,7 @@ use super::{BatchKind, Item, Queues};
 use crate::log_limit::{self, Kind};
 use crate::store::partitions::Routed;
 use crate::store::{Store, StoreError};
-
-/// `$1` scopes, `$2` claim ids, `$3` statuses, `$4` headers, `$5` bodies, `$6`
-/// replayable, one element per call, sorted by scope.
-/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
-pub(in crate::store) const FINALIZE_BATCH_SQL: &str = "
-UPDATE keyflight_records r
-   SET state = 'completed', lease_expires_at = NULL,
-       response_status = f.status, response_headers = f.headers, response_body = f.body,
-       replayable = f.replayable, updated_at = clock_timestamp()
-  FROM unnest($1::bytea[], $2::uuid[], $3::integer[], $4::jsonb[], $5::bytea[], $6::boolean[])
-       AS f(scope, claim_id, status, headers, body, replayable)
- WHERE r.scope = f.scope AND r.claim_id = f.claim_id AND (r.state || '') = 'pending'
-RETURNING r.scope";
+pub(in crate::store) use keyflight_store_core::sql::batch::FINALIZE_BATCH_SQL;
 
 /// [`FINALIZE_BATCH_SQL`] on a partitioned database: each partition updates its share.
 pub(in crate::store) static FINALIZE_BATCH: Routed =

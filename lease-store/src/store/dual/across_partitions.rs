@@ -29,20 +29,11 @@ use uuid::Uuid;
 
 use super::super::claim::{CLAIM, ClaimParams, MAX_ATTEMPTS, READ, held, won_attempt, won_how};
 use super::super::lease::{OWNER, Written, run_written};
-use super::super::orphan::OrphanRelease;
+use super::super::orphan::{self, OrphanRelease};
 use super::super::partitions::Routed;
 use super::super::{ClaimAttempt, Store, StoreError};
 use super::{Identities, answer_from_records, come_back_shortly};
-
-/// `$1` scope, `$2` claim id, `$3` ms: keeps a lease this claim holds for at least `$3` ms
-/// more, never less than it had, so that no claim can take the record over while the settle
-/// that follows runs on the other partition.
-/// `(state || '')` keeps the lookup on the primary key (`docs/records.md#the-indexes`).
-const HOLD_FOR_SETTLE_SQL: &str = "
-UPDATE keyflight_records
-   SET lease_expires_at = GREATEST(lease_expires_at,
-                                   clock_timestamp() + $3::bigint * interval '1 millisecond')
- WHERE scope = $1 AND claim_id = $2 AND (state || '') = 'pending'";
+use keyflight_store_core::sql::dual::HOLD_FOR_SETTLE_SQL;
 
 /// [`HOLD_FOR_SETTLE_SQL`], routed to the scope's partition.
 pub(in crate::store) static HOLD_FOR_SETTLE: Routed =
@@ -105,7 +96,9 @@ impl Store {
                     // this fails, the guard releases it in the background), as an orphan
                     // is (`store/orphan.rs`).
                     let release = OrphanRelease::after(first_how);
-                    let statement = client.prepare_cached(release.statement().call()).await?;
+                    let statement = client
+                        .prepare_cached(orphan::statement(release).call())
+                        .await?;
                     client
                         .query_opt(&statement, &[&first.0.0.as_slice(), &claim_id])
                         .await?;

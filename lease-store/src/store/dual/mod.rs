@@ -53,13 +53,7 @@ use super::{ClaimAttempt, Store, StoreError};
 mod across_partitions;
 
 pub(super) use across_partitions::{HOLD_FOR_SETTLE, settle_in_turn};
-
-/// `$1`, `$2` the two scopes, `$3` the claim id: fails (division by zero, SQLSTATE 22012)
-/// unless this transaction holds both records, so its `COMMIT` rolls both claims back.
-pub const BOTH_HELD_SQL: &str = "
-SELECT 1 / (count(*) = 2)::int
-  FROM keyflight_records
- WHERE scope IN ($1, $2) AND claim_id = $3";
+pub use keyflight_store_core::sql::dual::{BOTH_HELD_SQL, NONE_TAKEN_SQL};
 
 impl Store {
     /// A claim that carries the previous recipe's identity: both scopes, or one scope
@@ -265,15 +259,6 @@ async fn answer_from_records(
         _ => None,
     })
 }
-
-/// `$1`, `$2` the two scopes, `$3` the claim id: fails (division by zero, SQLSTATE 22012)
-/// when another claim holds either record — it was taken over after this claim's lease ran
-/// out — so the `COMMIT` rolls the settle back on both, and the two recipes never keep two
-/// different answers of one request.
-pub const NONE_TAKEN_SQL: &str = "
-SELECT 1 / (count(*) = 0)::int
-  FROM keyflight_records
- WHERE scope IN ($1, $2) AND claim_id <> $3";
 
 /// Runs a fenced settle `statement` on `scope` and on `previous` in one pipelined
 /// transaction; answers the rows it changed on both. It lands when the claim holds one

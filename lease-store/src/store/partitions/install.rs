@@ -7,6 +7,9 @@ use tokio_postgres::types::{Kind, Type};
 
 use super::{CLUSTER, Routed, RunOn, SLOTS, routed};
 use crate::store::{PLANNER_SETTINGS, StoreError};
+use keyflight_store_core::sql::partitions::{
+    CLUSTER_OPTIONS_SQL, FENCE_INCREMENT_SQL, LAST_FENCE_SQL, ROUTER_SQL,
+};
 
 /// A function's signature, read from its statement prepared on a partition.
 struct Signature {
@@ -92,25 +95,6 @@ fn type_name(ty: &Type) -> String {
         _ => ty.name().to_owned(),
     }
 }
-
-/// The router's own objects: the hash PL/Proxy runs on a scope (its first four bytes as a
-/// signed integer; PL/Proxy masks it to the slot count); and a `keyflight_records` that is
-/// not a table. A lease-store started without `--partition-url` on the router (a rollback
-/// to a release without partitions, a missing setting) would otherwise migrate it and serve
-/// an empty table beside the partitions' records, running every request again; with this
-/// view its migration fails (the name is taken), and every statement it runs fails closed
-/// with the reason.
-const ROUTER_SQL: &str = "
-CREATE EXTENSION IF NOT EXISTS plproxy;
-CREATE OR REPLACE FUNCTION keyflight_partition(bytea) RETURNS integer
-    LANGUAGE sql IMMUTABLE STRICT
-    AS $$ SELECT ('x' || encode(substring($1 FROM 1 FOR 4), 'hex'))::bit(32)::integer $$;
-CREATE OR REPLACE FUNCTION keyflight_router_holds_no_records() RETURNS bytea
-    LANGUAGE plpgsql VOLATILE AS $$ BEGIN
-    RAISE EXCEPTION 'this database is the PL/Proxy router of a partitioned keyflight database: it holds no records'
-        USING HINT = 'run the lease-store with --partition-url for each partition (docs/distributed-sql.md)';
-END $$;
-CREATE OR REPLACE VIEW keyflight_records AS SELECT keyflight_router_holds_no_records() AS scope;";
 
 /// What `migrate` with partitions did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -322,12 +306,7 @@ pub(super) async fn slot_map(
     client: &Client,
     partitions: &[&str],
 ) -> Result<Vec<String>, StoreError> {
-    let installed = client
-        .query_opt(
-            "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1",
-            &[&CLUSTER],
-        )
-        .await?;
+    let installed = client.query_opt(CLUSTER_OPTIONS_SQL, &[&CLUSTER]).await?;
     let Some(installed) = installed else {
         return Ok((0..SLOTS)
             .map(|slot| partitions[slot % partitions.len()].to_owned())
@@ -473,18 +452,11 @@ pub(super) async fn own_fences(
     let stride = i64::try_from(SLOTS).unwrap_or(i64::MAX);
     let residue = i64::try_from(index).unwrap_or(i64::MAX) % stride;
     let increment: i64 = client
-        .query_one(
-            "SELECT increment_by FROM pg_sequences WHERE sequencename = 'keyflight_fence_seq'",
-            &[],
-        )
+        .query_one(FENCE_INCREMENT_SQL, &[])
         .await?
         .try_get(0)?;
-    // The sequence's own row: `last_value` is the last fence handed out, or (not yet
-    // called) the next one; either way no fence above it was handed out.
-    let last: i64 = client
-        .query_one("SELECT last_value FROM keyflight_fence_seq", &[])
-        .await?
-        .try_get(0)?;
+    // No fence above the sequence's `last_value` was handed out (`LAST_FENCE_SQL`).
+    let last: i64 = client.query_one(LAST_FENCE_SQL, &[]).await?.try_get(0)?;
     let in_class = last.rem_euclid(stride) == (residue + 1) % stride;
     if increment == stride {
         if !in_class {

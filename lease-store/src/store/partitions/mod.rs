@@ -34,6 +34,7 @@ use tokio_postgres::Client;
 use super::StoreError;
 
 pub use install::{PartitionedReport, RuntimeRole, migrate_partitioned};
+use keyflight_store_core::sql::partitions::{IS_ROUTER_SQL, ROUTER_SCHEMA_SQL};
 pub use move_slot::{MoveReport, move_slot};
 
 /// How many slots the router hashes scopes into: a power of two (PL/Proxy's rule), and
@@ -207,13 +208,7 @@ pub fn slot_of(scope: &[u8]) -> usize {
 /// an empty table beside the partitions' records (`install.rs` makes every statement on it
 /// fail closed, for releases that do not ask).
 pub(super) async fn refuse_router(client: &Client) -> Result<(), StoreError> {
-    let router: bool = client
-        .query_one(
-            "SELECT to_regprocedure('keyflight_router_holds_no_records()') IS NOT NULL",
-            &[],
-        )
-        .await?
-        .try_get(0)?;
+    let router: bool = client.query_one(IS_ROUTER_SQL, &[]).await?.try_get(0)?;
     match router {
         true => Err(StoreError::Invalid(
             "this database is the PL/Proxy router of a partitioned keyflight database: give \
@@ -223,9 +218,6 @@ pub(super) async fn refuse_router(client: &Client) -> Result<(), StoreError> {
         false => Ok(()),
     }
 }
-
-/// The schema version a router was installed for; `/readyz` compares it with the binary's.
-const ROUTER_SCHEMA_SQL: &str = "SELECT keyflight_router_schema()";
 
 /// `Ok` when the router was installed for this binary's schema or a newer one.
 pub(super) async fn check_router(client: &Client) -> Result<(), StoreError> {
