@@ -98,6 +98,7 @@ mod tests {
             ("reconciled", include_str!("reconciled.rs")),
             ("records", include_str!("records.rs")),
             ("retention", include_str!("retention.rs")),
+            ("usage", include_str!("usage.rs")),
             ("watch", include_str!("watch.rs")),
         ];
         let modules: Vec<&str> = include_str!("mod.rs")
