@@ -43,6 +43,8 @@ const CLAIM_PARAMS: &[(usize, &str)] = &[
     (6, "true"),
     // The bench's policy is the demo's, `uncertain: hold`: at-most-once.
     (7, "true"),
+    // No workload: the bench's filter presents the bearer token.
+    (8, "NULL"),
 ];
 
 /// What the store binds for a finalize's `$n`, as pgbench expressions. The recorded
