@@ -243,7 +243,7 @@ down:
 	@if [ -x $(STACK) ]; then $(STACK) down --dir .run; fi
 
 # Side-by-side measurements (about 5 minutes; not part of make test).
-bench: prereqs bench-prereqs envoy wasm
+bench: prereqs bench-prereqs envoy wasm native
 	scripts/bench.sh
 
 # Fault injection with a history checker (chaos/, its module doc says how to read the table).
