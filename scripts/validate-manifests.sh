@@ -11,7 +11,7 @@
 #   3. every EnvoyFilter patch loaded into real Envoy (`envoy --mode validate` on a minimal
 #      bootstrap, the Wasm filter with the real .wasm so its plugin JSON is checked too:
 #      deploy/checks/envoy_patches.py), and the checkers' own tests with broken manifests
-#      (deploy/checks/test_*.py);
+#      (deploy/checks/test_*.py, the Envoy Gateway checker's included);
 #   3b. the Envoy Gateway example (deploy/envoy-gateway): its cross-references, and the Envoy
 #      config Envoy Gateway generates from it in real Envoy with the native module, which
 #      checks the plugin JSON (deploy/checks/envoy_gateway.py; no Envoy Gateway CRD schema is
@@ -93,8 +93,14 @@ echo "ok     yamllint: ${#yaml_files[@]} YAML files"
 # 3. EnvoyFilter patches in real Envoy, and the checkers refuse broken manifests
 mapfile -t istio_manifests < <(find envoy/istio -type f -name '*.yaml' | sort)
 "$venv/bin/python" deploy/checks/envoy_patches.py "$envoy" "$wasm" "${istio_manifests[@]}"
+module="$(realpath -m "${KEYFLIGHT_NATIVE_DIR:-target/debug}")/libkeyflight_filter_native.so"
+[[ -f "$module" ]] || {
+    echo "$module not found: cargo build -p keyflight-filter-native (make validate-manifests does)" >&2
+    exit 1
+}
 if ! output="$(cd deploy/checks && KEYFLIGHT_ENVOY="$envoy" KEYFLIGHT_WASM="$root/$wasm" \
-    "$venv/bin/python" -m unittest test_crd_schema test_envoy_patches 2>&1)"; then
+    KEYFLIGHT_NATIVE_MODULE="$module" \
+    "$venv/bin/python" -m unittest test_crd_schema test_envoy_patches test_envoy_gateway 2>&1)"; then
     printf '%s\n' "$output" >&2
     echo "FAIL   deploy/checks tests" >&2
     exit 1
@@ -102,11 +108,6 @@ fi
 echo "ok     deploy/checks: $(grep -Eo 'Ran [0-9]+ tests' <<<"$output") refusing broken manifests"
 
 # 3b. The Envoy Gateway example with the native module (`make native-test` builds it)
-module="$(realpath -m "${KEYFLIGHT_NATIVE_DIR:-target/debug}")/libkeyflight_filter_native.so"
-[[ -f "$module" ]] || {
-    echo "$module not found: cargo build -p keyflight-filter-native (make validate-manifests does)" >&2
-    exit 1
-}
 mapfile -t gateway_manifests < <(find deploy/envoy-gateway -type f -name '*.yaml' | sort)
 (cd deploy/checks && "$venv/bin/python" envoy_gateway.py "$envoy" "$module" "${gateway_manifests[@]/#/$root/}")
 
