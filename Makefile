@@ -160,10 +160,11 @@ protocol-wasm: rust-targets
 envoy-validate: envoy wasm native-test
 	KEYFLIGHT_NATIVE_DIR="$(CURDIR)/target/debug" scripts/envoy-validate.sh
 
-# Kubernetes/Istio manifests (Istio's CRDs, EnvoyFilter patches in real Envoy with the real
-# .wasm), alert rules, dashboard: schema and cross-checks (no cluster here).
-validate-manifests: envoy wasm
-	scripts/validate-manifests.sh
+# Kubernetes/Istio/Envoy Gateway manifests (Istio's CRDs, EnvoyFilter patches in real Envoy with
+# the real .wasm, the Envoy Gateway example with the real native module), alert rules,
+# dashboard: schema and cross-checks (no cluster here).
+validate-manifests: envoy wasm native-test
+	KEYFLIGHT_NATIVE_DIR="$(CURDIR)/target/debug" scripts/validate-manifests.sh
 
 e2e: net-prereqs partition-prereqs envoy wasm native-test build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
@@ -242,7 +243,7 @@ down:
 	@if [ -x $(STACK) ]; then $(STACK) down --dir .run; fi
 
 # Side-by-side measurements (about 5 minutes; not part of make test).
-bench: prereqs bench-prereqs envoy wasm
+bench: prereqs bench-prereqs envoy wasm native
 	scripts/bench.sh
 
 # Fault injection with a history checker (chaos/, its module doc says how to read the table).

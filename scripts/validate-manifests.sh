@@ -11,14 +11,19 @@
 #   3. every EnvoyFilter patch loaded into real Envoy (`envoy --mode validate` on a minimal
 #      bootstrap, the Wasm filter with the real .wasm so its plugin JSON is checked too:
 #      deploy/checks/envoy_patches.py), and the checkers' own tests with broken manifests
-#      (deploy/checks/test_*.py);
+#      (deploy/checks/test_*.py, the Envoy Gateway checker's included);
+#   3b. the Envoy Gateway example (deploy/envoy-gateway): its cross-references, and the Envoy
+#      config Envoy Gateway generates from it in real Envoy with the native module, which
+#      checks the plugin JSON (deploy/checks/envoy_gateway.py; no Envoy Gateway CRD schema is
+#      vendored, so its objects get structural checks in step 2);
 #   4. the alert rules with `promtool check rules` and their unit tests with
 #      `promtool test rules` (deploy/observability/tests/);
 #   5. every metric the alerts and the Grafana dashboard query is emitted by the code
 #      (deploy/checks/metric_names.py derives the names from the Rust sources).
 # The plugin JSON inside the Istio manifests is also checked by the filter's own validator in
 # `cargo test -p keyflight-filter --test shipped_configs`. Step 3 needs the filter built
-# (cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release; `make` does).
+# (cargo build -p keyflight-filter-wasm --target wasm32-wasip1 --release; `make` does), step 3b
+# the native module (KEYFLIGHT_NATIVE_DIR, default target/debug).
 #
 # Idempotent and offline except for first-time installs: yamllint, kubernetes-validate and
 # cel-python go into .tools/venv (pip), promtool comes from Debian's `prometheus` package.
@@ -73,7 +78,7 @@ fi
 # deploy/checks/schemas holds Istio's and CloudNativePG's own CRDs, vendored verbatim: not ours to lint.
 mapfile -t yaml_files < <(find envoy deploy -path deploy/checks/schemas -prune -o -type f \
     \( -name '*.yaml' -o -name '*.yml' \) -print | sort)
-mapfile -t manifests < <(find envoy/istio deploy/k8s deploy/examples deploy/observability deploy/cloudnative-pg \
+mapfile -t manifests < <(find envoy/istio deploy/k8s deploy/examples deploy/observability deploy/cloudnative-pg deploy/envoy-gateway \
     -maxdepth 2 -type f -name '*.yaml' -not -path '*/tests/*' | sort)
 rules="deploy/observability/prometheusrule.yaml"
 dashboard="deploy/observability/grafana-dashboard.json"
@@ -88,13 +93,23 @@ echo "ok     yamllint: ${#yaml_files[@]} YAML files"
 # 3. EnvoyFilter patches in real Envoy, and the checkers refuse broken manifests
 mapfile -t istio_manifests < <(find envoy/istio -type f -name '*.yaml' | sort)
 "$venv/bin/python" deploy/checks/envoy_patches.py "$envoy" "$wasm" "${istio_manifests[@]}"
+module="$(realpath -m "${KEYFLIGHT_NATIVE_DIR:-target/debug}")/libkeyflight_filter_native.so"
+[[ -f "$module" ]] || {
+    echo "$module not found: cargo build -p keyflight-filter-native (make validate-manifests does)" >&2
+    exit 1
+}
 if ! output="$(cd deploy/checks && KEYFLIGHT_ENVOY="$envoy" KEYFLIGHT_WASM="$root/$wasm" \
-    "$venv/bin/python" -m unittest test_crd_schema test_envoy_patches 2>&1)"; then
+    KEYFLIGHT_NATIVE_MODULE="$module" \
+    "$venv/bin/python" -m unittest test_crd_schema test_envoy_patches test_envoy_gateway 2>&1)"; then
     printf '%s\n' "$output" >&2
     echo "FAIL   deploy/checks tests" >&2
     exit 1
 fi
 echo "ok     deploy/checks: $(grep -Eo 'Ran [0-9]+ tests' <<<"$output") refusing broken manifests"
+
+# 3b. The Envoy Gateway example with the native module (`make native-test` builds it)
+mapfile -t gateway_manifests < <(find deploy/envoy-gateway -type f -name '*.yaml' | sort)
+(cd deploy/checks && "$venv/bin/python" envoy_gateway.py "$envoy" "$module" "${gateway_manifests[@]/#/$root/}")
 
 # 4. Prometheus rules: the PrometheusRule's spec is a plain rule file.
 work="$(mktemp -d)"

@@ -10,7 +10,8 @@
 //! team would otherwise put under an idempotency proxy, measured in the same rounds. Guarded
 //! Envoys with one filter setting changed ([`FilterVariant`]: `record: after_reply`, calls
 //! not coalesced) join it too, so what each setting buys is measured against the default
-//! in the same rounds.
+//! in the same rounds, and so does the native adapter's Envoy (N1: its Envoy CPU per POST
+//! against the Wasm filter's).
 
 use std::sync::Arc;
 
@@ -63,6 +64,9 @@ pub struct Setup {
     pub redis: Option<(RedisPair, Watched)>,
     /// Guarded Envoys with one filter setting changed, on the stack's store.
     pub filter_variants: Vec<FilterVariant>,
+    /// A guarded first-time POST through the native adapter's Envoy on the stack's store,
+    /// and that Envoy (N1, [`crate::native`]).
+    pub native: Option<(RequestTemplate, Watched)>,
 }
 
 /// A guarded Envoy whose filter configuration differs from the default in one setting.
@@ -84,7 +88,7 @@ struct Slots {
 impl Setup {
     /// Whether anything here is selected.
     pub fn wanted(&self) -> bool {
-        self.selection.wants(&["p1", "p4", "p5", "p6", "p9"])
+        self.selection.wants(&["p1", "p4", "p5", "p6", "p9", "n1"])
     }
 
     /// Runs the rotation at concurrency `c` and returns its rows.
@@ -154,7 +158,9 @@ impl Setup {
             } else {
                 None
             };
-            let guarded = if wants(&["p4", "p5"]) {
+            let guarded = if wants(&["p4", "p5", "n1"]) {
+                let mut groups = postgres_group();
+                groups.push(("envoy", vec![side.guarded.1]));
                 push(
                     load(
                         &name("guarded POST"),
@@ -162,7 +168,7 @@ impl Setup {
                         c,
                         with(&[side.guarded.1, side.store, self.upstream]),
                     )
-                    .grouped(postgres_group()),
+                    .grouped(groups),
                 )
             } else {
                 None
@@ -194,6 +200,22 @@ impl Setup {
                 variants.push((variant, slot));
             }
         }
+        // The native adapter on the stack's store, in the same rounds as the Wasm filter.
+        let native = match (&self.native, &self.sides[..], wants(&["n1"])) {
+            (Some((request, envoy)), [side, ..], true) => push(
+                load(
+                    "guarded POST [native]",
+                    Workload::Request(request.clone()),
+                    c,
+                    with(&[*envoy, side.store, self.upstream]),
+                )
+                .grouped(vec![
+                    ("postgres", self.postgres.clone()),
+                    ("envoy", vec![*envoy]),
+                ]),
+            ),
+            _ => None,
+        };
         let m = rotation::rotate(&contenders, schedule, unique).await?;
         let at = |slot: Option<usize>| slot.and_then(|i| m.get(i));
         let (pg, unguarded, redis) = (at(pg), at(unguarded), at(redis));
@@ -268,6 +290,9 @@ impl Setup {
                     None,
                 ));
             }
+        }
+        if let (Some(native), Some(wasm)) = (at(native), default) {
+            crate::native::first_time_rows(&mut rows, native, wasm);
         }
         // The A/B itself: the stack's store against the variant, same rounds; a partitioned
         // store against the stack's one database (P9: the router hop's cost).

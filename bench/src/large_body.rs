@@ -1,6 +1,6 @@
 //! P7 and P8: a ~480 KB JSON payment whose echoed answer is recorded (too large for the
 //! edge cache, so its replays come from the store), guarded against unguarded, and the
-//! Envoy CPU of replaying it from the store.
+//! Envoy CPU of replaying it from the store; the native adapter's Envoy beside them (N3).
 
 use std::sync::Arc;
 
@@ -53,10 +53,12 @@ pub struct Charged<'a> {
     pub postgres: &'a [Watched],
 }
 
-/// Runs the large-body rotation and returns its rows.
+/// Runs the large-body rotation and returns its rows; with `native`, the native adapter's
+/// Envoy joins it (N3).
 pub async fn rows(
     stack: &BenchStack,
     plain: &ExtraEnvoy,
+    native: Option<&ExtraEnvoy>,
     charged: Charged<'_>,
     run_id: &str,
     schedule: Schedule,
@@ -86,7 +88,7 @@ pub async fn rows(
     )?;
     prime_replay(&large_replay).await?;
     let envoy_group = vec![("envoy", vec![guarded_envoy])];
-    let contenders = [
+    let mut contenders = vec![
         load(
             "large guarded POST",
             Workload::Request(large_guarded),
@@ -109,8 +111,38 @@ pub async fn rows(
         )
         .grouped(envoy_group),
     ];
+    if let Some(native) = native {
+        let native_envoy = Watched::Process(native.pid());
+        let native_group = vec![("envoy", vec![native_envoy])];
+        contenders.extend([
+            load(
+                "large guarded POST [native]",
+                Workload::Request(large(&native.url("/payments"))?),
+                LARGE_CONCURRENCY,
+                with(&[native_envoy, store, upstream]),
+            )
+            .grouped(native_group.clone()),
+            load(
+                "large replay via store [native]",
+                Workload::Request(RequestTemplate::payment(
+                    &native.url("/payments"),
+                    &replay_key,
+                    &large_payment_body(&replay_key),
+                )?),
+                LARGE_CONCURRENCY,
+                with(&[native_envoy, store]),
+            )
+            .grouped(native_group),
+        ]);
+    }
     let m = rotation::rotate(&contenders, schedule, unique).await?;
-    let [large_guarded_m, large_unguarded_m, large_replay_m] = &m[..] else {
+    let [
+        large_guarded_m,
+        large_unguarded_m,
+        large_replay_m,
+        native_m @ ..,
+    ] = &m[..]
+    else {
         return Err(BenchError::Answer("a rotation lost a contender".into()));
     };
     rows.push(Row::measured(
@@ -148,5 +180,12 @@ pub async fn rows(
         large_replay_m.group_cpu_us_per_op("envoy"),
         Some(targets::p8()),
     ));
+    if let [native_post_m, native_replay_m] = native_m {
+        crate::native::large_body_rows(
+            &mut rows,
+            (native_post_m, large_guarded_m),
+            (native_replay_m, large_replay_m),
+        );
+    }
     Ok(rows)
 }

@@ -13,7 +13,8 @@
 //! (the closed-loop driver), [`stats`] (histograms, percentiles, ratios), [`pgbench`] (the
 //! Postgres baseline from the store's own SQL), [`procfs`] (CPU and memory), [`envoy`] and
 //! [`stack`] (the processes under test), [`rotation`] (interleaving), [`first_time`] (P1,
-//! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`wake`] (P3), [`selection`]
+//! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`native`] (N1–N3, the native
+//! adapter beside the Wasm filter), [`wake`] (P3), [`selection`]
 //! (`--only`, `--compare-store`), [`targets`] (each row's target and the issue that set it),
 //! [`suite`] (the whole run), [`report`] (table and JSON).
 
@@ -23,6 +24,7 @@ mod first_time;
 mod http;
 mod large_body;
 mod load;
+mod native;
 mod pgbench;
 mod procfs;
 mod redis;

@@ -45,7 +45,7 @@ const CLAIM_PARAMS: &[(usize, &str)] = &[
     (6, "true"),
     // The bench's policy is the demo's, `uncertain: hold`: at-most-once.
     (7, "true"),
-    // The demo's filter calls with a bearer token: no workload.
+    // No workload: the bench's filter presents the bearer token.
     (8, "NULL"),
 ];
 

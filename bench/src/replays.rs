@@ -1,7 +1,7 @@
 //! P2: replays against Envoy's own `direct_response` of the same answer, with the floor
 //! any wasm filter puts under them (the same route with the filter loaded and no policy
 //! matching) and, when the filter build knows the option, replays via the store with the
-//! edge cache off.
+//! edge cache off; and the native adapter's replay and floor (N2, [`crate::native`]).
 
 use std::sync::Arc;
 
@@ -23,10 +23,12 @@ use crate::workload::{RequestTemplate, Workload};
 pub type Payment<'a> = &'a dyn Fn(&str, &str) -> Result<RequestTemplate, BenchError>;
 
 /// Runs the replay rotation at concurrency `c` and returns its rows; remarks go to `notes`.
+/// With `native`, the native adapter's replay and floor join it (N2).
 #[allow(clippy::too_many_arguments)]
 pub async fn rows(
     stack: &BenchStack,
     plain: &ExtraEnvoy,
+    native: Option<&ExtraEnvoy>,
     replay_answer: &str,
     payment: Payment<'_>,
     (store, postgres): (Watched, &[Watched]),
@@ -72,7 +74,27 @@ pub async fn rows(
         }
     };
 
-    let hits_before = edge_cache_hits(stack).await?;
+    // The native adapter: its replay (its own edge cache, primed here) and its floor.
+    let native = match native {
+        Some(envoy) => {
+            let replay = payment(&envoy.url("/payments"), &format!("replay-{run_id}"))?;
+            prime_replay(&replay).await?;
+            let floor_envoy = stack
+                .start_native_envoy(
+                    "native-floor",
+                    Some((StatusCode::CREATED.as_u16(), replay_answer)),
+                )
+                .await?;
+            let floor = payment(
+                &floor_envoy.url(crate::envoy::DIRECT_PATH),
+                &format!("replay-{run_id}"),
+            )?;
+            Some((envoy, replay, floor_envoy, floor))
+        }
+        None => None,
+    };
+    let admin = |port: u16| format!("127.0.0.1:{port}");
+    let hits_before = edge_cache_hits(&admin(stack.guarded.ports.admin)).await?;
     let mut contenders = vec![
         load(
             "replay",
@@ -93,20 +115,45 @@ pub async fn rows(
             vec![Watched::Process(floor_envoy.pid())],
         ),
     ];
-    if let Some((envoy, via_store)) = &no_cache {
+    let via_store_slot = no_cache.as_ref().map(|(envoy, via_store)| {
         contenders.push(load(
             "replay via store",
             Workload::Request(via_store.clone()),
             c,
             with(&[Watched::Process(envoy.pid()), store]),
         ));
-    }
+        contenders.len() - 1
+    });
+    let mut native_hits_before = 0;
+    let native_slot = match &native {
+        Some((envoy, replay, floor_envoy, floor)) => {
+            native_hits_before = edge_cache_hits(&admin(envoy.ports.admin)).await?;
+            contenders.extend([
+                load(
+                    "replay [native]",
+                    Workload::Request(replay.clone()),
+                    c,
+                    with(&[Watched::Process(envoy.pid()), store]),
+                ),
+                load(
+                    "direct_response behind the native module",
+                    Workload::Request(floor.clone()),
+                    c,
+                    vec![Watched::Process(floor_envoy.pid())],
+                ),
+            ]);
+            Some(contenders.len() - 2)
+        }
+        None => None,
+    };
     let m = rotation::rotate(&contenders, schedule, unique).await?;
     let (replay_m, direct_m, floor_m) = match &m[..] {
         [replay_m, direct_m, floor_m, ..] => (replay_m, direct_m, floor_m),
         _ => return Err(BenchError::Answer("a rotation lost a contender".into())),
     };
-    let hits = edge_cache_hits(stack).await?.saturating_sub(hits_before);
+    let hits = edge_cache_hits(&admin(stack.guarded.ports.admin))
+        .await?
+        .saturating_sub(hits_before);
     let p2 = Some(targets::p2());
     rows.push(Row::measured(
         "base",
@@ -130,7 +177,7 @@ pub async fn rows(
             Some(direct_m),
             p2,
         ));
-        if let Some(via_store_m) = m.get(3) {
+        if let Some(via_store_m) = via_store_slot.and_then(|slot| m.get(slot)) {
             rows.push(Row::measured(
                 "—",
                 "replay via the store (edge cache off)",
@@ -151,6 +198,20 @@ pub async fn rows(
             "P2 measured replay via the store: {hits} of {} replays were edge-cache hits",
             replay_m.ok
         ));
+    }
+    if let (Some((envoy, ..)), Some(slot)) = (&native, native_slot)
+        && let [native_replay_m, native_floor_m] = &m[slot..]
+    {
+        let native_hits = edge_cache_hits(&admin(envoy.ports.admin))
+            .await?
+            .saturating_sub(native_hits_before);
+        crate::native::replay_rows(
+            &mut rows,
+            native_replay_m,
+            native_floor_m,
+            direct_m,
+            native_hits * 2 > native_replay_m.ok,
+        );
     }
     Ok(rows)
 }

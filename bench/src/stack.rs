@@ -2,7 +2,8 @@
 //! Envoy, started by the one launcher (`keyflight_testkit::stack`) with production
 //! durability (`fsync` and `synchronous_commit` on); beside it, started on demand, the plain
 //! Envoy (no filter, plus a `direct_response` route, see [`crate::envoy`]), the filter-floor
-//! Envoy, guarded variants and a second lease-store for A/Bs in one run.
+//! Envoy, guarded variants, the native adapter's Envoy and a second lease-store for A/Bs in
+//! one run.
 //!
 //! Every Envoy runs `--concurrency 2`: one worker per core of the 2-core machine this was
 //! built on, as every stack of the launcher runs it. Equal worker counts are what makes
@@ -129,6 +130,37 @@ impl BenchStack {
             envoy::without_filter(&yaml)?
         };
         let yaml = envoy::with_direct_response(&yaml, status, body)?;
+        self.stack
+            .start_extra_envoy(name, &yaml, ports)
+            .await
+            .map_err(BenchError::Answer)
+    }
+
+    /// Starts an Envoy with the native adapter (`envoy/native-demo.yaml`: the dynamic module
+    /// in place of the Wasm filter, the same plugin JSON, listener, router and clusters) on
+    /// the stack's lease-store; with `direct` (status, body), the `direct_response` route of
+    /// [`BenchStack::start_filter_floor_envoy`] too. Envoy finds the module in
+    /// `KEYFLIGHT_NATIVE_DIR` (`scripts/bench.sh`: `target/release`).
+    pub async fn start_native_envoy(
+        &self,
+        name: &str,
+        direct: Option<(u16, &str)>,
+    ) -> Result<ExtraEnvoy, BenchError> {
+        let module = keyflight_testkit::binaries::native_module_dir()
+            .join(keyflight_testkit::binaries::NATIVE_MODULE_FILE);
+        if !module.is_file() {
+            return Err(BenchError::Input(format!(
+                "{} not found (make native; KEYFLIGHT_NATIVE_DIR names its directory)",
+                module.display()
+            )));
+        }
+        let ports = self.stack.fresh_envoy_ports();
+        let yaml = keyflight_testkit::envoy_config::render_native(&ports, &self.plugin)
+            .map_err(|e| BenchError::Input(e.0))?;
+        let yaml = match direct {
+            Some((status, body)) => envoy::with_direct_response(&yaml, status, body)?,
+            None => yaml,
+        };
         self.stack
             .start_extra_envoy(name, &yaml, ports)
             .await
@@ -316,14 +348,6 @@ impl BenchStack {
     /// The filter's `.wasm` file.
     pub fn wasm_path(&self) -> &Path {
         &self.stack.binaries().wasm
-    }
-
-    /// The guarded Envoy's admin `/stats` filtered to `stat` (a regex).
-    pub fn guarded_stats_url(&self, stat: &str) -> String {
-        format!(
-            "http://127.0.0.1:{}/stats?filter={stat}",
-            self.guarded.ports.admin
-        )
     }
 }
 

@@ -7,7 +7,8 @@
 //! per store cycle ÷ pgbench pair), {guarded, unguarded, replay via the store} of a ~480 KB
 //! JSON body at 2 (P7 throughput ratio, P8 Envoy CPU per store replay), and {replay,
 //! direct_response, direct_response behind the filter} at 16 (P2, and the floor any wasm
-//! filter puts under it) — then P3 and the memory readings. Rotations share a baseline where the issue says so: P4 is divided by
+//! filter puts under it) — then P3 and the memory readings. The native adapter's Envoy joins
+//! the first-time, large-body and replay rotations ([`crate::native`], N1–N3). Rotations share a baseline where the issue says so: P4 is divided by
 //! the same pgbench rounds as P1.
 //!
 //! `--only` runs the rotations the named rows need and nothing else; `--compare-store`
@@ -35,7 +36,7 @@ use crate::stack::{BenchStack, ENVOY_WORKERS};
 use crate::stats::{Percentiles, Target};
 use crate::wake::{self, WakeSetup};
 use crate::workload::{RequestTemplate, StoreCycle};
-use crate::{large_body, replays};
+use crate::{large_body, native, replays};
 
 /// How many partitions P9's partitioned database has.
 const PARTITIONS: usize = 2;
@@ -79,7 +80,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     let replay = payment(&stack.guarded.url("/payments"), &format!("replay-{run_id}"))?;
     let replay_answer = prime_replay(&replay).await?;
     // The plain Envoy answers unguarded POSTs (P5, P7) and the `direct_response` P2 divides by.
-    if only.wants(&["p2", "p5", "p7"]) {
+    if only.wants(&["p2", "p5", "p7", "n2", "n3"]) {
         stack
             .start_plain_envoy(StatusCode::CREATED.as_u16(), &replay_answer)
             .await?;
@@ -140,6 +141,17 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             }
         }
     }
+
+    // The native adapter's Envoy on the stack's store (N1–N3): a missing module is a note.
+    let native_envoy = if only.wants(&native::IDS) {
+        stack
+            .start_native_envoy("native", None)
+            .await
+            .map_err(|e| notes.push(format!("native adapter not measured: {e}")))
+            .ok()
+    } else {
+        None
+    };
 
     let redis = match (RedisServer::binary(), only.wants(&["p1", "p4"])) {
         (Some(binary), true) => {
@@ -241,6 +253,13 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 })
             })
             .collect::<Result<_, BenchError>>()?,
+        native: match &native_envoy {
+            Some(envoy) => Some((
+                payment(&envoy.url("/payments"), "{unique}")?,
+                Watched::Process(envoy.pid()),
+            )),
+            None => None,
+        },
     };
 
     let mut rows = Vec::new();
@@ -249,7 +268,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             rows.extend(first_time.rows(c, options.schedule, &unique).await?);
         }
     }
-    if only.wants(&["p7", "p8"]) {
+    if only.wants(&["p7", "p8", "n3"]) {
         let charged = large_body::Charged {
             store,
             upstream,
@@ -257,16 +276,26 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         };
         let plain = stack.plain()?;
         rows.extend(
-            large_body::rows(&stack, plain, charged, &run_id, options.schedule, &unique).await?,
+            large_body::rows(
+                &stack,
+                plain,
+                native_envoy.as_ref().filter(|_| only.wants(&["n3"])),
+                charged,
+                &run_id,
+                options.schedule,
+                &unique,
+            )
+            .await?,
         );
     }
 
-    if only.wants(&["p2"]) {
+    if only.wants(&["p2", "n2"]) {
         let plain = stack.plain()?;
         rows.extend(
             replays::rows(
                 &stack,
                 plain,
+                native_envoy.as_ref().filter(|_| only.wants(&["n2"])),
                 &replay_answer,
                 &payment,
                 (store, &postgres),
@@ -318,6 +347,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         ));
     }
 
+    drop(native_envoy);
     drop(variant_envoy);
     drop(variant_envoys);
     let memory = MemoryReport {
@@ -388,20 +418,24 @@ pub async fn prime_replay(replay: &RequestTemplate) -> Result<String, BenchError
     Ok(body)
 }
 
-/// `outcome.replay_edge_cache` of the guarded Envoy (0 when the filter has no such counter).
-pub async fn edge_cache_hits(stack: &BenchStack) -> Result<u64, BenchError> {
-    let stat = "wasmcustom.keyflight.outcome.replay_edge_cache";
-    let url = stack.guarded_stats_url(stat);
-    let target = crate::http::Target::parse(&url)?;
-    let mut connection = Connection::open(&target.authority).await?;
+/// `outcome.replay_edge_cache` of the Envoy whose admin is at `admin` (`host:port`), under
+/// either adapter's namespace; 0 when the filter has no such counter.
+pub async fn edge_cache_hits(admin: &str) -> Result<u64, BenchError> {
+    let stat = "outcome.replay_edge_cache";
+    let mut connection = Connection::open(admin).await?;
     let answer = connection
-        .send(hyper::Method::GET, &target.path, &[], bytes::Bytes::new())
+        .send(
+            hyper::Method::GET,
+            &keyflight_testkit::metrics::filter_stat_path(stat),
+            &[],
+            bytes::Bytes::new(),
+        )
         .await?;
-    Ok(String::from_utf8_lossy(&answer.body)
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{stat}: ")))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0))
+    Ok(
+        keyflight_testkit::metrics::filter_stat_value(&String::from_utf8_lossy(&answer.body), stat)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0),
+    )
 }
 
 /// Where the Postgres binaries are (`PG_BIN`, as the Makefile and testkit use).

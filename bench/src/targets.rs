@@ -5,7 +5,7 @@
 //! P6, P7 and P8; issue 25 raised P4 at 16 connections to pgbench's pair rate (group commit
 //! makes beating it possible), set P5 at 16 connections to 4× on the way to 3, P6 at one
 //! connection to 1.2 (every store cycle crosses one more process than pgbench's pair), and
-//! P2 to 0.8. The table of targets a reader sees is `bench/README.md#the-rows-and-their-targets`.
+//! P2 to 0.8. Issue 47 set N1 and N2, the native adapter's. The table of targets a reader sees is `bench/README.md#the-rows-and-their-targets`.
 
 use crate::stats::Target;
 
@@ -56,6 +56,18 @@ pub fn p8() -> Target {
     Target::CpuAtMostUs { max: 3300.0 }
 }
 
+/// N1, Envoy's CPU per guarded first-time POST with the native adapter ÷ with the Wasm
+/// filter, same rounds: at most half (issue 47).
+pub fn n1() -> Target {
+    Target::RatioAtMost { max: 0.5 }
+}
+
+/// N2, a replay from the native adapter's edge cache ÷ Envoy's `direct_response` of the same
+/// request (issue 47).
+pub fn n2() -> Target {
+    Target::RatioAtLeast { min: 0.90 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +82,14 @@ mod tests {
         assert_eq!(p8(), Target::CpuAtMostUs { max: 3300.0 });
         assert_eq!(p2(), Target::RatioAtLeast { min: 0.8 });
         assert_eq!(p3(), Target::P50AtMostMs { max: 5.0 });
+    }
+
+    /// Issue 47's targets for the native adapter.
+    #[test]
+    fn issue_47_sets_the_native_adapters_targets() {
+        assert_eq!(n1().met(Some(0.5), None), Some(true));
+        assert_eq!(n1().met(Some(0.6), None), Some(false));
+        assert_eq!(n2(), Target::RatioAtLeast { min: 0.9 });
     }
 
     /// Where issue 25 names no target, the earlier issues' stand.

@@ -9,7 +9,7 @@ cross-references a typo would break (an EnvoyFilter's HTTP filter names its ECDS
 The Envoy protos inside EnvoyFilter patches are loaded into real Envoy by envoy_patches.py,
 and the filter's plugin JSON is checked by the filter's own validator in
 filter/tests/shipped_configs.rs. Prometheus Operator and Kustomize objects have no schema
-offline, so they get structural checks: the apiVersion/kind pairs we use, the fields each
+offline, nor have Envoy Gateway's objects, so they get structural checks: the apiVersion/kind pairs we use, the fields each
 kind requires, and (Kustomization) that it lists every manifest next to it. Every file is
 read with duplicate keys refused.
 
@@ -36,6 +36,10 @@ CUSTOM = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): ["selector", "endpoints"],
     ("monitoring.coreos.com/v1", "PrometheusRule"): ["groups"],
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"): [],
+    # Envoy Gateway (deploy/envoy-gateway; envoy_gateway.py checks more).
+    ("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy"): ["provider", "dynamicModules"],
+    ("gateway.envoyproxy.io/v1alpha1", "EnvoyExtensionPolicy"): ["targetRefs", "dynamicModule"],
+    ("gateway.envoyproxy.io/v1alpha1", "EnvoyPatchPolicy"): ["targetRef", "type", "jsonPatches"],
 }
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"

@@ -411,6 +411,11 @@ mod tests {
                 shipped_plugin_config(&wasm_yaml).expect("wasm plugin JSON"),
                 "envoy/{native} and envoy/{wasm} hand the filter different plugin JSON"
             );
+            // The Wasm filter's counter names (`docs/envoy-facts.md#dynamic-modules`).
+            assert!(
+                native_yaml.contains("metrics_namespace: wasmcustom\n"),
+                "envoy/{native} files the counters under another namespace than the Wasm filter's"
+            );
         }
 
         let plugin = serde_json::json!({"lease_store": {"cluster": "c"}});

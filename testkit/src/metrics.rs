@@ -5,6 +5,38 @@
 
 use std::collections::HashMap;
 
+/// Where Envoy files the filter's counters, as a `/stats` filter regex: proxy-wasm's
+/// `wasmcustom`, which the native adapter's shipped configs name as their
+/// `metrics_namespace` too, or a dynamic module's default `dynamicmodulescustom`, where the
+/// config cannot set one (Envoy Gateway). `docs/envoy-facts.md#dynamic-modules` says why.
+pub const FILTER_STAT_NAMESPACES: &str = "(wasmcustom|dynamicmodulescustom)";
+
+/// The admin path that lists the filter's counter `keyflight.NAME` under either adapter
+/// (the regex percent-encoded, as Envoy's admin decodes its query).
+pub fn filter_stat_path(name: &str) -> String {
+    let regex = format!(
+        "^{FILTER_STAT_NAMESPACES}\\.keyflight\\.{}$",
+        name.replace('.', "\\.")
+    );
+    let encoded: String = regex
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' | '.' => c.to_string(),
+            other => format!("%{:02X}", u32::from(other)),
+        })
+        .collect();
+    format!("/stats?filter={encoded}")
+}
+
+/// The value of the filter's counter `keyflight.NAME` in an admin `/stats` answer, under
+/// whichever namespace Envoy filed it; `None` when it is not listed.
+pub fn filter_stat_value<'a>(stats: &'a str, name: &str) -> Option<&'a str> {
+    let suffix = format!(".keyflight.{name}: ");
+    stats
+        .lines()
+        .find_map(|line| line.split_once(&suffix).map(|(_, value)| value.trim()))
+}
+
 /// One scrape of `/metrics`: series text (`name{labels}`) to value.
 #[derive(Debug, Clone, Default)]
 pub struct StoreMetrics {
@@ -55,6 +87,22 @@ impl StoreMetrics {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_filter_counter_is_found_under_either_adapters_namespace() {
+        let stats = "wasmcustom.keyflight.outcome.replayed: 3\n\
+                     dynamicmodulescustom.keyflight.outcome.replay_edge_cache: 7\n";
+        assert_eq!(filter_stat_value(stats, "outcome.replayed"), Some("3"));
+        assert_eq!(
+            filter_stat_value(stats, "outcome.replay_edge_cache"),
+            Some("7")
+        );
+        assert_eq!(filter_stat_value(stats, "outcome.replay"), None);
+        assert_eq!(
+            filter_stat_path("outcome.replay"),
+            "/stats?filter=%5E%28wasmcustom%7Cdynamicmodulescustom%29%5C.keyflight%5C.outcome%5C.replay%24"
+        );
+    }
+
     use super::*;
 
     #[test]

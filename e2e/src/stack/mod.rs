@@ -26,16 +26,12 @@ use keyflight_testkit::envoy_config::Ports;
 use keyflight_testkit::stack::{ADMIN_TOKEN, Stack as TestkitStack};
 use serde_json::Value;
 
-use keyflight_testkit::metrics::StoreMetrics;
+use keyflight_testkit::metrics::{self, StoreMetrics};
 
 pub use keyflight_testkit::stack::{
     EnvoyStart, SHARED_AUTHORITY, StackOptions, envoy_alone as start_envoy_alone,
 };
 pub use post::Post;
-
-/// Where Envoy files the filter's counters: `wasmcustom` (proxy-wasm) or the dynamic-module
-/// filter's default metrics namespace (the native adapter), as a `/stats` filter regex.
-const FILTER_STATS_NAMESPACES: &str = "(wasmcustom|dynamicmodulescustom)";
 
 /// How long one request through Envoy may take (above any follower wait a test configures).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -340,24 +336,19 @@ impl Stack {
 
     /// [`Stack::filter_counter`] of Envoy replica `replica`.
     pub async fn filter_counter_at(&self, replica: usize, name: &str) -> u64 {
-        // Envoy files proxy-wasm metrics under the `wasmcustom.` prefix, a dynamic module's
-        // under its metrics namespace (`docs/envoy-facts.md#dynamic-modules`).
-        let stat = format!("{FILTER_STATS_NAMESPACES}\\.keyflight\\.{name}");
+        // The one place that knows each adapter's namespace: keyflight_testkit::metrics.
         let url = format!(
-            "http://{}:{}/stats?filter=^{stat}$",
+            "http://{}:{}{}",
             self.inner.envoy_ip(replica),
-            self.ports_of(replica).admin
+            self.ports_of(replica).admin,
+            metrics::filter_stat_path(name)
         );
-        let suffix = format!(".keyflight.{name}: ");
         let text = self.get_text(&url).await;
-        text.lines()
-            .find_map(|line| line.split_once(&suffix).map(|(_, value)| value))
-            .map_or(0, |value| {
-                value
-                    .trim()
-                    .parse()
-                    .unwrap_or_else(|e| panic!("{name}: `{value}` is not a count ({e})"))
-            })
+        metrics::filter_stat_value(&text, name).map_or(0, |value| {
+            value
+                .parse()
+                .unwrap_or_else(|e| panic!("{name}: `{value}` is not a count ({e})"))
+        })
     }
 
     /// Envoy's own counter `stat` (e.g. `cluster.demo_upstream.upstream_rq_retry`) on

@@ -41,6 +41,7 @@ fn the_known_places_ship_plugin_configurations() {
         "envoy/istio/rollout/keyflight-enforce.yaml",
         "envoy/istio/gateway/keyflight-gateway.yaml",
         "envoy/ISTIO.md",
+        "deploy/envoy-gateway/envoy-extension-policy.yaml",
     ] {
         assert!(
             per_file.contains_key(Path::new(file)),

@@ -15,7 +15,8 @@ pub(crate) struct Found {
     pub(crate) file: PathBuf,
     /// The plugin JSON, as text.
     pub(crate) json: String,
-    /// The Wasm filter's typed config around it (`None` for WasmPlugin and doc JSON).
+    /// The Wasm filter's typed config around it (`None` for WasmPlugin, EnvoyExtensionPolicy
+    /// and doc JSON).
     pub(crate) wasm_filter: Option<Value>,
     /// The Kubernetes object it sits in, if any (for labels and sibling patches).
     pub(crate) object: Option<Value>,
@@ -35,6 +36,21 @@ pub(crate) fn collect_from_document(file: &Path, doc: &Value, out: &mut Vec<Foun
             wasm_filter: None,
             object: Some(doc.clone()),
         });
+    }
+    // Envoy Gateway hands each dynamic module's `config` to the module as JSON text.
+    if doc.get("kind").and_then(Value::as_str) == Some("EnvoyExtensionPolicy") {
+        let modules = doc.pointer("/spec/dynamicModule").and_then(Value::as_array);
+        for module in modules.into_iter().flatten() {
+            let config = module
+                .get("config")
+                .unwrap_or_else(|| panic!("{}: a dynamicModule without config", file.display()));
+            out.push(Found {
+                file: file.to_owned(),
+                json: config.to_string(),
+                wasm_filter: None,
+                object: Some(doc.clone()),
+            });
+        }
     }
     let mut filters = Vec::new();
     wasm_filters(doc, &mut filters);

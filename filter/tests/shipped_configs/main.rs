@@ -10,7 +10,8 @@
 //! * YAML files under `envoy/` and `deploy/` (Envoy bootstraps, Istio `EnvoyFilter`s): every
 //!   mapping whose `@type` is the Envoy Wasm HTTP filter, wherever it sits in the tree; its
 //!   `config.configuration.value` is the plugin JSON (a `google.protobuf.StringValue`).
-//! * Istio `WasmPlugin` objects in those files: `spec.pluginConfig`.
+//! * Istio `WasmPlugin` objects in those files: `spec.pluginConfig`; Envoy Gateway
+//!   `EnvoyExtensionPolicy` objects: each `spec.dynamicModule[].config`.
 //! * Markdown under `envoy/` and `deploy/`, and the root `README.md`: fenced ```` ```json ````
 //!   blocks whose top-level object has a `lease_store` key (that key makes it a plugin
 //!   configuration), and fenced ```` ```yaml ```` blocks, searched like the YAML files.
