@@ -8,13 +8,15 @@
 //! connection-level API is the part of reqwest that does the work, without the pool, redirect
 //! policy and URL re-parsing per request.
 
+use std::net::{IpAddr, SocketAddr};
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HOST, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::error::BenchError;
 
@@ -80,19 +82,25 @@ pub struct Connection {
 impl Connection {
     /// Connects to `authority` (`host:port`).
     pub async fn open(authority: &str) -> Result<Connection, BenchError> {
-        let http_error = |detail: String| BenchError::Http {
-            target: authority.to_owned(),
-            detail,
-        };
         let stream = TcpStream::connect(authority)
             .await
-            .map_err(|e| http_error(format!("connect: {e}")))?;
+            .map_err(|e| http_error(authority, format!("connect: {e}")))?;
+        Connection::over(authority, stream).await
+    }
+
+    /// Connects to `authority` (an `ip:port`) from the local address `local`: another
+    /// caller, to a lease-store that tells callers apart by peer address.
+    pub async fn open_from(authority: &str, local: IpAddr) -> Result<Connection, BenchError> {
+        Connection::over(authority, connect_from(authority, local).await?).await
+    }
+
+    async fn over(authority: &str, stream: TcpStream) -> Result<Connection, BenchError> {
         stream
             .set_nodelay(true)
-            .map_err(|e| http_error(format!("set TCP_NODELAY: {e}")))?;
+            .map_err(|e| http_error(authority, format!("set TCP_NODELAY: {e}")))?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| http_error(format!("handshake: {e}")))?;
+            .map_err(|e| http_error(authority, format!("handshake: {e}")))?;
         // The connection task ends when the sender is dropped or the peer closes.
         tokio::spawn(connection);
         Ok(Connection {
@@ -143,6 +151,30 @@ impl Connection {
             headers: parts.headers,
             body,
         })
+    }
+}
+
+/// A TCP connection to `authority` (an `ip:port`) from the local address `local`.
+pub async fn connect_from(authority: &str, local: IpAddr) -> Result<TcpStream, BenchError> {
+    let peer: SocketAddr = authority
+        .parse()
+        .map_err(|e| http_error(authority, format!("not an ip:port: {e}")))?;
+    let socket = match peer {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .and_then(|socket| socket.bind(SocketAddr::new(local, 0)).map(|()| socket))
+    .map_err(|e| http_error(authority, format!("bind {local}: {e}")))?;
+    socket
+        .connect(peer)
+        .await
+        .map_err(|e| http_error(authority, format!("connect from {local}: {e}")))
+}
+
+fn http_error(target: &str, detail: String) -> BenchError {
+    BenchError::Http {
+        target: target.to_owned(),
+        detail,
     }
 }
 

@@ -14,13 +14,14 @@
 //! Postgres baseline from the store's own SQL), [`procfs`] (CPU and memory), [`envoy`] and
 //! [`stack`] (the processes under test), [`rotation`] (interleaving), [`first_time`] (P1,
 //! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`native`] (N1–N3, the native
-//! adapter beside the Wasm filter), [`wake`] (P3), [`selection`]
+//! adapter beside the Wasm filter), [`wake`] (P3), [`flood`] (P10), [`selection`]
 //! (`--only`, `--compare-store`), [`targets`] (each row's target and the issue that set it),
 //! [`suite`] (the whole run), [`report`] (table and JSON).
 
 mod envoy;
 mod error;
 mod first_time;
+mod flood;
 mod http;
 mod large_body;
 mod load;

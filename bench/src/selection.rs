@@ -14,8 +14,8 @@ use std::str::FromStr;
 use crate::error::BenchError;
 
 /// The row ids `--only` knows.
-const IDS: [&str; 12] = [
-    "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "n1", "n2", "n3",
+const IDS: [&str; 13] = [
+    "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "n1", "n2", "n3",
 ];
 
 /// Which of the suite's rows to measure.
@@ -107,7 +107,7 @@ mod tests {
         assert!(some.wants(&["p1", "p4"]));
         assert!(some.wants(&["p6"]));
         assert!(!some.wants(&["p4", "p5"]));
-        assert!(Selection::of(&["p10".into()]).is_err());
+        assert!(Selection::of(&["p11".into()]).is_err());
         assert!(
             Selection::of(&["N2".into()])
                 .expect("native ids")

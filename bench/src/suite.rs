@@ -14,7 +14,8 @@
 //! `--only` runs the rotations the named rows need and nothing else; `--compare-store`
 //! adds a second lease-store with other settings to P1/P4's rotation ([`crate::selection`]).
 //! Each rotation lives in its own module: [`crate::first_time`] (P1, P4, P5, P6),
-//! [`crate::large_body`] (P7, P8), [`crate::replays`] (P2); P3 is [`crate::wake`].
+//! [`crate::large_body`] (P7, P8), [`crate::replays`] (P2); P3 is [`crate::wake`], P10
+//! (another caller under one caller's replay flood) [`crate::flood`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use crate::stack::{BenchStack, ENVOY_WORKERS};
 use crate::stats::{Percentiles, Target};
 use crate::wake::{self, WakeSetup};
 use crate::workload::{RequestTemplate, StoreCycle};
-use crate::{large_body, native, replays};
+use crate::{flood, large_body, native, replays};
 
 /// How many partitions P9's partitioned database has.
 const PARTITIONS: usize = 2;
@@ -345,6 +346,19 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             None,
             None,
         ));
+    }
+
+    if only.wants(&["p10"]) {
+        rows.extend(
+            flood::rows(
+                &stack.store_authority(),
+                &stack.filter_token(),
+                stack.lease_store_pid(),
+                options.schedule,
+                &unique,
+            )
+            .await?,
+        );
     }
 
     drop(native_envoy);

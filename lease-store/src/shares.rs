@@ -1,6 +1,6 @@
 //! Callers' shares of a replica's capacity (`docs/configuration.md#limits`): its concurrency
-//! cap and its parked long-polls, so one workload's burst cannot take every place while
-//! another workload waits.
+//! cap, its parked long-polls and its database connections, so one workload's burst cannot
+//! take every place while another workload waits.
 //!
 //! The rule ([`may_take`]) is work-conserving: a caller alone uses the whole cap, as a
 //! single-workload installation expects; when others have called within the last
@@ -89,6 +89,8 @@ pub struct Shares {
     cap: usize,
     activity: Arc<Activity>,
     state: Mutex<State>,
+    /// Wakes callers waiting for a place ([`Shares::enter`]) when one is given back.
+    freed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -119,7 +121,35 @@ impl Shares {
             cap,
             activity,
             state: Mutex::default(),
+            freed: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Takes a place for `caller`, waiting while every place is taken or the caller is past
+    /// its share: for work that queues anyway (the database pool's connections), so that a
+    /// caller with many calls queued waits behind its own share, not in front of others.
+    pub async fn enter(self: &Arc<Self>, caller: Charged) -> Taken {
+        self.wait_for(caller).await
+    }
+
+    /// [`Shares::enter`], waiting at most `limit`.
+    pub async fn enter_within(self: &Arc<Self>, caller: Charged, limit: Duration) -> Option<Taken> {
+        tokio::time::timeout(limit, self.wait_for(caller))
+            .await
+            .ok()
+    }
+
+    async fn wait_for(self: &Arc<Self>, caller: Charged) -> Taken {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the try, so a place given back in between still wakes it.
+            freed.as_mut().enable();
+            if let Ok(taken) = self.take(caller.clone(), Instant::now()) {
+                return taken;
+            }
+            freed.await;
+        }
     }
 
     /// The registry of who is owed a share.
@@ -163,6 +193,8 @@ impl Drop for Taken {
                 state.held.remove(&self.caller);
             }
         }
+        drop(state);
+        self.shares.freed.notify_waiters();
     }
 }
 
@@ -256,6 +288,38 @@ mod tests {
             2,
             "no sweep within the second: the count is the callers kept"
         );
+    }
+
+    #[tokio::test]
+    async fn a_caller_past_its_share_waits_until_a_place_is_its_to_take() {
+        let places = Shares::new(4, Activity::new());
+        drop(places.take(peer(2), Instant::now()));
+        let mut greedy: Vec<Taken> = (0..3)
+            .map(|_| {
+                places
+                    .take(peer(1), Instant::now())
+                    .expect("share, then borrowed")
+            })
+            .collect();
+        let other = places.enter(peer(2)).await;
+        let waiting = tokio::spawn({
+            let places = Arc::clone(&places);
+            async move { places.enter(peer(1)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "every place is taken");
+        drop(other);
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "past its share, with only a quarter of the places free"
+        );
+        drop(greedy.pop());
+        let third = waiting
+            .await
+            .expect("woken when its own place is given back");
+        drop((greedy, third));
+        assert_eq!(places.lock().in_use, 0);
     }
 
     #[test]

@@ -13,8 +13,8 @@
 //! [`MAX_BATCH_CALLS`] is refused whole, before any call runs; and a claim that asks to
 //! wait is refused, because its long-poll would hold back every other call's answer.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use futures_util::future::join_all;
 use keyflight_protocol::wire::ClaimRequest;
 use keyflight_protocol::wire::batch::{
@@ -23,8 +23,9 @@ use keyflight_protocol::wire::batch::{
 use serde::Serialize;
 use serde_json::value::{RawValue, to_raw_value};
 
-use super::claims::answer_claim;
+use super::claims::{answer_claim, charged};
 use super::lease::answer_finalize;
+use super::limits::Slot;
 use super::{ApiJson, AppState, Namespace};
 use crate::api::error::ApiError;
 use crate::metrics::Metrics;
@@ -44,15 +45,18 @@ use crate::metrics::Metrics;
 pub async fn claims(
     State(state): State<AppState>,
     namespace: Namespace,
+    slot: Option<Extension<Slot>>,
     ApiJson(batch): ApiJson<ClaimBatch>,
 ) -> Result<Json<OwnedBatchAnswer>, ApiError> {
     sized(batch.calls.len())?;
     let state = &state;
+    let slot = slot.map(|Extension(slot)| slot);
     let answers = join_all(batch.calls.into_iter().map(|call| {
         let record = namespace.record(call.scope);
+        let caller = charged(slot.as_ref(), &record);
         async move {
             never_waits(&call.request)?;
-            answer_claim(state, record, call.request, None).await
+            answer_claim(state, record, call.request, (None, caller)).await
         }
     }))
     .await;
@@ -75,16 +79,17 @@ pub async fn claims(
 pub async fn finalizes(
     State(state): State<AppState>,
     namespace: Namespace,
+    slot: Option<Extension<Slot>>,
     ApiJson(batch): ApiJson<FinalizeBatch>,
 ) -> Result<Json<OwnedBatchAnswer>, ApiError> {
     sized(batch.calls.len())?;
     let state = &state;
-    let answers = join_all(
-        batch
-            .calls
-            .into_iter()
-            .map(|call| answer_finalize(state, namespace.record(call.scope), call.request)),
-    )
+    let slot = slot.map(|Extension(slot)| slot);
+    let answers = join_all(batch.calls.into_iter().map(|call| {
+        let record = namespace.record(call.scope);
+        let caller = charged(slot.as_ref(), &record);
+        answer_finalize(state, record, call.request, caller)
+    }))
     .await;
     Ok(Json(carried(&state.metrics, answers)))
 }

@@ -24,6 +24,7 @@ use crate::api::error::ApiError;
 use crate::evidence;
 use crate::longpoll::{self, Full};
 use crate::metrics::{Event, Shed};
+use crate::shares::{Charged, Taken};
 use crate::store::StoreError;
 
 /// Claims the lease on `scope`, or answers its state; long-polls when `wait_ms > 0`.
@@ -51,12 +52,34 @@ pub async fn claim(
     ApiJson(request): ApiJson<ClaimRequest>,
 ) -> Result<Response, ApiError> {
     let slot = slot.map(|Extension(slot)| slot);
-    let answer = answer_claim(&state, record, request, slot.as_ref()).await?;
+    let caller = charged(slot.as_ref(), &record);
+    let answer = answer_claim(&state, record, request, (slot.as_ref(), caller)).await?;
     Ok(if frames_accepted(&headers) {
         framed_or_json(answer, &state)
     } else {
         Json(answer).into_response()
     })
+}
+
+/// The caller's place in the database pool ([`AppState::store_places`]), waited for no
+/// longer than the pool itself would be: a call that gets none fails as a database that does
+/// not answer does (503 `journal_unavailable`).
+pub async fn store_place(state: &AppState, caller: Charged) -> Result<Taken, ApiError> {
+    state
+        .store_places
+        .enter_within(caller, state.store.answer_timeout())
+        .await
+        .ok_or_else(|| {
+            ApiError::Store(StoreError::Unavailable(
+                "no database connection was free for this caller within --statement-timeout".into(),
+            ))
+        })
+}
+
+/// Whose share a call's database work is charged to: its slot's caller (the workload, or
+/// the peer address), else the record's namespace.
+pub fn charged(slot: Option<&Slot>, record: &RecordScope) -> Charged {
+    slot.map_or_else(|| record.charged(), |slot| slot.caller().clone())
 }
 
 /// Whether the caller's `Accept` names frames (an edge that reads them).
@@ -83,12 +106,13 @@ fn framed_or_json(answer: ClaimAnswer, state: &AppState) -> Response {
 /// One claim, checked, run and counted: what `POST /v1/claims/{scope}` answers, and what a
 /// batch answers for each of its claims (`api/batch.rs`). `slot` is the call's place under
 /// the concurrency cap, given back before a long-poll parks; a batch has none to give, as
-/// its claims never wait.
+/// its claims never wait. The claim statement waits for `caller`'s place in the database
+/// pool ([`AppState::store_places`]).
 pub async fn answer_claim(
     state: &AppState,
     record: RecordScope,
     mut request: ClaimRequest,
-    slot: Option<&Slot>,
+    (slot, caller): (Option<&Slot>, Charged),
 ) -> Result<ClaimAnswer, ApiError> {
     let received = Instant::now();
     let scope = record.scope;
@@ -100,11 +124,13 @@ pub async fn answer_claim(
     }
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);
+    let place = store_place(state, caller).await?;
     within_quota(state, &record).await?;
     let first = state
         .store
         .claim_as(&scope, &request, record.workload())
         .await?;
+    drop(place);
     let record_expires_in_ms = first
         .record_expires_at
         .map(|at| millis(at.saturating_duration_since(Instant::now())));

@@ -8,16 +8,19 @@
 //! as an event, and a lost lease is counted as `lease_lost` whichever call
 //! discovered it.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use keyflight_protocol::wire::{
     FinalizeRequest, MAX_COOLDOWN_MS, MAX_LEASE_MS, ReleaseRequest, RenewRequest, RenewResponse,
 };
 
+use super::claims::{charged, store_place};
+use super::limits::Slot;
 use super::{ApiJson, AppState, RecordScope, fits_a_record, recordable, within};
 use crate::api::error::ApiError;
 use crate::evidence;
 use crate::metrics::{Event, Metrics};
+use crate::shares::Charged;
 use crate::store::StoreError;
 
 /// Extends the caller's lease.
@@ -72,18 +75,22 @@ pub async fn renew(
 pub async fn finalize(
     State(state): State<AppState>,
     record: RecordScope,
+    slot: Option<Extension<Slot>>,
     ApiJson(request): ApiJson<FinalizeRequest>,
 ) -> Result<(), ApiError> {
-    answer_finalize(&state, record, request).await
+    let caller = charged(slot.map(|Extension(slot)| slot).as_ref(), &record);
+    answer_finalize(&state, record, request, caller).await
 }
 
 /// One finalize, checked, run to the end and counted: what
 /// `POST /v1/claims/{scope}/finalize` answers, and what a batch answers for each of its
-/// finalizes (`api/batch.rs`).
+/// finalizes (`api/batch.rs`). The statement waits for `caller`'s place in the database
+/// pool ([`AppState::store_places`]), and runs to its end with it.
 pub async fn answer_finalize(
     state: &AppState,
     record: RecordScope,
     mut request: FinalizeRequest,
+    caller: Charged,
 ) -> Result<(), ApiError> {
     let scope = record.scope;
     request.previous_scope = record.previous_scope(request.previous_scope);
@@ -94,8 +101,10 @@ pub async fn answer_finalize(
         evidence::finalize_call(request.replayable),
     );
     let store = state.store.clone();
+    let place = store_place(state, caller).await?;
     let answer = to_the_end(async move {
         let answer = store.finalize(&scope, request).await;
+        drop(place);
         evidence::settled(&scope, claim_id, call, &answer);
         answer
     })

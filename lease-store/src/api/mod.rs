@@ -58,7 +58,7 @@ use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
 use crate::quota::Quota;
-use crate::shares::{Activity, Charged};
+use crate::shares::{Activity, Charged, Shares};
 use crate::store::Store;
 
 /// What every handler can reach.
@@ -78,6 +78,9 @@ pub struct AppState {
     pub namespace_transition: bool,
     /// What each workload may keep (`docs/records.md#storage-quota`).
     pub quota: Arc<Quota>,
+    /// The callers' shares of the database pool's connections, which claims and finalizes
+    /// wait for (`docs/configuration.md#limits`).
+    pub store_places: Arc<Shares>,
 }
 
 /// Builds the data-plane router: `/v1/claims…`, `/v1/batch/…` and `/v1/epoch` behind the

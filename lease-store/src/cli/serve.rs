@@ -26,6 +26,7 @@ use crate::longpoll::LongPoll;
 use crate::metrics::Metrics;
 use crate::quota::Quota;
 use crate::server::{self, ConnectionLimits};
+use crate::shares::Shares;
 use crate::shutdown::Shutdown;
 use crate::store::{self, Store};
 
@@ -133,6 +134,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
     );
     let quota = Quota::new(config.quota, metrics.quota_gauges());
     let measuring = quota.spawn_measuring(store.clone(), shutdown.subscribe());
+    let state_activity = longpoll.activity();
     let state = AppState {
         store,
         longpoll,
@@ -141,6 +143,7 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         bounds: config.records,
         namespace_transition: config.namespace_transition,
         quota,
+        store_places: Shares::new(config.store.pool_size, state_activity),
     };
     let admin_open = !config.tokens.admin.is_empty();
     let auth = Auth::new(config.tokens);

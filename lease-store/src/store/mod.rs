@@ -346,6 +346,12 @@ impl Store {
         self.pool.status()
     }
 
+    /// `statement_timeout` + [`ANSWER_MARGIN`]: the most a call's database work may take,
+    /// and so the longest a call waits for its place in the pool (`crate::shares`).
+    pub fn answer_timeout(&self) -> Duration {
+        self.answer_timeout
+    }
+
     /// Runs one call's database work on a pooled connection, bounded by
     /// `statement_timeout` + [`ANSWER_MARGIN`].
     ///
