@@ -133,7 +133,7 @@ pub enum EventKind {
     /// `unknown`.
     ReconcileUnanswered,
     /// The driver found the worker's shared state borrowed where the host's one-callback-
-    /// at-a-time rule says it cannot be: a bug, logged at error (`drive/worker.rs`).
+    /// at-a-time rule says it cannot be: a bug, logged at error (`drive/worker/shared.rs`).
     BorrowConflict,
 }
 

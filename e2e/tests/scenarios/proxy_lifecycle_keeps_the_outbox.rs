@@ -18,7 +18,7 @@ use serde_json::json;
 const LEASE_MS: u64 = 3000;
 
 /// What the filter logs when a retired plugin keeps its root context for its outbox, and
-/// when it lets go once the outbox is empty (`filter/src/drive/worker.rs`).
+/// when it lets go once the outbox is empty (`filter/src/drive/worker/root.rs`).
 const RETIRED_WITH_CLAIMS: &str = "plugin retired with claims in the record outbox";
 const RETIRED_SETTLED: &str = "record outbox settled; plugin retired";
 /// Whether `log` holds the evidence line a retiring root context logs for a finalize

@@ -6,6 +6,8 @@ use keyflight_protocol::wire::{FinalizeRequest, ReleaseAs, ReleaseRequest, Store
 
 use super::delivery::ENTRY_OVERHEAD_BYTES;
 use super::*;
+use crate::metrics::Metric;
+use crate::store_call::CallError;
 
 const SECOND: u64 = 1000;
 

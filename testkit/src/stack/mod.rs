@@ -17,7 +17,8 @@
 //! ([`StackOptions::run_dir`]) uses a temp dir, removed when it drops unless a panic (a
 //! failing test) is unwinding, in which case the paths are printed.
 //!
-//! This file holds the start-up and what a harness reads; `options.rs` what runs,
+//! This file holds the start-up; `inspect.rs` what a harness reads, `ports.rs` the ports
+//! handed out before it, `render.rs` each Envoy's configuration, `options.rs` what runs,
 //! `parts.rs` how each part is started, `faults.rs` what a harness does to a running stack,
 //! `extra.rs` further Envoys and lease-stores beside it (benchmarks, configuration checks),
 //! `network.rs` the stack whose parts run in network namespaces and the link faults it
@@ -28,26 +29,24 @@
 
 mod extra;
 mod faults;
+mod inspect;
 mod lifecycle;
 mod network;
 mod options;
 mod parts;
+mod ports;
+mod render;
 mod sidecar;
 mod versions;
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use crate::binaries::Binaries;
 use crate::database::Database;
-use crate::envoy_config::{self, Ports};
-use crate::envoy_variants::EnvoyEdit;
 use crate::ha::{HaCluster, HaOptions};
-use crate::lds;
 use crate::net::NetLab;
 use crate::pg::{PgCluster, PgOptions};
 use crate::process::{free_port, wait_http_ok};
@@ -64,6 +63,8 @@ use parts::{
     Envoy, Part, Place, Restart, Sidecar, Store, remove_hot_restart_memory,
     restartable_envoy_command, upstream_command_at,
 };
+use ports::PlanPorts;
+use render::{Sites, lds_path_of, render_envoy_config, write_envoy_config};
 pub use sidecar::{Mesh, STORE_SPIFFE_ID};
 
 /// How long a part may take to answer its readiness probe.
@@ -245,181 +246,6 @@ impl Stack {
         }
     }
 
-    /// How many Envoys run (as many as lease-stores, except in a mesh identity stack,
-    /// which runs one Envoy per workload and one lease-store).
-    pub fn replicas(&self) -> usize {
-        self.envoys.len()
-    }
-
-    /// How many lease-stores run.
-    pub fn store_replicas(&self) -> usize {
-        self.stores.len()
-    }
-
-    /// The port of the store's inbound sidecar (mutual TLS), in a mesh identity stack.
-    pub fn sidecar_port(&self) -> Option<u16> {
-        self.sidecar.as_ref().map(|sidecar| sidecar.port)
-    }
-
-    /// Envoy `index`'s ports (listener, admin, the lease-stores and upstream it reaches).
-    pub fn envoy_ports(&self, index: usize) -> &Ports {
-        &self.envoy(index).ports
-    }
-
-    /// Lease-store `index`'s port.
-    pub fn store_port(&self, index: usize) -> u16 {
-        self.store(index).port
-    }
-
-    /// Lease-store `index`'s admin port (`/v1/records…`, the operator CLI's).
-    pub fn store_admin_port(&self, index: usize) -> u16 {
-        self.store(index).admin_port
-    }
-
-    /// The demo upstream's port.
-    pub fn upstream_port(&self) -> u16 {
-        self.upstream_port
-    }
-
-    /// Envoy `index`'s address: its listener and admin interface are on it (`127.0.0.1`
-    /// unless the stack runs [`StackOptions::own_networks`]).
-    pub fn envoy_ip(&self, index: usize) -> IpAddr {
-        self.envoy(index).place.ip
-    }
-
-    /// Lease-store `index`'s address (see [`Stack::envoy_ip`]).
-    pub fn store_ip(&self, index: usize) -> IpAddr {
-        self.store(index).place.ip
-    }
-
-    /// Where the demo upstream listens.
-    pub fn upstream_address(&self) -> SocketAddr {
-        SocketAddr::new(self.host_side, self.upstream_port)
-    }
-
-    /// The database the lease-stores run on.
-    pub fn database(&self) -> &Database {
-        &self.database
-    }
-
-    /// The programs this stack runs.
-    pub fn binaries(&self) -> &Binaries {
-        &self.binaries
-    }
-
-    /// What this stack runs.
-    pub fn options(&self) -> &StackOptions {
-        &self.options
-    }
-
-    /// Where its configs and logs are.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Envoy `index`'s log (every process of that Envoy, across restarts).
-    pub fn envoy_log_path(&self, index: usize) -> &Path {
-        self.envoy(index).part.log()
-    }
-
-    /// Lease-store `index`'s log.
-    pub fn store_log_path(&self, index: usize) -> &Path {
-        self.store(index).part.log()
-    }
-
-    /// Everything Envoy `index` logged so far.
-    pub fn envoy_log(&self, index: usize) -> String {
-        std::fs::read_to_string(self.envoy_log_path(index)).unwrap_or_default()
-    }
-
-    /// Envoy `index`'s process id, while it runs.
-    pub fn envoy_pid(&self, index: usize) -> Option<u32> {
-        self.envoy(index).part.pid()
-    }
-
-    /// Lease-store `index`'s process id, while it runs.
-    pub fn store_pid(&self, index: usize) -> Option<u32> {
-        self.store(index).part.pid()
-    }
-
-    /// The upstream's process id, while it runs.
-    pub fn upstream_pid(&self) -> Option<u32> {
-        self.upstream.pid()
-    }
-
-    /// What runs where, as JSON: ports, process ids, logs, configs, the database URL and
-    /// the tokens (what `keyflight-stack up` writes to `stack.json`).
-    pub fn describe(&self) -> Value {
-        let envoys: Vec<Value> = self
-            .envoys
-            .iter()
-            .map(|envoy| {
-                json!({
-                    "listener": envoy.ports.listener,
-                    "admin": envoy.ports.admin,
-                    "pid": envoy.part.pid(),
-                    "log": envoy.part.log(),
-                    "config": envoy.config,
-                })
-            })
-            .collect();
-        let stores: Vec<Value> = self
-            .stores
-            .iter()
-            .map(|store| json!({"port": store.port, "pid": store.part.pid(), "log": store.part.log()}))
-            .collect();
-        let mut described = json!({
-            "dir": self.dir,
-            "envoys": envoys,
-            "lease_stores": stores,
-            "upstream": {
-                "port": self.upstream_port,
-                "pid": self.upstream.pid(),
-                "log": self.upstream.log(),
-            },
-            "postgres": {
-                "url": self.database.url(),
-                "replicated": matches!(self.database, Database::Replicated(_)),
-                "partitions": self.database.partitions().iter().map(PgCluster::url).collect::<Vec<_>>(),
-            },
-            "tokens": {"filter": self.options.filter_token(), "admin": ADMIN_TOKEN},
-        });
-        if let Some(sidecar) = &self.sidecar {
-            described["store_sidecar"] = json!({
-                "port": sidecar.port,
-                "admin": sidecar.admin,
-                "pid": sidecar.part.pid(),
-                "log": sidecar.part.log(),
-            });
-        }
-        if self.net.is_some() {
-            described["addresses"] = json!({
-                "envoys": self.envoys.iter().map(|e| e.place.ip).collect::<Vec<_>>(),
-                "lease_stores": self.stores.iter().map(|s| s.place.ip).collect::<Vec<_>>(),
-                "host_side": self.host_side,
-            });
-        }
-        described
-    }
-
-    fn envoy(&self, index: usize) -> &Envoy {
-        self.envoys.get(index).unwrap_or_else(|| {
-            panic!(
-                "there is no Envoy {index}: the stack runs {}",
-                self.envoys.len()
-            )
-        })
-    }
-
-    fn store(&self, index: usize) -> &Store {
-        self.stores.get(index).unwrap_or_else(|| {
-            panic!(
-                "there is no lease-store {index}: the stack runs {}",
-                self.stores.len()
-            )
-        })
-    }
-
     async fn start_store_with(&mut self, index: usize, migrate: bool) {
         let place = self.store(index).place;
         let url = network::database_url(&self.database, place, self.host_side);
@@ -511,62 +337,6 @@ impl Drop for Stack {
     }
 }
 
-/// The ports of a stack about to start.
-struct PlanPorts {
-    envoys: Vec<(u16, u16)>,
-    lease_stores: Vec<u16>,
-    /// Where the Envoys reach the lease-stores: the stores themselves, or their sidecar.
-    store_route: Vec<u16>,
-    lease_store_admins: Vec<u16>,
-    upstream: u16,
-}
-
-/// The shipped stack's first lease-store admin port (`lease-store serve`'s default); a
-/// second replica takes the next.
-const SHIPPED_STORE_ADMIN_PORT: u16 = 9480;
-
-impl PlanPorts {
-    fn new(plan: PortPlan, envoys: usize, replicas: usize) -> PlanPorts {
-        match plan {
-            PortPlan::Free => {
-                let lease_stores: Vec<u16> = (0..replicas).map(|_| free_port()).collect();
-                PlanPorts {
-                    envoys: (0..envoys).map(|_| (free_port(), free_port())).collect(),
-                    store_route: lease_stores.clone(),
-                    lease_stores,
-                    lease_store_admins: (0..replicas).map(|_| free_port()).collect(),
-                    upstream: free_port(),
-                }
-            }
-            PortPlan::Shipped => {
-                let first = envoy_config::shipped_ports();
-                let second = envoy_config::shipped_second_replica_ports();
-                PlanPorts {
-                    envoys: [
-                        (first.listener, first.admin),
-                        (second.listener, second.admin),
-                    ][..replicas]
-                        .to_vec(),
-                    lease_stores: second.lease_stores[..replicas].to_vec(),
-                    store_route: second.lease_stores[..replicas].to_vec(),
-                    lease_store_admins: (SHIPPED_STORE_ADMIN_PORT..).take(replicas).collect(),
-                    upstream: first.upstream,
-                }
-            }
-        }
-    }
-
-    fn envoy(&self, index: usize) -> Ports {
-        let (listener, admin) = self.envoys[index];
-        Ports {
-            listener,
-            admin,
-            lease_stores: self.store_route.clone(),
-            upstream: self.upstream,
-        }
-    }
-}
-
 async fn start_database(options: &StackOptions, net: Option<&NetLab>) -> Database {
     if options.replicated {
         return Database::Replicated(Box::new(HaCluster::start(HaOptions::default()).await));
@@ -590,83 +360,6 @@ async fn start_database(options: &StackOptions, net: Option<&NetLab>) -> Databas
         partitions.push(start(pg).await);
     }
     Database::Partitioned { router, partitions }
-}
-
-/// Where the parts of a stack run: every Envoy and lease-store, and the host side (the
-/// upstream, Postgres).
-struct Sites {
-    envoys: Vec<Place>,
-    stores: Vec<Place>,
-    host_side: IpAddr,
-}
-
-/// The shipped config for Envoy `index`: `envoy/demo.yaml` for one lease-store,
-/// `envoy/two-replicas.yaml` for two (their `native-` twins for the native adapter), with
-/// the wasm, the plugin JSON, each socket on its part's address (a stack with its own
-/// networks), the options' edits and (for a tagged stack) the [`VIA_HEADER`].
-fn render_envoy_config(
-    binaries: &Binaries,
-    options: &StackOptions,
-    index: usize,
-    ports: &Ports,
-    sites: &Sites,
-) -> String {
-    let wasm = binaries.wasm.display().to_string();
-    let rendered = if options.native {
-        envoy_config::render_native(ports, &options.plugin)
-    } else {
-        envoy_config::render_shipped(ports, &wasm, &options.plugin)
-    };
-    let mut rendered = rendered.unwrap_or_else(|e| panic!("{e}"));
-    if options.own_networks {
-        rendered = network::place_sockets(&rendered, ports, index, sites);
-    }
-    let tag = options.tag_envoys.then(|| EnvoyEdit::AddRequestHeader {
-        name: VIA_HEADER.to_owned(),
-        value: via_value(index),
-    });
-    let store_mtls = options.mesh.as_ref().map(|mesh| {
-        let workload = mesh.workload_cert(index);
-        EnvoyEdit::StoreMtls {
-            cert: workload.cert,
-            key: workload.key,
-            ca: mesh.ca(),
-            store_id: STORE_SPIFFE_ID.to_owned(),
-        }
-    });
-    for edit in options.envoy_edits.iter().chain(&tag).chain(&store_mtls) {
-        rendered = edit.apply(&rendered).unwrap_or_else(|e| panic!("{e}"));
-    }
-    rendered
-}
-
-/// Writes Envoy `index`'s config to `path`; every Envoy of a reconfigurable stack gets its
-/// listener in an LDS file beside it ([`lds_path_of`]).
-fn write_envoy_config(
-    binaries: &Binaries,
-    options: &StackOptions,
-    index: usize,
-    ports: &Ports,
-    sites: &Sites,
-    path: &Path,
-) {
-    let rendered = render_envoy_config(binaries, options, index, ports, sites);
-    let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()))
-    };
-    if options.listener_from_file {
-        let lds_path = lds_path_of(path);
-        let split = lds::split(&rendered, &lds_path).unwrap_or_else(|e| panic!("{e}"));
-        write(&lds_path, &split.listeners);
-        write(path, &split.bootstrap);
-    } else {
-        write(path, &rendered);
-    }
-}
-
-/// Where the listener of the bootstrap at `config` lives when it is served from a file.
-fn lds_path_of(config: &Path) -> PathBuf {
-    config.with_extension("lds.json")
 }
 
 fn unique_temp_dir() -> PathBuf {

@@ -1,14 +1,17 @@
 //! The root context's driver over a fake host: configuration, the outbox's
 //! calls from the tick and their answers, the operator epoch, retirement.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use keyflight_protocol::wire::{ClaimResponse, WonHow};
 
 use super::*;
+use crate::drive::host::{CalloutAnswered, Driver, LogLevel};
 use crate::drive::stream::{Callback, Stream, Verdict};
 use crate::machine::Action;
 use crate::metrics::{EventKind, Metric, OutboxEvent};
+use crate::store_call::{Callout, StoreCall};
 use crate::testing::{FakeHost, counts};
 
 const NOW_MS: u64 = 1_000_000;
