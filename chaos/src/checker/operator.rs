@@ -301,6 +301,10 @@ pub fn across(
     for (k, change) in changes.iter().enumerate() {
         sets[k + 1].extend(change.resolved.clone());
     }
+    // What each segment's own runs (or its resolve) answered: a replay of one of these is
+    // that segment's, even when an earlier segment answered the same (an upstream that
+    // answers a re-run with its first run's answer).
+    let mut fresh = sets.clone();
     let mut across = Across::default();
     let mut spanning = Vec::new();
     let mut replays = Vec::new();
@@ -326,12 +330,15 @@ pub fn across(
         }
         if replayed {
             replays.push((lo, answer));
+        } else {
+            fresh[lo].insert(answer.clone());
         }
         sets[lo].insert(answer.clone());
     }
-    // A replay of an answer an earlier segment delivered, past the bound: stale.
+    // A replay of an answer an earlier segment delivered, past the bound, and no run of its
+    // own segment answered: stale.
     for (k, answer) in replays {
-        if sets[..k].iter().any(|earlier| earlier.contains(answer)) {
+        if !fresh[k].contains(answer) && sets[..k].iter().any(|earlier| earlier.contains(answer)) {
             across.divergent.insert(answer.clone());
         }
     }

@@ -425,6 +425,32 @@ fn a_fresh_answer_belongs_to_the_stretch_its_claim_was_won_in() {
     assert!(!only_key(&check(&history)).divergent_answers.is_empty());
 }
 
+/// An upstream that answers a re-run with its first run's answer (the demo upstream's
+/// payments do) makes the erased key's next answer equal its last: a replay of it, past the
+/// staleness bound, is the new segment's, not stale. Found by `make test`'s short chaos
+/// run, seed 1059604233.
+#[test]
+fn a_replay_of_the_answer_the_new_segment_also_gave_is_not_stale() {
+    let mut history = corpus_history("excused-operator-erase-re-run.json");
+    history.attempts[2].start_ms = 5_000;
+    history.attempts[2].end_ms = 5_010;
+    assert!(
+        !only_key(&check(&history)).divergent_answers.is_empty(),
+        "the re-run answered B: a replay of A past the bound is stale"
+    );
+    let Outcome::Answered { body, .. } = &mut history.attempts[1].outcome else {
+        panic!("the late caller's answer")
+    };
+    *body = "A".to_owned();
+    for verification in &mut history.verifications {
+        if let Outcome::Answered { body, .. } = &mut verification.outcome {
+            *body = "A".to_owned();
+        }
+    }
+    let report = check(&history);
+    assert!(!report.failed(), "{report:#?}");
+}
+
 /// The plan, not a claim's flag, says which keys a hold policy guards: every path outside
 /// the run's retry prefix. A history that names no prefix predates that policy and the
 /// held lapse, and says nothing.
