@@ -12,17 +12,22 @@
 //! body. Only two things are the batch's own: a batch of no calls or of more than
 //! [`MAX_BATCH_CALLS`] is refused whole, before any call runs; and a claim that asks to
 //! wait is refused, because its long-poll would hold back every other call's answer.
+//!
+//! A replay is weighed against the caller's answer budget as soon as it is read
+//! ([`AnswerAccount`]): one past the caller's share is answered 503 there, its body never
+//! copied into the batch's answer (`docs/configuration.md#limits`).
 
 use axum::extract::State;
 use axum::{Extension, Json};
 use futures_util::future::join_all;
-use keyflight_protocol::wire::ClaimRequest;
 use keyflight_protocol::wire::batch::{
     BatchAnswer, BatchedAnswer, ClaimBatch, FinalizeBatch, MAX_BATCH_CALLS, OwnedBatchAnswer,
 };
+use keyflight_protocol::wire::{ClaimAnswer, ClaimRequest, ClaimResponse};
 use serde::Serialize;
 use serde_json::value::{RawValue, to_raw_value};
 
+use super::budget::AnswerAccount;
 use super::claims::{answer_claim, charged};
 use super::lease::answer_finalize;
 use super::limits::Slot;
@@ -46,21 +51,28 @@ pub async fn claims(
     State(state): State<AppState>,
     namespace: Namespace,
     slot: Option<Extension<Slot>>,
+    account: Option<Extension<AnswerAccount>>,
     ApiJson(batch): ApiJson<ClaimBatch>,
 ) -> Result<Json<OwnedBatchAnswer>, ApiError> {
     sized(batch.calls.len())?;
     let state = &state;
     let slot = slot.map(|Extension(slot)| slot);
+    let account = account.map(|Extension(account)| account);
     let answers = join_all(batch.calls.into_iter().map(|call| {
         let record = namespace.record(call.scope);
         let caller = charged(slot.as_ref(), &record);
+        let account = account.as_ref();
         async move {
-            never_waits(&call.request)?;
-            answer_claim(state, record, call.request, (None, caller)).await
+            let answer = async {
+                never_waits(&call.request)?;
+                answer_claim(state, record, call.request, (None, caller)).await
+            }
+            .await;
+            weighed(&state.metrics, answer, account)
         }
     }))
     .await;
-    Ok(Json(carried(&state.metrics, answers)))
+    Ok(Json(BatchAnswer { answers }))
 }
 
 /// Answers each finalize of the batch as `POST /v1/claims/{scope}/finalize` would, in order.
@@ -113,6 +125,32 @@ fn never_waits(request: &ClaimRequest) -> Result<(), ApiError> {
              to POST /v1/claims/{{scope}}"
         ))),
         _ => Ok(()),
+    }
+}
+
+/// A claim's answer as the batch carries it, written at once so a replayed body is not
+/// held twice; a replay is first weighed against the caller's answer budget, and answered
+/// 503 when it does not fit. Other answers are small and weighed with the whole batch: a
+/// claim won is never shed here, as nobody would then hold its lease.
+fn weighed(
+    metrics: &Metrics,
+    answer: Result<ClaimAnswer, ApiError>,
+    account: Option<&AnswerAccount>,
+) -> BatchedAnswer<Box<RawValue>> {
+    let replay = matches!(
+        answer,
+        Ok(ClaimAnswer {
+            response: ClaimResponse::Completed { .. },
+            ..
+        })
+    );
+    let carried = carried_one(metrics, answer);
+    match account.filter(|_| replay) {
+        Some(account) => match account.weigh(carried.body.get().len()) {
+            Ok(()) => carried,
+            Err(spent) => carried_one::<ClaimAnswer>(metrics, Err(spent)),
+        },
+        None => carried,
     }
 }
 

@@ -18,7 +18,11 @@
 //!
 //! An answer is weighed once it is built, and reserved until its last bytes are handed to
 //! the connection ([`crate::api::held`]), together with the call's concurrency slot; one
-//! that does not fit is dropped and answered 503 with `Retry-After` instead.
+//! that does not fit is dropped and answered 503 with `Retry-After` instead. A call whose
+//! caller has no room left at all is answered so before it runs. A batch weighs each replay
+//! as it is read ([`AnswerAccount`]): past the caller's share the rest of its replays are
+//! answered 503 one by one, before their bodies are copied into the answer, so a flood of
+//! large replays costs the replica its answer budget, not a multiple of it.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -68,6 +72,17 @@ struct InFlight {
     by_caller: HashMap<Charged, usize>,
 }
 
+/// The answer bytes one call has reserved while its answer is assembled: a batch weighs
+/// each replay here as it is read, and the finished answer takes the reservation over.
+#[derive(Clone)]
+pub struct AnswerAccount(Arc<Account>);
+
+struct Account {
+    budget: AnswerBudget,
+    caller: Charged,
+    reserved: Mutex<Option<Reservation>>,
+}
+
 /// Bytes reserved for one call, given back on drop.
 struct Reservation {
     budget: Arc<Inner>,
@@ -94,6 +109,56 @@ impl AnswerBudget {
             budget: Budget::new(max_total, max_per_caller),
             metrics,
         }
+    }
+}
+
+impl AnswerAccount {
+    /// Reserves `bytes` more of the call's answer, or answers why not (503, counted): the
+    /// first bytes of a caller holding nothing may pass its share, as a whole answer may.
+    pub fn weigh(&self, bytes: usize) -> Result<(), ApiError> {
+        let Account {
+            budget,
+            caller,
+            reserved,
+        } = &*self.0;
+        let mut reserved = lock(reserved);
+        let fits = match reserved.as_mut() {
+            Some(reservation) => reservation.grow(bytes),
+            None => match budget.budget.reserve(caller.clone(), bytes) {
+                Some(reservation) => {
+                    *reserved = Some(reservation);
+                    true
+                }
+                None => false,
+            },
+        };
+        match fits {
+            true => Ok(()),
+            false => Err(budget.spent()),
+        }
+    }
+
+    /// The reservation for the finished answer of `bytes`. What the call weighed is resized
+    /// to it, without a bound: past the replays weighed, an answer adds only its calls'
+    /// small answers and framing. A call that weighed nothing reserves it now, if it fits.
+    fn settle(&self, bytes: usize) -> Option<Reservation> {
+        match lock(&self.0.reserved).take() {
+            Some(mut reservation) => {
+                reservation.resize(bytes);
+                Some(reservation)
+            }
+            None => self.0.budget.budget.reserve(self.0.caller.clone(), bytes),
+        }
+    }
+}
+
+impl AnswerBudget {
+    /// Counts a shed answer and says why.
+    fn spent(&self) -> ApiError {
+        self.metrics.shed(Shed::AnswerBudget);
+        ApiError::Overloaded(
+            "the lease-store replica's answer budget is spent (--max-answer-bytes-in-flight, per caller --max-answer-bytes-in-flight-per-caller); retry shortly",
+        )
     }
 }
 
@@ -124,14 +189,54 @@ impl Budget {
             bytes,
         })
     }
+
+    /// Whether `caller` has no room left for any answer: its share, or the whole budget,
+    /// is held.
+    fn full_for(&self, caller: &Charged) -> bool {
+        let in_flight = self.0.lock();
+        let held = in_flight.by_caller.get(caller).copied().unwrap_or(0);
+        in_flight.total >= self.0.max_total || held >= self.0.max_per_caller
+    }
+}
+
+impl Reservation {
+    /// Adds `bytes`, within both bounds (the caller already holds this reservation).
+    fn grow(&mut self, bytes: usize) -> bool {
+        let mut in_flight = self.budget.lock();
+        let held = in_flight.by_caller.get(&self.caller).copied().unwrap_or(0);
+        if in_flight.total + bytes > self.budget.max_total
+            || held + bytes > self.budget.max_per_caller
+        {
+            return false;
+        }
+        in_flight.total += bytes;
+        in_flight
+            .by_caller
+            .insert(self.caller.clone(), held + bytes);
+        self.bytes += bytes;
+        true
+    }
+
+    /// Makes this reservation `bytes`, whatever the bounds.
+    fn resize(&mut self, bytes: usize) {
+        let mut in_flight = self.budget.lock();
+        let held = in_flight.by_caller.entry(self.caller.clone()).or_default();
+        *held = *held - self.bytes + bytes;
+        in_flight.total = in_flight.total - self.bytes + bytes;
+        self.bytes = bytes;
+    }
 }
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, InFlight> {
-        // Each edit is a pair of additions or subtractions done together; a poisoned lock
-        // still holds consistent counts.
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.in_flight)
     }
+}
+
+/// Each edit of the counts is a pair of additions or subtractions done together; a poisoned
+/// lock still holds consistent counts.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for Reservation {
@@ -191,28 +296,34 @@ pub async fn reserve_body(
     response
 }
 
-/// Middleware: weighs the call's answer, sends it only within the answer budget, and holds
-/// the reservation and the call's concurrency slot until the answer's last bytes are handed
-/// to the connection.
+/// Middleware: refuses at once a call whose caller has no room left for an answer; else
+/// gives the route an [`AnswerAccount`], weighs the finished answer, sends it only within
+/// the answer budget, and holds the reservation and the call's concurrency slot until the
+/// answer's last bytes are handed to the connection.
 pub async fn reserve_answer(
     State(budget): State<AnswerBudget>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let caller = charged(&request);
+    if budget.budget.full_for(&caller) {
+        return budget.spent().into_response();
+    }
     let slot = request.extensions().get::<Slot>().cloned();
+    let account = AnswerAccount(Arc::new(Account {
+        budget: budget.clone(),
+        caller,
+        reserved: Mutex::new(None),
+    }));
+    request.extensions_mut().insert(account.clone());
     let response = next.run(request).await;
     // The routes build their answers whole (JSON, a frame, a problem), so this is their size.
     let bytes = usize::try_from(response.body().size_hint().lower()).unwrap_or(usize::MAX);
     if bytes == 0 {
         return response;
     }
-    let Some(reservation) = budget.budget.reserve(caller, bytes) else {
-        budget.metrics.shed(Shed::AnswerBudget);
-        return ApiError::Overloaded(
-            "the lease-store replica's answer budget is spent (--max-answer-bytes-in-flight, per caller --max-answer-bytes-in-flight-per-caller); retry shortly",
-        )
-        .into_response();
+    let Some(reservation) = account.settle(bytes) else {
+        return budget.spent().into_response();
     };
     response.map(|body| Body::new(Held::new(body, (reservation, slot))))
 }
@@ -245,6 +356,28 @@ mod tests {
                 .is_none()
         );
         drop(alone);
+        assert!(budget.0.lock().by_caller.is_empty());
+        assert_eq!(budget.0.lock().total, 0);
+    }
+
+    #[test]
+    fn a_reservation_grows_within_the_share_and_is_resized_to_the_answer() {
+        let budget = Budget::new(30, 10);
+        let a = Charged::Peer(IpAddr::from([10, 0, 0, 1]));
+        let mut weighed = budget.reserve(a.clone(), 6).expect("fits");
+        assert!(weighed.grow(4), "up to the share");
+        assert!(!weighed.grow(1), "past the share");
+        assert!(budget.full_for(&a), "no room is left for the caller");
+        assert!(!budget.full_for(&Charged::Peer(IpAddr::from([10, 0, 0, 2]))));
+        weighed.resize(12);
+        assert_eq!(
+            budget.0.lock().by_caller[&a],
+            12,
+            "the finished answer is held"
+        );
+        weighed.resize(3);
+        assert!(!budget.full_for(&a));
+        drop(weighed);
         assert!(budget.0.lock().by_caller.is_empty());
         assert_eq!(budget.0.lock().total, 0);
     }

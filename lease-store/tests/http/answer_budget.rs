@@ -135,6 +135,59 @@ async fn a_workload_that_never_reads_its_replays_stays_within_the_answer_budget(
 }
 
 #[tokio::test]
+async fn a_batch_past_the_callers_share_answers_the_replays_that_fit_and_sheds_the_rest() {
+    // The whole answer (two batches' worth of replays) is larger than the replica's whole
+    // budget: weighed only once built, it would be built and then refused whole.
+    let budget = ANSWER_BYTES + (1 << 20);
+    let share = ANSWER_BYTES / 2;
+    let server = start_server(&[
+        "--max-body-bytes",
+        "4194304",
+        "--max-answer-bytes-in-flight",
+        &budget.to_string(),
+        "--max-answer-bytes-in-flight-per-caller",
+        &share.to_string(),
+    ])
+    .await;
+    let api = &server.api;
+    let (_, _, mut replays) = large_record(api).await;
+    let calls = replays["calls"].as_array().unwrap().clone();
+    replays["calls"] = Value::Array([calls.clone(), calls].concat());
+
+    let answer = api.post("/v1/batch/claims", Some(TOKEN), &replays).await;
+    assert_eq!(
+        answer.status, 200,
+        "the batch is answered: {:.300}",
+        answer.text
+    );
+    let answers = answer.json["answers"].as_array().unwrap();
+    let replayed = answers
+        .iter()
+        .filter(|a| a["status"] == 200 && a["body"]["outcome"] == "completed")
+        .count();
+    let shed = answers
+        .iter()
+        .filter(|a| a["status"] == 503 && a["body"]["code"] == "journal_unavailable")
+        .count();
+    let one = ANSWER_BYTES / BATCH as u64;
+    assert!(replayed >= 1, "the replays that fit the share are answered");
+    assert!(
+        replayed as u64 * one <= share + one,
+        "no more than the caller's share is replayed at once: {replayed} replays"
+    );
+    assert_eq!(
+        replayed + shed,
+        2 * BATCH,
+        "every other replay is shed, alone"
+    );
+    assert!(
+        api.counter("keyflight_store_shed_total{reason=\"answer_budget\"}")
+            .await
+            >= shed as u64
+    );
+}
+
+#[tokio::test]
 async fn an_unread_answer_keeps_its_concurrency_slot_until_it_is_sent() {
     let server = start_server(&[
         "--max-body-bytes",
