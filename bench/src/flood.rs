@@ -79,19 +79,19 @@ pub async fn rows(
         let flood = Flood::start(store, &authorization, &batch).await?;
         let watch = tokio::spawn(peak_rss(store_pid, Arc::clone(&flood.running)));
         let round = load::run(Arc::clone(&cycle), Arc::clone(unique), CYCLES, bounds, None).await;
-        let (batches_replayed, batches_refused) = flood.stop().await;
+        let (round_replayed, round_refused) = flood.stop().await;
         peak_rss_kib = peak_rss_kib.max(watch.await.unwrap_or(0));
         let round = round?;
         flooded_ok += round.ok;
         errors += round.errors;
         first_error = first_error.or(round.first_error);
         let _ = flooded.add(round.histogram);
-        if batches_replayed + batches_refused == 0 {
+        if round_replayed + round_refused == 0 {
             return Err(BenchError::Answer(
-                "the greedy caller's batches were never answered: no flood was measured".into(),
+                "the greedy caller's replays were never answered: no flood was measured".into(),
             ));
         }
-        (replayed, refused) = (replayed + batches_replayed, refused + batches_refused);
+        (replayed, refused) = (replayed + round_replayed, refused + round_refused);
     }
     let (quiet_latency, flooded_latency) = (Percentiles::of(&quiet), Percentiles::of(&flooded));
     let ratio = match (quiet_latency, flooded_latency) {
@@ -119,8 +119,8 @@ pub async fn rows(
         Row {
             id: "P10".into(),
             scenario: format!(
-                "{scenario} ({replayed} batches of {MAX_BATCH_CALLS} replayed, {refused} turned \
-                 away): p99 ÷ quiet p99; lease-store peak RSS {:.0} MiB (limit \
+                "{scenario} (in batches of {MAX_BATCH_CALLS}: {replayed} replays sent, {refused} \
+                 turned away): p99 ÷ quiet p99; lease-store peak RSS {:.0} MiB (limit \
                  {SHIPPED_LIMIT_MIB:.0})",
                 peak_rss_kib as f64 / 1024.0
             ),
@@ -267,11 +267,14 @@ impl Flood {
                             .send(Method::POST, "/v1/batch/claims", &headers, batch.clone())
                             .await;
                         let Ok(answer) = answer else { break };
-                        let counter = match answer.status {
-                            StatusCode::OK => &answers.replayed,
-                            _ => &answers.refused,
+                        let replayed = match answer.status {
+                            StatusCode::OK => replays_in(&answer.body),
+                            _ => 0,
                         };
-                        counter.fetch_add(1, Ordering::Relaxed);
+                        answers.replayed.fetch_add(replayed, Ordering::Relaxed);
+                        answers
+                            .refused
+                            .fetch_add(MAX_BATCH_CALLS as u64 - replayed, Ordering::Relaxed);
                     }
                 }
             }));
@@ -284,7 +287,7 @@ impl Flood {
         })
     }
 
-    /// Stops the flood; returns how many batches were answered 200, and how many refused.
+    /// Stops the flood; returns how many replays were answered, and how many refused.
     async fn stop(self) -> (u64, u64) {
         self.running.store(false, Ordering::Relaxed);
         for reader in self.readers {
@@ -298,13 +301,32 @@ impl Flood {
     }
 }
 
-/// How the greedy caller's replay batches were answered.
+/// How the greedy caller's replays were answered, call by call.
 #[derive(Default)]
 struct Answers {
-    /// 200: every replay of the batch sent.
+    /// Replays sent.
     replayed: AtomicU64,
-    /// Any other status: a limit turned the batch away.
+    /// Replays a limit turned away: alone within a batch, or with their whole batch.
     refused: AtomicU64,
+}
+
+/// How many calls of a batch's answer (`body`) were answered 200.
+fn replays_in(body: &[u8]) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Batch {
+        answers: Vec<Call>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Call {
+        status: u16,
+    }
+    serde_json::from_slice::<Batch>(body).map_or(0, |batch| {
+        batch
+            .answers
+            .iter()
+            .filter(|call| call.status == 200)
+            .count() as u64
+    })
 }
 
 /// The largest resident set of `pid` while `running`, in KiB, sampled every 10 ms.

@@ -65,7 +65,7 @@ pub async fn claims(
         async move {
             let answer = async {
                 never_waits(&call.request)?;
-                answer_claim(state, record, call.request, (None, caller)).await
+                answer_claim(state, record, call.request, (None, caller, account)).await
             }
             .await;
             weighed(&state.metrics, answer, account)

@@ -26,6 +26,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::{Body, HttpBody as _};
@@ -81,6 +82,8 @@ struct Account {
     budget: AnswerBudget,
     caller: Charged,
     reserved: Mutex<Option<Reservation>>,
+    /// Set once a weighing failed: the caller's share is as good as spent for this answer.
+    shed: AtomicBool,
 }
 
 /// Bytes reserved for one call, given back on drop.
@@ -120,6 +123,7 @@ impl AnswerAccount {
             budget,
             caller,
             reserved,
+            shed,
         } = &*self.0;
         let mut reserved = lock(reserved);
         let fits = match reserved.as_mut() {
@@ -134,7 +138,19 @@ impl AnswerAccount {
         };
         match fits {
             true => Ok(()),
-            false => Err(budget.spent()),
+            false => {
+                shed.store(true, Ordering::Relaxed);
+                Err(budget.spent())
+            }
+        }
+    }
+
+    /// Refuses (503, counted) once a weighing of this answer failed: a batch's calls that
+    /// have not run yet would only read replays that cannot be sent.
+    pub fn still_open(&self) -> Result<(), ApiError> {
+        match self.0.shed.load(Ordering::Relaxed) {
+            true => Err(self.0.budget.spent()),
+            false => Ok(()),
         }
     }
 
@@ -314,6 +330,7 @@ pub async fn reserve_answer(
         budget: budget.clone(),
         caller,
         reserved: Mutex::new(None),
+        shed: AtomicBool::new(false),
     }));
     request.extensions_mut().insert(account.clone());
     let response = next.run(request).await;

@@ -18,6 +18,7 @@ use keyflight_protocol::wire::{
     ClaimAnswer, ClaimRequest, ClaimResponse, MAX_LEASE_MS, MAX_WAIT_MS, framed,
 };
 
+use super::budget::AnswerAccount;
 use super::limits::Slot;
 use super::{ApiJson, AppState, RecordScope, within};
 use crate::api::error::ApiError;
@@ -53,7 +54,7 @@ pub async fn claim(
 ) -> Result<Response, ApiError> {
     let slot = slot.map(|Extension(slot)| slot);
     let caller = charged(slot.as_ref(), &record);
-    let answer = answer_claim(&state, record, request, (slot.as_ref(), caller)).await?;
+    let answer = answer_claim(&state, record, request, (slot.as_ref(), caller, None)).await?;
     Ok(if frames_accepted(&headers) {
         framed_or_json(answer, &state)
     } else {
@@ -107,12 +108,13 @@ fn framed_or_json(answer: ClaimAnswer, state: &AppState) -> Response {
 /// batch answers for each of its claims (`api/batch.rs`). `slot` is the call's place under
 /// the concurrency cap, given back before a long-poll parks; a batch has none to give, as
 /// its claims never wait. The claim statement waits for `caller`'s place in the database
-/// pool ([`AppState::store_places`]).
+/// pool ([`AppState::store_places`]); a batched claim whose batch has had a replay shed by
+/// then gives the place back unused (`account`: its answer could not be sent either).
 pub async fn answer_claim(
     state: &AppState,
     record: RecordScope,
     mut request: ClaimRequest,
-    (slot, caller): (Option<&Slot>, Charged),
+    (slot, caller, account): (Option<&Slot>, Charged, Option<&AnswerAccount>),
 ) -> Result<ClaimAnswer, ApiError> {
     let received = Instant::now();
     let scope = record.scope;
@@ -125,6 +127,9 @@ pub async fn answer_claim(
     let wait = clamp_wait(request.wait_ms, state.max_wait);
     request.wait_ms = Some(wait);
     let place = store_place(state, caller).await?;
+    if let Some(account) = account {
+        account.still_open()?;
+    }
     within_quota(state, &record).await?;
     let first = state
         .store
