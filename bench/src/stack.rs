@@ -11,7 +11,7 @@
 //! core and hide the filter's CPU cost behind idle capacity. `--log-level warn`: Envoy's
 //! info logging is not what is measured.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use keyflight_testkit::binaries::Binaries;
@@ -295,6 +295,20 @@ impl BenchStack {
         self.start_guarded("partitioned", |_| {}, ports).await
     }
 
+    /// Starts another guarded Envoy, with the shipped plugin, whose lease-store listens on
+    /// `store_port` (the edge floor's stub, [`crate::floor::stub`]).
+    pub async fn start_guarded_on_port(
+        &self,
+        name: &str,
+        store_port: u16,
+    ) -> Result<ExtraEnvoy, BenchError> {
+        let ports = Ports {
+            lease_stores: vec![store_port],
+            ..self.stack.fresh_envoy_ports()
+        };
+        self.start_guarded(name, |_| {}, ports).await
+    }
+
     /// Starts another guarded Envoy whose plugin JSON is the shipped one changed by `edit`
     /// (e.g. the edge cache off). An Envoy that refuses the plugin is an error, not a panic:
     /// the filter build under test may not know the field.
@@ -352,6 +366,17 @@ impl BenchStack {
     /// Postgres' TCP port.
     pub fn postgres_port(&self) -> u16 {
         self.stack.database().single().port()
+    }
+
+    /// Postgres' data directory, as the server reports it.
+    pub fn postgres_data_dir(&self) -> PathBuf {
+        PathBuf::from(
+            self.stack
+                .database()
+                .single()
+                .psql("SHOW data_directory")
+                .trim(),
+        )
     }
 
     /// The lease-store's process id.
