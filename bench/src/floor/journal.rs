@@ -2,7 +2,7 @@
 //!
 //! The statements are the store's own ([`CLAIM_BATCH_SQL`], [`FINALIZE_BATCH_SQL`] from
 //! `keyflight-store-core`), each in its own implicit transaction as the store's batch
-//! workers run them: per script run, one claim commit and one finalize commit for K
+//! workers run them (`docs/group-commit.md#shape`): per script run, one claim commit and one finalize commit for K
 //! requests, over TCP with prepared statements and the store's planner settings, like the
 //! P1 baseline ([`crate::pgbench`]). Each `$n` array becomes K elements computed from
 //! pgbench variables: K fresh scopes from one random base, their claim ids, and the same

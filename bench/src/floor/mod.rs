@@ -13,7 +13,8 @@
 //!
 //! A row's fraction is floor ÷ measured (1.0: at the floor), of CPU per request and of the
 //! median: the store cycle (P1) and Postgres' share (P6) against the journal floor, the
-//! guarded POST (P4, P5) against journal + edge.
+//! guarded POST (P4, P5) against journal + edge. The latest figures:
+//! `bench/README.md#the-floor`.
 
 pub mod fit;
 pub mod fsync;
