@@ -397,6 +397,46 @@ mod tests {
         assert_eq!(floor.cell(3), "CPU — · p50 0.25");
     }
 
+    /// A pgbench transaction of batch size K is K requests: rates and CPU are per request.
+    #[test]
+    fn journal_rows_count_requests_not_transactions() {
+        // Exactly 40 µs a row and 300 µs a statement at every batch size.
+        let measured: Vec<Measurement> = journal::BATCHES
+            .iter()
+            .map(|&k| {
+                let per_request = 40.0 * ROWS + 300.0 * statements(k);
+                Measurement {
+                    name: format!("journal floor K={k} c=16"),
+                    concurrency: 16,
+                    ok: 1000,
+                    errors: 0,
+                    first_error: None,
+                    elapsed: std::time::Duration::from_secs(1),
+                    histogram: crate::stats::histogram(),
+                    cpu_seconds: None,
+                    group_cpu_seconds: vec![("postgres", per_request * 1000.0 * k as f64 / 1e6)],
+                }
+            })
+            .collect();
+        let mut rows = Vec::new();
+        let floor = journal_rows(&mut rows, 16, &measured);
+        assert_eq!(
+            rows.len(),
+            journal::BATCHES.len() + 1,
+            "a row per K and the fit"
+        );
+        assert_eq!(floor.points[5].k, 32);
+        assert_eq!(floor.points[5].requests_per_s, 32_000.0);
+        assert_eq!(rows[5].rps, Some(32_000.0));
+        let fit = floor.fit.expect("fitted");
+        assert!((fit.a_us_per_row - 40.0).abs() < 1e-6, "{fit:?}");
+        assert!((fit.b_us_per_statement - 300.0).abs() < 1e-6, "{fit:?}");
+        // At 16 connections the floor is the fit at K = 16: 80 + 300 × 2/16 µs.
+        let at_16 = floor.cpu_us_per_request.expect("a floor");
+        assert!((at_16 - 117.5).abs() < 1e-6, "{at_16}");
+        assert_eq!(rows[6].cpu_us_per_op, Some(at_16));
+    }
+
     #[test]
     fn the_floor_at_a_concurrency_shares_statements_among_that_many() {
         assert_eq!(statements(1), 2.0);
