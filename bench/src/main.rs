@@ -15,9 +15,9 @@
 //! [`stack`] (the processes under test), [`rotation`] (interleaving), [`first_time`] (P1,
 //! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`native`] (N1–N3, the native
 //! adapter beside the Wasm filter), [`wake`] (P3), [`flood`] (P10), [`floor`] (the
-//! physical floor: journal, edge and latency, and each first-time row's fraction of it), [`selection`]
-//! (`--only`, `--compare-store`), [`targets`] (each row's target and the issue that set it),
-//! [`suite`] (the whole run), [`report`] (table and JSON).
+//! physical floor: journal, edge and latency, and each first-time row's fraction of it),
+//! [`selection`] (`--only`, `--compare-store`), [`targets`] (each row's target and the issue
+//! that set it), [`suite`] (the whole run), [`report`] (table and JSON).
 
 mod envoy;
 mod error;

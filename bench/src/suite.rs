@@ -364,7 +364,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     }
 
     let floor = if only.wants(&["floor"]) {
-        let (floor, floor_rows) = measure_floor(
+        let (mut floor, floor_rows) = measure_floor(
             &stack,
             floor::Setup {
                 pgbench: floor_pgbench,
@@ -378,7 +378,6 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         )
         .await?;
         rows.extend(floor_rows);
-        let mut floor = floor;
         floor.judge(&rows);
         Some(floor)
     } else {

@@ -2,13 +2,13 @@
 //!
 //! The statements are the store's own ([`CLAIM_BATCH_SQL`], [`FINALIZE_BATCH_SQL`] from
 //! `keyflight-store-core`), each in its own implicit transaction as the store's batch
-//! workers run them (`docs/group-commit.md#shape`): per script run, one claim commit and one finalize commit for K
-//! requests, over TCP with prepared statements and the store's planner settings, like the
-//! P1 baseline ([`crate::pgbench`]). Each `$n` array becomes K elements computed from
-//! pgbench variables: K fresh scopes from one random base, their claim ids, and the same
-//! lease, retention, status, headers and body the single-statement baseline binds. Computing
-//! them costs Postgres a little the store's bound arrays do not: if anything, the floor is
-//! measured high.
+//! workers run them (`docs/group-commit.md#shape`): per script run, one claim commit and one
+//! finalize commit for K requests, over TCP with prepared statements and the store's planner
+//! settings, like the P1 baseline ([`crate::pgbench`]). Each `$n` array becomes K elements
+//! computed from pgbench variables: K fresh scopes from one random base, their claim ids, and
+//! the same lease, retention, status, headers and body the single-statement baseline binds.
+//! Computing them costs Postgres a little the store's bound arrays do not: if anything, the
+//! floor is measured high.
 
 use keyflight_store_core::sql::batch::{CLAIM_BATCH_SQL, FINALIZE_BATCH_SQL};
 
