@@ -14,14 +14,16 @@
 //! Postgres baseline from the store's own SQL), [`procfs`] (CPU and memory), [`envoy`] and
 //! [`stack`] (the processes under test), [`rotation`] (interleaving), [`first_time`] (P1,
 //! P4–P6), [`large_body`] (P7, P8), [`replays`] (P2), [`native`] (N1–N3, the native
-//! adapter beside the Wasm filter), [`wake`] (P3), [`flood`] (P10), [`selection`]
-//! (`--only`, `--compare-store`), [`targets`] (each row's target and the issue that set it),
-//! [`suite`] (the whole run), [`report`] (table and JSON).
+//! adapter beside the Wasm filter), [`wake`] (P3), [`flood`] (P10), [`floor`] (the
+//! physical floor: journal, edge and latency, and each first-time row's fraction of it),
+//! [`selection`] (`--only`, `--compare-store`), [`targets`] (each row's target and the issue
+//! that set it), [`suite`] (the whole run), [`report`] (table and JSON).
 
 mod envoy;
 mod error;
 mod first_time;
 mod flood;
+mod floor;
 mod http;
 mod large_body;
 mod load;
@@ -127,6 +129,14 @@ enum Command {
         #[arg(long, default_value_t = u64::MAX)]
         max_requests: u64,
     },
+    /// Serve as the edge floor's stub lease-store: every claim won, every finalize 200, at
+    /// once and without a database (the suite starts it; never a configuration).
+    #[command(hide = true)]
+    StubStore {
+        /// `host:port` to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+    },
     /// Drive P1's claim+finalize cycle against a running lease-store (for profiling it).
     Cycle {
         /// The lease-store's `host:port`.
@@ -226,6 +236,7 @@ async fn run(command: Command) -> Result<(), BenchError> {
             print_result(&result);
             Ok(())
         }
+        Command::StubStore { listen } => floor::stub::serve(listen).await,
         Command::Cycle {
             store,
             token,

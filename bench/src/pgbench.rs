@@ -33,7 +33,7 @@ use crate::stats::Recorder;
 pub const LEASE_MS: u64 = 30_000;
 
 /// The retention the store applies to a claim without `retention_s` (its default, 24 h).
-const RETENTION_MS: u64 = 24 * 3600 * 1000;
+pub const RETENTION_MS: u64 = 24 * 3600 * 1000;
 
 /// What the store binds for a claim's `$n`, as pgbench expressions.
 const CLAIM_PARAMS: &[(usize, &str)] = &[
@@ -150,21 +150,50 @@ pub struct Pgbench {
     pub port: u16,
     /// A directory for the script and the transaction logs.
     pub work_dir: PathBuf,
+    /// The script's file name in `work_dir`.
+    pub script: String,
 }
 
 impl Pgbench {
-    /// Writes the script into the work directory.
+    /// pgbench on `port`, running the store's claim and finalize ([`script`]) from
+    /// `work_dir`.
+    pub fn new(binary: PathBuf, port: u16, work_dir: PathBuf) -> Pgbench {
+        Pgbench {
+            binary,
+            port,
+            work_dir,
+            script: "claim_finalize.sql".into(),
+        }
+    }
+
+    /// Writes the claim+finalize script into the work directory.
     pub fn prepare(&self) -> Result<(), BenchError> {
+        self.write_script(&script()?)
+    }
+
+    /// The same pgbench running `text` as `name` (written into the work directory).
+    pub fn with_script(&self, name: &str, text: &str) -> Result<Pgbench, BenchError> {
+        let other = Pgbench {
+            script: name.to_owned(),
+            ..self.clone()
+        };
+        other.write_script(text)?;
+        Ok(other)
+    }
+
+    fn write_script(&self, text: &str) -> Result<(), BenchError> {
         std::fs::create_dir_all(&self.work_dir).map_err(BenchError::io(format!(
             "create {}",
             self.work_dir.display()
         )))?;
-        std::fs::write(self.script_path(), script()?)
-            .map_err(BenchError::io("write the pgbench script"))
+        std::fs::write(self.script_path(), text).map_err(BenchError::io(format!(
+            "write the pgbench script {}",
+            self.script
+        )))
     }
 
     fn script_path(&self) -> PathBuf {
-        self.work_dir.join("claim_finalize.sql")
+        self.work_dir.join(&self.script)
     }
 
     /// Runs the script with `clients` connections for `seconds` (whole seconds: pgbench's
@@ -175,7 +204,9 @@ impl Pgbench {
         seconds: u64,
         expected_interval: Option<Duration>,
     ) -> Result<PgbenchRun, BenchError> {
-        let log_dir = self.work_dir.join(format!("log-{clients}-{seconds}"));
+        let log_dir = self
+            .work_dir
+            .join(format!("log-{}-{clients}-{seconds}", self.script));
         // Leftovers of an earlier round would be read as this round's transactions.
         let _ = std::fs::remove_dir_all(&log_dir);
         std::fs::create_dir_all(&log_dir)

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::BenchError;
+use crate::floor::Floor;
 use crate::procfs::Memory;
 use crate::rotation::Measurement;
 use crate::stats::{self, Percentiles, Target};
@@ -126,6 +127,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Memory figures.
     pub memory: MemoryReport,
+    /// The physical floor and each first-time row's fraction of it, when measured.
+    pub floor: Option<Floor>,
     /// Where and how it ran.
     pub machine: Machine,
     /// Remarks on how to read the figures.
@@ -170,17 +173,22 @@ impl Report {
     /// The table as text (Markdown, so it pastes into `bench/README.md` as is).
     pub fn table(&self) -> String {
         let mut out = String::new();
-        out.push_str(
-            "| id | scenario | conc | rps | p50 ms | p99 ms | p99.9 ms | ratio | target | met? | CPU µs/op |\n\
-             |---|---|---:|---:|---:|---:|---:|---:|---|---|---:|\n",
+        let (floor_head, floor_rule) = match self.floor {
+            Some(_) => (" of floor |", "---|"),
+            None => ("", ""),
+        };
+        let _ = writeln!(
+            out,
+            "| id | scenario | conc | rps | p50 ms | p99 ms | p99.9 ms | ratio | target | met? | CPU µs/op |{floor_head}\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---|---|---:|{floor_rule}",
         );
-        for row in &self.rows {
+        for (index, row) in self.rows.iter().enumerate() {
             let num = |v: Option<f64>, digits: usize| {
                 v.map_or_else(|| "—".to_owned(), |v| format!("{v:.digits$}"))
             };
             let _ = writeln!(
                 out,
-                "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}",
                 row.id,
                 row.scenario,
                 if row.errors > 0 {
@@ -206,6 +214,9 @@ impl Report {
                     None => "—",
                 },
                 num(row.cpu_us_per_op, 0),
+                self.floor
+                    .as_ref()
+                    .map_or_else(String::new, |floor| format!(" {} |", floor.cell(index))),
             );
         }
         let kib = |m: Option<Memory>| {

@@ -13,9 +13,9 @@ use std::str::FromStr;
 
 use crate::error::BenchError;
 
-/// The row ids `--only` knows.
-const IDS: [&str; 13] = [
-    "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "n1", "n2", "n3",
+/// The row ids `--only` knows (`floor`: the physical floor, issue 50).
+const IDS: [&str; 14] = [
+    "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "n1", "n2", "n3", "floor",
 ];
 
 /// Which of the suite's rows to measure.
@@ -114,6 +114,11 @@ mod tests {
                 .wants(&["n2"])
         );
         assert!(Selection::of(&[]).expect("empty").wants(&["p3"]));
+        assert!(
+            Selection::of(&["floor".into()])
+                .expect("the floor")
+                .wants(&["floor"])
+        );
     }
 
     #[test]

@@ -11,9 +11,9 @@
 //! core and hide the filter's CPU cost behind idle capacity. `--log-level warn`: Envoy's
 //! info logging is not what is measured.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use keyflight_lease_store::store::migrate_partitioned;
 use keyflight_testkit::binaries::Binaries;
 use keyflight_testkit::envoy_config::Ports;
 use keyflight_testkit::pg::{PgCluster, PgOptions};
@@ -218,9 +218,7 @@ impl BenchStack {
         }
         let router = clusters.remove(0);
         let urls: Vec<String> = clusters.iter().map(PgCluster::url).collect();
-        migrate_partitioned(&router.url(), &urls, None)
-            .await
-            .map_err(|e| BenchError::Answer(format!("migrating the partitions: {e}")))?;
+        self.migrate_partitioned(&router.url(), &urls).await?;
         for partition in &clusters {
             prime_records(partition);
         }
@@ -234,6 +232,32 @@ impl BenchStack {
             router,
             partitions: clusters,
         });
+        Ok(())
+    }
+
+    /// Runs `lease-store migrate` on the router and its partitions, as an operator would:
+    /// the bench starts the store as a program and never links it.
+    async fn migrate_partitioned(
+        &self,
+        router: &str,
+        partitions: &[String],
+    ) -> Result<(), BenchError> {
+        let mut command = Command::new(&self.stack.binaries().lease_store);
+        command
+            .arg("migrate")
+            .env("KEYFLIGHT_DATABASE_URL", router)
+            .env("KEYFLIGHT_PARTITION_URLS", partitions.join(","));
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .map_err(|e| BenchError::Answer(format!("the migrate task failed: {e}")))?
+            .map_err(BenchError::io("run lease-store migrate"))?;
+        if !output.status.success() {
+            return Err(BenchError::Answer(format!(
+                "migrating the partitions: lease-store migrate exited with {}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
         Ok(())
     }
 
@@ -269,6 +293,20 @@ impl BenchStack {
             ..self.stack.fresh_envoy_ports()
         };
         self.start_guarded("partitioned", |_| {}, ports).await
+    }
+
+    /// Starts another guarded Envoy, with the shipped plugin, whose lease-store listens on
+    /// `store_port` (the edge floor's stub, [`crate::floor::stub`]).
+    pub async fn start_guarded_on_port(
+        &self,
+        name: &str,
+        store_port: u16,
+    ) -> Result<ExtraEnvoy, BenchError> {
+        let ports = Ports {
+            lease_stores: vec![store_port],
+            ..self.stack.fresh_envoy_ports()
+        };
+        self.start_guarded(name, |_| {}, ports).await
     }
 
     /// Starts another guarded Envoy whose plugin JSON is the shipped one changed by `edit`
@@ -328,6 +366,17 @@ impl BenchStack {
     /// Postgres' TCP port.
     pub fn postgres_port(&self) -> u16 {
         self.stack.database().single().port()
+    }
+
+    /// Postgres' data directory, as the server reports it.
+    pub fn postgres_data_dir(&self) -> PathBuf {
+        PathBuf::from(
+            self.stack
+                .database()
+                .single()
+                .psql("SHOW data_directory")
+                .trim(),
+        )
     }
 
     /// The lease-store's process id.

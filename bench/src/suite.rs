@@ -15,7 +15,8 @@
 //! adds a second lease-store with other settings to P1/P4's rotation ([`crate::selection`]).
 //! Each rotation lives in its own module: [`crate::first_time`] (P1, P4, P5, P6),
 //! [`crate::large_body`] (P7, P8), [`crate::replays`] (P2); P3 is [`crate::wake`], P10
-//! (another caller under one caller's replay flood) [`crate::flood`].
+//! (another caller under one caller's replay flood) [`crate::flood`]; the physical floor
+//! every first-time row is judged against (issue 50) [`crate::floor`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,7 +38,7 @@ use crate::stack::{BenchStack, ENVOY_WORKERS};
 use crate::stats::{Percentiles, Target};
 use crate::wake::{self, WakeSetup};
 use crate::workload::{RequestTemplate, StoreCycle};
-use crate::{flood, large_body, native, replays};
+use crate::{flood, floor, large_body, native, replays};
 
 /// How many partitions P9's partitioned database has.
 const PARTITIONS: usize = 2;
@@ -167,11 +168,11 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         _ => None,
     };
 
-    let pgbench = Pgbench {
-        binary: pg_bin().join("pgbench"),
-        port: stack.postgres_port(),
-        work_dir: options.work_dir.join("pgbench"),
-    };
+    let pgbench = Pgbench::new(
+        pg_bin().join("pgbench"),
+        stack.postgres_port(),
+        options.work_dir.join("pgbench"),
+    );
     pgbench.prepare()?;
 
     let postgres: Vec<Watched> = stack.postgres_watch().into_iter().collect();
@@ -222,6 +223,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             groups: vec![("router", router), ("partitions", partitions)],
         });
     }
+    let floor_pgbench = pgbench.clone();
     let first_time = Setup {
         selection: only.clone(),
         pgbench,
@@ -361,6 +363,27 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
         );
     }
 
+    let floor = if only.wants(&["floor"]) {
+        let (mut floor, floor_rows) = measure_floor(
+            &stack,
+            floor::Setup {
+                pgbench: floor_pgbench,
+                postgres: postgres.clone(),
+                edge: None,
+                data_dir: Some(stack.postgres_data_dir()),
+            },
+            (upstream, options),
+            &unique,
+            &mut notes,
+        )
+        .await?;
+        rows.extend(floor_rows);
+        floor.judge(&rows);
+        Some(floor)
+    } else {
+        None
+    };
+
     drop(native_envoy);
     drop(variant_envoy);
     drop(variant_envoys);
@@ -385,9 +408,43 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     Ok(Report {
         rows,
         memory,
+        floor,
         machine: crate::report::Machine::describe(options.machine_note.clone()),
         notes,
     })
+}
+
+/// The physical floor (issue 50): the journal floor on the stack's Postgres, the edge floor
+/// through a guarded Envoy in front of the stub store, the latency floor from the data
+/// directory; `setup.edge` is filled here. The stub and its Envoy stop when it returns.
+async fn measure_floor(
+    stack: &BenchStack,
+    mut setup: floor::Setup,
+    (upstream, options): (Watched, &SuiteOptions),
+    unique: &Arc<UniqueSource>,
+    notes: &mut Vec<String>,
+) -> Result<(floor::Floor, Vec<Row>), BenchError> {
+    let (stub, stub_port) = floor::stub::start().await?;
+    let envoy = match stack.start_guarded_on_port("edge-floor", stub_port).await {
+        Ok(envoy) => Some(envoy),
+        Err(e) => {
+            notes.push(format!("edge floor not measured: {e}"));
+            None
+        }
+    };
+    if let Some(envoy) = &envoy {
+        setup.edge = Some((
+            RequestTemplate::payment(&envoy.url("/payments"), "{unique}", PAYMENT_BODY)?,
+            vec![
+                Watched::Process(envoy.pid()),
+                Watched::Process(stub.pid()),
+                upstream,
+            ],
+        ));
+    }
+    setup
+        .measure(&options.concurrencies, options.schedule, unique, notes)
+        .await
 }
 
 fn wake_row(
