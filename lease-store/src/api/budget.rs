@@ -19,7 +19,8 @@
 //! An answer is weighed once it is built, and reserved until its last bytes are handed to
 //! the connection ([`crate::api::held`]), together with the call's concurrency slot; one
 //! that does not fit is dropped and answered 503 with `Retry-After` instead. A call whose
-//! caller has no room left at all is answered so before it runs. A batch weighs each replay
+//! caller has no room left (not even for its last replay that did not fit) is answered so
+//! before it runs. A batch weighs each replay
 //! as it is read ([`AnswerAccount`]): past the caller's share the rest of its replays are
 //! answered 503 one by one, before their bodies are copied into the answer, so a flood of
 //! large replays costs the replica its answer budget, not a multiple of it.
@@ -71,6 +72,9 @@ struct Inner {
 struct InFlight {
     total: usize,
     by_caller: HashMap<Charged, usize>,
+    /// The size of each caller's last replay that did not fit, while the caller holds
+    /// answers: until enough of them are sent, the next would not fit either.
+    last_shed: HashMap<Charged, usize>,
 }
 
 /// The answer bytes one call has reserved while its answer is assembled: a batch weighs
@@ -140,6 +144,7 @@ impl AnswerAccount {
             true => Ok(()),
             false => {
                 shed.store(true, Ordering::Relaxed);
+                budget.budget.shed(caller, bytes);
                 Err(budget.spent())
             }
         }
@@ -206,12 +211,23 @@ impl Budget {
         })
     }
 
-    /// Whether `caller` has no room left for any answer: its share, or the whole budget,
-    /// is held.
+    /// Remembers that a replay of `bytes` did not fit `caller`'s share.
+    fn shed(&self, caller: &Charged, bytes: usize) {
+        let mut in_flight = self.0.lock();
+        if in_flight.by_caller.contains_key(caller) {
+            in_flight.last_shed.insert(caller.clone(), bytes);
+        }
+    }
+
+    /// Whether `caller` has no room left: its share, or the whole budget, is held, or its
+    /// last replay that did not fit would still not fit.
     fn full_for(&self, caller: &Charged) -> bool {
         let in_flight = self.0.lock();
         let held = in_flight.by_caller.get(caller).copied().unwrap_or(0);
-        in_flight.total >= self.0.max_total || held >= self.0.max_per_caller
+        let last_shed = in_flight.last_shed.get(caller).copied().unwrap_or(0);
+        in_flight.total >= self.0.max_total
+            || held >= self.0.max_per_caller
+            || held + last_shed > self.0.max_per_caller
     }
 }
 
@@ -263,6 +279,7 @@ impl Drop for Reservation {
             *held -= self.bytes;
             if *held == 0 {
                 in_flight.by_caller.remove(&self.caller);
+                in_flight.last_shed.remove(&self.caller);
             }
         }
     }
@@ -397,6 +414,24 @@ mod tests {
         drop(weighed);
         assert!(budget.0.lock().by_caller.is_empty());
         assert_eq!(budget.0.lock().total, 0);
+    }
+
+    #[test]
+    fn a_caller_whose_last_replay_did_not_fit_is_full_until_room_frees() {
+        let budget = Budget::new(30, 10);
+        let a = Charged::Peer(IpAddr::from([10, 0, 0, 1]));
+        let first = budget.reserve(a.clone(), 4).expect("fits");
+        let mut second = budget.reserve(a.clone(), 3).expect("fits");
+        assert!(!second.grow(5), "7 + 5 is past the share");
+        budget.shed(&a, 5);
+        assert!(budget.full_for(&a), "the same replay would not fit");
+        drop(second);
+        assert!(!budget.full_for(&a), "4 + 5 fits");
+        drop(first);
+        assert!(
+            budget.0.lock().last_shed.is_empty(),
+            "forgotten with the answers"
+        );
     }
 
     #[test]
