@@ -199,7 +199,7 @@ mod tests {
             mesh: mesh.then(|| {
                 Arc::new(MeshIdentity {
                     trusted_peers: vec!["127.0.0.0/8".parse().expect("a CIDR")],
-                    allowed: Allowlist::fixed([CHECKOUT]).expect("a SPIFFE id"),
+                    allowed: Allowlist::fixed(vec![CHECKOUT.into()]),
                 })
             }),
             admin: Arc::new(

@@ -86,7 +86,7 @@ mod tests {
     fn mesh() -> MeshIdentity {
         MeshIdentity {
             trusted_peers: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
-            allowed: Allowlist::fixed([A, B]).unwrap(),
+            allowed: Allowlist::fixed(vec![A.into(), B.into()]),
         }
     }
 
@@ -98,7 +98,7 @@ mod tests {
     fn only_ranges_beyond_the_sidecars_address_are_wider() {
         let trusting = |peers: &[&str]| MeshIdentity {
             trusted_peers: peers.iter().map(|p| p.parse().unwrap()).collect(),
-            allowed: Allowlist::fixed([A]).unwrap(),
+            allowed: Allowlist::fixed(vec![A.into()]),
         };
         assert!(
             trusting(&["127.0.0.6/32", "::6/128"])

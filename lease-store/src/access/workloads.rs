@@ -40,18 +40,16 @@ impl Allowlist {
     /// The allowlist `settings` name, its file read now.
     pub fn open(settings: WorkloadList) -> Result<Self, ConfigError> {
         match settings {
-            WorkloadList::Fixed(ids) => Ok(Allowlist {
-                source: Source::Fixed(ids.into()),
-            }),
+            WorkloadList::Fixed(ids) => Ok(Allowlist::fixed(ids)),
             WorkloadList::File(path) => Allowlist::from_file(path),
         }
     }
 
-    /// The ids given on the command line (`--workload`), checked.
-    pub fn fixed<'a>(ids: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
-        Ok(Allowlist {
-            source: Source::Fixed(files::workload_ids(ids)?.into()),
-        })
+    /// The ids given on the command line (`--workload`), as the settings checked them.
+    pub fn fixed(ids: Vec<Arc<str>>) -> Self {
+        Allowlist {
+            source: Source::Fixed(ids.into()),
+        }
     }
 
     /// The ids of `path`, read now; a file that does not parse or lists none fails.
