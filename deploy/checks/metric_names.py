@@ -4,7 +4,7 @@ A dashboard panel or alert over a misspelt metric shows "no data" and never fire
 looks exactly like a healthy system. So the names are derived from the code that emits them,
 not from a list kept by hand:
 
-* the lease-store (lease-store/src/metrics.rs): each `registry.register("NAME", …, FIELD…)`
+* the lease-store (lease-store/src/metrics/mod.rs, its labels in labels.rs): each `registry.register("NAME", …, FIELD…)`
   with FIELD's type from the `Inner` struct; Prometheus adds `_total` to counters and
   `_bucket`/`_sum`/`_count` to histograms. Label values are checked too: `event` against
   `Event::as_str`, `outcome` against `claim_answered`, `code` against the protocol's
@@ -36,10 +36,12 @@ def enum_names(source, enum):
 
 
 def store_metrics(root):
-    source = (root / "lease-store/src/metrics.rs").read_text()
+    source = "\n".join(
+        (root / "lease-store/src/metrics" / name).read_text() for name in ("mod.rs", "labels.rs")
+    )
     inner = re.search(r"struct Inner \{(.*?)\n\}", source, re.S)
     if not inner:
-        sys.exit("cannot find `struct Inner` in lease-store/src/metrics.rs: update deploy/checks/metric_names.py")
+        sys.exit("cannot find `struct Inner` in lease-store/src/metrics/mod.rs: update deploy/checks/metric_names.py")
     types = dict(re.findall(r"(\w+):\s*(?:Family<\w+,\s*)?(Counter|Gauge|Histogram)\b", inner.group(1)))
     names = set()
     for name, field in re.findall(r'register\(\s*"([a-z0-9_]+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', source):
@@ -49,7 +51,7 @@ def store_metrics(root):
         suffixes = {"Counter": ["_total"], "Gauge": [""], "Histogram": ["_bucket", "_sum", "_count"]}[kind]
         names.update(name + s for s in suffixes)
     if not names:
-        sys.exit("found no registered metrics in lease-store/src/metrics.rs")
+        sys.exit("found no registered metrics in lease-store/src/metrics/mod.rs")
     outcomes = set(re.findall(r'ClaimResponse::\w+(?:\s*\{[^}]*\})?\s*=>\s*"([a-z_]+)"', source))
     outcomes |= set(re.findall(r'^\s*"([a-z_]+)"\s*$', source, re.M))
     protocol = (root / "protocol/src/problem.rs").read_text()

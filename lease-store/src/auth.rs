@@ -1,7 +1,7 @@
 //! L7: who may call `/v1`.
 //!
 //! Two roles: the edge filter opens `/v1/claims…` and `/v1/epoch` on the data-plane
-//! listener, an operator's named token ([`crate::admin_tokens`]) opens `/v1/records…` on
+//! listener, an operator's named token ([`crate::access::admin_tokens`]) opens `/v1/records…` on
 //! the admin listener, and the operator's name rides along with the request
 //! ([`Operator`]) into the audit. Each credential opens only its own family — the admin
 //! token cannot claim, so an operator's credential never doubles as a data-path
@@ -10,7 +10,7 @@
 //! `unauthorized` with `WWW-Authenticate: Bearer`.
 //!
 //! The filter has up to two credentials, and every one configured must hold: a bearer
-//! token of the token set ([`crate::token_set`]), and, under `--trust-xfcc`, its mesh
+//! token of the token set ([`crate::access::token_set`]), and, under `--trust-xfcc`, its mesh
 //! identity ([`crate::caller`]), which must be on the allowlist. The call then carries its
 //! [`Caller`], which decides the records it reaches, and runs inside a `caller` span naming
 //! the workload, so its log lines are attributed; the metrics count calls and refusals per
@@ -28,9 +28,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument as _;
 
+use crate::access::Credentials;
 use crate::api::error::ApiError;
 use crate::caller::{Caller, Refused};
-use crate::config::Tokens;
 use crate::log_limit::{self, Kind};
 use crate::metrics::Metrics;
 
@@ -48,7 +48,7 @@ pub enum Role {
 
 /// The configured credentials, shared by the auth middleware.
 #[derive(Debug, Clone)]
-pub struct Auth(Arc<Tokens>);
+pub struct Auth(Arc<Credentials>);
 
 /// A data-plane call turned away: the answer, and the workload label and reason it is
 /// counted under.
@@ -64,8 +64,8 @@ pub struct Refusal {
 
 impl Auth {
     /// Wraps the validated credentials.
-    pub fn new(tokens: Tokens) -> Self {
-        Auth(Arc::new(tokens))
+    pub fn new(credentials: Credentials) -> Self {
+        Auth(Arc::new(credentials))
     }
 
     /// The data-plane caller of a call from `peer` with `headers`: every configured
@@ -188,20 +188,18 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
-    use crate::admin_tokens::AdminTokens;
-    use crate::caller::MeshIdentity;
-    use crate::config::Secret;
-    use crate::token_set::TokenSet;
+    use crate::access::{AdminTokens, Allowlist, MeshIdentity, TokenSet};
+    use crate::settings::Secret;
 
     const CHECKOUT: &str = "spiffe://cluster.local/ns/payments/sa/checkout";
 
     fn auth_with(filter: Option<&str>, mesh: bool) -> Auth {
-        Auth::new(Tokens {
+        Auth::new(Credentials {
             filter: filter.map(|t| Arc::new(TokenSet::inline(Secret::new(t)))),
             mesh: mesh.then(|| {
                 Arc::new(MeshIdentity {
                     trusted_peers: vec!["127.0.0.0/8".parse().expect("a CIDR")],
-                    allowed: crate::workloads::Allowlist::fixed([CHECKOUT]).expect("a SPIFFE id"),
+                    allowed: Allowlist::fixed(vec![CHECKOUT.into()]),
                 })
             }),
             admin: Arc::new(
@@ -280,7 +278,7 @@ mod tests {
 
     #[test]
     fn without_an_admin_token_the_admin_api_is_closed() {
-        let auth = Auth::new(Tokens {
+        let auth = Auth::new(Credentials {
             filter: Some(Arc::new(TokenSet::inline(Secret::new("filter-token")))),
             mesh: None,
             admin: Arc::new(AdminTokens::load(None, None).expect("no file")),

@@ -54,10 +54,10 @@ use crate::api::error::ApiError;
 use crate::api::limits::Concurrency;
 use crate::auth::{self, Auth};
 use crate::caller::Caller;
-use crate::config::{Limits, RecordBounds};
 use crate::longpoll::LongPoll;
 use crate::metrics::{self, Metrics};
 use crate::quota::Quota;
+use crate::settings::{Limits, RecordBounds};
 use crate::shares::{Activity, Charged, Shares};
 use crate::store::Store;
 

@@ -8,7 +8,7 @@
 //! release again, so a release that uses a new object brings its grant. With partitions it
 //! migrates each of them, then installs their router (`store/partitions.rs`).
 
-use crate::config::{MigrateArgs, MoveSlotArgs};
+use crate::settings::{MigrateArgs, MoveSlotArgs};
 use crate::store;
 
 use super::CliError;

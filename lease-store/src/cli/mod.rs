@@ -18,7 +18,7 @@ pub mod serve;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, MigrateArgs, MoveSlotArgs, ServeArgs};
+use crate::settings::{ConfigError, MigrateArgs, MoveSlotArgs, ServeArgs};
 use crate::store::StoreError;
 
 /// keyflight lease-store: idempotency leases over Postgres.

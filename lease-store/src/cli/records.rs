@@ -18,7 +18,7 @@ use keyflight_protocol::wire::{
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 
-use crate::config::{AdminTokenArgs, ConfigError};
+use crate::settings::{AdminTokenArgs, ConfigError};
 
 /// Flags of `lease-store records`.
 #[derive(Debug, Args)]

@@ -17,15 +17,15 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::access::{Credentials, MeshIdentity};
 use crate::api::{self, AppState};
 use crate::auth::Auth;
-use crate::caller::MeshIdentity;
 use crate::cleanup;
-use crate::config::ServeArgs;
 use crate::longpoll::LongPoll;
 use crate::metrics::Metrics;
 use crate::quota::Quota;
 use crate::server::{self, ConnectionLimits};
+use crate::settings::ServeArgs;
 use crate::shares::Shares;
 use crate::shutdown::Shutdown;
 use crate::store::{self, Store};
@@ -89,8 +89,9 @@ fn warn_if_trusting_beyond_the_sidecar(mesh: &MeshIdentity) {
 
 /// Serves until SIGTERM or SIGINT, then drains (for at most [`DRAIN_LIMIT`]) and returns.
 pub async fn run(args: ServeArgs) -> Result<(), CliError> {
-    let config = args.into_config()?;
-    if let Some(mesh) = &config.tokens.mesh {
+    let config = args.into_settings()?;
+    let credentials = Credentials::open(config.credentials)?;
+    if let Some(mesh) = &credentials.mesh {
         warn_if_trusting_beyond_the_sidecar(mesh);
     }
     if config.migrate {
@@ -145,8 +146,8 @@ pub async fn run(args: ServeArgs) -> Result<(), CliError> {
         quota,
         store_places: Shares::new(config.store.pool_size, state_activity),
     };
-    let admin_open = !config.tokens.admin.is_empty();
-    let auth = Auth::new(config.tokens);
+    let admin_open = !credentials.admin.is_empty();
+    let auth = Auth::new(credentials);
     let connections = ConnectionLimits {
         header_read_timeout: config.limits.header_read_timeout,
         write_timeout: config.limits.write_timeout,

@@ -41,14 +41,15 @@
 //! connection it was using (`Object::take`): a connection with a request
 //! still in flight is never handed to the next caller. Getting a connection
 //! has its own bounds (the pool's wait/create timeouts and `connect_timeout`,
-//! split over the URL's hosts by [`per_host_connect_timeout`],
+//! split over the URL's hosts by `connection.rs`,
 //! all `statement_timeout`). TCP keepalives and `tcp_user_timeout`
-//! ([`tune_tcp`]) make the kernel drop connections to a host that is gone, so
+//! (`connection.rs`) make the kernel drop connections to a host that is gone, so
 //! idle pooled connections and the `LISTEN` connection do not linger for the
 //! OS default of two hours.
 
 mod batch;
 mod claim;
+mod connection;
 mod dual;
 mod epoch;
 mod held;
@@ -63,6 +64,7 @@ mod probe;
 mod reconciled;
 mod records;
 mod retention;
+mod snapshot;
 mod takeover;
 mod usage;
 mod watch;
@@ -76,15 +78,17 @@ use deadpool_postgres::{
 };
 use keyflight_protocol::time::millis;
 use keyflight_protocol::wire::ClaimResponse;
-use keyflight_store_core::session::{PLANNER_SETTINGS, planner_options};
+use keyflight_store_core::session::PLANNER_SETTINGS;
 use tokio_postgres::error::SqlState;
 
-use crate::db::{self, Database, DatabaseUrlError};
+use crate::db::DatabaseUrlError;
 
 pub use batch::{
     BatchKind, BatchLabel, BatchSettings, BatchSizeFamily, BatchSizes, BatchTotals,
     DEFAULT_BATCH_MAX, DEFAULT_BATCH_WORKERS, MAX_BATCH_BYTES,
 };
+use connection::pg_config;
+pub(crate) use connection::{per_host_connect_timeout, tune_tcp};
 pub use migrate::{MigrationReport, grant_runtime, migrate};
 pub use orphan::MAX_RELEASES_IN_FLIGHT;
 pub use partitions::{
@@ -93,10 +97,11 @@ pub use partitions::{
 use takeover::ReplicaGrace;
 pub use usage::Usage;
 // The benchmark (`bench/`) runs these exact statements under pgbench as its baseline.
-pub use claim::{CLAIM_SQL, RecordSnapshot};
+pub use claim::CLAIM_SQL;
 pub use dual::BOTH_HELD_SQL;
 pub use lease::{FINALIZE_SQL, Released};
 pub use records::response_digest;
+pub use snapshot::RecordSnapshot;
 
 /// How much longer than `statement_timeout` a call waits for the database's
 /// answer before giving up on the connection. The server cancels a slow
@@ -104,16 +109,6 @@ pub use records::response_digest;
 /// (and the round trip) arrive, so the client-side bound only fires when the
 /// server or the network is not answering at all.
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
-
-/// Idle time before the kernel probes a quiet connection (OS default: 2 h).
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
-/// Time between two unanswered keepalive probes.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-/// Unanswered probes before the kernel drops the connection (~25 s in all).
-const KEEPALIVE_RETRIES: u32 = 3;
-/// How long sent data may stay unacknowledged before the kernel drops the
-/// connection (a host that vanished mid-request).
-const TCP_USER_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// Settings for [`Store::connect`], validated by the caller's config layer.
 #[derive(Debug, Clone)]
@@ -405,60 +400,6 @@ impl Store {
             other => StoreError::Unavailable(format!("connection pool: {other}")),
         })
     }
-}
-
-/// Sets TCP keepalives and `tcp_user_timeout` so the kernel drops a
-/// connection to a host that stopped answering within about half a minute
-/// instead of the OS default of two hours. Shared with the `LISTEN`
-/// connection (`crate::longpoll`). Ignored for unix-socket connections.
-pub(crate) fn tune_tcp(config: &mut tokio_postgres::Config) {
-    config
-        .keepalives(true)
-        .keepalives_idle(KEEPALIVE_IDLE)
-        .keepalives_interval(KEEPALIVE_INTERVAL)
-        .keepalives_retries(KEEPALIVE_RETRIES)
-        .tcp_user_timeout(TCP_USER_TIMEOUT);
-}
-
-/// How long one host may take to accept a connection when a whole connection attempt has
-/// `budget`: the budget split over the URL's hosts. tokio-postgres tries the hosts in turn,
-/// each within `connect_timeout`; a host that vanished without a trace (no RST) uses up its
-/// whole timeout, so with the full budget per host a dead node listed before the primary
-/// would leave no time to reach it. Shared with the `LISTEN` connection (`crate::longpoll`).
-pub(crate) fn per_host_connect_timeout(
-    config: &tokio_postgres::Config,
-    budget: Duration,
-) -> Duration {
-    let hosts = config
-        .get_hosts()
-        .len()
-        .max(config.get_hostaddrs().len())
-        .max(1);
-    budget / u32::try_from(hosts).unwrap_or(u32::MAX)
-}
-
-/// Parses the URL (TLS included, `crate::db`) and adds the settings every pooled connection needs.
-fn pg_config(database_url: &str, statement_timeout: Duration) -> Result<Database, StoreError> {
-    let mut database = db::parse(database_url)?;
-    let config = &mut database.config;
-    let session_options = format!(
-        "-c statement_timeout={} {}",
-        statement_timeout.as_millis(),
-        planner_options()
-    );
-    let options = match config.get_options() {
-        Some(existing) if !existing.is_empty() => format!("{existing} {session_options}"),
-        _ => session_options,
-    };
-    config.options(&options);
-    if config.get_application_name().is_none() {
-        config.application_name("keyflight-lease-store");
-    }
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(per_host_connect_timeout(config, statement_timeout));
-    }
-    tune_tcp(config);
-    Ok(database)
 }
 
 /// A database URL that cannot be used is a setting to fix, not an outage.

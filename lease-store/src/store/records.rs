@@ -21,8 +21,8 @@ use keyflight_protocol::wire::{
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
-use super::claim::stored_response;
 use super::partitions::Routed;
+use super::snapshot::stored_response;
 use super::{Store, StoreError};
 use keyflight_store_core::sql::records::{
     ERASE_SQL, GET_SQL, LIST_ROUTER_SQL, LIST_SQL, RESOLVE_COMPLETED_SQL, RESOLVE_FAILED_SQL,

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use keyflight_lease_store::config::DEFAULT_HEADER_READ_TIMEOUT;
+use keyflight_lease_store::settings::DEFAULT_HEADER_READ_TIMEOUT;
 use keyflight_testkit::shipped::{files_under, workspace_root, yaml_documents};
 use serde_json::Value;
 

@@ -43,11 +43,11 @@ use deadpool_postgres::Object;
 use tokio_postgres::Statement;
 
 use super::claim::{
-    CLAIM_SQL, ClaimParams, HOLD_LAPSED_SQL, MAX_ATTEMPTS, READ_SQL, RecordSnapshot, held,
-    won_attempt,
+    CLAIM_SQL, ClaimParams, HOLD_LAPSED_SQL, MAX_ATTEMPTS, READ_SQL, held, won_attempt,
 };
 use super::lease::{Written, run_written};
 use super::orphan::OrphanGuard;
+use super::snapshot::RecordSnapshot;
 use super::{ClaimAttempt, Store, StoreError};
 
 mod across_partitions;

@@ -24,6 +24,7 @@
 //! uniform), and each slot to a partition; PL/Proxy opens one connection per partition, not
 //! per slot. Adding a partition is moving slots (`docs/distributed-sql.md#adding-a-partition`).
 
+mod function;
 mod install;
 mod move_slot;
 

@@ -2,18 +2,15 @@
 //! file changes (`docs/configuration.md#caller-identity`).
 //!
 //! `--workload` names them once, at start. `--workloads-file` holds one SPIFFE id per line
-//! (blank lines and `#` comments skipped); it is re-read when it changes (`watched_file.rs`,
+//! (`crate::settings::files`); it is re-read when it changes (`watched_file.rs`,
 //! on the calls that carry a mesh identity), so onboarding or removing a workload needs no
 //! restart; a file that lists no workload keeps the previous list.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::ConfigError;
-use crate::watched_file::{FileKind, WatchedFile};
-
-/// Longest SPIFFE id accepted (the SPIFFE standard's limit).
-const MAX_SPIFFE_ID_BYTES: usize = 2048;
+use super::watched_file::{FileKind, RECHECK, WatchedFile};
+use crate::settings::{ConfigError, WorkloadList, files};
 
 /// The SPIFFE ids of the workloads allowed in, as of one moment.
 pub type Workloads = Arc<[Arc<str>]>;
@@ -36,14 +33,23 @@ static WORKLOADS_FILE: FileKind<Workloads> = FileKind {
     summary: |workloads| workloads.join(","),
     reloaded: "workload allowlist reloaded",
     unusable: "workloads file unusable; keeping the previous allowlist",
+    recheck: RECHECK,
 };
 
 impl Allowlist {
-    /// The ids given on the command line (`--workload`), checked.
-    pub fn fixed<'a>(ids: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
-        Ok(Allowlist {
-            source: Source::Fixed(parse_ids(ids)?.into()),
-        })
+    /// The allowlist `settings` name, its file read now.
+    pub fn open(settings: WorkloadList) -> Result<Self, ConfigError> {
+        match settings {
+            WorkloadList::Fixed(ids) => Ok(Allowlist::fixed(ids)),
+            WorkloadList::File(path) => Allowlist::from_file(path),
+        }
+    }
+
+    /// The ids given on the command line (`--workload`), as the settings checked them.
+    pub fn fixed(ids: Vec<Arc<str>>) -> Self {
+        Allowlist {
+            source: Source::Fixed(ids.into()),
+        }
     }
 
     /// The ids of `path`, read now; a file that does not parse or lists none fails.
@@ -69,37 +75,7 @@ fn read(path: &Path) -> Result<Workloads, ConfigError> {
         reason,
     };
     let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
-    let ids = text
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('#'));
-    Ok(parse_ids(ids).map_err(invalid)?.into())
-}
-
-/// At least one id, each a `spiffe://` id listed once.
-fn parse_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> Result<Vec<Arc<str>>, String> {
-    let mut allowed: Vec<Arc<str>> = Vec::new();
-    for id in ids {
-        let id = id.trim();
-        let spiffe = id.starts_with("spiffe://")
-            && id.len() <= MAX_SPIFFE_ID_BYTES
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_graphic() && !b",;\"\\".contains(&b));
-        if !spiffe {
-            return Err(format!(
-                "{id:?} is not a SPIFFE id (spiffe://trust-domain/path, visible ASCII, no `,;\"\\`)"
-            ));
-        }
-        if allowed.iter().any(|a| **a == *id) {
-            return Err(format!("{id} is listed twice"));
-        }
-        allowed.push(id.into());
-    }
-    if allowed.is_empty() {
-        return Err("--trust-xfcc needs at least one allowed SPIFFE id".to_owned());
-    }
-    Ok(allowed)
+    Ok(files::workloads(&text).map_err(invalid)?.into())
 }
 
 #[cfg(test)]
@@ -108,20 +84,6 @@ mod tests {
 
     const A: &str = "spiffe://cluster.local/ns/payments/sa/checkout";
     const B: &str = "spiffe://cluster.local/ns/shop/sa/cart";
-
-    #[test]
-    fn ids_are_spiffe_ids_listed_once() {
-        assert_eq!(parse_ids([A, B]).unwrap().len(), 2);
-        for bad in [
-            vec![],
-            vec![A, A],
-            vec!["https://x/y"],
-            vec!["spiffe://x/a,b"],
-            vec!["spiffe://x/a;URI=spiffe://y"],
-        ] {
-            assert!(parse_ids(bad.clone()).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn onboarding_a_workload_and_a_broken_file() {

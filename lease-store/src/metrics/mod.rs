@@ -14,6 +14,8 @@
 //! and the workload label is an allowlisted SPIFFE id, `bearer` or `other`
 //! ([`crate::caller`]), never an id the allowlist does not hold.
 
+mod labels;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,13 +24,18 @@ use axum::middleware::Next;
 use axum::response::Response;
 use keyflight_protocol::ProblemCode;
 use keyflight_protocol::wire::ClaimResponse;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use labels::{
+    CodeLabel, EventLabel, KindLabel, OutcomeLabel, ReasonLabel, RefusedLabel, RouteLabel,
+    WorkloadLabel,
+};
+pub use labels::{Event, Shed};
 
 use crate::quota::QuotaGauges;
 use crate::store::BatchSizes;
@@ -41,137 +48,6 @@ const LATENCY_BUCKETS: [f64; 16] = [
 
 /// Media type of the Prometheus text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Something that happened to a lease (the event counter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// A claim won a fresh scope.
-    Claimed,
-    /// A claim reused a record past its retention.
-    RecoveredTtl,
-    /// A claim took over an expired lease or an elapsed cooldown.
-    RecoveredAbandoned,
-    /// A claim long-polled for another caller's outcome.
-    FollowerWait,
-    /// A renew, finalize or release found its lease taken over.
-    LeaseLost,
-    /// A lease was renewed.
-    Renew,
-    /// A response was recorded.
-    Finalize,
-    /// A lease was released.
-    Release,
-    /// An operator erased a record.
-    Erase,
-    /// An operator resolved an `unknown` record.
-    Resolve,
-    /// A filter settled an `unknown` record with the service's answer `committed`.
-    ReconciledCommitted,
-    /// A filter settled an `unknown` record with the service's answer `absent`.
-    ReconciledAbsent,
-}
-
-impl Event {
-    fn as_str(self) -> &'static str {
-        match self {
-            Event::Claimed => "claimed",
-            Event::RecoveredTtl => "recovered_ttl",
-            Event::RecoveredAbandoned => "recovered_abandoned",
-            Event::FollowerWait => "follower_wait",
-            Event::LeaseLost => "lease_lost",
-            Event::Renew => "renew",
-            Event::Finalize => "finalize",
-            Event::Release => "release",
-            Event::Erase => "erase",
-            Event::Resolve => "resolve",
-            Event::ReconciledCommitted => "reconciled_committed",
-            Event::ReconciledAbsent => "reconciled_absent",
-        }
-    }
-}
-
-/// Why the store turned work away at once instead of queueing it
-/// (`docs/configuration.md#limits`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shed {
-    /// A connection past `--max-connections`, closed when accepted.
-    Connections,
-    /// A `/v1` call past `--max-concurrent-requests`, answered 503.
-    Concurrency,
-    /// A `/v1` call past its caller's share of `--max-concurrent-requests` while other
-    /// callers were active, answered 503 (`crate::shares`).
-    CallerShare,
-    /// A call whose body would pass the body budget, answered 503 before it is read.
-    BodyBudget,
-    /// A call whose answer would pass the answer budget, answered 503 instead.
-    AnswerBudget,
-    /// A connection whose reader took nothing for `--write-timeout`, closed.
-    WriteTimeout,
-    /// A long-poll past `--max-waiters-per-scope`, answered `in_progress` at once.
-    LongPollScope,
-    /// A long-poll past `--max-waiters`, answered `in_progress` at once.
-    LongPollTotal,
-    /// A long-poll past its caller's share of `--max-waiters` while other callers were
-    /// active, answered `in_progress` at once (`crate::shares`).
-    LongPollShare,
-}
-
-impl Shed {
-    fn as_str(self) -> &'static str {
-        match self {
-            Shed::Connections => "connections",
-            Shed::Concurrency => "concurrency",
-            Shed::CallerShare => "caller_share",
-            Shed::BodyBudget => "body_budget",
-            Shed::AnswerBudget => "answer_budget",
-            Shed::WriteTimeout => "write_timeout",
-            Shed::LongPollScope => "longpoll_scope",
-            Shed::LongPollTotal => "longpoll_total",
-            Shed::LongPollShare => "longpoll_share",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EventLabel {
-    event: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabel {
-    code: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteLabel {
-    route: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WorkloadLabel {
-    workload: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RefusedLabel {
-    workload: String,
-    reason: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: &'static str,
-}
 
 /// Calls waiting for a group-commit worker, per kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

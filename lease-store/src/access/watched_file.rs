@@ -1,10 +1,10 @@
 //! A settings file the lease-store re-reads when it changes, so it rotates without a restart
-//! (`docs/configuration.md#caller-identity`): the filter's token set (`token_set.rs`) and
-//! the workloads allowlist (`workloads.rs`).
+//! (`docs/configuration.md#caller-identity`): the filter's token set (`token_set.rs`), the
+//! workloads allowlist (`workloads.rs`) and the operators' tokens (`admin_tokens.rs`).
 //!
-//! The file is checked at most once a second ([`RECHECK`]), on the calls that need it, and
-//! re-read when its modification time or size changed (a Kubernetes Secret or ConfigMap
-//! volume swaps the file whole). A file that no longer reads or parses keeps the previous
+//! The file is checked on the calls that need it, at most once per its kind's
+//! [`FileKind::recheck`], and re-read when its modification time or size changed (a
+//! Kubernetes Secret or ConfigMap volume swaps the file whole). A file that no longer reads or parses keeps the previous
 //! contents and says so in the log: a bad edit locks nobody out and lets nobody new in.
 
 use std::fmt;
@@ -12,10 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::admin_tokens::stamp;
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 
-/// How often the file is checked for a change.
+/// How often a file read on the data path is checked for a change.
 pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// How one kind of file is read, and what its log lines say.
@@ -28,6 +27,8 @@ pub struct FileKind<T> {
     pub reloaded: &'static str,
     /// The message when the changed file cannot be used (the previous contents stay).
     pub unusable: &'static str,
+    /// The least time between two checks for a change ([`RECHECK`], or zero: every call).
+    pub recheck: Duration,
 }
 
 /// The file and its contents as last read.
@@ -54,10 +55,12 @@ impl<T> fmt::Debug for WatchedFile<T> {
 impl<T> WatchedFile<T> {
     /// Reads `path` now: a file that cannot be used fails (at start nothing is kept).
     pub fn open(path: PathBuf, kind: &'static FileKind<T>) -> Result<Self, ConfigError> {
+        // Stamped before reading: a change in between is read again on the next check.
+        let stamp = stamp(&path);
         let contents = (kind.read)(&path)?;
         let loaded = Loaded {
             checked: Instant::now(),
-            stamp: stamp(&path),
+            stamp,
             contents,
         };
         Ok(WatchedFile {
@@ -75,7 +78,7 @@ impl<T> WatchedFile<T> {
     }
 
     fn reload_if_changed(&self, loaded: &mut Loaded<T>, now: Instant) {
-        if now.duration_since(loaded.checked) < RECHECK {
+        if now.duration_since(loaded.checked) < self.kind.recheck {
             return;
         }
         loaded.checked = now;
@@ -106,6 +109,12 @@ impl<T> WatchedFile<T> {
     }
 }
 
+/// The file's modification time and size, what a change is recognised by.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +137,7 @@ mod tests {
         summary: |lines| lines.len().to_string(),
         reloaded: "lines reloaded",
         unusable: "lines unusable",
+        recheck: RECHECK,
     };
 
     #[test]

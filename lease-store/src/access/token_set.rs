@@ -1,7 +1,7 @@
 //! The edge filter's bearer tokens: a set, so a token can be rotated with no outage
 //! (`docs/configuration.md#caller-identity`).
 //!
-//! `--token-file` holds one token per line (blank lines and `#` comments skipped): the
+//! `--token-file` holds one token per line (`crate::settings::files`): the
 //! current token and, during a rotation, the next one. It is re-read when it changes
 //! (`watched_file.rs`, on the calls that present a token), so adding the next token, then
 //! removing the old one, needs no restart; a file that holds no token keeps the previous
@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use subtle::ConstantTimeEq;
 
-use crate::config::{ConfigError, Secret};
-use crate::watched_file::{FileKind, WatchedFile};
+use super::watched_file::{FileKind, RECHECK, WatchedFile};
+use crate::settings::{ConfigError, FilterTokens, Secret, files};
 
 /// The filter tokens the store accepts.
 #[derive(Debug)]
@@ -34,9 +34,18 @@ static TOKEN_FILE: FileKind<Vec<Secret>> = FileKind {
     summary: |tokens| format!("{} tokens", tokens.len()),
     reloaded: "filter tokens reloaded",
     unusable: "filter token file unusable; keeping the previous tokens",
+    recheck: RECHECK,
 };
 
 impl TokenSet {
+    /// The set `settings` name, its file read now.
+    pub fn open(settings: FilterTokens) -> Result<Self, ConfigError> {
+        match settings {
+            FilterTokens::Inline(token) => Ok(TokenSet::inline(token)),
+            FilterTokens::File(path) => TokenSet::from_file(path),
+        }
+    }
+
     /// One fixed token.
     pub fn inline(token: Secret) -> Self {
         TokenSet {
@@ -84,52 +93,15 @@ fn read(path: &Path) -> Result<Vec<Secret>, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    parse(&text).map_err(|reason| ConfigError::TokenFile {
+    files::tokens(&text).map_err(|reason| ConfigError::TokenFile {
         path: path.to_owned(),
         reason,
     })
 }
 
-/// One token per line; the error names the line, never a token.
-fn parse(text: &str) -> Result<Vec<Secret>, String> {
-    let mut tokens: Vec<Secret> = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if !line.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!("line {}: a token is visible ASCII", index + 1));
-        }
-        if tokens.iter().any(|t| t.expose() == line) {
-            return Err(format!("line {}: repeats a token", index + 1));
-        }
-        tokens.push(Secret::new(line));
-    }
-    if tokens.is_empty() {
-        return Err("no token in the file".to_owned());
-    }
-    Ok(tokens)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_file_holds_the_current_and_the_next_token() {
-        let tokens = parse("# current\nold-token\n\n# next\nnew-token\n").unwrap();
-        let values: Vec<_> = tokens.iter().map(Secret::expose).collect();
-        assert_eq!(values, ["old-token", "new-token"]);
-    }
-
-    #[test]
-    fn bad_files_are_refused_without_echoing_tokens() {
-        for bad in ["", "# only a comment\n", "s3cr3t\ns3cr3t", "s3c r3t"] {
-            let err = parse(bad).unwrap_err();
-            assert!(!err.contains("s3c"), "{err}");
-        }
-    }
 
     #[test]
     fn a_rotation_accepts_both_tokens_then_only_the_next() {
