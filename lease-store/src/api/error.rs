@@ -157,9 +157,19 @@ impl ApiError {
     }
 }
 
+/// Marks an answer that turned a call away at a limit ([`ApiError::Overloaded`]), so that
+/// [`crate::api::limits::pace_refusals`] can hold it back.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnedAway;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        problem_answer(self.into_problem())
+        let turned_away = matches!(self, ApiError::Overloaded(_));
+        let mut response = problem_answer(self.into_problem());
+        if turned_away {
+            response.extensions_mut().insert(TurnedAway);
+        }
+        response
     }
 }
 

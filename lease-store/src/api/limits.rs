@@ -21,7 +21,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::budget::charged;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, TurnedAway};
 use crate::metrics::{Metrics, Shed};
 use crate::shares::{Activity, Charged, Refused, Shares, Taken};
 
@@ -100,6 +100,23 @@ pub async fn shed_past_limit(
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     drop(slot);
+    response
+}
+
+/// How long an answer that turns a call away at a limit is held back
+/// (`docs/configuration.md#limits`): a caller that ignores `Retry-After` and sends again at
+/// once on the same connection is paced to a few calls a second, instead of spinning the
+/// replica on refusals at whatever rate its own cores allow. A caller that waits as told
+/// does not notice.
+pub const REFUSAL_PACE: Duration = Duration::from_millis(100);
+
+/// Middleware: holds back, by [`REFUSAL_PACE`], an answer that turned the call away. It
+/// runs outside the limits, so the held-back call keeps no slot and no budget.
+pub async fn pace_refusals(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if response.extensions().get::<TurnedAway>().is_some() {
+        tokio::time::sleep(REFUSAL_PACE).await;
+    }
     response
 }
 

@@ -147,7 +147,8 @@ pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: 
 
 /// Adds the body and answer budgets and the concurrency cap to `/v1` routes: the slot is
 /// taken first, and the answer budget, inside it, holds it with the answer. The cap is
-/// shared among the callers `activity` knows (`crate::shares`).
+/// shared among the callers `activity` knows (`crate::shares`). A call any of them turns
+/// away is answered after a pause, outside them all ([`limits::pace_refusals`]).
 fn limited(
     routes: Router<AppState>,
     (state, activity): (&AppState, Arc<Activity>),
@@ -179,6 +180,7 @@ fn limited(
             ),
             limits::shed_past_limit,
         ))
+        .route_layer(middleware::from_fn(limits::pace_refusals))
 }
 
 /// The layers every listener's routes share: problem+json fallbacks, the body

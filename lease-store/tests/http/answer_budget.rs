@@ -208,8 +208,13 @@ async fn an_unread_answer_keeps_its_concurrency_slot_until_it_is_sent() {
     let unread = never_read(port(api), "/v1/batch/claims", &replays).await;
     api.wait_counter(BATCH_ANSWERED, 1).await;
 
+    let asked = std::time::Instant::now();
     let refused = api.claim(&scope, &fingerprint, 0).await;
     assert_eq!(refused.status, 503, "the unread answer's slot is taken");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(100),
+        "a call turned away is answered after the refusal pace, not at once"
+    );
     refused.assert_problem(503, "journal_unavailable");
     assert!(refused.headers.contains_key("retry-after"));
 

@@ -313,11 +313,12 @@ impl Api {
         Some(series_value(&metrics.text().await.ok()?, series))
     }
 
-    /// Polls `/metrics` until `series` reaches `at_least` (paced; panics after 20 s).
+    /// Polls `/metrics` until `series` reaches `at_least` (paced; panics after 60 s: a
+    /// liveness bound, wide enough for a 2-core machine busy with other builds).
     pub async fn wait_counter(&self, series: &str, at_least: u64) {
         keyflight_testkit::process::eventually(
             &format!("{series} >= {at_least}"),
-            Duration::from_secs(20),
+            Duration::from_secs(60),
             || async { self.counter(series).await >= at_least },
         )
         .await;
