@@ -12,6 +12,8 @@
 //!   identity that namespaces each workload's records), with every error mapped to problem+json by
 //!   the API's error type ([`api::error`]); [`metrics`] and [`openapi`] are
 //!   the operability endpoints (L8).
+//! - [`console`]: the operator's console, HTML pages on the admin listener beside the
+//!   records API (`docs/console.md`).
 //! - [`config`] parses flags and environment into validated settings once, at
 //!   start-up; [`shutdown`] turns SIGTERM/SIGINT into a drain of in-flight calls.
 //! - [`logging`] sets up the subscriber and caps the dependencies that could
@@ -25,6 +27,7 @@ pub mod caller;
 pub mod cleanup;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod evidence;
 pub mod log_limit;

@@ -24,9 +24,9 @@ use crate::evidence;
 use crate::metrics::Event;
 
 /// Records listed when the caller does not say.
-const DEFAULT_LIMIT: u32 = 100;
+pub const DEFAULT_LIMIT: u32 = 100;
 /// The most records one list call returns.
-const MAX_LIMIT: u32 = 1000;
+pub const MAX_LIMIT: u32 = 1000;
 
 /// Query of `GET /v1/records`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

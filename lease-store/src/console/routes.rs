@@ -1,0 +1,112 @@
+//! The console's handlers: the I/O edge, reading the store through the calls the admin
+//! API's `list` and `show` make (`crate::api::records`), so a page and the API never
+//! disagree about a record (`docs/console.md#what-it-shows`).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Extension;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use keyflight_protocol::wire::RecordState;
+use maud::Markup;
+use serde::Deserialize;
+
+use super::pages;
+use super::queue::AgeFilter;
+use crate::api::error::ApiError;
+use crate::api::records::{DEFAULT_LIMIT, MAX_LIMIT};
+use crate::api::{AppState, Scope};
+use crate::auth::Operator;
+
+/// Query of `GET /console`. Each field is text: a form sends an empty box as `name=`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueQuery {
+    min_age_minutes: Option<String>,
+    max_age_minutes: Option<String>,
+    limit: Option<String>,
+}
+
+/// The queue: the newest `unknown` records, as `GET /v1/records?state=unknown` lists them,
+/// narrowed by age.
+pub async fn queue(
+    State(state): State<AppState>,
+    Extension(Operator(operator)): Extension<Operator>,
+    query: Result<Query<QueueQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let filter = AgeFilter {
+        min_minutes: number("min_age_minutes", query.min_age_minutes.as_deref())?,
+        max_minutes: number("max_age_minutes", query.max_age_minutes.as_deref())?,
+    };
+    let limit = match number("limit", query.limit.as_deref())? {
+        None => DEFAULT_LIMIT,
+        Some(limit) => u32::try_from(limit)
+            .ok()
+            .filter(|limit| (1..=MAX_LIMIT).contains(limit))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!("limit must be between 1 and {MAX_LIMIT}"))
+            })?,
+    };
+    let listed = state.store.list(Some(RecordState::Unknown), limit).await?;
+    let now_ms = now_ms();
+    let view = pages::Queue {
+        operator: &operator,
+        listed: listed.records.len(),
+        limit,
+        filter,
+        shown: filter.apply(&listed.records, now_ms),
+        now_ms,
+    };
+    Ok(html(pages::queue(&view)))
+}
+
+/// One record, as `GET /v1/records/{scope}` shows it.
+pub async fn record(
+    State(state): State<AppState>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Scope(scope): Scope,
+) -> Result<Response, ApiError> {
+    let detail = state.store.get(&scope).await?;
+    Ok(html(pages::record(&operator, &detail, now_ms())))
+}
+
+/// The console's only stylesheet (its Content-Security-Policy allows styles from here alone).
+pub async fn stylesheet() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("style.css"),
+    )
+        .into_response()
+}
+
+/// A page as the answer.
+fn html(page: Markup) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page.into_string(),
+    )
+        .into_response()
+}
+
+/// A whole number from a query field; an empty field is none.
+fn number(field: &str, value: Option<&str>) -> Result<Option<u64>, ApiError> {
+    match value.filter(|value| !value.is_empty()) {
+        None => Ok(None),
+        Some(value) => value
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::BadRequest(format!("{field} must be a whole number"))),
+    }
+}
+
+/// Now, in Unix milliseconds (0 for a clock before 1970).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
