@@ -6,9 +6,11 @@
 //! value from a record becomes a link: the only links name a scope digest, 64 hex digits.
 //! The pages are pure: what they show, and the time, come in as arguments.
 
+use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{RecordDetail, RecordState, RecordSummary, StoredResponse};
 use maud::{DOCTYPE, Markup, html};
 
+use super::decision::{Action, Decision, DecisionForm, Retry};
 use super::queue::{AgeFilter, age_label, age_ms};
 use super::text::visible;
 
@@ -94,6 +96,35 @@ pub fn record(operator: &str, detail: &RecordDetail, now_ms: u64) -> Markup {
             Some(response) => (answer(response)),
             None => p { "None recorded." },
         }
+        h2 { "Decide" }
+        p { "Each decision shows what a retry will get first; nothing changes until you confirm it." }
+        @if summary.state == RecordState::Unknown {
+            form method="get" action=(preview_path(&summary.scope)) {
+                input type="hidden" name="action" value=(Action::ResolveCompleted.as_str());
+                h3 { "Resolve as completed" }
+                p { "The operation happened. Leave the status empty to record no answer (retries get 409 "
+                    code { "response_not_replayable" } ")." }
+                p { label { "Status " input type="number" name="status" min="100" max="599"; } }
+                p { label { "Headers, one " code { "name: value" } " a line" br;
+                    textarea name="headers" rows="3" cols="60" {} } }
+                p { label { "Body" br; textarea name="body" rows="6" cols="60" {} } }
+                button type="submit" { "Preview: resolve as completed" }
+            }
+            form method="get" action=(preview_path(&summary.scope)) {
+                input type="hidden" name="action" value=(Action::ResolveFailed.as_str());
+                h3 { "Resolve as failed" }
+                p { "The operation did not happen: the next retry runs it." }
+                button type="submit" { "Preview: resolve as failed" }
+            }
+        } @else {
+            p { "Only an " code { "unknown" } " record can be resolved." }
+        }
+        form method="get" action=(preview_path(&summary.scope)) {
+            input type="hidden" name="action" value=(Action::Erase.as_str());
+            h3 { "Erase" }
+            p { "Forget the record: the next request with its key runs as new." }
+            button type="submit" { "Preview: erase" }
+        }
         h2 { "Audit" }
         p {
             "Not shown yet: the store's show call does not return the operator audit rows "
@@ -101,6 +132,99 @@ pub fn record(operator: &str, detail: &RecordDetail, now_ms: u64) -> Markup {
         }
     };
     page("Record", operator, body)
+}
+
+/// What the preview page shows.
+#[derive(Debug)]
+pub struct Preview<'a> {
+    /// The operator signed in.
+    pub operator: &'a str,
+    /// The record as it is now.
+    pub detail: &'a RecordDetail,
+    /// The decision's form, carried on to the confirmation.
+    pub form: &'a DecisionForm,
+    /// The decision it describes.
+    pub decision: &'a Decision,
+    /// The confirmation form's CSRF token.
+    pub csrf: &'a str,
+    /// Now, Unix milliseconds.
+    pub now_ms: u64,
+}
+
+/// A decision's preview and its confirmation form.
+pub fn preview(view: &Preview<'_>) -> Markup {
+    let summary = &view.detail.summary;
+    let action = view.form.action;
+    let body = html! {
+        h1 { "Preview: " (action_label(action)) }
+        p {
+            "Record " a href=(format!("/console/records/{}", summary.scope.to_hex())) {
+                code { (summary.scope.to_hex()) } }
+            ", now " code { (summary.state.as_str()) } ", fence " (summary.fence)
+            ", created " (age(&summary.created_at, view.now_ms)) " ago."
+        }
+        @if action != Action::Erase && summary.state != RecordState::Unknown {
+            p { strong { "This record is not unknown: the store will refuse to resolve it." } }
+        }
+        h2 { "A retry with this key and body will then get" }
+        @match view.decision.retry() {
+            Retry::Replays(response) => {
+                p { "This answer, replayed from the record (with " code { "idempotent-replayed: true" }
+                    "); the upstream is not called:" }
+                (answer(response))
+            }
+            Retry::NotReplayable => p { code { "409 response_not_replayable" }
+                ": completed, with no answer kept; the upstream is not called." },
+            Retry::RunsAgain => p { "The request runs again: the upstream is called once more, "
+                "under a fence higher than " (summary.fence) "." },
+            Retry::RunsAsNew => p { "The request runs as new: the record and its fingerprint are "
+                "gone, so the key's next request reaches the upstream, whatever its body." },
+        }
+        form method="post" action=(format!("/console/records/{}/decide", summary.scope.to_hex())) {
+            input type="hidden" name="action" value=(action.as_str());
+            input type="hidden" name="status" value=(view.form.status);
+            input type="hidden" name="headers" value=(view.form.headers);
+            input type="hidden" name="body" value=(view.form.body);
+            input type="hidden" name="csrf" value=(view.csrf);
+            p { label { "Reason (kept in the audit) " input type="text" name="reason" required
+                maxlength="1000" size="60"; } }
+            p { label { input type="checkbox" name="confirm" value="yes" required;
+                " I have checked what happened, and a retry should get the above." } }
+            button type="submit" { (action_label(action)) }
+        }
+    };
+    page("Preview", view.operator, body)
+}
+
+/// After a decision.
+pub fn done(operator: &str, scope: &Digest, action: Action) -> Markup {
+    let body = html! {
+        h1 { "Done: " (action_label(action)) }
+        p { "Record " code { (scope.to_hex()) } ": " (action_label(action).to_lowercase())
+            " by " strong { (operator) } "; the audit row with your name and reason was written "
+            "with the change." }
+        p {
+            @if action != Action::Erase {
+                a href=(format!("/console/records/{}", scope.to_hex())) { "The record" } " · "
+            }
+            a href="/console" { "The queue" }
+        }
+    };
+    page("Done", operator, body)
+}
+
+/// A decision as a button and a heading name it.
+fn action_label(action: Action) -> &'static str {
+    match action {
+        Action::ResolveCompleted => "Resolve as completed",
+        Action::ResolveFailed => "Resolve as failed",
+        Action::Erase => "Erase",
+    }
+}
+
+/// The preview of a decision on `scope`.
+fn preview_path(scope: &Digest) -> String {
+    format!("/console/records/{}/preview", scope.to_hex())
 }
 
 /// A recorded response: status, headers, and the body as escaped text.

@@ -1,22 +1,26 @@
 //! The console's handlers: the I/O edge, reading the store through the calls the admin
 //! API's `list` and `show` make (`crate::api::records`), so a page and the API never
-//! disagree about a record (`docs/console.md#what-it-shows`).
+//! disagree about a record (`docs/console.md#what-it-shows`), and deciding through the
+//! functions its resolve and erase call, so a decision is the same whoever takes it
+//! (`docs/console.md#decisions`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::Extension;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use keyflight_protocol::wire::RecordState;
+use axum::{Extension, Form};
+use keyflight_protocol::wire::{RecordState, ResolveRequest};
 use maud::Markup;
 use serde::Deserialize;
 
+use super::csrf::CsrfKey;
+use super::decision::{Decision, DecisionForm};
 use super::pages;
 use super::queue::AgeFilter;
 use crate::api::error::ApiError;
-use crate::api::records::{DEFAULT_LIMIT, MAX_LIMIT};
+use crate::api::records::{DEFAULT_LIMIT, MAX_LIMIT, erase_as_operator, resolve_as_operator};
 use crate::api::{AppState, Scope};
 use crate::auth::Operator;
 
@@ -71,6 +75,65 @@ pub async fn record(
 ) -> Result<Response, ApiError> {
     let detail = state.store.get(&scope).await?;
     Ok(html(pages::record(&operator, &detail, now_ms())))
+}
+
+/// A decision's preview: what a retry gets after it, and the form that takes it, with its
+/// CSRF token. Changes nothing.
+pub async fn preview(
+    State(state): State<AppState>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Extension(key): Extension<CsrfKey>,
+    Scope(scope): Scope,
+    form: Result<Query<DecisionForm>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(form) = form?;
+    let decision = form.decision().map_err(ApiError::BadRequest)?;
+    let detail = state.store.get(&scope).await?;
+    let view = pages::Preview {
+        operator: &operator,
+        detail: &detail,
+        form: &form,
+        decision: &decision,
+        csrf: &key.token(&operator, form.action, &scope),
+        now_ms: now_ms(),
+    };
+    Ok(html(pages::preview(&view)))
+}
+
+/// Takes a previewed decision: only with the form's CSRF token, a confirmation and a
+/// reason, through the admin API's own resolve or erase.
+pub async fn decide(
+    State(state): State<AppState>,
+    Extension(Operator(operator)): Extension<Operator>,
+    Extension(key): Extension<CsrfKey>,
+    Scope(scope): Scope,
+    form: Result<Form<DecisionForm>, FormRejection>,
+) -> Result<Response, ApiError> {
+    let Form(form) = form.map_err(|rejected| ApiError::BadRequest(rejected.body_text()))?;
+    if !key.admits(&operator, form.action, &scope, form.csrf.as_deref()) {
+        return Err(ApiError::Forbidden(
+            "the form's CSRF token is missing, or not this operator's for this decision on              this record: preview the decision again",
+        ));
+    }
+    if form.confirm.as_deref() != Some("yes") {
+        return Err(ApiError::BadRequest(
+            "confirm must be `yes`: tick the confirmation".to_owned(),
+        ));
+    }
+    match form.decision().map_err(ApiError::BadRequest)? {
+        Decision::Resolve(resolve_as, response) => {
+            let request = ResolveRequest {
+                resolve_as,
+                response,
+                reason: form.reason.clone().unwrap_or_default(),
+            };
+            resolve_as_operator(&state, &scope, &request, &operator).await?;
+        }
+        Decision::Erase => {
+            erase_as_operator(&state, &scope, &operator, form.reason.as_deref()).await?;
+        }
+    }
+    Ok(html(pages::done(&operator, &scope, form.action)))
 }
 
 /// The console's only stylesheet (its Content-Security-Policy allows styles from here alone).

@@ -206,3 +206,242 @@ async fn no_console_without_an_operator_token_or_on_the_data_plane() {
     );
     assert_secured(&style, "the stylesheet");
 }
+
+/// `fields` as `application/x-www-form-urlencoded`, as a browser sends a form.
+fn form(fields: &[(&str, &str)]) -> String {
+    let encode = |text: &str| -> String {
+        text.bytes()
+            .map(
+                |b| match b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    true => char::from(b).to_string(),
+                    false => format!("%{b:02X}"),
+                },
+            )
+            .collect()
+    };
+    fields
+        .iter()
+        .map(|(name, value)| format!("{}={}", encode(name), encode(value)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The CSRF token a preview page's confirmation form carries.
+fn csrf_of(preview: &Answer) -> String {
+    let (_, rest) = preview
+        .text
+        .split_once("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no CSRF token in {}", preview.text));
+    rest[..64].to_owned()
+}
+
+/// POSTs a decision's confirmation form with `token`.
+async fn decide(admin: &Api, scope: &str, token: Option<&str>, fields: &[(&str, &str)]) -> Answer {
+    admin
+        .send(
+            reqwest::Method::POST,
+            &format!("/console/records/{scope}/decide"),
+            token,
+            |r| {
+                r.header("content-type", "application/x-www-form-urlencoded")
+                    .body(form(fields))
+            },
+        )
+        .await
+}
+
+/// The audit rows of `scope`, oldest first: (actor, action, reason).
+async fn audit_rows(scope: &str) -> Vec<(String, String, String)> {
+    let client = db_client(&cluster().url()).await;
+    let scope = keyflight_protocol::Digest::from_hex(scope).unwrap();
+    client
+        .query(
+            "SELECT actor, action, reason FROM keyflight_operator_audit WHERE scope = $1 ORDER BY id",
+            &[&scope.0.as_slice()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+async fn state_of(admin: &Api, scope: &str) -> String {
+    let shown = admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.text);
+    shown.json["state"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_previewed_resolve_takes_the_admin_api_path_and_only_with_its_csrf_token() {
+    let server = start_server(&[]).await;
+    let (api, admin) = (&server.api, &server.admin);
+    let (scope, fingerprint) = unknown_record(api, "console-resolve").await;
+    let page = admin
+        .get(&format!("/console/records/{scope}"), Some(ADMIN))
+        .await;
+    assert!(
+        page.text
+            .contains(&format!("action=\"/console/records/{scope}/preview\"")),
+        "{}",
+        page.text
+    );
+
+    let answer = [
+        ("action", "resolve_completed"),
+        ("status", "201"),
+        ("headers", "Content-Type: application/json"),
+        ("body", "{\"id\":7,\"note\":\"<script>alert(1)</script>\"}"),
+    ];
+    let preview = admin
+        .get(
+            &format!("/console/records/{scope}/preview?{}", form(&answer)),
+            Some(ADMIN),
+        )
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.text);
+    assert_secured(&preview, "a preview");
+    assert!(
+        preview
+            .text
+            .contains("A retry with this key and body will then get")
+    );
+    assert!(!preview.text.contains("<script"), "{}", preview.text);
+    assert!(
+        preview
+            .text
+            .contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+    );
+    assert_eq!(
+        state_of(admin, &scope).await,
+        "unknown",
+        "a preview changes nothing"
+    );
+    let csrf = csrf_of(&preview);
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut fields = answer.to_vec();
+        fields.extend_from_slice(extra);
+        fields
+    };
+    let confirmed = [
+        ("reason", "INC-9: the charge committed"),
+        ("confirm", "yes"),
+    ];
+
+    // Refused, and nothing changes: no CSRF token, another form's, another operator's
+    // family of token, no confirmation, the data plane.
+    decide(admin, &scope, Some(ADMIN), &with(&confirmed))
+        .await
+        .assert_problem(403, "forbidden");
+    let erase_preview = admin
+        .get(
+            &format!("/console/records/{scope}/preview?action=erase"),
+            Some(ADMIN),
+        )
+        .await;
+    let erase_csrf = csrf_of(&erase_preview);
+    let mut other_form = with(&confirmed);
+    other_form.push(("csrf", &erase_csrf));
+    decide(admin, &scope, Some(ADMIN), &other_form)
+        .await
+        .assert_problem(403, "forbidden");
+    let mut complete = with(&confirmed);
+    complete.push(("csrf", &csrf));
+    decide(admin, &scope, Some(TOKEN), &complete)
+        .await
+        .assert_problem(403, "forbidden");
+    decide(admin, &scope, None, &complete)
+        .await
+        .assert_problem(401, "unauthorized");
+    decide(api, &scope, Some(ADMIN), &complete)
+        .await
+        .assert_problem(404, "not_found");
+    let mut unconfirmed = with(&[("reason", "INC-9")]);
+    unconfirmed.push(("csrf", &csrf));
+    decide(admin, &scope, Some(ADMIN), &unconfirmed)
+        .await
+        .assert_problem(400, "bad_request");
+    assert_eq!(state_of(admin, &scope).await, "unknown");
+    assert!(audit_rows(&scope).await.is_empty(), "no audit row");
+
+    let done = decide(admin, &scope, Some(ADMIN), &complete).await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    assert_secured(&done, "a decision's answer");
+    assert_eq!(state_of(admin, &scope).await, "completed");
+    let replay = api.claim(&scope, &fingerprint, 0).await;
+    assert_eq!(replay.outcome(), "completed");
+    assert_eq!(replay.json["response"]["status"], 201);
+    assert_eq!(
+        replay.json["response"]["headers"],
+        json!([["content-type", "application/json"]])
+    );
+    assert_eq!(
+        audit_rows(&scope).await,
+        [(
+            "admin".to_owned(),
+            "resolve_completed".to_owned(),
+            "INC-9: the charge committed".to_owned()
+        )]
+    );
+    // The form cannot be replayed into a second decision: the record is no longer unknown.
+    decide(admin, &scope, Some(ADMIN), &complete)
+        .await
+        .assert_problem(409, "not_unknown");
+}
+
+#[tokio::test]
+async fn a_previewed_erase_lets_the_key_run_again_and_is_audited() {
+    let server = start_server(&[]).await;
+    let (api, admin) = (&server.api, &server.admin);
+    let (scope, fingerprint) = unknown_record(api, "console-erase").await;
+    let preview = admin
+        .get(
+            &format!("/console/records/{scope}/preview?action=erase"),
+            Some(ADMIN),
+        )
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.text);
+    assert!(
+        preview.text.contains("The request runs as new"),
+        "{}",
+        preview.text
+    );
+    let csrf = csrf_of(&preview);
+    decide(
+        admin,
+        &scope,
+        Some(ADMIN),
+        &[("action", "erase"), ("confirm", "yes"), ("csrf", &csrf)],
+    )
+    .await
+    .assert_problem(400, "bad_request");
+    assert_eq!(
+        state_of(admin, &scope).await,
+        "unknown",
+        "no reason, no erase"
+    );
+    let done = decide(
+        admin,
+        &scope,
+        Some(ADMIN),
+        &[
+            ("action", "erase"),
+            ("reason", "INC-10"),
+            ("confirm", "yes"),
+            ("csrf", &csrf),
+        ],
+    )
+    .await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await
+        .assert_problem(404, "not_found");
+    assert_eq!(
+        audit_rows(&scope).await,
+        [("admin".to_owned(), "erase".to_owned(), "INC-10".to_owned())]
+    );
+    assert_eq!(api.claim(&scope, &fingerprint, 0).await.outcome(), "won");
+}
