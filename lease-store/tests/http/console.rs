@@ -445,3 +445,67 @@ async fn a_previewed_erase_lets_the_key_run_again_and_is_audited() {
     );
     assert_eq!(api.claim(&scope, &fingerprint, 0).await.outcome(), "won");
 }
+
+#[tokio::test]
+async fn the_queue_counts_and_orders_what_the_admin_list_does() {
+    // A cluster of its own: the count is of every `unknown` record in the database.
+    let cluster = keyflight_testkit::pg::PgCluster::start();
+    migrate(&cluster.url());
+    let server = start_server_on(&cluster.url(), &[]).await;
+    let mut made = Vec::new();
+    for n in 0..3 {
+        made.push(
+            unknown_record(&server.api, &format!("console-count-{n}"))
+                .await
+                .0,
+        );
+    }
+    let (done, _, claim_id) = server.api.win("console-count-done").await;
+    server.api.finalize(&done, &claim_id).await;
+
+    for limit in [2, 100] {
+        let listed = server
+            .admin
+            .get(
+                &format!("/v1/records?state=unknown&limit={limit}"),
+                Some(ADMIN),
+            )
+            .await;
+        let listed: Vec<&str> = listed.json["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|record| record["scope"].as_str().unwrap())
+            .collect();
+        let queue = server
+            .admin
+            .get(&format!("/console?limit={limit}"), Some(ADMIN))
+            .await;
+        assert!(
+            queue.text.contains(&format!(
+                "{} record(s) in <code>unknown</code> among the newest {limit}",
+                listed.len()
+            )),
+            "{}",
+            queue.text
+        );
+        let shown: Vec<&str> = queue
+            .text
+            .split("href=\"/console/records/")
+            .skip(1)
+            .map(|rest| &rest[..64])
+            .collect();
+        assert_eq!(shown, listed, "the same records, newest first");
+    }
+    let newest_first: Vec<&str> = made.iter().rev().map(String::as_str).collect();
+    let queue = server.admin.get("/console", Some(ADMIN)).await;
+    assert!(queue.text.contains("3 record(s) in"), "{}", queue.text);
+    assert!(!queue.text.contains(&done));
+    let shown: Vec<&str> = queue
+        .text
+        .split("href=\"/console/records/")
+        .skip(1)
+        .map(|rest| &rest[..64])
+        .collect();
+    assert_eq!(shown, newest_first);
+}
