@@ -74,8 +74,29 @@ pub fn queue(view: &Queue<'_>) -> Markup {
     page("Unknown records", view.operator, body)
 }
 
-/// One record: its metadata and its recorded answer, as text.
-pub fn record(operator: &str, detail: &RecordDetail, now_ms: u64) -> Markup {
+/// One row of the operator audit about a record, as the page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditLine {
+    /// When, RFC 3339 UTC.
+    pub at: String,
+    /// Who: an operator's token name or `reconciler:<workload>`.
+    pub actor: String,
+    /// What was done.
+    pub action: String,
+    /// Why.
+    pub reason: String,
+    /// The digest of a response the decision recorded, hex.
+    pub response_sha256: Option<String>,
+}
+
+/// One record: its metadata, its recorded answer as text, the decisions' forms and the
+/// audit rows about it (or why they could not be read).
+pub fn record(
+    operator: &str,
+    detail: &RecordDetail,
+    audit: &Result<Vec<AuditLine>, String>,
+    now_ms: u64,
+) -> Markup {
     let summary = &detail.summary;
     let body = html! {
         h1 { "Record " code { (summary.scope.to_hex()) } }
@@ -126,9 +147,23 @@ pub fn record(operator: &str, detail: &RecordDetail, now_ms: u64) -> Markup {
             button type="submit" { "Preview: erase" }
         }
         h2 { "Audit" }
-        p {
-            "Not shown yet: the store's show call does not return the operator audit rows "
-            "(docs/console.md, what is not built yet)."
+        @match audit {
+            Ok(rows) if rows.is_empty() => p { "No decision about this record yet." },
+            Ok(rows) => table {
+                thead { tr { th { "when" } th { "who" } th { "what" } th { "why" } th { "recorded answer (SHA-256)" } } }
+                tbody {
+                    @for row in rows {
+                        tr {
+                            td { (row.at) }
+                            td { (visible(&row.actor)) }
+                            td { code { (row.action) } }
+                            td { (visible(&row.reason)) }
+                            td { @if let Some(digest) = &row.response_sha256 { code { (digest) } } }
+                        }
+                    }
+                }
+            },
+            Err(error) => p { "The audit could not be read: " (visible(error)) },
         }
     };
     page("Record", operator, body)

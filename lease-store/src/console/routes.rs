@@ -74,7 +74,25 @@ pub async fn record(
     Scope(scope): Scope,
 ) -> Result<Response, ApiError> {
     let detail = state.store.get(&scope).await?;
-    Ok(html(pages::record(&operator, &detail, now_ms())))
+    // A router installed before the audit statement existed cannot answer it until
+    // `migrate` runs again: the page says so rather than hiding the record.
+    let audit = match state.store.audit(&scope).await {
+        Ok(rows) => Ok(rows
+            .into_iter()
+            .map(|row| pages::AuditLine {
+                at: row.at,
+                actor: row.actor,
+                action: row.action,
+                reason: row.reason,
+                response_sha256: row.response_sha256.map(|digest| digest.to_hex()),
+            })
+            .collect()),
+        Err(error) => {
+            tracing::warn!(scope = %scope.to_hex(), %error, "the console could not read a record's audit rows");
+            Err(error.to_string())
+        }
+    };
+    Ok(html(pages::record(&operator, &detail, &audit, now_ms())))
 }
 
 /// A decision's preview: what a retry gets after it, and the form that takes it, with its

@@ -288,6 +288,7 @@ async fn a_previewed_resolve_takes_the_admin_api_path_and_only_with_its_csrf_tok
         "{}",
         page.text
     );
+    assert!(page.text.contains("No decision about this record yet."));
 
     let answer = [
         ("action", "resolve_completed"),
@@ -385,6 +386,18 @@ async fn a_previewed_resolve_takes_the_admin_api_path_and_only_with_its_csrf_tok
             "INC-9: the charge committed".to_owned()
         )]
     );
+    // The record's page shows the decision's audit row, and no decision form but erase.
+    let page = admin
+        .get(&format!("/console/records/{scope}"), Some(ADMIN))
+        .await;
+    for shown in [
+        "<td>admin</td>",
+        "<code>resolve_completed</code>",
+        "<td>INC-9: the charge committed</td>",
+    ] {
+        assert!(page.text.contains(shown), "{shown} in {}", page.text);
+    }
+    assert!(!page.text.contains("value=\"resolve_completed\""));
     // The form cannot be replayed into a second decision: the record is no longer unknown.
     decide(admin, &scope, Some(ADMIN), &complete)
         .await
