@@ -142,12 +142,14 @@ pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: 
         ))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_admin))
         .merge(console);
+    // Outside everything, fallbacks included: a console path's 404 or 405 carries the
+    // console's headers too.
     finish(
-        limited(records, (&state, Activity::new()), max_body_bytes, limits)
-            .route_layer(middleware::from_fn(crate::console::secure)),
+        limited(records, (&state, Activity::new()), max_body_bytes, limits),
         state,
         max_body_bytes,
     )
+    .layer(middleware::from_fn(crate::console::secure))
 }
 
 /// Adds the body and answer budgets and the concurrency cap to `/v1` routes: the slot is

@@ -198,6 +198,17 @@ async fn no_console_without_an_operator_token_or_on_the_data_plane() {
                 .assert_problem(404, "not_found");
         }
     }
+    // A console path called with a method it does not serve is refused as the API's are,
+    // with the headers too.
+    let wrong = server
+        .admin
+        .send(reqwest::Method::DELETE, "/console", Some(ADMIN), |r| r)
+        .await;
+    wrong.assert_problem(405, "method_not_allowed");
+    assert_secured(&wrong, "a wrong method");
+    let nowhere = server.admin.get("/console/nowhere", Some(ADMIN)).await;
+    nowhere.assert_problem(404, "not_found");
+    assert_secured(&nowhere, "an unknown console path");
     let style = server.admin.get("/console/style.css", Some(ADMIN)).await;
     assert_eq!(style.status, 200);
     assert_eq!(
