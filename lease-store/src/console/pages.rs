@@ -56,7 +56,10 @@ pub fn queue(view: &Queue<'_>) -> Markup {
             p { "Nothing waits for a decision." }
         } @else {
             table {
-                thead { tr { th { "scope" } th { "age" } th { "created" } th { "fence" } th { "retained until" } } }
+                thead { tr {
+                    th { "scope" } th { "age" } th { "created" } th { "fence" }
+                    th { "retained until" }
+                } }
                 tbody {
                     @for record in &view.shown {
                         tr {
@@ -105,7 +108,8 @@ pub fn record(
             dt { "scope digest" } dd { code { (summary.scope.to_hex()) } }
             dt { "request fingerprint" } dd { code { (summary.fingerprint.to_hex()) } }
             dt { "fence of the latest claim" } dd { (summary.fence) }
-            dt { "created" } dd { (summary.created_at) " (" (age(&summary.created_at, now_ms)) " ago)" }
+            dt { "created" }
+            dd { (summary.created_at) " (" (age(&summary.created_at, now_ms)) " ago)" }
             @if let Some(until) = &summary.lease_expires_at {
                 dt { (lease_label(summary.state)) } dd { (until) }
             }
@@ -118,13 +122,14 @@ pub fn record(
             None => p { "None recorded." },
         }
         h2 { "Decide" }
-        p { "Each decision shows what a retry will get first; nothing changes until you confirm it." }
+        p { "Each decision shows what a retry will get first; nothing changes until you "
+            "confirm it." }
         @if summary.state == RecordState::Unknown {
             form method="get" action=(preview_path(&summary.scope)) {
                 input type="hidden" name="action" value=(Action::ResolveCompleted.as_str());
                 h3 { "Resolve as completed" }
-                p { "The operation happened. Leave the status empty to record no answer (retries get 409 "
-                    code { "response_not_replayable" } ")." }
+                p { "The operation happened. Leave the status empty to record no answer "
+                    "(retries get 409 " code { "response_not_replayable" } ")." }
                 p { label { "Status " input type="number" name="status" min="100" max="599"; } }
                 p { label { "Headers, one " code { "name: value" } " a line" br;
                     textarea name="headers" rows="3" cols="60" {} } }
@@ -150,7 +155,10 @@ pub fn record(
         @match audit {
             Ok(rows) if rows.is_empty() => p { "No decision about this record yet." },
             Ok(rows) => table {
-                thead { tr { th { "when" } th { "who" } th { "what" } th { "why" } th { "recorded answer (SHA-256)" } } }
+                thead { tr {
+                    th { "when" } th { "who" } th { "what" } th { "why" }
+                    th { "recorded answer (SHA-256)" }
+                } }
                 tbody {
                     @for row in rows {
                         tr {
@@ -204,8 +212,8 @@ pub fn preview(view: &Preview<'_>) -> Markup {
         h2 { "A retry with this key and body will then get" }
         @match view.decision.retry() {
             Retry::Replays(response) => {
-                p { "This answer, replayed from the record (with " code { "idempotent-replayed: true" }
-                    "); the upstream is not called:" }
+                p { "This answer, replayed from the record (with "
+                    code { "idempotent-replayed: true" } "); the upstream is not called:" }
                 (answer(response))
             }
             Retry::NotReplayable => p { code { "409 response_not_replayable" }

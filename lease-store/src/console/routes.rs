@@ -88,7 +88,11 @@ pub async fn record(
             })
             .collect()),
         Err(error) => {
-            tracing::warn!(scope = %scope.to_hex(), %error, "the console could not read a record's audit rows");
+            tracing::warn!(
+                scope = %scope.to_hex(),
+                %error,
+                "the console could not read a record's audit rows"
+            );
             Err(error.to_string())
         }
     };
@@ -130,7 +134,8 @@ pub async fn decide(
     let Form(form) = form.map_err(|rejected| ApiError::BadRequest(rejected.body_text()))?;
     if !key.admits(&operator, form.action, &scope, form.csrf.as_deref()) {
         return Err(ApiError::Forbidden(
-            "the form's CSRF token is missing, or not this operator's for this decision on              this record: preview the decision again",
+            "the form's CSRF token is missing, or not this operator's for this decision on \
+             this record: preview the decision again",
         ));
     }
     if form.confirm.as_deref() != Some("yes") {

@@ -267,7 +267,8 @@ async fn audit_rows(scope: &str) -> Vec<(String, String, String)> {
     let scope = keyflight_protocol::Digest::from_hex(scope).unwrap();
     client
         .query(
-            "SELECT actor, action, reason FROM keyflight_operator_audit WHERE scope = $1 ORDER BY id",
+            "SELECT actor, action, reason FROM keyflight_operator_audit
+             WHERE scope = $1 ORDER BY id",
             &[&scope.0.as_slice()],
         )
         .await
