@@ -12,6 +12,8 @@
 //!   identity that namespaces each workload's records), with every error mapped to problem+json by
 //!   the API's error type ([`api::error`]); [`metrics`] and [`openapi`] are
 //!   the operability endpoints (L8).
+//! - [`console`]: the operator's console, HTML pages on the admin listener beside the
+//!   records API (`docs/console.md`).
 //! - [`settings`] parses flags and environment into validated plain data once, at
 //!   start-up; [`access`] builds the live credentials from them (token set, workloads,
 //!   operators' tokens, each re-reading its file when it changes); [`shutdown`] turns
@@ -26,6 +28,7 @@ pub mod auth;
 pub mod caller;
 pub mod cleanup;
 pub mod cli;
+pub mod console;
 pub mod db;
 pub mod evidence;
 pub mod log_limit;

@@ -8,7 +8,7 @@ use keyflight_store_core::sql::STATEMENTS;
 use sha2::{Digest, Sha256};
 
 /// Each statement's path under `keyflight_store_core::sql` and the SHA-256 of its value.
-const PINNED: [(&str, &str); 45] = [
+const PINNED: [(&str, &str); 46] = [
     (
         "batch::CLAIM_BATCH_SQL",
         "b27e7aebe99621ea4a12de3b699076f925ae38caeda5dc9a44322590a6b2a2ac",
@@ -148,6 +148,10 @@ const PINNED: [(&str, &str); 45] = [
     (
         "reconciled::RECONCILED_COMMITTED_SQL",
         "4c97a511bedf9ae00970a08073728d29a9fa4acb47a6281a77123253043e0dfc",
+    ),
+    (
+        "records::AUDIT_SQL",
+        "38e976b5ba707617547e5f3ed922666ef12089ac7ed7b38e25c6e9c98a2370d2",
     ),
     (
         "records::ERASE_SQL",

@@ -124,8 +124,11 @@ pub fn router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits
 }
 
 /// Builds the admin router, served on its own listener (`docs/records.md#operators`):
-/// `/v1/records…` behind the operators' tokens and the same per-call limits.
+/// `/v1/records…` and the operator's console (`/console…`, [`crate::console`]) behind the
+/// operators' tokens and the same per-call limits; the console's answers, refusals
+/// included, carry its security headers.
 pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: Limits) -> Router {
+    let console = crate::console::routes(auth.clone(), limits.request_timeout);
     let records = Router::new()
         .route("/v1/records", get(records::list))
         .route(
@@ -137,12 +140,16 @@ pub fn admin_router(state: AppState, auth: Auth, max_body_bytes: usize, limits: 
             limits.request_timeout,
             limits::deadline,
         ))
-        .route_layer(middleware::from_fn_with_state(auth, auth::require_admin));
+        .route_layer(middleware::from_fn_with_state(auth, auth::require_admin))
+        .merge(console);
+    // Outside everything, fallbacks included: a console path's 404 or 405 carries the
+    // console's headers too.
     finish(
         limited(records, (&state, Activity::new()), max_body_bytes, limits),
         state,
         max_body_bytes,
     )
+    .layer(middleware::from_fn(crate::console::secure))
 }
 
 /// Adds the body and answer budgets and the concurrency cap to `/v1` routes: the slot is

@@ -12,6 +12,7 @@
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::{Extension, Json};
+use keyflight_protocol::Digest;
 use keyflight_protocol::wire::{
     ACK_REPLAY_RISK_HEADER, RecordDetail, RecordList, RecordState, ResolveRequest,
 };
@@ -24,9 +25,9 @@ use crate::evidence;
 use crate::metrics::Event;
 
 /// Records listed when the caller does not say.
-const DEFAULT_LIMIT: u32 = 100;
+pub const DEFAULT_LIMIT: u32 = 100;
 /// The most records one list call returns.
-const MAX_LIMIT: u32 = 1000;
+pub const MAX_LIMIT: u32 = 1000;
 
 /// Query of `GET /v1/records`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -122,17 +123,29 @@ pub async fn resolve(
     Extension(Operator(operator)): Extension<Operator>,
     ApiJson(request): ApiJson<ResolveRequest>,
 ) -> Result<(), ApiError> {
+    resolve_as_operator(&state, &scope, &request, &operator).await
+}
+
+/// Resolves `scope` as `request` says, decided by `operator`: the one path of the admin API
+/// (and so the CLI) and the console (`crate::console`). The store writes the audit row in
+/// the statement that resolves.
+pub async fn resolve_as_operator(
+    state: &AppState,
+    scope: &Digest,
+    request: &ResolveRequest,
+    operator: &str,
+) -> Result<(), ApiError> {
     operator_reason(Some(&request.reason))?;
     if let Some(response) = &request.response {
         recordable(response)?;
         fits_a_record(response, &state.bounds)?;
     }
-    state.store.resolve(&scope, &request, &operator).await?;
+    state.store.resolve(scope, request, operator).await?;
     state.metrics.event(Event::Resolve);
     evidence::operator_changed(
-        &scope,
+        scope,
         evidence::resolve_action(request.resolve_as),
-        &operator,
+        operator,
     );
     tracing::info!(scope = %scope.to_hex(), resolved_as = ?request.resolve_as, %operator, reason = %request.reason, "record resolved by an operator");
     Ok(())
@@ -169,10 +182,22 @@ pub async fn erase(
         return Err(ApiError::ReplayRiskNotAcknowledged);
     }
     let Query(query) = query?;
-    let reason = operator_reason(query.reason.as_deref())?;
-    state.store.erase(&scope, &operator, reason).await?;
+    erase_as_operator(&state, &scope, &operator, query.reason.as_deref()).await
+}
+
+/// Erases `scope`, decided by `operator`, who has acknowledged the replay risk: the one path
+/// of the admin API (and so the CLI) and the console (`crate::console`). The store writes the
+/// audit row in the statement that erases.
+pub async fn erase_as_operator(
+    state: &AppState,
+    scope: &Digest,
+    operator: &str,
+    reason: Option<&str>,
+) -> Result<(), ApiError> {
+    let reason = operator_reason(reason)?;
+    state.store.erase(scope, operator, reason).await?;
     state.metrics.event(Event::Erase);
-    evidence::operator_changed(&scope, "erase", &operator);
+    evidence::operator_changed(scope, "erase", operator);
     tracing::warn!(scope = %scope.to_hex(), %operator, %reason, "record erased by an operator: a retry with its key will run again");
     Ok(())
 }

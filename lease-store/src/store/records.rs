@@ -1,4 +1,4 @@
-//! L6: the operator's view of records — list, get, resolve, erase.
+//! L6: the operator's view of records — list, get, resolve, erase, and a record's audit rows.
 //!
 //! These run rarely and by hand, so they favour clarity over speed; they still
 //! use one statement each. Times are rendered by Postgres as RFC 3339 UTC
@@ -25,7 +25,8 @@ use super::partitions::Routed;
 use super::snapshot::stored_response;
 use super::{Store, StoreError};
 use keyflight_store_core::sql::records::{
-    ERASE_SQL, GET_SQL, LIST_ROUTER_SQL, LIST_SQL, RESOLVE_COMPLETED_SQL, RESOLVE_FAILED_SQL,
+    AUDIT_SQL, ERASE_SQL, GET_SQL, LIST_ROUTER_SQL, LIST_SQL, RESOLVE_COMPLETED_SQL,
+    RESOLVE_FAILED_SQL,
 };
 
 /// The operator's statements on a partitioned database (`partitions.rs`): a list merges
@@ -36,6 +37,22 @@ pub(super) static RESOLVE_COMPLETED: Routed =
     Routed::by_scope("resolve_completed", RESOLVE_COMPLETED_SQL);
 pub(super) static RESOLVE_FAILED: Routed = Routed::by_scope("resolve_failed", RESOLVE_FAILED_SQL);
 pub(super) static ERASE: Routed = Routed::by_scope("erase", ERASE_SQL);
+pub(super) static AUDIT: Routed = Routed::by_scope("audit", AUDIT_SQL);
+
+/// One row of the operator audit about a record: a decision and who took it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    /// When, RFC 3339 UTC.
+    pub at: String,
+    /// The operator's token name, or `reconciler:<workload>` for a service's answer.
+    pub actor: String,
+    /// What was done (`erase`, `resolve_completed`, `resolve_failed`, …).
+    pub action: String,
+    /// Why, as the decision gave it.
+    pub reason: String,
+    /// The digest of a response the decision recorded ([`response_digest`]).
+    pub response_sha256: Option<Digest>,
+}
 
 impl Store {
     /// Up to `limit` records, newest first, optionally only those in `state`.
@@ -70,6 +87,27 @@ impl Store {
                 summary: summary(&row)?,
                 response: stored_response(&row)?,
             })
+        })
+        .await
+    }
+
+    /// The newest audit rows about `scope`, newest first (the console's record page).
+    pub async fn audit(&self, scope: &Digest) -> Result<Vec<AuditRow>, StoreError> {
+        self.run(async |client| {
+            let statement = client.prepare_cached(self.sql(&AUDIT)).await?;
+            let rows = client.query(&statement, &[&scope.0.as_slice()]).await?;
+            rows.iter()
+                .map(|row| {
+                    let response: Option<&[u8]> = row.try_get("response_sha256")?;
+                    Ok(AuditRow {
+                        at: row.try_get("at")?,
+                        actor: row.try_get("actor")?,
+                        action: row.try_get("action")?,
+                        reason: row.try_get("reason")?,
+                        response_sha256: response.map(digest).transpose()?,
+                    })
+                })
+                .collect()
         })
         .await
     }

@@ -10,6 +10,7 @@ mod batches;
 mod claim_age;
 mod claims;
 mod cli;
+mod console;
 mod contract_ranges;
 mod database_down;
 mod database_errors;

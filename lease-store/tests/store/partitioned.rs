@@ -353,6 +353,13 @@ async fn an_erase_on_any_partition_moves_the_mesh_wide_epoch() {
             store.epoch().await.unwrap() > before,
             "an erase on partition {p} moves the epoch"
         );
+        // Its audit row is on the scope's partition, and read back through the router.
+        let audit = store.audit(&scope).await.unwrap();
+        let actions: Vec<(&str, &str, &str)> = audit
+            .iter()
+            .map(|row| (row.actor.as_str(), row.action.as_str(), row.reason.as_str()))
+            .collect();
+        assert_eq!(actions, [("ops", "erase", "test")], "partition {p}");
     }
 }
 

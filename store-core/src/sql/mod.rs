@@ -28,7 +28,7 @@ macro_rules! listed {
 
 /// Every statement above by its path under this module, for the pin by value
 /// (`model/tests/sql_pinned.rs`, `docs/model.md#keeping-the-mirror-honest`).
-pub const STATEMENTS: [(&str, &str); 45] = listed![
+pub const STATEMENTS: [(&str, &str); 46] = listed![
     batch::CLAIM_BATCH_SQL,
     batch::FINALIZE_BATCH_SQL,
     claim::CLAIM_SQL,
@@ -64,6 +64,7 @@ pub const STATEMENTS: [(&str, &str); 45] = listed![
     privilege::SCHEMA_SQL,
     reconciled::RECONCILED_ABSENT_SQL,
     reconciled::RECONCILED_COMMITTED_SQL,
+    records::AUDIT_SQL,
     records::ERASE_SQL,
     records::GET_SQL,
     records::LIST_ROUTER_SQL,

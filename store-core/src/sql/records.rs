@@ -1,5 +1,5 @@
-//! The operator's record calls: list, get, resolve and erase (`docs/records.md#operators`,
-//! `store/records.rs`).
+//! The operator's record calls: list, get, resolve and erase, and a record's audit rows
+//! (`docs/records.md#operators`, `store/records.rs`).
 
 /// The summary columns, shared by list and get.
 macro_rules! summary_columns {
@@ -44,6 +44,18 @@ pub const GET_SQL: &str = concat!(
     summary_columns!(),
     ", response_headers, response_body FROM keyflight_records WHERE scope = $1"
 );
+
+/// `$1` scope: the newest 100 rows of the operator audit about it (an operator's or a
+/// reconciler's decisions), newest first, for the console's record page. The audit is
+/// appended to only by decisions, so it stays small enough to read without an index on
+/// the scope.
+pub const AUDIT_SQL: &str = "
+SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
+       actor, action, reason, response_sha256
+  FROM keyflight_operator_audit
+ WHERE scope = $1
+ ORDER BY id DESC
+ LIMIT 100";
 
 /// `$1` scope, `$2` status, `$3` headers, `$4` body (NULLs: not replayable),
 /// `$5` actor, `$6` reason, `$7` the response's digest.

@@ -160,7 +160,7 @@ pub(super) fn parameter_count(sql: &str) -> usize {
 }
 
 /// Every statement a partitioned database runs, in the order their functions are installed.
-pub fn routed() -> [&'static Routed; 25] {
+pub fn routed() -> [&'static Routed; 26] {
     use super::{
         batch, claim, dual, epoch, held, lease, orphan, reconciled, records, retention, usage,
         watch,
@@ -181,6 +181,7 @@ pub fn routed() -> [&'static Routed; 25] {
         &records::RESOLVE_COMPLETED,
         &records::RESOLVE_FAILED,
         &records::ERASE,
+        &records::AUDIT,
         &records::LIST,
         &reconciled::RECONCILED_COMMITTED,
         &reconciled::RECONCILED_ABSENT,
