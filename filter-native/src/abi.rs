@@ -315,6 +315,14 @@ unsafe extern "C" {
         scheduler: *mut c_void,
         event_id: u64,
     );
+    fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter: FilterEnvoyPtr,
+    ) -> *mut c_void;
+    fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
     fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
     fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterEnvoyPtr);
 }
@@ -698,6 +706,15 @@ impl EnvoyFilter {
         }
     }
 
+    /// A scheduler that runs `on_http_filter_scheduled` for this stream on its worker
+    /// thread; `None` when Envoy gave none. Made in one of the stream's hooks, or holding
+    /// its worker's lock (Envoy reads the stream's dispatcher).
+    pub fn scheduler(&self) -> Option<StreamScheduler> {
+        // SAFETY: a live filter whose callbacks are set (it ran a hook).
+        let scheduler = unsafe { envoy_dynamic_module_callback_http_filter_scheduler_new(self.0) };
+        (!scheduler.is_null()).then_some(StreamScheduler(scheduler))
+    }
+
     /// Resumes the held request.
     pub fn continue_decoding(&self) {
         // SAFETY: a live filter.
@@ -708,5 +725,25 @@ impl EnvoyFilter {
     pub fn continue_encoding(&self) {
         // SAFETY: a live filter.
         unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(self.0) }
+    }
+}
+
+/// Envoy's scheduler of one stream: `commit` posts to the stream's worker, which runs the
+/// event after the callbacks of its current event-loop turn, and drops it once the stream
+/// is gone (`docs/envoy-facts.md#dynamic-modules`).
+#[derive(Debug)]
+pub struct StreamScheduler(*mut c_void);
+
+impl StreamScheduler {
+    /// Posts event `id` to the stream's worker.
+    pub fn commit(&self, id: u64) {
+        // SAFETY: a scheduler not yet deleted (deleting takes it by value).
+        unsafe { envoy_dynamic_module_callback_http_filter_scheduler_commit(self.0, id) }
+    }
+
+    /// Deletes the scheduler: no commit may follow.
+    pub fn delete(self) {
+        // SAFETY: made by `scheduler_new`, deleted once.
+        unsafe { envoy_dynamic_module_callback_http_filter_scheduler_delete(self.0) }
     }
 }

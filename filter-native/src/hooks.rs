@@ -27,7 +27,7 @@ use crate::abi::{
     FilterEnvoyPtr, HttpHeader,
 };
 use crate::barrier::{
-    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, guarded, verdict,
+    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, filter_of, guarded, verdict,
 };
 use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes, log};
 use crate::ticker::Ticker;
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         });
         let stream = slot.stream(id)?;
         Some(
-            Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), slot, stream)))
+            Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), slot, id, stream)))
                 as *const c_void,
         )
     }));
@@ -254,7 +254,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
 }
 
 /// A guarded request is held here (`StopIteration`): its body still arrives, and is
-/// buffered (`docs/envoy-facts.md#dynamic-modules`).
+/// buffered (`docs/envoy-facts.md#dynamic-modules`). The stream's first hook: from now on
+/// its worker's root driver may use it (`turn.rs`).
 ///
 /// # Safety
 /// Envoy's arguments, during this hook.
@@ -264,6 +265,12 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     module: *const c_void,
     end_of_stream: bool,
 ) -> i32 {
+    // SAFETY: Envoy's arguments.
+    if let Some(filter) = unsafe { filter_of(module) }
+        && catch_unwind(AssertUnwindSafe(|| filter.join(EnvoyFilter(envoy), module))).is_err()
+    {
+        abi_log_only("keyflight: panic while registering a stream with its worker");
+    }
     // SAFETY: Envoy's arguments.
     unsafe {
         guarded(
@@ -426,7 +433,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *co
     }
 }
 
-/// A callout this stream sent answered; a failed one arrives with no headers.
+/// A callout this stream sent answered; a failed one arrives with no headers. One the
+/// worker's root driver sent as this stream's is the root driver's (`turn.rs`).
 ///
 /// # Safety
 /// Envoy's arguments, during this hook.
@@ -458,6 +466,22 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
         num_headers: answer.headers.len(),
         body_size: answer.body.len(),
     };
+    // SAFETY: Envoy's arguments.
+    let carried = match unsafe { filter_of(module) } {
+        Some(filter) => match catch_unwind(AssertUnwindSafe(|| filter.carried(callout_id))) {
+            Ok(token) => token.map(|token| (filter, token)),
+            Err(_) => return abi_log_only("keyflight: panic while reading a callout's caller"),
+        },
+        None => None,
+    };
+    if let Some((filter, token)) = carried {
+        let answered = CalloutAnswered { token, ..answered };
+        let turn = || filter.turn(EnvoyFilter(envoy), Some((answered, answer)));
+        if catch_unwind(AssertUnwindSafe(turn)).is_err() {
+            abi_log_only("keyflight: panic in a turn of a worker's root driver");
+        }
+        return;
+    }
     let work = Work::<fn(&mut Stream, &mut NativeHost<'_>) -> i32>::Answer(answered, answer);
     // SAFETY: Envoy's arguments.
     unsafe {
@@ -557,8 +581,7 @@ unsafe fn answer_parts<'a>(
     (headers, body)
 }
 
-/// Streamed callouts, the stream's scheduled events and watermarks: Envoy requires the
-/// hooks; the filter uses none of them.
+/// Streamed callouts and watermarks: Envoy requires the hooks; the filter uses none of them.
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
     _envoy: FilterEnvoyPtr,
@@ -612,13 +635,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
 ) {
 }
 
-/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+/// The wake-up a stream of this worker committed (`turn.rs`): a turn of the worker's root
+/// driver, which sends the calls its streams queued and hands over the answers it holds.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
 #[unsafe(no_mangle)]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _envoy: FilterEnvoyPtr,
-    _module: *const c_void,
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
     _event: u64,
 ) {
+    // SAFETY: Envoy's arguments.
+    if let Some(filter) = unsafe { filter_of(module) }
+        && catch_unwind(AssertUnwindSafe(|| filter.turn(EnvoyFilter(envoy), None))).is_err()
+    {
+        abi_log_only("keyflight: panic in a turn of a worker's root driver");
+    }
 }
 
 /// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].

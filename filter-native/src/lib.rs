@@ -17,4 +17,5 @@ mod barrier;
 mod hooks;
 mod host;
 mod ticker;
+mod turn;
 mod worker;
