@@ -23,7 +23,8 @@ use keyflight_filter::store_call::Answer;
 use keyflight_protocol::ProblemCode;
 
 use crate::abi::{EnvoyFilter, FilterEnvoyPtr, Level};
-use crate::host::{CallAnswer, NativeHost, Plugin, log};
+use crate::host::{CallAnswer, NativeHost, log};
+use crate::plugin::Plugin;
 use crate::worker::Slot;
 
 /// `Continue` of every status enum (`abi.h`).

@@ -16,8 +16,12 @@
 
 mod abi;
 mod barrier;
+mod config_hooks;
 mod hooks;
 mod host;
+mod plugin;
+#[cfg(feature = "test-panic")]
+mod test_panic;
 mod ticker;
 mod turn;
 mod worker;

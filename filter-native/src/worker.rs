@@ -24,7 +24,8 @@ use keyflight_filter::drive::stream::Stream;
 use keyflight_filter::drive::worker::Root;
 
 use crate::abi::EnvoyFilter;
-use crate::host::{CallAnswer, NativeHost, Plugin, RootCalls};
+use crate::host::{CallAnswer, NativeHost, RootCalls};
+use crate::plugin::Plugin;
 use crate::turn::Turn;
 
 thread_local! {
@@ -128,7 +129,7 @@ impl Slot {
     pub fn tick(self: &Arc<Self>, plugin: &Plugin) {
         self.run(plugin, RootCalls::Config, |root, mut host| {
             #[cfg(feature = "test-panic")]
-            crate::hooks::test_panic_on_tick(plugin);
+            crate::test_panic::test_panic_on_tick(plugin);
             root.on_tick(&mut host);
         });
     }
