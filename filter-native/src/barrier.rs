@@ -91,9 +91,12 @@ impl Filter {
         self.slot.carried(self.id, id)
     }
 
-    /// A turn of the worker's root driver, through this stream (`Slot::turn`).
+    /// A turn of the worker's root driver, through this stream (`Slot::turn`). The turn
+    /// holds its own references: handing this stream its answer ends it, and nothing in
+    /// the turn may rest on its filter should Envoy destroy it before the turn is over.
     pub fn turn(&self, envoy: EnvoyFilter, answer: Option<(CalloutAnswered, CallAnswer)>) {
-        self.slot.turn(&self.plugin, (self.id, envoy), answer);
+        let (slot, plugin) = (Arc::clone(&self.slot), Arc::clone(&self.plugin));
+        slot.turn(&plugin, (self.id, envoy), answer);
     }
 }
 
