@@ -181,7 +181,7 @@ impl Slot {
                 self.run(plugin, RootCalls::Refused, |root, mut host| {
                     self.answer_lost(root, &mut host);
                     drop(root.take_deliveries(&mut host));
-                    root.callback_returned();
+                    unwoken(root, &mut host);
                 });
                 if let Ok(mut turn) = self.turn.try_borrow_mut() {
                     drop(turn.take_pending());
@@ -372,8 +372,11 @@ impl Slot {
                 if let RootCalls::Config = calls {
                     let mut host = NativeHost::root(plugin, self, calls);
                     let deliveries = root.take_deliveries(&mut host);
-                    root.callback_returned();
-                    self.hold_for_worker(deliveries);
+                    if self.hold_for_worker(deliveries) {
+                        root.callback_returned();
+                    } else {
+                        unwoken(&mut root, &mut host);
+                    }
                 }
             }));
             if ran.is_err() {
@@ -389,20 +392,32 @@ impl Slot {
 
 impl Slot {
     /// Answers the `Root` gave out on the main thread wait for a turn of the worker; with
-    /// no stream left to run one, nobody waits for them.
-    fn hold_for_worker(&self, deliveries: Vec<Delivery>) {
+    /// no stream left to run one, nobody waits for them (`false`).
+    fn hold_for_worker(&self, deliveries: Vec<Delivery>) -> bool {
         if deliveries.is_empty() {
-            return;
+            return true;
         }
         if let Ok(mut turn) = self.turn.try_borrow_mut() {
             turn.hold_for_worker(deliveries);
         }
-        if !self.wake(None)
-            && let Ok(mut turn) = self.turn.try_borrow_mut()
-        {
+        if self.wake(None) {
+            return true;
+        }
+        if let Ok(mut turn) = self.turn.try_borrow_mut() {
             drop(turn.take_pending());
         }
+        false
     }
+}
+
+/// The `Root` took answers out for streams no turn will hand them to: none is alive. Its
+/// queue then counts on a wake-up that never comes, so it runs the wake-up itself (what
+/// its dead streams queued fails, for nobody), and the next stream's call wakes the worker
+/// again instead of waiting for the tick.
+fn unwoken(root: &mut Root, host: &mut NativeHost<'_>) {
+    root.on_wake(host);
+    drop(root.take_deliveries(host));
+    root.callback_returned();
 }
 
 #[cfg(test)]
