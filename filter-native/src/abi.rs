@@ -4,11 +4,19 @@
 //!
 //! Every symbol here was checked against the exports of the Envoy 1.40.0 binary
 //! `scripts/envoy.sh` installs (`docs/envoy-facts.md#dynamic-modules`). The C enums are
-//! `int`s; their values are the declaration order in the header.
+//! `int`s; their values are the declaration order in the header. This file holds the types
+//! and the declarations; `abi/config.rs` wraps the configuration's callbacks,
+//! `abi/stream.rs` a stream's.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
 use std::ptr;
+
+mod config;
+mod stream;
+
+pub use config::{ConfigScheduler, EnvoyConfig};
+pub use stream::{EnvoyFilter, StreamScheduler};
 
 /// The ABI version this module was written against; Envoy compares it at load with its own.
 pub const ABI_VERSION: &std::ffi::CStr = c"v0.2.0";
@@ -315,6 +323,14 @@ unsafe extern "C" {
         scheduler: *mut c_void,
         event_id: u64,
     );
+    fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter: FilterEnvoyPtr,
+    ) -> *mut c_void;
+    fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
     fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
     fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterEnvoyPtr);
 }
@@ -325,388 +341,72 @@ pub fn log(level: Level, message: &str) {
     unsafe { envoy_dynamic_module_callback_log(level as i32, ModuleBuffer::of(message.as_bytes())) }
 }
 
-/// Envoy's filter configuration, valid from `on_http_filter_config_new` to
-/// `on_http_filter_config_destroy`. Metrics are defined only during the first (Envoy freezes
-/// stat creation after it); the other calls are made on the main thread, in the
-/// configuration's own hooks (`docs/envoy-facts.md#dynamic-modules`).
-#[derive(Debug, Clone, Copy)]
-pub struct EnvoyConfig(pub ConfigEnvoyPtr);
+/// The shape of Envoy's unlabelled metric callbacks, the stream's and the configuration's:
+/// (owner, id, label values, their count, value).
+type MetricCall = unsafe extern "C" fn(*mut c_void, usize, *const ModuleBuffer, usize, u64) -> i32;
 
-// SAFETY: the pointer is only dereferenced by Envoy, in calls this module makes on the main
-// thread while the configuration lives (see the type's documentation); worker threads only
-// carry it.
-unsafe impl Send for EnvoyConfig {}
-// SAFETY: as above.
-unsafe impl Sync for EnvoyConfig {}
+/// The shape of Envoy's callout callbacks, the stream's and the configuration's:
+/// (owner, id out, cluster, headers, their count, body, timeout in ms).
+type CalloutCall = unsafe extern "C" fn(
+    *mut c_void,
+    *mut u64,
+    ModuleBuffer,
+    *const HttpHeader,
+    usize,
+    ModuleBuffer,
+    u64,
+) -> i32;
 
-impl EnvoyConfig {
-    /// Defines a counter (`gauge: false`) or gauge named `name`; its id, `None` when refused.
-    pub fn define(&self, name: &str, gauge: bool) -> Option<usize> {
-        let mut id = 0;
-        let name = ModuleBuffer::of(name.as_bytes());
-        // SAFETY: `self.0` is the configuration Envoy handed the hook running now; `id`
-        // outlives the call.
-        let result = unsafe {
-            if gauge {
-                envoy_dynamic_module_callback_http_filter_config_define_gauge(
-                    self.0,
-                    name,
-                    ptr::null(),
-                    0,
-                    &mut id,
-                )
-            } else {
-                envoy_dynamic_module_callback_http_filter_config_define_counter(
-                    self.0,
-                    name,
-                    ptr::null(),
-                    0,
-                    &mut id,
-                )
-            }
-        };
-        (result == METRICS_SUCCESS).then_some(id)
-    }
-
-    /// Adds `value` to counter `id`, from the main thread.
-    pub fn increment_counter(&self, id: usize, value: u64) {
-        // SAFETY: a live configuration, on the main thread; no labels.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                self.0,
-                id,
-                ptr::null(),
-                0,
-                value,
-            );
-        }
-    }
-
-    /// Adds `delta` to gauge `id`, from the main thread.
-    pub fn adjust_gauge(&self, id: usize, delta: i64) {
-        let value = delta.unsigned_abs();
-        // SAFETY: a live configuration, on the main thread; no labels.
-        unsafe {
-            if delta >= 0 {
-                envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    self.0,
-                    id,
-                    ptr::null(),
-                    0,
-                    value,
-                );
-            } else {
-                envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    self.0,
-                    id,
-                    ptr::null(),
-                    0,
-                    value,
-                );
-            }
-        }
-    }
-
-    /// Sends an HTTP callout to `cluster` from the main thread; its id, or Envoy's result
-    /// when refused. The answer comes to `on_http_filter_config_http_callout_done`, possibly
-    /// before this returns.
-    pub fn http_callout(
-        &self,
-        cluster: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-        timeout_ms: u64,
-    ) -> Result<u64, i32> {
-        let headers: Vec<HttpHeader> = headers
-            .iter()
-            .map(|(name, value)| HttpHeader::of(name, value.as_bytes()))
-            .collect();
-        let mut id = 0;
-        // SAFETY: a live configuration, on the main thread; every buffer outlives the call,
-        // which copies them.
-        let result = unsafe {
-            envoy_dynamic_module_callback_http_filter_config_http_callout(
-                self.0,
-                &mut id,
-                ModuleBuffer::of(cluster.as_bytes()),
-                headers.as_ptr(),
-                headers.len(),
-                ModuleBuffer::of(body),
-                timeout_ms,
-            )
-        };
-        if result == CALLOUT_INIT_SUCCESS {
-            Ok(id)
-        } else {
-            Err(result)
-        }
-    }
-
-    /// A scheduler that runs `on_http_filter_config_scheduled` on the main thread; `None`
-    /// when Envoy gave none. Made during `on_http_filter_config_new`.
-    pub fn scheduler(&self) -> Option<ConfigScheduler> {
-        // SAFETY: a live configuration, in its creation hook.
-        let scheduler =
-            unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_new(self.0) };
-        (!scheduler.is_null()).then_some(ConfigScheduler(scheduler))
+/// Moves metric `id` of `owner` by `delta`: `increment` up, `decrement` down, no labels.
+///
+/// # Safety
+/// `owner` is live for both callbacks, on a thread they may be called on.
+unsafe fn adjust(
+    owner: *mut c_void,
+    increment: MetricCall,
+    decrement: MetricCall,
+    id: usize,
+    delta: i64,
+) {
+    let call = if delta >= 0 { increment } else { decrement };
+    // SAFETY: the caller's contract; no labels.
+    unsafe {
+        call(owner, id, ptr::null(), 0, delta.unsigned_abs());
     }
 }
 
-/// Envoy's scheduler of a configuration: `commit` may be called from any thread (Envoy
-/// posts the event to its main thread, and drops it once the configuration is gone).
-#[derive(Debug, Clone, Copy)]
-pub struct ConfigScheduler(*mut c_void);
-
-// SAFETY: Envoy's scheduler is made to be committed from any thread; it is deleted once,
-// after the only thread that commits has been joined (`hooks.rs`).
-unsafe impl Send for ConfigScheduler {}
-
-impl ConfigScheduler {
-    /// Posts event `id` to the main thread.
-    pub fn commit(&self, id: u64) {
-        // SAFETY: a scheduler not yet deleted (the type's contract).
-        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_commit(self.0, id) }
-    }
-
-    /// Deletes the scheduler: no commit may follow.
-    pub fn delete(self) {
-        // SAFETY: made by `scheduler_new`, deleted once.
-        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
-    }
-}
-
-/// Envoy's filter of one stream, valid from `on_http_filter_new` to
-/// `on_http_filter_destroy`; every method is one callback.
-#[derive(Debug, Clone, Copy)]
-pub struct EnvoyFilter(pub FilterEnvoyPtr);
-
-impl EnvoyFilter {
-    /// Adds `value` to counter `id`.
-    pub fn increment_counter(&self, id: usize, value: u64) {
-        // SAFETY: a live filter (the type's contract); no labels.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_increment_counter(
-                self.0,
-                id,
-                ptr::null(),
-                0,
-                value,
-            );
-        }
-    }
-
-    /// Adds `delta` to gauge `id`.
-    pub fn adjust_gauge(&self, id: usize, delta: i64) {
-        let value = delta.unsigned_abs();
-        // SAFETY: a live filter; no labels.
-        unsafe {
-            if delta >= 0 {
-                envoy_dynamic_module_callback_http_filter_increment_gauge(
-                    self.0,
-                    id,
-                    ptr::null(),
-                    0,
-                    value,
-                );
-            } else {
-                envoy_dynamic_module_callback_http_filter_decrement_gauge(
-                    self.0,
-                    id,
-                    ptr::null(),
-                    0,
-                    value,
-                );
-            }
-        }
-    }
-
-    /// Every header of a map, in order.
-    pub fn headers(&self, map: HeaderType) -> Vec<(String, Vec<u8>)> {
-        // SAFETY: a live filter; the vector has room for the count Envoy just gave.
-        unsafe {
-            let size = envoy_dynamic_module_callback_http_get_headers_size(self.0, map as i32);
-            let mut headers = vec![HttpHeader::EMPTY; size];
-            if size == 0
-                || !envoy_dynamic_module_callback_http_get_headers(
-                    self.0,
-                    map as i32,
-                    headers.as_mut_ptr(),
-                )
-            {
-                return Vec::new();
-            }
-            headers
-                .iter()
-                .map(|header| {
-                    let (name, value) = header.parts();
-                    (String::from_utf8_lossy(name).into_owned(), value.to_vec())
-                })
-                .collect()
-        }
-    }
-
-    /// The first value of header `name`.
-    pub fn header(&self, map: HeaderType, name: &str) -> Option<Vec<u8>> {
-        let mut value = EnvoyBuffer::EMPTY;
-        // SAFETY: a live filter; `value` outlives the call and is read during this hook.
-        unsafe {
-            let found = envoy_dynamic_module_callback_http_get_header(
-                self.0,
-                map as i32,
-                ModuleBuffer::of(name.as_bytes()),
-                &mut value,
-                0,
-                ptr::null_mut(),
-            );
-            (found && !value.ptr.is_null()).then(|| value.bytes().to_vec())
-        }
-    }
-
-    /// Sets request header `name` to `value`, or removes it (`None`).
-    pub fn set_request_header(&self, name: &str, value: Option<&[u8]>) -> bool {
-        let value = value.map_or(ModuleBuffer::NULL, ModuleBuffer::of);
-        // SAFETY: a live filter; both buffers outlive the call, which copies them.
-        unsafe {
-            envoy_dynamic_module_callback_http_set_header(
-                self.0,
-                HeaderType::Request as i32,
-                ModuleBuffer::of(name.as_bytes()),
-                value,
-            )
-        }
-    }
-
-    /// Sends a local reply (Envoy's `sendLocalReply`, response code details `details`).
-    pub fn send_response(&self, status: u16, headers: &[(&str, &str)], body: &[u8], details: &str) {
-        let headers: Vec<HttpHeader> = headers
-            .iter()
-            .map(|(name, value)| HttpHeader::of(name, value.as_bytes()))
-            .collect();
-        // SAFETY: a live filter; every buffer outlives the call.
-        unsafe {
-            envoy_dynamic_module_callback_http_send_response(
-                self.0,
-                u32::from(status),
-                headers.as_ptr(),
-                headers.len(),
-                ModuleBuffer::of(body),
-                ModuleBuffer::of(details.as_bytes()),
-            );
-        }
-    }
-
-    /// Bytes in a body buffer.
-    pub fn body_size(&self, body: BodyType) -> usize {
-        // SAFETY: a live filter.
-        unsafe { envoy_dynamic_module_callback_http_get_body_size(self.0, body as i32) }
-    }
-
-    /// The bytes of a body buffer, appended to `out`.
-    pub fn read_body(&self, body: BodyType, out: &mut Vec<u8>) {
-        // SAFETY: a live filter; the vector has room for the chunk count Envoy just gave,
-        // and the chunks are read during this hook.
-        unsafe {
-            let count =
-                envoy_dynamic_module_callback_http_get_body_chunks_size(self.0, body as i32);
-            if count == 0 {
-                return;
-            }
-            let mut chunks = vec![EnvoyBuffer::EMPTY; count];
-            if envoy_dynamic_module_callback_http_get_body_chunks(
-                self.0,
-                body as i32,
-                chunks.as_mut_ptr(),
-            ) {
-                for chunk in &chunks {
-                    out.extend_from_slice(chunk.bytes());
-                }
-            }
-        }
-    }
-
-    /// Whether the chunk of this hook is the body the filter buffered (it must not be
-    /// counted twice).
-    pub fn received_is_buffered(&self, request: bool) -> bool {
-        // SAFETY: a live filter.
-        unsafe {
-            if request {
-                envoy_dynamic_module_callback_http_received_buffered_request_body(self.0)
-            } else {
-                envoy_dynamic_module_callback_http_received_buffered_response_body(self.0)
-            }
-        }
-    }
-
-    /// A string attribute.
-    pub fn attribute_string(&self, attribute: Attribute) -> Option<Vec<u8>> {
-        let mut value = EnvoyBuffer::EMPTY;
-        // SAFETY: a live filter; `value` is read during this hook.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_get_attribute_string(
-                self.0,
-                attribute as i32,
-                &mut value,
-            )
-            .then(|| value.bytes().to_vec())
-        }
-    }
-
-    /// An integer attribute.
-    pub fn attribute_int(&self, attribute: Attribute) -> Option<u64> {
-        let mut value = 0;
-        // SAFETY: a live filter; `value` outlives the call.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_get_attribute_int(
-                self.0,
-                attribute as i32,
-                &mut value,
-            )
-            .then_some(value)
-        }
-    }
-
-    /// Sends an HTTP callout to `cluster` from this stream; its id, `None` when refused.
-    /// The answer comes to `on_http_filter_http_callout_done`.
-    pub fn http_callout(
-        &self,
-        cluster: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-        timeout_ms: u64,
-    ) -> Result<u64, i32> {
-        let headers: Vec<HttpHeader> = headers
-            .iter()
-            .map(|(name, value)| HttpHeader::of(name, value.as_bytes()))
-            .collect();
-        let mut id = 0;
-        // SAFETY: a live filter; every buffer outlives the call, which copies them.
-        let result = unsafe {
-            envoy_dynamic_module_callback_http_filter_http_callout(
-                self.0,
-                &mut id,
-                ModuleBuffer::of(cluster.as_bytes()),
-                headers.as_ptr(),
-                headers.len(),
-                ModuleBuffer::of(body),
-                timeout_ms,
-            )
-        };
-        if result == CALLOUT_INIT_SUCCESS {
-            Ok(id)
-        } else {
-            Err(result)
-        }
-    }
-
-    /// Resumes the held request.
-    pub fn continue_decoding(&self) {
-        // SAFETY: a live filter.
-        unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(self.0) }
-    }
-
-    /// Resumes the held response.
-    pub fn continue_encoding(&self) {
-        // SAFETY: a live filter.
-        unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(self.0) }
+/// Sends an HTTP callout to `cluster` through `call`; its id, or Envoy's result when refused.
+///
+/// # Safety
+/// `owner` is live for `call`, on a thread it may be called on.
+unsafe fn callout(
+    owner: *mut c_void,
+    call: CalloutCall,
+    cluster: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout_ms: u64,
+) -> Result<u64, i32> {
+    let headers: Vec<HttpHeader> = headers
+        .iter()
+        .map(|(name, value)| HttpHeader::of(name, value.as_bytes()))
+        .collect();
+    let mut id = 0;
+    // SAFETY: the caller's contract; every buffer outlives the call, which copies them.
+    let result = unsafe {
+        call(
+            owner,
+            &mut id,
+            ModuleBuffer::of(cluster.as_bytes()),
+            headers.as_ptr(),
+            headers.len(),
+            ModuleBuffer::of(body),
+            timeout_ms,
+        )
+    };
+    if result == CALLOUT_INIT_SUCCESS {
+        Ok(id)
+    } else {
+        Err(result)
     }
 }

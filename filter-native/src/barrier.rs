@@ -14,14 +14,17 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use keyflight_filter::coalesce::StreamId;
 use keyflight_filter::drive::host::{CalloutAnswered, Driver};
 use keyflight_filter::drive::stream::{Stream, Verdict};
 use keyflight_filter::metrics::{Metric, Outcome};
 use keyflight_filter::problem::problem_reply;
+use keyflight_filter::store_call::Answer;
 use keyflight_protocol::ProblemCode;
 
 use crate::abi::{EnvoyFilter, FilterEnvoyPtr, Level};
-use crate::host::{CallAnswer, NativeHost, Plugin, log};
+use crate::host::{CallAnswer, NativeHost, log};
+use crate::plugin::Plugin;
 use crate::worker::Slot;
 
 /// `Continue` of every status enum (`abi.h`).
@@ -31,8 +34,8 @@ pub const CONTINUE: i32 = 0;
 pub const STOP: i32 = 1;
 
 /// One stream's filter: its configuration, its worker's slot (whose lock every hook holds,
-/// `worker.rs`) and driver, whether a panic ended the module's part in it, and the callout
-/// answers that came in while one of its hooks was running.
+/// `worker.rs`), its id there and its driver, whether a panic ended the module's part in
+/// it, and the answers that came in while one of its hooks was running.
 ///
 /// Envoy runs a stream's hooks one at a time, but a hook's own calls into Envoy can run
 /// another hook of the same stream before they return (a callout that fails inside its
@@ -41,17 +44,27 @@ pub const STOP: i32 = 1;
 pub struct Filter {
     plugin: Arc<Plugin>,
     slot: Arc<Slot>,
+    id: StreamId,
     stream: RefCell<Stream>,
     failed: Cell<bool>,
-    early: RefCell<VecDeque<(CalloutAnswered, CallAnswer)>>,
+    early: RefCell<VecDeque<Late>>,
+}
+
+/// An answer for a stream whose driver was busy.
+enum Late {
+    /// To one of the stream's own callouts.
+    Answer(CalloutAnswered, CallAnswer),
+    /// To a call the worker's root driver sent for it.
+    Delivered(Answer),
 }
 
 impl Filter {
-    /// The filter of a new stream driven by `stream`, made from `slot`'s root driver.
-    pub fn new(plugin: Arc<Plugin>, slot: Arc<Slot>, stream: Stream) -> Self {
+    /// The filter of a new stream `id` driven by `stream`, made from `slot`'s root driver.
+    pub fn new(plugin: Arc<Plugin>, slot: Arc<Slot>, id: StreamId, stream: Stream) -> Self {
         Filter {
             plugin,
             slot,
+            id,
             stream: RefCell::new(stream),
             failed: Cell::new(false),
             early: RefCell::default(),
@@ -59,9 +72,57 @@ impl Filter {
     }
 
     /// Drops the filter holding its slot's lock: its driver shares the root driver's `Rc`s.
+    /// The slot forgets the stream first (`Slot::left`).
     pub fn drop_held(self: Box<Self>) {
         let slot = Arc::clone(&self.slot);
-        slot.hold(|| drop(self));
+        slot.hold(|| {
+            slot.left(&self.plugin, self.id);
+            drop(self);
+        });
+    }
+
+    /// The stream's first hook: its worker's slot may use it from now on (`turn.rs`).
+    pub fn join(&self, envoy: EnvoyFilter, module: *const c_void) {
+        self.slot.joined(self.id, envoy, module);
+    }
+
+    /// The root driver's token of this stream's callout `id`, when the root driver sent it.
+    pub fn carried(&self, id: u64) -> Option<u32> {
+        self.slot.carried(self.id, id)
+    }
+
+    /// A turn of the worker's root driver, through this stream (`Slot::turn`). The turn
+    /// holds its own references: handing this stream its answer ends it, and nothing in
+    /// the turn may rest on its filter should Envoy destroy it before the turn is over.
+    pub fn turn(&self, envoy: EnvoyFilter, answer: Option<(CalloutAnswered, CallAnswer)>) {
+        let (slot, plugin) = (Arc::clone(&self.slot), Arc::clone(&self.plugin));
+        slot.turn(&plugin, (self.id, envoy), answer);
+    }
+}
+
+/// The module's filter behind `module`, when there is one.
+///
+/// # Safety
+/// `module` is null or a filter `on_http_filter_new` returned that Envoy has not destroyed.
+pub unsafe fn filter_of<'a>(module: *const c_void) -> Option<&'a Filter> {
+    // SAFETY: the caller's contract; only shared references are ever made.
+    unsafe { (module as *const Filter).as_ref() }
+}
+
+/// Hands the stream behind `module` the answer to a call the root driver sent for it.
+///
+/// # Safety
+/// As [`guarded`].
+pub unsafe fn deliver(envoy: EnvoyFilter, module: *const c_void, answer: Answer) {
+    type Run = fn(&mut Stream, &mut NativeHost<'_>) -> i32;
+    // SAFETY: the caller's contract.
+    unsafe {
+        guarded::<Run>(
+            envoy.0,
+            module,
+            AfterPanic::Reply(CONTINUE),
+            Work::Delivered(answer),
+        );
     }
 }
 
@@ -128,7 +189,13 @@ where
         // Called back from inside this stream's running hook.
         match work {
             Work::Answer(answered, answer) => {
-                filter.early.borrow_mut().push_back((answered, answer));
+                filter
+                    .early
+                    .borrow_mut()
+                    .push_back(Late::Answer(answered, answer));
+            }
+            Work::Delivered(answer) => {
+                filter.early.borrow_mut().push_back(Late::Delivered(answer));
             }
             Work::Callback(_) => log(
                 Level::Warn,
@@ -139,29 +206,37 @@ where
     }
     let status = match work {
         Work::Callback(run) => drive(filter, envoy, None, run),
-        Work::Answer(answered, answer) => drive(filter, envoy, Some(&answer), |stream, host| {
-            stream.on_call_answer(answered, host);
-            CONTINUE
-        }),
+        Work::Answer(answered, answer) => late(filter, envoy, Late::Answer(answered, answer)),
+        Work::Delivered(answer) => late(filter, envoy, Late::Delivered(answer)),
     };
     let status = status.unwrap_or_else(|()| panicked(filter, envoy, on_panic));
     loop {
         let next = filter.early.borrow_mut().pop_front();
-        let Some((answered, answer)) = next else {
+        let Some(next) = next else {
             break;
         };
         if filter.failed.get() {
             continue;
         }
-        let delivered = drive(filter, envoy, Some(&answer), |stream, host| {
-            stream.on_call_answer(answered, host);
-            CONTINUE
-        });
-        if delivered.is_err() {
+        if late(filter, envoy, next).is_err() {
             panicked(filter, envoy, on_panic);
         }
     }
     status
+}
+
+/// One answer to the stream's driver.
+fn late(filter: &Filter, envoy: EnvoyFilter, late: Late) -> Result<i32, ()> {
+    match late {
+        Late::Answer(answered, answer) => drive(filter, envoy, Some(&answer), |stream, host| {
+            stream.on_call_answer(answered, host);
+            CONTINUE
+        }),
+        Late::Delivered(answer) => drive(filter, envoy, None, |stream, host| {
+            stream.on_delivered(answer, host);
+            CONTINUE
+        }),
+    }
 }
 
 /// What a hook hands the stream's driver.
@@ -170,6 +245,8 @@ pub enum Work<F> {
     Callback(F),
     /// The answer to one of the stream's callouts.
     Answer(CalloutAnswered, CallAnswer),
+    /// The answer to a call the worker's root driver sent for the stream.
+    Delivered(Answer),
 }
 
 /// A callback's work (a function, so the closure's argument types are inferred).
@@ -190,7 +267,7 @@ fn drive(
 ) -> Result<i32, ()> {
     let ran = catch_unwind(AssertUnwindSafe(|| {
         let mut stream = filter.stream.borrow_mut();
-        let host = NativeHost::stream(&filter.plugin, envoy);
+        let host = NativeHost::stream(&filter.plugin, envoy, &filter.slot, filter.id);
         let mut host = match answer {
             Some(answer) => host.answering(answer),
             None => host,

@@ -1,4 +1,5 @@
-//! The event hooks Envoy calls: each becomes one call of a driver, inside a panic barrier.
+//! The event hooks Envoy calls for a stream: each becomes one call of a driver, inside a
+//! panic barrier. A configuration's hooks are in `config_hooks.rs`.
 //!
 //! A configuration is checked once on the main thread (an invalid one is refused, and
 //! Envoy with it); each worker thread then keeps its own [`Root`] per configuration, as
@@ -15,92 +16,17 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use keyflight_filter::drive::host::{CalloutAnswered, Driver};
 use keyflight_filter::drive::stream::{Callback, Stream};
 use keyflight_filter::drive::worker::Root;
 
-use crate::abi::Level;
-use crate::abi::{
-    ABI_VERSION, ConfigEnvoyPtr, ConfigScheduler, EnvoyBuffer, EnvoyConfig, EnvoyFilter,
-    FilterEnvoyPtr, HttpHeader,
-};
+use crate::abi::{ABI_VERSION, EnvoyBuffer, EnvoyFilter, FilterEnvoyPtr, HttpHeader};
 use crate::barrier::{
-    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, guarded, verdict,
+    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, filter_of, guarded, verdict,
 };
-use crate::host::{CallAnswer, NativeHost, Plugin, buffered_bytes, log};
-use crate::ticker::Ticker;
+use crate::host::{CallAnswer, NativeHost, buffered_bytes};
 use crate::worker::Slot;
-
-/// The request header that makes a hook panic, in a `test-panic` build only: in the
-/// request-headers hook, or with the value `complete` when the stream completes.
-#[cfg(feature = "test-panic")]
-const TEST_PANIC_HEADER: &str = "x-keyflight-test-panic";
-
-/// Where a `test-panic` build panics.
-#[cfg(feature = "test-panic")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TestPanic {
-    RequestHeaders,
-    StreamComplete,
-}
-
-/// Panics where the request's [`TEST_PANIC_HEADER`] asks to.
-#[cfg(feature = "test-panic")]
-fn test_panic(envoy: FilterEnvoyPtr, here: TestPanic) {
-    let asked = EnvoyFilter(envoy).header(crate::abi::HeaderType::Request, TEST_PANIC_HEADER);
-    let at = match asked.as_deref() {
-        None => return,
-        Some(b"complete") => TestPanic::StreamComplete,
-        Some(_) => TestPanic::RequestHeaders,
-    };
-    if at == here {
-        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
-        std::panic::panic_any("keyflight test panic");
-    }
-}
-
-/// A policy named so makes making every stream panic, in a `test-panic` build only.
-#[cfg(feature = "test-panic")]
-const TEST_PANIC_ON_NEW: &[u8] = b"\"test-panic-on-new\"";
-
-/// A policy named so makes every tick of a worker's root driver panic, in a `test-panic`
-/// build only.
-#[cfg(feature = "test-panic")]
-const TEST_PANIC_ON_TICK: &[u8] = b"\"test-panic-on-tick\"";
-
-/// Panics with `message` when the configuration names `policy` (a quoted JSON string).
-#[cfg(feature = "test-panic")]
-fn test_panic_if_named(plugin: &Plugin, policy: &[u8], message: &'static str) {
-    if plugin
-        .json_bytes()
-        .windows(policy.len())
-        .any(|window| window == policy)
-    {
-        #[expect(clippy::panic, reason = "the test-panic feature's whole point")]
-        std::panic::panic_any(message);
-    }
-}
-
-/// Panics making a stream when the configuration names [`TEST_PANIC_ON_NEW`].
-#[cfg(feature = "test-panic")]
-fn test_panic_on_new(plugin: &Plugin) {
-    test_panic_if_named(
-        plugin,
-        TEST_PANIC_ON_NEW,
-        "keyflight test panic making a stream",
-    );
-}
-
-/// Panics ticking a worker's root driver when the configuration names
-/// [`TEST_PANIC_ON_TICK`].
-#[cfg(feature = "test-panic")]
-pub fn test_panic_on_tick(plugin: &Plugin) {
-    test_panic_if_named(plugin, TEST_PANIC_ON_TICK, "keyflight test panic in a tick");
-}
-
-static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     /// This worker's driver of each configuration.
@@ -114,93 +40,6 @@ thread_local! {
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     ABI_VERSION.as_ptr()
-}
-
-/// What Envoy holds for a configuration: the plugin, and the ticker of its workers' root
-/// drivers with the scheduler it commits to.
-struct Configured {
-    plugin: Arc<Plugin>,
-    ticks: Option<(Ticker, ConfigScheduler)>,
-}
-
-impl Drop for Configured {
-    /// The ticker's thread is joined before its scheduler is deleted: no commit follows.
-    /// The workers' root drivers are retired (`Plugin::retire`).
-    fn drop(&mut self) {
-        if let Some((ticker, scheduler)) = self.ticks.take() {
-            drop(ticker);
-            scheduler.delete();
-        }
-        self.plugin.retire();
-    }
-}
-
-/// Every tick period, the main thread runs `on_http_filter_config_scheduled`.
-fn start_ticks(envoy: EnvoyConfig, plugin: &Plugin) -> Option<(Ticker, ConfigScheduler)> {
-    let period = keyflight_filter::parse_plugin_config(plugin.json_bytes())
-        .ok()?
-        .tick_period();
-    let scheduler = envoy.scheduler()?;
-    match Ticker::start(period, move || scheduler.commit(0)) {
-        Some(ticker) => Some((ticker, scheduler)),
-        None => {
-            scheduler.delete();
-            None
-        }
-    }
-}
-
-/// Parses the plugin JSON (the filter's `filter_config`) as a worker will, refusing an
-/// invalid one, defines the metrics (only possible now), and starts the ticks. A
-/// configuration whose workers could not be ticked is refused: its outbox and renewals
-/// would not run.
-///
-/// # Safety
-/// Envoy's arguments, during this hook.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    envoy: ConfigEnvoyPtr,
-    _name: EnvoyBuffer,
-    config: EnvoyBuffer,
-) -> *const c_void {
-    let made = catch_unwind(AssertUnwindSafe(|| {
-        let id = NEXT_PLUGIN.fetch_add(1, Ordering::Relaxed);
-        let plugin = Plugin::define(id, config.bytes().to_vec(), EnvoyConfig(envoy));
-        let mut check = Root::default();
-        if !check.configure(&mut NativeHost::configuring(&plugin)) {
-            return std::ptr::null();
-        }
-        let Some(ticks) = start_ticks(EnvoyConfig(envoy), &plugin) else {
-            log(
-                Level::Critical,
-                "could not start the tick of the record outbox and the lease renewals: \
-                 configuration refused",
-            );
-            return std::ptr::null();
-        };
-        let configured = Configured {
-            plugin: Arc::new(plugin),
-            ticks: Some(ticks),
-        };
-        Box::into_raw(Box::new(configured)) as *const c_void
-    }));
-    made.unwrap_or_else(|_| {
-        abi_log_only("keyflight: panic while reading the plugin configuration");
-        std::ptr::null()
-    })
-}
-
-/// # Safety
-/// A pointer `on_http_filter_config_new` returned, once.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
-    if !config.is_null() {
-        // SAFETY: made by `Box::into_raw` in `on_http_filter_config_new`; Envoy destroys once.
-        let configured = unsafe { Box::from_raw(config as *mut Configured) };
-        if catch_unwind(AssertUnwindSafe(|| drop(configured))).is_err() {
-            abi_log_only("keyflight: panic while dropping a configuration");
-        }
-    }
 }
 
 /// A new stream on this worker: its driver, from this worker's root of the configuration
@@ -217,10 +56,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         return std::ptr::null();
     }
     // SAFETY: the caller's contract.
-    let plugin = Arc::clone(&unsafe { &*(config as *const Configured) }.plugin);
+    let plugin =
+        Arc::clone(&unsafe { &*(config as *const crate::config_hooks::Configured) }.plugin);
     let made = catch_unwind(AssertUnwindSafe(|| {
         #[cfg(feature = "test-panic")]
-        test_panic_on_new(&plugin);
+        crate::test_panic::test_panic_on_new(&plugin);
         let id = NEXT_STREAM.with(|next| {
             let id = next.get();
             next.set(id.wrapping_add(1));
@@ -239,7 +79,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
         });
         let stream = slot.stream(id)?;
         Some(
-            Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), slot, stream)))
+            Box::into_raw(Box::new(Filter::new(Arc::clone(&plugin), slot, id, stream)))
                 as *const c_void,
         )
     }));
@@ -254,7 +94,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
 }
 
 /// A guarded request is held here (`StopIteration`): its body still arrives, and is
-/// buffered (`docs/envoy-facts.md#dynamic-modules`).
+/// buffered (`docs/envoy-facts.md#dynamic-modules`). The stream's first hook: from now on
+/// its worker's root driver may use it (`turn.rs`).
 ///
 /// # Safety
 /// Envoy's arguments, during this hook.
@@ -265,17 +106,18 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     end_of_stream: bool,
 ) -> i32 {
     // SAFETY: Envoy's arguments.
+    if let Some(filter) = unsafe { filter_of(module) }
+        && catch_unwind(AssertUnwindSafe(|| filter.join(EnvoyFilter(envoy), module))).is_err()
+    {
+        abi_log_only("keyflight: panic while registering a stream with its worker");
+    }
+    // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(
-            envoy,
-            module,
-            AfterPanic::Reply(STOP),
-            callback(|stream, host| {
-                #[cfg(feature = "test-panic")]
-                test_panic(envoy, TestPanic::RequestHeaders);
-                verdict(stream.on_callback(Callback::RequestHeaders { end_of_stream }, host))
-            }),
-        )
+        on_callback(envoy, module, || {
+            #[cfg(feature = "test-panic")]
+            crate::test_panic::test_panic(envoy, crate::test_panic::TestPanic::RequestHeaders);
+            Callback::RequestHeaders { end_of_stream }
+        })
     }
 }
 
@@ -289,19 +131,10 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(
-            envoy,
-            module,
-            AfterPanic::Reply(STOP),
-            callback(|stream, host| {
-                let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), true);
-                let callback = Callback::RequestBody {
-                    buffered_bytes,
-                    end_of_stream,
-                };
-                verdict(stream.on_callback(callback, host))
-            }),
-        )
+        on_callback(envoy, module, || Callback::RequestBody {
+            buffered_bytes: buffered_bytes(EnvoyFilter(envoy), true),
+            end_of_stream,
+        })
     }
 }
 
@@ -313,14 +146,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     module: *const c_void,
 ) -> i32 {
     // SAFETY: Envoy's arguments.
-    unsafe {
-        guarded(
-            envoy,
-            module,
-            AfterPanic::Reply(STOP),
-            callback(|stream, host| verdict(stream.on_callback(Callback::RequestTrailers, host))),
-        )
-    }
+    unsafe { on_callback(envoy, module, || Callback::RequestTrailers) }
 }
 
 /// # Safety
@@ -333,14 +159,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(
-            envoy,
-            module,
-            AfterPanic::Reply(STOP),
-            callback(|stream, host| {
-                verdict(stream.on_callback(Callback::ResponseHeaders { end_of_stream }, host))
-            }),
-        )
+        on_callback(envoy, module, || Callback::ResponseHeaders {
+            end_of_stream,
+        })
     }
 }
 
@@ -354,19 +175,10 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
 ) -> i32 {
     // SAFETY: Envoy's arguments.
     unsafe {
-        guarded(
-            envoy,
-            module,
-            AfterPanic::Reply(STOP),
-            callback(|stream, host| {
-                let buffered_bytes = buffered_bytes(EnvoyFilter(envoy), false);
-                let callback = Callback::ResponseBody {
-                    buffered_bytes,
-                    end_of_stream,
-                };
-                verdict(stream.on_callback(callback, host))
-            }),
-        )
+        on_callback(envoy, module, || Callback::ResponseBody {
+            buffered_bytes: buffered_bytes(EnvoyFilter(envoy), false),
+            end_of_stream,
+        })
     }
 }
 
@@ -378,12 +190,26 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
     module: *const c_void,
 ) -> i32 {
     // SAFETY: Envoy's arguments.
+    unsafe { on_callback(envoy, module, || Callback::ResponseTrailers) }
+}
+
+/// One stream callback, made by `make` inside the panic barrier: the driver's verdict, or
+/// `StopIteration` after a panic, which answered the stream 503.
+///
+/// # Safety
+/// Envoy's arguments, during the hook that calls this.
+unsafe fn on_callback(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    make: impl FnOnce() -> Callback,
+) -> i32 {
+    // SAFETY: the caller's contract.
     unsafe {
         guarded(
             envoy,
             module,
             AfterPanic::Reply(STOP),
-            callback(|stream, host| verdict(stream.on_callback(Callback::ResponseTrailers, host))),
+            callback(|stream, host| verdict(stream.on_callback(make(), host))),
         )
     }
 }
@@ -405,7 +231,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
             AfterPanic::LogOnly,
             callback(|stream, host| {
                 #[cfg(feature = "test-panic")]
-                test_panic(envoy, TestPanic::StreamComplete);
+                crate::test_panic::test_panic(envoy, crate::test_panic::TestPanic::StreamComplete);
                 stream.on_done(host);
                 CONTINUE
             }),
@@ -426,7 +252,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *co
     }
 }
 
-/// A callout this stream sent answered; a failed one arrives with no headers.
+/// A callout this stream sent answered; a failed one arrives with no headers. One the
+/// worker's root driver sent as this stream's is the root driver's (`turn.rs`).
 ///
 /// # Safety
 /// Envoy's arguments, during this hook.
@@ -458,6 +285,22 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
         num_headers: answer.headers.len(),
         body_size: answer.body.len(),
     };
+    // SAFETY: Envoy's arguments.
+    let carried = match unsafe { filter_of(module) } {
+        Some(filter) => match catch_unwind(AssertUnwindSafe(|| filter.carried(callout_id))) {
+            Ok(token) => token.map(|token| (filter, token)),
+            Err(_) => return abi_log_only("keyflight: panic while reading a callout's caller"),
+        },
+        None => None,
+    };
+    if let Some((filter, token)) = carried {
+        let answered = CalloutAnswered { token, ..answered };
+        let turn = || filter.turn(EnvoyFilter(envoy), Some((answered, answer)));
+        if catch_unwind(AssertUnwindSafe(turn)).is_err() {
+            abi_log_only("keyflight: panic in a turn of a worker's root driver");
+        }
+        return;
+    }
     let work = Work::<fn(&mut Stream, &mut NativeHost<'_>) -> i32>::Answer(answered, answer);
     // SAFETY: Envoy's arguments.
     unsafe {
@@ -465,77 +308,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     }
 }
 
-/// The tick (`ticker.rs`), on the main thread: every worker's root driver renews its
-/// leases, delivers its outbox and asks for the operator epoch.
-///
-/// # Safety
-/// Envoy's arguments, during this hook.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    _envoy: ConfigEnvoyPtr,
-    config: *const c_void,
-    _event: u64,
-) {
-    if config.is_null() {
-        return;
-    }
-    // SAFETY: a live pointer `on_http_filter_config_new` returned.
-    let configured = unsafe { &*(config as *const Configured) };
-    if catch_unwind(AssertUnwindSafe(|| configured.plugin.tick())).is_err() {
-        abi_log_only("keyflight: panic while ticking the root drivers");
-    }
-}
-
-/// A callout a worker's root driver sent answered, on the main thread; a failed one
-/// arrives with no headers.
-///
-/// # Safety
-/// Envoy's arguments, during this hook.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
-    _envoy: ConfigEnvoyPtr,
-    config: *const c_void,
-    callout_id: u64,
-    result: i32,
-    headers: *const HttpHeader,
-    headers_size: usize,
-    body_chunks: *const EnvoyBuffer,
-    body_chunks_size: usize,
-) {
-    if config.is_null() {
-        return;
-    }
-    // SAFETY: a live pointer `on_http_filter_config_new` returned.
-    let plugin = &unsafe { &*(config as *const Configured) }.plugin;
-    // SAFETY: Envoy's arrays and their lengths, valid during this hook.
-    let (headers, body) =
-        unsafe { answer_parts(result, headers, headers_size, body_chunks, body_chunks_size) };
-    let delivered = catch_unwind(AssertUnwindSafe(|| {
-        let Ok(token) = u32::try_from(callout_id) else {
-            return;
-        };
-        let Some(slot) = plugin.caller(callout_id) else {
-            return;
-        };
-        let answer = CallAnswer::copy(headers, body);
-        let answered = CalloutAnswered {
-            token,
-            num_headers: answer.headers.len(),
-            body_size: answer.body.len(),
-        };
-        slot.answer(plugin, answered, answer);
-    }));
-    if delivered.is_err() {
-        abi_log_only("keyflight: panic while reading a root driver's callout answer");
-    }
-}
-
 /// A callout's headers (none when it failed) and body chunks, as slices.
 ///
 /// # Safety
 /// Envoy's arrays and their lengths, valid during the hook that calls this.
-unsafe fn answer_parts<'a>(
+pub unsafe fn answer_parts<'a>(
     result: i32,
     headers: *const HttpHeader,
     headers_size: usize,
@@ -557,8 +334,7 @@ unsafe fn answer_parts<'a>(
     (headers, body)
 }
 
-/// Streamed callouts, the stream's scheduled events and watermarks: Envoy requires the
-/// hooks; the filter uses none of them.
+/// Streamed callouts and watermarks: Envoy requires the hooks; the filter uses none of them.
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
     _envoy: FilterEnvoyPtr,
@@ -612,13 +388,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
 ) {
 }
 
-/// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].
+/// The wake-up a stream of this worker committed (`turn.rs`): a turn of the worker's root
+/// driver, which sends the calls its streams queued and hands over the answers it holds.
+///
+/// # Safety
+/// Envoy's arguments, during this hook.
 #[unsafe(no_mangle)]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _envoy: FilterEnvoyPtr,
-    _module: *const c_void,
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
     _event: u64,
 ) {
+    // SAFETY: Envoy's arguments.
+    if let Some(filter) = unsafe { filter_of(module) }
+        && catch_unwind(AssertUnwindSafe(|| filter.turn(EnvoyFilter(envoy), None))).is_err()
+    {
+        abi_log_only("keyflight: panic in a turn of a worker's root driver");
+    }
 }
 
 /// See [`envoy_dynamic_module_on_http_filter_http_stream_headers`].

@@ -4,16 +4,18 @@
 //! What differs from proxy-wasm (`filter-native/README.md#what-differs-from-the-wasm-host`):
 //! a callout's answer arrives as the hook's arguments, not through getters; replies and
 //! resumes wait until the driver returned ([`Deferred`]); shared data is this process's
-//! memory; a worker's root driver runs on the main thread, so its calls are the
-//! configuration's callouts and its counts the configuration's (`worker.rs`).
+//! memory; a worker's root driver ticks on the main thread, where its calls are the
+//! configuration's callouts and its counts the configuration's, and coalesces its streams'
+//! calls on the worker, where they go out as a live stream's callouts ([`RootCalls`],
+//! `worker.rs`, `turn.rs`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use keyflight_filter::coalesce::StreamId;
 use keyflight_filter::config::LeaseStore;
-use keyflight_filter::drive::host::{Buffer, CalloutAnswered, HeaderMap, Host, LogLevel};
+use keyflight_filter::drive::host::{Buffer, HeaderMap, Host, LogLevel};
 use keyflight_filter::metrics::{Gauge, Metric};
 use keyflight_filter::problem::LocalReply;
 use keyflight_filter::reconcile::ServiceQuestion;
@@ -21,197 +23,15 @@ use keyflight_filter::store_call::Callout;
 use keyflight_protocol::time::millis;
 
 use crate::abi::{
-    self, Attribute, BodyType, EnvoyBuffer, EnvoyConfig, EnvoyFilter, HeaderType, HttpHeader, Level,
+    self, Attribute, BodyType, EnvoyBuffer, EnvoyFilter, HeaderType, HttpHeader, Level,
 };
+use crate::plugin::Plugin;
 use crate::worker::Slot;
 
 /// Writes one log line prefixed with `keyflight:`.
 pub fn log(level: Level, message: &str) {
     abi::log(level, &format!("keyflight: {message}"));
 }
-
-/// One configuration of the filter, shared by every worker: the plugin JSON, the ids of
-/// its counters and gauges, each worker's root driver, and which of them sent each
-/// callout of the configuration in flight.
-#[derive(Debug)]
-pub struct Plugin {
-    /// Which configuration: each worker keeps its own driver per configuration.
-    pub id: u64,
-    json: Vec<u8>,
-    counters: HashMap<Metric, usize>,
-    gauges: HashMap<Gauge, usize>,
-    config: EnvoyConfig,
-    slots: Mutex<Vec<Arc<Slot>>>,
-    calls: Mutex<HashMap<u64, Arc<Slot>>>,
-    /// The slot dispatching a callout now, and whether Envoy answered it already: it may
-    /// answer one that fails before it returns its id.
-    dispatching: Mutex<Option<(Arc<Slot>, bool)>>,
-    /// Envoy is destroying the configuration: no callout goes through it any more.
-    closed: AtomicBool,
-}
-
-/// Root drivers of destroyed configurations whose outboxes still hold claims: the
-/// configurations that remain tick them, as Envoy keeps ticking a retired Wasm root context,
-/// until they are settled (`filter-native/README.md#the-outbox-and-renewals`).
-static RETIRED: LazyLock<Mutex<Vec<Arc<Slot>>>> = LazyLock::new(Mutex::default);
-
-impl Plugin {
-    /// The configuration's JSON, as Envoy gave it.
-    pub fn json_bytes(&self) -> &[u8] {
-        &self.json
-    }
-
-    /// The configuration `json`, with every keyflight counter and gauge defined in `envoy`.
-    pub fn define(id: u64, json: Vec<u8>, envoy: EnvoyConfig) -> Self {
-        let counters = Metric::all()
-            .filter_map(|m| envoy.define(&m.name(), false).map(|id| (m, id)))
-            .collect();
-        let gauges = Gauge::ALL
-            .into_iter()
-            .filter_map(|g| envoy.define(g.name(), true).map(|id| (g, id)))
-            .collect();
-        Plugin {
-            id,
-            json,
-            counters,
-            gauges,
-            config: envoy,
-            slots: Mutex::default(),
-            calls: Mutex::default(),
-            dispatching: Mutex::default(),
-            closed: AtomicBool::new(false),
-        }
-    }
-
-    /// A worker's root driver of this configuration, ticked from now on.
-    pub fn adopt(&self, slot: &Arc<Slot>) {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::clone(slot));
-    }
-
-    /// Ticks every worker's root driver, and the retired ones still settling their
-    /// outboxes (on the main thread).
-    pub fn tick(&self) {
-        let slots = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let retired = RETIRED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        for slot in slots.iter().chain(&retired) {
-            slot.tick(self);
-        }
-        RETIRED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|slot| !slot.settled());
-    }
-
-    /// Envoy destroys the configuration (on the main thread): each worker's root driver is
-    /// retired, the calls it had in flight fail (Envoy drops them unanswered, and the outbox
-    /// sends them again), and one whose outbox still holds claims is left to the
-    /// configurations that remain.
-    pub fn retire(&self) {
-        self.closed.store(true, Ordering::Relaxed);
-        let slots = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let draining: Vec<Arc<Slot>> = slots
-            .into_iter()
-            .filter(|slot| !slot.retire(self))
-            .collect();
-        let in_flight: Vec<(u64, Arc<Slot>)> = self
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain()
-            .collect();
-        for (id, slot) in in_flight {
-            if let Ok(token) = u32::try_from(id) {
-                let failed = CalloutAnswered {
-                    token,
-                    num_headers: 0,
-                    body_size: 0,
-                };
-                slot.answer(self, failed, CallAnswer::default());
-            }
-        }
-        RETIRED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(draining);
-    }
-
-    /// The worker whose root driver sent callout `id` (on the main thread).
-    pub fn caller(&self, id: u64) -> Option<Arc<Slot>> {
-        let sent = self
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id);
-        sent.or_else(|| {
-            let mut dispatching = self
-                .dispatching
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let (slot, answered) = dispatching.as_mut()?;
-            *answered = true;
-            Some(Arc::clone(slot))
-        })
-    }
-
-    /// Sends a callout of the configuration for `slot`'s root driver (on the main thread).
-    fn root_callout(
-        &self,
-        slot: &Arc<Slot>,
-        cluster: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-        timeout_ms: u64,
-    ) -> Result<u64, i32> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(CALLOUT_CLOSED);
-        }
-        *self
-            .dispatching
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((Arc::clone(slot), false));
-        let sent = self.config.http_callout(cluster, headers, body, timeout_ms);
-        let answered = self
-            .dispatching
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .is_some_and(|(_, answered)| answered);
-        if let Ok(id) = sent
-            && !answered
-        {
-            self.calls
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(id, Arc::clone(slot));
-        }
-        sent
-    }
-
-    /// Counts `metric` on `filter`'s stream.
-    pub fn count(&self, filter: EnvoyFilter, metric: Metric) {
-        if let Some(&id) = self.counters.get(&metric) {
-            filter.increment_counter(id, 1);
-        }
-    }
-}
-
-/// What a callout through a configuration Envoy is destroying is refused with (not one of
-/// Envoy's results).
-const CALLOUT_CLOSED: i32 = -1;
 
 /// The answer of a callout, copied out of the hook Envoy delivered it in: it may have to
 /// wait for the hook that sent the call to return (`hooks.rs`).
@@ -275,13 +95,31 @@ impl Deferred {
     }
 }
 
-/// The host of one hook: the stream's filter (none while configuring, or for a root
-/// driver), the worker whose root driver runs on the main thread, and the answer being
-/// delivered.
+/// The one wake-up queue a worker's root driver registers: the slot knows its streams
+/// (`turn.rs`), so any number does.
+const WAKE_QUEUE: u32 = 1;
+
+/// How a root driver's callouts go out, and whose counters it moves.
+#[derive(Debug, Clone, Copy)]
+pub enum RootCalls {
+    /// As the configuration's, on the main thread (the tick and its answers).
+    Config,
+    /// As callouts of this live stream of the worker, on the worker (a turn of coalesced
+    /// calls, `turn.rs`).
+    Carrier(StreamId, EnvoyFilter),
+    /// Not at all: on the worker with no stream alive to carry them.
+    Refused,
+}
+
+/// The host of one hook: the stream's filter and worker slot (none while configuring, or
+/// for a root driver), the worker whose root driver runs and how its calls go out, and the
+/// answer being delivered.
 pub struct NativeHost<'a> {
     plugin: &'a Plugin,
     filter: Option<EnvoyFilter>,
+    stream: Option<(&'a Arc<Slot>, StreamId)>,
     root: Option<&'a Arc<Slot>>,
+    calls: RootCalls,
     answer: Option<&'a CallAnswer>,
     deferred: Vec<Deferred>,
 }
@@ -292,24 +130,33 @@ impl<'a> NativeHost<'a> {
         NativeHost {
             plugin,
             filter: None,
+            stream: None,
             root: None,
+            calls: RootCalls::Refused,
             answer: None,
             deferred: Vec::new(),
         }
     }
 
-    /// The host of `slot`'s root driver, on the main thread.
-    pub fn root(plugin: &'a Plugin, slot: &'a Arc<Slot>) -> Self {
+    /// The host of `slot`'s root driver, its calls going out as `calls` says.
+    pub fn root(plugin: &'a Plugin, slot: &'a Arc<Slot>, calls: RootCalls) -> Self {
         NativeHost {
             root: Some(slot),
+            calls,
             ..NativeHost::configuring(plugin)
         }
     }
 
-    /// The host of a hook of `filter`'s stream.
-    pub fn stream(plugin: &'a Plugin, filter: EnvoyFilter) -> Self {
+    /// The host of a hook of `filter`'s stream `id`, made from `slot`'s root driver.
+    pub fn stream(
+        plugin: &'a Plugin,
+        filter: EnvoyFilter,
+        slot: &'a Arc<Slot>,
+        id: StreamId,
+    ) -> Self {
         NativeHost {
             filter: Some(filter),
+            stream: Some((slot, id)),
             ..NativeHost::configuring(plugin)
         }
     }
@@ -405,6 +252,18 @@ fn millis_of(duration: Duration) -> u64 {
 }
 
 impl NativeHost<'_> {
+    /// Where counters move: a stream's (`Some(Some)`, its own or its carrier's), the
+    /// configuration's on the main thread (`Some(None)`), or nowhere.
+    fn counted_on(&self) -> Option<Option<EnvoyFilter>> {
+        match (self.filter, self.root, self.calls) {
+            (Some(filter), _, _) | (None, Some(_), RootCalls::Carrier(_, filter)) => {
+                Some(Some(filter))
+            }
+            (None, Some(_), RootCalls::Config) => Some(None),
+            _ => None,
+        }
+    }
+
     fn callout(
         &self,
         cluster: &str,
@@ -415,12 +274,22 @@ impl NativeHost<'_> {
     ) -> Option<u32> {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let timeout = millis_of(timeout);
-        let sent = match (self.filter, self.root) {
-            (Some(filter), _) => filter.http_callout(cluster, &headers, body, timeout),
-            (None, Some(slot)) => self
+        let sent = match (self.filter, self.root, self.calls) {
+            (Some(filter), _, _) => filter.http_callout(cluster, &headers, body, timeout),
+            (None, Some(slot), RootCalls::Config) => self
                 .plugin
                 .root_callout(slot, cluster, &headers, body, timeout),
-            (None, None) => {
+            (None, Some(slot), RootCalls::Carrier(stream, filter)) => filter
+                .http_callout(cluster, &headers, body, timeout)
+                .map(|id| u64::from(slot.carry(stream, id))),
+            (None, Some(_), RootCalls::Refused) => {
+                log(
+                    Level::Warn,
+                    &format!("{what} to cluster {cluster} not sent: no stream left to carry it"),
+                );
+                return None;
+            }
+            (None, None, _) => {
                 log(
                     Level::Warn,
                     &format!("{what} to cluster {cluster} not sent while configuring"),
@@ -453,17 +322,17 @@ impl Host for NativeHost<'_> {
     }
 
     fn count(&mut self, metric: Metric) {
-        match (self.filter, self.root, self.plugin.counters.get(&metric)) {
-            (Some(filter), _, Some(&id)) => filter.increment_counter(id, 1),
-            (None, Some(_), Some(&id)) => self.plugin.config.increment_counter(id, 1),
+        match (self.counted_on(), self.plugin.counters.get(&metric)) {
+            (Some(Some(filter)), Some(&id)) => filter.increment_counter(id, 1),
+            (Some(None), Some(&id)) => self.plugin.config.increment_counter(id, 1),
             _ => {}
         }
     }
 
     fn adjust(&mut self, gauge: Gauge, delta: i64) {
-        match (self.filter, self.root, self.plugin.gauges.get(&gauge)) {
-            (Some(filter), _, Some(&id)) => filter.adjust_gauge(id, delta),
-            (None, Some(_), Some(&id)) => self.plugin.config.adjust_gauge(id, delta),
+        match (self.counted_on(), self.plugin.gauges.get(&gauge)) {
+            (Some(Some(filter)), Some(&id)) => filter.adjust_gauge(id, delta),
+            (Some(None), Some(&id)) => self.plugin.config.adjust_gauge(id, delta),
             _ => {}
         }
     }
@@ -493,9 +362,13 @@ impl Host for NativeHost<'_> {
 
     fn buffer(&mut self, buffer: Buffer, size: usize) -> Vec<u8> {
         match (buffer, self.filter) {
-            (Buffer::PluginConfiguration, _) => {
-                self.plugin.json.iter().take(size).copied().collect()
-            }
+            (Buffer::PluginConfiguration, _) => self
+                .plugin
+                .json_bytes()
+                .iter()
+                .take(size)
+                .copied()
+                .collect(),
             (Buffer::RequestBody, Some(filter)) => NativeHost::body(filter, true, size),
             (Buffer::ResponseBody, Some(filter)) => NativeHost::body(filter, false, size),
             (Buffer::CallResponseBody, _) => self
@@ -562,6 +435,28 @@ impl Host for NativeHost<'_> {
         self.callout(&store.cluster, &headers, &body, callout.timeout(), &what)
     }
 
+    /// On the worker, the callout goes out as the first of `streams` still alive: it waits
+    /// for the answer, so it lives as long as the call, where the stream running the turn
+    /// may end first and take the call with it (`turn.rs`).
+    fn dispatch_for(
+        &mut self,
+        store: &LeaseStore,
+        callout: &Callout,
+        streams: &[StreamId],
+    ) -> Option<u32> {
+        let waiting = match (self.root, self.calls) {
+            (Some(slot), RootCalls::Carrier(..)) => slot.first_alive(streams),
+            _ => None,
+        };
+        let Some((stream, filter)) = waiting else {
+            return self.dispatch(store, callout);
+        };
+        let calls = std::mem::replace(&mut self.calls, RootCalls::Carrier(stream, filter));
+        let token = self.dispatch(store, callout);
+        self.calls = calls;
+        token
+    }
+
     fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32> {
         let headers = question.headers(token);
         self.callout(
@@ -573,19 +468,26 @@ impl Host for NativeHost<'_> {
         )
     }
 
-    /// The root driver runs on the main thread, not on the worker's event loop, so there
-    /// is no turn of it to wake: the streams send their own store calls
-    /// (`docs/stream-machine.md#coalesced-calls`).
+    /// The worker's turn is a live stream's scheduled event (`turn.rs`,
+    /// `docs/stream-machine.md#coalesced-calls`).
     fn register_wake_queue(&mut self) -> Option<u32> {
-        None
+        Some(WAKE_QUEUE)
     }
 
+    /// Commits the scheduler of this stream, or of the stream carrying the root driver's
+    /// calls, or of any live stream of the worker.
     fn wake(&mut self, _queue: u32) -> bool {
-        false
+        match (self.stream, self.root, self.calls) {
+            (Some((slot, id)), _, _) | (None, Some(slot), RootCalls::Carrier(id, _)) => {
+                slot.wake(Some(id))
+            }
+            (None, Some(slot), _) => slot.wake(None),
+            (None, None, _) => false,
+        }
     }
 
     /// The tick's period is set once per configuration, for every worker, by the ticker
-    /// `hooks.rs` starts (`ticker.rs`).
+    /// `config_hooks.rs` starts (`ticker.rs`).
     fn set_tick_period(&mut self, _period: Duration) {}
 
     /// A retired root driver settled its outbox: nothing ticks it any more.

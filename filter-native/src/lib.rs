@@ -9,12 +9,19 @@
 //! and forwards each event hook to a driver (`hooks.rs`) behind a panic barrier
 //! (`barrier.rs`), as `docs/stream-machine.md#the-driver` describes. Each worker's `Root`
 //! is ticked from Envoy's main thread (`worker.rs`, `ticker.rs`,
-//! `filter-native/README.md#the-outbox-and-renewals`). What is not yet equal to the Wasm
+//! `filter-native/README.md#the-outbox-and-renewals`) and sends its streams' coalesced
+//! calls in turns that borrow one of them (`turn.rs`,
+//! `filter-native/README.md#coalesced-calls`). What is not yet equal to the Wasm
 //! filter is in `filter-native/README.md#not-yet-equal`.
 
 mod abi;
 mod barrier;
+mod config_hooks;
 mod hooks;
 mod host;
+mod plugin;
+#[cfg(feature = "test-panic")]
+mod test_panic;
 mod ticker;
+mod turn;
 mod worker;

@@ -4,22 +4,29 @@
 //! stream; its configuration's scheduler and callouts run on the main thread
 //! (`docs/envoy-facts.md#dynamic-modules`). So each worker keeps its own `Root`, as each
 //! worker's Wasm VM keeps its root context, and the main thread runs that `Root`'s tick and
-//! the answers to its calls (`filter-native/README.md#the-outbox-and-renewals`). A `Root`
-//! and the streams made from it share `Rc`s, so everything of one worker's slot, on either
-//! thread, runs holding the slot's lock.
+//! the answers to its calls (`filter-native/README.md#the-outbox-and-renewals`). The calls
+//! the worker's streams queue go out in a turn of the worker, a live stream's scheduled
+//! event, as that stream's callouts (`turn.rs`, `filter-native/README.md#coalesced-calls`).
+//! A `Root` and the streams made from it share `Rc`s, so everything of one worker's slot, on
+//! either thread, runs holding the slot's lock.
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use keyflight_filter::coalesce::{Delivery, StreamId};
 use keyflight_filter::drive::host::{CalloutAnswered, Driver};
 use keyflight_filter::drive::stream::Stream;
 use keyflight_filter::drive::worker::Root;
 
-use crate::host::{CallAnswer, NativeHost, Plugin};
+use crate::abi::EnvoyFilter;
+use crate::host::{CallAnswer, NativeHost, RootCalls};
+use crate::plugin::Plugin;
+use crate::turn::Turn;
 
 thread_local! {
     /// The slot whose lock this thread holds (its address), so that a hook Envoy runs
@@ -27,12 +34,14 @@ thread_local! {
     static HELD: Cell<usize> = const { Cell::new(0) };
 }
 
-/// A worker's `Root`, the answers that came in while it was busy, and whether it panicked.
+/// A worker's `Root`, the answers that came in while it was busy, its turn bookkeeping,
+/// and whether it panicked.
 #[derive(Debug)]
 pub struct Slot {
     lock: Mutex<()>,
     root: RefCell<Root>,
     early: RefCell<VecDeque<(CalloutAnswered, CallAnswer)>>,
+    turn: RefCell<Turn>,
     failed: AtomicBool,
     settled: AtomicBool,
 }
@@ -61,6 +70,7 @@ impl Slot {
             lock: Mutex::new(()),
             root: RefCell::new(root),
             early: RefCell::default(),
+            turn: RefCell::default(),
             failed: AtomicBool::new(false),
             settled: AtomicBool::new(false),
         }
@@ -98,7 +108,9 @@ impl Slot {
     /// or keeps ticking until its outbox is settled.
     pub fn retire(self: &Arc<Self>, plugin: &Plugin) -> bool {
         let done = Cell::new(true);
-        self.run(plugin, |root, mut host| done.set(root.on_done(&mut host)));
+        self.run(plugin, RootCalls::Config, |root, mut host| {
+            done.set(root.on_done(&mut host));
+        });
         if done.get() {
             self.settle();
         }
@@ -115,9 +127,9 @@ impl Slot {
 
     /// The tick: renewals, the outbox's deliveries, the operator epoch.
     pub fn tick(self: &Arc<Self>, plugin: &Plugin) {
-        self.run(plugin, |root, mut host| {
+        self.run(plugin, RootCalls::Config, |root, mut host| {
             #[cfg(feature = "test-panic")]
-            crate::hooks::test_panic_on_tick(plugin);
+            crate::test_panic::test_panic_on_tick(plugin);
             root.on_tick(&mut host);
         });
     }
@@ -135,15 +147,211 @@ impl Slot {
                 self.early.borrow_mut().push_back((answered, answer));
                 return;
             }
-            self.run(plugin, |root, host| {
+            self.run(plugin, RootCalls::Config, |root, host| {
                 root.on_call_answer(answered, &mut host.answering(&answer));
             });
         });
     }
 
+    /// A stream of this worker ran its first hook: the `Root` may hand it answers, wake
+    /// the worker through it and send calls as its callouts (`turn.rs`).
+    pub fn joined(&self, stream: StreamId, envoy: EnvoyFilter, module: *const c_void) {
+        self.hold(|| {
+            if let Ok(mut turn) = self.turn.try_borrow_mut() {
+                turn.join(stream, envoy, module);
+            }
+        });
+    }
+
+    /// A stream of this worker is destroyed. The `Root`'s calls it carried are lost with
+    /// it (Envoy cancels them unanswered) and answered as failed in the next turn, which
+    /// another live stream runs; with none left, at once, as nobody waits for them.
+    pub fn left(self: &Arc<Self>, plugin: &Plugin, stream: StreamId) {
+        self.hold(|| {
+            let Ok(mut turn) = self.turn.try_borrow_mut() else {
+                return;
+            };
+            let had_wake = turn.wake_pending();
+            if let Some(scheduler) = turn.leave(stream) {
+                scheduler.delete();
+            }
+            let owed = turn.owes_a_turn() || (had_wake && !turn.wake_pending());
+            drop(turn);
+            if owed && !self.wake(None) {
+                self.run(plugin, RootCalls::Refused, |root, mut host| {
+                    self.answer_lost(root, &mut host);
+                    drop(root.take_deliveries(&mut host));
+                    unwoken(root, &mut host);
+                });
+                if let Ok(mut turn) = self.turn.try_borrow_mut() {
+                    drop(turn.take_pending());
+                }
+            }
+        });
+    }
+
+    /// Wakes the worker: commits the scheduler of `prefer`, or of any live stream, unless
+    /// a wake-up is on its way already. `false` when no stream could take it.
+    pub fn wake(&self, prefer: Option<StreamId>) -> bool {
+        self.hold(|| {
+            let Ok(mut turn) = self.turn.try_borrow_mut() else {
+                return false;
+            };
+            if turn.wake_pending() {
+                return true;
+            }
+            let Some((id, live)) = turn.wake_target(prefer) else {
+                return false;
+            };
+            if live.scheduler.is_none() {
+                live.scheduler = live.envoy.scheduler();
+            }
+            let Some(scheduler) = &live.scheduler else {
+                return false;
+            };
+            scheduler.commit(0);
+            turn.woken(id);
+            true
+        })
+    }
+
+    /// The first of `streams` alive on this worker, with its Envoy filter.
+    pub fn first_alive(&self, streams: &[StreamId]) -> Option<(StreamId, EnvoyFilter)> {
+        self.hold(|| {
+            let turn = self.turn.try_borrow().ok()?;
+            streams
+                .iter()
+                .find_map(|&id| turn.live(id).map(|live| (id, live.envoy)))
+        })
+    }
+
+    /// The `Root` sent a call as `stream`'s callout `id`: its token.
+    pub fn carry(&self, stream: StreamId, id: u64) -> u32 {
+        self.hold(|| {
+            self.turn
+                .try_borrow_mut()
+                .map_or(0, |mut turn| turn.carry(stream, id))
+        })
+    }
+
+    /// The `Root`'s token of `stream`'s callout `id`, when the `Root` sent it.
+    pub fn carried(&self, stream: StreamId, id: u64) -> Option<u32> {
+        self.hold(|| self.turn.try_borrow_mut().ok()?.answered(stream, id))
+    }
+
+    /// A turn of the worker, on it, through `carrier`: its scheduled event (`answer`
+    /// `None`: the calls the streams queued go out) or the answer to a call it carried.
+    /// Then the `Root` hands every stream the answer it is owed, as the Wasm root context
+    /// does in its callback (`docs/stream-machine.md#coalesced-calls`).
+    pub fn turn(
+        self: &Arc<Self>,
+        plugin: &Plugin,
+        carrier: (StreamId, EnvoyFilter),
+        answer: Option<(CalloutAnswered, CallAnswer)>,
+    ) {
+        self.hold(|| {
+            if self.failed() {
+                return self.fail_streams();
+            }
+            let calls = RootCalls::Carrier(carrier.0, carrier.1);
+            if answer.is_none()
+                && let Ok(mut turn) = self.turn.try_borrow_mut()
+            {
+                turn.waking();
+            }
+            self.run(plugin, calls, |root, mut host| {
+                self.answer_lost(root, &mut host);
+                match &answer {
+                    Some((answered, answer)) => {
+                        root.on_call_answer(*answered, &mut host.answering(answer));
+                    }
+                    None => root.on_wake(&mut host),
+                }
+            });
+            self.deliver(plugin, calls);
+        });
+    }
+
+    /// The `Root`'s calls whose carrier ended: each failed, as a call Envoy reset.
+    fn answer_lost(&self, root: &mut Root, host: &mut NativeHost<'_>) {
+        let lost = self
+            .turn
+            .try_borrow_mut()
+            .map(|mut turn| turn.take_lost())
+            .unwrap_or_default();
+        for token in lost {
+            let failed = CalloutAnswered {
+                token,
+                num_headers: 0,
+                body_size: 0,
+            };
+            root.on_call_answer(failed, host);
+        }
+    }
+
+    /// Hands each stream its answer; the calls they queue meanwhile go out after, and what
+    /// those are answered at once is handed over in turn (`Root::take_deliveries`).
+    fn deliver(self: &Arc<Self>, plugin: &Plugin, calls: RootCalls) {
+        loop {
+            let mut deliveries = self
+                .turn
+                .try_borrow_mut()
+                .map(|mut turn| turn.take_pending())
+                .unwrap_or_default();
+            self.run(plugin, calls, |root, mut host| {
+                deliveries.extend(root.take_deliveries(&mut host));
+            });
+            if deliveries.is_empty() {
+                break;
+            }
+            self.hand_over(deliveries);
+            self.run(plugin, calls, |root, mut host| root.on_wake(&mut host));
+        }
+        self.run(plugin, calls, |root, _| root.callback_returned());
+    }
+
+    /// The `Root` panicked: no answer comes for the calls its streams queued. Each live
+    /// stream is answered through its panic barrier, which fails it closed, as every
+    /// stream of a failed Wasm VM is (`filter-native/README.md#panics`).
+    fn fail_streams(&self) {
+        let streams = self
+            .turn
+            .try_borrow()
+            .map(|turn| turn.streams())
+            .unwrap_or_default();
+        let failed = streams.into_iter().map(|stream| Delivery {
+            stream,
+            answer: keyflight_filter::store_call::Answer::NotSent,
+        });
+        self.hand_over(failed.collect());
+    }
+
+    /// Each answer to its stream, through the stream's panic barrier; a stream gone since
+    /// takes nothing.
+    fn hand_over(&self, deliveries: Vec<Delivery>) {
+        for Delivery { stream, answer } in deliveries {
+            let target = self
+                .turn
+                .try_borrow()
+                .ok()
+                .and_then(|turn| turn.live(stream).map(|live| (live.envoy, live.module)));
+            if let Some((envoy, module)) = target {
+                // SAFETY: a live stream's filters: `left` forgets a stream before its
+                // filter is dropped, under this slot's lock, which is held here.
+                unsafe { crate::barrier::deliver(envoy, module, answer) };
+            }
+        }
+    }
+
     /// Runs `work` on the `Root`, then the answers that came in meanwhile, behind the panic
-    /// barrier: a panic leaves the worker failed closed.
-    fn run(self: &Arc<Self>, plugin: &Plugin, work: impl FnOnce(&mut Root, NativeHost<'_>)) {
+    /// barrier: a panic leaves the worker failed closed. On the main thread the answers it
+    /// gave out wait for a turn of the worker, where the streams are.
+    fn run(
+        self: &Arc<Self>,
+        plugin: &Plugin,
+        calls: RootCalls,
+        work: impl FnOnce(&mut Root, NativeHost<'_>),
+    ) {
         self.hold(|| {
             if self.failed() {
                 return;
@@ -152,14 +360,23 @@ impl Slot {
                 return;
             };
             let ran = catch_unwind(AssertUnwindSafe(|| {
-                work(&mut root, NativeHost::root(plugin, self));
+                work(&mut root, NativeHost::root(plugin, self, calls));
                 loop {
                     let next = self.early.borrow_mut().pop_front();
                     let Some((answered, answer)) = next else {
                         break;
                     };
-                    let mut host = NativeHost::root(plugin, self).answering(&answer);
+                    let mut host = NativeHost::root(plugin, self, calls).answering(&answer);
                     root.on_call_answer(answered, &mut host);
+                }
+                if let RootCalls::Config = calls {
+                    let mut host = NativeHost::root(plugin, self, calls);
+                    let deliveries = root.take_deliveries(&mut host);
+                    if self.hold_for_worker(deliveries) {
+                        root.callback_returned();
+                    } else {
+                        unwoken(&mut root, &mut host);
+                    }
                 }
             }));
             if ran.is_err() {
@@ -171,6 +388,36 @@ impl Slot {
             }
         });
     }
+}
+
+impl Slot {
+    /// Answers the `Root` gave out on the main thread wait for a turn of the worker; with
+    /// no stream left to run one, nobody waits for them (`false`).
+    fn hold_for_worker(&self, deliveries: Vec<Delivery>) -> bool {
+        if deliveries.is_empty() {
+            return true;
+        }
+        if let Ok(mut turn) = self.turn.try_borrow_mut() {
+            turn.hold_for_worker(deliveries);
+        }
+        if self.wake(None) {
+            return true;
+        }
+        if let Ok(mut turn) = self.turn.try_borrow_mut() {
+            drop(turn.take_pending());
+        }
+        false
+    }
+}
+
+/// The `Root` took answers out for streams no turn will hand them to: none is alive. Its
+/// queue then counts on a wake-up that never comes, so it runs the wake-up itself (what
+/// its dead streams queued fails, for nobody), and the next stream's call wakes the worker
+/// again instead of waiting for the tick.
+fn unwoken(root: &mut Root, host: &mut NativeHost<'_>) {
+    root.on_wake(host);
+    drop(root.take_deliveries(host));
+    root.callback_returned();
 }
 
 #[cfg(test)]

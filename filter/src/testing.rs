@@ -54,6 +54,8 @@ pub struct FakeHost {
     pub adjusted: Vec<(Gauge, i64)>,
     /// Dispatched callouts with their tokens, in order.
     pub dispatched: Vec<(u32, Callout)>,
+    /// The streams each root-context callout was for (`Host::dispatch_for`), by token.
+    pub dispatched_for: Vec<(u32, Vec<crate::coalesce::StreamId>)>,
     /// Reconcile questions asked, with their tokens and the bearer token sent.
     pub asked: Vec<(u32, Option<String>)>,
     /// The tick period last set.
@@ -217,6 +219,17 @@ impl Host for FakeHost {
         self.next_token += 1;
         self.dispatched.push((self.next_token, callout.clone()));
         Some(self.next_token)
+    }
+
+    fn dispatch_for(
+        &mut self,
+        store: &LeaseStore,
+        callout: &Callout,
+        streams: &[crate::coalesce::StreamId],
+    ) -> Option<u32> {
+        let token = self.dispatch(store, callout)?;
+        self.dispatched_for.push((token, streams.to_vec()));
+        Some(token)
     }
 
     fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32> {

@@ -66,7 +66,10 @@ async fn concurrent_duplicates_run_the_upstream_once() {
         stack.wait_for_gate("burst", 1).await;
         stack
             .eventually("every follower waits", || async {
-                stack.store_metrics().await.event("follower_wait") >= (COPIES - 1) as u64
+                // Parked at the store, or sharing its worker's long-poll (a herd).
+                let parked = stack.store_metrics().await.event("follower_wait");
+                let joined = stack.filter_counter("event.herd_joined").await;
+                parked + joined >= (COPIES - 1) as u64
             })
             .await;
         assert_eq!(stack.upstream_executions().await, 1);

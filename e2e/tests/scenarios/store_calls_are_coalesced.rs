@@ -1,7 +1,9 @@
 //! The claims a worker's streams make in one event-loop turn reach the lease-store as one
 //! batch, and each request still runs once with its own answer
 //! (`docs/stream-machine.md#coalesced-calls`). Run on the newest and the oldest supported
-//! Envoy: what it shows is `docs/envoy-facts.md#waking-the-root-context`.
+//! Envoy: what it shows is `docs/envoy-facts.md#waking-the-root-context`; and under the
+//! native adapter, whose worker turn is a stream's scheduled event
+//! (`filter-native/README.md#coalesced-calls`).
 
 use futures_util::future::join_all;
 use keyflight_e2e::raw_http::Held;
@@ -14,8 +16,8 @@ const CALLERS: usize = 16;
 const BATCHED: &str = r#"keyflight_store_request_duration_seconds_count{route="/v1/batch/claims"}"#;
 const ALONE: &str = r#"keyflight_store_request_duration_seconds_count{route="/v1/claims/{scope}"}"#;
 
-async fn one_turns_claims_go_as_one_batch(binaries: Binaries) {
-    let stack = Stack::start(StackOptions::default().binaries(binaries)).await;
+async fn one_turns_claims_go_as_one_batch(options: StackOptions) {
+    let stack = Stack::start(options).await;
     let port = stack.listener_port(0);
     let mut held = Vec::new();
     for caller in 0..CALLERS {
@@ -62,10 +64,16 @@ async fn one_turns_claims_go_as_one_batch(binaries: Binaries) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_turns_claims_go_as_one_batch_on_envoy_1_40() {
-    one_turns_claims_go_as_one_batch(Binaries::locate()).await;
+    one_turns_claims_go_as_one_batch(StackOptions::default().binaries(Binaries::locate())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_turns_claims_go_as_one_batch_on_envoy_1_36() {
-    one_turns_claims_go_as_one_batch(Binaries::locate().with_oldest_envoy()).await;
+    let oldest = Binaries::locate().with_oldest_envoy();
+    one_turns_claims_go_as_one_batch(StackOptions::default().binaries(oldest)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_turns_claims_go_as_one_batch_under_the_native_adapter() {
+    one_turns_claims_go_as_one_batch(StackOptions::default().native_adapter()).await;
 }

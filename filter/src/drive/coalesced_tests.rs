@@ -144,6 +144,11 @@ fn the_claims_of_one_turn_go_as_one_batch_and_each_stream_gets_its_own_answer() 
         .collect();
     assert_eq!(shapes, [("batch", 2)]);
     let token = host.last_token().unwrap();
+    assert_eq!(
+        host.dispatched_for,
+        [(token, vec![1, 2])],
+        "the host learns whose calls the batch carries"
+    );
     host.take();
     let batch = format!(
         r#"{{"answers":[{{"status":200,"body":{}}},{{"status":200,"body":{{"outcome":"conflict"}}}}]}}"#,

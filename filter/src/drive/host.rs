@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use keyflight_protocol::wire::framed;
 
+use crate::coalesce::StreamId;
 use crate::config::LeaseStore;
 pub use crate::log::LogLevel;
 use crate::metrics::{Gauge, Metric};
@@ -86,6 +87,18 @@ pub trait Host {
     /// Dispatches a lease-store request; returns its token, `None` when the
     /// host refused it.
     fn dispatch(&mut self, store: &LeaseStore, callout: &Callout) -> Option<u32>;
+    /// [`Host::dispatch`] of the root context's callout for `streams`' queued calls. A host
+    /// whose callouts belong to a stream sends it as one of those, which wait for its
+    /// answer (`filter-native/README.md#coalesced-calls`); the others need not know.
+    fn dispatch_for(
+        &mut self,
+        store: &LeaseStore,
+        callout: &Callout,
+        streams: &[StreamId],
+    ) -> Option<u32> {
+        let _ = streams;
+        self.dispatch(store, callout)
+    }
     /// Dispatches the reconcile question to the service's cluster, with keyflight's
     /// `token` for it; returns its token, `None` when the host refused it.
     fn ask_service(&mut self, question: &ServiceQuestion, token: Option<&str>) -> Option<u32>;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
 use super::shared::{Worker, perform, report_conflicts};
-use crate::coalesce::{self, CallQueue, Delivery, Queued, Send};
+use crate::coalesce::{self, CallQueue, Delivery, Queued, Send, StreamId};
 use crate::config::{TokenSource, parse_plugin_config};
 use crate::drive::herd::{self, Herds};
 use crate::drive::host::{Buffer, CalloutAnswered, Driver, Host, LogLevel, read_answer};
@@ -294,7 +294,11 @@ impl Root {
                 Flight::Batch(calls),
             ),
         };
-        match host.dispatch(store, &callout) {
+        let streams: Vec<StreamId> = match &flight {
+            Flight::Alone(queued) => vec![queued.stream],
+            Flight::Batch(calls) => calls.iter().map(|queued| queued.stream).collect(),
+        };
+        match host.dispatch_for(store, &callout, &streams) {
             Some(token) => {
                 if let Flight::Alone(queued) = &flight {
                     self.herds.sent(token, queued);
