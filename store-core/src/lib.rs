@@ -6,5 +6,6 @@
 pub mod answer;
 pub mod grace;
 pub mod orphan;
+pub mod routed;
 pub mod session;
 pub mod sql;

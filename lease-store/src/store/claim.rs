@@ -49,19 +49,14 @@ use uuid::Uuid;
 
 use super::batch::ClaimReply;
 use super::orphan::{OrphanGuard, OrphanRelease};
-use super::partitions::Routed;
 use super::snapshot::RecordSnapshot;
 use super::{ClaimAttempt, Store, StoreError, duration_millis, millis_param};
 pub(super) use keyflight_store_core::sql::claim::READ_SQL;
 pub use keyflight_store_core::sql::claim::{CLAIM_SQL, HOLD_LAPSED_SQL};
 
-/// [`CLAIM_SQL`] on a partitioned database (`partitions.rs`).
-pub(super) static CLAIM: Routed = Routed::by_scope("claim", CLAIM_SQL);
+pub(super) use keyflight_store_core::routed::CLAIM;
 
-/// [`READ_SQL`] on a partitioned database. Named `read_record` since it returns the fence:
-/// a function's columns cannot change in place, and replicas of the previous release still
-/// call `keyflight_read` while they roll.
-pub(super) static READ: Routed = Routed::by_scope("read_record", READ_SQL);
+pub(super) use keyflight_store_core::routed::READ;
 
 /// How many times a claim re-runs when the record changes between the claim
 /// and the read. Each re-run needs a concurrent transition, so a handful is

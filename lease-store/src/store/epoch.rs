@@ -5,14 +5,9 @@
 //! completed record reclaimed past its retention (migration V4 says which
 //! rows and why). Reading it is one primary-key lookup on a one-row table.
 
-use super::partitions::Routed;
 use super::{Store, StoreError};
-use keyflight_store_core::sql::epoch::{EPOCH_ROUTER_SQL, EPOCH_SQL};
 
-/// [`EPOCH_SQL`] on a partitioned database (`partitions.rs`): the mesh-wide epoch is the
-/// sum of every partition's. Each only grows, so the sum grows with any of them: an erase on
-/// any partition changes it.
-pub(super) static EPOCH: Routed = Routed::on_all("epoch", EPOCH_SQL, Some(EPOCH_ROUTER_SQL));
+pub(super) use keyflight_store_core::routed::EPOCH;
 
 impl Store {
     /// The current operator epoch.

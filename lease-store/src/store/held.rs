@@ -17,14 +17,9 @@
 
 use keyflight_protocol::Digest;
 
-use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis};
-use keyflight_store_core::sql::held::HOLD_ABANDONED_SQL;
 
-/// [`HOLD_ABANDONED_SQL`] on a partitioned database (`partitions.rs`): up to the batch on
-/// every partition.
-pub(super) static HOLD_ABANDONED: Routed =
-    Routed::on_all("hold_abandoned", HOLD_ABANDONED_SQL, None);
+pub(super) use keyflight_store_core::routed::HOLD_ABANDONED;
 
 impl Store {
     /// Makes up to `limit` at-most-once records whose lease ran out more than the settle

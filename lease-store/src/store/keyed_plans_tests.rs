@@ -18,13 +18,13 @@ use tokio_postgres::types::Json;
 use tokio_postgres::{Client, SimpleQueryMessage};
 use uuid::Uuid;
 
-use super::batch::{CLAIM_BATCH, FINALIZE_BATCH};
+use keyflight_store_core::routed::{
+    CLAIM_BATCH, DELETE_EXPIRED, FINALIZE_BATCH, HOLD_ABANDONED, LIST, RunOn, all as routed,
+    parameter_count,
+};
+
 use super::claim::HOLD_LAPSED_SQL;
-use super::held::HOLD_ABANDONED;
-use super::partitions::{RunOn, parameter_count, routed};
 use super::pg_config;
-use super::records::LIST;
-use super::retention::DELETE_EXPIRED;
 
 /// On a table between two vacuums ([`settle_between_vacuums`]).
 #[tokio::test(flavor = "current_thread")]

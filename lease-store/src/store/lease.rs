@@ -46,22 +46,15 @@ use deadpool_postgres::Object;
 
 use super::batch::FinalizeReply;
 use super::dual::{settle_both, settle_in_turn};
-use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis, millis_param};
 pub use keyflight_store_core::sql::lease::FINALIZE_SQL;
-use keyflight_store_core::sql::lease::{
-    OWNER_SQL, RELEASE_COOLDOWN_SQL, RELEASE_FORGET_SQL, RELEASE_UNKNOWN_SQL, RENEW_SQL,
-};
 
-/// The settle statements on a partitioned database (`partitions.rs`).
-pub(super) static RENEW: Routed = Routed::by_scope("renew", RENEW_SQL);
-pub(super) static FINALIZE: Routed = Routed::by_scope("finalize", FINALIZE_SQL);
-pub(super) static RELEASE_COOLDOWN: Routed =
-    Routed::by_scope("release_cooldown", RELEASE_COOLDOWN_SQL);
-pub(super) static RELEASE_UNKNOWN: Routed =
-    Routed::by_scope("release_unknown", RELEASE_UNKNOWN_SQL);
-pub(super) static RELEASE_FORGET: Routed = Routed::by_scope("release_forget", RELEASE_FORGET_SQL);
-pub(super) static OWNER: Routed = Routed::by_scope("owner", OWNER_SQL);
+pub(super) use keyflight_store_core::routed::FINALIZE;
+pub(super) use keyflight_store_core::routed::OWNER;
+pub(super) use keyflight_store_core::routed::RELEASE_COOLDOWN;
+pub(super) use keyflight_store_core::routed::RELEASE_FORGET;
+pub(super) use keyflight_store_core::routed::RELEASE_UNKNOWN;
+pub(super) use keyflight_store_core::routed::RENEW;
 
 /// What a release that landed left in the record, on the database's clock. A fault run's
 /// judge times the record's freedom from these rather than from the evidence line, which a

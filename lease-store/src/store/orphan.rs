@@ -42,13 +42,10 @@ use uuid::Uuid;
 use super::partitions::Routed;
 use super::{Store, StoreError};
 use crate::log_limit::{self, Kind};
-use keyflight_store_core::sql::orphan::{GIVE_BACK_SQL, RELEASE_ORPHAN_SQL};
 
-/// [`RELEASE_ORPHAN_SQL`] on a partitioned database (`partitions.rs`).
-pub(super) static RELEASE_ORPHAN: Routed = Routed::by_scope("release_orphan", RELEASE_ORPHAN_SQL);
+pub(super) use keyflight_store_core::routed::RELEASE_ORPHAN;
 
-/// [`GIVE_BACK_SQL`] on a partitioned database.
-pub(super) static GIVE_BACK: Routed = Routed::by_scope("give_back", GIVE_BACK_SQL);
+pub(super) use keyflight_store_core::routed::GIVE_BACK;
 
 /// The statement of `release` (`keyflight_store_core::orphan::OrphanRelease`).
 pub(super) fn statement(release: OrphanRelease) -> &'static Routed {

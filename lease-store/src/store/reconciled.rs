@@ -11,16 +11,11 @@ use keyflight_protocol::Digest;
 use keyflight_protocol::wire::reconcile::ReconciledRequest;
 use tokio_postgres::types::Json;
 
-use super::partitions::Routed;
 use super::records::response_digest;
 use super::{Store, StoreError};
-use keyflight_store_core::sql::reconciled::{RECONCILED_ABSENT_SQL, RECONCILED_COMMITTED_SQL};
 
-/// The statements on a partitioned database (`partitions.rs`).
-pub(super) static RECONCILED_COMMITTED: Routed =
-    Routed::by_scope("reconciled_committed", RECONCILED_COMMITTED_SQL);
-pub(super) static RECONCILED_ABSENT: Routed =
-    Routed::by_scope("reconciled_absent", RECONCILED_ABSENT_SQL);
+pub(super) use keyflight_store_core::routed::RECONCILED_ABSENT;
+pub(super) use keyflight_store_core::routed::RECONCILED_COMMITTED;
 
 impl Store {
     /// Settles `scope`'s `unknown` record as the service's ledger said, audited as `actor`.

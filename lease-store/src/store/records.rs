@@ -21,23 +21,15 @@ use keyflight_protocol::wire::{
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
-use super::partitions::Routed;
 use super::snapshot::stored_response;
 use super::{Store, StoreError};
-use keyflight_store_core::sql::records::{
-    AUDIT_SQL, ERASE_SQL, GET_SQL, LIST_ROUTER_SQL, LIST_SQL, RESOLVE_COMPLETED_SQL,
-    RESOLVE_FAILED_SQL,
-};
 
-/// The operator's statements on a partitioned database (`partitions.rs`): a list merges
-/// every partition's newest, ordered and cut as one database's list.
-pub(super) static LIST: Routed = Routed::on_all("list", LIST_SQL, Some(LIST_ROUTER_SQL));
-pub(super) static GET: Routed = Routed::by_scope("get", GET_SQL);
-pub(super) static RESOLVE_COMPLETED: Routed =
-    Routed::by_scope("resolve_completed", RESOLVE_COMPLETED_SQL);
-pub(super) static RESOLVE_FAILED: Routed = Routed::by_scope("resolve_failed", RESOLVE_FAILED_SQL);
-pub(super) static ERASE: Routed = Routed::by_scope("erase", ERASE_SQL);
-pub(super) static AUDIT: Routed = Routed::by_scope("audit", AUDIT_SQL);
+pub(super) use keyflight_store_core::routed::AUDIT;
+pub(super) use keyflight_store_core::routed::ERASE;
+pub(super) use keyflight_store_core::routed::GET;
+pub(super) use keyflight_store_core::routed::LIST;
+pub(super) use keyflight_store_core::routed::RESOLVE_COMPLETED;
+pub(super) use keyflight_store_core::routed::RESOLVE_FAILED;
 
 /// One row of the operator audit about a record: a decision and who took it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,14 +34,9 @@
 //! overlapping batches, and an overlap deletes nothing twice. The predicate
 //! is covered by migration V2's partial index.
 
-use super::partitions::Routed;
 use super::{Store, StoreError, duration_millis};
-use keyflight_store_core::sql::retention::DELETE_EXPIRED_SQL;
 
-/// [`DELETE_EXPIRED_SQL`] on a partitioned database (`partitions.rs`): up to the batch on
-/// every partition.
-pub(super) static DELETE_EXPIRED: Routed =
-    Routed::on_all("delete_expired", DELETE_EXPIRED_SQL, None);
+pub(super) use keyflight_store_core::routed::DELETE_EXPIRED;
 
 impl Store {
     /// Deletes up to `limit` expired records (terminal, or `pending` whose

@@ -9,17 +9,9 @@
 //! rows, scaled up: an estimate whose error matters only near a quota, where a
 //! workload holds many sampled rows.
 
-use keyflight_store_core::sql::usage::{WORKLOAD_USAGE_ROUTER_SQL, WORKLOAD_USAGE_SQL};
-
-use super::partitions::Routed;
 use super::{Store, StoreError};
 
-/// [`WORKLOAD_USAGE_SQL`] on a partitioned database: every partition's rows, summed.
-pub(super) static WORKLOAD_USAGE: Routed = Routed::on_all(
-    "workload_usage",
-    WORKLOAD_USAGE_SQL,
-    Some(WORKLOAD_USAGE_ROUTER_SQL),
-);
+pub(super) use keyflight_store_core::routed::WORKLOAD_USAGE;
 
 /// One workload's share of the database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -19,12 +19,9 @@
 use keyflight_protocol::Digest;
 
 use super::claim::READ;
-use super::partitions::Routed;
 use super::{RecordSnapshot, Store, StoreError};
-use keyflight_store_core::sql::watch::WATCH_SQL;
 
-/// [`WATCH_SQL`] on a partitioned database (`partitions.rs`).
-pub(super) static WATCH: Routed = Routed::by_scope("watch", WATCH_SQL);
+pub(super) use keyflight_store_core::routed::WATCH;
 
 impl Store {
     /// Marks the record on `scope` watched (if it is `pending`), then reads it

@@ -33,12 +33,9 @@ use super::{BatchKind, Item, Queues};
 use crate::log_limit::{self, Kind};
 use crate::store::claim::ClaimParams;
 use crate::store::orphan::OrphanRelease;
-use crate::store::partitions::Routed;
 use crate::store::{ClaimAttempt, Store, StoreError};
-pub(in crate::store) use keyflight_store_core::sql::batch::CLAIM_BATCH_SQL;
 
-/// [`CLAIM_BATCH_SQL`] on a partitioned database: each partition inserts its share.
-pub(in crate::store) static CLAIM_BATCH: Routed = Routed::split("claim_batch", CLAIM_BATCH_SQL);
+pub(in crate::store) use keyflight_store_core::routed::CLAIM_BATCH;
 
 /// A queued claim.
 pub(in crate::store) struct ClaimItem {

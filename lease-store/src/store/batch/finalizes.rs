@@ -25,13 +25,9 @@ use uuid::Uuid;
 
 use super::{BatchKind, Item, Queues};
 use crate::log_limit::{self, Kind};
-use crate::store::partitions::Routed;
 use crate::store::{Store, StoreError};
-pub(in crate::store) use keyflight_store_core::sql::batch::FINALIZE_BATCH_SQL;
 
-/// [`FINALIZE_BATCH_SQL`] on a partitioned database: each partition updates its share.
-pub(in crate::store) static FINALIZE_BATCH: Routed =
-    Routed::split("finalize_batch", FINALIZE_BATCH_SQL);
+pub(in crate::store) use keyflight_store_core::routed::FINALIZE_BATCH;
 
 /// A queued finalize.
 pub(in crate::store) struct FinalizeItem {

@@ -56,8 +56,8 @@ use finalizes::FinalizeItem;
 
 pub use sizes::{BatchLabel, BatchSizeFamily, BatchSizes, BatchTotals};
 
-pub(super) use claims::{CLAIM_BATCH, ClaimReply};
-pub(super) use finalizes::{FINALIZE_BATCH, FinalizeReply};
+pub(super) use claims::ClaimReply;
+pub(super) use finalizes::FinalizeReply;
 
 /// Default worker tasks per kind: one, which makes each batch the whole backlog (measured
 /// against two and four: `docs/group-commit.md#choosing-the-worker-count`).

@@ -30,14 +30,10 @@ use uuid::Uuid;
 use super::super::claim::{CLAIM, ClaimParams, MAX_ATTEMPTS, READ, held, won_attempt, won_how};
 use super::super::lease::{OWNER, Written, run_written};
 use super::super::orphan::{self, OrphanRelease};
-use super::super::partitions::Routed;
 use super::super::{ClaimAttempt, Store, StoreError};
 use super::{Identities, answer_from_records, come_back_shortly};
-use keyflight_store_core::sql::dual::HOLD_FOR_SETTLE_SQL;
 
-/// [`HOLD_FOR_SETTLE_SQL`], routed to the scope's partition.
-pub(in crate::store) static HOLD_FOR_SETTLE: Routed =
-    Routed::by_scope("hold_for_settle", HOLD_FOR_SETTLE_SQL);
+pub(in crate::store) use keyflight_store_core::routed::HOLD_FOR_SETTLE;
 
 impl Store {
     /// A dual claim on a partitioned database: both records in turn, or neither.

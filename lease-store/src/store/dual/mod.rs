@@ -52,7 +52,7 @@ use super::{ClaimAttempt, Store, StoreError};
 
 mod across_partitions;
 
-pub(super) use across_partitions::{HOLD_FOR_SETTLE, settle_in_turn};
+pub(super) use across_partitions::settle_in_turn;
 pub use keyflight_store_core::sql::dual::{BOTH_HELD_SQL, NONE_TAKEN_SQL};
 
 impl Store {
