@@ -11,8 +11,8 @@ use crate::report::Row;
 use crate::rotation::{self, Schedule, load};
 use keyflight_testkit::stack::ExtraEnvoy;
 
+use crate::replays::prime_replay;
 use crate::stack::BenchStack;
-use crate::suite::prime_replay;
 use crate::targets;
 use crate::workload::{RequestTemplate, UNIQUE, Workload};
 

@@ -14,8 +14,8 @@ use crate::report::Row;
 use crate::rotation::{self, Schedule, load};
 use keyflight_testkit::stack::ExtraEnvoy;
 
+use crate::http::Connection;
 use crate::stack::BenchStack;
-use crate::suite::{edge_cache_hits, prime_replay};
 use crate::targets;
 use crate::workload::{RequestTemplate, Workload};
 
@@ -214,4 +214,42 @@ pub async fn rows(
         );
     }
     Ok(rows)
+}
+
+/// Sends the replay request twice (record, then replay) and returns the replayed body.
+pub async fn prime_replay(replay: &RequestTemplate) -> Result<String, BenchError> {
+    let mut connection = Connection::open(&replay.target.authority).await?;
+    let mut body = String::new();
+    for attempt in ["first", "replay"] {
+        let answer = replay.send_for_answer(&mut connection, "").await?;
+        if answer.status != StatusCode::CREATED {
+            return Err(BenchError::Answer(format!(
+                "the guarded path's {attempt} answer was {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            )));
+        }
+        body = String::from_utf8_lossy(&answer.body).into_owned();
+    }
+    Ok(body)
+}
+
+/// `outcome.replay_edge_cache` of the Envoy whose admin is at `admin` (`host:port`), under
+/// either adapter's namespace; 0 when the filter has no such counter.
+pub async fn edge_cache_hits(admin: &str) -> Result<u64, BenchError> {
+    let stat = "outcome.replay_edge_cache";
+    let mut connection = Connection::open(admin).await?;
+    let answer = connection
+        .send(
+            hyper::Method::GET,
+            &keyflight_testkit::metrics::filter_stat_path(stat),
+            &[],
+            bytes::Bytes::new(),
+        )
+        .await?;
+    Ok(
+        keyflight_testkit::metrics::filter_stat_value(&String::from_utf8_lossy(&answer.body), stat)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0),
+    )
 }

@@ -22,11 +22,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hyper::StatusCode;
-
 use crate::error::BenchError;
 use crate::first_time::{FilterVariant, Setup, Side};
-use crate::http::Connection;
 use crate::load::UniqueSource;
 use crate::pgbench::Pgbench;
 use crate::procfs::{self, Watched};
@@ -35,10 +32,10 @@ use crate::report::{MemoryReport, Report, Row};
 use crate::rotation::Schedule;
 use crate::selection::{Selection, StoreVariant};
 use crate::stack::{BenchStack, ENVOY_WORKERS};
-use crate::stats::{Percentiles, Target};
 use crate::wake::{self, WakeSetup};
 use crate::workload::{RequestTemplate, StoreCycle};
 use crate::{flood, floor, large_body, native, replays};
+use hyper::StatusCode;
 
 /// How many partitions P9's partitioned database has.
 const PARTITIONS: usize = 2;
@@ -80,7 +77,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     let mut notes = Vec::new();
     let guarded_first = payment(&stack.guarded.url("/payments"), "{unique}")?;
     let replay = payment(&stack.guarded.url("/payments"), &format!("replay-{run_id}"))?;
-    let replay_answer = prime_replay(&replay).await?;
+    let replay_answer = replays::prime_replay(&replay).await?;
     // The plain Envoy answers unguarded POSTs (P5, P7) and the `direct_response` P2 divides by.
     if only.wants(&["p2", "p5", "p7", "n2", "n3"]) {
         stack
@@ -324,7 +321,7 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             &run_id,
         )
         .await?;
-        rows.push(wake_row(
+        rows.push(wake::row(
             &format!(
                 "follower wake, {} followers: gate open → follower answer",
                 options.followers
@@ -334,14 +331,14 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
             wake.first_failure.clone(),
             Some(crate::targets::p3()),
         ));
-        rows.push(wake_row(
+        rows.push(wake::row(
             "follower wake: winner's answer → follower answer",
             &wake.from_winner,
             0,
             None,
             None,
         ));
-        rows.push(wake_row(
+        rows.push(wake::row(
             "winner: gate open → its answer (incl. finalize commit)",
             &wake.winner,
             0,
@@ -445,68 +442,6 @@ async fn measure_floor(
     setup
         .measure(&options.concurrencies, options.schedule, unique, notes)
         .await
-}
-
-fn wake_row(
-    scenario: &str,
-    histogram: &hdrhistogram::Histogram<u64>,
-    errors: u64,
-    first_error: Option<String>,
-    target: Option<Target>,
-) -> Row {
-    let latency = Percentiles::of(histogram);
-    Row {
-        id: if target.is_some() { "P3" } else { "—" }.to_owned(),
-        scenario: scenario.to_owned(),
-        concurrency: None,
-        rps: None,
-        latency,
-        errors,
-        first_error,
-        baseline: None,
-        ratio: None,
-        target,
-        met: target.and_then(|t| t.met(None, latency.map(|l| l.p50_ms))),
-        cpu_us_per_op: None,
-    }
-}
-
-/// Sends the replay request twice (record, then replay) and returns the replayed body.
-pub async fn prime_replay(replay: &RequestTemplate) -> Result<String, BenchError> {
-    let mut connection = Connection::open(&replay.target.authority).await?;
-    let mut body = String::new();
-    for attempt in ["first", "replay"] {
-        let answer = replay.send_for_answer(&mut connection, "").await?;
-        if answer.status != StatusCode::CREATED {
-            return Err(BenchError::Answer(format!(
-                "the guarded path's {attempt} answer was {}: {}",
-                answer.status,
-                String::from_utf8_lossy(&answer.body)
-            )));
-        }
-        body = String::from_utf8_lossy(&answer.body).into_owned();
-    }
-    Ok(body)
-}
-
-/// `outcome.replay_edge_cache` of the Envoy whose admin is at `admin` (`host:port`), under
-/// either adapter's namespace; 0 when the filter has no such counter.
-pub async fn edge_cache_hits(admin: &str) -> Result<u64, BenchError> {
-    let stat = "outcome.replay_edge_cache";
-    let mut connection = Connection::open(admin).await?;
-    let answer = connection
-        .send(
-            hyper::Method::GET,
-            &keyflight_testkit::metrics::filter_stat_path(stat),
-            &[],
-            bytes::Bytes::new(),
-        )
-        .await?;
-    Ok(
-        keyflight_testkit::metrics::filter_stat_value(&String::from_utf8_lossy(&answer.body), stat)
-            .and_then(|value| value.parse().ok())
-            .unwrap_or(0),
-    )
 }
 
 /// Where the Postgres binaries are (`PG_BIN`, as the Makefile and testkit use).

@@ -26,7 +26,8 @@ use keyflight_testkit::metrics::StoreMetrics;
 
 use crate::error::BenchError;
 use crate::http::Connection;
-use crate::stats::{self, Recorder};
+use crate::report::Row;
+use crate::stats::{self, Percentiles, Recorder, Target};
 use crate::workload::RequestTemplate;
 
 /// How often a condition is re-checked.
@@ -230,5 +231,30 @@ impl Deadline {
         }
         tokio::time::sleep(POLL_INTERVAL).await;
         Ok(())
+    }
+}
+
+/// A P3 row (with `target`), or a reported wake-up latency (without).
+pub fn row(
+    scenario: &str,
+    histogram: &hdrhistogram::Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+    target: Option<Target>,
+) -> Row {
+    let latency = Percentiles::of(histogram);
+    Row {
+        id: if target.is_some() { "P3" } else { "—" }.to_owned(),
+        scenario: scenario.to_owned(),
+        concurrency: None,
+        rps: None,
+        latency,
+        errors,
+        first_error,
+        baseline: None,
+        ratio: None,
+        target,
+        met: target.and_then(|t| t.met(None, latency.map(|l| l.p50_ms))),
+        cpu_us_per_op: None,
     }
 }
