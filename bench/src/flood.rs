@@ -31,7 +31,7 @@ use crate::report::Row;
 use crate::rotation::Schedule;
 use crate::stats::{self, Percentiles};
 use crate::targets;
-use crate::workload::{StoreCycle, Workload};
+use crate::workload::{StoreCycle, Workload, post_store_call};
 
 /// The greedy caller's address.
 const GREEDY: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
@@ -150,7 +150,7 @@ async fn replay_batch(store: &str, authorization: &HeaderValue) -> Result<Bytes,
         previous: None,
         at_most_once: true,
     };
-    let answer = post(
+    let answer = post_store_call(
         &mut connection,
         authorization,
         &format!("/v1/claims/{}", scope.to_hex()),
@@ -174,7 +174,7 @@ async fn replay_batch(store: &str, authorization: &HeaderValue) -> Result<Bytes,
         previous_scope: None,
     };
     let path = format!("/v1/claims/{}/finalize", scope.to_hex());
-    let answer = post(&mut connection, authorization, &path, &finalize).await?;
+    let answer = post_store_call(&mut connection, authorization, &path, &finalize).await?;
     if answer.status != StatusCode::OK {
         return Err(BenchError::Answer(format!(
             "the flood's record was not finalized ({}): the store's --max-record-bytes must \
@@ -193,23 +193,6 @@ async fn replay_batch(store: &str, authorization: &HeaderValue) -> Result<Bytes,
     serde_json::to_vec(&batch)
         .map(Bytes::from)
         .map_err(|e| BenchError::Input(format!("serialize the replay batch: {e}")))
-}
-
-async fn post(
-    connection: &mut Connection,
-    authorization: &HeaderValue,
-    path: &str,
-    body: &impl serde::Serialize,
-) -> Result<crate::http::Answer, BenchError> {
-    let body = serde_json::to_vec(body)
-        .map_err(|e| BenchError::Input(format!("serialize a store call: {e}")))?;
-    let headers = [
-        (AUTHORIZATION, authorization.clone()),
-        (CONTENT_TYPE, HeaderValue::from_static("application/json")),
-    ];
-    connection
-        .send(Method::POST, path, &headers, Bytes::from(body))
-        .await
 }
 
 /// The greedy caller at work.

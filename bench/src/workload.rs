@@ -273,16 +273,26 @@ impl StoreCycle {
         path: &str,
         body: &impl serde::Serialize,
     ) -> Result<Answer, BenchError> {
-        let body = serde_json::to_vec(body)
-            .map_err(|e| BenchError::Input(format!("serialize a store call: {e}")))?;
-        let headers = [
-            (AUTHORIZATION, self.authorization.clone()),
-            (CONTENT_TYPE, HeaderValue::from_static("application/json")),
-        ];
-        connection
-            .send(Method::POST, path, &headers, Bytes::from(body))
-            .await
+        post_store_call(connection, &self.authorization, path, body).await
     }
+}
+
+/// `POST path` to a lease-store with `body` as JSON and the filter token `authorization`.
+pub async fn post_store_call(
+    connection: &mut Connection,
+    authorization: &HeaderValue,
+    path: &str,
+    body: &impl serde::Serialize,
+) -> Result<Answer, BenchError> {
+    let body = serde_json::to_vec(body)
+        .map_err(|e| BenchError::Input(format!("serialize a store call: {e}")))?;
+    let headers = [
+        (AUTHORIZATION, authorization.clone()),
+        (CONTENT_TYPE, HeaderValue::from_static("application/json")),
+    ];
+    connection
+        .send(Method::POST, path, &headers, Bytes::from(body))
+        .await
 }
 
 #[cfg(test)]
