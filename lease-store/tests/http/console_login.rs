@@ -165,3 +165,29 @@ async fn the_session_cookie_does_not_open_the_admin_api() {
     let shown = get_with(admin, &format!("/v1/records/{scope}"), &cookie).await;
     assert_eq!(shown.status, 401, "{}", shown.text);
 }
+
+#[tokio::test]
+async fn a_session_names_its_operator_and_ends_when_the_token_is_revoked() {
+    let file = std::env::temp_dir().join(format!("keyflight-console-{}", fresh_digest("f")));
+    std::fs::write(&file, "alice:alice-token-for-tests\n").unwrap();
+    let server = start_server(&["--admin-tokens-file", file.to_str().unwrap()]).await;
+    let admin = &server.admin;
+    let signed = login(admin, "alice-token-for-tests").await;
+    assert_eq!(signed.status, 303, "{}", signed.text);
+    let cookie = signed.set_cookie[0].split_once(';').unwrap().0.to_owned();
+    let queue = get_with(admin, "/console", &cookie).await;
+    assert!(queue.text.contains("operator <strong>alice</strong>"));
+
+    // Taken out of the file (write, then rename, as a Secret volume does), the token ends
+    // the sessions it opened: each request checks it again.
+    let staged = file.with_extension("staged");
+    std::fs::write(&staged, "bob:bob-token-for-tests\n").unwrap();
+    std::fs::rename(&staged, &file).unwrap();
+    keyflight_testkit::process::eventually(
+        "the revoked token's session is refused",
+        std::time::Duration::from_secs(20),
+        || async { get_with(admin, "/console", &cookie).await.status == 401 },
+    )
+    .await;
+    std::fs::remove_file(&file).unwrap();
+}
