@@ -21,7 +21,7 @@ CARGO ?= cargo
 .PHONY: help prereqs ha-prereqs net-prereqs bench-prereqs partition-prereqs e2e-partitioned ha-kill-primary ha-restart-nodes rust-targets envoy wasm build build-release lint fmt-check clippy \
         check unit test-net test-ha protocol-wasm native native-test envoy-validate validate-manifests doc-links e2e test up down demo images bench \
         fuzz fuzz-smoke api-conformance openapi-overlay \
-        chaos chaos-short model-check model
+        chaos chaos-short model-check model console-browser console-browser-prereqs
 
 help:
 	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench  - keyflight vs Envoy/Postgres side by side (table + target/bench/results.json); not part of make test"
 	@echo "              (installs redis-server when missing: root)"
 	@echo "make images - OCI images of the filter (Istio Wasm) and the lease-store under target/images/"
+	@echo "make console-browser - the operator's console in headless Chromium on the real stack (installs chromium, playwright-core)"
 	@echo "make fuzz   - every cargo-fuzz target for FUZZ_SECONDS (default 300) each (FUZZ_TARGETS=... to pick)"
 	@echo "inner loop (each is a part of make test):"
 	@echo "  make lint            fmt check, clippy (host and wasm32), doc links, the README's layout table names every crate"
@@ -168,6 +169,17 @@ validate-manifests: envoy wasm native-test
 
 e2e: net-prereqs partition-prereqs envoy wasm native-test build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
+
+# Debian's chromium and playwright-core (pinned, from npm, into .tools/browser) for the
+# console's browser test: installed when missing (chromium as root), or one line saying how.
+console-browser-prereqs: prereqs
+	@scripts/browser-prereqs.sh
+
+# The operator's console in a real headless Chromium against the real stack
+# (docs/console.md#the-browser-test). Ignored by make e2e and make test: run it on its own.
+console-browser: console-browser-prereqs envoy wasm build
+	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- \
+		--ignored operators_decide_in_a_real_browser
 
 # The end-to-end suite on three partitions behind a PL/Proxy router (docs/distributed-sql.md):
 # every scenario but the rollback to the previous release, which predates partitions (its

@@ -117,7 +117,12 @@ impl Auth {
 
     /// The operator whose named token the request presents.
     pub fn operator(&self, headers: &HeaderMap) -> Result<Operator, ApiError> {
-        let presented = bearer_token(headers).ok_or(ApiError::Unauthorized)?;
+        self.operator_of(bearer_token(headers).ok_or(ApiError::Unauthorized)?)
+    }
+
+    /// The operator whose named token `presented` is: the one check behind the bearer
+    /// header and the console's sign-in (`docs/console.md#signing-in`).
+    pub fn operator_of(&self, presented: &[u8]) -> Result<Operator, ApiError> {
         if let Some(name) = self.0.admin.who(presented) {
             return Ok(Operator(name));
         }

@@ -31,6 +31,7 @@ mod leases_are_renewed_while_running;
 mod media_types_are_part_of_the_request;
 mod mtls_peers_are_isolated;
 mod native_adapter_runs_the_core_scenarios;
+mod operators_decide_in_a_real_browser;
 mod oversized_answers_are_delivered_not_replayed;
 mod partitioned_records_run_once;
 mod partitioned_winners_are_taken_over;

@@ -1,12 +1,13 @@
 //! The CSRF token on every decision form (`docs/console.md#decisions`).
 //!
-//! The console sets no cookie: an operator's browser reaches it through something that adds
-//! their bearer token to every request to the admin listener, and so would add it to a
-//! request another site's page makes it send. A decision is therefore taken only with the
-//! token its preview page rendered: an HMAC-SHA-256, under a key drawn when the replica
-//! starts, of the operator's name, the decision and the record's scope. Another site can
-//! neither read the page nor compute it; it opens one decision on one record for one
-//! operator, on the replica that rendered it (a restart means previewing again).
+//! An operator may reach the console through something that adds their bearer token to
+//! every request to the admin listener, and so would add it to a request another site's
+//! page makes the browser send (the sign-in cookie is `SameSite=Strict`, the header is not).
+//! A decision is therefore taken only with the token its preview page rendered: an
+//! HMAC-SHA-256, under a key drawn when the replica starts, of the operator's name, the
+//! decision and the record's scope. Another site can neither read the page nor compute it;
+//! it opens one decision on one record for one operator, on the replica that rendered it
+//! (a restart means previewing again).
 
 use std::sync::Arc;
 

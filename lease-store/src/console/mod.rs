@@ -9,8 +9,9 @@
 //! every value it interpolates; [`text`] makes the characters escaping leaves invisible
 //! (bidi controls, line separators) visible; and [`headers`] puts the security headers on
 //! every console answer, refusals included.
-//! The console authenticates as the admin API does: an operator's named bearer token
-//! ([`crate::auth::require_admin`]).
+//! The console authenticates as the admin API does: an operator's named token, as a bearer
+//! header or through the session [`session`] opens at sign-in
+//! ([`crate::auth::Auth::operator_of`]).
 
 pub mod csrf;
 pub mod decision;
@@ -18,6 +19,7 @@ pub mod headers;
 pub mod pages;
 pub mod queue;
 pub mod routes;
+pub mod session;
 pub mod text;
 
 use std::time::Duration;
@@ -27,17 +29,20 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 
 use crate::api::{AppState, limits};
-use crate::auth::{self, Auth};
+use crate::auth::Auth;
 use csrf::CsrfKey;
+use session::Sessions;
 
 pub use headers::secure;
 
 /// Every console path starts with this.
 pub const PREFIX: &str = "/console";
 
-/// The console's routes, behind the operators' tokens and the admin API's per-call deadline.
+/// The console's routes: sign-in and sign-out open, the rest behind the operators' tokens
+/// (bearer or session); all under the admin API's per-call deadline.
 pub fn routes(auth: Auth, request_timeout: Duration) -> Router<AppState> {
-    Router::new()
+    let sessions = Sessions::default();
+    let signed_in = Router::new()
         .route(PREFIX, get(routes::queue))
         .route("/console/records/{scope}", get(routes::record))
         .route("/console/records/{scope}/preview", get(routes::preview))
@@ -45,8 +50,21 @@ pub fn routes(auth: Auth, request_timeout: Duration) -> Router<AppState> {
         .route("/console/style.css", get(routes::stylesheet))
         .route_layer(Extension(CsrfKey::random()))
         .route_layer(middleware::from_fn_with_state(
+            (auth.clone(), sessions.clone()),
+            session::require_operator,
+        ));
+    let sign_in = Router::new()
+        .route(
+            "/console/login",
+            get(routes::login_page).post(routes::login),
+        )
+        .route("/console/logout", post(routes::logout))
+        .route_layer(Extension(auth))
+        .route_layer(Extension(sessions));
+    signed_in
+        .merge(sign_in)
+        .route_layer(middleware::from_fn_with_state(
             request_timeout,
             limits::deadline,
         ))
-        .route_layer(middleware::from_fn_with_state(auth, auth::require_admin))
 }

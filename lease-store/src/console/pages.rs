@@ -317,6 +317,38 @@ fn record_path(record: &RecordSummary) -> String {
 
 /// The frame every page shares: no script, one stylesheet from the console itself.
 fn page(title: &str, operator: &str, body: Markup) -> Markup {
+    let header = html! {
+        a href="/console" { "keyflight console" }
+        span { " · operator " strong { (operator) } }
+        form.signout method="post" action="/console/logout" {
+            button type="submit" { "Sign out" }
+        }
+    };
+    document(title, true, header, body)
+}
+
+/// The sign-in page (`docs/console.md#signing-in`), with why the last try was refused.
+/// It links no stylesheet: that is behind the sign-in.
+pub fn login(refused: Option<&str>) -> Markup {
+    let body = html! {
+        h1 { "Sign in" }
+        p { "With your operator token (" code { "--admin-tokens-file" } "); the filter "
+            "token does not open the console." }
+        @if let Some(refused) = refused {
+            p.refused { (refused) }
+        }
+        form method="post" action="/console/login" {
+            label { "Operator token " input type="password" name="token" autocomplete="off"
+                required; }
+            " "
+            button type="submit" { "Sign in" }
+        }
+    };
+    document("Sign in", false, html! { "keyflight console" }, body)
+}
+
+/// The document around every page; `styled` links the stylesheet.
+fn document(title: &str, styled: bool, header: Markup, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -324,13 +356,12 @@ fn page(title: &str, operator: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · keyflight console" }
-                link rel="stylesheet" href="/console/style.css";
+                @if styled {
+                    link rel="stylesheet" href="/console/style.css";
+                }
             }
             body {
-                header {
-                    a href="/console" { "keyflight console" }
-                    span { " · operator " strong { (operator) } }
-                }
+                header { (header) }
                 main { (body) }
             }
         }

@@ -4,11 +4,11 @@
 //! functions its resolve and erase call, so a decision is the same whoever takes it
 //! (`docs/console.md#decisions`).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
-use axum::http::header;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use keyflight_protocol::wire::{RecordState, ResolveRequest};
@@ -19,10 +19,12 @@ use super::csrf::CsrfKey;
 use super::decision::{Decision, DecisionForm};
 use super::pages;
 use super::queue::AgeFilter;
+use super::session::{self, Sessions};
 use crate::api::error::ApiError;
 use crate::api::records::{DEFAULT_LIMIT, MAX_LIMIT, erase_as_operator, resolve_as_operator};
 use crate::api::{AppState, Scope};
-use crate::auth::Operator;
+use crate::auth::{Auth, Operator};
+use crate::settings::Secret;
 
 /// Query of `GET /console`. Each field is text: a form sends an empty box as `name=`.
 #[derive(Debug, Deserialize)]
@@ -157,6 +159,69 @@ pub async fn decide(
         }
     }
     Ok(html(pages::done(&operator, &scope, form.action)))
+}
+
+/// The form of `POST /console/login`.
+#[derive(Deserialize)]
+pub struct LoginForm {
+    token: String,
+}
+
+/// The sign-in page.
+pub async fn login_page() -> Response {
+    html(pages::login(None))
+}
+
+/// Signs in: an operator's token opens a session and the queue; anything else shows the
+/// sign-in page again, with the admin API's status, and sets nothing. The token is never
+/// logged, only the operator's name.
+pub async fn login(
+    Extension(auth): Extension<Auth>,
+    Extension(sessions): Extension<Sessions>,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
+    let token = form.map(|Form(form)| form.token).unwrap_or_default();
+    match auth.operator_of(token.as_bytes()) {
+        Ok(Operator(operator)) => {
+            let id = sessions.open(Secret::new(token), Instant::now());
+            tracing::info!(%operator, "an operator signed in to the console");
+            (
+                StatusCode::SEE_OTHER,
+                [
+                    (header::LOCATION, super::PREFIX.to_owned()),
+                    (header::SET_COOKIE, session::cookie(&id)),
+                ],
+            )
+                .into_response()
+        }
+        Err(ApiError::Forbidden(_)) => (
+            StatusCode::FORBIDDEN,
+            html(pages::login(Some(
+                "That is the filter token: the console needs an operator's token.",
+            ))),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::UNAUTHORIZED,
+            html(pages::login(Some("That is not an operator's token."))),
+        )
+            .into_response(),
+    }
+}
+
+/// Signs out: ends the session the cookie names, drops the cookie, shows the sign-in page.
+pub async fn logout(Extension(sessions): Extension<Sessions>, headers: HeaderMap) -> Response {
+    if let Some(id) = session::presented(&headers) {
+        sessions.close(id);
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/console/login".to_owned()),
+            (header::SET_COOKIE, session::cleared()),
+        ],
+    )
+        .into_response()
 }
 
 /// The console's only stylesheet (its Content-Security-Policy allows styles from here alone).

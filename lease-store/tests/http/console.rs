@@ -219,7 +219,7 @@ async fn no_console_without_an_operator_token_or_on_the_data_plane() {
 }
 
 /// `fields` as `application/x-www-form-urlencoded`, as a browser sends a form.
-fn form(fields: &[(&str, &str)]) -> String {
+pub fn form(fields: &[(&str, &str)]) -> String {
     let encode = |text: &str| -> String {
         text.bytes()
             .map(

@@ -11,6 +11,7 @@ mod claim_age;
 mod claims;
 mod cli;
 mod console;
+mod console_login;
 mod contract_ranges;
 mod database_down;
 mod database_errors;
