@@ -176,7 +176,8 @@ console-browser-prereqs: prereqs
 	@scripts/browser-prereqs.sh
 
 # The operator's console in a real headless Chromium against the real stack
-# (docs/console.md#the-browser-test). Ignored by make e2e and make test: run it on its own.
+# (docs/console.md#the-browser-test). Ignored by make e2e (it needs Chromium); make test runs
+# it after the end-to-end suite.
 console-browser: console-browser-prereqs envoy wasm build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- \
 		--ignored operators_decide_in_a_real_browser
@@ -209,7 +210,7 @@ CORE_SCENARIOS := concurrent_duplicates_run_once:: two_replicas_run_once:: compl
 check: prereqs build lint unit envoy wasm
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios -- $(CORE_SCENARIOS)
 
-test: prereqs lint unit test-net model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance openapi-overlay e2e test-ha chaos-short
+test: prereqs lint unit test-net model-check protocol-wasm envoy-validate validate-manifests fuzz-smoke api-conformance openapi-overlay e2e console-browser test-ha chaos-short
 # make test's short run keeps the upstream's payments in a ledger, so its plugin guards keys
 # with all three `uncertain` settings, reconcile included (chaos/README.md#options).
 test: CHAOS_FLAGS = --upstream-effects
