@@ -114,22 +114,31 @@ async fn a_dead_partition_fails_closed_only_the_keys_it_owns() {
     // Each router session still holds its connection to the partition that died; PL/Proxy
     // drops it on that session's next call, which fails (503 with `Retry-After`, as before
     // the restart): a caller retries as told, and its key runs once.
-    for key in &refused {
-        let mut reply = send(key).await;
-        for _ in 0..RETRIES_AFTER_RESTART {
-            if reply.status != 503 {
-                break;
+    let send_as_told = |key: &str| {
+        let key = key.to_owned();
+        let send = &send;
+        async move {
+            let mut reply = send(&key).await;
+            for _ in 0..RETRIES_AFTER_RESTART {
+                if reply.status != 503 {
+                    break;
+                }
+                reply.assert_problem(503, "journal_unavailable");
+                reply = send(&key).await;
             }
-            reply.assert_problem(503, "journal_unavailable");
-            reply = send(key).await;
+            reply
         }
+    };
+    for key in &refused {
+        let reply = send_as_told(key).await;
         assert_eq!(
             reply.status, 201,
             "{key} runs once its partition is back: {reply}"
         );
     }
     for key in &keys {
-        assert_eq!(send(key).await.status, 201, "{key} replays");
+        let reply = send_as_told(key).await;
+        assert_eq!(reply.status, 201, "{key} replays: {reply}");
     }
     assert_eq!(stack.upstream_executions().await, keys.len() as u64);
 }
