@@ -110,22 +110,33 @@ pub fn substitute(sql: &str, params: &[(usize, &str)]) -> Result<String, BenchEr
 
 /// The pgbench script: variables, then the store's claim and finalize statements.
 pub fn script() -> Result<String, BenchError> {
-    let body_hex: String = recorded_body().iter().map(|b| format!("{b:02x}")).collect();
-    let finalize = finalize_params(&body_hex);
+    let finalize = finalize_params(&recorded_body_hex());
     let finalize: Vec<(usize, &str)> = finalize.iter().map(|(n, e)| (*n, e.as_str())).collect();
     let claim = substitute(CLAIM_SQL, CLAIM_PARAMS)?;
     let finalize = substitute(FINALIZE_SQL, &finalize)?;
     Ok(format!(
-        "\\set scope random(1, 9223372036854775806)\n\
-         \\set fingerprint 42\n\
-         \\set lease_ms {LEASE_MS}\n\
-         \\set retention_ms {RETENTION_MS}\n\
-         \\set status 201\n\
-         {};\n\
-         {};\n",
+        "{}{};\n{};\n",
+        variables(9_223_372_036_854_775_806),
         claim.trim(),
         finalize.trim()
     ))
+}
+
+/// The script's variables, each line ending in a newline: a random scope base in 1..=`max_scope`
+/// and the values every claim and finalize binds.
+pub fn variables(max_scope: u64) -> String {
+    format!(
+        "\\set scope random(1, {max_scope})\n\
+         \\set fingerprint 42\n\
+         \\set lease_ms {LEASE_MS}\n\
+         \\set retention_ms {RETENTION_MS}\n\
+         \\set status 201\n"
+    )
+}
+
+/// [`recorded_body`] as the hex of a `bytea` literal.
+pub fn recorded_body_hex() -> String {
+    recorded_body().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One pgbench run's figures.

@@ -13,7 +13,7 @@
 use keyflight_store_core::sql::batch::{CLAIM_BATCH_SQL, FINALIZE_BATCH_SQL};
 
 use crate::error::BenchError;
-use crate::pgbench::{LEASE_MS, RETENTION_MS, recorded_body, substitute};
+use crate::pgbench::{recorded_body_hex, substitute, variables};
 
 /// The batch sizes measured (rows per statement).
 pub const BATCHES: [usize; 6] = [1, 2, 4, 8, 16, 32];
@@ -39,7 +39,7 @@ pub fn script(k: usize) -> Result<String, BenchError> {
     }
     let scopes = per_row(k, "sha256(int8send(:scope::bigint + i))");
     let claim_ids = per_row(k, "md5(int8send(:scope::bigint + i))::uuid");
-    let body_hex: String = recorded_body().iter().map(|b| format!("{b:02x}")).collect();
+    let body_hex = recorded_body_hex();
     let claim: Vec<(usize, String)> = vec![
         (1, scopes.clone()),
         (2, each(k, "sha256(int8send(:fingerprint::bigint))")),
@@ -67,14 +67,8 @@ pub fn script(k: usize) -> Result<String, BenchError> {
         substitute(sql, &params)
     };
     Ok(format!(
-        "\\set scope random(1, {})\n\
-         \\set fingerprint 42\n\
-         \\set lease_ms {LEASE_MS}\n\
-         \\set retention_ms {RETENTION_MS}\n\
-         \\set status 201\n\
-         {};\n\
-         {};\n",
-        i64::MAX as u64 - k as u64,
+        "{}{};\n{};\n",
+        variables(i64::MAX as u64 - k as u64),
         bind(CLAIM_BATCH_SQL, &claim)?.trim(),
         bind(FINALIZE_BATCH_SQL, &finalize)?.trim()
     ))
