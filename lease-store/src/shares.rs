@@ -82,6 +82,12 @@ impl Activity {
         }
         seen.last.len()
     }
+
+    /// How many callers called within the last [`ACTIVE_WINDOW`] (give or take
+    /// [`SWEEP_EVERY`], as [`Activity::saw`] counts them), without noting a call.
+    pub fn active(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).last.len()
+    }
 }
 
 /// The places each caller holds.

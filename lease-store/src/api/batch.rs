@@ -23,7 +23,7 @@ use futures_util::future::join_all;
 use keyflight_protocol::wire::batch::{
     BatchAnswer, BatchedAnswer, ClaimBatch, FinalizeBatch, MAX_BATCH_CALLS, OwnedBatchAnswer,
 };
-use keyflight_protocol::wire::{ClaimAnswer, ClaimRequest, ClaimResponse};
+use keyflight_protocol::wire::{ClaimAnswer, ClaimRequest, ClaimResponse, StoredResponse};
 use serde::Serialize;
 use serde_json::value::{RawValue, to_raw_value};
 
@@ -129,29 +129,39 @@ fn never_waits(request: &ClaimRequest) -> Result<(), ApiError> {
 }
 
 /// A claim's answer as the batch carries it, written at once so a replayed body is not
-/// held twice; a replay is first weighed against the caller's answer budget, and answered
-/// 503 when it does not fit. Other answers are small and weighed with the whole batch: a
-/// claim won is never shed here, as nobody would then hold its lease.
+/// held twice; a replay is first weighed against the caller's answer budget, by its size
+/// once encoded and before it is, and answered 503 when it does not fit. Other answers are
+/// small and weighed with the whole batch: a claim won is never shed here, as nobody would
+/// then hold its lease.
 fn weighed(
     metrics: &Metrics,
     answer: Result<ClaimAnswer, ApiError>,
     account: Option<&AnswerAccount>,
 ) -> BatchedAnswer<Box<RawValue>> {
-    let replay = matches!(
-        answer,
+    let replayed = match &answer {
         Ok(ClaimAnswer {
-            response: ClaimResponse::Completed { .. },
+            response: ClaimResponse::Completed { response },
             ..
-        })
-    );
-    let carried = carried_one(metrics, answer);
-    match account.filter(|_| replay) {
-        Some(account) => match account.weigh(carried.body.get().len()) {
-            Ok(()) => carried,
-            Err(spent) => carried_one::<ClaimAnswer>(metrics, Err(spent)),
-        },
-        None => carried,
+        }) => Some(encoded_size(response)),
+        _ => None,
+    };
+    if let (Some(account), Some(bytes)) = (account, replayed)
+        && let Err(spent) = account.weigh(bytes)
+    {
+        return carried_one::<ClaimAnswer>(metrics, Err(spent));
     }
+    carried_one(metrics, answer)
+}
+
+/// About what a replay adds to the batch's answer: its body in base64 and its headers (the
+/// finished answer is weighed exactly).
+fn encoded_size(response: &StoredResponse) -> usize {
+    let headers: usize = response
+        .headers
+        .iter()
+        .map(|(name, value)| name.len() + value.len())
+        .sum();
+    response.body.len().div_ceil(3) * 4 + headers
 }
 
 /// The batch's answer: each call's as its single route writes it.

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{ConnectInfo, Request, State};
@@ -36,12 +37,13 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::api::answer_rate::AnswerRate;
 use crate::api::error::ApiError;
 use crate::api::held::Held;
 use crate::api::limits::Slot;
 use crate::caller::Caller;
 use crate::metrics::{Metrics, Shed};
-use crate::shares::Charged;
+use crate::shares::{Activity, Charged};
 
 /// The request-body budget: [`Budget`], and the most a body of unknown length may be.
 #[derive(Clone)]
@@ -51,10 +53,11 @@ pub struct BodyBudget {
     metrics: Metrics,
 }
 
-/// The answer budget.
+/// The answer budget, and the pace of each caller's answers ([`AnswerRate`]).
 #[derive(Clone)]
 pub struct AnswerBudget {
     budget: Budget,
+    rate: Arc<AnswerRate>,
     metrics: Metrics,
 }
 
@@ -110,10 +113,16 @@ impl BodyBudget {
 }
 
 impl AnswerBudget {
-    /// A budget of `max_total` answer bytes, `max_per_caller` of them for one caller.
-    pub fn new(max_total: usize, max_per_caller: usize, metrics: Metrics) -> Self {
+    /// A budget of `max_total` answer bytes, `max_per_caller` of them for one caller, and
+    /// `per_second` answer bytes shared by the callers `activity` knows ([`AnswerRate`]).
+    pub fn new(
+        (max_total, max_per_caller): (usize, usize),
+        (per_second, activity): (u64, Arc<Activity>),
+        metrics: Metrics,
+    ) -> Self {
         AnswerBudget {
             budget: Budget::new(max_total, max_per_caller),
+            rate: Arc::new(AnswerRate::new(per_second, max_per_caller, activity)),
             metrics,
         }
     }
@@ -129,6 +138,11 @@ impl AnswerAccount {
             reserved,
             shed,
         } = &*self.0;
+        let now = Instant::now();
+        if !budget.rate.allows(caller, now) {
+            shed.store(true, Ordering::Relaxed);
+            return Err(budget.paced());
+        }
         let mut reserved = lock(reserved);
         let fits = match reserved.as_mut() {
             Some(reservation) => reservation.grow(bytes),
@@ -141,7 +155,10 @@ impl AnswerAccount {
             },
         };
         match fits {
-            true => Ok(()),
+            true => {
+                budget.rate.charge(caller, bytes, now);
+                Ok(())
+            }
             false => {
                 shed.store(true, Ordering::Relaxed);
                 budget.budget.shed(caller, bytes);
@@ -159,21 +176,36 @@ impl AnswerAccount {
         }
     }
 
-    /// The reservation for the finished answer of `bytes`. What the call weighed is resized
-    /// to it, without a bound: past the replays weighed, an answer adds only its calls'
-    /// small answers and framing. A call that weighed nothing reserves it now, if it fits.
+    /// The reservation for the finished answer of `bytes`, its bytes not weighed yet drawn
+    /// from the caller's pace. What the call weighed is resized to it, without a bound:
+    /// past the replays weighed, an answer adds only its calls' small answers and framing. A
+    /// call that weighed nothing reserves it now, if it fits.
     fn settle(&self, bytes: usize) -> Option<Reservation> {
-        match lock(&self.0.reserved).take() {
+        let Account { budget, caller, .. } = &*self.0;
+        let (reservation, weighed) = match lock(&self.0.reserved).take() {
             Some(mut reservation) => {
+                let weighed = reservation.bytes;
                 reservation.resize(bytes);
-                Some(reservation)
+                (reservation, weighed)
             }
-            None => self.0.budget.budget.reserve(self.0.caller.clone(), bytes),
-        }
+            None => (budget.budget.reserve(caller.clone(), bytes)?, 0),
+        };
+        budget
+            .rate
+            .charge(caller, bytes.saturating_sub(weighed), Instant::now());
+        Some(reservation)
     }
 }
 
 impl AnswerBudget {
+    /// Counts an answer shed for its caller's pace and says why.
+    fn paced(&self) -> ApiError {
+        self.metrics.shed(Shed::AnswerRate);
+        ApiError::Overloaded(
+            "this caller has had more than its share of the replica's answer bytes a second while other callers are active (--max-answer-bytes-per-second); retry shortly",
+        )
+    }
+
     /// Counts a shed answer and says why.
     fn spent(&self) -> ApiError {
         self.metrics.shed(Shed::AnswerBudget);
@@ -341,6 +373,9 @@ pub async fn reserve_answer(
     let caller = charged(&request);
     if budget.budget.full_for(&caller) {
         return budget.spent().into_response();
+    }
+    if !budget.rate.allows(&caller, Instant::now()) {
+        return budget.paced().into_response();
     }
     let slot = request.extensions().get::<Slot>().cloned();
     let account = AnswerAccount(Arc::new(Account {

@@ -19,6 +19,7 @@
 //! axum's `Allow` header) answer problem+json too, through the router's two
 //! fallbacks.
 
+pub mod answer_rate;
 pub mod batch;
 pub mod budget;
 pub mod claims;
@@ -169,8 +170,11 @@ fn limited(
         state.metrics.clone(),
     );
     let answers = AnswerBudget::new(
-        limits.max_answer_bytes_in_flight,
-        limits.max_answer_bytes_in_flight_per_caller,
+        (
+            limits.max_answer_bytes_in_flight,
+            limits.max_answer_bytes_in_flight_per_caller,
+        ),
+        (limits.max_answer_bytes_per_second, Arc::clone(&activity)),
         state.metrics.clone(),
     );
     routes

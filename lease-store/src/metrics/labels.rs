@@ -66,6 +66,9 @@ pub enum Shed {
     BodyBudget,
     /// A call whose answer would pass the answer budget, answered 503 instead.
     AnswerBudget,
+    /// A call past its caller's share of `--max-answer-bytes-per-second` while other
+    /// callers were active, answered 503 (`crate::api::answer_rate`).
+    AnswerRate,
     /// A connection whose reader took nothing for `--write-timeout`, closed.
     WriteTimeout,
     /// A long-poll past `--max-waiters-per-scope`, answered `in_progress` at once.
@@ -85,6 +88,7 @@ impl Shed {
             Shed::CallerShare => "caller_share",
             Shed::BodyBudget => "body_budget",
             Shed::AnswerBudget => "answer_budget",
+            Shed::AnswerRate => "answer_rate",
             Shed::WriteTimeout => "write_timeout",
             Shed::LongPollScope => "longpoll_scope",
             Shed::LongPollTotal => "longpoll_total",

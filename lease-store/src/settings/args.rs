@@ -236,6 +236,10 @@ pub struct ServeArgs {
     /// hold.
     #[arg(long, env = "KEYFLIGHT_MAX_ANSWER_BYTES_IN_FLIGHT_PER_CALLER", default_value_t = 16 * 1024 * 1024)]
     pub(super) max_answer_bytes_in_flight_per_caller: usize,
+    /// Answer bytes a second shared by the callers while more than one is active: each
+    /// caller's answers are paced to its equal share (`0` paces nobody).
+    #[arg(long, env = "KEYFLIGHT_MAX_ANSWER_BYTES_PER_SECOND", default_value_t = 64 * 1024 * 1024)]
+    pub(super) max_answer_bytes_per_second: u64,
     /// A connection whose reader takes none of an answer for this long is closed.
     #[arg(long, env = "KEYFLIGHT_WRITE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub(super) write_timeout: Duration,

@@ -34,6 +34,8 @@ pub struct Limits {
     pub max_answer_bytes_in_flight: usize,
     /// Answer bytes not yet handed to the connections, one caller.
     pub max_answer_bytes_in_flight_per_caller: usize,
+    /// Answer bytes a second shared by the active callers (`0`: none paced).
+    pub max_answer_bytes_per_second: u64,
     /// Time a connection's reader may take none of an answer.
     pub write_timeout: Duration,
 }
@@ -279,6 +281,7 @@ impl ServeArgs {
                 max_body_bytes_in_flight_per_caller: self.max_body_bytes_in_flight_per_caller,
                 max_answer_bytes_in_flight: self.max_answer_bytes_in_flight,
                 max_answer_bytes_in_flight_per_caller: self.max_answer_bytes_in_flight_per_caller,
+                max_answer_bytes_per_second: self.max_answer_bytes_per_second,
                 write_timeout: self.write_timeout,
             },
             records: RecordBounds {

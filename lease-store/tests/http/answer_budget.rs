@@ -125,13 +125,59 @@ async fn a_workload_that_never_reads_its_replays_stays_within_the_answer_budget(
         ANSWER_BYTES >> 20,
         bound >> 20
     );
+    let budget_shed = greedy
+        .counter("keyflight_store_shed_total{reason=\"answer_budget\"}")
+        .await;
+    let rate_shed = greedy
+        .counter("keyflight_store_shed_total{reason=\"answer_rate\"}")
+        .await;
     assert!(
-        greedy
-            .counter("keyflight_store_shed_total{reason=\"answer_budget\"}")
-            .await
-            >= (ROUNDS * AT_ONCE - 1) as u64,
+        budget_shed + rate_shed >= (ROUNDS * AT_ONCE - 1) as u64,
         "every answer past the greedy caller's share is shed"
     );
+}
+
+#[tokio::test]
+async fn a_workload_replaying_fast_is_paced_to_its_share_only_while_another_is_active() {
+    // 4 MiB a second for the answers of all callers: 2 MiB each for two.
+    let share = 8u64 << 20;
+    let server = start_server(&[
+        "--max-body-bytes",
+        "4194304",
+        "--max-answer-bytes-in-flight-per-caller",
+        &share.to_string(),
+        "--max-answer-bytes-per-second",
+        "4194304",
+    ])
+    .await;
+    let greedy = &server.api;
+    let (scope, fingerprint, _) = large_record(greedy).await;
+    let replays = (share / (ANSWER_BYTES / BATCH as u64)) as usize + 4;
+
+    for _ in 0..replays {
+        let alone = greedy.claim(&scope, &fingerprint, 0).await;
+        assert_eq!(alone.outcome(), "completed", "a caller alone is not paced");
+    }
+
+    // Another workload: another peer address, so another caller.
+    let other = Api::bound(greedy.base.clone(), "127.0.0.3".parse().unwrap());
+    let (mine, _, claim_id) = other.win("another-workload").await;
+    let mut statuses = Vec::new();
+    for _ in 0..replays {
+        statuses.push(greedy.claim(&scope, &fingerprint, 0).await.status);
+    }
+    assert!(
+        statuses.contains(&503),
+        "past its bucket the replaying workload is refused while another is active: {statuses:?}"
+    );
+    assert_eq!(statuses[0], 200, "its bucket starts full");
+    assert!(
+        greedy
+            .counter("keyflight_store_shed_total{reason=\"answer_rate\"}")
+            .await
+            >= 1
+    );
+    other.finalize(&mine, &claim_id).await;
 }
 
 #[tokio::test]
