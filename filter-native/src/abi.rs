@@ -14,6 +14,8 @@ use std::ptr;
 
 mod config;
 mod stream;
+#[cfg(test)]
+mod unlinked;
 
 pub use config::{ConfigScheduler, EnvoyConfig};
 pub use stream::{EnvoyFilter, StreamScheduler};

@@ -41,6 +41,11 @@ pub const STOP: i32 = 1;
 /// another hook of the same stream before they return (a callout that fails inside its
 /// dispatch answers at once). Hence shared references and a `RefCell`: a hook that finds
 /// the driver busy leaves its answer in `early`, and the hook running drains it.
+///
+/// Envoy may even destroy the stream inside one of its hooks: a local reply or a resume
+/// that ends the stream runs its destroy hook before it returns. So the filter counts the
+/// hooks running through [`guarded`], and one destroyed meanwhile is dropped when the last
+/// of them returns ([`destroy`]).
 pub struct Filter {
     plugin: Arc<Plugin>,
     slot: Arc<Slot>,
@@ -48,6 +53,8 @@ pub struct Filter {
     stream: RefCell<Stream>,
     failed: Cell<bool>,
     early: RefCell<VecDeque<Late>>,
+    running: Cell<u32>,
+    destroyed: Cell<bool>,
 }
 
 /// An answer for a stream whose driver was busy.
@@ -68,17 +75,20 @@ impl Filter {
             stream: RefCell::new(stream),
             failed: Cell::new(false),
             early: RefCell::default(),
+            running: Cell::new(0),
+            destroyed: Cell::new(false),
         }
     }
 
     /// Drops the filter holding its slot's lock: its driver shares the root driver's `Rc`s.
-    /// The slot forgets the stream first (`Slot::left`).
-    pub fn drop_held(self: Box<Self>) {
+    fn drop_held(self: Box<Self>) {
         let slot = Arc::clone(&self.slot);
-        slot.hold(|| {
-            slot.left(&self.plugin, self.id);
-            drop(self);
-        });
+        slot.hold(|| drop(self));
+    }
+
+    /// Whether Envoy destroyed the stream: nothing may be asked of Envoy for it any more.
+    fn gone(&self) -> bool {
+        self.destroyed.get()
     }
 
     /// The stream's first hook: its worker's slot may use it from now on (`turn.rs`).
@@ -98,6 +108,28 @@ impl Filter {
         let (slot, plugin) = (Arc::clone(&self.slot), Arc::clone(&self.plugin));
         slot.turn(&plugin, (self.id, envoy), answer);
     }
+}
+
+/// Envoy destroyed the filter behind `module`. Its worker's slot forgets the stream at once
+/// (`Slot::left`); the filter is dropped now or, when Envoy destroyed it inside one of its
+/// hooks, once that hook returned ([`guarded`]).
+///
+/// # Safety
+/// `module` is a filter `on_http_filter_new` returned (by `Box::into_raw`), destroyed once.
+pub unsafe fn destroy(module: *const c_void) {
+    // SAFETY: the caller's contract.
+    let Some(filter) = (unsafe { filter_of(module) }) else {
+        return;
+    };
+    filter
+        .slot
+        .hold(|| filter.slot.left(&filter.plugin, filter.id));
+    if filter.running.get() > 0 {
+        filter.destroyed.set(true);
+        return;
+    }
+    // SAFETY: made by `Box::into_raw`, no hook of it running, and Envoy destroys it once.
+    unsafe { Box::from_raw(module as *mut Filter) }.drop_held();
 }
 
 /// The module's filter behind `module`, when there is one.
@@ -165,9 +197,18 @@ where
     }
     // SAFETY: the caller's contract; only shared references are ever made.
     let filter = unsafe { &*(module as *const Filter) };
-    filter
+    filter.running.set(filter.running.get() + 1);
+    let status = filter
         .slot
-        .hold(|| held(filter, EnvoyFilter(envoy), on_panic, work))
+        .hold(|| held(filter, EnvoyFilter(envoy), on_panic, work));
+    let running = filter.running.get().saturating_sub(1);
+    filter.running.set(running);
+    if running == 0 && filter.gone() {
+        // SAFETY: Envoy destroyed it inside this hook (`destroy`), which left it to us: made
+        // by `Box::into_raw`, and nothing refers to it past this point.
+        unsafe { Box::from_raw(module as *mut Filter) }.drop_held();
+    }
+    status
 }
 
 /// [`guarded`], holding the stream's slot. A stream of a worker whose root driver panicked
@@ -176,7 +217,7 @@ fn held<F>(filter: &Filter, envoy: EnvoyFilter, on_panic: AfterPanic, work: Work
 where
     F: FnOnce(&mut Stream, &mut NativeHost<'_>) -> i32,
 {
-    if filter.failed.get() {
+    if filter.failed.get() || filter.gone() {
         return CONTINUE;
     }
     if filter.slot.failed() {
@@ -215,7 +256,7 @@ where
         let Some(next) = next else {
             break;
         };
-        if filter.failed.get() {
+        if filter.failed.get() || filter.gone() {
             continue;
         }
         if late(filter, envoy, next).is_err() {
@@ -277,6 +318,9 @@ fn drive(
     }));
     let (status, deferred) = ran.map_err(|_| ())?;
     for effect in deferred {
+        if filter.gone() {
+            break;
+        }
         effect.perform(envoy);
     }
     Ok(status)
@@ -286,11 +330,11 @@ fn drive(
 fn panicked(filter: &Filter, envoy: EnvoyFilter, on_panic: AfterPanic) -> i32 {
     filter.failed.set(true);
     match on_panic {
-        AfterPanic::Reply(status) => {
+        AfterPanic::Reply(status) if !filter.gone() => {
             fail_closed(Some(&filter.plugin), envoy);
             status
         }
-        AfterPanic::LogOnly => {
+        AfterPanic::Reply(_) | AfterPanic::LogOnly => {
             abi_log_only("keyflight: panic in the native module after its stream ended");
             CONTINUE
         }
@@ -339,4 +383,46 @@ fn fail_closed(plugin: Option<&Plugin>, envoy: EnvoyFilter) {
 /// A log line that cannot panic itself (no formatting).
 pub fn abi_log_only(message: &str) {
     let _ = catch_unwind(|| crate::abi::log(Level::Critical, message));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use keyflight_filter::drive::worker::Root;
+
+    use super::*;
+    use crate::hooks::envoy_dynamic_module_on_http_filter_destroy;
+
+    #[test]
+    fn a_filter_envoy_destroys_inside_its_own_hook_lives_until_the_hook_returns() {
+        let plugin = Arc::new(Plugin::detached());
+        let slot = Arc::new(Slot::new(Root::default()));
+        let stream = slot.stream(1).expect("a stream");
+        let filter = Filter::new(Arc::clone(&plugin), slot, 1, stream);
+        let module = Box::into_raw(Box::new(filter)) as *const c_void;
+        let alive = Arc::strong_count(&plugin);
+        let during = Cell::new(0);
+        // A local reply or a resume can end the stream inside the hook that performs it,
+        // and Envoy then destroys the stream's filters before that call returns.
+        let status = unsafe {
+            guarded(
+                std::ptr::null_mut(),
+                module,
+                AfterPanic::LogOnly,
+                callback(|_, _| {
+                    envoy_dynamic_module_on_http_filter_destroy(module);
+                    during.set(Arc::strong_count(&plugin));
+                    CONTINUE
+                }),
+            )
+        };
+        assert_eq!(status, CONTINUE);
+        assert_eq!(during.get(), alive, "not dropped while its hook runs");
+        assert_eq!(
+            Arc::strong_count(&plugin),
+            alive - 1,
+            "dropped once it returned"
+        );
+    }
 }

@@ -23,7 +23,8 @@ use keyflight_filter::drive::worker::Root;
 
 use crate::abi::{ABI_VERSION, EnvoyBuffer, EnvoyFilter, FilterEnvoyPtr, HttpHeader};
 use crate::barrier::{
-    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, filter_of, guarded, verdict,
+    AfterPanic, CONTINUE, Filter, STOP, Work, abi_log_only, callback, destroy, filter_of, guarded,
+    verdict,
 };
 use crate::host::{CallAnswer, NativeHost, buffered_bytes};
 use crate::worker::Slot;
@@ -243,12 +244,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 /// A pointer `on_http_filter_new` returned, once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_void) {
-    if !module.is_null() {
-        // SAFETY: made by `Box::into_raw` in `on_http_filter_new`; Envoy destroys once.
-        let filter = unsafe { Box::from_raw(module as *mut Filter) };
-        if catch_unwind(AssertUnwindSafe(|| filter.drop_held())).is_err() {
-            abi_log_only("keyflight: panic while dropping a stream");
-        }
+    // SAFETY: made by `Box::into_raw` in `on_http_filter_new`; Envoy destroys once.
+    if catch_unwind(|| unsafe { destroy(module) }).is_err() {
+        abi_log_only("keyflight: panic while dropping a stream");
     }
 }
 

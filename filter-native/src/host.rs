@@ -26,6 +26,7 @@ use crate::abi::{
     self, Attribute, BodyType, EnvoyBuffer, EnvoyFilter, HeaderType, HttpHeader, Level,
 };
 use crate::plugin::Plugin;
+use crate::turn::Request;
 use crate::worker::Slot;
 
 /// Writes one log line prefixed with `keyflight:`.
@@ -120,6 +121,8 @@ pub struct NativeHost<'a> {
     stream: Option<(&'a Arc<Slot>, StreamId)>,
     root: Option<&'a Arc<Slot>>,
     calls: RootCalls,
+    /// The streams waiting for the root driver's callout being sent (`Host::dispatch_for`).
+    waiting: Vec<StreamId>,
     answer: Option<&'a CallAnswer>,
     deferred: Vec<Deferred>,
 }
@@ -133,6 +136,7 @@ impl<'a> NativeHost<'a> {
             stream: None,
             root: None,
             calls: RootCalls::Refused,
+            waiting: Vec::new(),
             answer: None,
             deferred: Vec::new(),
         }
@@ -247,6 +251,13 @@ fn attribute(path: &[&str]) -> Option<(Attribute, bool)> {
     })
 }
 
+/// The wall clock in milliseconds, the drivers' clock.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
 fn millis_of(duration: Duration) -> u64 {
     u64::try_from(duration.max(Duration::from_millis(1)).as_millis()).unwrap_or(u64::MAX)
 }
@@ -281,7 +292,20 @@ impl NativeHost<'_> {
                 .root_callout(slot, cluster, &headers, body, timeout),
             (None, Some(slot), RootCalls::Carrier(stream, filter)) => filter
                 .http_callout(cluster, &headers, body, timeout)
-                .map(|id| u64::from(slot.carry(stream, id))),
+                .map(|id| {
+                    let request = Request {
+                        cluster: cluster.to_owned(),
+                        headers: headers
+                            .iter()
+                            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                            .collect(),
+                        body: body.to_vec(),
+                        timeout_ms: timeout,
+                        sent_at_ms: now_ms(),
+                        waiting: self.waiting.clone(),
+                    };
+                    u64::from(slot.carry(stream, id, request))
+                }),
             (None, Some(_), RootCalls::Refused) => {
                 log(
                     Level::Warn,
@@ -312,9 +336,7 @@ impl NativeHost<'_> {
 
 impl Host for NativeHost<'_> {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, millis)
+        now_ms()
     }
 
     fn log(&mut self, level_of: LogLevel, message: &str) {
@@ -452,7 +474,9 @@ impl Host for NativeHost<'_> {
             return self.dispatch(store, callout);
         };
         let calls = std::mem::replace(&mut self.calls, RootCalls::Carrier(stream, filter));
+        self.waiting = streams.to_vec();
         let token = self.dispatch(store, callout);
+        self.waiting.clear();
         self.calls = calls;
         token
     }

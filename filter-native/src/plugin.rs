@@ -66,6 +66,22 @@ impl Plugin {
         }
     }
 
+    /// A configuration with no Envoy behind it and no metrics, for unit tests.
+    #[cfg(test)]
+    pub fn detached() -> Self {
+        Plugin {
+            id: 0,
+            json: b"{}".to_vec(),
+            counters: HashMap::new(),
+            gauges: HashMap::new(),
+            config: EnvoyConfig(std::ptr::null_mut()),
+            slots: Mutex::default(),
+            calls: Mutex::default(),
+            dispatching: Mutex::default(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
     /// A worker's root driver of this configuration, ticked from now on.
     pub fn adopt(&self, slot: &Arc<Slot>) {
         self.slots

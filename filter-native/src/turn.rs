@@ -8,7 +8,9 @@
 //! stream's callouts answer on the worker, but both end with the stream
 //! (`docs/envoy-facts.md#dynamic-modules`). So the `Root` borrows a live stream for each:
 //! the wake-up is a commit of that stream's scheduler, and the `Root`'s callout goes out
-//! as that stream's. Nothing here calls Envoy; the slot does (`worker.rs`).
+//! as that stream's. A stream that ends takes its callouts with it, so each is handed to
+//! another live stream, which sends it again ([`Turn::leave`]). Nothing here calls Envoy;
+//! the slot does (`worker.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
@@ -34,14 +36,66 @@ pub struct Live {
     pub scheduler: Option<StreamScheduler>,
 }
 
+/// A `Root` callout as sent, to send it again as another stream's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The lease-store's cluster.
+    pub cluster: String,
+    /// Its headers.
+    pub headers: Vec<(String, String)>,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// The time it was given, from `sent_at_ms` on.
+    pub timeout_ms: u64,
+    /// When it was first sent (the host's clock).
+    pub sent_at_ms: u64,
+    /// The streams waiting for its answer, in the order the `Root` named them.
+    pub waiting: Vec<StreamId>,
+}
+
+impl Request {
+    /// What is left of its time at `now_ms`; `None` once spent, when Envoy would have
+    /// answered it as timed out.
+    fn time_left(&self, now_ms: u64) -> Option<u64> {
+        let spent = now_ms.saturating_sub(self.sent_at_ms);
+        self.timeout_ms.checked_sub(spent).filter(|&left| left > 0)
+    }
+}
+
+/// A callout of a stream that ended, to send again as `to`'s, with the time it has left.
+#[derive(Debug)]
+pub struct Handoff {
+    /// The `Root`'s token of the call: the answer to the new callout is its answer.
+    pub token: u32,
+    /// The live stream that carries it now.
+    pub to: StreamId,
+    /// That stream's Envoy filter.
+    pub envoy: EnvoyFilter,
+    /// What to send.
+    pub request: Request,
+    /// Its timeout now.
+    pub timeout_ms: u64,
+}
+
+/// What a stream that ended leaves to the slot: its scheduler, to delete, and its
+/// callouts, to send again.
+#[derive(Debug, Default)]
+pub struct Left {
+    /// The stream's scheduler, once one was made.
+    pub scheduler: Option<StreamScheduler>,
+    /// Its callouts that another live stream carries from now on.
+    pub handoffs: Vec<Handoff>,
+}
+
 /// The worker's turn bookkeeping, under the slot's lock.
 #[derive(Debug, Default)]
 pub struct Turn {
     live: BTreeMap<StreamId, Live>,
     /// The stream whose scheduled event will run the next turn, once committed.
     wake: Option<StreamId>,
-    /// The `Root`'s callouts in flight as a stream's: (carrier, Envoy's id) → `Root` token.
-    carried: BTreeMap<(StreamId, u64), u32>,
+    /// The `Root`'s callouts in flight as a stream's: (carrier, Envoy's id) → `Root` token
+    /// and what was sent.
+    carried: BTreeMap<(StreamId, u64), (u32, Request)>,
     next_token: u32,
     /// `Root` tokens whose carrier ended before the answer: Envoy cancelled them unanswered.
     lost: Vec<u32>,
@@ -62,23 +116,49 @@ impl Turn {
         );
     }
 
-    /// A stream of the worker ends: the callouts it carried are lost, and a wake-up
-    /// committed to it will not run. Its scheduler, for the slot to delete.
-    pub fn leave(&mut self, stream: StreamId) -> Option<StreamScheduler> {
+    /// A stream of the worker ends at `now_ms`; a wake-up committed to it will not run, and
+    /// Envoy cancels its callouts unanswered. Each of those the `Root` sent goes to the first
+    /// live stream waiting for it, else to any live stream (a herd's members wait for a call
+    /// that names only its sender, `docs/stream-machine.md#herds`), with the time it has
+    /// left: one caller leaving fails no other's call, as a Wasm root context's callout
+    /// outlives every stream. With no stream left, or no time, the call is lost: it fails.
+    pub fn leave(&mut self, stream: StreamId, now_ms: u64) -> Left {
+        if self.wake == Some(stream) {
+            self.wake = None;
+        }
+        let scheduler = self.live.remove(&stream).and_then(|live| live.scheduler);
         let carried: Vec<(StreamId, u64)> = self
             .carried
             .range((stream, 0)..=(stream, u64::MAX))
             .map(|(key, _)| *key)
             .collect();
+        let mut handoffs = Vec::new();
         for key in carried {
-            if let Some(token) = self.carried.remove(&key) {
-                self.lost.push(token);
+            let Some((token, request)) = self.carried.remove(&key) else {
+                continue;
+            };
+            let to = request
+                .waiting
+                .iter()
+                .copied()
+                .find(|id| self.live.contains_key(id))
+                .or_else(|| self.live.keys().next().copied());
+            let target = to.and_then(|to| self.live.get(&to).map(|live| (to, live.envoy)));
+            match (target, request.time_left(now_ms)) {
+                (Some((to, envoy)), Some(timeout_ms)) => handoffs.push(Handoff {
+                    token,
+                    to,
+                    envoy,
+                    request,
+                    timeout_ms,
+                }),
+                _ => self.lost.push(token),
             }
         }
-        if self.wake == Some(stream) {
-            self.wake = None;
+        Left {
+            scheduler,
+            handoffs,
         }
-        self.live.remove(&stream).and_then(|live| live.scheduler)
     }
 
     /// The stream `stream`, while alive.
@@ -114,17 +194,29 @@ impl Turn {
         self.wake = None;
     }
 
-    /// The `Root` sent a callout as `stream`'s, numbered `id` by Envoy: the `Root`'s token.
-    pub fn carry(&mut self, stream: StreamId, id: u64) -> u32 {
+    /// The `Root` sent `request` as `stream`'s callout, numbered `id` by Envoy: the `Root`'s
+    /// token.
+    pub fn carry(&mut self, stream: StreamId, id: u64, request: Request) -> u32 {
         self.next_token = self.next_token.wrapping_add(1);
         let token = CARRIED | (self.next_token & !CARRIED);
-        self.carried.insert((stream, id), token);
+        self.carried.insert((stream, id), (token, request));
         token
+    }
+
+    /// A handed-off call went out again as its new carrier's callout `id`.
+    pub fn carried_again(&mut self, handoff: Handoff, id: u64) {
+        self.carried
+            .insert((handoff.to, id), (handoff.token, handoff.request));
+    }
+
+    /// A handed-off call could not go out again: it is lost.
+    pub fn lose(&mut self, token: u32) {
+        self.lost.push(token);
     }
 
     /// The `Root`'s token of `stream`'s callout `id`, when the `Root` sent it (and forgets it).
     pub fn answered(&mut self, stream: StreamId, id: u64) -> Option<u32> {
-        self.carried.remove(&(stream, id))
+        self.carried.remove(&(stream, id)).map(|(token, _)| token)
     }
 
     /// The tokens whose carrier ended, since the last call.
@@ -162,11 +254,22 @@ mod tests {
         turn
     }
 
+    fn request(waiting: &[StreamId]) -> Request {
+        Request {
+            cluster: "lease_store".into(),
+            headers: vec![(":path".into(), "/v1/batch/claims".into())],
+            body: b"[]".to_vec(),
+            timeout_ms: 1_000,
+            sent_at_ms: 10_000,
+            waiting: waiting.to_vec(),
+        }
+    }
+
     #[test]
     fn a_carried_callout_gets_a_root_token_apart_from_the_configurations() {
         let mut turn = turn_with(&[1, 2]);
-        let first = turn.carry(1, 1);
-        let second = turn.carry(2, 1);
+        let first = turn.carry(1, 1, request(&[1]));
+        let second = turn.carry(2, 1, request(&[2]));
         assert_ne!(first, second, "two streams' callout 1 are two calls");
         assert!(first & CARRIED != 0 && second & CARRIED != 0);
         assert_eq!(turn.answered(2, 1), Some(second));
@@ -175,16 +278,56 @@ mod tests {
     }
 
     #[test]
-    fn a_carrier_that_ends_loses_its_callouts_and_its_wake_up() {
-        let mut turn = turn_with(&[1, 2]);
-        let lost = turn.carry(1, 3);
-        let kept = turn.carry(2, 3);
+    fn a_carrier_that_ends_hands_its_callouts_to_a_stream_waiting_for_them() {
+        let mut turn = turn_with(&[1, 2, 3]);
+        let token = turn.carry(1, 3, request(&[1, 3]));
+        let kept = turn.carry(2, 3, request(&[2]));
         turn.woken(1);
-        assert!(turn.leave(1).is_none());
-        assert_eq!(turn.take_lost(), [lost]);
+        let left = turn.leave(1, 10_400);
+        assert!(left.scheduler.is_none());
+        assert!(turn.take_lost().is_empty(), "no call is lost");
+        let [handoff] = left.handoffs.as_slice() else {
+            panic!("one callout handed off: {:?}", left.handoffs);
+        };
+        assert_eq!((handoff.token, handoff.to), (token, 3));
+        assert_eq!(handoff.request, request(&[1, 3]), "the same call again");
+        assert_eq!(handoff.timeout_ms, 600, "with the time it has left");
         assert!(!turn.wake_pending(), "its scheduled event will not run");
         assert_eq!(turn.answered(2, 3), Some(kept));
         assert!(turn.live(1).is_none());
+    }
+
+    #[test]
+    fn a_call_sent_again_answers_as_its_new_carriers_callout() {
+        let mut turn = turn_with(&[1, 2]);
+        let token = turn.carry(1, 3, request(&[1, 2]));
+        let mut left = turn.leave(1, 10_000);
+        let handoff = left.handoffs.pop().expect("handed off");
+        turn.carried_again(handoff, 8);
+        assert_eq!(turn.answered(2, 8), Some(token));
+        let token = turn.carry(2, 9, request(&[2]));
+        turn.leave(2, 10_000);
+        assert_eq!(turn.take_lost(), [token], "no stream left to carry it");
+    }
+
+    #[test]
+    fn a_herds_call_goes_to_any_live_stream_when_none_it_names_is_left() {
+        let mut turn = turn_with(&[1, 5]);
+        let token = turn.carry(1, 2, request(&[1]));
+        let left = turn.leave(1, 10_000);
+        let handoffs: Vec<(u32, StreamId)> =
+            left.handoffs.iter().map(|h| (h.token, h.to)).collect();
+        assert_eq!(handoffs, [(token, 5)]);
+    }
+
+    #[test]
+    fn a_call_whose_time_is_spent_is_lost_not_sent_again() {
+        let mut turn = turn_with(&[1, 2]);
+        let token = turn.carry(1, 2, request(&[1, 2]));
+        let left = turn.leave(1, 11_000);
+        assert!(left.handoffs.is_empty());
+        assert!(turn.owes_a_turn(), "the lost call fails in the next turn");
+        assert_eq!(turn.take_lost(), [token]);
     }
 
     #[test]
@@ -192,8 +335,8 @@ mod tests {
         let mut turn = turn_with(&[4, 9]);
         assert_eq!(turn.wake_target(Some(9)).map(|(id, _)| id), Some(9));
         assert_eq!(turn.wake_target(Some(5)).map(|(id, _)| id), Some(4));
-        turn.leave(4);
-        turn.leave(9);
+        turn.leave(4, 0);
+        turn.leave(9, 0);
         assert!(turn.wake_target(None).is_none());
     }
 

@@ -26,7 +26,7 @@ use keyflight_filter::drive::worker::Root;
 use crate::abi::EnvoyFilter;
 use crate::host::{CallAnswer, NativeHost, RootCalls};
 use crate::plugin::Plugin;
-use crate::turn::Turn;
+use crate::turn::{Handoff, Request, Turn};
 
 thread_local! {
     /// The slot whose lock this thread holds (its address), so that a hook Envoy runs
@@ -163,18 +163,27 @@ impl Slot {
         });
     }
 
-    /// A stream of this worker is destroyed. The `Root`'s calls it carried are lost with
-    /// it (Envoy cancels them unanswered) and answered as failed in the next turn, which
-    /// another live stream runs; with none left, at once, as nobody waits for them.
+    /// A stream of this worker is destroyed. Envoy cancels the `Root`'s calls it carried,
+    /// unanswered: each is sent again as another live stream's (`Turn::leave`). One that
+    /// cannot be is lost, answered as failed in the next turn, which another live stream
+    /// runs; with none left, at once, as nobody waits for it.
     pub fn left(self: &Arc<Self>, plugin: &Plugin, stream: StreamId) {
         self.hold(|| {
             let Ok(mut turn) = self.turn.try_borrow_mut() else {
                 return;
             };
             let had_wake = turn.wake_pending();
-            if let Some(scheduler) = turn.leave(stream) {
+            let left = turn.leave(stream, crate::host::now_ms());
+            drop(turn);
+            if let Some(scheduler) = left.scheduler {
                 scheduler.delete();
             }
+            for handoff in left.handoffs {
+                self.send_again(handoff);
+            }
+            let Ok(turn) = self.turn.try_borrow() else {
+                return;
+            };
             let owed = turn.owes_a_turn() || (had_wake && !turn.wake_pending());
             drop(turn);
             if owed && !self.wake(None) {
@@ -188,6 +197,29 @@ impl Slot {
                 }
             }
         });
+    }
+
+    /// Sends a call whose carrier ended again, as its new carrier's callout. Envoy's answer
+    /// (or its refusal) is the call's, as the first one's would have been.
+    fn send_again(&self, handoff: Handoff) {
+        let request = &handoff.request;
+        let headers: Vec<(&str, &str)> = request
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let sent = handoff.envoy.http_callout(
+            &request.cluster,
+            &headers,
+            &request.body,
+            handoff.timeout_ms,
+        );
+        if let Ok(mut turn) = self.turn.try_borrow_mut() {
+            match sent {
+                Ok(id) => turn.carried_again(handoff, id),
+                Err(_) => turn.lose(handoff.token),
+            }
+        }
     }
 
     /// Wakes the worker: commits the scheduler of `prefer`, or of any live stream, unless
@@ -225,12 +257,12 @@ impl Slot {
         })
     }
 
-    /// The `Root` sent a call as `stream`'s callout `id`: its token.
-    pub fn carry(&self, stream: StreamId, id: u64) -> u32 {
+    /// The `Root` sent `request` as `stream`'s callout `id`: its token.
+    pub fn carry(&self, stream: StreamId, id: u64, request: Request) -> u32 {
         self.hold(|| {
             self.turn
                 .try_borrow_mut()
-                .map_or(0, |mut turn| turn.carry(stream, id))
+                .map_or(0, |mut turn| turn.carry(stream, id, request))
         })
     }
 

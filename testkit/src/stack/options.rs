@@ -231,6 +231,12 @@ impl StackOptions {
         self
     }
 
+    /// Whether every Envoy runs the native adapter ([`StackOptions::native_adapter`], or
+    /// `KEYFLIGHT_ADAPTER=native` for a default stack).
+    pub fn runs_native_adapter(&self) -> bool {
+        self.native
+    }
+
     /// Sets an environment variable of every lease-store the stack starts.
     pub fn store_env(mut self, name: &str, value: &str) -> Self {
         self.store_env.push((name.to_owned(), value.to_owned()));
