@@ -17,6 +17,7 @@ use crate::hooks::answer_parts;
 use crate::host::{CallAnswer, NativeHost, log};
 use crate::plugin::Plugin;
 use crate::ticker::Ticker;
+use crate::unreadable::unreadable_source;
 
 static NEXT_PLUGIN: AtomicU64 = AtomicU64::new(1);
 
@@ -73,6 +74,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let plugin = Plugin::define(id, config.bytes().to_vec(), EnvoyConfig(envoy));
         let mut check = Root::default();
         if !check.configure(&mut NativeHost::configuring(&plugin)) {
+            return std::ptr::null();
+        }
+        let parsed = keyflight_filter::parse_plugin_config(plugin.json_bytes());
+        if let Some(refused) = parsed.ok().as_ref().and_then(unreadable_source) {
+            log(
+                Level::Critical,
+                &format!("keyflight: invalid plugin configuration: {refused}"),
+            );
             return std::ptr::null();
         }
         let Some(ticks) = start_ticks(EnvoyConfig(envoy), &plugin) else {

@@ -24,4 +24,5 @@ mod plugin;
 mod test_panic;
 mod ticker;
 mod turn;
+mod unreadable;
 mod worker;

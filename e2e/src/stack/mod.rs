@@ -29,7 +29,7 @@ use serde_json::Value;
 use keyflight_testkit::metrics::{self, StoreMetrics};
 
 pub use keyflight_testkit::stack::{
-    EnvoyStart, SHARED_AUTHORITY, StackOptions, envoy_alone as start_envoy_alone,
+    EnvoyStart, SHARED_AUTHORITY, StackOptions, envoy_alone as start_envoy_alone, envoy_alone_as,
 };
 pub use post::Post;
 

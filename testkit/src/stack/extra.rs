@@ -139,16 +139,21 @@ impl Stack {
 /// Starts Envoy with `plugin` and no lease-store or upstream behind it, to see whether the
 /// plugin configuration is accepted: tests of configuration errors need nothing else.
 pub async fn envoy_alone(plugin: &Value) -> EnvoyStart {
+    envoy_alone_as(StackOptions {
+        plugin: plugin.clone(),
+        ..StackOptions::default()
+    })
+    .await
+}
+
+/// [`envoy_alone`] with the adapter and plugin of `options`.
+pub async fn envoy_alone_as(options: StackOptions) -> EnvoyStart {
     let binaries = Binaries::locate();
     let ports = Ports {
         listener: free_port(),
         admin: free_port(),
         lease_stores: vec![free_port()],
         upstream: free_port(),
-    };
-    let options = StackOptions {
-        plugin: plugin.clone(),
-        ..StackOptions::default()
     };
     let path = std::env::temp_dir().join(format!(
         "keyflight-envoy-alone-{}-{}.yaml",

@@ -51,7 +51,7 @@ use crate::net::NetLab;
 use crate::pg::{PgCluster, PgOptions};
 use crate::process::{free_port, wait_http_ok};
 
-pub use extra::{EnvoyStart, ExtraEnvoy, ExtraStore, envoy_alone};
+pub use extra::{EnvoyStart, ExtraEnvoy, ExtraStore, envoy_alone, envoy_alone_as};
 pub use faults::Crash;
 pub use lifecycle::{WasmVms, wasm_vms_at};
 pub use network::{NetFault, SLOW_LINK_BYTES_PER_S};
