@@ -534,3 +534,54 @@ async fn the_queue_counts_and_orders_what_the_admin_list_does() {
         .collect();
     assert_eq!(shown, newest_first);
 }
+
+#[tokio::test]
+async fn a_records_page_tells_its_fence_history_as_far_as_the_store_keeps_it() {
+    let server = start_server(&[]).await;
+    let (api, admin) = (&server.api, &server.admin);
+    let (scope, _, claim_id) = api.win("console-history").await;
+    let page_of = async |scope: &str| {
+        let page = admin
+            .get(&format!("/console/records/{scope}"), Some(ADMIN))
+            .await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        page.text
+    };
+    let record = admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await;
+    let (fence, created_at) = (&record.json["fence"], &record.json["created_at"]);
+    let claimed = format!(
+        "Claimed under fence <strong>{fence}</strong> at {}",
+        created_at.as_str().unwrap()
+    );
+    let running = page_of(&scope).await;
+    for shown in [
+        "<h2>Fence history</h2>",
+        claimed.as_str(),
+        &format!("idempotency-fence: {fence}"),
+        &format!(
+            "lease runs until {}",
+            record.json["lease_expires_at"].as_str().unwrap()
+        ),
+        "Not kept by the store",
+    ] {
+        assert!(running.contains(shown), "{shown} in {running}");
+    }
+
+    let released = api
+        .post(
+            &format!("/v1/claims/{scope}/release"),
+            Some(TOKEN),
+            &json!({ "claim_id": claim_id, "as": "unknown" }),
+        )
+        .await;
+    assert_eq!(released.status, 200, "{}", released.text);
+    let held = page_of(&scope).await;
+    assert!(held.contains(&claimed), "{held}");
+    assert!(
+        held.contains("Now <code>unknown</code>: nobody knows whether the run under fence"),
+        "{held}"
+    );
+    assert!(!held.contains("lease runs until"), "{held}");
+}
