@@ -188,7 +188,7 @@ fn history(detail: &RecordDetail) -> Markup {
         h2 { "Fence history" }
         ol {
             li { "Claimed under fence " strong { (fence) } " at " (summary.created_at)
-                ": the latest claim; its run reached the upstream with "
+                ": the latest claim, whose run the upstream sees as "
                 code { "idempotency-fence: " (fence) } "." }
             li {
                 @match summary.state {
