@@ -123,6 +123,7 @@ note "a retry -> $status $(cat "$work/held.b")"
 check "the retry is held: problem code" operation_unknown "$(jq -r .code "$work/held.b")"
 scope="$(curl -fsS "http://$UPSTREAM_ADDR/executions?after=$before" |
     jq -r --arg key "$key7" 'select(.key == $key) | .scope')"
+[[ -n "$scope" ]] || die "the upstream's execution log has no run of $key7"
 store_log="$(described '.lease_stores[0].log')"
 admin="$(grep -o 'admin API serving listen=[^ ]*' "$store_log" | tail -n1 | cut -d= -f2)"
 [[ -n "$admin" ]] || die "the lease-store's log names no admin listener: $store_log"
