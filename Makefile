@@ -1,5 +1,6 @@
 # keyflight: every set-up step lives here and is idempotent.
-#   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working, stop
+#   make demo   build everything, start Postgres + lease-store + upstream + Envoy, show it working
+#               (an unknown record decided in the operator's console, in headless Chromium), stop
 #   make check  build, lint, unit tests and the core end-to-end scenarios: the newcomer's loop (3½ minutes warm on 2 cores)
 #   make test   fmt, clippy, doc links, unit/property/wasm/integration, fuzz smoke, schemathesis, OpenAPI overlay validation, end-to-end tests, a short chaos run (what CI runs, then make demo and the launcher once)
 #   make up / make down   start / stop the demo stack in the background (REPLICAS=2 for two Envoys + two lease-stores,
@@ -24,7 +25,7 @@ CARGO ?= cargo
         chaos chaos-short model-check model console-browser console-browser-prereqs
 
 help:
-	@echo "make demo   - start the whole stack, show single-flight, replay and conflict, stop"
+	@echo "make demo   - start the whole stack, show single-flight, replay, conflict and the console, stop"
 	@echo "make check  - build, lint, unit tests and the core end-to-end scenarios (3½ minutes warm on 2 cores)"
 	@echo "make test   - everything CI runs (as root: network namespaces, and apt-get for what is missing)"
 	@echo "make up / make down - start / stop the demo stack in the background (keyflight-stack; .run/stack.json says what runs where)"
@@ -171,7 +172,8 @@ e2e: net-prereqs partition-prereqs envoy wasm native-test build
 	KEYFLIGHT_ENVOY="$$(scripts/envoy.sh)" $(CARGO) test -p keyflight-e2e --test scenarios
 
 # Debian's chromium and playwright-core (pinned, from npm, into .tools/browser) for the
-# console's browser test: installed when missing (chromium as root), or one line saying how.
+# console's browser test and make demo: installed when missing (chromium as root), or one
+# line saying how.
 console-browser-prereqs: prereqs
 	@scripts/browser-prereqs.sh
 
@@ -281,5 +283,6 @@ chaos-short: prereqs net-prereqs envoy wasm build
 images: rust-targets wasm
 	scripts/images.sh
 
-demo: up
+# The narrated walk (scripts/demo.sh); its console step drives Chromium, hence the browser.
+demo: console-browser-prereqs up
 	@trap '$(STACK) down --dir .run' EXIT; scripts/demo.sh .run

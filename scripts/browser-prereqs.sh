@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the console's browser test needs (docs/console.md#the-browser-test):
+# Installs what the console's browser test and make demo's console step need
+# (docs/console.md#the-browser-test):
 # Debian's chromium, and playwright-core (pinned) from npm into .tools/browser, which the
 # test's Node script imports. Idempotent: installs only what is missing; without root or
 # apt-get it stops with one line saying how. playwright-core brings no browser of its own.
@@ -11,7 +12,7 @@ tools="$root/.tools/browser"
 
 missing=()
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)
-"$(dirname "$0")/apt-install-missing.sh" "the console's browser test" "${missing[@]}"
+"$(dirname "$0")/apt-install-missing.sh" "the console in a browser (make console-browser, make demo)" "${missing[@]}"
 
 installed="$(node -p "require('$tools/node_modules/playwright-core/package.json').version" 2>/dev/null || true)"
 if [[ "$installed" != "$PLAYWRIGHT_CORE" ]]; then

@@ -9,15 +9,9 @@
 // KEYFLIGHT_PLAYWRIGHT_DIR names the folder playwright-core is installed in. Prints one
 // JSON line: the answer it authored. Any failed check throws (exit status 1).
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { openChromium, signIn } from './chromium.mjs';
 
 const [base, token, resolveScope, eraseScope, hostileScope, screenshot] = process.argv.slice(2);
-const { chromium } = createRequire(join(process.env.KEYFLIGHT_PLAYWRIGHT_DIR, 'noop.js'))(
-  'playwright-core',
-);
 
 const AUTHORED = {
   status: 201,
@@ -38,23 +32,7 @@ function check(holds, what) {
   if (!holds) throw new Error(`console browser test: ${what}`);
 }
 
-// Chromium with nothing of its own on the network: this is a closed network.
-const profile = mkdtempSync(join(tmpdir(), 'keyflight-chromium-'));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-});
-const page = context.pages()[0] ?? (await context.newPage());
+const { context, page, close } = await openChromium();
 try {
   const dialogs = [];
   page.on('dialog', async (dialog) => {
@@ -64,9 +42,7 @@ try {
   const go = async (url, act) => Promise.all([page.waitForURL(url), act()]);
 
   // Sign in: the token once, then the session cookie.
-  await page.goto(`${base}/console/login`);
-  await page.fill('input[name=token]', token);
-  await go(`${base}/console`, () => page.click('main button[type=submit]'));
+  await signIn(page, base, token);
   check((await page.innerText('header')).includes('admin'), 'signed in as admin');
   const [cookie] = (await context.cookies()).filter((c) => c.name === 'keyflight_console');
   check(cookie?.httpOnly && cookie.sameSite === 'Strict', 'an HttpOnly, SameSite=Strict cookie');
@@ -131,6 +107,5 @@ try {
   console.error(`at ${page.url()}:\n${shown}`);
   throw error;
 } finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }

@@ -11,7 +11,7 @@
 //! every console answer, refusals included.
 //! The console authenticates as the admin API does: an operator's named token, as a bearer
 //! header or through the session [`session`] opens at sign-in
-//! ([`crate::auth::Auth::operator_of`]).
+//! ([`crate::auth::Auth::operator_of`]), which [`throttle`] rate-limits per peer address.
 
 pub mod csrf;
 pub mod decision;
@@ -21,6 +21,7 @@ pub mod queue;
 pub mod routes;
 pub mod session;
 pub mod text;
+pub mod throttle;
 
 use std::time::Duration;
 
@@ -32,11 +33,15 @@ use crate::api::{AppState, limits};
 use crate::auth::Auth;
 use csrf::CsrfKey;
 use session::Sessions;
+use throttle::SignInThrottle;
 
 pub use headers::secure;
 
 /// Every console path starts with this.
 pub const PREFIX: &str = "/console";
+
+/// The sign-in page, where a browser without a session is sent.
+pub const LOGIN: &str = "/console/login";
 
 /// The console's routes: sign-in and sign-out open, the rest behind the operators' tokens
 /// (bearer or session); all under the admin API's per-call deadline.
@@ -54,13 +59,11 @@ pub fn routes(auth: Auth, request_timeout: Duration) -> Router<AppState> {
             session::require_operator,
         ));
     let sign_in = Router::new()
-        .route(
-            "/console/login",
-            get(routes::login_page).post(routes::login),
-        )
+        .route(LOGIN, get(routes::login_page).post(routes::login))
         .route("/console/logout", post(routes::logout))
         .route_layer(Extension(auth))
-        .route_layer(Extension(sessions));
+        .route_layer(Extension(sessions))
+        .route_layer(Extension(SignInThrottle::default()));
     signed_in
         .merge(sign_in)
         .route_layer(middleware::from_fn_with_state(

@@ -116,6 +116,7 @@ pub fn record(
             dt { "retained until" } dd { (summary.expires_at) " (then eligible for cleanup)" }
             dt { "replayable" } dd { (if summary.replayable { "yes" } else { "no" }) }
         }
+        (history(detail))
         h2 { "Recorded answer" }
         @match &detail.response {
             Some(response) => (answer(response)),
@@ -175,6 +176,55 @@ pub fn record(
         }
     };
     page("Record", operator, body)
+}
+
+/// A record's fence history as far as the store keeps it (`docs/console.md#what-it-shows`):
+/// one row per record, which each claim, renewal and settle overwrites, so its latest
+/// claim and the state that claim's run left; the page says what is not kept.
+fn history(detail: &RecordDetail) -> Markup {
+    let summary = &detail.summary;
+    let fence = summary.fence;
+    html! {
+        h2 { "Fence history" }
+        ol {
+            li { "Claimed under fence " strong { (fence) } " at " (summary.created_at)
+                ": the latest claim, whose run the upstream sees as "
+                code { "idempotency-fence: " (fence) } "." }
+            li {
+                @match summary.state {
+                    RecordState::Pending => {
+                        "Now " code { "pending" } ": the winner's lease runs until "
+                        (summary.lease_expires_at.as_deref().unwrap_or("?"))
+                        " (each renewal moves it; only the latest is kept)."
+                    }
+                    RecordState::Unknown => {
+                        "Now " code { "unknown" } ": nobody knows whether the run under fence "
+                        (fence) " acted (it ended without a settle saying how: the upstream "
+                        "reset or timed out, the caller left, or the lease lapsed); retries get "
+                        code { "409 operation_unknown" } " until a decision."
+                    }
+                    RecordState::Completed if detail.response.is_some() => {
+                        "Now " code { "completed" } ", with the answer below, which retries "
+                        "replay."
+                    }
+                    RecordState::Completed => {
+                        "Now " code { "completed" } ", with no answer kept: retries get "
+                        code { "409 response_not_replayable" } "."
+                    }
+                    RecordState::Failed => {
+                        "Now " code { "failed" } ": a retry of the same request runs again from "
+                        (summary.lease_expires_at.as_deref().unwrap_or("?")) "."
+                    }
+                }
+            }
+        }
+        p { "Not kept by the store, so not shown: the claims before the latest (their fences "
+            "and times), each renewal of a lease, each settle attempt and how it ended (only "
+            "the state it left), and reconcile questions the service did not answer (the "
+            "filter counts them as " code { "keyflight.event.reconcile_unanswered" } "). "
+            "Decisions by an operator or by a service's reconcile answer are in the audit "
+            "below." }
+    }
 }
 
 /// What the preview page shows.

@@ -4,10 +4,11 @@
 //! functions its resolve and erase call, so a decision is the same whoever takes it
 //! (`docs/console.md#decisions`).
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
@@ -20,6 +21,7 @@ use super::decision::{Decision, DecisionForm};
 use super::pages;
 use super::queue::AgeFilter;
 use super::session::{self, Sessions};
+use super::throttle::{self, SignInThrottle};
 use crate::api::error::ApiError;
 use crate::api::records::{DEFAULT_LIMIT, MAX_LIMIT, erase_as_operator, resolve_as_operator};
 use crate::api::{AppState, Scope};
@@ -173,17 +175,46 @@ pub async fn login_page() -> Response {
 }
 
 /// Signs in: an operator's token opens a session and the queue; anything else shows the
-/// sign-in page again, with the admin API's status, and sets nothing. The token is never
-/// logged, only the operator's name.
+/// sign-in page again, with the admin API's status, and sets nothing. An address past its
+/// refused sign-ins waits (`429`, [`throttle`]) before its token is looked at. The token is
+/// never logged, only the operator's name.
 pub async fn login(
     Extension(auth): Extension<Auth>,
     Extension(sessions): Extension<Sessions>,
+    Extension(throttle): Extension<SignInThrottle>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    let peer = peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |Extension(info)| {
+        info.0.ip()
+    });
+    let now = Instant::now();
+    if let Err(wait) = throttle.admit(peer, now) {
+        let seconds = throttle::retry_after_seconds(wait);
+        let refused =
+            format!("Too many refused sign-ins from this address: try again in {seconds} s.");
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, seconds.to_string())],
+            html(pages::login(Some(&refused))),
+        )
+            .into_response();
+    }
     let token = form.map(|Form(form)| form.token).unwrap_or_default();
-    match auth.operator_of(token.as_bytes()) {
+    let operator = auth.operator_of(token.as_bytes());
+    if operator.is_ok() {
+        throttle.succeeded(peer);
+    } else if throttle.failed(peer, now) {
+        tracing::warn!(
+            %peer,
+            "console sign-ins from this address wait: {} refused within {} s",
+            throttle::MAX_FAILURES,
+            throttle::WINDOW.as_secs()
+        );
+    }
+    match operator {
         Ok(Operator(operator)) => {
-            let id = sessions.open(Secret::new(token), Instant::now());
+            let id = sessions.open(Secret::new(token), now);
             tracing::info!(%operator, "an operator signed in to the console");
             (
                 StatusCode::SEE_OTHER,
@@ -214,14 +245,7 @@ pub async fn logout(Extension(sessions): Extension<Sessions>, headers: HeaderMap
     if let Some(id) = session::presented(&headers) {
         sessions.close(id);
     }
-    (
-        StatusCode::SEE_OTHER,
-        [
-            (header::LOCATION, "/console/login".to_owned()),
-            (header::SET_COOKIE, session::cleared()),
-        ],
-    )
-        .into_response()
+    session::to_sign_in(true)
 }
 
 /// The console's only stylesheet (its Content-Security-Policy allows styles from here alone).

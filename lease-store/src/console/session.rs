@@ -17,11 +17,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::error::ApiError;
 use crate::auth::{Auth, Operator};
 use crate::settings::Secret;
 
@@ -122,8 +121,9 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
         .filter(|id| !id.is_empty())
 }
 
-/// Middleware for the console's pages: the operator of the bearer header when there is one,
-/// else of the session cookie; neither is `401`.
+/// Middleware for the console's pages: the operator of the bearer header when there is one
+/// (refused as the admin API refuses it: a script gets the status), else of the session
+/// cookie; a browser without an open session is sent to sign in, its stale cookie dropped.
 pub async fn require_operator(
     State((auth, sessions)): State<(Auth, Sessions)>,
     mut request: Request,
@@ -131,18 +131,34 @@ pub async fn require_operator(
 ) -> Response {
     let headers = request.headers();
     let operator = match headers.contains_key(header::AUTHORIZATION) {
-        true => auth.operator(headers),
-        false => presented(headers)
-            .and_then(|id| sessions.token(id, Instant::now()))
-            .ok_or(ApiError::Unauthorized)
-            .and_then(|token| auth.operator_of(token.expose().as_bytes())),
+        true => auth.operator(headers).map_err(IntoResponse::into_response),
+        false => {
+            let id = presented(headers);
+            id.and_then(|id| sessions.token(id, Instant::now()))
+                .and_then(|token| auth.operator_of(token.expose().as_bytes()).ok())
+                .ok_or_else(|| to_sign_in(id.is_some()))
+        }
     };
     match operator {
         Ok(operator) => {
             request.extensions_mut().insert::<Operator>(operator);
             next.run(request).await
         }
-        Err(error) => error.into_response(),
+        Err(refused) => refused,
+    }
+}
+
+/// `303` to the sign-in page; `drop_cookie` also makes the browser drop its session cookie.
+pub fn to_sign_in(drop_cookie: bool) -> Response {
+    let location = [(header::LOCATION, super::LOGIN)];
+    match drop_cookie {
+        true => (
+            StatusCode::SEE_OTHER,
+            location,
+            [(header::SET_COOKIE, cleared())],
+        )
+            .into_response(),
+        false => (StatusCode::SEE_OTHER, location).into_response(),
     }
 }
 

@@ -179,8 +179,8 @@ async fn no_console_without_an_operator_token_or_on_the_data_plane() {
     let (scope, _) = unknown_record(&server.api, "console-refused").await;
     let record = format!("/console/records/{scope}");
     for path in ["/console", record.as_str(), "/console/style.css"] {
+        // Without a token a browser is sent to sign in (`console_login.rs`).
         for (token, status, code) in [
-            (None, 401, "unauthorized"),
             (Some("not-a-token"), 401, "unauthorized"),
             (Some(TOKEN), 403, "forbidden"),
         ] {
@@ -365,7 +365,7 @@ async fn a_previewed_resolve_takes_the_admin_api_path_and_only_with_its_csrf_tok
     decide(admin, &scope, Some(TOKEN), &complete)
         .await
         .assert_problem(403, "forbidden");
-    decide(admin, &scope, None, &complete)
+    decide(admin, &scope, Some("not-a-token"), &complete)
         .await
         .assert_problem(401, "unauthorized");
     decide(api, &scope, Some(ADMIN), &complete)
@@ -533,4 +533,55 @@ async fn the_queue_counts_and_orders_what_the_admin_list_does() {
         .map(|rest| &rest[..64])
         .collect();
     assert_eq!(shown, newest_first);
+}
+
+#[tokio::test]
+async fn a_records_page_tells_its_fence_history_as_far_as_the_store_keeps_it() {
+    let server = start_server(&[]).await;
+    let (api, admin) = (&server.api, &server.admin);
+    let (scope, _, claim_id) = api.win("console-history").await;
+    let page_of = async |scope: &str| {
+        let page = admin
+            .get(&format!("/console/records/{scope}"), Some(ADMIN))
+            .await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        page.text
+    };
+    let record = admin
+        .get(&format!("/v1/records/{scope}"), Some(ADMIN))
+        .await;
+    let (fence, created_at) = (&record.json["fence"], &record.json["created_at"]);
+    let claimed = format!(
+        "Claimed under fence <strong>{fence}</strong> at {}",
+        created_at.as_str().unwrap()
+    );
+    let running = page_of(&scope).await;
+    for shown in [
+        "<h2>Fence history</h2>",
+        claimed.as_str(),
+        &format!("idempotency-fence: {fence}"),
+        &format!(
+            "lease runs until {}",
+            record.json["lease_expires_at"].as_str().unwrap()
+        ),
+        "Not kept by the store",
+    ] {
+        assert!(running.contains(shown), "{shown} in {running}");
+    }
+
+    let released = api
+        .post(
+            &format!("/v1/claims/{scope}/release"),
+            Some(TOKEN),
+            &json!({ "claim_id": claim_id, "as": "unknown" }),
+        )
+        .await;
+    assert_eq!(released.status, 200, "{}", released.text);
+    let held = page_of(&scope).await;
+    assert!(held.contains(&claimed), "{held}");
+    assert!(
+        held.contains("Now <code>unknown</code>: nobody knows whether the run under fence"),
+        "{held}"
+    );
+    assert!(!held.contains("lease runs until"), "{held}");
 }
