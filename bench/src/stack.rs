@@ -309,6 +309,18 @@ impl BenchStack {
         self.start_guarded(name, |_| {}, ports).await
     }
 
+    /// Starts another guarded Envoy as `make up` runs it: the launcher's own options, which
+    /// the bench's guarded Envoy changes only in its log level (`warn`). Measured beside it,
+    /// the two cannot drift apart unseen (`bench/README.md#the-shipped-configuration`).
+    pub async fn start_guarded_as_shipped(&self, name: &str) -> Result<ExtraEnvoy, BenchError> {
+        let ports = self.stack.fresh_envoy_ports();
+        let yaml = self.stack.render_demo_envoy(&ports, &self.plugin);
+        self.stack
+            .start_extra_envoy_logging(name, &yaml, ports, StackOptions::default().envoy_logging())
+            .await
+            .map_err(BenchError::Answer)
+    }
+
     /// Starts another guarded Envoy whose plugin JSON is the shipped one changed by `edit`
     /// (e.g. the edge cache off). An Envoy that refuses the plugin is an error, not a panic:
     /// the filter build under test may not know the field.

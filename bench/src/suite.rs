@@ -111,7 +111,8 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
     };
 
     // Filter settings measured against the default (A/B rows): recording after the reply,
-    // and every stream sending its own store calls (`lease_store.coalesce_calls: false`).
+    // and every stream sending its own store calls (`lease_store.coalesce_calls: false`);
+    // and the guarded Envoy as `make up` runs it.
     let mut variant_envoys = Vec::new();
     if only.wants(&["p4"]) {
         type Change = fn(&mut serde_json::Value);
@@ -138,6 +139,11 @@ pub async fn run(options: &SuiteOptions) -> Result<Report, BenchError> {
                 Ok(envoy) => variant_envoys.push((setting, default, envoy)),
                 Err(e) => notes.push(format!("{setting} not measured: {e}")),
             }
+        }
+        let (setting, default) = ("as make up runs it", "the bench's Envoy (log level warn)");
+        match stack.start_guarded_as_shipped("shipped").await {
+            Ok(envoy) => variant_envoys.push((setting, default, envoy)),
+            Err(e) => notes.push(format!("{setting} not measured: {e}")),
         }
     }
 

@@ -91,6 +91,18 @@ impl Stack {
         yaml: &str,
         ports: Ports,
     ) -> Result<ExtraEnvoy, String> {
+        self.start_extra_envoy_logging(name, yaml, ports, &self.options.envoy_log_level)
+            .await
+    }
+
+    /// [`Stack::start_extra_envoy`] at Envoy's `--log-level` `log_level`.
+    pub async fn start_extra_envoy_logging(
+        &self,
+        name: &str,
+        yaml: &str,
+        ports: Ports,
+        log_level: &str,
+    ) -> Result<ExtraEnvoy, String> {
         assert!(
             self.net.is_none(),
             "an extra Envoy runs on the host side, which cannot reach the lease-stores of a \
@@ -101,7 +113,7 @@ impl Stack {
         let command = envoy_command(
             &self.binaries,
             &path,
-            &self.options.envoy_log_level,
+            log_level,
             &self.options.filter_token(),
         );
         let mut child = ChildGuard::spawn(&format!("envoy-{name}"), command);

@@ -268,6 +268,11 @@ impl StackOptions {
         self
     }
 
+    /// The Envoys' `--log-level` these options start them at.
+    pub fn envoy_logging(&self) -> &str {
+        &self.envoy_log_level
+    }
+
     /// Runs these programs instead of [`Binaries::locate`]'s.
     pub fn binaries(mut self, binaries: Binaries) -> Self {
         self.binaries = Some(binaries);
