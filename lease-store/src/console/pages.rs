@@ -11,7 +11,7 @@ use keyflight_protocol::wire::{RecordDetail, RecordState, RecordSummary, StoredR
 use maud::{DOCTYPE, Markup, html};
 
 use super::decision::{Action, Decision, DecisionForm, Retry};
-use super::queue::{AgeFilter, age_label, age_ms};
+use super::queue::{QueueFilter, age_label, age_ms};
 use super::text::visible;
 
 /// What the queue page shows.
@@ -23,29 +23,32 @@ pub struct Queue<'a> {
     pub listed: usize,
     /// The list's limit.
     pub limit: u32,
-    /// The filter applied.
-    pub filter: AgeFilter,
+    /// The filters applied.
+    pub filter: &'a QueueFilter,
     /// The records that pass it, newest first.
     pub shown: Vec<&'a RecordSummary>,
     /// Now, Unix milliseconds.
     pub now_ms: u64,
 }
 
-/// The queue: `unknown` records, newest first, with the age filter's form.
+/// The queue: `unknown` records, newest first, with the filters' form.
 pub fn queue(view: &Queue<'_>) -> Markup {
     let body = html! {
         h1 { "Records in " code { "unknown" } }
         p {
             (view.listed) " record(s) in " code { "unknown" } " among the newest " (view.limit)
             " (what " code { "GET /v1/records?state=unknown&limit=" (view.limit) } " lists); "
-            (view.shown.len()) " shown by the age filter."
+            (view.shown.len()) " shown by the filters."
         }
         form method="get" action="/console" {
             label { "At least " input type="number" name="min_age_minutes" min="0"
-                value=[view.filter.min_minutes]; " minutes old" }
+                value=[view.filter.age.min_minutes]; " minutes old" }
             " "
             label { "at most " input type="number" name="max_age_minutes" min="0"
-                value=[view.filter.max_minutes]; " minutes old" }
+                value=[view.filter.age.max_minutes]; " minutes old" }
+            " "
+            label { "made by the workload " input type="text" name="workload" size="40"
+                placeholder="spiffe://…" value=[view.filter.workload.as_deref()]; }
             " "
             label { "among the newest " input type="number" name="limit" min="1" max="1000"
                 value=(view.limit); }
@@ -57,13 +60,14 @@ pub fn queue(view: &Queue<'_>) -> Markup {
         } @else {
             table {
                 thead { tr {
-                    th { "scope" } th { "age" } th { "created" } th { "fence" }
-                    th { "retained until" }
+                    th { "scope" } th { "workload" } th { "age" } th { "created" }
+                    th { "fence" } th { "retained until" }
                 } }
                 tbody {
                     @for record in &view.shown {
                         tr {
                             td { a href=(record_path(record)) { code { (record.scope.to_hex()) } } }
+                            td { (workload(record)) }
                             td { (age(&record.created_at, view.now_ms)) }
                             td { (record.created_at) }
                             td { (record.fence) }
@@ -107,6 +111,7 @@ pub fn record(
             dt { "state" } dd { code { (summary.state.as_str()) } }
             dt { "scope digest" } dd { code { (summary.scope.to_hex()) } }
             dt { "request fingerprint" } dd { code { (summary.fingerprint.to_hex()) } }
+            dt { "made by the workload" } dd { (workload(summary)) }
             dt { "fence of the latest claim" } dd { (summary.fence) }
             dt { "created" }
             dd { (summary.created_at) " (" (age(&summary.created_at, now_ms)) " ago)" }
@@ -358,6 +363,14 @@ fn lease_label(state: RecordState) -> &'static str {
 /// A record's age as the page shows it.
 fn age(created_at: &str, now_ms: u64) -> String {
     age_ms(created_at, now_ms).map_or_else(|| "?".to_owned(), age_label)
+}
+
+/// The workload that made `record`, or what stands for none.
+fn workload(record: &RecordSummary) -> String {
+    record
+        .workload
+        .as_deref()
+        .map_or_else(|| "— (a bearer-token caller)".to_owned(), visible)
 }
 
 /// The console's page of `record`.

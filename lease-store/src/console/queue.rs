@@ -1,8 +1,8 @@
 //! Which listed records the queue page shows, and how old each is: pure, the time passed in.
 //!
 //! The queue reads what the admin API's `GET /v1/records?state=unknown` reads (the same
-//! store call, the same limit), so its count is that list's; the age filter then narrows
-//! what is shown and the page says how many it hid. A record whose creation time cannot be
+//! store call, the same limit), so its count is that list's; the age and workload filters
+//! then narrow what is shown and the page says how many they hid. A record whose creation time cannot be
 //! read (the store always writes it as `YYYY-MM-DDTHH:MM:SS.mmmZ`) is shown, never hidden.
 
 use keyflight_protocol::wire::RecordSummary;
@@ -26,12 +26,29 @@ impl AgeFilter {
         self.min_minutes.is_none_or(|min| minutes >= min)
             && self.max_minutes.is_none_or(|max| minutes <= max)
     }
+}
 
+/// The queue's filters: a record's age, and the workload whose claim made it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueFilter {
+    /// How old.
+    pub age: AgeFilter,
+    /// Only this workload's records (its SPIFFE id, as the list names it); a record made by
+    /// a bearer-token caller names none and is hidden by it.
+    pub workload: Option<String>,
+}
+
+impl QueueFilter {
     /// The records of `listed` that pass, in their order (newest first).
     pub fn apply<'a>(&self, listed: &'a [RecordSummary], now_ms: u64) -> Vec<&'a RecordSummary> {
         listed
             .iter()
-            .filter(|record| self.admits(&record.created_at, now_ms))
+            .filter(|record| self.age.admits(&record.created_at, now_ms))
+            .filter(|record| {
+                self.workload
+                    .as_deref()
+                    .is_none_or(|workload| record.workload.as_deref() == Some(workload))
+            })
             .collect()
     }
 }
@@ -123,6 +140,37 @@ mod tests {
         assert!(!newer_than.admits(created, now));
         assert!(newer_than.admits("garbled", now));
         assert!(AgeFilter::default().admits(created, now));
+    }
+
+    #[test]
+    fn the_workload_filter_keeps_that_workloads_records_only() {
+        let record = |workload: Option<&str>| RecordSummary {
+            scope: keyflight_protocol::Digest::of(b"scope"),
+            state: keyflight_protocol::wire::RecordState::Unknown,
+            fingerprint: keyflight_protocol::Digest::of(b"fingerprint"),
+            fence: 1,
+            created_at: "2026-12-06T09:00:00.000Z".into(),
+            lease_expires_at: None,
+            expires_at: "2026-12-13T09:00:00.000Z".into(),
+            replayable: false,
+            status: None,
+            workload: workload.map(str::to_owned),
+        };
+        let checkout = "spiffe://td/ns/shop/sa/checkout";
+        let listed = [
+            record(Some(checkout)),
+            record(Some("spiffe://td/ns/shop/sa/cart")),
+            record(None),
+        ];
+        let now = unix_ms("2026-12-06T09:30:00.000Z").unwrap_or_default();
+        assert_eq!(QueueFilter::default().apply(&listed, now).len(), 3);
+        let only = QueueFilter {
+            workload: Some(checkout.into()),
+            ..QueueFilter::default()
+        };
+        let shown = only.apply(&listed, now);
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0].workload.as_deref(), Some(checkout));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use super::csrf::CsrfKey;
 use super::decision::{Decision, DecisionForm};
 use super::pages;
-use super::queue::AgeFilter;
+use super::queue::{AgeFilter, QueueFilter};
 use super::session::{self, Sessions};
 use super::throttle::{self, SignInThrottle};
 use crate::api::error::ApiError;
@@ -34,20 +34,27 @@ use crate::settings::Secret;
 pub struct QueueQuery {
     min_age_minutes: Option<String>,
     max_age_minutes: Option<String>,
+    workload: Option<String>,
     limit: Option<String>,
 }
 
 /// The queue: the newest `unknown` records, as `GET /v1/records?state=unknown` lists them,
-/// narrowed by age.
+/// narrowed by age and workload.
 pub async fn queue(
     State(state): State<AppState>,
     Extension(Operator(operator)): Extension<Operator>,
     query: Result<Query<QueueQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
-    let filter = AgeFilter {
-        min_minutes: number("min_age_minutes", query.min_age_minutes.as_deref())?,
-        max_minutes: number("max_age_minutes", query.max_age_minutes.as_deref())?,
+    let filter = QueueFilter {
+        age: AgeFilter {
+            min_minutes: number("min_age_minutes", query.min_age_minutes.as_deref())?,
+            max_minutes: number("max_age_minutes", query.max_age_minutes.as_deref())?,
+        },
+        workload: query
+            .workload
+            .map(|workload| workload.trim().to_owned())
+            .filter(|workload| !workload.is_empty()),
     };
     let limit = match number("limit", query.limit.as_deref())? {
         None => DEFAULT_LIMIT,
@@ -64,8 +71,8 @@ pub async fn queue(
         operator: &operator,
         listed: listed.records.len(),
         limit,
-        filter,
         shown: filter.apply(&listed.records, now_ms),
+        filter: &filter,
         now_ms,
     };
     Ok(html(pages::queue(&view)))

@@ -130,6 +130,22 @@ async fn a_second_workload_cannot_read_renew_or_settle_the_first_ones_records() 
         .await;
     assert_eq!(shown.status, 200, "{}", shown.text);
     assert_eq!(shown.json["state"], "completed");
+    assert_eq!(
+        shown.json["workload"], CHECKOUT,
+        "the record names its workload"
+    );
+    let listed = server.admin.get("/v1/records?limit=10", Some(ADMIN)).await;
+    let workloads: Vec<&str> = listed.json["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|record| record["workload"].as_str())
+        .collect();
+    assert!(
+        workloads.contains(&CHECKOUT) && workloads.contains(&CART),
+        "the list names each record's workload: {}",
+        listed.text
+    );
     server
         .admin
         .get(&format!("/v1/records/{scope}"), Some(ADMIN))

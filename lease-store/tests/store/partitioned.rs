@@ -402,6 +402,28 @@ async fn the_operators_list_and_cleanup_cover_every_partition() {
     .await;
 }
 
+/// A release may add a column to what a routed statement returns (the operators' list
+/// gained the record's workload): installing it over the last release's functions replaces
+/// them, on the router and on every partition, where `CREATE OR REPLACE` alone is refused.
+#[tokio::test]
+async fn a_statement_that_returns_another_column_installs_over_the_last_release() {
+    let db = Partitioned::start(2);
+    let older = "DROP FUNCTION keyflight_list(text, bigint); \
+                 CREATE FUNCTION keyflight_list(text, bigint) RETURNS TABLE (scope bytea) \
+                 LANGUAGE sql AS 'SELECT NULL::bytea WHERE false';";
+    for url in std::iter::once(db.router.url()).chain(db.partition_urls()) {
+        raw_client(&url).await.batch_execute(older).await.unwrap();
+    }
+    migrate_partitioned(&db.router.url(), &db.partition_urls(), None)
+        .await
+        .expect("the new release installs over the last");
+    let store = db.store().await;
+    let scope = scope_on(&db, 1);
+    must_win(&store, &scope, &claim_req(fingerprint("upgraded"), 60_000)).await;
+    let listed = store.list(None, 10).await.unwrap();
+    assert!(listed.records.iter().any(|r| r.scope == scope));
+}
+
 /// A workload's storage quota counts its records on every partition
 /// (`docs/records.md#storage-quota`).
 #[tokio::test]

@@ -83,6 +83,11 @@ pub struct RecordSummary {
     pub replayable: bool,
     /// Recorded status code (completed, resolved).
     pub status: Option<u16>,
+    /// The workload whose claim made the record (its SPIFFE id), when the store knew the
+    /// caller's mesh identity; absent for a bearer-token caller, and from a store that
+    /// predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
 }
 
 /// `GET /v1/records?state=…&limit=…`.

@@ -307,6 +307,7 @@ fn records() {
         expires_at: "2025-01-02T00:00:00Z".into(),
         replayable: true,
         status: Some(201),
+        workload: None,
     };
     let summary_json = json!({
         "scope": HEX, "state": "completed", "fingerprint": HEX, "fence": 7,
@@ -318,6 +319,15 @@ fn records() {
             records: vec![summary.clone()],
         },
         json!({"records": [summary_json.clone()]}),
+    );
+    let mut made_by_a_workload = summary_json.clone();
+    made_by_a_workload["workload"] = json!("spiffe://td/ns/shop/sa/checkout");
+    pins(
+        RecordSummary {
+            workload: Some("spiffe://td/ns/shop/sa/checkout".into()),
+            ..summary.clone()
+        },
+        made_by_a_workload,
     );
     let mut detail_json = summary_json;
     detail_json["response"] = response_json();

@@ -4,7 +4,7 @@
 /// The summary columns, shared by list and get.
 macro_rules! summary_columns {
     () => {
-        "scope, state, fingerprint, fence, replayable, response_status,
+        "scope, state, fingerprint, fence, replayable, response_status, workload,
          to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS created_at,
          to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
              AS lease_expires_at,

@@ -30,7 +30,10 @@ impl Signature {
     }
 
     /// `keyflight_<name>(types) RETURNS …`: a statement that returns no rows becomes one
-    /// returning a row per row it changed, so the router's caller still counts them.
+    /// returning a row per row it changed, so the router's caller still counts them. The
+    /// function is dropped first: `CREATE OR REPLACE` cannot change what a function returns,
+    /// and a release may add a column to a statement's answer. Both run in one transaction,
+    /// so a caller sees the old function or the new one.
     fn head(&self, name: &str) -> String {
         let returns = match self.columns.is_empty() {
             true => "SETOF integer".to_owned(),
@@ -43,9 +46,10 @@ impl Signature {
                 format!("TABLE ({})", columns.join(", "))
             }
         };
+        let params = self.params.join(", ");
         format!(
-            "CREATE OR REPLACE FUNCTION keyflight_{name}({}) RETURNS {returns}",
-            self.params.join(", ")
+            "DROP FUNCTION IF EXISTS keyflight_{name}({params});\n\
+             CREATE FUNCTION keyflight_{name}({params}) RETURNS {returns}"
         )
     }
 
