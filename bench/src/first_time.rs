@@ -161,6 +161,7 @@ impl Setup {
             let guarded = if wants(&["p4", "p5", "n1"]) {
                 let mut groups = postgres_group();
                 groups.push(("envoy", vec![side.guarded.1]));
+                groups.push(("lease-store", vec![side.store]));
                 push(
                     load(
                         &name("guarded POST"),
@@ -410,6 +411,23 @@ fn side_rows(
             None,
         ));
     }
+    // The journal tier's own CPU per request (issue 50: store + Postgres ≤ 200 µs at 16).
+    let store = guarded.group_cpu_us_per_op("lease-store");
+    let tier = store.zip(guarded.group_cpu_us_per_op("postgres"));
+    rows.push(Row::cpu_of(
+        "—",
+        &mark("lease-store CPU per guarded first-time POST"),
+        guarded,
+        store,
+        None,
+    ));
+    rows.push(Row::cpu_of(
+        "—",
+        &mark("lease-store + Postgres CPU per guarded first-time POST"),
+        guarded,
+        tier.map(|(store, postgres)| store + postgres),
+        None,
+    ));
     if let Some(unguarded) = unguarded {
         rows.push(Row::measured(
             "—",
