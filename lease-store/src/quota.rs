@@ -82,8 +82,9 @@ pub fn exceeded(usage: Usage, settings: &QuotaSettings) -> Option<Exceeded> {
 /// The quota and the last measure of every workload.
 pub struct Quota {
     settings: QuotaSettings,
-    /// Keyed by the metrics' workload label (a SPIFFE id, or [`BEARER_LABEL`]).
-    measured: RwLock<HashMap<String, Usage>>,
+    /// Keyed by the metrics' workload label (a SPIFFE id, or [`BEARER_LABEL`]); `None`
+    /// until the first measure.
+    measured: RwLock<Option<HashMap<String, Usage>>>,
     gauges: QuotaGauges,
 }
 
@@ -101,7 +102,7 @@ impl Quota {
     pub fn check(&self, workload: Option<&str>) -> Result<(), Exceeded> {
         let label = workload.unwrap_or(BEARER_LABEL);
         let measured = self.measured.read().unwrap_or_else(|e| e.into_inner());
-        match measured.get(label) {
+        match measured.as_ref().and_then(|measured| measured.get(label)) {
             Some(usage) => exceeded(*usage, &self.settings).map_or(Ok(()), Err),
             None => Ok(()),
         }
@@ -124,15 +125,31 @@ impl Quota {
                 .or_default();
             entry.records += usage.records;
             entry.bytes += usage.bytes;
+            entry.unknown += usage.unknown;
         }
         let mut measured = self.measured.write().unwrap_or_else(|e| e.into_inner());
-        for gone in measured.keys().filter(|w| !fresh.contains_key(*w)) {
-            self.gauges.set(gone, Usage::default());
+        for gone in measured
+            .iter()
+            .flatten()
+            .filter(|(w, _)| !fresh.contains_key(*w))
+        {
+            self.gauges.set(gone.0, Usage::default());
         }
         for (workload, usage) in &fresh {
             self.gauges.set(workload, *usage);
         }
-        *measured = fresh;
+        *measured = Some(fresh);
+    }
+
+    /// Records in `unknown` at the last measure, as `keyflight_store_workload_unknown_records`
+    /// says: `workload`'s, or every workload's summed; `None` before the first measure.
+    pub fn unknown_records(&self, workload: Option<&str>) -> Option<u64> {
+        let measured = self.measured.read().unwrap_or_else(|e| e.into_inner());
+        let measured = measured.as_ref()?;
+        Some(match workload {
+            Some(workload) => measured.get(workload).map_or(0, |usage| usage.unknown),
+            None => measured.values().map(|usage| usage.unknown).sum(),
+        })
     }
 
     /// Spawns the loop that measures every `--storage-quota-interval` until `shutdown`; a
@@ -178,6 +195,7 @@ impl WorkloadLabel {
 pub struct QuotaGauges {
     records: Family<WorkloadLabel, Gauge>,
     bytes: Family<WorkloadLabel, Gauge>,
+    unknown: Family<WorkloadLabel, Gauge>,
     refused: Family<WorkloadLabel, Counter>,
 }
 
@@ -195,6 +213,11 @@ impl QuotaGauges {
             self.bytes.clone(),
         );
         registry.register(
+            "keyflight_store_workload_unknown_records",
+            "Records in unknown each workload made (the operator's queue), at the last storage quota measure",
+            self.unknown.clone(),
+        );
+        registry.register(
             "keyflight_store_storage_quota_refused",
             "Claims refused with 507 storage_quota (they would have added a record), by workload",
             self.refused.clone(),
@@ -208,6 +231,7 @@ impl QuotaGauges {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.records.get_or_create(&label).set(clamp(usage.records));
         self.bytes.get_or_create(&label).set(clamp(usage.bytes));
+        self.unknown.get_or_create(&label).set(clamp(usage.unknown));
     }
 }
 
@@ -222,7 +246,11 @@ mod tests {
     };
 
     fn usage(records: u64, bytes: u64) -> Usage {
-        Usage { records, bytes }
+        Usage {
+            records,
+            bytes,
+            unknown: 0,
+        }
     }
 
     #[test]
@@ -261,5 +289,22 @@ mod tests {
             "its records are gone"
         );
         assert!(quota.check(None).is_err());
+    }
+
+    #[test]
+    fn the_unknown_records_are_summed_or_one_workloads_once_measured() {
+        let quota = Quota::new(SETTINGS, QuotaGauges::default());
+        assert_eq!(quota.unknown_records(None), None, "not measured yet");
+        let unknown = |unknown| Usage {
+            unknown,
+            ..Usage::default()
+        };
+        quota.measured(vec![
+            (Some("spiffe://a".into()), unknown(2)),
+            (None, unknown(1)),
+        ]);
+        assert_eq!(quota.unknown_records(None), Some(3));
+        assert_eq!(quota.unknown_records(Some("spiffe://a")), Some(2));
+        assert_eq!(quota.unknown_records(Some("spiffe://b")), Some(0));
     }
 }

@@ -27,6 +27,9 @@ pub struct Queue<'a> {
     pub filter: &'a QueueFilter,
     /// The records that pass it, newest first.
     pub shown: Vec<&'a RecordSummary>,
+    /// The `unknown` records the replica's last storage measure counted (of the filtered
+    /// workload, or of all); `None` before the first.
+    pub measured: Option<u64>,
     /// Now, Unix milliseconds.
     pub now_ms: u64,
 }
@@ -39,6 +42,21 @@ pub fn queue(view: &Queue<'_>) -> Markup {
             (view.listed) " record(s) in " code { "unknown" } " among the newest " (view.limit)
             " (what " code { "GET /v1/records?state=unknown&limit=" (view.limit) } " lists); "
             (view.shown.len()) " shown by the filters."
+        }
+        p {
+            @match view.measured {
+                Some(measured) => {
+                    "The replica's last storage measure counted " (measured) " record(s) in "
+                    code { "unknown" }
+                    @if view.filter.workload.is_some() { " made by that workload" }
+                    " (" code { "keyflight_store_workload_unknown_records" } ", every "
+                    code { "--storage-quota-interval" } ")."
+                }
+                None => {
+                    "The replica has not measured its records yet ("
+                    code { "keyflight_store_workload_unknown_records" } ")."
+                }
+            }
         }
         form method="get" action="/console" {
             label { "At least " input type="number" name="min_age_minutes" min="0"

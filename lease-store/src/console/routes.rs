@@ -72,6 +72,7 @@ pub async fn queue(
         listed: listed.records.len(),
         limit,
         shown: filter.apply(&listed.records, now_ms),
+        measured: state.quota.unknown_records(filter.workload.as_deref()),
         filter: &filter,
         now_ms,
     };

@@ -197,7 +197,11 @@ fn summary(row: &Row) -> Result<RecordSummary, StoreError> {
         expires_at: row.try_get("expires_at")?,
         replayable: row.try_get("replayable")?,
         status: status.and_then(|s| u16::try_from(s).ok()),
-        workload: match row.columns().iter().any(|column| column.name() == "workload") {
+        workload: match row
+            .columns()
+            .iter()
+            .any(|column| column.name() == "workload")
+        {
             true => row.try_get("workload")?,
             // A partitioned router installed by an earlier binary of the same schema
             // version: its functions return no workload until `migrate` runs again.

@@ -20,6 +20,8 @@ pub struct Usage {
     pub records: u64,
     /// Recorded response bytes.
     pub bytes: u64,
+    /// Records in `unknown`, counted exactly: the operator's queue.
+    pub unknown: u64,
 }
 
 impl Store {
@@ -32,11 +34,13 @@ impl Store {
             for row in rows {
                 let records: i64 = row.try_get("records")?;
                 let bytes: i64 = row.try_get("bytes")?;
+                let unknown: i64 = row.try_get("unknown")?;
                 usage.push((
                     row.try_get("workload")?,
                     Usage {
                         records: u64::try_from(records).unwrap_or(0),
                         bytes: u64::try_from(bytes).unwrap_or(0),
+                        unknown: u64::try_from(unknown).unwrap_or(0),
                     },
                 ));
             }

@@ -476,7 +476,7 @@ async fn the_queue_counts_and_orders_what_the_admin_list_does() {
     // A cluster of its own: the count is of every `unknown` record in the database.
     let cluster = keyflight_testkit::pg::PgCluster::start();
     migrate(&cluster.url());
-    let server = start_server_on(&cluster.url(), &[]).await;
+    let server = start_server_on(&cluster.url(), &["--storage-quota-interval", "1s"]).await;
     let mut made = Vec::new();
     for n in 0..3 {
         made.push(
@@ -523,8 +523,23 @@ async fn the_queue_counts_and_orders_what_the_admin_list_does() {
         assert_eq!(shown, listed, "the same records, newest first");
     }
     let newest_first: Vec<&str> = made.iter().rev().map(String::as_str).collect();
+    // The metric the queue's count must match, once the replica measured after the records.
+    server
+        .api
+        .wait_counter(
+            "keyflight_store_workload_unknown_records{workload=\"bearer\"}",
+            3,
+        )
+        .await;
     let queue = server.admin.get("/console", Some(ADMIN)).await;
     assert!(queue.text.contains("3 record(s) in"), "{}", queue.text);
+    assert!(
+        queue
+            .text
+            .contains("last storage measure counted 3 record(s) in"),
+        "the queue says what the metric says: {}",
+        queue.text
+    );
     assert!(!queue.text.contains(&done));
     let shown: Vec<&str> = queue
         .text

@@ -450,7 +450,8 @@ async fn a_workloads_usage_sums_every_partition() {
         measured,
         Some(keyflight_lease_store::store::Usage {
             records: 3,
-            bytes: 3 * body
+            bytes: 3 * body,
+            unknown: 0,
         }),
         "{usage:?}"
     );
