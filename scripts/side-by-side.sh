@@ -13,7 +13,8 @@
 #
 # Per run: the rate, p50, the CPU per request of each process group (utime+stime from
 # /proc/PID/stat; Postgres summed over the postmaster, its children and its reaped children),
-# and each core's idle share over the run (idle+iowait from /proc/stat).
+# how many cores' worth of CPU the data tier and the rest spent, and each core's idle share over
+# the run (idle+iowait from /proc/stat; other work on the machine fills idle cores too).
 #
 # Usage, from the project root with `make up` running (`make down` after):
 #   scripts/side-by-side.sh PEER_BINARY [ROUNDS]   (ROUNDS defaults to 2; SECS=8 per run)
@@ -149,10 +150,11 @@ run() { # topology side conns round
             for (i = 1; i <= nb; i++) {
                 split(b[i], kb, "="); split(a[i], ka, "=")
                 us = (ka[2] - kb[2]) / tck * 1e6 / reqs; tot += us
+                if (kb[1] ~ /^(store|postgres|redis)$/) data += us
                 line = line sprintf(" %s=%.0f", kb[1], us)
             }
             w = wrk_s * 1e6 / reqs; tot += w
-            line = line sprintf(" wrk=%.0f total=%.0f  idle:", w, tot)
+            line = line sprintf(" wrk=%.0f total=%.0f  cores busy: data tier=%.2f the rest=%.2f  idle:", w, tot, data * rps / 1e6, (tot - data) * rps / 1e6)
             n0 = split(c0, x, "\n"); split(c1, y, "\n")
             for (i = 1; i <= n0; i++) {
                 split(x[i], p, " "); split(y[i], q, " ")
