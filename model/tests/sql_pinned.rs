@@ -159,7 +159,7 @@ const PINNED: [(&str, &str); 46] = [
     ),
     (
         "records::GET_SQL",
-        "794aafb571f1d948b6e07a62e746fc69c85092fdb310eb53f02d0ddabdc2c787",
+        "1941a700f1a85944c69da1258d9ca77f75b989d5d72f7d9d342d424d1c44e94e",
     ),
     (
         "records::LIST_ROUTER_SQL",
@@ -167,7 +167,7 @@ const PINNED: [(&str, &str); 46] = [
     ),
     (
         "records::LIST_SQL",
-        "3ab7f20bc7f518f32484afa06b38a759abf616d24f16598d946de3d246e3ba25",
+        "9351602b209e72a8d610c7688faafc03a37b3b99aa6f5ef20bbe56ab3095c83a",
     ),
     (
         "records::RESOLVE_COMPLETED_SQL",
@@ -183,11 +183,11 @@ const PINNED: [(&str, &str); 46] = [
     ),
     (
         "usage::WORKLOAD_USAGE_ROUTER_SQL",
-        "5056e576a89758b6db8b94b53e2eaa65663507a05baeaefa768676783d8a25b3",
+        "5bd22a6275196fd29eed645976734ce171a9e26a267313e27db820fb7ac7c621",
     ),
     (
         "usage::WORKLOAD_USAGE_SQL",
-        "461cf70b96d2dd9690bfc7d2738863dda9298fa7dec9a1847e5093c311218082",
+        "d3d332c724f7662b6b358b5c8dbbef30f66727d0ff8c4a8140b4e14426c50e94",
     ),
     (
         "watch::WATCH_SQL",
