@@ -53,7 +53,7 @@ struct Seen {
 /// How often the registry forgets quiet callers: every call notes its caller, and walking
 /// every caller on each call would put O(callers) work on the data plane's hot path. A
 /// caller is so owed a share for up to this long past [`ACTIVE_WINDOW`].
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Activity {
     /// An empty registry.

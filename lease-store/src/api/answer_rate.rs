@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::shares::{Activity, Charged};
+use crate::shares::{Activity, Charged, SWEEP_EVERY};
 
 /// Each caller's bucket of answer bytes, and what refills them.
 pub struct AnswerRate {
@@ -25,7 +25,14 @@ pub struct AnswerRate {
     /// The most a bucket holds: the caller's share of the answer budget.
     burst: f64,
     activity: Arc<Activity>,
-    buckets: Mutex<HashMap<Charged, Bucket>>,
+    buckets: Mutex<Buckets>,
+}
+
+/// The callers being paced, and when the full buckets were last forgotten.
+#[derive(Default)]
+struct Buckets {
+    by_caller: HashMap<Charged, Bucket>,
+    swept: Option<Instant>,
 }
 
 /// A caller's bytes left, as of `at`; negative when its last answer overdrew it.
@@ -54,7 +61,7 @@ impl AnswerRate {
             return true;
         };
         let mut buckets = self.lock();
-        match buckets.get_mut(caller) {
+        match buckets.by_caller.get_mut(caller) {
             None => true,
             Some(bucket) => {
                 *bucket = bucket.refilled(now, share, self.burst);
@@ -69,19 +76,29 @@ impl AnswerRate {
         let share = self.share();
         let mut buckets = self.lock();
         let Some(share) = share else {
-            buckets.clear();
+            buckets.by_caller.clear();
             return;
         };
         let burst = self.burst;
-        let bucket = buckets.entry(caller.clone()).or_insert(Bucket {
+        let bucket = buckets.by_caller.entry(caller.clone()).or_insert(Bucket {
             bytes: burst,
             at: now,
         });
         *bucket = bucket.refilled(now, share, burst);
         bucket.bytes -= bytes as f64;
         // A full bucket says nothing a missing one does not: forget the callers that
-        // stopped, so the map holds only the callers being paced.
-        buckets.retain(|_, bucket| bucket.refilled(now, share, burst).bytes < burst);
+        // stopped, so the map holds only the callers being paced. Once a
+        // [`SWEEP_EVERY`], as the activity registry does: not a walk of every caller on
+        // each answer.
+        if buckets
+            .swept
+            .is_none_or(|swept| now.saturating_duration_since(swept) >= SWEEP_EVERY)
+        {
+            buckets
+                .by_caller
+                .retain(|_, bucket| bucket.refilled(now, share, burst).bytes < burst);
+            buckets.swept = Some(now);
+        }
     }
 
     /// Each active caller's bytes a second, or `None` when nobody is paced (one caller
@@ -91,7 +108,7 @@ impl AnswerRate {
         (self.per_second > 0 && active > 1).then(|| self.per_second as f64 / active as f64)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Charged, Bucket>> {
+    fn lock(&self) -> MutexGuard<'_, Buckets> {
         // A poisoned lock still holds usable buckets.
         self.buckets.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -180,7 +197,10 @@ mod tests {
         rate.charge(&peer(1), 60, now);
         rate.charge(&peer(2), 10, now + Duration::from_secs(2));
         let buckets = rate.lock();
-        assert!(!buckets.contains_key(&peer(1)), "refilled: forgotten");
-        assert!(buckets.contains_key(&peer(2)));
+        assert!(
+            !buckets.by_caller.contains_key(&peer(1)),
+            "refilled: forgotten"
+        );
+        assert!(buckets.by_caller.contains_key(&peer(2)));
     }
 }
