@@ -124,9 +124,9 @@ check "the retry is held: problem code" operation_unknown "$(jq -r .code "$work/
 scope="$(curl -fsS "http://$UPSTREAM_ADDR/executions?after=$before" |
     jq -r --arg key "$key7" 'select(.key == $key) | .scope')"
 [[ -n "$scope" ]] || die "the upstream's execution log has no run of $key7"
-store_log="$(described '.lease_stores[0].log')"
-admin="$(grep -o 'admin API serving listen=[^ ]*' "$store_log" | tail -n1 | cut -d= -f2)"
-[[ -n "$admin" ]] || die "the lease-store's log names no admin listener: $store_log"
+admin_port="$(described '.lease_stores[0].admin')"
+[[ "$admin_port" =~ ^[0-9]+$ ]] || die "stack.json names no admin port for lease-store 0: make down, then make up"
+admin="127.0.0.1:$admin_port"
 shots="$root/target/demo"
 mkdir -p "$shots"
 note "the record, $scope, is unknown: an operator opens http://$admin/console in a browser,"

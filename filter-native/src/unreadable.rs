@@ -2,11 +2,11 @@
 //! (`filter-native/README.md#not-yet-equal`).
 //!
 //! A JWT claim is a field inside the one `Struct` `jwt_authn` writes, and Envoy 1.40's HTTP
-//! dynamic-module ABI reads dynamic metadata one level deep. A source the host cannot read
-//! finds nothing, as if the claim were absent, so the request would fall to the next source
-//! and get another scope than the Wasm filter gives it: during a move from one adapter to
-//! the other, the same request could run twice. Refused at load instead, with the setting
-//! named.
+//! dynamic-module ABI reads dynamic metadata one level deep
+//! (`docs/envoy-facts.md#dynamic-modules`). A source the host cannot read finds nothing, as
+//! if the claim were absent, so the request would fall to the next source and get another
+//! scope than the Wasm filter gives it: during a move from one adapter to the other, the
+//! same request could run twice. Refused at load instead, with the setting named.
 
 use keyflight_filter::Config;
 use keyflight_filter::config::Identity;

@@ -360,6 +360,18 @@ async fn an_erase_on_any_partition_moves_the_mesh_wide_epoch() {
             .map(|row| (row.actor.as_str(), row.action.as_str(), row.reason.as_str()))
             .collect();
         assert_eq!(actions, [("ops", "erase", "test")], "partition {p}");
+        // Read there through the audit's index by scope (migration V12), as on one database.
+        let partition = raw_client(&db.partitions[p].url()).await;
+        let indexed: i64 = partition
+            .query_one(
+                "SELECT count(*) FROM pg_indexes
+                  WHERE indexname = 'keyflight_operator_audit_scope_idx'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(indexed, 1, "partition {p}");
     }
 }
 

@@ -217,3 +217,36 @@ async fn erase_deletes_a_record_in_any_state() {
     let (_, _, how) = must_win(&store, &scope, &req).await;
     assert_eq!(how, WonHow::Claimed);
 }
+
+/// The console reads a record's audit by scope, newest first (`AUDIT_SQL`). Planned as the
+/// store's sessions plan it, the migrated schema finds the scope's rows through an index on
+/// the scope, instead of walking every decision ever audited by `id` and filtering
+/// (`docs/records.md#the-indexes`).
+#[tokio::test]
+async fn the_audit_of_a_scope_is_read_through_its_index() {
+    let client = raw_client(&cluster().url()).await;
+    let settings: String = keyflight_store_core::session::PLANNER_SETTINGS
+        .map(|(name, value)| format!("SET {name} = {value};"))
+        .join(" ");
+    client
+        .batch_execute(&format!(
+            "{settings} PREPARE audit_by_scope(bytea) AS {}",
+            keyflight_store_core::sql::records::AUDIT_SQL
+        ))
+        .await
+        .unwrap();
+    let plan: Vec<String> = client
+        .query("EXPLAIN EXECUTE audit_by_scope(NULL)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("keyflight_operator_audit_scope_idx")
+            && plan.contains("Cond: (scope = $1)")
+            && !plan.contains("Filter: (scope = $1)"),
+        "{plan}"
+    );
+}

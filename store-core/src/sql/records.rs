@@ -46,9 +46,8 @@ pub const GET_SQL: &str = concat!(
 );
 
 /// `$1` scope: the newest 100 rows of the operator audit about it (an operator's or a
-/// reconciler's decisions), newest first, for the console's record page. The audit is
-/// appended to only by decisions, so it stays small enough to read without an index on
-/// the scope.
+/// reconciler's decisions), newest first, for the console's record page; read from the
+/// audit's index on `(scope, id)` (migration V12, `docs/records.md#the-indexes`).
 pub const AUDIT_SQL: &str = "
 SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
        actor, action, reason, response_sha256

@@ -410,8 +410,8 @@ fn summary(description: &str) -> String {
         .enumerate()
     {
         out += &format!(
-            "  lease-store {index}              http://127.0.0.1:{}   (/readyz, /metrics)\n",
-            store["port"]
+            "  lease-store {index}              http://127.0.0.1:{}   (/readyz, /metrics)   admin http://127.0.0.1:{}   (/console)\n",
+            store["port"], store["admin"]
         );
     }
     out += &format!(

@@ -43,7 +43,7 @@ impl Stack {
 
     /// Lease-store `index`'s admin port (`/v1/records…`, the operator CLI's).
     pub fn store_admin_port(&self, index: usize) -> u16 {
-        self.store(index).admin_port
+        self.store(index).admin
     }
 
     /// The demo upstream's port.
@@ -136,7 +136,14 @@ impl Stack {
         let stores: Vec<Value> = self
             .stores
             .iter()
-            .map(|store| json!({"port": store.port, "pid": store.part.pid(), "log": store.part.log()}))
+            .map(|store| {
+                json!({
+                    "port": store.port,
+                    "admin": store.admin,
+                    "pid": store.part.pid(),
+                    "log": store.part.log(),
+                })
+            })
             .collect();
         let mut described = json!({
             "dir": self.dir,

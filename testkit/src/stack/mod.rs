@@ -202,7 +202,7 @@ impl Stack {
                 .iter()
                 .zip(&plan.lease_store_admins)
                 .enumerate()
-                .map(|(index, (&port, &admin_port))| Store {
+                .map(|(index, (&port, &admin))| Store {
                     place: places.stores[index],
                     binaries: options
                         .store_binaries
@@ -210,7 +210,7 @@ impl Stack {
                         .cloned()
                         .unwrap_or_else(|| binaries.clone()),
                     port,
-                    admin_port,
+                    admin,
                     part: Part::new(&format!("lease-store-{index}"), &logs),
                 })
                 .collect(),
@@ -251,7 +251,7 @@ impl Stack {
         let url = network::database_url(&self.database, place, self.host_side);
         let token = self.options.filter_token();
         let port = self.store(index).port;
-        let admin_port = self.store(index).admin_port;
+        let admin_port = self.store(index).admin;
         let mut command = lease_store_command(
             &self.store(index).binaries,
             &url,

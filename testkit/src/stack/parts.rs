@@ -167,8 +167,9 @@ pub(super) struct Store {
     /// The lease-store binary it runs.
     pub(super) binaries: Binaries,
     pub(super) port: u16,
-    /// Its admin listener (`/v1/records…`), apart from the data plane.
-    pub(super) admin_port: u16,
+    /// Its admin listener's port (`/v1/records…`, the console), apart from the data plane;
+    /// `admin` in `stack.json`.
+    pub(super) admin: u16,
     pub(super) part: Part,
 }
 
