@@ -313,7 +313,11 @@ async fn a_lapsed_dual_claim_without_the_flag_is_held_by_a_hold_policys_retry() 
         ..claim_req(fingerprint("new recipe, unmarked"), 300)
     };
     must_win(&store, &new_scope, &unmarked).await;
-    wait_for_lease_expiry(&db, &new_scope).await;
+    // Both leases, each from its own `clock_timestamp()`: the old scope's may run out a
+    // moment after the new one's, and a retry between the two would find it still live.
+    for scope in [new_scope, old_scope] {
+        wait_for_lease_expiry(&db, &scope).await;
+    }
     let held_before = store.lapses_held();
 
     let retry = ClaimRequest {
