@@ -36,6 +36,7 @@ work=$(mktemp -d)
 all_cores="0-$(( $(nproc) - 1 ))"
 tck=$(getconf CLK_TCK)
 
+adapter=$(jq -r '.adapter // "wasm"' "$stack")
 kf_port=$(jq -r '.envoys[0].listener' "$stack")
 envoys=$(jq -r '.envoys[].pid' "$stack")
 stores=$(jq -r '.lease_stores[].pid' "$stack")
@@ -165,7 +166,7 @@ run() { # topology side conns round
         }' <<<"$out"
 }
 
-echo "# $(date -u '+%F %H:%M UTC'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); ${secs}s runs, wrk -t2"
+echo "# $(date -u '+%F %H:%M UTC'), keyflight's filter: the $adapter adapter, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); ${secs}s runs, wrk -t2"
 topology unpinned
 for side in keyflight peer; do run unpinned "$side" 16 warm-up >/dev/null; done
 for r in $(seq "$rounds"); do

@@ -4,8 +4,8 @@
 //! - `up`: starts a supervisor in the background that runs the stack (Postgres or, with
 //!   `--ha`, etcd + two Patroni nodes; lease-store replicas; the demo upstream; Envoys), and
 //!   returns once every part is ready, printing where each listens. What runs where is
-//!   written to `DIR/stack.json` (ports, pids, logs, the database URL, the tokens); every
-//!   part logs to `DIR/logs/<part>.log`, the supervisor to `DIR/stack.log`.
+//!   written to `DIR/stack.json` (ports, pids, logs, the filter's adapter, the database URL,
+//!   the tokens); every part logs to `DIR/logs/<part>.log`, the supervisor to `DIR/stack.log`.
 //! - `down`: stops the supervisor, which stops every part (Envoys first); removes `DIR`
 //!   unless `--keep-logs`.
 //! - `ctl COMMAND`: asks the running supervisor to act on a part, over its control socket

@@ -117,8 +117,9 @@ impl Stack {
         self.upstream.pid()
     }
 
-    /// What runs where, as JSON: ports, process ids, logs, configs, the database URL and
-    /// the tokens (what `keyflight-stack up` writes to `stack.json`).
+    /// What runs where, as JSON: ports, process ids, logs, configs, the filter's adapter
+    /// (`wasm` or `native`), the database URL and the tokens (what `keyflight-stack up`
+    /// writes to `stack.json`).
     pub fn describe(&self) -> Value {
         let envoys: Vec<Value> = self
             .envoys
@@ -147,6 +148,7 @@ impl Stack {
             .collect();
         let mut described = json!({
             "dir": self.dir,
+            "adapter": if self.options.native { "native" } else { "wasm" },
             "envoys": envoys,
             "lease_stores": stores,
             "upstream": {
