@@ -10,7 +10,7 @@
 
 import { join } from 'node:path';
 
-import { openChromium, signIn } from '../e2e/browser/chromium.mjs';
+import { checker, inChromium, signIn } from '../e2e/browser/chromium.mjs';
 
 const [base, token, scope, shots] = process.argv.slice(2);
 
@@ -21,12 +21,9 @@ const AUTHORED = {
 };
 const REASON = 'demo: the provider confirms the payment went through';
 
-function check(holds, what) {
-  if (!holds) throw new Error(`make demo, the console: ${what}`);
-}
+const check = checker('make demo, the console');
 
-const { page, close } = await openChromium();
-try {
+await inChromium(async ({ page }) => {
   const go = async (url, act) => Promise.all([page.waitForURL(url), act()]);
   await signIn(page, base, token);
   await go(`${base}/console/records/${scope}`, () =>
@@ -57,10 +54,4 @@ try {
   await page.screenshot({ path: record, fullPage: true });
 
   console.log(JSON.stringify({ authored: AUTHORED, reason: REASON, screenshots: [preview, record] }));
-} catch (error) {
-  const shown = await page.innerText('body').catch(() => '(no page)');
-  console.error(`at ${page.url()}:\n${shown}`);
-  throw error;
-} finally {
-  await close();
-}
+});

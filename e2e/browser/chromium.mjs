@@ -15,7 +15,7 @@ const { chromium } = createRequire(join(process.env.KEYFLIGHT_PLAYWRIGHT_DIR, 'n
 );
 
 // A page in a fresh Chromium; `close()` ends the browser and removes its profile.
-export async function openChromium() {
+async function openChromium() {
   const profile = mkdtempSync(join(tmpdir(), 'keyflight-chromium-'));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: '/usr/bin/chromium',
@@ -38,6 +38,28 @@ export async function openChromium() {
     rmSync(profile, { recursive: true, force: true });
   };
   return { context, page, close };
+}
+
+// Runs `work({ context, page })` in a fresh Chromium and closes it after. When a step or a
+// check fails, prints where it stopped and what the page said there, then throws.
+export async function inChromium(work) {
+  const { context, page, close } = await openChromium();
+  try {
+    return await work({ context, page });
+  } catch (error) {
+    const shown = await page.innerText('body').catch(() => '(no page)');
+    console.error(`at ${page.url()}:\n${shown}`);
+    throw error;
+  } finally {
+    await close();
+  }
+}
+
+// A check for the run named `run`: throws naming it and `what` unless `holds`.
+export function checker(run) {
+  return (holds, what) => {
+    if (!holds) throw new Error(`${run}: ${what}`);
+  };
 }
 
 // Signs in to the console at `base` with an operator's token; lands on the queue.

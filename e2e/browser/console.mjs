@@ -9,7 +9,7 @@
 // KEYFLIGHT_PLAYWRIGHT_DIR names the folder playwright-core is installed in. Prints one
 // JSON line: the answer it authored. Any failed check throws (exit status 1).
 
-import { openChromium, signIn } from './chromium.mjs';
+import { checker, inChromium, signIn } from './chromium.mjs';
 
 const [base, token, resolveScope, eraseScope, hostileScope, screenshot] = process.argv.slice(2);
 
@@ -28,12 +28,9 @@ const SHOWN_ESCAPED = [
   '\\u{202e}gnp.exe\\u{2028}next',
 ];
 
-function check(holds, what) {
-  if (!holds) throw new Error(`console browser test: ${what}`);
-}
+const check = checker('console browser test');
 
-const { context, page, close } = await openChromium();
-try {
+await inChromium(async ({ context, page }) => {
   const dialogs = [];
   page.on('dialog', async (dialog) => {
     dialogs.push(dialog.message());
@@ -101,11 +98,4 @@ try {
   check(dialogs.length === 0, `no dialog opened: ${dialogs.join(', ')}`);
 
   console.log(JSON.stringify({ authored: AUTHORED }));
-} catch (error) {
-  // Where it stopped, and what the page said there.
-  const shown = await page.innerText('body').catch(() => '(no page)');
-  console.error(`at ${page.url()}:\n${shown}`);
-  throw error;
-} finally {
-  await close();
-}
+});
