@@ -36,14 +36,7 @@ fn assert_secured(answer: &Answer, what: &str) {
 /// Wins a fresh scope and releases it `unknown`, as a lapsed at-most-once claim would be.
 async fn unknown_record(api: &Api, label: &str) -> (String, String) {
     let (scope, fingerprint, claim_id) = api.win(label).await;
-    let released = api
-        .post(
-            &format!("/v1/claims/{scope}/release"),
-            Some(TOKEN),
-            &json!({ "claim_id": claim_id, "as": "unknown" }),
-        )
-        .await;
-    assert_eq!(released.status, 200, "{}", released.text);
+    api.release_unknown(&scope, &claim_id).await;
     (scope, fingerprint)
 }
 
@@ -584,14 +577,7 @@ async fn a_records_page_tells_its_fence_history_as_far_as_the_store_keeps_it() {
         assert!(running.contains(shown), "{shown} in {running}");
     }
 
-    let released = api
-        .post(
-            &format!("/v1/claims/{scope}/release"),
-            Some(TOKEN),
-            &json!({ "claim_id": claim_id, "as": "unknown" }),
-        )
-        .await;
-    assert_eq!(released.status, 200, "{}", released.text);
+    api.release_unknown(&scope, &claim_id).await;
     let held = page_of(&scope).await;
     assert!(held.contains(&claimed), "{held}");
     assert!(

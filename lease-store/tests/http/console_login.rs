@@ -101,6 +101,23 @@ async fn get_with(admin: &Api, path: &str, cookie: &str) -> Reply {
     .await
 }
 
+/// Posts a confirmed erase of the record page `record` as a browser would, with `cookie`
+/// (the session) or none.
+async fn post_erase(admin: &Api, record: &str, cookie: Option<&str>) -> Reply {
+    let mut request = browser()
+        .post(format!("{}{record}/decide", admin.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("action", "erase"),
+            ("confirm", "yes"),
+            ("reason", "x"),
+        ]));
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    reply(request).await
+}
+
 /// Signs in as the test operator; returns the cookie as a browser sends it back.
 async fn signed_in(admin: &Api) -> String {
     let signed = login(admin, ADMIN).await;
@@ -144,18 +161,7 @@ async fn an_operator_token_signs_in_and_the_queue_answers_the_cookie() {
 
     // A decision still needs its form's CSRF token: the cookie alone takes none.
     let scope = fresh_digest("console-login-decide");
-    let decided = reply(
-        browser()
-            .post(format!("{}/console/records/{scope}/decide", admin.base))
-            .header("cookie", &cookie)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form(&[
-                ("action", "erase"),
-                ("confirm", "yes"),
-                ("reason", "x"),
-            ])),
-    )
-    .await;
+    let decided = post_erase(admin, &format!("/console/records/{scope}"), Some(&cookie)).await;
     assert_eq!(decided.status, 403, "{}", decided.text);
 
     // Sign-out ends the session: the same cookie opens nothing after it.
@@ -211,17 +217,7 @@ async fn a_page_opened_without_a_session_sends_the_browser_to_sign_in() {
         assert!(!stale.text.contains(&scope));
     }
     // A decision posted without a session is sent to sign in too, and takes nothing.
-    let decided = reply(
-        browser()
-            .post(format!("{}{record}/decide", admin.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form(&[
-                ("action", "erase"),
-                ("confirm", "yes"),
-                ("reason", "x"),
-            ])),
-    )
-    .await;
+    let decided = post_erase(admin, &record, None).await;
     assert_sent_to_sign_in(&decided, "a decision");
     // A bearer header is answered as the admin API answers it: a script gets the status.
     for (token, status) in [("not-a-token", 401), (TOKEN, 403)] {

@@ -96,14 +96,7 @@ async fn resolve_refuses_headers_that_may_not_be_recorded() {
     let api = &server.api;
     let admin = &server.admin;
     let (scope, _fingerprint, claim_id) = api.win("bad-headers-resolve").await;
-    let release = api
-        .post(
-            &format!("/v1/claims/{scope}/release"),
-            Some(TOKEN),
-            &json!({ "claim_id": claim_id, "as": "unknown" }),
-        )
-        .await;
-    assert_eq!(release.status, 200, "{}", release.text);
+    api.release_unknown(&scope, &claim_id).await;
     let resolve = format!("/v1/records/{scope}/resolve");
 
     for (headers, index) in bad_header_lists() {

@@ -91,14 +91,7 @@ async fn only_unknown_records_can_be_resolved() {
         .await
         .assert_problem(409, "not_unknown");
 
-    let released = api
-        .post(
-            &format!("/v1/claims/{scope}/release"),
-            Some(TOKEN),
-            &json!({ "claim_id": claim_id, "as": "unknown" }),
-        )
-        .await;
-    assert_eq!(released.status, 200, "{}", released.text);
+    api.release_unknown(&scope, &claim_id).await;
     assert_eq!(
         api.claim(&scope, &fingerprint, 0).await.outcome(),
         "unknown"

@@ -276,6 +276,19 @@ impl Api {
         (scope, fingerprint, claim_id)
     }
 
+    /// Releases `claim_id`'s lease on `scope` as `unknown`, as a lapsed at-most-once claim
+    /// would be; asserts 200.
+    pub async fn release_unknown(&self, scope: &str, claim_id: &str) {
+        let released = self
+            .post(
+                &format!("/v1/claims/{scope}/release"),
+                Some(TOKEN),
+                &json!({ "claim_id": claim_id, "as": "unknown" }),
+            )
+            .await;
+        assert_eq!(released.status, 200, "{}", released.text);
+    }
+
     /// Finalizes with a small JSON response; asserts 200.
     pub async fn finalize(&self, scope: &str, claim_id: &str) -> Value {
         let response = sample_response();
